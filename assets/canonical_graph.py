@@ -1,0 +1,91 @@
+"""canonical_graph: the landing folder's Parquet edge lists as a clean, relabelled graph.
+
+Calls `graphs.canonical.build_canonical_graph` (DuckDB ingest, see that module for the
+files written) and reports counts, dropped rows by reason, degree statistics and a
+log-log degree plot. Bad input fails the run with the file and column named; the previous
+materialization of the partition stays in place.
+"""
+
+
+import duckdb
+import dagster as dg
+
+from assets.common import GnnflowStorage, dataset_partitions, png_markdown
+from assets.config import dagster_config
+from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph
+
+CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
+
+EDGES_VALID = "edges_valid"
+
+
+@dg.asset(
+    partitions_def=dataset_partitions,
+    group_name="ingest",
+    kinds={"duckdb", "parquet"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            EDGES_VALID,
+            asset="canonical_graph",
+            description="edges.parquet is sorted by (src, dst), has no duplicates or self loops, "
+            "and every id is in 0..n-1 (re-read from the written file).",
+        )
+    ],
+)
+def canonical_graph(
+    context: dg.AssetExecutionContext, config: CanonicalGraphConfig, storage: GnnflowStorage
+) -> dg.MaterializeResult:
+    """Validated, deduplicated, relabelled (0..n-1) and symmetrized graph with labels, splits, features."""
+    dataset = context.partition_key
+    out = storage.asset_dir(dataset, "canonical_graph")
+    try:
+        s = build_canonical_graph(storage.landing_dir(dataset), out, config.to_dataclass())
+    except InputError as exc:
+        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+    if s["split_generated"]:
+        context.log.info("labels without a split column: made a seeded train/val/test split")
+
+    metadata = {
+        "path": dg.MetadataValue.path(str(out)),
+        "nodes": s["nodes"],
+        "edges": s["edges"],
+        "id_type": s["id_type"],
+        "symmetrized": s["symmetrized"],
+        "input_rows": s["input_rows"],
+        "input_files": s["input_files"],
+        "dropped_null_id": s["dropped_null_id"],
+        "dropped_self_loop": s["dropped_self_loop"],
+        "dropped_duplicate": s["dropped_duplicate"],
+        "isolated_nodes": s["isolated_nodes"],
+        "degree_max": s["degree_max"],
+        "degree_mean": round(s["degree_mean"], 3),
+        "degree_p99": s["degree_p99"],
+        "labelled_nodes": s["labelled_nodes"],
+        "num_classes": s["num_classes"],
+        "split": f"train {s['train_nodes']} / val {s['val_nodes']} / test {s['test_nodes']}",
+        "split_generated": s["split_generated"],
+        "feature_dim": s.get("feature_dim", 0),
+        "seconds": s["seconds"],
+        "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
+        "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
+    }
+    return dg.MaterializeResult(metadata=metadata, check_results=[_check_edges(out, s["nodes"])])
+
+
+def _check_edges(out, n: int) -> dg.AssetCheckResult:
+    con = duckdb.connect()
+    bad_order, self_loops, out_of_range = con.sql(
+        f"""
+        SELECT count(*) FILTER (WHERE ps IS NOT NULL AND (src, dst) <= (ps, pd)),
+               count(*) FILTER (WHERE src = dst),
+               count(*) FILTER (WHERE src < 0 OR dst < 0 OR src >= {n} OR dst >= {n})
+        FROM (SELECT src, dst, lag(src) OVER w AS ps, lag(dst) OVER w AS pd
+              FROM read_parquet('{out / "edges.parquet"}', file_row_number = true) WINDOW w AS (ORDER BY file_row_number))
+        """
+    ).fetchall()[0]
+    con.close()
+    return dg.AssetCheckResult(
+        check_name=EDGES_VALID,
+        passed=bad_order == 0 and self_loops == 0 and out_of_range == 0,
+        metadata={"unsorted_or_duplicate": bad_order, "self_loops": self_loops, "out_of_range": out_of_range},
+    )

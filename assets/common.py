@@ -1,0 +1,66 @@
+"""What every asset shares: the `dataset` partitions, the storage resource, metadata helpers.
+
+The storage resource says where datasets land and where each stage writes its files.
+
+Picked per deployment by environment variables (the only knobs a deployment needs):
+  GNNFLOW_HOME     root of materialized files, default ./.gnnflow
+  GNNFLOW_LANDING  landing folder with one sub-folder per dataset, default ./landing
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+from pathlib import Path
+
+import dagster as dg
+
+# One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
+dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
+
+# Tag on assets that only make sense for a dataset with labels (the landing sensor skips
+# them for unlabelled datasets).
+NEEDS_LABELS_TAG = "gnnflow/needs"
+
+DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class GnnflowStorage(dg.ConfigurableResource):
+    """Paths of the landing folder and of every asset's output folder."""
+
+    home: str = ".gnnflow"
+    landing: str = "landing"
+
+    @classmethod
+    def from_env(cls) -> "GnnflowStorage":
+        return cls(
+            home=os.environ.get("GNNFLOW_HOME", ".gnnflow"),
+            landing=os.environ.get("GNNFLOW_LANDING", "landing"),
+        )
+
+    def asset_dir(self, dataset: str, asset: str) -> Path:
+        """<GNNFLOW_HOME>/<dataset>/<asset>/"""
+        return Path(self.home).resolve() / dataset / asset
+
+    def landing_dir(self, dataset: str) -> Path:
+        return Path(self.landing).resolve() / dataset
+
+    def landing_datasets(self) -> list[str]:
+        """Sub-folders of the landing folder that hold edge files and have a valid name."""
+        root = Path(self.landing)
+        if not root.is_dir():
+            return []
+        names = []
+        for sub in sorted(root.iterdir()):
+            if not sub.is_dir() or not DATASET_NAME.match(sub.name):
+                continue
+            if (sub / "edges.parquet").is_file() or any((sub / "edges").glob("*.parquet")):
+                names.append(sub.name)
+        return names
+
+
+def png_markdown(path: str | os.PathLike, alt: str) -> dg.MetadataValue:
+    """An inline PNG for the Dagster UI's metadata panel."""
+    data = base64.b64encode(Path(path).read_bytes()).decode()
+    return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{data})")

@@ -1,0 +1,560 @@
+"""Canonical graph: validate raw Parquet edge lists and turn them into a clean 0..n-1 graph.
+
+Input (a dataset folder in the landing layout):
+    edges/*.parquet or edges.parquet   columns src, dst (all integer or all string ids),
+                                       optional weight (numeric; validated, not carried)
+    nodes.parquet      (optional)      node_id, optional label (int, -1/null = unknown),
+                                       optional split (string)
+    features.parquet   (optional)      node_id, feat (list of floats, one fixed width)
+
+Output (written atomically into one folder, see `build_canonical_graph`):
+    edges.parquet   src int64, dst int64; sorted by (src, dst); no self loops, no
+                    duplicates; both directions present when symmetrized
+    nodes.parquet   node_id int64 (0..n-1), original_id (int64 or string, as given),
+                    label int32 (-1 = unknown), split string (train/val/test/other)
+    features.npy    float32 [n, D], row = node_id (only when features.parquet exists)
+    degree_distribution.png   log-log plot of the degree distribution
+    summary.json    the counts returned by `build_canonical_graph`
+
+How it scales (the 100M-edge path): DuckDB reads every edge file out of core and
+streams the rows as Arrow batches; it also computes the sorted set of distinct ids
+(a hash aggregate, then an ORDER BY of n values, never of the edges). Each batch is
+relabelled with a vectorised lookup (a dense table when the ids are dense integers, a
+pandas hash index otherwise) and turned into int64 keys ``(src * n + dst) * 2 + flag``
+(flag 1 marks the reversed copy added by symmetrization). Keys are spilled into fine
+buckets by source-id range; buckets are then grouped up to `sort_budget_mb`, sorted in
+NumPy and deduplicated by comparing neighbours. Because buckets are in source order, the
+output is globally sorted without a merge, and memory stays bounded by the sort budget
+plus O(n) arrays whatever the edge count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphs.storage import atomic_output_dir, peak_rss_bytes
+
+FORMAT_VERSION = 1
+
+
+class InputError(ValueError):
+    """Raised for bad input; the message names the file, the column and the value."""
+
+
+@dataclass(kw_only=True)
+class CanonicalConfig:
+    """Settings of the canonical_graph stage."""
+
+    symmetrize: bool = field(
+        default=True, metadata={"help": "Add the reverse of every edge (undirected graph)."}
+    )
+    memory_limit: str = field(
+        default="4GB", metadata={"help": "DuckDB memory_limit, e.g. '4GB'; DuckDB spills beyond it."}
+    )
+    threads: int = field(
+        default=0, metadata={"help": "DuckDB worker threads; 0 = DuckDB's default (all cores)."}
+    )
+    sort_budget_mb: int = field(
+        default=1024,
+        metadata={"help": "Memory for one in-RAM sort of edge keys; more edges are spilled to disk in buckets."},
+    )
+    batch_rows: int = field(
+        default=2_000_000, metadata={"help": "Edge rows per streamed Arrow batch."}
+    )
+    split_seed: int = field(
+        default=0, metadata={"help": "Seed of the train/val/test split made when labels exist but no split does."}
+    )
+    train_fraction: float = field(
+        default=0.6, metadata={"help": "Share of labelled nodes put in 'train' by a generated split."}
+    )
+    val_fraction: float = field(
+        default=0.2, metadata={"help": "Share of labelled nodes put in 'val' by a generated split (the rest is 'test')."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.sort_budget_mb < 1:
+            raise ValueError(f"sort_budget_mb must be >= 1, got {self.sort_budget_mb}")
+        if self.batch_rows < 1:
+            raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0, got {self.threads}")
+        if not (0 < self.train_fraction and 0 <= self.val_fraction and self.train_fraction + self.val_fraction <= 1):
+            raise ValueError(
+                f"train_fraction={self.train_fraction} and val_fraction={self.val_fraction} must be "
+                "positive and sum to at most 1"
+            )
+
+
+@dataclass
+class DatasetFiles:
+    """The input files of one dataset folder."""
+
+    edge_files: list[Path]
+    nodes: Path | None
+    features: Path | None
+
+
+def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
+    """Locate the edge, node and feature files of a landing folder."""
+    root = Path(dataset_dir)
+    if not root.is_dir():
+        raise InputError(f"{root}: dataset folder does not exist")
+    edge_files = sorted((root / "edges").glob("*.parquet")) if (root / "edges").is_dir() else []
+    if (root / "edges.parquet").is_file():
+        edge_files.append(root / "edges.parquet")
+    if not edge_files:
+        raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet")
+    nodes = root / "nodes.parquet"
+    feats = root / "features.parquet"
+    return DatasetFiles(edge_files, nodes if nodes.is_file() else None, feats if feats.is_file() else None)
+
+
+# ----------------------------------------------------------------------------- validation
+
+
+def _schema(path: Path) -> pa.Schema:
+    if path.stat().st_size == 0:
+        raise InputError(f"{path}: file is empty (0 bytes); expected a Parquet file")
+    try:
+        return pq.read_schema(path)
+    except Exception as exc:  # pyarrow raises several types for corrupt files
+        raise InputError(f"{path}: cannot be read as Parquet ({exc})") from exc
+
+
+def _id_kind(path: Path, schema: pa.Schema, column: str) -> str:
+    if column not in schema.names:
+        raise InputError(f"{path}: missing column '{column}' (columns present: {schema.names})")
+    t = schema.field(column).type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if pa.types.is_integer(t):
+        return "int"
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return "string"
+    raise InputError(f"{path}: column '{column}' has type {t}; ids must be integers or strings")
+
+
+def validate_inputs(files: DatasetFiles) -> str:
+    """Check every file's schema; return the dataset's id kind, 'int' or 'string'."""
+    kind, kind_file = None, None
+    for path in files.edge_files:
+        schema = _schema(path)
+        for col in ("src", "dst"):
+            k = _id_kind(path, schema, col)
+            if kind is None:
+                kind, kind_file = k, path
+            elif k != kind:
+                raise InputError(
+                    f"ids mix integers and strings: {kind_file} has {kind} ids but {path} column "
+                    f"'{col}' has {k} ids; use one id type for the whole dataset"
+                )
+        if "weight" in schema.names:
+            wt = schema.field("weight").type
+            if not (pa.types.is_floating(wt) or pa.types.is_integer(wt)):
+                raise InputError(f"{path}: column 'weight' has type {wt}; expected a number")
+    if files.nodes is not None:
+        schema = _schema(files.nodes)
+        k = _id_kind(files.nodes, schema, "node_id")
+        if k != kind:
+            raise InputError(
+                f"ids mix integers and strings: {kind_file} has {kind} ids but {files.nodes} "
+                f"column 'node_id' has {k} ids"
+            )
+        if "label" in schema.names and not pa.types.is_integer(schema.field("label").type):
+            raise InputError(f"{files.nodes}: column 'label' has type {schema.field('label').type}; expected integers")
+        if "split" in schema.names:
+            st = schema.field("split").type
+            if pa.types.is_dictionary(st):
+                st = st.value_type
+            if not (pa.types.is_string(st) or pa.types.is_large_string(st)):
+                raise InputError(f"{files.nodes}: column 'split' has type {st}; expected strings")
+    if files.features is not None:
+        schema = _schema(files.features)
+        k = _id_kind(files.features, schema, "node_id")
+        if k != kind:
+            raise InputError(
+                f"ids mix integers and strings: {kind_file} has {kind} ids but {files.features} "
+                f"column 'node_id' has {k} ids"
+            )
+        if "feat" not in schema.names:
+            raise InputError(f"{files.features}: missing column 'feat' (columns present: {schema.names})")
+        ft = schema.field("feat").type
+        if not (pa.types.is_list(ft) or pa.types.is_large_list(ft) or pa.types.is_fixed_size_list(ft)) or not (
+            pa.types.is_floating(ft.value_type) or pa.types.is_integer(ft.value_type)
+        ):
+            raise InputError(f"{files.features}: column 'feat' has type {ft}; expected a list of floats")
+    assert kind is not None
+    return kind
+
+
+# ----------------------------------------------------------------------------- relabelling
+
+
+class Relabeler:
+    """Maps original ids to 0..n-1 in sorted order of the originals, vectorised."""
+
+    def __init__(self, sorted_ids: pa.Array):
+        self.ids = sorted_ids
+        self.n = len(sorted_ids)
+        self._lut = None
+        self._index = None
+        if pa.types.is_integer(sorted_ids.type):
+            arr = sorted_ids.to_numpy()
+            self._lo = int(arr[0]) if self.n else 0
+            span = int(arr[-1]) - self._lo + 1 if self.n else 0
+            if span <= max(4 * self.n, 1 << 20):  # dense enough for a direct lookup table
+                self._lut = np.full(span, -1, dtype=np.int64)
+                self._lut[arr - self._lo] = np.arange(self.n, dtype=np.int64)
+            else:
+                self._index = pd.Index(arr)
+        else:
+            self._index = pd.Index(sorted_ids.to_numpy(zero_copy_only=False))
+
+    def __call__(self, values: pa.Array | np.ndarray) -> np.ndarray:
+        """New ids (int64) of `values`; -1 where a value is not a known id."""
+        if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            values = values.to_numpy(zero_copy_only=False)
+        if self._lut is not None:
+            off = values.astype(np.int64, copy=False) - self._lo
+            ok = (off >= 0) & (off < len(self._lut))
+            out = np.full(len(off), -1, dtype=np.int64)
+            out[ok] = self._lut[off[ok]]
+            return out
+        return self._index.get_indexer(values).astype(np.int64, copy=False)
+
+
+# ----------------------------------------------------------------------------- edge keys
+
+
+class _KeySpill:
+    """Edge keys collected into fine source-range buckets, in memory or in files."""
+
+    def __init__(self, n: int, expected_keys: int, budget_bytes: int, spill_dir: Path):
+        # ~32 bytes per key while sorting one group: the key, its decoded src/dst, masks.
+        groups = max(1, math.ceil(expected_keys * 32 / budget_bytes))
+        self.num_buckets = 1 if groups == 1 else min(n, 8 * groups)
+        self.width = max(1, math.ceil(n / self.num_buckets))
+        self.budget_keys = max(1, budget_bytes // 32)
+        self.in_memory = self.num_buckets == 1
+        self.sizes = np.zeros(self.num_buckets, dtype=np.int64)
+        self._chunks: list[np.ndarray] = []
+        self._files = []
+        if not self.in_memory:
+            spill_dir.mkdir(parents=True, exist_ok=True)
+            self._paths = [spill_dir / f"bucket-{b:06d}.bin" for b in range(self.num_buckets)]
+            self._files = [open(p, "wb") for p in self._paths]
+
+    def add(self, keys: np.ndarray, src: np.ndarray) -> None:
+        if self.in_memory:
+            self._chunks.append(keys)
+            self.sizes[0] += len(keys)
+            return
+        bucket = (src // self.width).astype(np.int32)
+        order = np.argsort(bucket, kind="stable")
+        counts = np.bincount(bucket, minlength=self.num_buckets)
+        keys = keys[order]
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        for b in np.flatnonzero(counts):
+            keys[starts[b] : ends[b]].tofile(self._files[b])
+        self.sizes += counts
+
+    def groups(self):
+        """Yield (sorted keys) for consecutive bucket groups, each within the sort budget."""
+        if self.in_memory:
+            keys = np.concatenate(self._chunks) if self._chunks else np.empty(0, np.int64)
+            self._chunks = []
+            keys.sort()
+            yield keys
+            return
+        for f in self._files:
+            f.close()
+        b = 0
+        while b < self.num_buckets:
+            e, total = b, 0
+            while e < self.num_buckets and (e == b or total + self.sizes[e] <= self.budget_keys):
+                total += self.sizes[e]
+                e += 1
+            keys = np.concatenate([np.fromfile(self._paths[i], dtype=np.int64) for i in range(b, e)])
+            for i in range(b, e):
+                self._paths[i].unlink()
+            keys.sort()
+            yield keys
+            b = e
+
+
+# ----------------------------------------------------------------------------- main entry
+
+
+def _connect(cfg: CanonicalConfig, temp_dir: Path) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '{cfg.memory_limit}'")
+    con.execute(f"SET temp_directory = '{temp_dir}'")
+    con.execute("SET preserve_insertion_order = false")
+    if cfg.threads:
+        con.execute(f"SET threads = {int(cfg.threads)}")
+    return con
+
+
+def _sql_list(paths: list[Path]) -> str:
+    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+
+
+def build_canonical_graph(
+    dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, cfg: CanonicalConfig | None = None
+) -> dict:
+    """Validate a landing folder and write its canonical graph to `out_dir` atomically.
+
+    Returns a summary dict (also written as summary.json): node and edge counts, dropped
+    rows by reason, isolated nodes, degree statistics, label/split/feature facts.
+    On any error `out_dir` keeps whatever it held before.
+    """
+    cfg = cfg or CanonicalConfig()
+    t0 = time.perf_counter()
+    files = find_dataset_files(dataset_dir)
+    kind = validate_inputs(files)
+    sql_type = "BIGINT" if kind == "int" else "VARCHAR"
+
+    with atomic_output_dir(out_dir) as tmp:
+        work = tmp / "_work"
+        work.mkdir()
+        con = _connect(cfg, work / "duckdb")
+        con.execute(
+            f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
+            f"FROM read_parquet({_sql_list(files.edge_files)}, union_by_name = true)"
+        )
+        rows, null_rows, self_loops = con.sql(
+            "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
+            "count(*) FILTER (WHERE src = dst) FROM raw_edges"
+        ).fetchall()[0]
+        if rows == 0:
+            raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
+
+        node_part = ""
+        if files.nodes is not None:
+            node_part = f" UNION SELECT CAST(node_id AS {sql_type}) FROM read_parquet({_sql_list([files.nodes])})"
+        ids = con.sql(
+            f"SELECT id FROM (SELECT src AS id FROM raw_edges UNION SELECT dst FROM raw_edges{node_part}) "
+            "WHERE id IS NOT NULL ORDER BY id"
+        ).to_arrow_table()
+        ids = ids.column(0).combine_chunks() if ids.num_rows else pa.array([], type=pa.int64())
+        n = len(ids)
+        if n == 0:
+            raise InputError(f"{dataset_dir}: every edge row has a null id; no nodes to build")
+        if n > 2**31 - 1:
+            raise InputError(f"{dataset_dir}: {n} nodes exceed the 2^31-1 supported by the int64 edge keys")
+        relabel = Relabeler(ids)
+
+        # Stream valid edges, relabel, spill keys by source range.
+        valid_rows = rows - null_rows - self_loops
+        copies = 2 if cfg.symmetrize else 1
+        spill = _KeySpill(n, valid_rows * copies, cfg.sort_budget_mb << 20, work / "spill")
+        reader = con.sql(
+            "SELECT src, dst FROM raw_edges WHERE src IS NOT NULL AND dst IS NOT NULL AND src <> dst"
+        ).to_arrow_reader(cfg.batch_rows)
+        for batch in reader:
+            s = relabel(batch.column(0))
+            d = relabel(batch.column(1))
+            fwd = (s * n + d) * 2
+            if cfg.symmetrize:
+                spill.add(np.concatenate([fwd, (d * n + s) * 2 + 1]), np.concatenate([s, d]))
+            else:
+                spill.add(fwd, s)
+        con.close()
+
+        out_deg = np.zeros(n, dtype=np.int64)
+        in_deg = np.zeros(n, dtype=np.int64) if not cfg.symmetrize else None
+        distinct_input_pairs = 0
+        edges_written = 0
+        schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
+        with pq.ParquetWriter(tmp / "edges.parquet", schema, compression="zstd") as writer:
+            for keys in spill.groups():
+                if len(keys) == 0:
+                    continue
+                orig = keys[(keys & 1) == 0]
+                if len(orig):
+                    distinct_input_pairs += 1 + int(np.count_nonzero(orig[1:] != orig[:-1]))
+                pair = keys >> 1
+                keep = np.empty(len(pair), dtype=bool)
+                keep[0] = True
+                np.not_equal(pair[1:], pair[:-1], out=keep[1:])
+                pair = pair[keep]
+                src, dst = np.divmod(pair, n)
+                out_deg += np.bincount(src, minlength=n)
+                if in_deg is not None:
+                    in_deg += np.bincount(dst, minlength=n)
+                edges_written += len(pair)
+                writer.write_table(pa.table({"src": src, "dst": dst}, schema=schema), row_group_size=1 << 20)
+                del keys, orig, pair, keep, src, dst
+
+        degree = out_deg if in_deg is None else out_deg + in_deg
+        node_facts = _write_nodes(tmp, files, relabel, cfg)
+        feat_facts = _write_features(tmp, files, relabel, cfg) if files.features is not None else {}
+        _plot_degrees(degree, tmp / "degree_distribution.png")
+        shutil.rmtree(work, ignore_errors=True)
+
+        summary = {
+            "format_version": FORMAT_VERSION,
+            "id_type": kind,
+            "nodes": int(n),
+            "edges": int(edges_written),
+            "symmetrized": cfg.symmetrize,
+            "input_rows": int(rows),
+            "input_files": len(files.edge_files),
+            "dropped_null_id": int(null_rows),
+            "dropped_self_loop": int(self_loops),
+            "dropped_duplicate": int(valid_rows - distinct_input_pairs),
+            "isolated_nodes": int(np.count_nonzero(degree == 0)),
+            "degree_max": int(degree.max()),
+            "degree_mean": float(degree.mean()),
+            "degree_p99": float(np.percentile(degree, 99)),
+            **node_facts,
+            **feat_facts,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig) -> dict:
+    n = relabel.n
+    label = np.full(n, -1, dtype=np.int32)
+    split = np.full(n, "other", dtype=object)
+    facts = {"has_labels": False, "split_generated": False}
+    if files.nodes is not None:
+        t = pq.read_table(files.nodes)
+        idx = relabel(t.column("node_id"))
+        if t.column("node_id").null_count:
+            raise InputError(f"{files.nodes}: column 'node_id' has {t.column('node_id').null_count} null values")
+        counts = np.bincount(idx, minlength=n)
+        if (counts > 1).any():
+            dup = relabel.ids[int(np.flatnonzero(counts > 1)[0])].as_py()
+            raise InputError(f"{files.nodes}: column 'node_id' repeats the id {dup!r}; one row per node")
+        if "label" in t.column_names:
+            lab = t.column("label").to_numpy(zero_copy_only=False)
+            lab = np.where(pd.isna(lab), -1, lab).astype(np.int64)
+            bad = lab < -1
+            if bad.any():
+                raise InputError(
+                    f"{files.nodes}: column 'label' has value {lab[bad][0]}; labels are >= 0, or -1 for unknown"
+                )
+            label[idx] = lab.astype(np.int32)
+            facts["has_labels"] = bool((label >= 0).any())
+        if "split" in t.column_names:
+            sp = t.column("split").cast(pa.string()).fill_null("other").to_numpy(zero_copy_only=False)
+            split[idx] = sp
+        elif facts["has_labels"]:
+            labelled = np.flatnonzero(label >= 0)
+            order = np.random.default_rng(cfg.split_seed).permutation(labelled)
+            n_train = int(round(cfg.train_fraction * len(order)))
+            n_val = int(round(cfg.val_fraction * len(order)))
+            split[order[:n_train]] = "train"
+            split[order[n_train : n_train + n_val]] = "val"
+            split[order[n_train + n_val :]] = "test"
+            facts["split_generated"] = True
+    facts["labelled_nodes"] = int(np.count_nonzero(label >= 0))
+    facts["num_classes"] = int(label.max()) + 1 if facts["labelled_nodes"] else 0
+    for name in ("train", "val", "test"):
+        facts[f"{name}_nodes"] = int(np.count_nonzero(split == name))
+    table = pa.table(
+        {
+            "node_id": pa.array(np.arange(n, dtype=np.int64)),
+            "original_id": relabel.ids,
+            "label": pa.array(label),
+            "split": pa.array(split, type=pa.string()),
+        }
+    )
+    pq.write_table(table, tmp / "nodes.parquet", compression="zstd")
+    return facts
+
+
+def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig) -> dict:
+    path = files.features
+    n = relabel.n
+    pf = pq.ParquetFile(path)
+    dim = None
+    out = None
+    seen = np.zeros(n, dtype=bool)
+    for batch in pf.iter_batches(batch_size=max(1, min(cfg.batch_rows, 262_144)), columns=["node_id", "feat"]):
+        ids, feat = batch.column(0), batch.column(1)
+        if ids.null_count or feat.null_count:
+            raise InputError(f"{path}: columns 'node_id'/'feat' must not hold nulls")
+        if pa.types.is_fixed_size_list(feat.type):
+            width = feat.type.list_size
+            values = feat.flatten()
+        else:
+            lengths = np.diff(feat.offsets.to_numpy())
+            width = int(lengths[0]) if len(lengths) else (dim or 0)
+            if len(lengths) and (lengths != width).any():
+                row = int(np.flatnonzero(lengths != width)[0])
+                raise InputError(
+                    f"{path}: column 'feat' varies in width: node_id {ids[row].as_py()!r} has "
+                    f"{lengths[row]} values, node_id {ids[0].as_py()!r} has {width}"
+                )
+            values = feat.flatten()
+        if dim is None:
+            dim = width
+            out = np.lib.format.open_memmap(tmp / "features.npy", mode="w+", dtype=np.float32, shape=(n, dim))
+        elif width != dim and len(batch):
+            raise InputError(f"{path}: column 'feat' varies in width: {width} values in a later row group, {dim} before")
+        idx = relabel(ids)
+        if (idx < 0).any():
+            bad = ids[int(np.flatnonzero(idx < 0)[0])].as_py()
+            raise InputError(f"{path}: column 'node_id' has id {bad!r} that no edge or nodes.parquet row mentions")
+        if seen[idx].any() or len(np.unique(idx)) != len(idx):
+            raise InputError(f"{path}: column 'node_id' repeats an id; one feature row per node")
+        seen[idx] = True
+        out[idx] = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(idx), dim)
+    if out is None:
+        raise InputError(f"{path}: holds no rows")
+    out.flush()
+    del out
+    return {"feature_dim": int(dim), "nodes_without_features": int(n - seen.sum())}
+
+
+def _plot_degrees(degree: np.ndarray, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    values, counts = np.unique(degree[degree > 0], return_counts=True)
+    fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
+    if len(values):
+        ax.loglog(values, counts, ".", markersize=3)
+    ax.set_xlabel("degree")
+    ax.set_ylabel("number of nodes")
+    ax.set_title(f"degree distribution ({len(degree)} nodes, {int(np.count_nonzero(degree == 0))} isolated)")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def read_summary(canonical_dir: str | os.PathLike) -> dict:
+    """The summary.json written next to a canonical graph."""
+    return json.loads((Path(canonical_dir) / "summary.json").read_text())
+
+
+__all__ = [
+    "CanonicalConfig",
+    "DatasetFiles",
+    "InputError",
+    "Relabeler",
+    "build_canonical_graph",
+    "find_dataset_files",
+    "read_summary",
+    "validate_inputs",
+]

@@ -1,0 +1,32 @@
+"""The gnnflow code location: `dagster dev` (see workspace.yaml) and
+`dagster asset materialize -m pipelines.definitions --select ... --partition NAME` load `defs`.
+"""
+
+import dagster as dg
+
+from assets.canonical_graph import canonical_graph
+from assets.common import GnnflowStorage, dataset_partitions
+from pipelines.sensors import make_landing_sensor
+
+ALL_ASSETS = [canonical_graph]
+
+pipeline_job = dg.define_asset_job(
+    "gnnflow_pipeline",
+    selection=dg.AssetSelection.assets(*ALL_ASSETS),
+    partitions_def=dataset_partitions,
+    description="Every stage for one dataset partition.",
+)
+
+ingest_job = dg.define_asset_job(
+    "ingest",
+    selection=dg.AssetSelection.groups("ingest"),
+    partitions_def=dataset_partitions,
+    description="Validate and relabel a dataset's raw edge lists (canonical_graph).",
+)
+
+defs = dg.Definitions(
+    assets=ALL_ASSETS,
+    jobs=[pipeline_job, ingest_job],
+    sensors=[make_landing_sensor(ALL_ASSETS)],
+    resources={"storage": GnnflowStorage.from_env()},
+)

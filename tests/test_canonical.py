@@ -1,0 +1,238 @@
+"""canonical_graph library: hand-checked tiny graphs, bad input, the spill path, real datasets."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph
+from tests.conftest import write_edges
+
+
+def read_edges(out: Path) -> list[tuple[int, int]]:
+    t = pq.read_table(out / "edges.parquet")
+    assert t.schema.field("src").type == pa.int64() and t.schema.field("dst").type == pa.int64()
+    return list(zip(t.column("src").to_pylist(), t.column("dst").to_pylist()))
+
+
+def test_string_ids_duplicates_self_loops_nulls(tmp_path):
+    write_edges(
+        tmp_path / "in" / "edges.parquet",
+        ["b", "a", "c", "b", "d", None, "e"],
+        ["a", "c", "a", "a", "d", "a", None],
+        pa.string(),
+    )
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out")
+    # a b c d e -> 0..4 (lexicographic); d's only edge is a self loop, e's only edge has a null
+    nodes = pq.read_table(tmp_path / "out" / "nodes.parquet")
+    assert nodes.column("original_id").to_pylist() == ["a", "b", "c", "d", "e"]
+    assert nodes.column("node_id").to_pylist() == [0, 1, 2, 3, 4]
+    assert nodes.column("label").to_pylist() == [-1] * 5
+    assert read_edges(tmp_path / "out") == [(0, 1), (0, 2), (1, 0), (2, 0)]
+    assert (s["nodes"], s["edges"]) == (5, 4)
+    assert (s["dropped_null_id"], s["dropped_self_loop"], s["dropped_duplicate"]) == (2, 1, 1)
+    assert s["isolated_nodes"] == 2
+    assert s["degree_max"] == 2
+
+
+def test_int32_and_int64_files_mix(tmp_path):
+    write_edges(tmp_path / "in" / "edges" / "a.parquet", [10, 20], [20, 30], pa.int32())
+    write_edges(tmp_path / "in" / "edges" / "b.parquet", [2**40, 30], [10, 20], pa.int64())
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out")
+    nodes = pq.read_table(tmp_path / "out" / "nodes.parquet")
+    assert nodes.column("original_id").type == pa.int64()
+    assert nodes.column("original_id").to_pylist() == [10, 20, 30, 2**40]
+    assert read_edges(tmp_path / "out") == [(0, 1), (0, 3), (1, 0), (1, 2), (2, 1), (3, 0)]
+    assert (s["nodes"], s["edges"], s["input_files"], s["dropped_duplicate"]) == (4, 6, 2, 0)
+
+
+def test_negative_and_sparse_integer_ids_sort_numerically(tmp_path):
+    # a span far wider than n forces the hash-index relabeller instead of the lookup table
+    write_edges(tmp_path / "in" / "edges.parquet", [-5, 10**15, 7], [7, -5, 10**15], pa.int64())
+    build_canonical_graph(tmp_path / "in", tmp_path / "out")
+    nodes = pq.read_table(tmp_path / "out" / "nodes.parquet")
+    assert nodes.column("original_id").to_pylist() == [-5, 7, 10**15]
+    assert read_edges(tmp_path / "out") == [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]
+
+
+def test_directed_mode_keeps_direction(tmp_path):
+    write_edges(tmp_path / "in" / "edges.parquet", [1, 2, 1, 3], [2, 1, 2, 1])
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out", CanonicalConfig(symmetrize=False))
+    assert read_edges(tmp_path / "out") == [(0, 1), (1, 0), (2, 0)]
+    assert (s["edges"], s["dropped_duplicate"], s["isolated_nodes"]) == (3, 1, 0)
+
+
+def test_labels_without_split_get_seeded_split_and_isolated_node(tmp_path):
+    n = 50
+    src = np.arange(n - 1)
+    write_edges(tmp_path / "in" / "edges.parquet", src, src + 1)
+    # node 1000 appears only in nodes.parquet: an isolated node; label -1 on node 0
+    ids = np.append(np.arange(n), 1000)
+    labels = np.append(np.arange(n) % 3, 2)
+    labels[0] = -1
+    pq.write_table(pa.table({"node_id": ids, "label": pa.array(labels, pa.int32())}), tmp_path / "in" / "nodes.parquet")
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out", CanonicalConfig(split_seed=3))
+    nodes = pq.read_table(tmp_path / "out" / "nodes.parquet").to_pandas()
+    assert s["nodes"] == n + 1 and s["isolated_nodes"] == 1
+    assert s["split_generated"] is True
+    assert nodes.loc[n, "original_id"] == 1000 and nodes.loc[n, "label"] == 2
+    assert nodes.loc[0, "split"] == "other"  # unlabelled
+    counts = nodes["split"].value_counts().to_dict()
+    assert counts == {"train": 30, "val": 10, "test": 10, "other": 1}
+    again = build_canonical_graph(tmp_path / "in", tmp_path / "out2", CanonicalConfig(split_seed=3))
+    assert again["train_nodes"] == 30
+    assert pq.read_table(tmp_path / "out2" / "nodes.parquet").column("split").to_pylist() == nodes["split"].tolist()
+    other = build_canonical_graph(tmp_path / "in", tmp_path / "out3", CanonicalConfig(split_seed=4))
+    assert other["train_nodes"] == 30
+    assert pq.read_table(tmp_path / "out3" / "nodes.parquet").column("split").to_pylist() != nodes["split"].tolist()
+
+
+def test_features_follow_relabelling(tmp_path):
+    write_edges(tmp_path / "in" / "edges.parquet", ["z", "y"], ["y", "x"], pa.string())
+    feats = {"z": [1.0, 2.0], "x": [3.0, 4.0], "y": [5.0, 6.0]}
+    table = pa.table(
+        {
+            "node_id": list(feats),
+            "feat": pa.array(list(feats.values()), type=pa.list_(pa.float32(), 2)),
+        }
+    )
+    pq.write_table(table, tmp_path / "in" / "features.parquet")
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out")
+    x = np.load(tmp_path / "out" / "features.npy")
+    assert x.dtype == np.float32 and x.shape == (3, 2)
+    np.testing.assert_array_equal(x, [[3, 4], [5, 6], [1, 2]])  # x, y, z
+    assert s["feature_dim"] == 2 and s["nodes_without_features"] == 0
+
+
+def test_spilled_buckets_equal_in_memory_and_reference(tmp_path):
+    rng = np.random.default_rng(0)
+    n, m = 3000, 120_000
+    src = rng.integers(0, n, m) * 7 + 3  # non-contiguous ids
+    dst = rng.integers(0, n, m) * 7 + 3
+    write_edges(tmp_path / "in" / "edges" / "0.parquet", src[: m // 2], dst[: m // 2])
+    write_edges(tmp_path / "in" / "edges" / "1.parquet", src[m // 2 :], dst[m // 2 :])
+    small = build_canonical_graph(
+        tmp_path / "in", tmp_path / "spill", CanonicalConfig(sort_budget_mb=1, batch_rows=7000)
+    )
+    big = build_canonical_graph(tmp_path / "in", tmp_path / "mem")
+    assert pq.read_table(tmp_path / "spill" / "edges.parquet").equals(pq.read_table(tmp_path / "mem" / "edges.parquet"))
+    assert {k: v for k, v in small.items() if k not in ("seconds", "peak_rss_bytes")} == {
+        k: v for k, v in big.items() if k not in ("seconds", "peak_rss_bytes")
+    }
+    # reference: numpy unique over both directions
+    ids = np.unique(np.concatenate([src, dst]))
+    s, d = np.searchsorted(ids, src), np.searchsorted(ids, dst)
+    keep = s != d
+    pairs = np.unique(np.stack([np.concatenate([s[keep], d[keep]]), np.concatenate([d[keep], s[keep]])], 1), axis=0)
+    got = pq.read_table(tmp_path / "spill" / "edges.parquet")
+    np.testing.assert_array_equal(got.column("src").to_numpy(), pairs[:, 0])
+    np.testing.assert_array_equal(got.column("dst").to_numpy(), pairs[:, 1])
+    directed = np.unique(np.stack([s[keep], d[keep]], 1), axis=0)
+    assert small["dropped_duplicate"] == int(keep.sum()) - len(directed)
+    assert small["dropped_self_loop"] == int((~keep).sum())
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture
+def good_run(tmp_path):
+    """A landing folder with one good materialization already in `out`."""
+    landing = tmp_path / "in"
+    write_edges(landing / "edges" / "a.parquet", [1, 2], [2, 3])
+    out = tmp_path / "out"
+    build_canonical_graph(landing, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    return landing, out, before
+
+
+def _assert_unchanged(out: Path, before: dict) -> None:
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert not [p for p in out.parent.iterdir() if p.name.startswith(".out.")], "temporary folder left behind"
+
+
+def test_missing_dst_column(good_run):
+    landing, out, before = good_run
+    pq.write_table(pa.table({"src": [1], "target": [2]}), landing / "edges" / "b.parquet")
+    with pytest.raises(InputError, match=r"b\.parquet.*missing column 'dst'"):
+        build_canonical_graph(landing, out)
+    _assert_unchanged(out, before)
+
+
+def test_unreadable_file(good_run):
+    landing, out, before = good_run
+    (landing / "edges" / "c.parquet").write_bytes(b"this is not parquet at all" * 10)
+    with pytest.raises(InputError, match=r"c\.parquet: cannot be read as Parquet"):
+        build_canonical_graph(landing, out)
+    _assert_unchanged(out, before)
+
+
+def test_empty_file(good_run):
+    landing, out, before = good_run
+    (landing / "edges" / "d.parquet").write_bytes(b"")
+    with pytest.raises(InputError, match=r"d\.parquet: file is empty"):
+        build_canonical_graph(landing, out)
+    _assert_unchanged(out, before)
+
+
+def test_features_width_varies(good_run):
+    landing, out, before = good_run
+    table = pa.table({"node_id": [1, 2, 3], "feat": pa.array([[1.0, 2.0], [1.0], [0.0, 0.0]], pa.list_(pa.float32()))})
+    pq.write_table(table, landing / "features.parquet")
+    with pytest.raises(InputError, match=r"features\.parquet: column 'feat' varies in width: node_id 2 has 1"):
+        build_canonical_graph(landing, out)
+    _assert_unchanged(out, before)
+
+
+def test_mixed_int_and_string_ids_name_both_files(good_run):
+    landing, out, before = good_run
+    write_edges(landing / "edges" / "s.parquet", ["x"], ["y"], pa.string())
+    with pytest.raises(InputError, match=r"a\.parquet has int ids but .*s\.parquet column 'src' has string"):
+        build_canonical_graph(landing, out)
+    _assert_unchanged(out, before)
+
+
+def test_float_ids_and_unknown_feature_ids_rejected(good_run):
+    landing, out, before = good_run
+    pq.write_table(pa.table({"node_id": [1, 99], "feat": [[1.0], [2.0]]}), landing / "features.parquet")
+    with pytest.raises(InputError, match=r"features\.parquet: column 'node_id' has id 99"):
+        build_canonical_graph(landing, out)
+    (landing / "features.parquet").unlink()
+    pq.write_table(pa.table({"src": [1.5], "dst": [2.0]}), landing / "edges" / "f.parquet")
+    with pytest.raises(InputError, match=r"f\.parquet: column 'src' has type double"):
+        build_canonical_graph(landing, out)
+    _assert_unchanged(out, before)
+
+
+# ----------------------------------------------------------------------------- real datasets
+
+
+@pytest.mark.parametrize("name", ["cora", "citeseer", "email-eu-core", "ego-facebook"])
+def test_real_datasets_match_networkx(tmp_path, shared_datasets, name):
+    folder = shared_datasets / name
+    raw = pq.read_table(folder / "edges.parquet").to_pandas()
+    g = nx.Graph()
+    g.add_nodes_from(raw["src"].tolist())
+    g.add_nodes_from(raw["dst"].tolist())
+    if (folder / "nodes.parquet").exists():
+        g.add_nodes_from(pq.read_table(folder / "nodes.parquet").column("node_id").to_pylist())
+    g.add_edges_from((u, v) for u, v in zip(raw["src"], raw["dst"]) if u != v)
+    s = build_canonical_graph(folder, tmp_path / name)
+    assert s["nodes"] == g.number_of_nodes()
+    assert s["edges"] == 2 * g.number_of_edges()
+    assert s["isolated_nodes"] == nx.number_of_isolates(g)
+    assert s["degree_max"] == max(d for _, d in g.degree())
+    summary = json.loads((tmp_path / name / "summary.json").read_text())
+    assert summary["edges"] == s["edges"]
+    if name == "citeseer":
+        assert s["isolated_nodes"] == 48
+    if name == "cora":
+        assert (s["train_nodes"], s["val_nodes"], s["test_nodes"]) == (140, 500, 1000)
+        x = np.load(tmp_path / name / "features.npy", mmap_mode="r")
+        assert x.shape == (2708, 1433)
