@@ -1,0 +1,259 @@
+"""Message-flow blocks: the graph structure one GNN layer runs over, in plain torch.
+
+A :class:`Block` is one layer of a sampled computation graph (DGL calls it a message
+flow graph) stored in CSC form over its destination nodes:
+
+- ``indptr``  int64 ``[num_dst + 1]``: the in-edges of destination ``v`` are
+  ``indptr[v]:indptr[v + 1]``;
+- ``indices`` int64 ``[num_edges]``: the local source index (``0..num_src-1``) of each edge;
+- ``edge_weight`` float32 ``[num_edges]`` or None (e.g. the normalized adjacency weights
+  of ``D^-1/2 (A + I) D^-1/2``).
+
+As in DGL, the destination nodes are also the first ``num_dst`` source nodes, so a layer
+reads the destination nodes' own features as ``x[:num_dst]``. A full graph is a Block
+with ``num_src == num_dst == n`` (:func:`block_from_csr`).
+
+Everything derived from the structure (torch sparse CSR matrices, the transposed
+structure for the backward pass, per-edge destination ids, a DGL graph when DGL is used)
+is computed once and cached on the block, so the layers and attention heads that run over
+the same block share it. The cache is keyed by what it depends on; it is never shared
+between blocks. Nothing here imports DGL.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = [
+    "Block",
+    "CSRStructure",
+    "block_from_csr",
+    "csr_matrix",
+    "drop_edges",
+    "mask_edges",
+    "remove_self_loops",
+    "slice_dst",
+]
+
+
+
+@dataclass(eq=False)  # identity equality and hashing: a block is a graph, not a value
+class Block:
+    """One message-flow layer in CSC form over its destination nodes (see module docstring)."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    num_src: int
+    num_dst: int
+    edge_weight: torch.Tensor | None = None
+    _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.num_src = int(self.num_src)
+        self.num_dst = int(self.num_dst)
+        if self.indptr.dtype != torch.int64 or self.indices.dtype != torch.int64:
+            raise TypeError(
+                f"Block indptr and indices must be int64, got {self.indptr.dtype} and "
+                f"{self.indices.dtype}; convert with .long()"
+            )
+        if self.indptr.dim() != 1 or self.indptr.numel() != self.num_dst + 1:
+            raise ValueError(
+                f"Block indptr must have shape [num_dst + 1] = [{self.num_dst + 1}], "
+                f"got {list(self.indptr.shape)}"
+            )
+        if self.num_dst > self.num_src:
+            raise ValueError(
+                f"Block has num_dst={self.num_dst} > num_src={self.num_src}; destination "
+                "nodes must be the first num_dst source nodes"
+            )
+        if self.edge_weight is not None and self.edge_weight.shape[0] != self.indices.shape[0]:
+            raise ValueError(
+                f"Block edge_weight has {self.edge_weight.shape[0]} entries but the block "
+                f"has {self.indices.shape[0]} edges"
+            )
+        # Checking indptr[-1] == len(indices) needs a device sync; do it on CPU only.
+        if self.indptr.device.type == "cpu" and int(self.indptr[-1]) != self.indices.numel():
+            raise ValueError(
+                f"Block indptr[-1]={int(self.indptr[-1])} does not match "
+                f"len(indices)={self.indices.numel()}"
+            )
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.indices.device
+
+    def to(self, device, non_blocking: bool = False) -> "Block":
+        """The same block on ``device``: ``self`` (cache kept) when already there, else a
+        new Block with an empty cache."""
+        tensors = (self.indptr, self.indices, self.edge_weight)
+        moved = [None if t is None else t.to(device, non_blocking=non_blocking) for t in tensors]
+        if all(m is t for m, t in zip(moved, tensors)):
+            return self
+        return Block(moved[0], moved[1], self.num_src, self.num_dst, moved[2])
+
+    def in_degrees(self) -> torch.Tensor:
+        """int64 ``[num_dst]``: number of in-edges of each destination node."""
+        return self._cached("in_degrees", lambda: self.indptr.diff())
+
+    def out_degrees(self) -> torch.Tensor:
+        """int64 ``[num_src]``: number of edges of this block leaving each source node."""
+        return self._cached(
+            "out_degrees", lambda: torch.bincount(self.indices, minlength=self.num_src)
+        )
+
+    def dst_ids(self) -> torch.Tensor:
+        """int64 ``[num_edges]``: the destination node of each edge (COO row ids)."""
+        return self._cached(
+            "dst_ids",
+            lambda: torch.repeat_interleave(
+                torch.arange(self.num_dst, device=self.device), self.in_degrees(),
+                output_size=self.num_edges,
+            ),
+        )
+
+    def structure(self) -> "CSRStructure":
+        """The CSR structure plus its transpose (for backward passes), cached."""
+        return self._cached("structure", lambda: CSRStructure.from_block(self))
+
+    def _cached(self, key, build):
+        value = self._cache.get(key)
+        if value is None:
+            value = self._cache[key] = build()
+        return value
+
+
+@dataclass
+class CSRStructure:
+    """A block's sparsity pattern as CSR ``[num_dst, num_src]`` and its transpose.
+
+    ``perm`` maps edge values from CSC-over-destinations order (the block's edge order)
+    into the transposed (CSR-over-sources) order: ``values_t = values[perm]``.
+    """
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    indptr_t: torch.Tensor
+    indices_t: torch.Tensor
+    perm: torch.Tensor
+    dst_ids: torch.Tensor
+    num_dst: int
+    num_src: int
+
+    @classmethod
+    def from_block(cls, block: Block) -> "CSRStructure":
+        dst = block.dst_ids()
+        perm = torch.argsort(block.indices, stable=True)
+        indptr_t = torch.zeros(block.num_src + 1, dtype=torch.int64, device=block.device)
+        torch.cumsum(block.out_degrees(), 0, out=indptr_t[1:])
+        return cls(
+            block.indptr, block.indices, indptr_t, dst[perm], perm, dst,
+            block.num_dst, block.num_src,
+        )
+
+    def matrix(self, values: torch.Tensor) -> torch.Tensor:
+        """Sparse CSR ``[num_dst, num_src]`` with the given per-edge values."""
+        return _csr(self.indptr, self.indices, values, (self.num_dst, self.num_src))
+
+    def matrix_t(self, values: torch.Tensor) -> torch.Tensor:
+        """Sparse CSR ``[num_src, num_dst]`` of the transpose (values in block edge order)."""
+        return _csr(self.indptr_t, self.indices_t, values[self.perm], (self.num_src, self.num_dst))
+
+
+def _csr(indptr, indices, values, size) -> torch.Tensor:
+    with warnings.catch_warnings():
+        # torch 2.2 warns "Sparse CSR tensor support is in beta state" on first use
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(indptr, indices, values, size)
+
+
+def block_from_csr(
+    indptr: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None = None
+) -> Block:
+    """A full-graph Block (``num_src == num_dst == n``) from CSR/CSC arrays.
+
+    For a symmetric graph (such as the normalized adjacency) CSR and CSC coincide; for a
+    directed graph pass the CSC (in-edges per node). NumPy arrays are accepted.
+    """
+    indptr = torch.as_tensor(indptr).long()
+    indices = torch.as_tensor(indices).long()
+    if weights is not None:
+        weights = torch.as_tensor(weights).float()
+    n = indptr.numel() - 1
+    return Block(indptr, indices, n, n, weights)
+
+
+def csr_matrix(block: Block, values: torch.Tensor | None = None) -> torch.Tensor:
+    """Torch sparse CSR ``[num_dst, num_src]`` of ``block``.
+
+    With ``values=None`` the block's edge weights are used (ones when it has none) and
+    the matrix is cached on the block; explicit values build a fresh matrix over the
+    cached structure.
+    """
+    if values is not None:
+        return block.structure().matrix(values)
+
+    def build():
+        w = block.edge_weight
+        if w is None:
+            w = torch.ones(block.num_edges, device=block.device)
+        return block.structure().matrix(w)
+
+    return block._cached("csr_matrix", build)
+
+
+def mask_edges(block: Block, keep: torch.Tensor) -> Block:
+    """A new Block with only the edges where the bool mask ``keep [num_edges]`` is True."""
+    kept_per_dst = torch.zeros(block.num_dst, dtype=torch.int64, device=block.device)
+    kept_per_dst.index_add_(0, block.dst_ids(), keep.long())
+    indptr = torch.zeros_like(block.indptr)
+    torch.cumsum(kept_per_dst, 0, out=indptr[1:])
+    weight = None if block.edge_weight is None else block.edge_weight[keep]
+    return Block(indptr, block.indices[keep], block.num_src, block.num_dst, weight)
+
+
+def drop_edges(block: Block, p: float, generator: torch.Generator | None = None) -> Block:
+    """DropEdge: a new Block keeping each edge independently with probability ``1 - p``."""
+    if p <= 0.0:
+        return block
+    keep = torch.rand(block.num_edges, device=block.device, generator=generator) >= p
+    return mask_edges(block, keep)
+
+
+def remove_self_loops(block: Block) -> Block:
+    """A new Block without edges ``v -> v`` (destination ``v`` is source ``v``)."""
+    return mask_edges(block, block.indices != block.dst_ids())
+
+
+def slice_dst(block: Block, start: int, stop: int) -> tuple[Block, torch.Tensor]:
+    """The sub-block of destination nodes ``start:stop`` and the source ids it reads.
+
+    Returns ``(sub, src_ids)``: ``sub`` has ``num_dst = stop - start`` and its sources
+    are ``src_ids`` (int64, ids into the parent's sources), with the destination nodes
+    first as the Block convention requires, so ``layer(sub, h[src_ids])`` equals rows
+    ``start:stop`` of ``layer(block, h)``. Used for layer-wise inference in batches.
+    Requires ``stop <= num_dst``; vectorised (no loop over nodes).
+    """
+    if not 0 <= start <= stop <= block.num_dst:
+        raise ValueError(f"slice_dst({start}, {stop}) out of range for num_dst={block.num_dst}")
+    device = block.device
+    lo, hi = int(block.indptr[start]), int(block.indptr[stop])
+    nbr = block.indices[lo:hi]
+    own = torch.arange(start, stop, device=device)
+    # local id of every parent source node: dst slice first, then the other neighbours
+    local = torch.full((block.num_src,), -1, dtype=torch.int64, device=device)
+    local[own] = torch.arange(stop - start, device=device)
+    uniq = torch.unique(nbr)
+    extra = uniq[local[uniq] < 0]
+    local[extra] = torch.arange(stop - start, stop - start + extra.numel(), device=device)
+    src_ids = torch.cat([own, extra])
+    weight = None if block.edge_weight is None else block.edge_weight[lo:hi]
+    indptr = block.indptr[start : stop + 1] - lo
+    sub = Block(indptr, local[nbr], src_ids.numel(), stop - start, weight)
+    return sub, src_ids

@@ -1,0 +1,462 @@
+"""GNN layers and the node-classification model, in plain torch over :class:`Block`.
+
+The layers compute exactly what DGL's ``SAGEConv``, ``GraphConv``, ``GATConv`` and
+``GINConv`` compute, with the same parameter names (a DGL module's ``state_dict`` loads
+into ours and back), but read the CSC arrays of a :class:`~training.blocks.Block`
+instead of a ``DGLGraph``, so training runs where DGL is not installed and on GPUs the
+CPU-only PyPI DGL wheel cannot use. ``tests/test_layers.py`` checks each one against DGL
+to 1e-5. All neighbour reductions go through :func:`training.aggregate.aggregate`.
+
+Each layer's ``forward(block, x)`` takes the features of the block's *source* nodes
+``[num_src, F]`` and returns those of its destination nodes; the destination nodes are
+the first ``num_dst`` source nodes, so a layer reads their own features as
+``x[:num_dst]``.
+
+:class:`GNN` stacks layers: ``forward(blocks, x)`` over sampled blocks (one per layer)
+for training, ``inference(full_block, x)`` layer by layer over the whole graph for
+evaluation. Build it from a :class:`ModelConfig` with :func:`build_model`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from training.aggregate import aggregate, edge_softmax
+from training.blocks import Block, drop_edges, slice_dst
+
+__all__ = [
+    "CONVS",
+    "GATConv",
+    "GINConv",
+    "GNN",
+    "GraphConv",
+    "ModelConfig",
+    "NORMS",
+    "SAGEConv",
+    "build_model",
+]
+
+CONVS = ("sage", "sage_pool", "gcn", "gat", "gin")
+NORMS = ("batch", "layer")
+
+
+def _per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``values [N]`` shaped to broadcast over the rows of ``like [N, ...]``."""
+    return values.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
+
+
+class SAGEConv(nn.Module):
+    """GraphSAGE: ``fc_self(x_v) + fc_neigh(reduce_{u->v} x_u)`` (= ``dgl.nn.SAGEConv``).
+
+    ``aggregator="mean"`` averages the neighbours; ``"pool"`` takes the element-wise max of
+    ``relu(fc_pool(x_u))``. For mean with ``in_feats > out_feats``, ``fc_neigh`` is applied
+    before aggregating (same result, fewer features to move), as DGL does.
+    """
+
+    def __init__(self, in_feats: int, out_feats: int, aggregator: str = "mean", bias: bool = True):
+        super().__init__()
+        if aggregator not in ("mean", "pool"):
+            raise ValueError(f"SAGEConv aggregator must be 'mean' or 'pool', got {aggregator!r}")
+        self.in_feats, self.out_feats, self.aggregator = in_feats, out_feats, aggregator
+        if aggregator == "pool":
+            self.fc_pool = nn.Linear(in_feats, in_feats)
+        self.fc_neigh = nn.Linear(in_feats, out_feats, bias=False)
+        self.fc_self = nn.Linear(in_feats, out_feats, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        gain = nn.init.calculate_gain("relu")
+        if self.aggregator == "pool":
+            nn.init.xavier_uniform_(self.fc_pool.weight, gain=gain)
+        nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
+        nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
+
+    def forward(
+        self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        if self.aggregator == "pool":
+            pooled = F.relu(self.fc_pool(x))
+            h_neigh = self.fc_neigh(
+                aggregate(block, pooled, reduce="max", edge_weight=edge_weight)
+            )
+        elif self.in_feats > self.out_feats:
+            h_neigh = aggregate(block, self.fc_neigh(x), reduce="mean", edge_weight=edge_weight)
+        else:
+            h_neigh = self.fc_neigh(aggregate(block, x, reduce="mean", edge_weight=edge_weight))
+        return self.fc_self(x[: block.num_dst]) + h_neigh
+
+
+class GraphConv(nn.Module):
+    """GCN layer (Kipf & Welling) (= ``dgl.nn.GraphConv`` with ``allow_zero_in_degree=True``).
+
+    ``norm="both"`` scales sources by ``out_degree^-1/2`` and destinations by
+    ``in_degree^-1/2`` (degrees counted in the block, clamped at 1); ``"right"`` divides by
+    the in-degree, ``"left"`` by the out-degree, ``"none"`` does neither. With
+    ``edge_weight`` each message is also multiplied by its weight: pass the normalized
+    adjacency weights with ``norm="none"`` to get ``Â x W``.
+    """
+
+    def __init__(
+        self, in_feats: int, out_feats: int, norm: str = "both", weight: bool = True,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.in_feats, self.out_feats, self.norm = in_feats, out_feats, _check_gcn_norm(norm)
+        if weight:
+            self.weight = nn.Parameter(torch.empty(in_feats, out_feats))
+        else:
+            self.register_parameter("weight", None)
+        if bias:
+            self.bias = nn.Parameter(torch.empty(out_feats))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        if self.weight is not None:
+            nn.init.xavier_uniform_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(
+        self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None,
+        *, norm: str | None = None,
+    ) -> torch.Tensor:
+        """``norm`` overrides the module's normalization for this call."""
+        norm = self.norm if norm is None else _check_gcn_norm(norm)
+        if norm in ("left", "both"):
+            deg = block.out_degrees().clamp(min=1).to(x.dtype)
+            x = x * _per_row(deg.rsqrt() if norm == "both" else deg.reciprocal(), x)
+        # Multiply by W on the smaller side of the aggregation.
+        if self.weight is not None and self.in_feats > self.out_feats:
+            h = aggregate(block, x @ self.weight, reduce="sum", edge_weight=edge_weight)
+        else:
+            h = aggregate(block, x, reduce="sum", edge_weight=edge_weight)
+            if self.weight is not None:
+                h = h @ self.weight
+        if norm in ("right", "both"):
+            deg = block.in_degrees().clamp(min=1).to(h.dtype)
+            h = h * _per_row(deg.rsqrt() if norm == "both" else deg.reciprocal(), h)
+        if self.bias is not None:
+            h = h + self.bias
+        return h
+
+
+def _check_gcn_norm(norm: str) -> str:
+    if norm not in ("none", "both", "right", "left"):
+        raise ValueError(f"GraphConv norm must be 'none', 'both', 'right' or 'left', got {norm!r}")
+    return norm
+
+
+class GATConv(nn.Module):
+    """Graph attention (Veličković et al.) (= ``dgl.nn.GATConv``, ``allow_zero_in_degree=True``).
+
+    Returns ``[num_dst, num_heads, out_feats]``. Attention logits
+    ``leaky_relu(a_l·Wx_u + a_r·Wx_v)`` are softmax-normalised over each destination's
+    in-edges (:func:`training.aggregate.edge_softmax`), optionally multiplied by
+    ``edge_weight``, and used as the aggregation weights.
+    """
+
+    def __init__(
+        self, in_feats: int, out_feats: int, num_heads: int, feat_drop: float = 0.0,
+        attn_drop: float = 0.0, negative_slope: float = 0.2, residual: bool = False,
+        bias: bool = True,
+    ):
+        super().__init__()
+        self.in_feats, self.out_feats, self.num_heads = in_feats, out_feats, num_heads
+        self.fc = nn.Linear(in_feats, out_feats * num_heads, bias=False)
+        self.attn_l = nn.Parameter(torch.empty(1, num_heads, out_feats))
+        self.attn_r = nn.Parameter(torch.empty(1, num_heads, out_feats))
+        self.feat_drop = nn.Dropout(feat_drop)
+        self.attn_drop = nn.Dropout(attn_drop)
+        self.leaky_relu = nn.LeakyReLU(negative_slope)
+        # Same attribute layout as DGL: a linear residual carries the bias when present.
+        self.has_linear_res = residual and in_feats != out_feats * num_heads
+        if not residual:
+            self.register_buffer("res_fc", None)
+        elif self.has_linear_res:
+            self.res_fc = nn.Linear(in_feats, num_heads * out_feats, bias=bias)
+        else:
+            self.res_fc = nn.Identity()
+        if bias and not self.has_linear_res:
+            self.bias = nn.Parameter(torch.empty(num_heads * out_feats))
+        else:
+            self.register_buffer("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        gain = nn.init.calculate_gain("relu")
+        nn.init.xavier_normal_(self.fc.weight, gain=gain)
+        nn.init.xavier_normal_(self.attn_l, gain=gain)
+        nn.init.xavier_normal_(self.attn_r, gain=gain)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+        if isinstance(self.res_fc, nn.Linear):
+            nn.init.xavier_normal_(self.res_fc.weight, gain=gain)
+            if self.res_fc.bias is not None:
+                nn.init.zeros_(self.res_fc.bias)
+
+    def forward(
+        self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        num_dst, heads, out = block.num_dst, self.num_heads, self.out_feats
+        h = self.feat_drop(x)
+        ft = self.fc(h).view(-1, heads, out)
+        el = (ft * self.attn_l).sum(-1)  # [num_src, heads]
+        er = (ft[:num_dst] * self.attn_r).sum(-1)  # [num_dst, heads]
+        scores = self.leaky_relu(el[block.indices] + er[block.dst_ids()])  # [E, heads]
+        attn = self.attn_drop(edge_softmax(block, scores))
+        if edge_weight is not None:
+            attn = attn * edge_weight.view(-1, 1)
+        rst = aggregate(block, ft, reduce="sum", edge_weight=attn)  # [num_dst, heads, out]
+        if self.res_fc is not None:
+            rst = rst + self.res_fc(h[:num_dst]).view(num_dst, -1, out)
+        if self.bias is not None:
+            rst = rst + self.bias.view(1, heads, out)
+        return rst
+
+
+class GINConv(nn.Module):
+    """Graph isomorphism layer: ``apply_func((1 + eps) x_v + reduce_{u->v} x_u``).
+
+    Equals ``dgl.nn.GINConv(apply_func, aggregator, init_eps, learn_eps)``. The default
+    ``apply_func`` is the MLP ``Linear(in, out) -> ReLU -> Linear(out, out)``.
+    """
+
+    def __init__(
+        self, in_feats: int, out_feats: int, aggregator: str = "sum", learn_eps: bool = False,
+        init_eps: float = 0.0, apply_func: nn.Module | None = None,
+    ):
+        super().__init__()
+        if aggregator not in ("sum", "mean", "max"):
+            raise ValueError(f"GINConv aggregator must be sum, mean or max, got {aggregator!r}")
+        self.aggregator = aggregator
+        self.apply_func = apply_func or nn.Sequential(
+            nn.Linear(in_feats, out_feats), nn.ReLU(), nn.Linear(out_feats, out_feats)
+        )
+        if learn_eps:
+            self.eps = nn.Parameter(torch.tensor([float(init_eps)]))
+        else:
+            self.register_buffer("eps", torch.tensor([float(init_eps)]))
+
+    def forward(
+        self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        neigh = aggregate(block, x, reduce=self.aggregator, edge_weight=edge_weight)
+        return self.apply_func((1 + self.eps) * x[: block.num_dst] + neigh)
+
+
+# --------------------------------------------------------------------------------- model
+
+
+@dataclass(kw_only=True)
+class ModelConfig:
+    """The GNN architecture: one field per hyperparameter, validated on construction."""
+
+    conv: str = field(default="sage", metadata={"help": f"layer type, one of {CONVS}"})
+    hidden: int = field(default=256, metadata={"help": "hidden width (all heads together for GAT)"})
+    num_layers: int = field(
+        default=2, metadata={"help": "message-passing layers; one sampled block per layer"}
+    )
+    dropout: float = field(
+        default=0.5, metadata={"help": "dropout on each layer's input features (incl. the first)"}
+    )
+    attn_dropout: float = field(default=0.0, metadata={"help": "GAT attention dropout"})
+    heads: int = field(default=4, metadata={"help": "GAT heads of hidden layers (output: 1)"})
+    residual: bool = field(
+        default=False,
+        metadata={"help": "add each hidden layer's input (linearly projected if widths differ)"},
+    )
+    norm: str | None = field(
+        default=None,
+        metadata={"help": "normalization after each hidden layer: 'batch', 'layer' or None"},
+    )
+    drop_edge: float = field(
+        default=0.0,
+        metadata={"help": "DropEdge: fraction of each block's edges dropped per training step"},
+    )
+    gcn_edge_weight: bool = field(
+        default=True,
+        metadata={
+            "help": "gcn: use the block's edge weights (normalized adjacency) with norm='none' "
+            "when present; False: ignore them and use the block's degrees (norm='both')"
+        },
+    )
+    activation_checkpointing: bool = field(
+        default=False,
+        metadata={"help": "recompute each layer in backward instead of storing activations"},
+    )
+
+    def __post_init__(self) -> None:
+        if self.norm == "none":  # YAML-friendly spelling of None
+            self.norm = None
+        if self.conv not in CONVS:
+            raise ValueError(f"model.conv={self.conv!r} is not one of {CONVS}")
+        if self.norm is not None and self.norm not in NORMS:
+            raise ValueError(f"model.norm={self.norm!r} is not one of {NORMS} or None")
+        for name in ("hidden", "num_layers", "heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model.{name}={getattr(self, name)} must be at least 1")
+        for name in ("dropout", "attn_dropout", "drop_edge"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"model.{name}={getattr(self, name)} must be in [0, 1)")
+        if self.conv == "gat" and self.num_layers > 1 and self.hidden % self.heads:
+            raise ValueError(
+                f"model.hidden={self.hidden} must be divisible by model.heads={self.heads} "
+                "for conv='gat' (each head gets hidden / heads features)"
+            )
+
+    @classmethod
+    def field_help(cls) -> dict[str, str]:
+        """Field name -> help text (for CLI and Dagster config descriptions)."""
+        return {f.name: f.metadata["help"] for f in fields(cls)}
+
+
+class GNN(nn.Module):
+    """A stack of ``num_layers`` graph convolutions for node classification.
+
+    Each hidden layer is ``dropout -> conv -> (+ residual) -> norm -> relu``; the last is
+    ``dropout -> conv`` and returns class logits. GAT hidden layers concatenate their
+    ``heads`` heads of ``hidden // heads`` features; its output layer has one head.
+    """
+
+    def __init__(
+        self, in_feats: int, hidden: int, num_classes: int, num_layers: int,
+        conv: str = "sage", *, dropout: float = 0.0, residual: bool = False,
+        norm: str | None = None, drop_edge: float = 0.0, heads: int = 1,
+        attn_dropout: float = 0.0, gcn_edge_weight: bool = True,
+        activation_checkpointing: bool = False,
+    ):
+        super().__init__()
+        if conv not in CONVS:
+            raise ValueError(f"conv={conv!r} is not one of {CONVS}")
+        if conv == "gat" and num_layers > 1 and hidden % heads:
+            raise ValueError(f"GAT hidden={hidden} must be divisible by heads={heads}")
+        self.conv, self.num_layers = conv, num_layers
+        self.drop_edge, self.gcn_edge_weight = drop_edge, gcn_edge_weight
+        self.activation_checkpointing = activation_checkpointing
+        dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
+        self.convs = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        self.residuals = nn.ModuleList() if residual else None
+        for layer in range(num_layers):
+            d_in, d_out = dims[layer], dims[layer + 1]
+            last = layer == num_layers - 1
+            self.convs.append(_make_conv(conv, d_in, d_out, 1 if last else heads, attn_dropout))
+            if last:
+                continue
+            self.norms.append(_make_norm(norm, d_out))
+            if residual:
+                self.residuals.append(
+                    nn.Identity() if d_in == d_out else nn.Linear(d_in, d_out, bias=False)
+                )
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
+        """Logits of ``blocks[-1]``'s destination nodes; ``x``: ``blocks[0]``'s source features."""
+        if len(blocks) != self.num_layers:
+            raise ValueError(f"got {len(blocks)} blocks for a {self.num_layers}-layer model")
+        h = x
+        for layer, block in enumerate(blocks):
+            if self.training and self.drop_edge > 0:
+                block = drop_edges(block, self.drop_edge)
+            if self.activation_checkpointing and self.training and torch.is_grad_enabled():
+                h = checkpoint(self.layer, layer, block, h, use_reentrant=False)
+            else:
+                h = self.layer(layer, block, h)
+        return h
+
+    def layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
+        """Layer ``index`` on one block: features of its sources -> of its destinations."""
+        last = index == self.num_layers - 1
+        out = self._conv(index, block, self.dropout(h))
+        if last:
+            return out
+        if self.residuals is not None:
+            out = out + self.residuals[index](h[: block.num_dst])
+        return F.relu(self.norms[index](out))
+
+    def _conv(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
+        conv = self.convs[index]
+        if self.conv == "gcn":
+            if self.gcn_edge_weight and block.edge_weight is not None:
+                return conv(block, h, edge_weight=block.edge_weight, norm="none")
+            return conv(block, h)
+        if self.conv == "gat":
+            out = conv(block, h)  # [num_dst, heads, out]
+            return out.mean(1) if index == self.num_layers - 1 else out.flatten(1)
+        return conv(block, h)
+
+    @torch.no_grad()
+    def inference(
+        self, full_block: Block, x: torch.Tensor, batch_size: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> torch.Tensor:
+        """Logits of every node, computed layer by layer over the whole graph (no sampling).
+
+        ``full_block`` is the full graph (``num_src == num_dst``, e.g. the normalized
+        adjacency CSR with its weights). With ``batch_size`` each layer runs over
+        destination chunks of that size (:func:`training.blocks.slice_dst`), computed on
+        ``device`` (default: ``x``'s) and gathered on ``x``'s device, bounding the
+        memory of one step. Call ``model.eval()`` first, as for any evaluation.
+        """
+        if full_block.num_src != full_block.num_dst:
+            raise ValueError(
+                "inference needs a full-graph block (num_src == num_dst); got "
+                f"num_src={full_block.num_src}, num_dst={full_block.num_dst}"
+            )
+        n = full_block.num_dst
+        device = torch.device(device) if device is not None else x.device
+        if batch_size is None or batch_size >= n:
+            block = full_block.to(device)
+            h = x.to(device)
+            for layer in range(self.num_layers):
+                h = self.layer(layer, block, h)
+            return h.to(x.device)
+        chunks = [slice_dst(full_block, s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
+        h = x
+        for layer in range(self.num_layers):
+            parts = [
+                self.layer(layer, sub.to(device), h[src_ids].to(device)).to(x.device)
+                for sub, src_ids in chunks
+            ]
+            h = torch.cat(parts)
+        return h
+
+
+def _make_conv(conv: str, d_in: int, d_out: int, heads: int, attn_dropout: float) -> nn.Module:
+    if conv == "sage":
+        return SAGEConv(d_in, d_out, "mean")
+    if conv == "sage_pool":
+        return SAGEConv(d_in, d_out, "pool")
+    if conv == "gcn":
+        return GraphConv(d_in, d_out, norm="both")
+    if conv == "gat":
+        return GATConv(d_in, d_out // heads, heads, attn_drop=attn_dropout)
+    return GINConv(d_in, d_out)
+
+
+def _make_norm(norm: str | None, width: int) -> nn.Module:
+    # Left in float32 on purpose: autocast runs batch/layer norm in float32 itself.
+    if norm is None:
+        return nn.Identity()
+    if norm == "batch":
+        return nn.BatchNorm1d(width)
+    if norm == "layer":
+        return nn.LayerNorm(width)
+    raise ValueError(f"norm={norm!r} is not one of {NORMS} or None")
+
+
+def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
+    """The :class:`GNN` described by ``cfg`` for ``in_feats`` inputs and ``num_classes``."""
+    return GNN(
+        in_feats, cfg.hidden, num_classes, cfg.num_layers, cfg.conv,
+        dropout=cfg.dropout, residual=cfg.residual, norm=cfg.norm, drop_edge=cfg.drop_edge,
+        heads=cfg.heads, attn_dropout=cfg.attn_dropout, gcn_edge_weight=cfg.gcn_edge_weight,
+        activation_checkpointing=cfg.activation_checkpointing,
+    )
