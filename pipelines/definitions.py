@@ -5,7 +5,7 @@
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions
+from assets.common import GnnflowStorage
 from pipelines.sensors import make_landing_sensor
 
 ALL_ASSETS = [canonical_graph]
@@ -13,14 +13,12 @@ ALL_ASSETS = [canonical_graph]
 pipeline_job = dg.define_asset_job(
     "gnnflow_pipeline",
     selection=dg.AssetSelection.assets(*ALL_ASSETS),
-    partitions_def=dataset_partitions,
     description="Every stage for one dataset partition.",
 )
 
 ingest_job = dg.define_asset_job(
     "ingest",
     selection=dg.AssetSelection.groups("ingest"),
-    partitions_def=dataset_partitions,
     description="Validate and relabel a dataset's raw edge lists (canonical_graph).",
 )
 

@@ -1,0 +1,123 @@
+"""Dagster wiring: the code location loads, canonical_graph materializes per dataset
+partition, the landing sensor registers partitions and selects stages by labels."""
+
+import json
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from assets.canonical_graph import canonical_graph
+from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
+from pipelines.definitions import ALL_ASSETS, defs
+from pipelines.sensors import make_landing_sensor, register_datasets
+from tests.conftest import write_edges
+
+
+@pytest.fixture
+def storage(tmp_path) -> GnnflowStorage:
+    return GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
+
+
+def _instance_with(*names: str) -> dg.DagsterInstance:
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(dataset_partitions.name, list(names))
+    return instance
+
+
+def test_definitions_load_and_every_job_resolves():
+    dg.Definitions.validate_loadable(defs)
+    names = {j.name for j in defs.resolve_all_job_defs()}
+    assert {"gnnflow_pipeline", "ingest"} <= names
+    for name in ("gnnflow_pipeline", "ingest"):
+        job = defs.resolve_job_def(name)
+        assert job.partitions_def == dataset_partitions
+    assert defs.resolve_sensor_def("landing_sensor").default_status == dg.DefaultSensorStatus.RUNNING
+
+
+def test_canonical_graph_materializes_with_metadata_and_check(tmp_path, storage):
+    write_edges(tmp_path / "landing" / "tiny" / "edges.parquet", ["u", "v", "w", "w"], ["v", "w", "u", "w"], pa.string())
+    result = dg.materialize(
+        [canonical_graph], partition_key="tiny", instance=_instance_with("tiny"), resources={"storage": storage}
+    )
+    assert result.success
+    mat = result.asset_materializations_for_node("canonical_graph")[0]
+    assert mat.partition == "tiny"
+    assert mat.metadata["nodes"].value == 3
+    assert mat.metadata["edges"].value == 6
+    assert mat.metadata["dropped_self_loop"].value == 1
+    assert mat.metadata["degree_distribution"].value.startswith("![degree distribution](data:image/png;base64,")
+    checks = result.get_asset_check_evaluations()
+    assert [(c.check_name, c.passed) for c in checks] == [("edges_valid", True)]
+    edges = pq.read_table(tmp_path / "home" / "tiny" / "canonical_graph" / "edges.parquet")
+    assert edges.num_rows == 6
+
+
+def test_bad_input_fails_the_run_and_keeps_previous_files(tmp_path, storage):
+    landing = tmp_path / "landing" / "tiny"
+    write_edges(landing / "edges" / "a.parquet", [1, 2], [2, 3])
+    instance = _instance_with("tiny")
+    assert dg.materialize([canonical_graph], partition_key="tiny", instance=instance, resources={"storage": storage}).success
+    out = tmp_path / "home" / "tiny" / "canonical_graph"
+    before = (out / "edges.parquet").read_bytes()
+    pq.write_table(pa.table({"src": [1]}), landing / "edges" / "b.parquet")
+    result = dg.materialize(
+        [canonical_graph], partition_key="tiny", instance=instance, resources={"storage": storage}, raise_on_error=False
+    )
+    assert not result.success
+    failure = result.failure_data_for_node("canonical_graph")
+    assert "b.parquet" in failure.error.message and "missing column 'dst'" in failure.error.message
+    assert (out / "edges.parquet").read_bytes() == before
+
+
+def _landing(tmp_path):
+    write_edges(tmp_path / "landing" / "plain" / "edges.parquet", [1, 2], [2, 3])
+    labelled = tmp_path / "landing" / "labelled"
+    write_edges(labelled / "edges" / "0.parquet", [1, 2], [2, 3])
+    pq.write_table(pa.table({"node_id": [1, 2, 3], "label": pa.array([0, 1, -1], pa.int32())}), labelled / "nodes.parquet")
+    (tmp_path / "landing" / "not-a-dataset").mkdir()  # no edge files: ignored
+
+
+def test_landing_sensor_registers_and_selects_by_labels(tmp_path, storage):
+    _landing(tmp_path)
+    needs_labels = dg.AssetSpec("needs_labels_stage", tags={NEEDS_LABELS_TAG: "labels"})
+
+    @dg.multi_asset(specs=[needs_labels])
+    def needs_labels_stage():
+        return None
+
+    assets = [canonical_graph, needs_labels_stage]
+    sensor = make_landing_sensor(assets)
+    instance = dg.DagsterInstance.ephemeral()
+    ctx = dg.build_sensor_context(instance=instance, resources={"storage": storage})
+    result = sensor(ctx)
+    assert [list(r.partition_keys) for r in result.dynamic_partitions_requests] == [["labelled", "plain"]]
+    by_key = {r.partition_key: {k.to_user_string() for k in r.asset_selection} for r in result.run_requests}
+    assert by_key == {"labelled": {"canonical_graph", "needs_labels_stage"}, "plain": {"canonical_graph"}}
+    cursor = json.loads(result.cursor)
+    assert set(cursor) == {"labelled", "plain"}
+
+    # unchanged files: no new runs; a changed file: one run for that dataset only
+    instance.add_dynamic_partitions(dataset_partitions.name, ["labelled", "plain"])
+    again = sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor, resources={"storage": storage}))
+    assert again.run_requests == [] and again.dynamic_partitions_requests == []
+    write_edges(tmp_path / "landing" / "plain" / "edges.parquet", [1, 2, 5], [2, 3, 1])
+    third = sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor, resources={"storage": storage}))
+    assert [r.partition_key for r in third.run_requests] == ["plain"]
+    assert third.run_requests[0].run_key.startswith("plain:")
+    assert third.run_requests[0].run_key != f"plain:{cursor['plain']}"
+
+
+def test_register_datasets_adds_only_new_partitions(tmp_path, storage):
+    _landing(tmp_path)
+    instance = _instance_with("plain")
+    assert register_datasets(instance, storage) == ["labelled"]
+    assert register_datasets(instance, storage) == []
+    assert sorted(instance.get_dynamic_partitions("dataset")) == ["labelled", "plain"]
+
+
+def test_every_asset_is_partitioned_by_dataset():
+    for a in ALL_ASSETS:
+        assert a.partitions_def == dataset_partitions, a.key
