@@ -1,0 +1,605 @@
+"""Compact encodings of node features and edge weights, with exact or bounded error.
+
+Four feature encodings (``encode_features(x, encoding)``) and one edge-weight encoding.
+``n`` rows (nodes), ``d`` columns (feature dims), ``nnz`` stored edges, ``R`` CSR rows.
+
+================  ===========================================  =================================
+encoding          arrays (dtype, shape)                        reconstruction, max abs error
+================  ===========================================  =================================
+``"fp32"``        x float32 [n, d]                             x, exact
+``"int8"``        q int8 [n, d]; scale float32 [d];            q * scale + zero_point,
+                  zero_point float32 [d]                       <= scale / 2 per column
+``"int4"``        packed uint8 [n, ceil(d/2)]; scale float32   q * scale + zero_point with
+                  [d]; zero_point float32 [d]                  q in 0..15, <= scale / 2
+``"binary"``      packed uint8 [n, ceil(d/8)]                  the 0/1 bits, exact
+CSR rows, int8    q int8 [nnz]; scale float32 [R]              q * scale[row], <= scale[row] / 2
+================  ===========================================  =================================
+
+Details
+-------
+* Per-column affine INT8: with the column's min and max, ``scale = (max - min) / 255`` and
+  ``zero_point = min + 128 * scale``, so ``q = -128`` decodes to min and ``q = 127`` to max
+  (where fl((max - min) / 255) would decode an endpoint an ulp off, the scale is nudged by
+  up to 3 float32 ulps if that makes both decode exactly). 0/1 columns such as Cora's decode
+  exactly under INT8 and 4-bit alike. A constant column gets ``scale = 0`` and decodes
+  exactly to its value.
+* 4-bit: ``scale = (max - min) / 15``, ``zero_point = min``, ``q = 0..15``. Two values per
+  byte along the row: byte ``j`` of row ``i`` holds column ``2j`` in its low nibble and
+  column ``2j + 1`` in its high nibble (an odd ``d`` pads the last high nibble with 0).
+* Binary: only for features whose every value is exactly 0.0 or 1.0 (``is_binary``).
+  ``np.packbits(..., axis=1, bitorder="little")``: bit ``b`` (LSB = 0) of byte ``j`` of row
+  ``i`` is column ``8j + b``; trailing bits of the last byte are 0.
+* CSR rows: symmetric per-row INT8, ``scale[r] = max_i |w_i| / 127`` over the row's entries,
+  ``q = round(w / scale[r])`` in -127..127; empty and all-zero rows get ``scale = 0``.
+  ``indptr`` is int64 [R + 1], the usual CSR row pointer into ``q`` / the weights.
+
+Dequantization is one vectorised expression in both NumPy and torch (``q.float() * scale +
+zero_point`` after gathering the batch's rows), so a training loop keeps the compact arrays
+on the device and decodes each batch there. NumPy and torch decode bit-identically (both
+round the product, then the sum; no fused multiply-add).
+
+Every pass reads the input in blocks of rows, so ``x`` may be a ``np.memmap`` of a
+10M x 64 feature file: the column min/max pass and the quantize pass hold one block in
+float64 at a time, never a float64 copy of the whole array. ``out=`` lets the quantized
+array itself be a memmap (e.g. ``np.lib.format.open_memmap``). NaN or infinite input raises
+ValueError naming the row and column.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
+
+if TYPE_CHECKING:  # torch is imported lazily: the NumPy half must not pay for it
+    import torch
+
+__all__ = [
+    "ENCODINGS",
+    "EncodedFeatures",
+    "column_min_max",
+    "quantize_int8_columns",
+    "dequantize_int8_columns",
+    "dequantize_rows_torch",
+    "quantize_int4_columns",
+    "unpack_int4",
+    "dequantize_int4_columns",
+    "unpack_int4_torch",
+    "dequantize_int4_rows_torch",
+    "binary_columns",
+    "is_binary",
+    "pack_binary",
+    "unpack_binary",
+    "unpack_binary_torch",
+    "quantize_int8_rows_csr",
+    "dequantize_int8_rows_csr",
+    "dequantize_int8_rows_csr_torch",
+    "encode_features",
+    "choose_encoding",
+    "reconstruction_error",
+]
+
+ENCODINGS = ("fp32", "int8", "int4", "binary")
+
+# Elements per block in the chunked passes (~32 MiB as float64).
+_BLOCK_ELEMENTS = 1 << 22
+
+
+def _block_rows(num_cols: int, chunk_rows: int | None) -> int:
+    if chunk_rows is not None:
+        if chunk_rows <= 0:
+            raise ValueError(f"chunk_rows must be positive, got {chunk_rows}")
+        return int(chunk_rows)
+    return max(1, _BLOCK_ELEMENTS // max(1, num_cols))
+
+
+def _row_blocks(n: int, rows: int) -> Iterator[tuple[int, int]]:
+    for start in range(0, n, rows):
+        yield start, min(n, start + rows)
+
+
+def _check_2d(x: np.ndarray, what: str) -> None:
+    if x.ndim != 2:
+        raise ValueError(f"{what}: expected a 2-d [n, d] array, got shape {x.shape}")
+    if x.dtype.kind != "f":
+        raise TypeError(f"{what}: expected floating-point features, got dtype {x.dtype}")
+
+
+def _raise_non_finite(block: np.ndarray, row_offset: int, what: str) -> None:
+    r, c = np.argwhere(~np.isfinite(block))[0]
+    raise ValueError(
+        f"{what}: value {block[r, c]!r} at row {row_offset + r}, column {c}; "
+        "features must be finite (impute or drop NaN/inf before compressing)"
+    )
+
+
+def column_min_max(
+    x: np.ndarray, *, chunk_rows: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column (min, max) of a float [n, d] array as float32 [d], read in row blocks.
+    Raises ValueError at the first NaN/inf (with its row and column) or when n == 0."""
+    _check_2d(x, "column_min_max")
+    n, d = x.shape
+    if n == 0:
+        raise ValueError("column_min_max: the feature array has no rows")
+    lo = np.full(d, np.inf, dtype=np.float64)
+    hi = np.full(d, -np.inf, dtype=np.float64)
+    for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
+        block = np.asarray(x[a:b])
+        if not np.isfinite(block).all():
+            _raise_non_finite(block, a, "column_min_max")
+        np.minimum(lo, block.min(axis=0), out=lo)
+        np.maximum(hi, block.max(axis=0), out=hi)
+    return lo.astype(np.float32), hi.astype(np.float32)
+
+
+def _affine_params(
+    lo: np.ndarray, hi: np.ndarray, qmin: int, qmax: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """float32 (scale, zero_point) with qmin -> lo and qmax -> hi, nudging the scale by up
+    to 3 ulps where that makes both endpoints decode exactly in float32."""
+    lo = lo.astype(np.float32)
+    hi = hi.astype(np.float32)
+    base = ((hi.astype(np.float64) - lo.astype(np.float64)) / (qmax - qmin)).astype(np.float32)
+    fqmin, fqmax = np.float32(qmin), np.float32(qmax)
+    scale = base.copy()
+    zero = (lo - fqmin * scale).astype(np.float32)
+    exact = (fqmin * scale + zero == lo) & (fqmax * scale + zero == hi)
+    for step in (1, -1, 2, -2, 3, -3):
+        if exact.all():
+            break
+        cand = base.copy()
+        towards = np.float32(np.inf) if step > 0 else np.float32(0)
+        for _ in range(abs(step)):
+            cand = np.nextafter(cand, towards).astype(np.float32)
+        cand_zero = (lo - fqmin * cand).astype(np.float32)
+        ok = (fqmin * cand + cand_zero == lo) & (fqmax * cand + cand_zero == hi) & (base > 0)
+        take = ok & ~exact
+        scale[take] = cand[take]
+        zero[take] = cand_zero[take]
+        exact |= take
+    const = hi == lo
+    scale[const] = 0.0
+    zero[const] = lo[const]
+    return scale, zero
+
+
+def _quantize_block(
+    block: np.ndarray, scale: np.ndarray, zero: np.ndarray, qmin: int, qmax: int
+) -> np.ndarray:
+    """round((x - zero) / scale) clipped to [qmin, qmax], in float64 for one row block."""
+    inv = np.divide(1.0, scale.astype(np.float64), out=np.zeros(scale.shape), where=scale > 0)
+    q = (block.astype(np.float64) - zero.astype(np.float64)) * inv
+    np.rint(q, out=q)
+    np.clip(q, qmin, qmax, out=q)
+    return q
+
+
+# ---------------------------------------------------------------------------------------
+# Per-column INT8
+# ---------------------------------------------------------------------------------------
+
+
+def quantize_int8_columns(
+    x: np.ndarray, *, chunk_rows: int | None = None, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-column affine INT8 of float features [n, d] -> (q int8 [n, d], scale float32 [d],
+    zero_point float32 [d]); ``q * scale + zero_point`` is within scale / 2 of x.
+    `out` (int8 [n, d], e.g. a memmap) receives q if given."""
+    _check_2d(x, "quantize_int8_columns")
+    n, d = x.shape
+    lo, hi = column_min_max(x, chunk_rows=chunk_rows)
+    scale, zero = _affine_params(lo, hi, -128, 127)
+    q = _out_array(out, (n, d), np.int8, "quantize_int8_columns")
+    for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
+        q[a:b] = _quantize_block(np.asarray(x[a:b]), scale, zero, -128, 127)
+    return q, scale, zero
+
+
+def dequantize_int8_columns(
+    q: np.ndarray,
+    scale: np.ndarray,
+    zero_point: np.ndarray,
+    *,
+    chunk_rows: int | None = None,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """float32 [n, d] = q * scale + zero_point (q int8 [n, d], scale / zero_point [d])."""
+    if q.ndim != 2 or q.dtype != np.int8:
+        raise ValueError(f"dequantize_int8_columns: q must be int8 [n, d], got {q.dtype} {q.shape}")
+    n, d = q.shape
+    scale, zero = _check_params(scale, zero_point, d, "dequantize_int8_columns")
+    x = _out_array(out, (n, d), np.float32, "dequantize_int8_columns")
+    for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
+        x[a:b] = np.asarray(q[a:b]).astype(np.float32) * scale + zero
+    return x
+
+
+def _torch_param(p, like: "torch.Tensor") -> "torch.Tensor":
+    import torch
+
+    return torch.as_tensor(p, dtype=torch.float32).to(like.device, non_blocking=True)
+
+
+def dequantize_rows_torch(
+    q_rows: "torch.Tensor",
+    scale: "torch.Tensor | np.ndarray",
+    zero_point: "torch.Tensor | np.ndarray",
+) -> "torch.Tensor":
+    """float32 [..., d] = q_rows * scale + zero_point on q_rows' device (q_rows int8 [..., d],
+    typically the gathered rows of one batch; scale / zero_point float32 [d]). Keep scale and
+    zero_point as tensors on the device to avoid a copy per call."""
+    import torch
+
+    return q_rows.to(torch.float32) * _torch_param(scale, q_rows) + _torch_param(zero_point, q_rows)
+
+
+def _check_params(scale, zero_point, d: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+    scale = np.asarray(scale, dtype=np.float32)
+    zero = np.asarray(zero_point, dtype=np.float32)
+    if scale.shape != (d,) or zero.shape != (d,):
+        raise ValueError(
+            f"{what}: scale {scale.shape} and zero_point {zero.shape} must both be ({d},)"
+        )
+    return scale, zero
+
+
+def _out_array(out, shape, dtype, what: str) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    if out.shape != tuple(shape) or out.dtype != dtype:
+        raise ValueError(
+            f"{what}: out must be {np.dtype(dtype)} {tuple(shape)}, got {out.dtype} {out.shape}"
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Per-column 4-bit, two values per byte
+# ---------------------------------------------------------------------------------------
+
+
+def quantize_int4_columns(
+    x: np.ndarray, *, chunk_rows: int | None = None, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-column 4-bit affine quantization of float [n, d] -> (packed uint8 [n, ceil(d/2)],
+    scale float32 [d], zero_point float32 [d]); decodes within scale / 2."""
+    _check_2d(x, "quantize_int4_columns")
+    n, d = x.shape
+    lo, hi = column_min_max(x, chunk_rows=chunk_rows)
+    scale, zero = _affine_params(lo, hi, 0, 15)
+    packed = _out_array(out, (n, (d + 1) // 2), np.uint8, "quantize_int4_columns")
+    for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
+        q = _quantize_block(np.asarray(x[a:b]), scale, zero, 0, 15).astype(np.uint8)
+        if d % 2:
+            q = np.concatenate([q, np.zeros((b - a, 1), dtype=np.uint8)], axis=1)
+        packed[a:b] = q[:, 0::2] | (q[:, 1::2] << 4)
+    return packed, scale, zero
+
+
+def unpack_int4(packed: np.ndarray, num_cols: int) -> np.ndarray:
+    """uint8 [n, num_cols] of 4-bit codes (0..15) from packed uint8 [n, ceil(num_cols/2)]."""
+    _check_packed(packed, (num_cols + 1) // 2, "unpack_int4")
+    nib = np.stack((packed & 0x0F, packed >> 4), axis=-1)
+    return nib.reshape(packed.shape[0], -1)[:, :num_cols]
+
+
+def dequantize_int4_columns(
+    packed: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, num_cols: int
+) -> np.ndarray:
+    """float32 [n, num_cols] = code * scale + zero_point."""
+    scale, zero = _check_params(scale, zero_point, num_cols, "dequantize_int4_columns")
+    return unpack_int4(packed, num_cols).astype(np.float32) * scale + zero
+
+
+def unpack_int4_torch(packed: "torch.Tensor", num_cols: int) -> "torch.Tensor":
+    """torch uint8 [n, num_cols] of 4-bit codes from packed uint8 [n, ceil(num_cols/2)]."""
+    import torch
+
+    nib = torch.stack((packed & 0x0F, packed >> 4), dim=-1)
+    return nib.reshape(packed.shape[0], -1)[:, :num_cols]
+
+
+def dequantize_int4_rows_torch(
+    packed_rows: "torch.Tensor", scale, zero_point, num_cols: int
+) -> "torch.Tensor":
+    """float32 [n, num_cols] on packed_rows' device from gathered packed 4-bit rows."""
+    import torch
+
+    codes = unpack_int4_torch(packed_rows, num_cols)
+    return codes.to(torch.float32) * _torch_param(scale, codes) + _torch_param(zero_point, codes)
+
+
+def _check_packed(packed: np.ndarray, width: int, what: str) -> None:
+    if packed.ndim != 2 or packed.dtype != np.uint8 or packed.shape[1] != width:
+        raise ValueError(
+            f"{what}: expected uint8 [n, {width}], got {packed.dtype} {packed.shape}"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Bit-packed 0/1 features
+# ---------------------------------------------------------------------------------------
+
+
+def binary_columns(x: np.ndarray, *, chunk_rows: int | None = None) -> np.ndarray:
+    """bool [d]: column j holds only the exact values 0.0 and 1.0."""
+    _check_2d(x, "binary_columns")
+    n, d = x.shape
+    ok = np.ones(d, dtype=bool)
+    for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
+        block = np.asarray(x[a:b])
+        ok &= ((block == 0) | (block == 1)).all(axis=0)
+        if not ok.any():
+            break
+    return ok
+
+
+def is_binary(x: np.ndarray, *, chunk_rows: int | None = None) -> bool:
+    """True when every value of x is exactly 0.0 or 1.0."""
+    return bool(binary_columns(x, chunk_rows=chunk_rows).all())
+
+
+def pack_binary(
+    x: np.ndarray, *, chunk_rows: int | None = None, out: np.ndarray | None = None
+) -> np.ndarray:
+    """packed uint8 [n, ceil(d/8)] of 0/1 features (bitorder little, see module docstring).
+    Raises ValueError naming the first value that is not exactly 0 or 1."""
+    _check_2d(x, "pack_binary")
+    n, d = x.shape
+    packed = _out_array(out, (n, (d + 7) // 8), np.uint8, "pack_binary")
+    for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
+        block = np.asarray(x[a:b])
+        bad = (block != 0) & (block != 1)
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            raise ValueError(
+                f"pack_binary: value {block[r, c]!r} at row {a + r}, column {c} is not 0 or 1; "
+                "use the int8 or int4 encoding for these features"
+            )
+        packed[a:b] = np.packbits(block.astype(np.uint8), axis=1, bitorder="little")
+    return packed
+
+
+def unpack_binary(packed: np.ndarray, num_cols: int, dtype=np.float32) -> np.ndarray:
+    """[n, num_cols] array of 0/1 (float32 by default) from packed uint8 [n, ceil(num_cols/8)]."""
+    _check_packed(packed, (num_cols + 7) // 8, "unpack_binary")
+    bits = np.unpackbits(packed, axis=1, count=num_cols, bitorder="little")
+    return bits.astype(dtype, copy=False)
+
+
+def unpack_binary_torch(packed: "torch.Tensor", num_cols: int) -> "torch.Tensor":
+    """float32 [n, num_cols] of 0/1 on packed's device from packed uint8 [n, ceil(num_cols/8)]."""
+    import torch
+
+    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
+    bits = (packed.unsqueeze(-1) >> shifts) & 1
+    return bits.reshape(packed.shape[0], -1)[:, :num_cols].to(torch.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# Per-row INT8 of CSR edge weights
+# ---------------------------------------------------------------------------------------
+
+
+def _check_csr(indptr: np.ndarray, nnz: int, what: str) -> np.ndarray:
+    indptr = np.asarray(indptr)
+    if indptr.ndim != 1 or indptr.size == 0 or indptr.dtype.kind not in "iu":
+        raise ValueError(
+            f"{what}: indptr must be a 1-d integer array [R + 1], "
+            f"got {indptr.dtype} {indptr.shape}"
+        )
+    if indptr[0] != 0 or indptr[-1] != nnz:
+        raise ValueError(
+            f"{what}: indptr must start at 0 and end at nnz={nnz}, "
+            f"got {indptr[0]} .. {indptr[-1]}"
+        )
+    if indptr.size > 1 and (np.diff(indptr) < 0).any():
+        raise ValueError(f"{what}: indptr is not non-decreasing")
+    return indptr.astype(np.int64, copy=False)
+
+
+def _csr_row_blocks(indptr: np.ndarray, target_nnz: int) -> Iterator[tuple[int, int]]:
+    """(r0, r1) row ranges holding about target_nnz entries each (at least one row)."""
+    rows = indptr.size - 1
+    r0 = 0
+    while r0 < rows:
+        r1 = int(np.searchsorted(indptr, indptr[r0] + target_nnz, side="right")) - 1
+        r1 = min(rows, max(r0 + 1, r1))
+        yield r0, r1
+        r0 = r1
+
+
+def quantize_int8_rows_csr(
+    indptr: np.ndarray, weights: np.ndarray, *, block_nnz: int = _BLOCK_ELEMENTS
+) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric per-row INT8 of CSR values -> (q int8 [nnz], scale float32 [R]) with
+    scale[r] = max |w| of row r / 127 (0 for empty or all-zero rows); q * scale[row] is
+    within scale[row] / 2 of w."""
+    weights = np.asarray(weights)
+    if weights.ndim != 1 or weights.dtype.kind != "f":
+        raise ValueError(
+            "quantize_int8_rows_csr: weights must be 1-d float, "
+            f"got {weights.dtype} {weights.shape}"
+        )
+    indptr = _check_csr(indptr, weights.size, "quantize_int8_rows_csr")
+    rows = indptr.size - 1
+    q = np.empty(weights.size, dtype=np.int8)
+    scale = np.zeros(rows, dtype=np.float32)
+    for r0, r1 in _csr_row_blocks(indptr, block_nnz):
+        a, b = int(indptr[r0]), int(indptr[r1])
+        seg = np.abs(np.asarray(weights[a:b], dtype=np.float64))
+        if not np.isfinite(seg).all():
+            i = int(np.flatnonzero(~np.isfinite(seg))[0]) + a
+            row = int(np.searchsorted(indptr, i, side="right")) - 1
+            raise ValueError(
+                f"quantize_int8_rows_csr: weight {weights[i]!r} at entry {i} (row {row}) "
+                "is not finite"
+            )
+        counts = np.diff(indptr[r0 : r1 + 1])
+        nonempty = counts > 0
+        rowmax = np.zeros(r1 - r0, dtype=np.float64)
+        if seg.size:
+            # reduceat over the starts of non-empty rows only: an empty row's start equals the
+            # next row's start and would otherwise read one element of the next row.
+            rowmax[nonempty] = np.maximum.reduceat(seg, indptr[r0:r1][nonempty] - a)
+        s = (rowmax / 127.0).astype(np.float32)
+        scale[r0:r1] = s
+        inv = np.divide(1.0, s.astype(np.float64), out=np.zeros(s.shape), where=s > 0)
+        vals = np.asarray(weights[a:b], dtype=np.float64) * np.repeat(inv, counts)
+        np.rint(vals, out=vals)
+        np.clip(vals, -127, 127, out=vals)
+        q[a:b] = vals
+    return q, scale
+
+
+def dequantize_int8_rows_csr(indptr: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """float32 [nnz] = q * scale[row of each entry]."""
+    indptr = _check_csr(indptr, q.size, "dequantize_int8_rows_csr")
+    scale = np.asarray(scale, dtype=np.float32)
+    if scale.shape != (indptr.size - 1,):
+        raise ValueError(
+            f"dequantize_int8_rows_csr: scale must be ({indptr.size - 1},), got {scale.shape}"
+        )
+    return q.astype(np.float32) * np.repeat(scale, np.diff(indptr))
+
+
+def dequantize_int8_rows_csr_torch(
+    indptr: "torch.Tensor", q: "torch.Tensor", scale: "torch.Tensor"
+) -> "torch.Tensor":
+    """torch float32 [nnz] = q * scale[row of each entry], on q's device."""
+    import torch
+
+    counts = torch.diff(torch.as_tensor(indptr, device=q.device))
+    return q.to(torch.float32) * torch.repeat_interleave(_torch_param(scale, q), counts)
+
+
+# ---------------------------------------------------------------------------------------
+# Convenience: one call per encoding, sizes and errors
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EncodedFeatures:
+    """Node features in one of the ENCODINGS, with everything needed to decode them."""
+
+    encoding: str
+    """One of "fp32", "int8", "int4", "binary"."""
+    num_rows: int
+    """n, the number of feature rows (nodes)."""
+    num_cols: int
+    """d, the feature dimension."""
+    arrays: dict[str, np.ndarray] = field(repr=False)
+    """fp32: {"x"}; int8: {"q", "scale", "zero_point"}; int4: {"packed", "scale",
+    "zero_point"}; binary: {"packed"} (dtypes and shapes in the module docstring)."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of all arrays together."""
+        return int(sum(a.nbytes for a in self.arrays.values()))
+
+    @property
+    def fp32_nbytes(self) -> int:
+        """Bytes of the same features as float32 [n, d]."""
+        return 4 * self.num_rows * self.num_cols
+
+    @property
+    def saving(self) -> float:
+        """1 - nbytes / fp32_nbytes (0.75 means 75% smaller)."""
+        return 1.0 - self.nbytes / self.fp32_nbytes if self.fp32_nbytes else 0.0
+
+    def decode(self) -> np.ndarray:
+        """float32 [n, d] reconstruction."""
+        a = self.arrays
+        if self.encoding == "fp32":
+            return a["x"]
+        if self.encoding == "int8":
+            return dequantize_int8_columns(a["q"], a["scale"], a["zero_point"])
+        if self.encoding == "int4":
+            return dequantize_int4_columns(a["packed"], a["scale"], a["zero_point"], self.num_cols)
+        return unpack_binary(a["packed"], self.num_cols)
+
+    def decode_rows_torch(self, rows=None, device=None) -> "torch.Tensor":
+        """float32 [len(rows), d] torch tensor of the given rows (all rows if None), decoded
+        on `device`: the compact rows are gathered on the CPU, moved, then decoded there."""
+        import torch
+
+        main = {"fp32": "x", "int8": "q", "int4": "packed", "binary": "packed"}[self.encoding]
+        src = torch.from_numpy(np.ascontiguousarray(self.arrays[main]))
+        if rows is not None:
+            src = src[torch.as_tensor(rows, dtype=torch.long)]
+        src = src.to(device) if device is not None else src
+        if self.encoding == "fp32":
+            return src
+        if self.encoding == "int8":
+            return dequantize_rows_torch(src, self.arrays["scale"], self.arrays["zero_point"])
+        if self.encoding == "int4":
+            return dequantize_int4_rows_torch(
+                src, self.arrays["scale"], self.arrays["zero_point"], self.num_cols
+            )
+        return unpack_binary_torch(src, self.num_cols)
+
+
+def encode_features(
+    x: np.ndarray, encoding: str, *, chunk_rows: int | None = None
+) -> EncodedFeatures:
+    """Encode float features [n, d] as `encoding` (one of ENCODINGS)."""
+    _check_2d(x, "encode_features")
+    n, d = x.shape
+    if encoding == "fp32":
+        arrays = {"x": np.ascontiguousarray(x, dtype=np.float32)}
+    elif encoding == "int8":
+        q, s, z = quantize_int8_columns(x, chunk_rows=chunk_rows)
+        arrays = {"q": q, "scale": s, "zero_point": z}
+    elif encoding == "int4":
+        p, s, z = quantize_int4_columns(x, chunk_rows=chunk_rows)
+        arrays = {"packed": p, "scale": s, "zero_point": z}
+    elif encoding == "binary":
+        arrays = {"packed": pack_binary(x, chunk_rows=chunk_rows)}
+    else:
+        raise ValueError(f"unknown feature encoding {encoding!r}; choose one of {ENCODINGS}")
+    return EncodedFeatures(encoding=encoding, num_rows=n, num_cols=d, arrays=arrays)
+
+
+def choose_encoding(
+    x: np.ndarray, *, max_rel_rms: float = 0.02, chunk_rows: int | None = None
+) -> str:
+    """The smallest encoding whose relative RMS reconstruction error is at most
+    `max_rel_rms`: "binary" for exactly-0/1 features, else "int4", "int8", then "fp32".
+    A proxy only; whether the model still trains as well is measured in
+    benchmarks/compression.py."""
+    if is_binary(x, chunk_rows=chunk_rows):
+        return "binary"
+    for enc in ("int4", "int8"):
+        err = reconstruction_error(x, encode_features(x, enc, chunk_rows=chunk_rows).decode())
+        if err["rel_rms"] <= max_rel_rms:
+            return enc
+    return "fp32"
+
+
+def reconstruction_error(
+    x: np.ndarray, x_hat: np.ndarray, *, chunk_rows: int | None = None
+) -> dict[str, float]:
+    """{"max_abs": max |x - x_hat|, "rel_rms": ||x - x_hat||_2 / ||x||_2} (rel_rms is 0 when
+    both are zero, inf when x is zero and x_hat is not), accumulated in float64 by blocks."""
+    if x.shape != x_hat.shape:
+        raise ValueError(f"reconstruction_error: shapes differ, {x.shape} vs {x_hat.shape}")
+    flat = x.ndim == 1
+    n = x.shape[0]
+    d = 1 if flat else int(np.prod(x.shape[1:]))
+    max_abs = 0.0
+    err2 = 0.0
+    ref2 = 0.0
+    for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
+        xa = np.asarray(x[a:b], dtype=np.float64)
+        diff = xa - np.asarray(x_hat[a:b], dtype=np.float64)
+        if diff.size:
+            max_abs = max(max_abs, float(np.abs(diff).max()))
+        err2 += float(np.square(diff).sum())
+        ref2 += float(np.square(xa).sum())
+    if ref2 == 0.0:
+        rel = 0.0 if err2 == 0.0 else float("inf")
+    else:
+        rel = float(np.sqrt(err2 / ref2))
+    return {"max_abs": max_abs, "rel_rms": rel}
