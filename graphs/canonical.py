@@ -20,11 +20,14 @@ How it scales (the 100M-edge path): DuckDB reads every edge file out of core and
 streams the rows as Arrow batches; it also computes the sorted set of distinct ids
 (a hash aggregate, then an ORDER BY of n values, never of the edges). Each batch is
 relabelled with a vectorised lookup (a dense table when the ids are dense integers, a
-pandas hash index otherwise) and turned into int64 keys ``(src * n + dst) * 2 + flag``
-(flag 1 marks the reversed copy added by symmetrization). Keys are spilled into fine
-buckets by source-id range; buckets are then grouped up to `sort_budget_mb`, sorted in
-NumPy and deduplicated by comparing neighbours. Because buckets are in source order, the
-output is globally sorted without a merge, and memory stays bounded by the sort budget
+pandas hash index otherwise) and turned into int64 keys ``src << s | dst << 1 | flag``
+(flag 1 marks the reversed copy added by symmetrization). When the keys of a symmetrized
+graph fit the sort budget only the (min, max) orientation is kept and the reverse
+direction is produced after deduplication (`_mirror`), halving the work. Keys are spilled into fine
+buckets by source-id range; buckets are then grouped up to `sort_budget_mb`, and each
+group is counting-sorted into rows by source (a numba kernel: O(keys) plus a small sort
+per row, about 5x faster than sorting all keys) and deduplicated row by row. Because
+buckets are in source order, the output is globally sorted without a merge, and memory stays bounded by the sort budget
 plus O(n) arrays whatever the edge count.
 """
 
@@ -35,10 +38,12 @@ import math
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numba
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -228,6 +233,8 @@ class Relabeler:
             values = values.to_numpy(zero_copy_only=False)
         if self._lut is not None:
             off = values.astype(np.int64, copy=False) - self._lo
+            if len(off) == 0 or (off.min() >= 0 and off.max() < len(self._lut)):
+                return self._lut[off]
             ok = (off >= 0) & (off < len(self._lut))
             out = np.full(len(off), -1, dtype=np.int64)
             out[ok] = self._lut[off[ok]]
@@ -236,17 +243,26 @@ class Relabeler:
 
 
 # ----------------------------------------------------------------------------- edge keys
+#
+# An edge (u, v) is one int64 key: (u << shift) | (v << 1) | flag, where shift leaves room
+# for v and one flag bit (so n < 2^31). Decoding is shifts and masks, no division.
+
+BYTES_PER_KEY = 40  # while deduplicating one group: key, row value, output src/dst, counts
+
+
+def key_shift(n: int) -> int:
+    """Bits below the source id in an edge key: room for a destination id and a flag."""
+    return max(1, int(n - 1).bit_length()) + 1
 
 
 class _KeySpill:
     """Edge keys collected into fine source-range buckets, in memory or in files."""
 
-    def __init__(self, n: int, expected_keys: int, budget_bytes: int, spill_dir: Path):
-        # ~32 bytes per key while sorting one group: the key, its decoded src/dst, masks.
-        groups = max(1, math.ceil(expected_keys * 32 / budget_bytes))
-        self.num_buckets = 1 if groups == 1 else min(n, 8 * groups)
+    def __init__(self, n: int, groups: int, budget_bytes: int, spill_dir: Path):
+        self.n = n
+        self.num_buckets = 1 if groups <= 1 else min(n, 8 * groups)
         self.width = max(1, math.ceil(n / self.num_buckets))
-        self.budget_keys = max(1, budget_bytes // 32)
+        self.budget_keys = max(1, budget_bytes // BYTES_PER_KEY)
         self.in_memory = self.num_buckets == 1
         self.sizes = np.zeros(self.num_buckets, dtype=np.int64)
         self._chunks: list[np.ndarray] = []
@@ -272,12 +288,11 @@ class _KeySpill:
         self.sizes += counts
 
     def groups(self):
-        """Yield (sorted keys) for consecutive bucket groups, each within the sort budget."""
+        """Yield (keys, lo, hi): the keys of sources lo..hi-1, consecutive ranges within the budget."""
         if self.in_memory:
             keys = np.concatenate(self._chunks) if self._chunks else np.empty(0, np.int64)
             self._chunks = []
-            keys.sort()
-            yield keys
+            yield keys, 0, self.n
             return
         for f in self._files:
             f.close()
@@ -290,9 +305,92 @@ class _KeySpill:
             keys = np.concatenate([np.fromfile(self._paths[i], dtype=np.int64) for i in range(b, e)])
             for i in range(b, e):
                 self._paths[i].unlink()
-            keys.sort()
-            yield keys
+            yield keys, b * self.width, min(self.n, e * self.width)
             b = e
+
+
+@numba.njit(cache=True, nogil=True)
+def _dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover - compiled
+    """Counting-sort the keys of sources lo..lo+rows-1 into rows; sort and dedupe each row.
+
+    Returns (unique neighbours per row, the neighbours row after row, the number of
+    distinct keys counting the flag: with count_both_flags only flag-0 keys count).
+    O(keys) plus a small sort per row, instead of one global sort of every key.
+    """
+    start = np.zeros(rows + 1, np.int64)
+    for i in range(len(keys)):
+        start[(keys[i] >> shift) - lo + 1] += 1
+    for r in range(rows):
+        start[r + 1] += start[r]
+    pos = start[:-1].copy()
+    mask = (np.int64(1) << shift) - 1
+    vals = np.empty(len(keys), np.int64)
+    for i in range(len(keys)):
+        r = (keys[i] >> shift) - lo
+        vals[pos[r]] = keys[i] & mask
+        pos[r] += 1
+    counts = np.zeros(rows, np.int64)
+    distinct = 0
+    w = 0
+    for r in range(rows):
+        a, b = start[r], start[r + 1]
+        if b - a > 1:
+            vals[a:b].sort()
+        last, last_flagged = -1, -1
+        for j in range(a, b):
+            v = vals[j]
+            c = v >> 1
+            if c != last:
+                vals[w] = c
+                w += 1
+                counts[r] += 1
+                last = c
+            if (count_both_flags or (v & 1) == 0) and v != last_flagged:
+                distinct += 1
+                last_flagged = v
+    return counts, vals[:w].copy(), distinct
+
+
+@numba.njit(cache=True, nogil=True)
+def _mirror(upper_counts, upper):  # pragma: no cover - compiled
+    """Both directions, sorted, from the sorted upper triangle (u < v) of a symmetric graph.
+
+    Row x's neighbours are its lower ones (u < x, met in increasing u while walking the
+    rows in order) followed by its upper ones, so no sort is needed.
+    """
+    n = len(upper_counts)
+    deg = upper_counts.copy()
+    for j in range(len(upper)):
+        deg[upper[j]] += 1
+    pos = np.zeros(n, np.int64)
+    for x in range(1, n):
+        pos[x] = pos[x - 1] + deg[x - 1]
+    dst = np.empty(len(upper) * 2, np.int64)
+    j = 0
+    for u in range(n):
+        for _ in range(upper_counts[u]):
+            v = upper[j]
+            dst[pos[v]] = u
+            pos[v] += 1
+            j += 1
+    j = 0
+    for u in range(n):
+        c = upper_counts[u]
+        dst[pos[u] : pos[u] + c] = upper[j : j + c]
+        j += c
+    return deg, dst
+
+
+@numba.njit(cache=True, nogil=True)
+def _repeat_rows(lo, counts):  # pragma: no cover - compiled
+    """Source ids lo, lo+1, ... each repeated by its row count (np.repeat, without the GIL)."""
+    out = np.empty(counts.sum(), np.int64)
+    w = 0
+    for r in range(len(counts)):
+        for _ in range(counts[r]):
+            out[w] = lo + r
+            w += 1
+    return out
 
 
 # ----------------------------------------------------------------------------- main entry
@@ -357,21 +455,28 @@ def build_canonical_graph(
             raise InputError(f"{dataset_dir}: {n} nodes exceed the 2^31-1 supported by the int64 edge keys")
         relabel = Relabeler(ids)
 
-        # Stream valid edges, relabel, spill keys by source range.
+        # Stream valid edges, relabel, spill keys by source range. A symmetrized graph whose
+        # keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
         valid_rows = rows - null_rows - self_loops
-        copies = 2 if cfg.symmetrize else 1
-        spill = _KeySpill(n, valid_rows * copies, cfg.sort_budget_mb << 20, work / "spill")
+        budget = cfg.sort_budget_mb << 20
+        half = cfg.symmetrize and valid_rows * 2 * BYTES_PER_KEY <= budget
+        copies = 2 if cfg.symmetrize and not half else 1
+        groups = 1 if half else math.ceil(valid_rows * copies * BYTES_PER_KEY / budget)
+        spill = _KeySpill(n, groups, budget, work / "spill")
+        shift = key_shift(n)
         reader = con.sql(
             "SELECT src, dst FROM raw_edges WHERE src IS NOT NULL AND dst IS NOT NULL AND src <> dst"
         ).to_arrow_reader(cfg.batch_rows)
         for batch in reader:
             s = relabel(batch.column(0))
             d = relabel(batch.column(1))
-            fwd = (s * n + d) * 2
-            if cfg.symmetrize:
-                spill.add(np.concatenate([fwd, (d * n + s) * 2 + 1]), np.concatenate([s, d]))
+            if half:  # flag = orientation, so distinct directed pairs stay countable
+                lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
+                spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_)
+            elif cfg.symmetrize:  # flag 1 = the reversed copy
+                spill.add(np.concatenate([(s << shift) | (d << 1), (d << shift) | (s << 1) | 1]), np.concatenate([s, d]))
             else:
-                spill.add(fwd, s)
+                spill.add((s << shift) | (d << 1), s)
         con.close()
 
         out_deg = np.zeros(n, dtype=np.int64)
@@ -379,30 +484,36 @@ def build_canonical_graph(
         distinct_input_pairs = 0
         edges_written = 0
         schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
-        with pq.ParquetWriter(tmp / "edges.parquet", schema, compression="zstd") as writer:
-            for keys in spill.groups():
-                if len(keys) == 0:
-                    continue
-                orig = keys[(keys & 1) == 0]
-                if len(orig):
-                    distinct_input_pairs += 1 + int(np.count_nonzero(orig[1:] != orig[:-1]))
-                pair = keys >> 1
-                keep = np.empty(len(pair), dtype=bool)
-                keep[0] = True
-                np.not_equal(pair[1:], pair[:-1], out=keep[1:])
-                pair = pair[keep]
-                src, dst = np.divmod(pair, n)
-                out_deg += np.bincount(src, minlength=n)
+        # Parquet encoding runs in a writer thread while the next group is deduplicated
+        # (the numba kernels release the GIL), and later while nodes/features are written.
+        writer = pq.ParquetWriter(tmp / "edges.parquet", schema, compression="snappy")
+        pool = ThreadPoolExecutor(max_workers=1)
+        pending = None
+        try:
+            for keys, lo, hi in spill.groups():
+                counts, dst, distinct = _dedupe_rows(keys, shift, lo, hi - lo, half)
+                del keys
+                if half:
+                    counts, dst = _mirror(counts, dst)
+                distinct_input_pairs += distinct
+                out_deg[lo:hi] = counts
                 if in_deg is not None:
                     in_deg += np.bincount(dst, minlength=n)
-                edges_written += len(pair)
-                writer.write_table(pa.table({"src": src, "dst": dst}, schema=schema), row_group_size=1 << 20)
-                del keys, orig, pair, keep, src, dst
-
-        degree = out_deg if in_deg is None else out_deg + in_deg
-        node_facts = _write_nodes(tmp, files, relabel, cfg)
-        feat_facts = _write_features(tmp, files, relabel, cfg) if files.features is not None else {}
-        _plot_degrees(degree, tmp / "degree_distribution.png")
+                edges_written += len(dst)
+                table = pa.table({"src": _repeat_rows(lo, counts), "dst": dst}, schema=schema)
+                if pending is not None:
+                    pending.result()
+                pending = pool.submit(writer.write_table, table, row_group_size=1 << 20)
+                del counts, dst, table
+            degree = out_deg if in_deg is None else out_deg + in_deg
+            node_facts = _write_nodes(tmp, files, relabel, cfg)
+            feat_facts = _write_features(tmp, files, relabel, cfg) if files.features is not None else {}
+            _plot_degrees(degree, tmp / "degree_distribution.png")
+            if pending is not None:
+                pending.result()
+        finally:
+            pool.shutdown(wait=True)
+            writer.close()
         shutil.rmtree(work, ignore_errors=True)
 
         summary = {
@@ -514,10 +625,15 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
         if (idx < 0).any():
             bad = ids[int(np.flatnonzero(idx < 0)[0])].as_py()
             raise InputError(f"{path}: column 'node_id' has id {bad!r} that no edge or nodes.parquet row mentions")
-        if seen[idx].any() or len(np.unique(idx)) != len(idx):
+        ascending = len(idx) < 2 or bool((idx[1:] > idx[:-1]).all())
+        if seen[idx].any() or (not ascending and len(np.unique(idx)) != len(idx)):
             raise InputError(f"{path}: column 'node_id' repeats an id; one feature row per node")
         seen[idx] = True
-        out[idx] = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(idx), dim)
+        rows = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(idx), dim)
+        if ascending and len(idx) and idx[-1] - idx[0] + 1 == len(idx):
+            out[idx[0] : idx[-1] + 1] = rows  # rows in node order: one contiguous write
+        else:
+            out[idx] = rows
     if out is None:
         raise InputError(f"{path}: holds no rows")
     out.flush()

@@ -136,6 +136,16 @@ def test_spilled_buckets_equal_in_memory_and_reference(tmp_path):
     directed = np.unique(np.stack([s[keep], d[keep]], 1), axis=0)
     assert small["dropped_duplicate"] == int(keep.sum()) - len(directed)
     assert small["dropped_self_loop"] == int((~keep).sum())
+    assert small["degree_max"] == np.bincount(pairs[:, 0]).max()
+
+    # directed mode, spilled and in memory, against the same reference
+    for name, budget in (("dir-spill", 1), ("dir-mem", 1024)):
+        cfg = CanonicalConfig(symmetrize=False, sort_budget_mb=budget, batch_rows=7000)
+        res = build_canonical_graph(tmp_path / "in", tmp_path / name, cfg)
+        got = pq.read_table(tmp_path / name / "edges.parquet")
+        np.testing.assert_array_equal(got.column("src").to_numpy(), directed[:, 0])
+        np.testing.assert_array_equal(got.column("dst").to_numpy(), directed[:, 1])
+        assert res["dropped_duplicate"] == small["dropped_duplicate"]
 
 
 # ----------------------------------------------------------------------------- bad input
