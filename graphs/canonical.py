@@ -242,6 +242,78 @@ class Relabeler:
         return self._index.get_indexer(values).astype(np.int64, copy=False)
 
 
+class _IdSpace:
+    """The integer space edge keys live in before they get their final ids.
+
+    Dense integer ids (their range at most a few times the row count) use offsets from
+    the smallest id: the set of ids is then a bitmap filled while streaming, and no
+    DISTINCT/ORDER BY over every endpoint is needed; since offset -> new id is monotone,
+    relabelling after deduplication keeps the sort order. Other ids (sparse integers,
+    strings) are relabelled up front from DuckDB's sorted DISTINCT, and the space is 0..n-1.
+    """
+
+    MAX_DENSE_SPAN = 1 << 28  # bitmap + int64 lookup table: 9 bytes per slot at most
+
+    def __init__(self, size: int, relabel: Relabeler | None, lo: int = 0):
+        self.size = size
+        self.lo = lo
+        self._relabel = relabel
+        self.present = None if relabel is not None else np.zeros(size, dtype=bool)
+
+    @classmethod
+    def plan(cls, con, kind, rows, min_id, max_id, nodes_sql, has_dropped_rows) -> "_IdSpace":
+        node_lo = node_hi = None
+        node_rows = 0
+        if nodes_sql is not None and kind == "int":
+            node_lo, node_hi, node_rows = con.sql(f"SELECT min(id), max(id), count(*) FROM ({nodes_sql})").fetchall()[0]
+        ends = [v for v in (min_id, max_id, node_lo, node_hi) if v is not None]
+        if kind == "int" and ends:
+            lo, hi = min(ends), max(ends)
+            span = hi - lo + 1
+            # at most 2 ids per edge row and 1 per node row: a span within a small multiple
+            # of that is dense enough for a bitmap
+            if span <= max(1 << 20, min(2 * (2 * rows + node_rows), cls.MAX_DENSE_SPAN)):
+                space = cls(span, None, lo)
+                if has_dropped_rows:  # ids met only in null-partner or self-loop rows are nodes too
+                    extra = con.sql(
+                        "SELECT src FROM raw_edges WHERE src IS NOT NULL AND (dst IS NULL OR src = dst) "
+                        "UNION ALL SELECT dst FROM raw_edges WHERE dst IS NOT NULL AND src IS NULL"
+                    ).fetchnumpy()["src"]
+                    space.present[np.asarray(extra, dtype=np.int64) - lo] = True
+                if nodes_sql is not None:
+                    space.present[np.asarray(con.sql(nodes_sql).fetchnumpy()["id"], dtype=np.int64) - lo] = True
+                return space
+        union = f" UNION {nodes_sql}" if nodes_sql else ""
+        ids = con.sql(
+            f"SELECT id FROM (SELECT src AS id FROM raw_edges UNION SELECT dst FROM raw_edges{union}) "
+            "WHERE id IS NOT NULL ORDER BY id"
+        ).to_arrow_table()
+        if ids.num_rows == 0:
+            raise InputError("every edge row has a null id; no nodes to build")
+        ids = ids.column(0).combine_chunks()
+        if len(ids) > 2**31 - 1:
+            raise InputError(f"{len(ids)} nodes exceed the 2^31-1 supported by the int64 edge keys")
+        return cls(len(ids), Relabeler(ids))
+
+    def locate(self, values: pa.Array) -> np.ndarray:
+        """Positions of edge endpoints in this space (marking them present when dense)."""
+        if self._relabel is not None:
+            return self._relabel(values)
+        off = values.to_numpy() - self.lo
+        self.present[off] = True
+        return off
+
+    def finish(self) -> tuple[Relabeler, np.ndarray | None]:
+        """(the relabeller of the final ids, the offset -> new id table or None)."""
+        if self._relabel is not None:
+            return self._relabel, None
+        offsets = np.flatnonzero(self.present)
+        if len(offsets) == 0:
+            raise InputError("every edge row has a null id; no nodes to build")
+        lut = np.cumsum(self.present, dtype=np.int64) - 1
+        return Relabeler(pa.array(offsets + self.lo)), lut
+
+
 # ----------------------------------------------------------------------------- edge keys
 #
 # An edge (u, v) is one int64 key: (u << shift) | (v << 1) | flag, where shift leaves room
@@ -433,43 +505,32 @@ def build_canonical_graph(
             f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
             f"FROM read_parquet({_sql_list(files.edge_files)}, union_by_name = true)"
         )
-        rows, null_rows, self_loops = con.sql(
+        rows, null_rows, self_loops, min_id, max_id = con.sql(
             "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
-            "count(*) FILTER (WHERE src = dst) FROM raw_edges"
+            "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst)) "
+            "FROM raw_edges"
         ).fetchall()[0]
         if rows == 0:
             raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
+        nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM read_parquet({_sql_list([files.nodes])})" if files.nodes else None
+        space = _IdSpace.plan(con, kind, rows, min_id, max_id, nodes_sql, null_rows + self_loops > 0)
+        n_space = space.size
 
-        node_part = ""
-        if files.nodes is not None:
-            node_part = f" UNION SELECT CAST(node_id AS {sql_type}) FROM read_parquet({_sql_list([files.nodes])})"
-        ids = con.sql(
-            f"SELECT id FROM (SELECT src AS id FROM raw_edges UNION SELECT dst FROM raw_edges{node_part}) "
-            "WHERE id IS NOT NULL ORDER BY id"
-        ).to_arrow_table()
-        ids = ids.column(0).combine_chunks() if ids.num_rows else pa.array([], type=pa.int64())
-        n = len(ids)
-        if n == 0:
-            raise InputError(f"{dataset_dir}: every edge row has a null id; no nodes to build")
-        if n > 2**31 - 1:
-            raise InputError(f"{dataset_dir}: {n} nodes exceed the 2^31-1 supported by the int64 edge keys")
-        relabel = Relabeler(ids)
-
-        # Stream valid edges, relabel, spill keys by source range. A symmetrized graph whose
-        # keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
+        # Stream valid edges into id space, spill keys by source range. A symmetrized graph
+        # whose keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
         valid_rows = rows - null_rows - self_loops
         budget = cfg.sort_budget_mb << 20
         half = cfg.symmetrize and valid_rows * 2 * BYTES_PER_KEY <= budget
         copies = 2 if cfg.symmetrize and not half else 1
         groups = 1 if half else math.ceil(valid_rows * copies * BYTES_PER_KEY / budget)
-        spill = _KeySpill(n, groups, budget, work / "spill")
-        shift = key_shift(n)
+        spill = _KeySpill(n_space, groups, budget, work / "spill")
+        shift = key_shift(n_space)
         reader = con.sql(
             "SELECT src, dst FROM raw_edges WHERE src IS NOT NULL AND dst IS NOT NULL AND src <> dst"
         ).to_arrow_reader(cfg.batch_rows)
         for batch in reader:
-            s = relabel(batch.column(0))
-            d = relabel(batch.column(1))
+            s = space.locate(batch.column(0))
+            d = space.locate(batch.column(1))
             if half:  # flag = orientation, so distinct directed pairs stay countable
                 lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
                 spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_)
@@ -478,9 +539,11 @@ def build_canonical_graph(
             else:
                 spill.add((s << shift) | (d << 1), s)
         con.close()
+        relabel, lut = space.finish()
+        n = relabel.n
 
-        out_deg = np.zeros(n, dtype=np.int64)
-        in_deg = np.zeros(n, dtype=np.int64) if not cfg.symmetrize else None
+        out_deg = np.zeros(n_space, dtype=np.int64)
+        in_deg = np.zeros(n_space, dtype=np.int64) if not cfg.symmetrize else None
         distinct_input_pairs = 0
         edges_written = 0
         schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
@@ -498,14 +561,19 @@ def build_canonical_graph(
                 distinct_input_pairs += distinct
                 out_deg[lo:hi] = counts
                 if in_deg is not None:
-                    in_deg += np.bincount(dst, minlength=n)
+                    in_deg += np.bincount(dst, minlength=n_space)
                 edges_written += len(dst)
-                table = pa.table({"src": _repeat_rows(lo, counts), "dst": dst}, schema=schema)
+                src = _repeat_rows(lo, counts)
+                if lut is not None:  # id-space offsets -> new ids; monotone, so order is kept
+                    src, dst = lut[src], lut[dst]
+                table = pa.table({"src": src, "dst": dst}, schema=schema)
                 if pending is not None:
                     pending.result()
                 pending = pool.submit(writer.write_table, table, row_group_size=1 << 20)
-                del counts, dst, table
+                del counts, src, dst, table
             degree = out_deg if in_deg is None else out_deg + in_deg
+            if lut is not None:
+                degree = degree[space.present]
             node_facts = _write_nodes(tmp, files, relabel, cfg)
             feat_facts = _write_features(tmp, files, relabel, cfg) if files.features is not None else {}
             _plot_degrees(degree, tmp / "degree_distribution.png")

@@ -41,6 +41,22 @@ def test_string_ids_duplicates_self_loops_nulls(tmp_path):
     assert s["degree_max"] == 2
 
 
+def test_dense_integer_ids_with_nulls_and_self_loops(tmp_path):
+    # dense ids take the bitmap path: ids seen only beside a null or in a self loop are nodes
+    write_edges(tmp_path / "in" / "edges.parquet", [1, 2, None, 5, 3, 3], [2, None, 9, 5, 1, 1], pa.int64())
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out")
+    nodes = pq.read_table(tmp_path / "out" / "nodes.parquet")
+    assert nodes.column("original_id").to_pylist() == [1, 2, 3, 5, 9]
+    assert read_edges(tmp_path / "out") == [(0, 1), (0, 2), (1, 0), (2, 0)]
+    assert (s["dropped_null_id"], s["dropped_self_loop"], s["dropped_duplicate"], s["isolated_nodes"]) == (2, 1, 1, 2)
+
+
+def test_all_null_ids_fail_clearly(tmp_path):
+    write_edges(tmp_path / "in" / "edges.parquet", [None, None], [None, None], pa.int64())
+    with pytest.raises(InputError, match="every edge row has a null id"):
+        build_canonical_graph(tmp_path / "in", tmp_path / "out")
+
+
 def test_int32_and_int64_files_mix(tmp_path):
     write_edges(tmp_path / "in" / "edges" / "a.parquet", [10, 20], [20, 30], pa.int32())
     write_edges(tmp_path / "in" / "edges" / "b.parquet", [2**40, 30], [10, 20], pa.int64())
