@@ -121,3 +121,46 @@ def test_register_datasets_adds_only_new_partitions(tmp_path, storage):
 def test_every_asset_is_partitioned_by_dataset():
     for a in ALL_ASSETS:
         assert a.partitions_def == dataset_partitions, a.key
+
+
+def _cli(args, env_extra, cwd):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, **env_extra}
+    return subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_cli_generate_then_datasets_sync(tmp_path):
+    """`gnnflow generate` writes the landing layout; `gnnflow datasets sync` registers it in DAGSTER_HOME."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    env = {"DAGSTER_HOME": str(home), "GNNFLOW_LANDING": str(tmp_path / "landing"), "PYTHONPATH": str(repo)}
+    gen = _cli(
+        ["generate", "--out", str(tmp_path / "landing" / "g1"), "--num-nodes", "500", "--num-edges", "3000",
+         "--num-edge-files", "3", "--quiet"],
+        env, tmp_path,
+    )
+    assert gen.returncode == 0, gen.stderr
+    summary = json.loads(gen.stdout)
+    assert summary["nodes"] == 500 and summary["edge_rows"] == 3000
+    assert len(list((tmp_path / "landing" / "g1" / "edges").glob("*.parquet"))) == 3
+    labels = pq.read_table(tmp_path / "landing" / "g1" / "nodes.parquet").column("label").to_numpy()
+    assert labels.min() >= 0 and len(np.unique(labels)) > 1
+
+    sync = _cli(["datasets", "sync"], env, tmp_path)
+    assert sync.returncode == 0, sync.stderr
+    assert "newly registered: g1" in sync.stdout
+    with dg.instance_for_test(temp_dir=str(home)) as instance:
+        assert instance.get_dynamic_partitions("dataset") == ["g1"]
+    again = _cli(["datasets", "sync"], env, tmp_path)
+    assert "newly registered: none" in again.stdout
+
+    bad = _cli(["generate", "--out", str(tmp_path / "x"), "--homophily", "1.5", "--quiet"], env, tmp_path)
+    assert bad.returncode != 0 and "homophily" in bad.stderr
