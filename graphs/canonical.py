@@ -542,46 +542,21 @@ def build_canonical_graph(
         relabel, lut = space.finish()
         n = relabel.n
 
-        out_deg = np.zeros(n_space, dtype=np.int64)
-        in_deg = np.zeros(n_space, dtype=np.int64) if not cfg.symmetrize else None
-        distinct_input_pairs = 0
-        edges_written = 0
-        schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
-        # Parquet encoding runs in a writer thread while the next group is deduplicated
-        # (the numba kernels release the GIL), and later while nodes/features are written.
-        writer = pq.ParquetWriter(tmp / "edges.parquet", schema, compression="snappy")
-        pool = ThreadPoolExecutor(max_workers=1)
-        pending = None
-        try:
-            for keys, lo, hi in spill.groups():
-                counts, dst, distinct = _dedupe_rows(keys, shift, lo, hi - lo, half)
-                del keys
-                if half:
-                    counts, dst = _mirror(counts, dst)
-                distinct_input_pairs += distinct
-                out_deg[lo:hi] = counts
-                if in_deg is not None:
-                    in_deg += np.bincount(dst, minlength=n_space)
-                edges_written += len(dst)
-                src = _repeat_rows(lo, counts)
-                if lut is not None:  # id-space offsets -> new ids; monotone, so order is kept
-                    src, dst = lut[src], lut[dst]
-                table = pa.table({"src": src, "dst": dst}, schema=schema)
-                if pending is not None:
-                    pending.result()
-                pending = pool.submit(writer.write_table, table, row_group_size=1 << 20)
-                del counts, src, dst, table
-            degree = out_deg if in_deg is None else out_deg + in_deg
-            if lut is not None:
-                degree = degree[space.present]
-            node_facts = _write_nodes(tmp, files, relabel, cfg)
-            feat_facts = _write_features(tmp, files, relabel, cfg) if files.features is not None else {}
-            _plot_degrees(degree, tmp / "degree_distribution.png")
-            if pending is not None:
-                pending.result()
-        finally:
-            pool.shutdown(wait=True)
-            writer.close()
+        # Edges are deduplicated and written in a worker thread (numba and Parquet encoding
+        # release the GIL) while this thread writes the node table and the features.
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            edges_job = pool.submit(
+                _write_edges, spill, tmp / "edges.parquet", shift=shift, half=half,
+                directed=not cfg.symmetrize, lut=lut,
+            )
+            try:
+                node_facts = _write_nodes(tmp, files, relabel, cfg)
+                feat_facts = _write_features(tmp, files, relabel, cfg) if files.features is not None else {}
+            finally:
+                degree, distinct_input_pairs, edges_written = edges_job.result()
+        if lut is not None:
+            degree = degree[space.present]
+        _plot_degrees(degree, tmp / "degree_distribution.png")
         shutil.rmtree(work, ignore_errors=True)
 
         summary = {
@@ -606,6 +581,44 @@ def build_canonical_graph(
         }
         (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, directed: bool, lut) -> tuple:
+    """Deduplicate each key group and append it to edges.parquet, sorted by (src, dst).
+
+    Returns (degree per id-space slot, distinct input pairs, edges written). Encoding of
+    group i overlaps the deduplication of group i+1 in a second thread.
+    """
+    n_space = spill.n
+    out_deg = np.zeros(n_space, dtype=np.int64)
+    in_deg = np.zeros(n_space, dtype=np.int64) if directed else None
+    distinct_input_pairs = 0
+    edges_written = 0
+    schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
+    with pq.ParquetWriter(path, schema, compression="snappy") as writer, ThreadPoolExecutor(max_workers=1) as pool:
+        pending = None
+        for keys, lo, hi in spill.groups():
+            counts, dst, distinct = _dedupe_rows(keys, shift, lo, hi - lo, half)
+            del keys
+            if half:
+                counts, dst = _mirror(counts, dst)
+            distinct_input_pairs += distinct
+            out_deg[lo:hi] = counts
+            if in_deg is not None:
+                in_deg += np.bincount(dst, minlength=n_space)
+            edges_written += len(dst)
+            src = _repeat_rows(lo, counts)
+            if lut is not None:  # id-space offsets -> new ids; monotone, so order is kept
+                src, dst = lut[src], lut[dst]
+            table = pa.table({"src": src, "dst": dst}, schema=schema)
+            if pending is not None:
+                pending.result()
+            pending = pool.submit(writer.write_table, table, row_group_size=1 << 20)
+            del counts, src, dst, table
+        if pending is not None:
+            pending.result()
+    degree = out_deg if in_deg is None else out_deg + in_deg
+    return degree, distinct_input_pairs, edges_written
 
 
 def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig) -> dict:
