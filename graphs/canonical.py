@@ -261,7 +261,7 @@ class _IdSpace:
         self.present = None if relabel is not None else np.zeros(size, dtype=bool)
 
     @classmethod
-    def plan(cls, con, kind, rows, min_id, max_id, nodes_sql, has_dropped_rows) -> "_IdSpace":
+    def plan(cls, con, kind, rows, min_id, max_id, nodes_sql, has_dropped_rows, where) -> "_IdSpace":
         node_lo = node_hi = None
         node_rows = 0
         if nodes_sql is not None and kind == "int":
@@ -281,7 +281,8 @@ class _IdSpace:
                     ).fetchnumpy()["src"]
                     space.present[np.asarray(extra, dtype=np.int64) - lo] = True
                 if nodes_sql is not None:
-                    space.present[np.asarray(con.sql(nodes_sql).fetchnumpy()["id"], dtype=np.int64) - lo] = True
+                    node_ids = con.sql(f"SELECT id FROM ({nodes_sql}) WHERE id IS NOT NULL").fetchnumpy()["id"]
+                    space.present[np.asarray(node_ids, dtype=np.int64) - lo] = True
                 return space
         union = f" UNION {nodes_sql}" if nodes_sql else ""
         ids = con.sql(
@@ -289,10 +290,10 @@ class _IdSpace:
             "WHERE id IS NOT NULL ORDER BY id"
         ).to_arrow_table()
         if ids.num_rows == 0:
-            raise InputError("every edge row has a null id; no nodes to build")
+            raise InputError(f"{where}: every edge row has a null id; no nodes to build")
         ids = ids.column(0).combine_chunks()
         if len(ids) > 2**31 - 1:
-            raise InputError(f"{len(ids)} nodes exceed the 2^31-1 supported by the int64 edge keys")
+            raise InputError(f"{where}: {len(ids)} nodes exceed the 2^31-1 supported by the int64 edge keys")
         return cls(len(ids), Relabeler(ids))
 
     def locate(self, values: pa.Array) -> np.ndarray:
@@ -513,7 +514,7 @@ def build_canonical_graph(
         if rows == 0:
             raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
         nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM read_parquet({_sql_list([files.nodes])})" if files.nodes else None
-        space = _IdSpace.plan(con, kind, rows, min_id, max_id, nodes_sql, null_rows + self_loops > 0)
+        space = _IdSpace.plan(con, kind, rows, min_id, max_id, nodes_sql, null_rows + self_loops > 0, dataset_dir)
         n_space = space.size
 
         # Stream valid edges into id space, spill keys by source range. A symmetrized graph
