@@ -350,10 +350,7 @@ class _KeySpill:
             self._chunks.append(keys)
             self.sizes[0] += len(keys)
             return
-        bucket = (src // self.width).astype(np.int32)
-        order = np.argsort(bucket, kind="stable")
-        counts = np.bincount(bucket, minlength=self.num_buckets)
-        keys = keys[order]
+        keys, counts = _group_by_bucket(keys, src, self.width, self.num_buckets)
         ends = np.cumsum(counts)
         starts = ends - counts
         for b in np.flatnonzero(counts):
@@ -380,6 +377,23 @@ class _KeySpill:
                 self._paths[i].unlink()
             yield keys, b * self.width, min(self.n, e * self.width)
             b = e
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_by_bucket(keys, src, width, num_buckets):  # pragma: no cover - compiled
+    """Keys reordered so that bucket src // width is contiguous (a counting sort), and counts."""
+    counts = np.zeros(num_buckets, np.int64)
+    for i in range(len(src)):
+        counts[src[i] // width] += 1
+    pos = np.zeros(num_buckets, np.int64)
+    for b in range(1, num_buckets):
+        pos[b] = pos[b - 1] + counts[b - 1]
+    out = np.empty_like(keys)
+    for i in range(len(src)):
+        b = src[i] // width
+        out[pos[b]] = keys[i]
+        pos[b] += 1
+    return out, counts
 
 
 @numba.njit(cache=True, nogil=True)
