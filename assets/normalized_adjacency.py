@@ -1,0 +1,104 @@
+"""normalized_adjacency: the GCN propagation matrix Â of the canonical graph as CSR arrays.
+
+Calls `graphs.normalize.build_normalized_adjacency` (see that module for the files, dtypes
+and the streaming build) and evaluates four asset checks on the written files: Â is
+symmetric (for norm='both' on a symmetrized graph), has no NaN/inf, every weight lies in
+(0, 1], and its largest eigenvalue, estimated by power iteration, is at most 1 + 1e-4.
+"""
+
+
+import dagster as dg
+
+from assets.canonical_graph import canonical_graph
+from assets.common import GnnflowStorage, dataset_partitions
+from assets.config import dagster_config
+from graphs.normalize import (
+    AdjacencyConfig,
+    asymmetric_entries,
+    build_normalized_adjacency,
+    largest_eigenvalue,
+    load_csr,
+    weight_stats,
+)
+from graphs.storage import dir_bytes
+
+NormalizedAdjacencyConfig = dagster_config(AdjacencyConfig, "NormalizedAdjacencyConfig")
+
+SYMMETRIC = "symmetric"
+FINITE = "finite_weights"
+WEIGHTS_IN_RANGE = "weights_in_0_1"
+SPECTRAL_RADIUS = "largest_eigenvalue_at_most_1"
+EIGENVALUE_TOLERANCE = 1e-4
+
+_ASSET = "normalized_adjacency"
+
+
+@dg.asset(
+    partitions_def=dataset_partitions,
+    deps=[canonical_graph],
+    group_name="preprocess",
+    kinds={"numpy"},
+    check_specs=[
+        dg.AssetCheckSpec(SYMMETRIC, asset=_ASSET, description="Â equals its transpose (entries and weights); "
+                          "applies to norm='both' on a symmetrized graph."),
+        dg.AssetCheckSpec(FINITE, asset=_ASSET, description="No weight is NaN or infinite."),
+        dg.AssetCheckSpec(WEIGHTS_IN_RANGE, asset=_ASSET, description="Every weight lies in (0, 1]."),
+        dg.AssetCheckSpec(SPECTRAL_RADIUS, asset=_ASSET, description="The largest eigenvalue of Â, estimated "
+                          f"by power iteration, is at most 1 + {EIGENVALUE_TOLERANCE:g}."),
+    ],
+)
+def normalized_adjacency(
+    context: dg.AssetExecutionContext, config: NormalizedAdjacencyConfig, storage: GnnflowStorage
+) -> dg.MaterializeResult:
+    """Â = D^-1/2 (A + I) D^-1/2 (or D^-1 (A + I)) as int64 indptr / int32 indices / float32 weights."""
+    dataset = context.partition_key
+    canonical = storage.asset_dir(dataset, "canonical_graph")
+    if not (canonical / "summary.json").is_file():
+        raise dg.Failure(description=f"dataset '{dataset}': no canonical graph at {canonical}; "
+                         "materialize canonical_graph first")
+    cfg = config.to_dataclass()
+    out = storage.asset_dir(dataset, _ASSET)
+    s = build_normalized_adjacency(canonical, out, cfg)
+    checks = check_adjacency(out, cfg, s["symmetrized"])
+    metadata = {
+        "path": dg.MetadataValue.path(str(out)),
+        "nodes": s["nodes"],
+        "edges": s["edges"],
+        "nnz": s["nnz"],
+        "norm": s["norm"],
+        "add_self_loops": s["add_self_loops"],
+        "index_dtype": s["index_dtype"],
+        "isolated_nodes": s["isolated_nodes"],
+        "max_row_length": s["max_row_length"],
+        "seconds": s["seconds"],
+        "degree_seconds": s["degree_seconds"],
+        "edges_per_second": s["edges_per_second"],
+        "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
+        "bytes": dir_bytes(out),
+    }
+    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+
+
+def check_adjacency(out, cfg: AdjacencyConfig, symmetrized: bool) -> list[dg.AssetCheckResult]:
+    """The four asset checks, evaluated on the files in `out`."""
+    csr = load_csr(out)
+    if cfg.norm == "both" and symmetrized:
+        bad = asymmetric_entries(csr)
+        symmetric = dg.AssetCheckResult(check_name=SYMMETRIC, passed=bad == 0, metadata={"asymmetric_entries": bad})
+    else:
+        why = "norm='right' is row-normalized" if cfg.norm != "both" else "the canonical graph is directed"
+        symmetric = dg.AssetCheckResult(check_name=SYMMETRIC, passed=True, metadata={"applies": False, "why": why})
+    w = weight_stats(csr)
+    finite = dg.AssetCheckResult(check_name=FINITE, passed=w["nonfinite"] == 0, metadata={"nonfinite": w["nonfinite"]})
+    in_range = dg.AssetCheckResult(
+        check_name=WEIGHTS_IN_RANGE,
+        passed=w["outside_0_1"] == 0 and w["nonfinite"] == 0,
+        metadata={"outside_0_1": w["outside_0_1"], "min": w["min"], "max": w["max"]},
+    )
+    lam = largest_eigenvalue(csr, cfg.power_iterations)
+    radius = dg.AssetCheckResult(
+        check_name=SPECTRAL_RADIUS,
+        passed=bool(lam <= 1 + EIGENVALUE_TOLERANCE),
+        metadata={"largest_eigenvalue": lam, "power_iterations": cfg.power_iterations},
+    )
+    return [symmetric, finite, in_range, radius]

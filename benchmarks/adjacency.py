@@ -1,0 +1,147 @@
+"""Adjacency benchmark: our streaming normalized_adjacency build vs a scipy.sparse reference.
+
+    .venv/bin/python benchmarks/adjacency.py --nodes 1000000 --edges 10000000
+    .venv/bin/python benchmarks/adjacency.py --nodes 10000000 --edges 100000000
+
+Generates the graph and its canonical form once (cached under --work), then runs, each
+in a fresh spawned child process so that peak RSS is its own:
+  ours   `build_normalized_adjacency`: DuckDB degrees, edges streamed into memory-mapped
+         indptr/indices/weights .npy files;
+  scipy  the textbook version: read edges.parquet whole, `csr_matrix((1, (src, dst)))`,
+         `+ identity`, `diags(d^-1/2) @ A @ diags(d^-1/2)`, `np.save` the three arrays.
+Both write the same files; the benchmark checks they agree, then prints edges/s, seconds,
+peak RSS (and RSS above the child's imports) and the ratios ours / scipy
+(target: time <= 1.0x, less peak memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import shutil
+import time
+from pathlib import Path
+
+
+def canonical_graph_for(nodes: int, edges: int, work: Path, landing: Path | None = None) -> Path:
+    """The canonical graph of the generated nodes/edges dataset (or of `landing`), cached."""
+    from graphs.canonical import build_canonical_graph
+
+    root = work / f"n{nodes}-e{edges}" if landing is None else work / f"landing-{landing.name}"
+    canonical = root / "canonical"
+    if (canonical / "summary.json").is_file():
+        return canonical
+    if landing is None:
+        from graphs.generate import generate_dataset, scale_config
+
+        landing = root / "landing"
+        t = time.perf_counter()
+        generate_dataset(scale_config(nodes, edges, seed=0), landing, progress=False)
+        print(f"generated {landing} in {time.perf_counter() - t:.1f} s", flush=True)
+    t = time.perf_counter()
+    s = build_canonical_graph(landing, canonical)
+    print(f"canonical graph: {s['nodes']:,} nodes, {s['edges']:,} edges in {time.perf_counter() - t:.1f} s", flush=True)
+    return canonical
+
+
+def _ours(canonical: str, out: str, queue) -> None:
+    from graphs.normalize import AdjacencyConfig, build_normalized_adjacency
+    from graphs.storage import peak_rss_bytes
+
+    base = peak_rss_bytes()
+    t = time.perf_counter()
+    build_normalized_adjacency(canonical, out, AdjacencyConfig())
+    queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "base": base})
+
+
+def _scipy(canonical: str, out: str, queue) -> None:
+    import json
+
+    import numpy as np
+    import pyarrow.parquet as pq
+    import scipy.sparse as sp
+
+    from graphs.storage import peak_rss_bytes
+
+    base = peak_rss_bytes()
+    t = time.perf_counter()
+    n = json.loads((Path(canonical) / "summary.json").read_text())["nodes"]
+    edges = pq.read_table(Path(canonical) / "edges.parquet", columns=["src", "dst"])
+    src, dst = edges.column("src").to_numpy(), edges.column("dst").to_numpy()
+    del edges
+    a = sp.csr_matrix((np.ones(len(src), dtype=np.float32), (src, dst)), shape=(n, n))
+    del src, dst
+    a = a + sp.identity(n, dtype=np.float32, format="csr")
+    scale = sp.diags(np.asarray(a.sum(axis=1)).ravel() ** -0.5)
+    a_hat = (scale @ a @ scale).tocsr()
+    a_hat.sort_indices()
+    Path(out).mkdir(parents=True, exist_ok=True)
+    np.save(Path(out) / "indptr.npy", a_hat.indptr.astype(np.int64))
+    np.save(Path(out) / "indices.npy", a_hat.indices.astype(np.int32))
+    np.save(Path(out) / "weights.npy", a_hat.data.astype(np.float32))
+    queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "base": base})
+
+
+def _run(target, *args) -> dict:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    p = ctx.Process(target=target, args=(*args, q))
+    p.start()
+    result = q.get()
+    p.join()
+    return result
+
+
+def _agree(ours: Path, ref: Path) -> float:
+    """Largest |weight difference|; raises if the sparsity patterns differ."""
+    import numpy as np
+
+    for name in ("indptr", "indices"):
+        if not np.array_equal(np.load(ours / f"{name}.npy", mmap_mode="r"), np.load(ref / f"{name}.npy", mmap_mode="r")):
+            raise AssertionError(f"{name}.npy differs between ours and scipy")
+    w1, w2 = np.load(ours / "weights.npy", mmap_mode="r"), np.load(ref / "weights.npy", mmap_mode="r")
+    return float(np.max(np.abs(w1 - w2))) if len(w1) else 0.0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--edges", type=int, default=10_000_000, help="generated edge rows (before symmetrizing)")
+    ap.add_argument("--landing", type=Path, help="use this landing folder instead of a generated graph")
+    ap.add_argument("--work", type=Path, default=Path("bench_out/graphs"))
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each variant; the best time is kept")
+    args = ap.parse_args()
+
+    work = args.work.resolve()
+    canonical = canonical_graph_for(args.nodes, args.edges, work, args.landing)
+    from graphs.canonical import read_summary
+
+    facts = read_summary(canonical)
+    results = {}
+    for name, target in (("scipy", _scipy), ("ours", _ours)):
+        best = None
+        for _ in range(args.repeat):
+            out = work / f"adjacency-{name}"
+            shutil.rmtree(out, ignore_errors=True)
+            r = _run(target, str(canonical), str(out))
+            best = r if best is None or r["seconds"] < best["seconds"] else best
+        results[name] = best
+    diff = _agree(work / "adjacency-ours", work / "adjacency-scipy")
+    for name in results:
+        shutil.rmtree(work / f"adjacency-{name}", ignore_errors=True)
+
+    m = facts["edges"]
+    print(f"\ngraph: {facts['nodes']:,} nodes, {m:,} canonical (directed) edges; nnz of Â = {m + facts['nodes']:,}")
+    print(f"{'variant':<46}{'seconds':>9}{'edges/s':>14}{'peak RSS':>11}{'above imports':>15}")
+    labels = {"scipy": "scipy.sparse (A + I, degree scaling, np.save)", "ours": "ours (DuckDB degrees, streamed, memmaps)"}
+    for name, r in results.items():
+        print(f"{labels[name]:<46}{r['seconds']:>9.2f}{m / r['seconds']:>14,.0f}"
+              f"{r['rss'] / 2**30:>9.2f} GB{(r['rss'] - r['base']) / 2**30:>12.2f} GB")
+    o, s = results["ours"], results["scipy"]
+    print(f"ratio ours / scipy: time {o['seconds'] / s['seconds']:.2f} (target <= 1.0), "
+          f"peak RSS {o['rss'] / s['rss']:.2f}, RSS above imports {(o['rss'] - o['base']) / (s['rss'] - s['base']):.2f}")
+    print(f"max |weight difference| ours vs scipy: {diff:.2e} (same indptr and indices)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,325 @@
+"""Normalized adjacency: the GCN propagation matrix Â of a canonical graph, as CSR arrays.
+
+    norm="both"   Â = D_r^-1/2 (A + I) D_c^-1/2   (Kipf & Welling's renormalization; for a
+                                                  symmetrized graph D_r = D_c = D and Â is
+                                                  symmetric)
+    norm="right"  Â = D_r^-1 (A + I)              (row-normalized: Â·X averages each row's
+                                                  neighbourhood, the "mean" aggregator)
+
+Row i of Â holds the edges i -> j of the canonical edges.parquet (row = src, column = dst),
+so Â·X gathers, for node i, the features of its out-neighbours; for a symmetrized graph
+(the default) that is every neighbour, and Â·X equals DGL's
+``GraphConv(norm=..., weight=False, bias=False)`` on ``dgl.add_self_loop(g)``. For a
+directed graph it equals GraphConv on the reversed graph. D_r counts the entries of a row
+(out-degree, +1 for the self loop), D_c those of a column (in-degree, +1).
+With `add_self_loops=False` the "+ I" is left out (and a node without edges gets an
+empty row).
+
+Files written (format version 1) into `<out_dir>/`:
+    indptr.npy    int64   [n + 1]   row i is indices[indptr[i]:indptr[i+1]]
+    indices.npy   int32   [nnz]     column ids, ascending within a row (int64 when n >= 2^31)
+    weights.npy   float32 [nnz]     Â's entries, aligned with indices
+    summary.json  counts, settings ("norm", "add_self_loops", "format_version"), timings
+where nnz = edges + n with self loops (every node gets exactly one, isolated nodes too:
+their only entry is Â[i, i] = 1), and nnz = edges without.
+
+How it scales: degrees are one DuckDB GROUP BY over edges.parquet. Then the file is
+streamed in record batches; the canonical edges are already sorted by (src, dst), so CSR
+order is file order and the output position of edge k (row s, column d) is
+``k + s + (d > s)`` — the s self loops of the rows before, plus row s's own self loop if
+it sorts before d. Each batch is scattered into the three `.npy` files through memory
+maps; the self loops go in at the end, one vectorised scatter over n positions. Memory
+is O(n) plus one batch, whatever the edge count.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import duckdb
+import numpy as np
+import pyarrow.parquet as pq
+
+from graphs.canonical import read_summary
+from graphs.storage import atomic_output_dir, peak_rss_bytes
+
+FORMAT_VERSION = 1
+NORMS = ("both", "right")
+
+
+@dataclass(kw_only=True)
+class AdjacencyConfig:
+    """Settings of the normalized_adjacency stage."""
+
+    add_self_loops: bool = field(
+        default=True, metadata={"help": "Add I to A before normalizing (the GCN renormalization trick)."}
+    )
+    norm: str = field(
+        default="both",
+        metadata={"help": "'both': D^-1/2 (A+I) D^-1/2 (symmetric); 'right': D^-1 (A+I) (row mean)."},
+    )
+    batch_rows: int = field(
+        default=4_000_000, metadata={"help": "Edge rows per streamed batch of edges.parquet."}
+    )
+    memory_limit: str = field(
+        default="2GB", metadata={"help": "DuckDB memory_limit for the degree aggregation, e.g. '2GB'."}
+    )
+    power_iterations: int = field(
+        default=50, metadata={"help": "Power-iteration steps of the largest-eigenvalue asset check."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.batch_rows < 1:
+            raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
+        if self.power_iterations < 1:
+            raise ValueError(f"power_iterations must be >= 1, got {self.power_iterations}")
+
+
+class CSR(NamedTuple):
+    """Â as three (usually memory-mapped) arrays; n = len(indptr) - 1."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def nnz(self) -> int:
+        return int(self.indptr[-1])
+
+
+def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True) -> CSR:
+    """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default."""
+    d = Path(adjacency_dir)
+    mode = "r" if mmap else None
+    return CSR(*(np.load(d / f"{name}.npy", mmap_mode=mode, allow_pickle=False) for name in ("indptr", "indices", "weights")))
+
+
+def edge_degrees(
+    edges_path: str | os.PathLike, n: int, symmetric: bool, memory_limit: str = "2GB"
+) -> tuple[np.ndarray, np.ndarray]:
+    """(out-degree, in-degree) int64 arrays of length n, aggregated by DuckDB.
+
+    For a symmetrized graph the in-degree is the out-degree (the same array is returned).
+    """
+    con = duckdb.connect()
+    con.execute(f"SET memory_limit = '{memory_limit}'")
+    path = str(edges_path).replace("'", "''")
+    degrees = []
+    for col in ("src",) if symmetric else ("src", "dst"):
+        t = con.sql(f"SELECT {col} AS node, count(*) AS deg FROM read_parquet('{path}') GROUP BY {col}").fetchnumpy()
+        deg = np.zeros(n, dtype=np.int64)
+        deg[t["node"]] = t["deg"]
+        degrees.append(deg)
+    con.close()
+    return degrees[0], degrees[-1]
+
+
+def build_normalized_adjacency(
+    canonical_dir: str | os.PathLike, out_dir: str | os.PathLike, cfg: AdjacencyConfig | None = None
+) -> dict:
+    """Write Â of the canonical graph in `canonical_dir` as CSR files into `out_dir` (atomically).
+
+    Returns the summary dict that is also written as summary.json.
+    """
+    cfg = cfg or AdjacencyConfig()
+    t0 = time.perf_counter()
+    canonical = Path(canonical_dir)
+    facts = read_summary(canonical)
+    n, num_edges = int(facts["nodes"]), int(facts["edges"])
+    edges_path = canonical / "edges.parquet"
+
+    symmetric = bool(facts.get("symmetrized", True))
+    out_deg, in_deg = edge_degrees(edges_path, n, symmetric, cfg.memory_limit)
+    if int(out_deg.sum()) != num_edges:
+        raise ValueError(f"{edges_path}: holds {int(out_deg.sum())} edges but summary.json says {num_edges}")
+    loop = 1 if cfg.add_self_loops else 0
+    row_len = out_deg + loop
+    # Scale factors in float64; each weight is one product, rounded once to float32.
+    with np.errstate(divide="ignore"):
+        if cfg.norm == "both":
+            row_scale = (row_len.astype(np.float64)) ** -0.5
+            col_scale = (in_deg + loop).astype(np.float64) ** -0.5
+        else:
+            row_scale = 1.0 / row_len
+            col_scale = None
+    t_degrees = time.perf_counter() - t0
+
+    nnz = num_edges + loop * n
+    index_dtype = np.int32 if n < 2**31 else np.int64
+    with atomic_output_dir(out_dir) as tmp:
+        indptr = np.lib.format.open_memmap(tmp / "indptr.npy", mode="w+", dtype=np.int64, shape=(n + 1,))
+        indptr[0] = 0
+        np.cumsum(row_len, out=indptr[1:])
+        indices = np.lib.format.open_memmap(tmp / "indices.npy", mode="w+", dtype=index_dtype, shape=(nnz,))
+        weights = np.lib.format.open_memmap(tmp / "weights.npy", mode="w+", dtype=np.float32, shape=(nnz,))
+
+        below_diag = np.zeros(n, dtype=np.int64)  # per row: edges whose column sorts before the self loop
+        k = 0
+        for batch in pq.ParquetFile(edges_path).iter_batches(batch_size=cfg.batch_rows, columns=["src", "dst"]):
+            src = batch.column(0).to_numpy()
+            dst = batch.column(1).to_numpy()
+            pos = np.arange(k, k + len(src), dtype=np.int64)
+            if loop and len(src):
+                before = dst < src
+                first = int(src[0])  # src is sorted: only rows first..src[-1] occur in this batch
+                below_diag[first : int(src[-1]) + 1] += np.bincount(src[before] - first, minlength=int(src[-1]) - first + 1)
+                pos += src
+                pos += ~before
+            indices[pos] = dst
+            w = row_scale[src] * col_scale[dst] if col_scale is not None else row_scale[src]
+            weights[pos] = w
+            k += len(src)
+        if k != num_edges:
+            raise ValueError(f"{edges_path}: streamed {k} edges but summary.json says {num_edges}")
+        if loop:
+            diag_pos = indptr[:-1] + below_diag
+            indices[diag_pos] = np.arange(n, dtype=index_dtype)
+            weights[diag_pos] = row_scale * col_scale if col_scale is not None else row_scale
+        for arr in (indptr, indices, weights):
+            arr.flush()
+        del indptr, indices, weights
+
+        seconds = time.perf_counter() - t0
+        nonempty = row_len > 0
+        summary = {
+            "format_version": FORMAT_VERSION,
+            "nodes": n,
+            "edges": num_edges,
+            "nnz": int(nnz),
+            "norm": cfg.norm,
+            "add_self_loops": cfg.add_self_loops,
+            "symmetrized": symmetric,
+            "index_dtype": np.dtype(index_dtype).name,
+            "isolated_nodes": int(np.count_nonzero((out_deg == 0) & (in_deg == 0))),
+            "empty_rows": int(np.count_nonzero(~nonempty)),
+            "max_row_length": int(row_len.max()) if n else 0,
+            "degree_seconds": round(t_degrees, 3),
+            "seconds": round(seconds, 3),
+            "edges_per_second": round(num_edges / seconds) if seconds > 0 else 0,
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+# ----------------------------------------------------------------------------- checks
+# Used by the asset checks; each reads the CSR in bounded chunks.
+
+
+def asymmetric_entries(csr: CSR, rtol: float = 1e-6, block_entries: int = 1 << 20) -> int:
+    """How many entries (i, j, w) lack a partner (j, i, w') with |w' - w| <= rtol * |w|.
+
+    Entries are bucketed by blocks of at most 65536 columns [c0, c1) and about
+    `block_entries` entries. Within a block, a stable radix sort on the 16-bit column
+    offset puts the transposed keys (j, i) in order (rows are already ascending), and they
+    are looked up in rows c0..c1-1, a contiguous sorted stretch of the CSR. Every sort is
+    linear and every search cache-sized; memory is ~16 bytes per entry.
+    """
+    n, nnz = csr.n, csr.nnz
+    if nnz == 0:
+        return 0
+    width = 1 << 16
+    indptr = np.asarray(csr.indptr)
+    cols = np.asarray(csr.indices)
+    rows = np.repeat(np.arange(n, dtype=np.int32 if n < 2**31 else np.int64), np.diff(indptr))
+    col_end = np.cumsum(np.bincount(cols, minlength=n))
+    by_entries = np.searchsorted(col_end, np.arange(block_entries, nnz, block_entries), side="right")
+    bounds = np.unique(np.concatenate([[0, n], by_entries, np.arange(0, n, width)]))
+    bounds = bounds[bounds <= n]
+    block = np.empty(nnz, dtype=np.uint32 if len(bounds) > width else np.uint16)
+    for lo in range(0, nnz, 1 << 24):  # in chunks: searchsorted's int64 result would be 8 bytes/entry
+        block[lo : lo + (1 << 24)] = np.searchsorted(bounds, cols[lo : lo + (1 << 24)], side="right") - 1
+    by_block = np.argsort(block, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(np.bincount(block, minlength=len(bounds) - 1))])
+    del block
+    bad = 0
+    for b in range(len(bounds) - 1):
+        c0 = int(bounds[b])
+        sel = by_block[starts[b] : starts[b + 1]]  # entries with a column in [c0, c1), row-major
+        sel = sel[np.argsort((cols[sel] - c0).astype(np.uint16), kind="stable")]  # -> column-major
+        t_keys = cols[sel].astype(np.int64) * n + rows[sel]  # (j, i) of entries (i, j), ascending
+        t_w = np.asarray(csr.weights[sel], dtype=np.float64)
+        lo, hi = int(indptr[c0]), int(indptr[bounds[b + 1]])
+        r_keys = rows[lo:hi].astype(np.int64) * n + cols[lo:hi]
+        if len(r_keys) == 0:
+            bad += len(t_keys)
+            continue
+        at = np.minimum(np.searchsorted(r_keys, t_keys), len(r_keys) - 1)
+        ok = (r_keys[at] == t_keys) & (np.abs(csr.weights[lo + at] - t_w) <= rtol * np.abs(t_w))
+        bad += int(np.count_nonzero(~ok))
+    return bad
+
+
+def weight_stats(csr: CSR, chunk: int = 1 << 24) -> dict:
+    """Non-finite count, min and max over the finite weights, and how many lie outside (0, 1]."""
+    nonfinite, outside = 0, 0
+    lo_w, hi_w = np.inf, -np.inf
+    for lo in range(0, csr.nnz, chunk):
+        w = np.asarray(csr.weights[lo : lo + chunk])
+        finite = np.isfinite(w)
+        nonfinite += int(np.count_nonzero(~finite))
+        wf = w[finite]
+        outside += int(np.count_nonzero((wf <= 0) | (wf > 1)))
+        if len(wf):
+            lo_w, hi_w = min(lo_w, float(wf.min())), max(hi_w, float(wf.max()))
+    return {"nonfinite": nonfinite, "outside_0_1": outside, "min": lo_w, "max": hi_w}
+
+
+def largest_eigenvalue(csr: CSR, iterations: int = 50) -> float:
+    """Power-iteration estimate of Â's largest eigenvalue: the Rayleigh quotient x·Âx / x·x.
+
+    Starts from the all-ones vector. For a correct 'right' Â (rows sum to 1) that vector is
+    an eigenvector with eigenvalue 1; for a correct symmetric 'both' Â the Rayleigh
+    quotient never exceeds the largest eigenvalue, which is 1. So a correct Â never
+    reports more than 1 (up to float32 rounding), while a mis-scaled one converges to its
+    true, larger eigenvalue. Uses torch's sparse CSR matrix-vector product.
+    """
+    import torch
+
+    if csr.nnz == 0:
+        return 0.0
+    # int32 index arrays when they fit: the indices are then used without a copy
+    index = np.int32 if csr.nnz < 2**31 and csr.n < 2**31 else np.int64
+    with warnings.catch_warnings():  # "sparse CSR support is in beta"; read-only memmaps
+        warnings.simplefilter("ignore", UserWarning)
+        mat = torch.sparse_csr_tensor(
+            torch.from_numpy(np.asarray(csr.indptr, dtype=index)),
+            torch.from_numpy(np.asarray(csr.indices, dtype=index)),
+            torch.from_numpy(np.asarray(csr.weights, dtype=np.float32)),
+            size=(csr.n, csr.n),
+        )
+    x = torch.ones(csr.n, 1, dtype=torch.float32)
+    estimate = 0.0
+    for _ in range(iterations):
+        y = mat @ x
+        estimate = float((x * y).sum(dtype=torch.float64) / (x * x).sum(dtype=torch.float64))
+        norm = torch.linalg.vector_norm(y)
+        if norm == 0:
+            return 0.0
+        x = y / norm
+    return estimate
+
+
+__all__ = [
+    "AdjacencyConfig",
+    "CSR",
+    "FORMAT_VERSION",
+    "asymmetric_entries",
+    "build_normalized_adjacency",
+    "edge_degrees",
+    "largest_eigenvalue",
+    "load_csr",
+    "weight_stats",
+]

@@ -1,0 +1,435 @@
+"""METIS partitions of a canonical graph: part per node, 1-hop halos, Cluster-GCN clusters,
+and DGL's distributed partition format — with a seeded random partition as the baseline.
+
+The assignment is DGL's METIS (`dgl.metis_partition_assignment`), run on the canonical
+edges without self loops. Every node belongs to exactly one part (its *core* nodes); the
+*halo* of part p is the set of nodes outside p with an edge into p's core (the sources
+of p's in-edges, DGL's convention; for a symmetrized graph, simply the 1-hop neighbours
+of p that live elsewhere). Each part is then split into up to C clusters by METIS on its
+induced subgraph, for Cluster-GCN batching.
+
+Files written (format version 1) into `<out_dir>/`:
+    part_id.npy                  int32 [n]   part of every node, 0..k-1
+    cluster_id.npy               int32 [n]   global cluster id p * C + c, c in 0..C-1
+                                             (a part with fewer than C nodes, or whose
+                                             METIS leaves some clusters empty, has gaps)
+    part-{p}/core_nodes.npy      int64 [n_p] ascending node ids with part_id == p
+    part-{p}/halo_nodes.npy      int64 [h_p] ascending node ids outside p with an edge into p
+    distdgl/<graph_name>.json    DGL distributed partition config (with write_distdgl)
+    distdgl/part{p}/             graph.dgl, node_feat.dgl, edge_feat.dgl per part
+    distdgl/orig_nids.npy        int64 [n]   DGL's reshuffled node id -> canonical node id
+    partition_sizes.png          core and halo sizes per part, METIS vs random
+    summary.json                 metrics for "metis" and "random", timings, settings
+
+The DistDGL folder is what `dgl.distributed.load_partition(json, p)` and DistDGL's
+`DistGraph` read; node data `feat` (canonical features.npy), `label` (int64) and
+`train_mask`/`val_mask`/`test_mask` are included when the canonical graph has them.
+
+Why the DistDGL files come from our assignment: DGL 2.1's `partition_graph` accepts no
+precomputed assignment; with part_method="metis" it runs METIS again (about 2.3x the
+assignment alone in total), and "random" ignores METIS altogether. It looks the
+function up as the module attribute `dgl.distributed.partition.metis_partition_assignment`
+at call time, so `write_distdgl` substitutes that attribute, for the duration of one call,
+with a function that returns our assignment — every file is still written by DGL's own
+code (reshuffling, halo subgraphs, partition book), and the substitution is checked to
+have been called. This relies on the dgl==2.1.0 pin; a DGL that no longer makes the call
+fails loudly instead of silently re-partitioning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from graphs.canonical import read_summary
+from graphs.storage import atomic_output_dir, peak_rss_bytes
+
+FORMAT_VERSION = 1
+
+
+@dataclass(kw_only=True)
+class PartitionConfig:
+    """Settings of the metis_partitions stage."""
+
+    num_parts: int = field(default=4, metadata={"help": "Number of parts k (one per machine/trainer group)."})
+    balance_edges: bool = field(
+        default=False, metadata={"help": "Ask METIS to balance edges (in-degree) per part as well as nodes."}
+    )
+    clusters_per_part: int = field(
+        default=8, metadata={"help": "Cluster-GCN clusters C per part (METIS on the part's induced subgraph)."}
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the random (hash) baseline partition."})
+    write_distdgl: bool = field(
+        default=True, metadata={"help": "Also write DGL's distributed partition format under distdgl/."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.num_parts < 1:
+            raise ValueError(f"num_parts must be >= 1, got {self.num_parts}")
+        if self.clusters_per_part < 1:
+            raise ValueError(f"clusters_per_part must be >= 1, got {self.clusters_per_part}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+
+
+# ----------------------------------------------------------------------------- graph
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Keep DGL's progress prints out of stdout (Dagster's compute log)."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
+
+
+def read_edges(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarray]:
+    """(n, src, dst) of a canonical graph; src/dst int64, sorted by (src, dst)."""
+    canonical = Path(canonical_dir)
+    facts = read_summary(canonical)
+    n, m = int(facts["nodes"]), int(facts["edges"])
+    path = canonical / "edges.parquet"
+    # streamed into preallocated arrays: a whole Arrow table would double the peak memory
+    src, dst = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
+    k = 0
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=1 << 22, columns=["src", "dst"]):
+        if k + len(batch) > m:
+            raise ValueError(f"{path}: holds more than the {m} edges summary.json gives")
+        src[k : k + len(batch)] = batch.column(0).to_numpy()
+        dst[k : k + len(batch)] = batch.column(1).to_numpy()
+        k += len(batch)
+    if k != m:
+        raise ValueError(f"{path}: holds {k} edges but summary.json says {m}")
+    return n, src, dst
+
+
+def csr_indptr(src: np.ndarray, n: int) -> np.ndarray:
+    """int64 [n + 1] row pointers of edges sorted by src."""
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+    return indptr
+
+
+def dgl_graph(indptr: np.ndarray, indices: np.ndarray):
+    """A DGL graph over the CSR arrays (no copy of the edges; int64 ids)."""
+    import dgl
+    import torch
+
+    with warnings.catch_warnings():  # read-only Arrow/memmap buffers: DGL only reads them
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        indptr_t = torch.from_numpy(np.asarray(indptr, dtype=np.int64))
+        indices_t = torch.from_numpy(np.asarray(indices, dtype=np.int64))
+    empty = torch.empty(0, dtype=torch.int64)  # no explicit edge ids: edge k is entry k
+    return dgl.graph(("csr", (indptr_t, indices_t, empty)), num_nodes=len(indptr) - 1)
+
+
+def metis_assign(graph, k: int, balance_edges: bool = False) -> np.ndarray:
+    """int32 part id per node from DGL's METIS; `graph` is a DGLGraph or (indptr, indices)."""
+    import dgl
+
+    if isinstance(graph, tuple):
+        graph = dgl_graph(*graph)
+    n = graph.num_nodes()
+    if k == 1 or n == 0:
+        return np.zeros(n, dtype=np.int32)
+    if k >= n:
+        return np.arange(n, dtype=np.int32)
+    with _quiet():
+        parts = dgl.metis_partition_assignment(graph, k, balance_edges=balance_edges)
+    if parts is None:
+        raise RuntimeError(f"DGL's METIS returned no assignment for {n} nodes and k={k}")
+    return parts.numpy().astype(np.int32)
+
+
+def random_assign(n: int, k: int, seed: int = 0) -> np.ndarray:
+    """int32 part id per node: splitmix64 hash of (node id, seed) mod k — the baseline."""
+    z = np.arange(n, dtype=np.uint64) + np.uint64((seed + 1) * 0x9E3779B97F4A7C15 % 2**64)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return (z % np.uint64(k)).astype(np.int32)
+
+
+# ----------------------------------------------------------------------------- metrics
+
+
+def core_and_halo(src: np.ndarray, dst: np.ndarray, part: np.ndarray, k: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per part: ascending core node ids and ascending halo node ids (int64)."""
+    n = len(part)
+    order = np.argsort(part, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=k))])
+    cores = [order[bounds[p] : bounds[p + 1]].astype(np.int64) for p in range(k)]
+    part_src, part_dst = part[src], part[dst]
+    cut = part_src != part_dst
+    keys = np.unique(part_dst[cut].astype(np.int64) * n + src[cut])  # (dst part, halo node)
+    hb = np.searchsorted(keys, np.arange(k + 1, dtype=np.int64) * n)
+    halos = [keys[hb[p] : hb[p + 1]] - p * n for p in range(k)]
+    return cores, halos
+
+
+def partition_metrics(src: np.ndarray, dst: np.ndarray, part: np.ndarray, k: int, halos: list[np.ndarray]) -> dict:
+    """Edge-cut ratio, node and edge balance (max part / mean part), halo replication factor.
+
+    An edge belongs to the part of its destination (DGL's rule), so "edges per part" is the
+    in-degree sum of its core nodes.
+    """
+    n, m = len(part), len(src)
+    nodes = np.bincount(part, minlength=k)
+    edges = np.bincount(part[dst], minlength=k)
+    cut = int(np.count_nonzero(part[src] != part[dst]))
+    halo_sizes = np.array([len(h) for h in halos], dtype=np.int64)
+    return {
+        "edge_cut": cut,
+        "edge_cut_ratio": cut / m if m else 0.0,
+        "node_balance": float(nodes.max() / (n / k)) if n else 1.0,
+        "edge_balance": float(edges.max() / (m / k)) if m else 1.0,
+        "halo_replication": float(halo_sizes.sum() / n) if n else 0.0,
+        "nodes_per_part": nodes.tolist(),
+        "edges_per_part": edges.tolist(),
+        "halo_per_part": halo_sizes.tolist(),
+    }
+
+
+def cluster_assign(graph, part: np.ndarray, cores: list[np.ndarray], clusters_per_part: int) -> np.ndarray:
+    """int32 global cluster id p * C + c: METIS into C clusters on each part's induced subgraph."""
+    import dgl
+    import torch
+
+    C = clusters_per_part
+    cluster = np.empty(len(part), dtype=np.int32)
+    for p, core in enumerate(cores):
+        c = min(C, len(core))
+        if c <= 1:
+            local = np.zeros(len(core), dtype=np.int32)
+        else:
+            sub = dgl.node_subgraph(graph, torch.from_numpy(core), store_ids=False)
+            if sub.num_edges() == 0:  # METIS has nothing to cut: contiguous chunks
+                local = (np.arange(len(core)) * c // len(core)).astype(np.int32)
+            else:
+                local = metis_assign(sub, c)
+        cluster[core] = p * C + local
+    return cluster
+
+
+def partition_problems(part: np.ndarray, k: int, cores: list[np.ndarray]) -> list[str]:
+    """What breaks "every node in exactly one part"; empty when the partition is sound."""
+    n = len(part)
+    problems = []
+    out_of_range = int(np.count_nonzero((part < 0) | (part >= k)))
+    if out_of_range:
+        problems.append(f"{out_of_range} part ids outside 0..{k - 1}")
+    if len(cores) != k:
+        problems.append(f"{len(cores)} core sets for {k} parts")
+    sizes = sum(len(c) for c in cores)
+    if sizes != n:
+        problems.append(f"core sets hold {sizes} nodes in total, the graph has {n}")
+    covered = np.zeros(n, dtype=np.int64)
+    for p, core in enumerate(cores):
+        inside = core[(core >= 0) & (core < n)]
+        if len(inside) != len(core):
+            problems.append(f"part {p}: {len(core) - len(inside)} core ids outside 0..{n - 1}")
+        np.add.at(covered, inside, 1)
+        wrong = int(np.count_nonzero(part[inside] != p))
+        if wrong:
+            problems.append(f"part {p}: {wrong} core nodes have another part_id")
+    if (covered != 1).any():
+        problems.append(
+            f"{int(np.count_nonzero(covered == 0))} nodes in no core set, "
+            f"{int(np.count_nonzero(covered > 1))} in more than one"
+        )
+    return problems
+
+
+# ----------------------------------------------------------------------------- DistDGL
+
+
+def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, graph_name: str) -> np.ndarray:
+    """DGL's distributed partition format for our assignment (1-hop halos); returns orig_nids.
+
+    `graph` carries the node data to split (feat, label, masks). See the module docstring
+    for how DGL 2.1's `partition_graph` is made to use `part` instead of re-running METIS.
+    """
+    from unittest import mock
+
+    import dgl
+    import dgl.distributed.partition as dgl_partition
+    import torch
+
+    calls = []
+
+    def precomputed(sim_g, num_parts, **_kwargs):
+        if sim_g.num_nodes() != len(part) or num_parts != k:
+            raise RuntimeError(f"partition_graph asked for {num_parts} parts of {sim_g.num_nodes()} nodes; "
+                               f"the precomputed assignment has {k} parts of {len(part)} nodes")
+        calls.append(num_parts)
+        return torch.from_numpy(part.astype(np.int64))
+
+    with _quiet(), mock.patch.object(dgl_partition, "metis_partition_assignment", precomputed):
+        orig_nids, _ = dgl.distributed.partition_graph(
+            graph, graph_name, k, str(out_dir), num_hops=1, part_method="metis", return_mapping=True
+        )
+    if k > 1 and len(calls) != 1:
+        raise RuntimeError(
+            "dgl.distributed.partition_graph did not take the precomputed assignment (DGL version "
+            f"{dgl.__version__}; written for 2.1.0): see graphs/partition.py's module docstring"
+        )
+    return orig_nids.numpy().astype(np.int64)
+
+
+def _node_data(canonical: Path, n: int) -> dict:
+    """Node tensors for the DistDGL graph: feat, label, train/val/test masks (when present)."""
+    import torch
+
+    data = {}
+    if (canonical / "features.npy").is_file():
+        data["feat"] = torch.from_numpy(np.load(canonical / "features.npy", allow_pickle=False))
+    nodes = pq.read_table(canonical / "nodes.parquet", columns=["label", "split"])
+    label = nodes.column("label").to_numpy().astype(np.int64)
+    if (label >= 0).any():
+        data["label"] = torch.from_numpy(label)
+        split = nodes.column("split").to_numpy(zero_copy_only=False)
+        for name in ("train", "val", "test"):
+            data[f"{name}_mask"] = torch.from_numpy(split == name)
+    assert all(len(v) == n for v in data.values())
+    return data
+
+
+# ----------------------------------------------------------------------------- stage
+
+
+def build_partitions(
+    canonical_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    cfg: PartitionConfig | None = None,
+    graph_name: str = "graph",
+) -> dict:
+    """Partition the canonical graph in `canonical_dir`; write the files listed above atomically.
+
+    Returns the summary dict (also summary.json) with "metis" and "random" metrics side by side.
+    """
+    import dgl  # noqa: F401  (imported before the clock starts: ~3 s the first time)
+
+    cfg = cfg or PartitionConfig()
+    k = cfg.num_parts
+    canonical = Path(canonical_dir)
+    t0 = time.perf_counter()
+    n, src, dst = read_edges(canonical)
+    indptr = csr_indptr(src, n)
+    graph = dgl_graph(indptr, dst)
+    seconds = {"load": time.perf_counter() - t0}
+
+    t = time.perf_counter()
+    random_part = random_assign(n, k, cfg.seed)
+    seconds["random_assign"] = time.perf_counter() - t
+    random_cores, random_halos = core_and_halo(src, dst, random_part, k)
+    random = partition_metrics(src, dst, random_part, k, random_halos)
+    random.update(seconds=round(seconds["random_assign"], 3), peak_rss_bytes=peak_rss_bytes())
+    del random_cores, random_halos
+
+    t = time.perf_counter()
+    part = metis_assign(graph, k, cfg.balance_edges)
+    seconds["metis_assign"] = time.perf_counter() - t
+    metis_rss = peak_rss_bytes()
+    t = time.perf_counter()
+    cores, halos = core_and_halo(src, dst, part, k)
+    seconds["halo"] = time.perf_counter() - t
+    metis = partition_metrics(src, dst, part, k, halos)
+    metis.update(seconds=round(seconds["metis_assign"], 3), peak_rss_bytes=metis_rss)
+    del src
+
+    t = time.perf_counter()
+    cluster = cluster_assign(graph, part, cores, cfg.clusters_per_part)
+    seconds["clusters"] = time.perf_counter() - t
+
+    with atomic_output_dir(out_dir) as tmp:
+        np.save(tmp / "part_id.npy", part)
+        np.save(tmp / "cluster_id.npy", cluster)
+        for p in range(k):
+            (tmp / f"part-{p}").mkdir()
+            np.save(tmp / f"part-{p}" / "core_nodes.npy", cores[p])
+            np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
+        if cfg.write_distdgl:
+            t = time.perf_counter()
+            for name, values in _node_data(canonical, n).items():
+                graph.ndata[name] = values
+            orig_nids = write_distdgl(graph, part, k, tmp / "distdgl", graph_name)
+            np.save(tmp / "distdgl" / "orig_nids.npy", orig_nids)
+            seconds["distdgl_write"] = time.perf_counter() - t
+        _plot_sizes(metis, random, tmp / "partition_sizes.png")
+        summary = {
+            "format_version": FORMAT_VERSION,
+            "nodes": n,
+            "edges": int(len(dst)),
+            "num_parts": k,
+            "balance_edges": cfg.balance_edges,
+            "clusters_per_part": cfg.clusters_per_part,
+            "clusters": int(len(np.unique(cluster))),
+            "graph_name": graph_name,
+            "distdgl_config": f"distdgl/{graph_name}.json" if cfg.write_distdgl else None,
+            "metis": metis,
+            "random": random,
+            "seconds": {name: round(v, 3) for name, v in seconds.items()},
+            "total_seconds": round(time.perf_counter() - t0, 3),
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def load_parts(partitions_dir: str | os.PathLike) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
+    """(part_id, core node lists, halo node lists) as written by `build_partitions`."""
+    d = Path(partitions_dir)
+    part = np.load(d / "part_id.npy", allow_pickle=False)
+    k = int(json.loads((d / "summary.json").read_text())["num_parts"])
+    cores = [np.load(d / f"part-{p}" / "core_nodes.npy", allow_pickle=False) for p in range(k)]
+    halos = [np.load(d / f"part-{p}" / "halo_nodes.npy", allow_pickle=False) for p in range(k)]
+    return part, cores, halos
+
+
+def _plot_sizes(metis: dict, random: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    k = len(metis["nodes_per_part"])
+    x = np.arange(k)
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(8, 3.2), dpi=100, gridspec_kw={"width_ratios": [3, 1]})
+    for offset, name, m in ((-0.2, "METIS", metis), (0.2, "random", random)):
+        ax.bar(x + offset, m["nodes_per_part"], 0.38, label=f"{name} core")
+        ax.bar(x + offset, m["halo_per_part"], 0.38, bottom=m["nodes_per_part"], alpha=0.5, label=f"{name} halo")
+    ax.set_xticks(x)
+    ax.set_xlabel("part")
+    ax.set_ylabel("nodes")
+    ax.legend(fontsize=7)
+    ax2.bar(["METIS", "random"], [metis["edge_cut_ratio"], random["edge_cut_ratio"]], color=["C0", "C2"])
+    ax2.set_ylabel("edge-cut ratio")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+__all__ = [
+    "FORMAT_VERSION",
+    "PartitionConfig",
+    "build_partitions",
+    "cluster_assign",
+    "core_and_halo",
+    "csr_indptr",
+    "dgl_graph",
+    "load_parts",
+    "metis_assign",
+    "partition_metrics",
+    "partition_problems",
+    "random_assign",
+    "read_edges",
+    "write_distdgl",
+]

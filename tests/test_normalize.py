@@ -1,0 +1,176 @@
+"""normalized_adjacency library: Â·X against DGL's GraphConv, hand-checked entries, the checks."""
+
+import json
+import warnings
+
+import dgl
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from graphs.canonical import CanonicalConfig, build_canonical_graph
+from graphs.normalize import (
+    CSR,
+    AdjacencyConfig,
+    asymmetric_entries,
+    build_normalized_adjacency,
+    largest_eigenvalue,
+    load_csr,
+    weight_stats,
+)
+from tests.conftest import write_edges
+
+
+def canonical_random(tmp_path, n=300, m=1200, isolated=25, seed=0, symmetrize=True):
+    """A random canonical graph whose last `isolated` nodes have no edges."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n - isolated, m), rng.integers(0, n - isolated, m)
+    write_edges(tmp_path / "in" / "edges.parquet", src, dst)
+    pq.write_table(pa.table({"node_id": np.arange(n)}), tmp_path / "in" / "nodes.parquet")
+    build_canonical_graph(tmp_path / "in", tmp_path / "canonical", CanonicalConfig(symmetrize=symmetrize))
+    return tmp_path / "canonical"
+
+
+def dgl_graph_of(canonical):
+    e = pq.read_table(canonical / "edges.parquet")
+    n = json.loads((canonical / "summary.json").read_text())["nodes"]
+    src, dst = np.array(e["src"].to_numpy()), np.array(e["dst"].to_numpy())
+    return dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=n)
+
+
+def spmm(csr: CSR, x: torch.Tensor) -> torch.Tensor:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        mat = torch.sparse_csr_tensor(
+            torch.from_numpy(np.array(csr.indptr)),
+            torch.from_numpy(np.array(csr.indices, dtype=np.int64)),
+            torch.from_numpy(np.array(csr.weights)),
+            size=(csr.n, csr.n),
+        )
+    return mat @ x
+
+
+def graphconv(g, x, norm):
+    conv = dgl.nn.GraphConv(x.shape[1], x.shape[1], norm=norm, weight=False, bias=False)
+    return conv(dgl.add_self_loop(g), x)
+
+
+@pytest.mark.parametrize("norm", ["both", "right"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_random_graph_matches_dgl_graphconv(tmp_path, norm, seed):
+    canonical = canonical_random(tmp_path, seed=seed)
+    # small batches: rows (and their self loops) straddle batch boundaries
+    s = build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm=norm, batch_rows=97))
+    csr = load_csr(tmp_path / "adj")
+    g = dgl_graph_of(canonical)
+    assert s["nnz"] == g.num_edges() + g.num_nodes() == csr.nnz
+    assert s["isolated_nodes"] == 25
+    assert csr.indptr.dtype == np.int64 and csr.indices.dtype == np.int32 and csr.weights.dtype == np.float32
+    x = torch.randn(g.num_nodes(), 7, generator=torch.Generator().manual_seed(seed))
+    torch.testing.assert_close(spmm(csr, x), graphconv(g, x, norm), atol=1e-5, rtol=1e-5)
+    # isolated node: its only entry is the self loop, weight 1
+    last = g.num_nodes() - 1
+    assert csr.indptr[last + 1] - csr.indptr[last] == 1
+    assert (csr.indices[-1], csr.weights[-1]) == (last, 1.0)
+
+
+def test_right_norm_is_row_mean_of_a_plus_i(tmp_path):
+    canonical = canonical_random(tmp_path, seed=3)
+    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm="right"))
+    csr = load_csr(tmp_path / "adj")
+    g = dgl_graph_of(canonical)
+    a = g.adj_external(scipy_fmt="csr").toarray() + np.eye(g.num_nodes())
+    x = np.random.default_rng(0).normal(size=(g.num_nodes(), 4))
+    expected = (a @ x) / a.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(spmm(csr, torch.from_numpy(x).float()).numpy(), expected, atol=1e-5)
+
+
+def test_hand_checked_path_graph(tmp_path):
+    # path 0 - 1 - 2 and isolated 3: degrees with self loops 2, 3, 2, 1
+    write_edges(tmp_path / "in" / "edges.parquet", [0, 1], [1, 2])
+    pq.write_table(pa.table({"node_id": [0, 1, 2, 3]}), tmp_path / "in" / "nodes.parquet")
+    build_canonical_graph(tmp_path / "in", tmp_path / "canonical")
+    build_normalized_adjacency(tmp_path / "canonical", tmp_path / "adj")
+    csr = load_csr(tmp_path / "adj")
+    assert csr.indptr.tolist() == [0, 2, 5, 7, 8]
+    assert csr.indices.tolist() == [0, 1, 0, 1, 2, 1, 2, 3]
+    r6 = 1 / np.sqrt(6)
+    np.testing.assert_allclose(csr.weights, [1 / 2, r6, r6, 1 / 3, r6, r6, 1 / 2, 1.0], rtol=1e-6)
+
+    build_normalized_adjacency(tmp_path / "canonical", tmp_path / "plain", AdjacencyConfig(add_self_loops=False))
+    plain = load_csr(tmp_path / "plain")
+    assert plain.indptr.tolist() == [0, 1, 3, 4, 4]
+    assert plain.indices.tolist() == [1, 0, 2, 1]
+    np.testing.assert_allclose(plain.weights, [1 / np.sqrt(2)] * 4, rtol=1e-6)
+
+
+def test_directed_graph_matches_graphconv_on_reversed_graph(tmp_path):
+    canonical = canonical_random(tmp_path, seed=4, symmetrize=False)
+    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm="both"))
+    csr = load_csr(tmp_path / "adj")
+    g = dgl_graph_of(canonical)
+    x = torch.randn(g.num_nodes(), 5)
+    torch.testing.assert_close(spmm(csr, x), graphconv(dgl.reverse(g), x, "both"), atol=1e-5, rtol=1e-5)
+
+
+def test_cora_matches_dgl_graphconv_and_passes_checks(tmp_path, shared_datasets):
+    build_canonical_graph(shared_datasets / "cora", tmp_path / "canonical")
+    s = build_normalized_adjacency(tmp_path / "canonical", tmp_path / "adj")
+    csr = load_csr(tmp_path / "adj")
+    g = dgl_graph_of(tmp_path / "canonical")
+    assert (s["nodes"], s["nnz"]) == (2708, 10556 + 2708)
+    x = torch.from_numpy(np.load(tmp_path / "canonical" / "features.npy"))
+    torch.testing.assert_close(spmm(csr, x), graphconv(g, x, "both"), atol=1e-5, rtol=1e-5)
+    assert asymmetric_entries(csr) == 0
+    w = weight_stats(csr)
+    # no isolated nodes in Cora: the largest weight is a degree-1 node's self loop, 1 / (1 + 1)
+    assert w["nonfinite"] == 0 and w["outside_0_1"] == 0 and w["max"] == 0.5
+    assert largest_eigenvalue(csr) <= 1 + 1e-4
+
+
+def test_checks_catch_corrupted_weights(tmp_path):
+    canonical = canonical_random(tmp_path, seed=5)
+    build_normalized_adjacency(canonical, tmp_path / "adj")
+    good = load_csr(tmp_path / "adj", mmap=False)
+    assert asymmetric_entries(good) == 0
+    assert weight_stats(good) | {"min": 0, "max": 0} == {"nonfinite": 0, "outside_0_1": 0, "min": 0, "max": 0}
+    lam = largest_eigenvalue(good)
+    assert 0.99 < lam <= 1 + 1e-4
+
+    w = good.weights.copy()
+    assert good.indices[10] != 0 and good.indptr[1] > 10  # entry 10 is off-diagonal, in row 0
+    w[10] = 2.0  # (0, j) no longer matches (j, 0), nor (j, 0) it
+    assert asymmetric_entries(CSR(good.indptr, good.indices, w)) == 2
+    assert weight_stats(CSR(good.indptr, good.indices, w))["outside_0_1"] == 1
+
+    w = good.weights.copy()
+    w[[3, 7]] = [np.nan, np.inf]
+    assert weight_stats(CSR(good.indptr, good.indices, w))["nonfinite"] == 2
+
+    # an entry moved to another column: both it and its old partner lose their mirror
+    indices = good.indices.copy()
+    row0 = slice(good.indptr[0], good.indptr[1])
+    free = np.setdiff1d(np.arange(1, good.n), indices[row0])[0]
+    indices[good.indptr[1] - 1] = free
+    order = np.argsort(indices[row0])
+    indices[row0] = indices[row0][order]
+    weights = good.weights.copy()
+    weights[row0] = weights[row0][order]
+    assert asymmetric_entries(CSR(good.indptr, indices, weights)) == 2
+
+    # every weight 3% too large: still in (0, 1] nearly everywhere, but the spectrum is off
+    assert largest_eigenvalue(CSR(good.indptr, good.indices, good.weights * np.float32(1.03))) > 1 + 1e-4
+
+
+def test_right_norm_eigenvalue_is_one(tmp_path):
+    build_normalized_adjacency(canonical_random(tmp_path, seed=6), tmp_path / "adj", AdjacencyConfig(norm="right"))
+    assert abs(largest_eigenvalue(load_csr(tmp_path / "adj")) - 1) < 1e-5
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="norm must be one of"):
+        AdjacencyConfig(norm="left")
+    with pytest.raises(ValueError, match="batch_rows"):
+        AdjacencyConfig(batch_rows=0)

@@ -1,0 +1,266 @@
+"""metis_partitions library and both preprocess assets: planted blocks, halos, the DistDGL
+round trip, Cluster-GCN clusters, the checks, and materialization through Dagster."""
+
+import json
+
+import dagster as dg
+import dgl
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from assets.canonical_graph import canonical_graph
+from assets.common import GnnflowStorage, dataset_partitions
+from assets.metis_partitions import metis_partitions
+from assets.normalized_adjacency import normalized_adjacency
+from graphs.canonical import build_canonical_graph
+from graphs.partition import (
+    PartitionConfig,
+    build_partitions,
+    cluster_assign,
+    core_and_halo,
+    csr_indptr,
+    dgl_graph,
+    load_parts,
+    metis_assign,
+    partition_metrics,
+    partition_problems,
+    random_assign,
+    read_edges,
+)
+from tests.conftest import write_edges
+
+BLOCKS, BLOCK_SIZE = 4, 200
+
+
+def planted_landing(folder, seed=0, intra=2400, inter=60):
+    """4 dense blocks of 200 nodes (ids shuffled), `inter` random edges between blocks.
+
+    Returns the block of every original id 0..799.
+    """
+    rng = np.random.default_rng(seed)
+    n = BLOCKS * BLOCK_SIZE
+    block = rng.permutation(np.repeat(np.arange(BLOCKS), BLOCK_SIZE))
+    members = [np.flatnonzero(block == b) for b in range(BLOCKS)]
+    src, dst = [], []
+    for b in range(BLOCKS):
+        src.append(rng.choice(members[b], intra))
+        dst.append(rng.choice(members[b], intra))
+    a = rng.integers(0, BLOCKS, inter)
+    c = (a + rng.integers(1, BLOCKS, inter)) % BLOCKS
+    src.append(np.array([rng.choice(members[x]) for x in a]))
+    dst.append(np.array([rng.choice(members[x]) for x in c]))
+    write_edges(folder / "edges.parquet", np.concatenate(src), np.concatenate(dst))
+    split = np.array(["train", "val", "test"])[rng.integers(0, 3, n)]
+    pq.write_table(
+        pa.table({"node_id": np.arange(n), "label": pa.array(block, pa.int32()), "split": split}),
+        folder / "nodes.parquet",
+    )
+    feat = rng.normal(size=(n, 6)).astype(np.float32)
+    pq.write_table(
+        pa.table({"node_id": np.arange(n), "feat": pa.FixedSizeListArray.from_arrays(pa.array(feat.ravel()), 6)}),
+        folder / "features.parquet",
+    )
+    return block
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """(canonical dir, block per node, partitions dir) of the planted graph, built once."""
+    tmp = tmp_path_factory.mktemp("planted")
+    block = planted_landing(tmp / "landing")
+    build_canonical_graph(tmp / "landing", tmp / "canonical")  # integer ids 0..799 keep their order
+    build_partitions(tmp / "canonical", tmp / "parts", PartitionConfig(num_parts=4, clusters_per_part=8), "planted")
+    return tmp / "canonical", block, tmp / "parts"
+
+
+def test_metis_recovers_planted_blocks(planted):
+    canonical, block, _ = planted
+    n, src, dst = read_edges(canonical)
+    planted_cut = int(np.count_nonzero(block[src] != block[dst]))
+    part = metis_assign((csr_indptr(src, n), dst), 4)
+    assert part.dtype == np.int32 and part.shape == (n,)
+    cut = int(np.count_nonzero(part[src] != part[dst]))
+    assert 0 < planted_cut and cut <= 1.5 * planted_cut
+    # each block lands (almost) entirely in its own part
+    for b in range(BLOCKS):
+        counts = np.bincount(part[block == b], minlength=4)
+        assert counts.max() >= 0.95 * BLOCK_SIZE
+    assert len({int(np.bincount(part[block == b]).argmax()) for b in range(BLOCKS)}) == BLOCKS
+
+
+def test_random_assign_is_seeded_and_balanced():
+    a, b, c = random_assign(100_000, 4, seed=0), random_assign(100_000, 4, seed=0), random_assign(100_000, 4, seed=1)
+    assert a.dtype == np.int32 and np.array_equal(a, b) and not np.array_equal(a, c)
+    assert set(np.unique(a)) == {0, 1, 2, 3}
+    assert np.bincount(a).max() / 25_000 < 1.02
+    assert np.all(random_assign(10, 1) == 0)
+
+
+def test_core_halo_and_metrics_hand_checked():
+    # 0-1-2-3 path plus 3-4, symmetrized; parts {0,1}, {2,3,4}
+    pairs = [(0, 1), (1, 2), (2, 3), (3, 4)]
+    src = np.array([u for u, v in pairs] + [v for u, v in pairs])
+    dst = np.array([v for u, v in pairs] + [u for u, v in pairs])
+    part = np.array([0, 0, 1, 1, 1], dtype=np.int32)
+    cores, halos = core_and_halo(src, dst, part, 2)
+    assert [c.tolist() for c in cores] == [[0, 1], [2, 3, 4]]
+    assert [h.tolist() for h in halos] == [[2], [1]]
+    m = partition_metrics(src, dst, part, 2, halos)
+    assert m["edge_cut"] == 2 and m["edge_cut_ratio"] == pytest.approx(2 / 8)
+    assert m["node_balance"] == pytest.approx(3 / 2.5)
+    assert m["edges_per_part"] == [3, 5] and m["edge_balance"] == pytest.approx(5 / 4)
+    assert m["halo_replication"] == pytest.approx(2 / 5)
+    assert partition_problems(part, 2, cores) == []
+
+
+def test_partition_problems_catch_bad_partitions():
+    part = np.array([0, 0, 1, 1], dtype=np.int32)
+    good = [np.array([0, 1]), np.array([2, 3])]
+    assert partition_problems(part, 2, good) == []
+    assert any("outside 0..1" in p for p in partition_problems(np.array([0, 0, 1, 2], np.int32), 2, good))
+    overlap = partition_problems(part, 2, [np.array([0, 1, 2]), np.array([2, 3])])
+    assert any("more than one" in p for p in overlap) and any("another part_id" in p for p in overlap)
+    assert any("in no core set" in p for p in partition_problems(part, 2, [np.array([0, 1]), np.array([3])]))
+
+
+def test_summary_files_and_metis_beats_random(planted):
+    canonical, block, parts = planted
+    s = json.loads((parts / "summary.json").read_text())
+    n = s["nodes"]
+    part, cores, halos = load_parts(parts)
+    assert part.dtype == np.int32 and part.shape == (n,)
+    assert partition_problems(part, 4, cores) == []
+    assert s["metis"]["edge_cut_ratio"] < 0.1 < 0.5 < s["random"]["edge_cut_ratio"]
+    assert s["metis"]["halo_replication"] < s["random"]["halo_replication"]
+    assert s["metis"]["nodes_per_part"] == [len(c) for c in cores]
+    assert s["metis"]["halo_per_part"] == [len(h) for h in halos]
+    # halos: outside the part, and each has an edge into the part
+    _, src, dst = read_edges(canonical)
+    for p in range(4):
+        assert not np.isin(halos[p], cores[p]).any()
+        assert np.array_equal(halos[p], np.unique(src[(part[dst] == p) & (part[src] != p)]))
+
+
+def test_clusters_are_nested_in_parts(planted):
+    _, _, parts = planted
+    part = np.load(parts / "part_id.npy")
+    cluster = np.load(parts / "cluster_id.npy")
+    assert cluster.dtype == np.int32
+    assert np.array_equal(cluster // 8, part)  # global id p * C + c
+    assert len(np.unique(cluster)) == 32
+    assert json.loads((parts / "summary.json").read_text())["clusters"] == 32
+
+
+def test_cluster_assign_small_parts_get_fewer_clusters():
+    # part 0: a 10-node path; part 1: 3 nodes, fewer than C = 4
+    src = np.concatenate([np.arange(9), np.arange(1, 10), [10, 11]])
+    dst = np.concatenate([np.arange(1, 10), np.arange(9), [11, 10]])
+    order = np.lexsort((dst, src))
+    src, dst = src[order], dst[order]
+    n = 13
+    part = np.array([0] * 10 + [1] * 3, dtype=np.int32)
+    cores, _ = core_and_halo(src, dst, part, 2)
+    cluster = cluster_assign(dgl_graph(csr_indptr(src, n), dst), part, cores, 4)
+    assert set(np.unique(cluster[:10])) <= {0, 1, 2, 3} and len(np.unique(cluster[:10])) == 4
+    assert sorted(cluster[10:].tolist()) == [4, 5, 6]
+
+
+def test_distdgl_format_round_trips(planted):
+    canonical, _, parts = planted
+    s = json.loads((parts / "summary.json").read_text())
+    part, cores, halos = load_parts(parts)
+    orig = np.load(parts / "distdgl" / "orig_nids.npy")
+    _, src, dst = read_edges(canonical)
+    labels = pq.read_table(canonical / "nodes.parquet").column("label").to_numpy()
+    feat = np.load(canonical / "features.npy")
+    config = str(parts / s["distdgl_config"])
+    assert json.loads(open(config).read())["num_parts"] == 4
+    for p in range(4):
+        g, node_feats, _, gpb, name, _, _ = dgl.distributed.load_partition(config, p)
+        assert name == "planted" and gpb.num_partitions() == 4
+        inner = g.ndata["inner_node"].numpy().astype(bool)
+        ours = orig[g.ndata[dgl.NID].numpy()]
+        assert np.array_equal(np.sort(ours[inner]), cores[p])
+        assert np.array_equal(np.sort(ours[~inner]), halos[p])
+        # an edge belongs to its destination's part: inner edges = in-edges of the core
+        assert int(g.edata["inner_edge"].numpy().sum()) == int(np.count_nonzero(part[dst] == p))
+        core_in_order = ours[inner]  # node data rows follow DGL's reshuffled inner-node order
+        assert np.array_equal(node_feats["_N/label"].numpy(), labels[core_in_order])
+        np.testing.assert_array_equal(node_feats["_N/feat"].numpy(), feat[core_in_order])
+        assert {"_N/train_mask", "_N/val_mask", "_N/test_mask"} <= set(node_feats)
+    assert sum(len(c) for c in cores) == s["nodes"]
+
+
+def test_metis_assign_edge_cases():
+    src, dst = np.array([0, 1]), np.array([1, 0])
+    graph = (csr_indptr(src, 3), dst)
+    assert metis_assign(graph, 1).tolist() == [0, 0, 0]
+    assert metis_assign(graph, 5).tolist() == [0, 1, 2]
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="num_parts"):
+        PartitionConfig(num_parts=0)
+    with pytest.raises(ValueError, match="clusters_per_part"):
+        PartitionConfig(clusters_per_part=0)
+
+
+def test_preprocess_assets_materialize_with_passing_checks(tmp_path):
+    planted_landing(tmp_path / "landing" / "tiny", seed=1, intra=600, inter=20)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(dataset_partitions.name, ["tiny"])
+    storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
+    result = dg.materialize(
+        [canonical_graph, normalized_adjacency, metis_partitions],
+        partition_key="tiny",
+        instance=instance,
+        resources={"storage": storage},
+    )
+    assert result.success
+    checks = {(c.asset_key.to_user_string(), c.check_name): c.passed for c in result.get_asset_check_evaluations()}
+    assert checks == {
+        ("canonical_graph", "edges_valid"): True,
+        ("normalized_adjacency", "symmetric"): True,
+        ("normalized_adjacency", "finite_weights"): True,
+        ("normalized_adjacency", "weights_in_0_1"): True,
+        ("normalized_adjacency", "largest_eigenvalue_at_most_1"): True,
+        ("metis_partitions", "every_node_in_one_part"): True,
+        ("metis_partitions", "metis_cut_below_random"): True,
+    }
+    adj = result.asset_materializations_for_node("normalized_adjacency")[0].metadata
+    assert adj["nodes"].value == 800 and adj["nnz"].value == adj["edges"].value + 800
+    parts = result.asset_materializations_for_node("metis_partitions")[0].metadata
+    assert parts["metis_edge_cut_ratio"].value < parts["random_edge_cut_ratio"].value
+    assert parts["partition_sizes"].value.startswith("![core and halo nodes per part](data:image/png;base64,")
+    out = tmp_path / "home" / "tiny"
+    assert (out / "normalized_adjacency" / "indptr.npy").is_file()
+    assert (out / "metis_partitions" / "distdgl" / "tiny.json").is_file()
+
+
+def test_checks_fail_on_corrupted_files(tmp_path):
+    from assets.metis_partitions import check_partitions
+    from assets.normalized_adjacency import check_adjacency
+    from graphs.normalize import AdjacencyConfig, build_normalized_adjacency
+
+    planted_landing(tmp_path / "landing", seed=2, intra=600, inter=20)
+    build_canonical_graph(tmp_path / "landing", tmp_path / "canonical")
+    build_normalized_adjacency(tmp_path / "canonical", tmp_path / "adj")
+    assert all(c.passed for c in check_adjacency(tmp_path / "adj", AdjacencyConfig(), True))
+    w = np.load(tmp_path / "adj" / "weights.npy", mmap_mode="r+")
+    w[5] = 2.0
+    w.flush()
+    del w
+    failed = {c.check_name for c in check_adjacency(tmp_path / "adj", AdjacencyConfig(), True) if not c.passed}
+    assert failed == {"symmetric", "weights_in_0_1", "largest_eigenvalue_at_most_1"}
+
+    build_partitions(tmp_path / "canonical", tmp_path / "parts", PartitionConfig(write_distdgl=False))
+    assert all(c.passed for c in check_partitions(tmp_path / "parts"))
+    part = np.load(tmp_path / "parts" / "part_id.npy")
+    part[0] = 7
+    np.save(tmp_path / "parts" / "part_id.npy", part)
+    summary = json.loads((tmp_path / "parts" / "summary.json").read_text())
+    summary["metis"]["edge_cut_ratio"] = summary["random"]["edge_cut_ratio"]
+    (tmp_path / "parts" / "summary.json").write_text(json.dumps(summary))
+    assert not any(c.passed for c in check_partitions(tmp_path / "parts"))
