@@ -1,0 +1,129 @@
+"""minibatch_shards: sampled blocks for E epochs, one shard stream per DDP rank.
+
+Calls `graphs.sampling.write_minibatch_shards` (samplers, file layout and manifest are
+documented there) on the canonical graph, the normalized adjacency, for Cluster-GCN the
+METIS clusters, and for INT8 features compressed_graph's INT8 matrix (when present).
+trained_model reads the shards with `training.data.ShardStream` and
+takes its world size and batch size from the manifest. A dataset without labels is
+skipped with a message (nothing to train on), not failed.
+"""
+
+
+import dagster as dg
+
+from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
+from assets.config import dagster_config
+from graphs.canonical import read_summary
+from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.storage import dir_bytes
+
+MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
+
+BALANCED = "equal_minibatches_per_rank"
+FILES_INTACT = "files_match_manifest"
+
+_ASSET = "minibatch_shards"
+
+
+@dg.asset(
+    partitions_def=dataset_partitions,
+    deps=["canonical_graph", "normalized_adjacency", "metis_partitions", "compressed_graph"],
+    group_name="training_data",
+    kinds={"numpy", "dgl"},
+    tags={NEEDS_LABELS_TAG: "labels"},
+    check_specs=[
+        dg.AssetCheckSpec(BALANCED, asset=_ASSET, description="Every (epoch, rank) stream holds the same number "
+                          "of minibatches (unequal step counts hang DDP); for neighbor/importance each epoch's "
+                          "seeds over all ranks number exactly the training nodes."),
+        dg.AssetCheckSpec(FILES_INTACT, asset=_ASSET, description="Every shard file the manifest lists exists "
+                          "with the byte size the manifest records."),
+    ],
+)
+def minibatch_shards(
+    context: dg.AssetExecutionContext, config: MinibatchShardsConfig, storage: GnnflowStorage
+) -> dg.MaterializeResult:
+    """Sampled minibatch blocks (neighbor / importance / Cluster-GCN / GraphSAINT) written as shards per rank."""
+    dataset = context.partition_key
+    canonical = storage.asset_dir(dataset, "canonical_graph")
+    adjacency = storage.asset_dir(dataset, "normalized_adjacency")
+    partitions = storage.asset_dir(dataset, "metis_partitions")
+    compressed = storage.asset_dir(dataset, "compressed_graph")
+    for folder, name in ((canonical, "canonical_graph"), (adjacency, "normalized_adjacency")):
+        if not (folder / "summary.json").is_file():
+            raise dg.Failure(description=f"dataset '{dataset}': no {name} at {folder}; materialize {name} first")
+    cfg = config.to_dataclass()
+    summary = read_summary(canonical)
+    if not summary.get("has_labels") or not summary.get("train_nodes"):
+        reason = "no labels" if not summary.get("has_labels") else "no training nodes"
+        context.log.info(f"dataset '{dataset}' has {reason}: nothing to sample for training, skipped")
+        return dg.MaterializeResult(
+            metadata={"skipped": reason},
+            check_results=[
+                dg.AssetCheckResult(check_name=BALANCED, passed=True, metadata={"skipped": reason}),
+                dg.AssetCheckResult(check_name=FILES_INTACT, passed=True, metadata={"skipped": reason}),
+            ],
+        )
+    if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
+        raise dg.Failure(description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
+                         "materialize metis_partitions first")
+    out = storage.asset_dir(dataset, _ASSET)
+    try:
+        inputs = load_shard_inputs(canonical, adjacency, partitions if partitions.is_dir() else None,
+                                   compressed if compressed.is_dir() else None)
+        m = write_minibatch_shards(inputs, out, cfg, log=context.log.info)
+    except (ValueError, FileNotFoundError) as exc:
+        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+
+    metadata = {
+        "path": dg.MetadataValue.path(str(out)),
+        "sampler": m["sampler"],
+        "num_layers": m["num_layers"],
+        "fanouts": cfg.fanouts,
+        "epochs": m["epochs"],
+        "world_size": m["world_size"],
+        "batch_size": m["batch_size"],
+        "weights": m["weights"],
+        "train_nodes": m["train_nodes"],
+        "minibatches_per_rank_per_epoch": m["minibatches_per_epoch_per_rank"],
+        "shard_files": sum(len(s["files"]) for s in m["streams"]),
+        "sampled_edges": m["sampled_edges"],
+        "seeds": m["seeds"],
+        "bytes_on_disk": dir_bytes(out),
+        "bytes_per_sampled_edge": m["bytes_per_sampled_edge"],
+        "seconds": m["seconds"],
+        "seeds_per_second": m["seeds_per_second"],
+        "sampled_edges_per_second": m["sampled_edges_per_second"],
+        "peak_rss_mb": round(m["peak_rss_bytes"] / 2**20, 1),
+    }
+    if "saint" in m:
+        metadata["saint_presamples"] = m["saint"]["presamples"]
+        metadata["saint_mean_subgraph_nodes"] = m["saint"]["mean_subgraph_nodes"]
+    return dg.MaterializeResult(metadata=metadata, check_results=check_shards(out, m))
+
+
+def check_shards(out, manifest: dict) -> list[dg.AssetCheckResult]:
+    """The two asset checks, evaluated on the manifest and the files in `out`."""
+    counts = sorted({s["minibatches"] for s in manifest["streams"]})
+    balanced = len(counts) == 1
+    meta = {"minibatches_per_stream": counts}
+    if manifest["sampler"] in ("neighbor", "importance"):
+        per_epoch = {}
+        for s in manifest["streams"]:
+            per_epoch[s["epoch"]] = per_epoch.get(s["epoch"], 0) + s["seeds"]
+        wrong = {e: c for e, c in per_epoch.items() if c != manifest["train_nodes"]}
+        balanced = balanced and not wrong
+        meta["epochs_with_wrong_seed_count"] = len(wrong)
+    missing = []
+    for s in manifest["streams"]:
+        for f in s["files"]:
+            p = out / f["path"]
+            if not p.is_file() or p.stat().st_size != f["bytes"]:
+                missing.append(f["path"])
+    return [
+        dg.AssetCheckResult(check_name=BALANCED, passed=balanced, metadata=meta),
+        dg.AssetCheckResult(
+            check_name=FILES_INTACT,
+            passed=not missing,
+            metadata={"bad_files": len(missing), "first_bad": missing[0] if missing else ""},
+        ),
+    ]

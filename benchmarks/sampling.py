@@ -1,0 +1,187 @@
+"""Sampling benchmark: writing minibatch shards vs DGL's DataLoader, reading them vs sampling online.
+
+    .venv/bin/python benchmarks/sampling.py --nodes 1000000 --edges 10000000 --epochs 1
+    .venv/bin/python benchmarks/sampling.py --landing bench_out/ingest/landing-1000000-10000000
+
+Generates the DC-SBM graph (`graphs.generate.scale_config`) and its canonical graph and
+normalized adjacency (all cached under --work), then, in one process, for the neighbor
+sampler with --fanouts, --batch-size seeds per rank and W = --world-size ranks:
+
+(a) write: `write_minibatch_shards` (sample + weights + self loops + npz + SHA-256, all
+    epochs, all ranks; time includes splitting Â and building the DGL graph) against DGL's
+    own `dgl.dataloading.DataLoader` iterating the same training nodes with
+    `NeighborSampler(fanouts)` and writing nothing, once with DGL's default threads and
+    once with one OpenMP thread; the ratio is against the faster of the two. Seeds/s and
+    sampled edges/s (ours count one self loop per destination). Target: at most 1.3x.
+(b) read: one epoch of every rank's stream through `training.data.ShardStream` (checksums
+    verified, blocks rebuilt as torch tensors, input features gathered; warm page cache)
+    against DGL's DataLoader sampling the same epoch online with the features prefetched
+    (`prefetch_node_feats`). Target: at least 3x faster.
+(c) bytes on disk per sampled edge, with fp32 and with int8 edge weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import time
+from pathlib import Path
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+
+def prepare(args) -> tuple[Path, Path]:
+    from graphs.canonical import build_canonical_graph
+    from graphs.generate import generate_dataset, scale_config
+    from graphs.normalize import build_normalized_adjacency
+
+    work = Path(args.work).resolve()
+    landing = Path(args.landing).resolve() if args.landing else work / f"landing-{args.nodes}-{args.edges}"
+    if not landing.exists():
+        t = time.perf_counter()
+        generate_dataset(scale_config(args.nodes, args.edges, seed=0), landing, progress=False)
+        print(f"generated {landing} in {time.perf_counter() - t:.1f} s")
+    home = work / f"home-{landing.name}"
+    can, adj = home / "canonical_graph", home / "normalized_adjacency"
+    if not (can / "summary.json").exists():
+        t = time.perf_counter()
+        build_canonical_graph(landing, can)
+        print(f"canonical graph in {time.perf_counter() - t:.1f} s")
+    if not (adj / "summary.json").exists():
+        t = time.perf_counter()
+        build_normalized_adjacency(can, adj)
+        print(f"normalized adjacency in {time.perf_counter() - t:.1f} s")
+    return can, adj
+
+
+def dgl_loader(can: Path, train: np.ndarray, fanouts: list[int], batch_size: int, features: bool):
+    import dgl
+    import pyarrow.parquet as pq
+
+    edges = pq.read_table(can / "edges.parquet")
+    g = dgl.graph((torch.from_numpy(edges["src"].to_numpy().copy()), torch.from_numpy(edges["dst"].to_numpy().copy())))
+    g = g.formats("csc")  # what in-edge sampling uses; built here, outside the timing
+    kw = {}
+    if features:
+        g.ndata["feat"] = torch.from_numpy(np.load(can / "features.npy"))
+        kw["prefetch_node_feats"] = ["feat"]
+    sampler = dgl.dataloading.NeighborSampler(fanouts, **kw)
+    return dgl.dataloading.DataLoader(g, torch.from_numpy(train), sampler, batch_size=batch_size, shuffle=True)
+
+
+def run_dgl(loader, epochs: int, threads: int | None = None) -> dict:
+    from dgl.utils import get_num_threads, set_num_threads
+
+    old = get_num_threads()
+    if threads:
+        set_num_threads(threads)
+    seeds = edges = 0
+    t = time.perf_counter()
+    for _ in range(epochs):
+        for input_nodes, output_nodes, blocks in loader:
+            seeds += len(output_nodes)
+            edges += sum(b.num_edges() for b in blocks)
+            if "feat" in blocks[0].srcdata:
+                assert blocks[0].srcdata["feat"].shape[0] == len(input_nodes)
+    seconds = time.perf_counter() - t
+    set_num_threads(old)
+    return {"seconds": seconds, "seeds": seeds, "edges": edges, "threads": threads or old}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--edges", type=int, default=10_000_000)
+    ap.add_argument("--landing", default="", help="use this landing folder instead of generating one")
+    ap.add_argument("--work", default="bench_out/sampling")
+    ap.add_argument("--epochs", type=int, default=1)
+    ap.add_argument("--fanouts", default="15,10,5")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--keep", action="store_true", help="keep the shards after the run")
+    args = ap.parse_args()
+
+    from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+    from training.data import ShardStream
+
+    import dgl  # noqa: F401  (imported before any clock starts: several seconds the first time)
+
+    can, adj = prepare(args)
+    inputs = load_shard_inputs(can, adj)
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    train = inputs.train_nodes
+    print(f"graph: {inputs.n:,} nodes, {int(inputs.indptr[-1]) - inputs.n:,} directed edges, "
+          f"{len(train):,} training nodes; fanouts {fanouts}, batch {args.batch_size}/rank, "
+          f"W={args.world_size}, {args.epochs} epoch(s); {torch.get_num_threads()} torch threads")
+
+    # (a) writing shards vs DGL's DataLoader without writing
+    out = Path(args.work).resolve() / "shards"
+    cfg = ShardConfig(sampler="neighbor", fanouts=args.fanouts, batch_size=args.batch_size,
+                      epochs=args.epochs, world_size=args.world_size)
+    t = time.perf_counter()
+    m = write_minibatch_shards(inputs, out, cfg)
+    ours_write = time.perf_counter() - t
+    loader = dgl_loader(can, train, fanouts, args.batch_size, features=False)
+    base_default = run_dgl(loader, args.epochs)
+    base_one = run_dgl(loader, args.epochs, threads=1)
+    base = min(base_default, base_one, key=lambda r: r["seconds"])
+    del loader
+
+    # (b) reading shards (+ blocks + features) vs sampling online with features
+    t = time.perf_counter()
+    read_seeds = read_edges = 0
+    wait = 0.0
+    for rank in range(args.world_size):
+        stream = ShardStream(out, rank, 0, "cpu", prefetch=2)
+        for mb in stream:
+            read_seeds += mb.num_seeds
+            read_edges += sum(b.num_edges for b in mb.blocks)
+            assert mb.x.shape[0] == mb.blocks[0].num_src
+        wait += stream.wait_seconds
+    ours_read = time.perf_counter() - t
+    loader = dgl_loader(can, train, fanouts, args.batch_size, features=True)
+    online = run_dgl(loader, 1, threads=base["threads"])  # DGL's faster thread setting from (a)
+    del loader
+
+    # (c) int8 edge weights: bytes only (one epoch)
+    out8 = Path(args.work).resolve() / "shards-int8"
+    m8 = write_minibatch_shards(inputs, out8, ShardConfig(sampler="neighbor", fanouts=args.fanouts,
+                                                           batch_size=args.batch_size, epochs=1,
+                                                           world_size=args.world_size, weights="int8"))
+    if not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(out8, ignore_errors=True)
+
+    e = args.epochs
+    print()
+    print("(a) sampling all epochs, all ranks")
+    print(f"{'':<44}{'seconds':>9}{'seeds/s':>12}{'edges/s':>14}")
+    print(f"{'ours: sample + write shards (1 thread+writer)':<44}{ours_write:>9.1f}{m['seeds'] / ours_write:>12,.0f}"
+          f"{m['sampled_edges'] / ours_write:>14,.0f}")
+    for r in (base_default, base_one):
+        label = f"DGL DataLoader, no writing, {r['threads']} thread(s)"
+        print(f"{label:<44}{r['seconds']:>9.1f}{r['seeds'] / r['seconds']:>12,.0f}{r['edges'] / r['seconds']:>14,.0f}")
+    print(f"ratio ours / faster DGL (time for the same seeds): {ours_write / base['seconds']:.2f}   (target <= 1.3)")
+    print(f"  seeds: ours {m['seeds']:,}, DGL {base['seeds']:,}; sampled edges: ours {m['sampled_edges']:,} "
+          f"(one self loop per destination included), DGL {base['edges']:,}")
+    print()
+    print("(b) one epoch, every rank: blocks + input features ready in torch")
+    print(f"{'ours: ShardStream (sha256, npz, blocks, feats)':<44}{ours_read:>9.1f}{read_seeds / ours_read:>12,.0f}"
+          f"{read_edges / ours_read:>14,.0f}")
+    label = f"DGL DataLoader online + feats, {online['threads']} thread(s)"
+    print(f"{label:<44}{online['seconds']:>9.1f}"
+          f"{online['seeds'] / online['seconds']:>12,.0f}{online['edges'] / online['seconds']:>14,.0f}")
+    print(f"speed-up reading / online sampling: {online['seconds'] / ours_read:.2f}x   (target >= 3)"
+          f"; time blocked on the prefetch queue {wait:.1f} s")
+    print()
+    print("(c) bytes on disk per sampled edge (incl. node ids, indptr, labels, npz headers)")
+    print(f"  fp32 weights: {m['bytes_per_sampled_edge']:.2f} B/edge, {m['bytes'] / 2**30:.2f} GiB for {e} epoch(s)")
+    print(f"  int8 weights: {m8['bytes_per_sampled_edge']:.2f} B/edge, {m8['bytes'] / 2**30:.2f} GiB for 1 epoch")
+
+
+if __name__ == "__main__":
+    main()

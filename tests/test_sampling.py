@@ -1,0 +1,458 @@
+"""minibatch_shards: seed schedules, the four samplers, shard files, ShardStream, the asset."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pytest
+import torch
+
+from assets.common import GnnflowStorage, dataset_partitions
+from assets.minibatch_shards import minibatch_shards
+from graphs.canonical import build_canonical_graph
+from graphs.generate import GenerateConfig, generate_dataset
+from graphs.normalize import build_normalized_adjacency, load_csr
+from graphs.sampling import (
+    MinibatchSampler,
+    SAMPLERS,
+    ShardConfig,
+    epoch_cluster_groups,
+    epoch_seed_batches,
+    insert_self_loops,
+    load_shard_inputs,
+    minibatch_seed,
+    segment_positions,
+    write_minibatch_shards,
+)
+from tests.conftest import write_edges
+from training.data import ShardError, ShardStream, cross_entropy, read_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def _build(home: Path, landing: Path, clusters: int) -> dict:
+    can, adj, part = home / "canonical_graph", home / "normalized_adjacency", home / "metis_partitions"
+    build_canonical_graph(landing, can)
+    build_normalized_adjacency(can, adj)
+    n = json.loads((can / "summary.json").read_text())["nodes"]
+    part.mkdir(parents=True)
+    # any partition into clusters will do for the sampler; METIS itself is tested elsewhere
+    cluster = (np.random.default_rng(0).permutation(n) % clusters).astype(np.int32)
+    np.save(part / "cluster_id.npy", cluster)
+    np.save(part / "part_id.npy", cluster % 2)
+    return {"canonical": can, "adjacency": adj, "partitions": part, "n": n}
+
+
+@pytest.fixture(scope="module")
+def sbm(tmp_path_factory) -> dict:
+    """A 600-node DC-SBM graph (60% train) with 16-dim features and 30 clusters."""
+    root = tmp_path_factory.mktemp("sbm")
+    cfg = GenerateConfig(num_nodes=600, num_edges=4000, feature_dim=16, num_classes=4, num_edge_files=1)
+    generate_dataset(cfg, root / "landing", progress=False)
+    d = _build(root / "home", root / "landing", clusters=30)
+    d["inputs"] = load_shard_inputs(d["canonical"], d["adjacency"], d["partitions"])
+    return d
+
+
+@pytest.fixture(scope="module")
+def dense_adj(sbm) -> np.ndarray:
+    csr = load_csr(sbm["adjacency"])
+    n = sbm["n"]
+    a = np.zeros((n, n))
+    rows = np.repeat(np.arange(n), np.diff(csr.indptr))
+    a[rows, csr.indices] = csr.weights
+    return a
+
+
+def _shards(sbm, tmp_path, **kw) -> tuple[Path, dict]:
+    out = tmp_path / "shards"
+    cfg = ShardConfig(**{"batch_size": 64, "epochs": 2, "saint_budget": 120, **kw})
+    return out, write_minibatch_shards(sbm["inputs"], out, cfg)
+
+
+def _read_all(out: Path, manifest: dict, **kw) -> dict:
+    return {
+        (e, r): list(ShardStream(out, r, e, **kw))
+        for e in range(manifest["epochs"])
+        for r in range(manifest["world_size"])
+    }
+
+
+# ----------------------------------------------------------------------------- small helpers
+
+
+def test_segment_positions_and_self_loop_insertion():
+    assert segment_positions(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist() == [5, 6, 9, 10, 11]
+    # dst 0 has edges from 3, 4; dst 1 none; dst 2 from 5
+    indptr, src, w = insert_self_loops(
+        np.array([0, 2, 2, 3]), np.array([3, 4, 5]), np.array([.1, .2, .3], np.float32), np.array([1, 2, 3], np.float32)
+    )
+    assert indptr.tolist() == [0, 3, 4, 6]
+    assert src.tolist() == [0, 3, 4, 1, 2, 5]
+    assert np.allclose(w, [1, .1, .2, 2, 3, .3])
+
+
+@pytest.mark.parametrize("t,w,bs", [(1000, 2, 64), (129, 2, 64), (997, 3, 100), (5, 2, 1000), (130, 4, 7)])
+def test_seed_schedule_covers_train_nodes_once_with_equal_batch_counts(t, w, bs):
+    train = np.arange(10, 10 + 3 * t, 3)
+    cfg = ShardConfig(world_size=w, batch_size=bs, seed=7)
+    first = None
+    for epoch in range(3):
+        ranks = epoch_seed_batches(train, epoch, cfg)
+        assert len(ranks) == w
+        assert len({len(batches) for batches in ranks}) == 1  # equal minibatch counts
+        sizes = [len(b) for batches in ranks for b in batches]
+        assert max(sizes) <= bs and max(sizes) - min(sizes) <= 1 and min(sizes) >= 1
+        per_rank = [np.concatenate(batches) for batches in ranks]
+        all_seeds = np.concatenate(per_rank)
+        assert np.array_equal(np.sort(all_seeds), train)  # covers every node exactly once
+        for a in range(w):
+            for b in range(a + 1, w):
+                assert not np.intersect1d(per_rank[a], per_rank[b]).size  # disjoint
+        if first is None:
+            first = all_seeds
+        elif t > 5:
+            assert not np.array_equal(all_seeds, first)  # a new permutation each epoch
+    again = epoch_seed_batches(train, 1, cfg)
+    assert all(np.array_equal(x, y) for a, b in zip(again, epoch_seed_batches(train, 1, cfg)) for x, y in zip(a, b))
+
+
+def test_cluster_groups_use_every_cluster_once_per_epoch():
+    ids = np.array([0, 2, 3, 5, 6, 7, 9, 11, 12])  # gaps like metis_partitions' cluster ids
+    cfg = ShardConfig(sampler="cluster_gcn", world_size=2, cluster_batch=2)
+    for epoch in range(3):
+        ranks = epoch_cluster_groups(ids, epoch, cfg)
+        assert len(ranks[0]) == len(ranks[1]) == 3
+        assert np.array_equal(np.sort(np.concatenate([g for r in ranks for g in r])), ids)
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="sampler"):
+        ShardConfig(sampler="random")
+    with pytest.raises(ValueError, match="fanouts"):
+        ShardConfig(fanouts="15,x")
+    with pytest.raises(ValueError, match="weights"):
+        ShardConfig(weights="fp16")
+
+
+# ----------------------------------------------------------------------------- shards
+
+
+def test_neighbor_shards_cover_train_nodes_once_per_epoch(sbm, tmp_path):
+    out, m = _shards(sbm, tmp_path, sampler="neighbor", minibatches_per_shard=2)
+    train = sbm["inputs"].train_nodes
+    streams = _read_all(out, m)
+    for epoch in range(m["epochs"]):
+        per_rank = [np.concatenate([mb.seeds.numpy() for mb in streams[epoch, r]]) for r in range(m["world_size"])]
+        assert np.array_equal(np.sort(np.concatenate(per_rank)), train)
+        assert not np.intersect1d(per_rank[0], per_rank[1]).size
+        assert len(streams[epoch, 0]) == len(streams[epoch, 1]) == m["minibatches_per_epoch_per_rank"]
+        for mb in streams[epoch, 0]:
+            labels = sbm["inputs"].labels[mb.seeds.numpy()]
+            assert np.array_equal(mb.labels.numpy(), labels)
+            assert mb.x.shape == (mb.blocks[0].num_src, 16)
+            assert len(mb.blocks) == 3
+            for b, nxt in zip(mb.blocks, mb.blocks[1:]):
+                assert b.num_dst == nxt.num_src
+    assert m["bytes"] == sum(f["bytes"] for s in m["streams"] for f in s["files"])
+    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "epoch=1", "manifest.json"]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_every_sampler_gives_equal_minibatch_counts_per_rank(sbm, tmp_path, sampler):
+    out, m = _shards(sbm, tmp_path, sampler=sampler, cluster_batch=4, world_size=3)
+    counts = {(s["epoch"], s["rank"]): s["minibatches"] for s in m["streams"]}
+    assert len(counts) == 6 and len(set(counts.values())) == 1
+    assert set(counts.values()) == {m["minibatches_per_epoch_per_rank"]}
+    streams = _read_all(out, m)
+    assert {len(v) for v in streams.values()} == {m["minibatches_per_epoch_per_rank"]}
+    mb = streams[1, 2][-1]
+    logits = torch.randn(mb.blocks[-1].num_dst, 4, requires_grad=True)
+    loss = cross_entropy(mb, logits)
+    loss.backward()
+    assert torch.isfinite(loss) and logits.grad is not None
+
+
+def _dgl_reference_blocks(sbm, seeds: np.ndarray, fanouts: list[int], seed: int):
+    """DGL's own NeighborSampler on a graph built independently from canonical edges.parquet."""
+    import dgl
+    import pyarrow.parquet as pq
+    from dgl.utils import get_num_threads, set_num_threads
+
+    edges = pq.read_table(sbm["canonical"] / "edges.parquet")
+    src, dst = (torch.from_numpy(edges[c].to_numpy().copy()) for c in ("src", "dst"))
+    g = dgl.graph((src, dst), num_nodes=sbm["n"])
+    threads = get_num_threads()
+    set_num_threads(1)  # DGL's sampling is reproducible with one thread only
+    try:
+        dgl.seed(seed)
+        return dgl.dataloading.NeighborSampler(fanouts).sample_blocks(g, torch.from_numpy(seeds))
+    finally:
+        set_num_threads(threads)
+
+
+def test_neighbor_blocks_equal_dgl_sampler_blocks_with_adjacency_weights(sbm, tmp_path, dense_adj):
+    cfg_kw = dict(sampler="neighbor", fanouts="4,3", batch_size=50, seed=3)
+    out, m = _shards(sbm, tmp_path, **cfg_kw)
+    cfg = ShardConfig(**{"epochs": 2, "saint_budget": 120, **cfg_kw})
+    mb = next(iter(ShardStream(out, 1, 1)))
+    seeds = epoch_seed_batches(sbm["inputs"].train_nodes, 1, cfg)[1][0]
+    input_nodes, output_nodes, ref = _dgl_reference_blocks(sbm, seeds, [4, 3], minibatch_seed(3, 1, 1, 0))
+    assert np.array_equal(mb.seeds.numpy(), seeds) and np.array_equal(output_nodes.numpy(), seeds)
+    assert np.array_equal(mb.input_nodes.numpy(), input_nodes.numpy())
+    ids = mb.input_nodes.numpy()
+    degree = (dense_adj != 0).sum(1) - 1  # neighbours without the self loop
+    for block, r in zip(mb.blocks, ref):
+        import dgl
+
+        assert (block.num_src, block.num_dst) == (r.num_src_nodes(), r.num_dst_nodes())
+        dst = block.dst_ids().numpy()
+        src = block.indices.numpy()
+        loop = src == dst
+        assert loop.sum() == block.num_dst  # one self loop per destination
+        u, v = r.edges()
+        ref_pairs = set(zip(r.srcdata[dgl.NID][u].tolist(), r.dstdata[dgl.NID][v].tolist()))
+        ours = set(zip(ids[src[~loop]].tolist(), ids[dst[~loop]].tolist()))
+        assert ours == ref_pairs and len(ref_pairs) == (~loop).sum()
+        # weights: Â_vu * deg(v) / sampled(v) for neighbours, Â_vv for the self loop
+        gs, gd = ids[src], ids[dst]
+        sampled = np.bincount(dst[~loop], minlength=block.num_dst)
+        expect = dense_adj[gd, gs] * np.where(loop, 1.0, degree[gd] / np.maximum(sampled[dst], 1))
+        assert np.allclose(block.edge_weight.numpy(), expect, rtol=1e-5)
+
+
+def test_importance_weights_make_the_aggregation_unbiased(sbm, dense_adj):
+    cfg = ShardConfig(sampler="importance", fanouts="5", importance_nodes=40)
+    sampler = MinibatchSampler(sbm["inputs"], cfg)
+    x = np.random.default_rng(1).normal(1.0, 1.0, size=(sbm["n"], 3))
+    targets = sbm["inputs"].train_nodes[:16]
+    exact = dense_adj[targets] @ x
+    trials = 4000
+    corrected = np.zeros_like(exact)
+    plain = np.zeros_like(exact)
+    for i in range(trials):
+        mb = sampler.sample_importance(targets, seed=i)
+        (b,) = mb.blocks
+        ids = mb.input_nodes
+        dst = np.repeat(np.arange(b.num_dst), np.diff(b.indptr))
+        xs = x[ids[b.indices]]
+        np.add.at(corrected, dst, b.weight[:, None] * xs)
+        np.add.at(plain, dst, dense_adj[ids[dst], ids[b.indices]][:, None] * xs)  # Â without the correction
+    rel = lambda est: np.linalg.norm(est / trials - exact) / np.linalg.norm(exact)  # noqa: E731
+    assert rel(corrected) < 0.03
+    assert rel(plain) > 5 * rel(corrected)
+
+
+def test_cluster_gcn_blocks_are_adjacency_restricted_to_the_clusters(sbm, tmp_path, dense_adj):
+    out, m = _shards(sbm, tmp_path, sampler="cluster_gcn", cluster_batch=4)
+    assert m["shared_block"]
+    streams = _read_all(out, m)
+    cluster = np.load(sbm["partitions"] / "cluster_id.npy")
+    for epoch in range(2):
+        nodes = np.concatenate([mb.input_nodes.numpy() for r in range(2) for mb in streams[epoch, r]])
+        assert np.array_equal(np.sort(nodes), np.arange(sbm["n"]))  # every node (cluster) once per epoch
+    mb = streams[0, 1][0]
+    ids = mb.input_nodes.numpy()
+    assert len(np.unique(cluster[ids])) in (4, 5)
+    assert mb.blocks[0] is mb.blocks[1] is mb.blocks[2]
+    b = mb.blocks[0]
+    dense = np.zeros((b.num_dst, b.num_src))
+    dense[b.dst_ids().numpy(), b.indices.numpy()] = b.edge_weight.numpy()
+    assert np.allclose(dense, dense_adj[np.ix_(ids, ids)], atol=1e-7)
+    train = np.isin(ids, sbm["inputs"].train_nodes)
+    assert np.array_equal(mb.seed_pos.numpy(), np.flatnonzero(train))
+
+
+def test_saint_normalizations_estimate_the_mean_loss_and_rescale_edges(sbm, tmp_path):
+    cfg = ShardConfig(sampler="saint", saint_budget=150, saint_coverage=60, fanouts="5,5")
+    sampler = MinibatchSampler(sbm["inputs"], cfg)
+    train = sbm["inputs"].train_nodes
+    node_loss = np.random.default_rng(2).uniform(0.5, 2.0, size=sbm["n"])
+    estimates = []
+    for i in range(1500):
+        mb = sampler.sample_saint(seed=10_000 + i)
+        estimates.append(float((mb.loss_weight * node_loss[mb.seeds]).sum()))
+        if i == 0:
+            b = mb.blocks[0]
+            dst = np.repeat(np.arange(b.num_dst), np.diff(b.indptr))
+            off = b.indices != dst
+            assert np.allclose(b.weight[~off], sampler.adj.diag[mb.input_nodes])  # α_vv = 1
+    assert abs(np.mean(estimates) / node_loss[train].mean() - 1) < 0.05
+    out, m = _shards(sbm, tmp_path, sampler="saint", saint_budget=150)
+    assert m["saint"]["presamples"] >= 1
+    assert next(iter(ShardStream(out, 0, 0))).loss_weight is not None
+
+
+def test_shards_are_deterministic_and_a_rewrite_replaces_them(sbm, tmp_path):
+    for sampler in ("neighbor", "saint"):
+        _, a = _shards(sbm, tmp_path / "a", sampler=sampler, epochs=2)
+        _, b = _shards(sbm, tmp_path / "b", sampler=sampler, epochs=2)
+        digests = lambda m: [f["sha256"] for s in m["streams"] for f in s["files"]]  # noqa: E731
+        assert digests(a) == digests(b)
+    _, c = _shards(sbm, tmp_path / "b", sampler="saint", epochs=2, seed=1)
+    assert digests(c) != digests(b)
+    out, _ = _shards(sbm, tmp_path / "b", sampler="neighbor", epochs=1)
+    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json"]
+
+
+def test_int8_weights_and_features_decode_close_to_fp32(sbm, tmp_path):
+    out32, _ = _shards(sbm, tmp_path / "fp32", sampler="neighbor")
+    out8, m8 = _shards(sbm, tmp_path / "int8", sampler="neighbor", weights="int8", features="int8")
+    assert m8["features"]["encoding"] == "int8"
+    for a, b in zip(ShardStream(out32, 0, 1), ShardStream(out8, 0, 1)):
+        assert torch.equal(a.input_nodes, b.input_nodes)
+        for x, y in zip(a.blocks, b.blocks):
+            assert torch.equal(x.indices, y.indices)
+            row_max = torch.zeros(x.num_dst).scatter_reduce_(0, x.dst_ids(), x.edge_weight.abs(), "amax")
+            tol = (row_max / 127 / 2)[x.dst_ids()] + 1e-7
+            assert ((x.edge_weight - y.edge_weight).abs() <= tol).all()
+        span = a.x.max(0).values - a.x.min(0).values
+        assert ((a.x - b.x).abs() <= span / 255).all()
+    # the decode-on-device path (CUDA) gives what the prefetch thread decodes for CPU
+    on_device = ShardStream(out8, 0, 1)
+    on_device.decode_on_host = False
+    for a, b in zip(ShardStream(out8, 0, 1), on_device):
+        assert torch.allclose(a.x, b.x, atol=1e-6)
+        assert all(torch.allclose(x.edge_weight, y.edge_weight, atol=1e-7) for x, y in zip(a.blocks, b.blocks))
+
+
+def test_int8_features_reference_compressed_graph_when_present(sbm, tmp_path):
+    from graphs.compress import CompressConfig, build_compressed_graph
+
+    compressed = tmp_path / "compressed_graph"
+    build_compressed_graph(sbm["canonical"], sbm["adjacency"], sbm["partitions"], compressed,
+                           CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False))
+    inputs = load_shard_inputs(sbm["canonical"], sbm["adjacency"], sbm["partitions"], compressed)
+    out = tmp_path / "shards"
+    m = write_minibatch_shards(inputs, out, ShardConfig(batch_size=64, epochs=1, features="int8"))
+    assert (out / m["features"]["q"]).resolve() == (compressed / "features_int8.npy").resolve()
+    assert not (out / "features_int8.npy").exists()  # referenced, not copied
+    own, _ = _shards(sbm, tmp_path / "own", features="int8", epochs=1)
+    for a, b in zip(ShardStream(out, 0, 0), ShardStream(own, 0, 0)):
+        assert torch.allclose(a.x, b.x, atol=1e-6)  # the same per-column INT8 scheme
+
+
+# ----------------------------------------------------------------------------- ShardStream
+
+
+def test_checksum_mismatch_and_truncation_name_the_file(sbm, tmp_path):
+    out, m = _shards(sbm, tmp_path, sampler="neighbor", minibatches_per_shard=2)
+    rec = m["streams"][1]["files"][0]  # epoch 0, rank 1
+    path = out / rec["path"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ShardError, match=r"epoch=0/rank=1/shard-00000\.npz.*SHA-256"):
+        list(ShardStream(out, 1, 0))
+    path.write_bytes(bytes(data[: len(data) // 3]))
+    with pytest.raises(ShardError, match=r"epoch=0/rank=1/shard-00000\.npz.*truncated"):
+        list(ShardStream(out, 1, 0, verify=False))
+    # the other rank's stream is intact
+    assert len(list(ShardStream(out, 0, 0))) == m["minibatches_per_epoch_per_rank"]
+    with pytest.raises(ValueError, match="world_size=2"):
+        ShardStream(out, 2, 0)
+    with pytest.raises(ValueError, match="epoch % 2"):
+        ShardStream(out, 0, 5)
+
+
+def test_prefetch_thread_returns_minibatches_in_order(sbm, tmp_path):
+    out, m = _shards(sbm, tmp_path, sampler="neighbor", batch_size=20, minibatches_per_shard=3)
+    inline = list(ShardStream(out, 0, 1, prefetch=0))
+    stream = ShardStream(out, 0, 1, prefetch=2)
+    threaded = list(stream)
+    assert stream._thread is not None and not stream._thread.is_alive()
+    assert [mb.index for mb in threaded] == list(range(m["minibatches_per_epoch_per_rank"])) == [mb.index for mb in inline]
+    for a, b in zip(inline, threaded):
+        assert torch.equal(a.seeds, b.seeds) and torch.equal(a.x, b.x)
+        assert all(torch.equal(x.indices, y.indices) for x, y in zip(a.blocks, b.blocks))
+    assert stream.wait_seconds >= 0 and stream.stats()["bytes_read"] == sum(
+        f["bytes"] for f in m["streams"][2]["files"]
+    )
+    # breaking out early stops the thread
+    early = ShardStream(out, 1, 1, prefetch=1)
+    for _ in early:
+        break
+    early.close()
+    assert not early._thread.is_alive()
+
+
+def test_shard_stream_runs_without_dgl(sbm, tmp_path):
+    out, _ = _shards(sbm, tmp_path, sampler="neighbor", weights="int8")
+    code = f"""
+import sys
+sys.modules["dgl"] = None  # any "import dgl" now raises ImportError
+from training.data import ShardStream, read_manifest
+m = read_manifest({str(out)!r})
+batches = list(ShardStream({str(out)!r}, 1, 0))
+assert len(batches) == m["minibatches_per_epoch_per_rank"]
+assert batches[0].blocks[0].edge_weight.dtype.is_floating_point
+assert not any(name == "dgl" or name.startswith("dgl.") for name, mod in sys.modules.items() if mod is not None)
+print("ok", len(batches))
+"""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ok")
+
+
+def test_features_argument_overrides_the_manifest(sbm, tmp_path):
+    out, _ = _shards(sbm, tmp_path, sampler="importance")
+    feats = torch.arange(sbm["n"], dtype=torch.float32)[:, None].repeat(1, 2)
+    mb = next(iter(ShardStream(out, 0, 0, features=feats)))
+    assert torch.equal(mb.x[:, 0], mb.input_nodes.float())
+    assert next(iter(ShardStream(out, 0, 0, features=None))).x is None
+    assert read_manifest(out)["features"]["path"].endswith("canonical_graph/features.npy")
+
+
+# ----------------------------------------------------------------------------- asset
+
+
+def _instance(*names: str) -> dg.DagsterInstance:
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(dataset_partitions.name, list(names))
+    return instance
+
+
+def test_asset_materializes_on_cora_with_metadata_and_checks(shared_datasets, tmp_path):
+    home = tmp_path / "home"
+    _build(home / "cora", shared_datasets / "cora", clusters=20)
+    storage = GnnflowStorage(home=str(home), landing=str(shared_datasets))
+    result = dg.materialize(
+        [minibatch_shards],
+        partition_key="cora",
+        instance=_instance("cora"),
+        resources={"storage": storage},
+        run_config={"ops": {"minibatch_shards": {"config": {"batch_size": 32, "epochs": 2, "fanouts": "10,5"}}}},
+    )
+    assert result.success
+    meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
+    assert meta["train_nodes"].value == 140
+    assert meta["minibatches_per_rank_per_epoch"].value == 3  # 70 seeds per rank, batches of <= 32
+    assert meta["bytes_on_disk"].value > 0 and meta["sampled_edges"].value > 0
+    assert all(c.passed for c in result.get_asset_check_evaluations())
+    m = read_manifest(home / "cora" / "minibatch_shards")
+    assert (m["world_size"], m["batch_size"], m["num_classes"], m["feature_dim"]) == (2, 32, 7, 1433)
+
+
+def test_asset_skips_a_dataset_without_labels(tmp_path):
+    landing = tmp_path / "landing" / "plain"
+    write_edges(landing / "edges.parquet", [0, 1, 2, 3], [1, 2, 3, 0])
+    home = tmp_path / "home"
+    _build(home / "plain", landing, clusters=2)
+    result = dg.materialize(
+        [minibatch_shards],
+        partition_key="plain",
+        instance=_instance("plain"),
+        resources={"storage": GnnflowStorage(home=str(home), landing=str(tmp_path / "landing"))},
+    )
+    assert result.success
+    meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
+    assert meta["skipped"].value == "no labels"
+    assert not (home / "plain" / "minibatch_shards").exists()
