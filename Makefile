@@ -40,8 +40,11 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
+# Every benchmark at its default size (1M nodes / 10M edges where it applies); each prints
+# ours next to its baseline measured in the same run. Expect tens of minutes on 2 cores.
+BENCHES ?= ingest adjacency partition bloom compression sampling aggregate train_vs_dgl
 bench: install
-	$(BIN)/python benchmarks/ingest.py
+	for b in $(BENCHES); do echo "=== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py || exit 1; done
 
 clean:
 	rm -rf $(GNNFLOW_HOME) $(DAGSTER_HOME)
