@@ -6,12 +6,13 @@ import dagster as dg
 
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage
+from assets.compressed_graph import compressed_graph
 from assets.metis_partitions import metis_partitions
 from assets.minibatch_shards import minibatch_shards
 from assets.normalized_adjacency import normalized_adjacency
 from pipelines.sensors import make_landing_sensor
 
-ALL_ASSETS = [canonical_graph, normalized_adjacency, metis_partitions, minibatch_shards]
+ALL_ASSETS = [canonical_graph, normalized_adjacency, metis_partitions, compressed_graph, minibatch_shards]
 
 pipeline_job = dg.define_asset_job(
     "gnnflow_pipeline",
