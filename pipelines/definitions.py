@@ -10,9 +10,11 @@ from assets.compressed_graph import compressed_graph
 from assets.metis_partitions import metis_partitions
 from assets.minibatch_shards import minibatch_shards
 from assets.normalized_adjacency import normalized_adjacency
+from assets.trained_model import trained_model
+from pipelines.schedules import make_retrain_schedule
 from pipelines.sensors import make_landing_sensor
 
-ALL_ASSETS = [canonical_graph, normalized_adjacency, metis_partitions, compressed_graph, minibatch_shards]
+ALL_ASSETS = [canonical_graph, normalized_adjacency, metis_partitions, compressed_graph, minibatch_shards, trained_model]
 
 pipeline_job = dg.define_asset_job(
     "gnnflow_pipeline",
@@ -26,9 +28,16 @@ ingest_job = dg.define_asset_job(
     description="Validate and relabel a dataset's raw edge lists (canonical_graph).",
 )
 
+train_job = dg.define_asset_job(
+    "train",
+    selection=dg.AssetSelection.groups("training"),
+    description="Train the GNN from a dataset's minibatch shards (trained_model).",
+)
+
 defs = dg.Definitions(
     assets=ALL_ASSETS,
-    jobs=[pipeline_job, ingest_job],
+    jobs=[pipeline_job, ingest_job, train_job],
+    schedules=[make_retrain_schedule(train_job)],
     sensors=[make_landing_sensor(ALL_ASSETS)],
     resources={"storage": GnnflowStorage.from_env()},
 )

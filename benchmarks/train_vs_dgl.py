@@ -1,0 +1,233 @@
+"""Training benchmark: our trained_model loop reading shards vs the textbook DGL loop sampling online.
+
+    .venv/bin/python benchmarks/train_vs_dgl.py                       # demo graph: 100k nodes, 1M edge rows
+    .venv/bin/python benchmarks/train_vs_dgl.py --nodes 1000000 --edges 10000000 --epochs 3
+
+One process, one after the other, on the same graph (the generator's DC-SBM, cached under
+--work with its canonical graph and normalized adjacency), the same model (GraphSAGE-mean,
+--layers layers of --hidden units, dropout --dropout before every layer, Adam --lr), the
+same fanouts, batch size, epochs and training nodes:
+
+baseline  DGL's textbook loop (DGL's GraphSAGE example): ``dgl.dataloading.DataLoader`` with
+          ``NeighborSampler(fanouts)`` sampling online in the training process (features and
+          labels prefetched by the sampler), ``dgl.nn.SAGEConv`` layers.
+ours      `graphs.sampling.write_minibatch_shards` once (world size 1, no added self loops,
+          so the blocks are the same kind DGL samples), then `training.train.train`: shard
+          stream with a prefetch thread, our plain-torch SAGEConv (DGL's CPU kernels for the
+          aggregation when DGL is importable, as in production), Adam.
+
+Epoch time = the training loop only (both sides; our `train_seconds` column of
+metrics.parquet), evaluation excluded; the two sides alternate --repeat times and the
+median over every epoch is compared (on a shared machine a burst of load can slow a few
+epochs many times over: OpenMP threads spin badly when oversubscribed). Accuracy = test accuracy of the final model by
+full-graph inference (DGL: ``SAGEConv`` on the whole graph; ours: layer-wise inference over
+the normalized adjacency's structure). The ratio ours / DGL is printed twice: reading
+shards only, and with the shard-writing time divided over the epochs added. Target: at
+most 1.0x at equal accuracy (within 0.5 points).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+# this checkout's packages, whatever checkout the venv's editable install points at
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+
+def prepare(args) -> tuple[Path, Path]:
+    from graphs.canonical import build_canonical_graph
+    from graphs.generate import GenerateConfig, demo_config, generate_dataset
+    from graphs.normalize import build_normalized_adjacency
+
+    work = Path(args.work).resolve()
+    landing = work / f"landing-{args.nodes}-{args.edges}"
+    if not landing.exists():
+        cfg = GenerateConfig(**{**demo_config().__dict__, "num_nodes": args.nodes, "num_edges": args.edges})
+        generate_dataset(cfg, landing, progress=False)
+    home = work / f"home-{args.nodes}-{args.edges}"
+    can, adj = home / "canonical_graph", home / "normalized_adjacency"
+    if not (can / "summary.json").exists():
+        build_canonical_graph(landing, can)
+    if not (adj / "summary.json").exists():
+        build_normalized_adjacency(can, adj)
+    return can, adj
+
+
+# ----------------------------------------------------------------------------- DGL baseline
+
+
+def run_dgl(can: Path, args) -> dict:
+    import torch
+    import dgl
+    import dgl.nn as dglnn
+    import pyarrow.parquet as pq
+    import torch.nn.functional as F
+    from torch import nn
+
+    edges = pq.read_table(can / "edges.parquet")
+    nodes = pq.read_table(can / "nodes.parquet", columns=["label", "split"]).to_pandas()
+    n = len(nodes)
+    g = dgl.graph((torch.from_numpy(edges.column("src").to_numpy()), torch.from_numpy(edges.column("dst").to_numpy())),
+                  num_nodes=n)
+    g.ndata["feat"] = torch.from_numpy(np.load(can / "features.npy"))
+    g.ndata["label"] = torch.from_numpy(nodes.label.to_numpy().astype(np.int64))
+    split = nodes.split.to_numpy()
+    train_nids = torch.from_numpy(np.flatnonzero((split == "train") & (nodes.label.to_numpy() >= 0)))
+    test_mask = torch.from_numpy((split == "test") & (nodes.label.to_numpy() >= 0))
+
+    class SAGE(nn.Module):
+        def __init__(self, in_feats, hidden, classes, layers, dropout):
+            super().__init__()
+            dims = [in_feats] + [hidden] * (layers - 1) + [classes]
+            self.layers = nn.ModuleList(dglnn.SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:]))
+            self.dropout = nn.Dropout(dropout)
+
+        def forward(self, blocks, x):
+            h = x
+            for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+                h = layer(block, self.dropout(h))
+                if i != len(self.layers) - 1:
+                    h = F.relu(h)
+            return h
+
+    torch.manual_seed(args.seed)
+    dgl.seed(args.seed)
+    classes = int(nodes.label.max()) + 1
+    model = SAGE(g.ndata["feat"].shape[1], args.hidden, classes, len(args.fanout_list), args.dropout)
+    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    sampler = dgl.dataloading.NeighborSampler(args.fanout_list, prefetch_node_feats=["feat"], prefetch_labels=["label"])
+    loader = dgl.dataloading.DataLoader(g, train_nids, sampler, batch_size=args.batch_size, shuffle=True,
+                                        drop_last=False, num_workers=0)
+    epochs = []
+    for _ in range(args.epochs):
+        model.train()
+        t0 = time.perf_counter()
+        for _, _, blocks in loader:
+            x, y = blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
+            loss = F.cross_entropy(model(blocks, x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        epochs.append(time.perf_counter() - t0)
+    model.eval()
+    with torch.no_grad():
+        h = g.ndata["feat"]
+        for i, layer in enumerate(model.layers):
+            h = layer(g, h)
+            if i != len(model.layers) - 1:
+                h = F.relu(h)
+    acc = float((h.argmax(1)[test_mask] == g.ndata["label"][test_mask]).float().mean())
+    return {"epoch_seconds": epochs, "test_acc": acc}
+
+
+# ----------------------------------------------------------------------------- ours
+
+
+def run_ours(can: Path, adj: Path, args) -> dict:
+    from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+    from training.config import RunConfig
+    from training.train import train
+    import pyarrow.parquet as pq
+
+    work = Path(args.work).resolve() / "ours"
+    shutil.rmtree(work, ignore_errors=True)
+    t0 = time.perf_counter()
+    write_minibatch_shards(
+        load_shard_inputs(can, adj), work / "minibatch_shards",
+        ShardConfig(fanouts=args.fanouts, batch_size=args.batch_size, epochs=args.epochs, world_size=1,
+                    self_loops=False, seed=args.seed),
+    )
+    shard_seconds = time.perf_counter() - t0
+    cfg = RunConfig.from_dict({
+        "model": {"conv": "sage", "hidden": args.hidden, "num_layers": len(args.fanout_list), "dropout": args.dropout},
+        "training": {"epochs": args.epochs, "optimizer": {"type": "Adam", "lr": args.lr}, "profiler": "none",
+                     "eval_every": args.epochs, "checkpoint_every": args.epochs, "seed": args.seed,
+                     **({"aggregation": args.aggregation} if args.aggregation else {})},
+        "paths": {"shards": str(work / "minibatch_shards"), "out": str(work / "trained_model")},
+    })
+    summary = train(cfg)
+    metrics = pq.read_table(work / "trained_model" / "metrics.parquet").to_pandas()
+    shard_bytes = sum(p.stat().st_size for p in (work / "minibatch_shards").rglob("*.npz"))
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    return {
+        "epoch_seconds": metrics.train_seconds.tolist(),
+        "data_wait_share": metrics.data_wait_share.tolist(),
+        "test_acc": summary["final_test_acc"],
+        "shard_seconds": shard_seconds,
+        "shard_bytes": shard_bytes,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=100_000)
+    ap.add_argument("--edges", type=int, default=1_000_000)
+    ap.add_argument("--work", default="bench_out/train_vs_dgl")
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--fanouts", default="10,5")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--dropout", type=float, default=0.5)
+    ap.add_argument("--lr", type=float, default=0.003)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="OpenMP/torch threads for both sides; 0 = default")
+    ap.add_argument("--aggregation", default="",
+                    help="our training.aggregation (torch/dgl/auto); default: the config's")
+    ap.add_argument("--repeat", type=int, default=2, help="alternating DGL / ours runs; medians over all epochs")
+    ap.add_argument("--keep", action="store_true", help="keep our shards and outputs under --work/ours")
+    args = ap.parse_args()
+    if args.threads:  # before torch and DGL start their OpenMP pools
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    args.fanout_list = [int(f) for f in args.fanouts.split(",")]
+
+    can, adj = prepare(args)
+    print(f"graph: {args.nodes} nodes, {args.edges} edge rows; fanouts {args.fanouts}, batch {args.batch_size}, "
+          f"{args.epochs} epochs, SAGE {len(args.fanout_list)}x{args.hidden}, torch threads {torch.get_num_threads()}, "
+          f"{args.repeat} alternating repeat(s)")
+    runs = {"dgl": [], "ours": []}
+    for _ in range(args.repeat):  # alternate, so a burst of load on a shared machine hits both sides
+        runs["dgl"].append(run_dgl(can, args))
+        runs["ours"].append(run_ours(can, adj, args))
+
+    def epochs_of(name):
+        return [s for r in runs[name] for s in r["epoch_seconds"]]
+
+    d_epoch = float(np.median(epochs_of("dgl")))
+    o_epoch = float(np.median(epochs_of("ours")))
+    d_min, o_min = min(epochs_of("dgl")), min(epochs_of("ours"))
+    shard_seconds = float(np.median([r["shard_seconds"] for r in runs["ours"]]))
+    amortized = o_epoch + shard_seconds / args.epochs
+    d_acc = float(np.mean([r["test_acc"] for r in runs["dgl"]]))
+    o_acc = float(np.mean([r["test_acc"] for r in runs["ours"]]))
+    print()
+    print(f"{'':28s} {'epoch s median':>15s} {'min':>6s}   {'every epoch, every repeat':<40s} {'test acc':>9s}")
+    for name, label, acc in (("dgl", "DGL DataLoader + SAGEConv", d_acc), ("ours", "ours (shards)", o_acc)):
+        every = " ".join(f"{s:.2f}" for s in epochs_of(name))
+        print(f"{label:28s} {float(np.median(epochs_of(name))):15.2f} {min(epochs_of(name)):6.2f}   {every:<40s} "
+              f"{acc:9.4f}")
+    waits = [w for r in runs["ours"] for w in r["data_wait_share"]]
+    megabytes = runs["ours"][0]["shard_bytes"] / 1e6
+    print(f"shard writing: {shard_seconds:.2f} s for {args.epochs} epochs ({megabytes:.0f} MB); "
+          f"our data-wait share per epoch: {' '.join(f'{w:.0%}' for w in waits)}")
+    print()
+    print(f"ratio ours / DGL, reading shards only:          {o_epoch / d_epoch:.2f}x median, "
+          f"{o_min / d_min:.2f}x best epochs  (target <= 1.0x)")
+    print(f"ratio ours / DGL, shard writing amortized:      {amortized / d_epoch:.2f}x median, "
+          f"{(o_min + shard_seconds / args.epochs) / d_min:.2f}x best epochs")
+    print(f"accuracy difference ours - DGL:                 {100 * (o_acc - d_acc):+.2f} points (target within 0.5)")
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,413 @@
+"""training: config, AMP shim, schedule, features, DDP gradients, resume, no-DGL run,
+outputs, a short Cora run through the pipeline's functions, and the Dagster asset via pipes."""
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from assets.common import GnnflowStorage, dataset_partitions
+from assets.trained_model import TrainedModelConfig, trained_model
+from graphs.canonical import build_canonical_graph
+from graphs.generate import GenerateConfig, generate_dataset
+from graphs.normalize import build_normalized_adjacency
+from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from training import precision as precision_mod
+from training.checkpoint import CHECKPOINT_NAME, load_checkpoint
+from training.config import LRScheduleConfig, RunConfig
+from training.features import FeatureTransform, degree_features
+from training.outputs import load_model
+from training.train import learning_rate, train
+
+ROOT = Path(__file__).resolve().parents[1]
+ID_OFFSET = 1000
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+def _pipeline(landing: Path, home: Path, **shard_kw) -> dict:
+    """canonical -> adjacency -> shards with the library functions; the folders."""
+    can, adj = home / "canonical_graph", home / "normalized_adjacency"
+    if not can.exists():
+        build_canonical_graph(landing, can)
+        build_normalized_adjacency(can, adj)
+    shards = home / f"shards-{'-'.join(f'{k}{v}' for k, v in sorted(shard_kw.items()))}"
+    if not shards.exists():
+        write_minibatch_shards(load_shard_inputs(can, adj), shards, ShardConfig(**shard_kw))
+    return {"canonical": can, "adjacency": adj, "shards": shards}
+
+
+@pytest.fixture(scope="module")
+def sbm(tmp_path_factory) -> dict:
+    """A 400-node DC-SBM (ids 1000..1399, 16 features, 4 classes); shards for W=2 and W=1."""
+    root = tmp_path_factory.mktemp("train_sbm")
+    cfg = GenerateConfig(num_nodes=400, num_edges=3000, feature_dim=16, num_classes=4, num_edge_files=1,
+                         id_offset=ID_OFFSET, feature_noise=1.0)
+    generate_dataset(cfg, root / "landing", progress=False)
+    kw = dict(fanouts="5,5", batch_size=48, epochs=2)
+    two = _pipeline(root / "landing", root / "home", world_size=2, **kw)
+    one = _pipeline(root / "landing", root / "home", world_size=1, **kw)
+    return {"root": root, "landing": root / "landing", "w2": two, "w1": one}
+
+
+def _run_config(shards: Path, out: Path, **training) -> RunConfig:
+    return RunConfig.from_dict({
+        "model": {"conv": "sage", "hidden": 16, "num_layers": 2, "dropout": 0.2},
+        "training": {"epochs": 3, "profiler": "none", "optimizer": {"lr": 0.01}, **training},
+        "paths": {"shards": str(shards), "out": str(out)},
+    })
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def test_config_yaml_round_trips_and_accepts_the_dagster_shape(tmp_path):
+    cfg = RunConfig.from_dict({
+        "model": {"conv": "gcn", "hidden": 32, "norm": "layer"},
+        "training": {"precision": "mixed_float16", "optimizer": {"type": "AdamW", "lr": 0.001, "weight_decay": 0.01},
+                     "gradient_clipping": 1.0, "accumulate": 4, "lr_schedule": {"type": "cosine", "warmup_epochs": 1}},
+        "paths": {"shards": "s", "out": "o"},
+    })
+    assert cfg.training.optimizer.weight_decay == 0.01 and cfg.training.lr_schedule.type == "cosine"
+    path = tmp_path / "run.yaml"
+    cfg.to_yaml(path)
+    assert RunConfig.from_yaml(path) == cfg
+    # the same blocks inside a Dagster run-config file, paths at the top level
+    dagster_file = tmp_path / "dagster.yaml"
+    d = cfg.to_dict()
+    block = {"model": d["model"], "training": d["training"]}
+    dagster_file.write_text(json.dumps({"ops": {"trained_model": {"config": block}}, "paths": d["paths"]}))
+    assert RunConfig.from_yaml(dagster_file) == cfg
+    # and the Dagster Config class maps onto the dataclasses field for field
+    dg_cfg = TrainedModelConfig(model=d["model"], training=d["training"])
+    assert dg_cfg.to_run_config(cfg.paths) == cfg
+    assert TrainedModelConfig().to_run_config(cfg.paths) == RunConfig(paths=cfg.paths)  # same defaults
+
+
+@pytest.mark.parametrize("data,field", [
+    ({"training": {"optimizer": {"lr": -1}}}, "training.optimizer.lr"),
+    ({"training": {"precision": "fp8"}}, "training.precision"),
+    ({"training": {"accumulate": "4"}}, "training.accumulate"),
+    ({"training": {"optimiser": {"lr": 0.1}}}, "training.optimiser"),
+    ({"training": {"lr_schedule": {"type": "linear"}}}, "training.lr_schedule.type"),
+    ({"model": {"conv": "transformer"}}, "model.conv"),
+    ({"paths": {"out": "o"}}, "paths.shards"),
+])
+def test_bad_config_values_raise_naming_the_field(data, field):
+    data = {"paths": {"shards": "s", "out": "o"}, **data}
+    with pytest.raises((ValueError, TypeError), match=field.replace(".", r"\.")):
+        RunConfig.from_dict(data)
+
+
+def test_cli_set_overrides_nested_values():
+    from training.__main__ import _apply_override
+
+    data = {"training": {"optimizer": {"lr": 0.1}}}
+    _apply_override(data, "training.optimizer.lr=0.5")
+    _apply_override(data, "model.norm=null")
+    assert data == {"training": {"optimizer": {"lr": 0.5}}, "model": {"norm": None}}
+
+
+# ----------------------------------------------------------------------------- AMP, schedule, features
+
+
+def test_grad_scaler_shim_picks_what_this_torch_has(monkeypatch):
+    # torch 2.2.1: no torch.amp.GradScaler, so the CUDA one
+    monkeypatch.delattr(torch.amp, "GradScaler", raising=False)
+    assert precision_mod.grad_scaler_class() is torch.cuda.amp.GradScaler
+    assert not precision_mod.grad_scaler(enabled=False).is_enabled()
+
+    class NewScaler:  # torch >= 2.3 signature: GradScaler(device, enabled=...)
+        def __init__(self, device, enabled=True):
+            self.device, self.enabled = device, enabled
+
+    monkeypatch.setattr(torch.amp, "GradScaler", NewScaler, raising=False)
+    scaler = precision_mod.grad_scaler(enabled=True)
+    assert isinstance(scaler, NewScaler) and scaler.device == "cuda" and scaler.enabled
+
+
+def test_precision_means_fp16_with_scaling_on_cuda_and_bf16_on_cpu():
+    cuda = precision_mod.resolve_precision("mixed_float16", torch.device("cuda"))
+    assert cuda.autocast_dtype == torch.float16 and cuda.loss_scaling
+    cpu = precision_mod.resolve_precision("mixed_float16", torch.device("cpu"))
+    assert not cpu.loss_scaling
+    assert cpu.autocast_dtype == (torch.bfloat16 if precision_mod.cpu_bf16_supported() else None)
+    fp32 = precision_mod.resolve_precision("fp32", torch.device("cuda"))
+    assert fp32.autocast_dtype is None and not fp32.loss_scaling
+
+
+def test_learning_rate_warmup_cosine_and_step():
+    cos = LRScheduleConfig(type="cosine", warmup_epochs=1, min_lr_ratio=0.1)
+    assert learning_rate(cos, 1.0, 0, 10, 100) == pytest.approx(0.1)  # first warmup step
+    assert learning_rate(cos, 1.0, 9, 10, 100) == pytest.approx(1.0)  # warmup done
+    assert learning_rate(cos, 1.0, 10, 10, 100) == pytest.approx(1.0)
+    assert learning_rate(cos, 1.0, 55, 10, 100) == pytest.approx(0.55)  # halfway: (0.1 + 1) / 2
+    assert learning_rate(cos, 1.0, 100, 10, 100) == pytest.approx(0.1)
+    step = LRScheduleConfig(type="step", step_epochs=2, gamma=0.5)
+    assert [learning_rate(step, 1.0, s, 10, 100) for s in (0, 19, 20, 45)] == [1.0, 1.0, 0.5, 0.25]
+
+
+def test_feature_transforms_and_degree_buckets():
+    x = torch.tensor([[1.0, 3.0], [0.0, 0.0], [2.0, -2.0]])
+    assert torch.allclose(FeatureTransform("row")(x), torch.tensor([[0.25, 0.75], [0, 0], [0.5, -0.5]]))
+    std = FeatureTransform.fit("standard", iter([x[:2], x[2:]]))
+    z = std(x)
+    assert torch.allclose(z.mean(0), torch.zeros(2), atol=1e-6)
+    assert torch.allclose(z.std(0, unbiased=False), torch.ones(2), atol=1e-5)
+    # degrees 1, 2, 3, 4, 9 -> buckets floor(log2): 0, 1, 1, 2, 3 (capped at 2 with 3 buckets)
+    indptr = np.cumsum([0, 1, 2, 3, 4, 9])
+    assert degree_features(indptr, 4).argmax(1).tolist() == [0, 1, 1, 2, 3]
+    assert degree_features(indptr, 3).argmax(1).tolist() == [0, 1, 1, 2, 2]
+
+
+# ----------------------------------------------------------------------------- DDP
+
+
+def test_ddp_gradients_are_identical_across_ranks_and_the_mean_of_local_ones(sbm, tmp_path):
+    out = tmp_path / "grads.pt"
+    from tests.ddp_worker import ddp_gradient_worker
+
+    torch.multiprocessing.spawn(ddp_gradient_worker, args=(str(sbm["w2"]["shards"]), str(tmp_path / "store"), str(out)),
+                                nprocs=2, join=True)
+    g = torch.load(out, weights_only=True)
+    assert torch.equal(g["ddp"][0], g["ddp"][1])  # identical on both ranks
+    assert not torch.allclose(g["local"][0], g["local"][1])  # the ranks saw different data
+    torch.testing.assert_close(g["ddp"][0], (g["local"][0] + g["local"][1]) / 2, atol=1e-6, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tmp_path):
+    out = tmp_path / "trained_model"
+    summary = train(_run_config(sbm["w2"]["shards"], out, profiler="torch", eval_every=2))
+    assert summary["epochs_trained"] == 3 and summary["processes"] == 1 and summary["world_size"] == 2
+    assert summary["global_batch"] == 48 * 2
+    names = {p.name for p in out.iterdir()}
+    assert {"model_final.pt", "model_best.pt", "predictions.parquet", "embeddings.npy", "metrics.parquet",
+            "curves.png", "summary.json", "run.yaml", "profile"} <= names
+    assert {p.name for p in (out / "profile").iterdir()} == {"trace.json", "key_averages.txt"}
+    json.loads((out / "profile" / "trace.json").read_text())  # valid Chrome-trace JSON
+    assert not list(tmp_path.glob(".trained_model.work-*"))  # work folder removed after success
+
+    # predictions: every original id once, probabilities sum to 1, predicted = argmax
+    pred = pq.read_table(out / "predictions.parquet").to_pandas()
+    nodes = pq.read_table(sbm["w2"]["canonical"] / "nodes.parquet").to_pandas()
+    assert sorted(pred.original_id) == list(range(ID_OFFSET, ID_OFFSET + 400))
+    joined = pred.merge(nodes, on="original_id", suffixes=("", "_c"))
+    assert (joined.node_id == joined.node_id_c).all()
+    probs = np.stack(pred.probabilities.to_numpy())
+    assert probs.shape == (400, 4) and np.allclose(probs.sum(1), 1, atol=1e-5)
+    assert (probs.argmax(1) == pred.predicted).all()
+    test = joined[joined.split == "test"]
+    assert (test.predicted == test.label).mean() == pytest.approx(summary["test_acc_at_best_val"])
+    assert np.load(out / "embeddings.npy").shape == (400, 16)
+
+    # model files load with weights_only=True and reproduce the predictions
+    model = load_model(out / "model_best.pt")
+    from training.evaluate import full_graph_forward, load_full_block
+    from training.features import full_features
+    from training.data import read_manifest
+
+    x = full_features(read_manifest(sbm["w2"]["shards"]), sbm["w2"]["shards"])
+    _, logits = full_graph_forward(model, load_full_block(sbm["w2"]["adjacency"]), x)
+    assert (logits.argmax(1).numpy() == pred.predicted.to_numpy()).all()
+
+    metrics = pq.read_table(out / "metrics.parquet").to_pandas()
+    assert metrics.epoch.tolist() == [0, 1, 2] and (metrics["rank"] == 0).all()
+    assert metrics.val_acc.isna().tolist() == [True, False, False]  # eval_every=2, and after the last
+    assert (metrics.data_wait_share.between(0, 1)).all() and (metrics.seeds == 400 * 0.6).all()
+
+
+def test_a_killed_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_one(sbm, tmp_path):
+    shards = sbm["w1"]["shards"]
+    full = train(_run_config(shards, tmp_path / "a" / "trained_model", epochs=4))
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_second_epoch(epoch, rows):
+        if epoch == 1:
+            raise Killed
+
+    out = tmp_path / "b" / "trained_model"
+    cfg = _run_config(shards, out, epochs=4)
+    with pytest.raises(Killed):
+        train(cfg, on_epoch_end=kill_after_second_epoch)
+    assert not out.exists()  # only a finished run writes the asset folder
+    (work,) = out.parent.glob(".trained_model.work-*")
+    ckpt = load_checkpoint(work / CHECKPOINT_NAME)  # weights_only=True inside
+    steps = json.loads((shards / "manifest.json").read_text())["minibatches_per_epoch_per_rank"]
+    assert ckpt["epoch"] == 1 and ckpt["step"] == 2 * steps and len(ckpt["history"]) == 2
+
+    seen = []
+    resumed = train(cfg, on_epoch_end=lambda epoch, rows: seen.append(epoch))
+    assert seen == [2, 3]  # epochs 0 and 1 were not repeated
+    metrics = pq.read_table(out / "metrics.parquet").to_pandas()
+    assert metrics.epoch.tolist() == [0, 1, 2, 3]
+    a = torch.load(tmp_path / "a" / "trained_model" / "model_final.pt", weights_only=True)["state_dict"]
+    b = torch.load(out / "model_final.pt", weights_only=True)["state_dict"]
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5)
+    assert resumed["final_test_acc"] == pytest.approx(full["final_test_acc"])
+
+
+def test_early_stopping_stops_every_rank_when_validation_stalls(sbm, tmp_path):
+    # a learning rate too small to change any prediction: validation accuracy never improves after epoch 0
+    s = train(_run_config(sbm["w1"]["shards"], tmp_path / "out", epochs=10, early_stopping_patience=2,
+                          optimizer={"lr": 1e-12}))
+    assert s["stopped_early"] and s["epochs_trained"] == 3 and s["best_epoch"] == 0
+    assert pq.read_table(tmp_path / "out" / "metrics.parquet").column("epoch").to_pylist() == [0, 1, 2]
+
+
+def test_training_runs_with_dgl_unimportable(sbm, tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+        sys.modules["dgl"] = None          # `import dgl` now raises ImportError
+        sys.modules["dagster"] = None      # and training never needs Dagster either
+        sys.modules["dagster_pipes"] = None
+        from training.config import RunConfig
+        from training.train import train
+        cfg = RunConfig.from_dict({{
+            "model": {{"conv": "gcn", "hidden": 8, "num_layers": 2}},
+            "training": {{"epochs": 1, "profiler": "none"}},
+            "paths": {{"shards": {str(sbm["w1"]["shards"])!r}, "out": {str(tmp_path / "out")!r}}},
+        }})
+        s = train(cfg)
+        from training import aggregate
+        assert aggregate._dgl_module is None, "DGL kernels were used"
+        print("OK", s["final_val_acc"])
+    """)
+    env = {**os.environ, "DGLBACKEND": "pytorch"}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "OK" in proc.stdout
+    assert (tmp_path / "out" / "model_final.pt").is_file()
+
+
+def test_a_dataset_without_features_trains_on_degree_buckets(tmp_path):
+    landing = tmp_path / "landing"
+    cfg = GenerateConfig(num_nodes=200, num_edges=1500, feature_dim=4, num_classes=2, num_edge_files=1)
+    generate_dataset(cfg, landing, progress=False)
+    (landing / "features.parquet").unlink()
+    d = _pipeline(landing, tmp_path / "home", fanouts="4", batch_size=64, epochs=1, world_size=1)
+    s = train(RunConfig.from_dict({
+        "model": {"conv": "sage", "hidden": 8, "num_layers": 1},
+        "training": {"epochs": 1, "profiler": "none", "degree_buckets": 6},
+        "paths": {"shards": str(d["shards"]), "out": str(tmp_path / "out")},
+    }))
+    assert s["in_feats"] == 6
+    assert torch.load(tmp_path / "out" / "model_final.pt", weights_only=True)["in_feats"] == 6
+
+
+def test_cora_short_run_reaches_a_sane_accuracy(shared_datasets, tmp_path):
+    d = _pipeline(shared_datasets / "cora", tmp_path, fanouts="-1,-1", batch_size=140, epochs=1, world_size=1)
+    cfg = RunConfig.from_dict({
+        "model": {"conv": "gcn", "hidden": 32, "num_layers": 2, "dropout": 0.5},
+        "training": {"epochs": 60, "eval_every": 20, "checkpoint_every": 100, "profiler": "none", "normalize": "row",
+                     "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4}},
+        "paths": {"shards": str(d["shards"]), "out": str(tmp_path / "trained_model")},
+    })
+    s = train(cfg)
+    assert s["final_test_acc"] > 0.75, s
+
+
+# ----------------------------------------------------------------------------- the asset
+
+
+def _instance(*names):
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(dataset_partitions.name, list(names))
+    return instance
+
+
+def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
+    from assets.canonical_graph import canonical_graph
+    from assets.minibatch_shards import minibatch_shards
+    from assets.normalized_adjacency import normalized_adjacency
+
+    storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(sbm["root"]))
+    run_config = {"ops": {
+        "minibatch_shards": {"config": {"fanouts": "5,5", "batch_size": 48, "epochs": 2, "world_size": 2}},
+        # DDP with gradient accumulation (no_sync), CPU bf16 autocast, clipping, checkpointing
+        "trained_model": {"config": {"model": {"hidden": 16, "num_layers": 2, "activation_checkpointing": True},
+                                     "training": {"epochs": 8, "optimizer": {"lr": 0.05}, "accumulate": 2,
+                                                  "precision": "mixed_float16", "gradient_clipping": 1.0}}},
+    }}
+    result = dg.materialize(
+        [canonical_graph, normalized_adjacency, minibatch_shards, trained_model], partition_key="landing",
+        instance=_instance("landing"), resources={"storage": storage}, run_config=run_config,
+    )
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("trained_model")
+    md = mat.metadata
+    assert md["processes"].value == 2 and "--nproc-per-node=2" in md["launch"].value
+    assert md["backend"].value == "gloo"  # reported by rank 0 over dagster-pipes
+    assert md["global_batch"].value == 48 * 2 * 2 and md["precision"].value.startswith("CPU: mixed_float16")
+    assert 0 < md["best_val_acc"].value <= 1 and md["epochs_trained"].value == 8
+    assert md["curves"].value.startswith("![training curves](data:image/png;base64,")
+    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
+    evals = {c.check_name: c for c in result.get_asset_check_evaluations()}
+    assert checks["test_accuracy_above_majority_class"], evals["test_accuracy_above_majority_class"].metadata
+    out = tmp_path / "home" / "landing" / "trained_model"
+    metrics = pq.read_table(out / "metrics.parquet").to_pandas()
+    assert sorted(zip(metrics.epoch, metrics["rank"])) == [(e, r) for e in range(8) for r in (0, 1)]
+    assert (out / "profile" / "trace.json").is_file()
+
+
+def test_asset_skips_a_dataset_without_labels(tmp_path):
+    from assets.canonical_graph import canonical_graph
+    from tests.conftest import write_edges
+
+    write_edges(tmp_path / "landing" / "plain" / "edges.parquet", [1, 2, 3], [2, 3, 1])
+    storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
+    result = dg.materialize([canonical_graph, trained_model], partition_key="plain", instance=_instance("plain"),
+                            resources={"storage": storage})
+    assert result.success
+    (mat,) = result.asset_materializations_for_node("trained_model")
+    assert mat.metadata["skipped"].value == "no labels"
+    assert not (tmp_path / "home" / "plain" / "trained_model").exists()
+
+
+def test_nsys_wraps_the_command_only_when_installed(monkeypatch, tmp_path):
+    from assets import trained_model as tm
+
+    cmd = tm.torchrun_command(2, tmp_path / "run.yaml")
+    assert cmd[-6:] == ["--standalone", "--nproc-per-node=2", "-m", "training", "--config", str(tmp_path / "run.yaml")]
+    monkeypatch.setattr(tm.shutil, "which", lambda name: None)
+    assert tm.nsys_wrap(cmd, tmp_path / "r") == (cmd, tm.nsys_wrap(cmd, tmp_path / "r")[1])
+    assert tm.nsys_wrap(cmd, tmp_path / "r")[1].startswith("skipped: nsys is not on the PATH")
+    monkeypatch.setattr(tm.shutil, "which", lambda name: "/opt/nsys/bin/nsys")
+    wrapped, note = tm.nsys_wrap(cmd, tmp_path / "r")
+    assert wrapped[:2] == ["/opt/nsys/bin/nsys", "profile"] and wrapped[-len(cmd):] == cmd and "profiled" in note
+
+
+def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
+    from pipelines.definitions import defs
+
+    home = tmp_path / "home"
+    (home / "labelled").mkdir(parents=True)
+    shutil.copytree(sbm["w1"]["canonical"], home / "labelled" / "canonical_graph")
+    (home / "plain" / "canonical_graph").mkdir(parents=True)
+    (home / "plain" / "canonical_graph" / "summary.json").write_text(json.dumps({"has_labels": False}))
+    schedule = defs.resolve_schedule_def("retrain_weekly")
+    assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+    with dg.instance_for_test() as instance:  # schedule contexts need a persistent instance
+        instance.add_dynamic_partitions(dataset_partitions.name, ["labelled", "plain", "not-built"])
+        with dg.build_schedule_context(instance=instance, resources={"storage": GnnflowStorage(home=str(home))},
+                                       scheduled_execution_time=datetime.datetime(2026, 1, 4, 3)) as ctx:
+            requests = schedule(ctx)
+    assert [(r.partition_key, r.run_key) for r in requests] == [("labelled", "labelled:2026-01-04")]
+    assert defs.resolve_job_def("train").partitions_def == dataset_partitions

@@ -1,0 +1,68 @@
+"""``python -m training --config run.yaml`` (also under torchrun): see `training.train`.
+
+    torchrun --standalone --nproc-per-node 2 -m training --config run.yaml
+    python -m training --config run.yaml --set training.epochs=5 --set model.hidden=64
+    python -m training --help-config          # every setting with its help text
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+import yaml
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+
+
+def _apply_override(data: dict, assignment: str) -> None:
+    """``a.b.c=value`` (value parsed as YAML) into the nested dict ``data``."""
+    if "=" not in assignment:
+        raise SystemExit(f"--set {assignment!r}: expected KEY=VALUE, e.g. training.epochs=5")
+    key, value = assignment.split("=", 1)
+    *parents, leaf = key.strip().split(".")
+    node = data
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[leaf] = yaml.safe_load(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training.config import RunConfig, field_help, unwrap_dagster_run_config
+
+    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", help="run YAML: model, training, paths (or a Dagster run config)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override one setting, e.g. training.optimizer.lr=0.01 (repeatable)")
+    parser.add_argument("--help-config", action="store_true", help="list every setting and exit")
+    args = parser.parse_args(argv)
+    if args.help_config:
+        for name, text in field_help(RunConfig).items():
+            print(f"{name:42s} {text}")
+        return 0
+    if not args.config:
+        parser.error("--config is required")
+
+    rank = os.environ.get("RANK", "0")
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [rank {rank}] %(message)s", stream=sys.stdout)
+    with open(args.config) as f:
+        data = yaml.safe_load(f) or {}
+    data = unwrap_dagster_run_config(data)  # a Dagster run-config file: its trained_model block
+    for assignment in args.set:
+        _apply_override(data, assignment)
+    try:
+        cfg = RunConfig.from_dict(data)
+    except (ValueError, TypeError) as exc:
+        raise SystemExit(f"{args.config}: {exc}") from None
+
+    from training.train import train
+
+    train(cfg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

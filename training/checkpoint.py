@@ -1,0 +1,125 @@
+"""Checkpoints: where a run's work folder is, what a checkpoint holds, saving and loading.
+
+Work folder. A run checkpoints into ``<out parent>/.<out name>.work-<key>/`` (next to the
+trained_model folder), where ``key`` hashes the run's config (model + training, minus
+settings that do not change the result: profiler, prefetch, checksum verification,
+checkpoint interval, inference chunking, device, aggregation kernel) and the input data version (the
+shards' manifest and the canonical/adjacency summaries). So re-running the same config
+on the same data resumes; changing either starts a fresh folder. A finished run moves its
+outputs into the trained_model folder atomically and removes its work folder.
+
+``checkpoint.pt`` (format version 1), written by rank 0 after every ``checkpoint_every``
+epochs, atomically (temporary file + rename), and read with ``torch.load(...,
+weights_only=True)`` — so it holds only tensors and plain containers of str/int/float/
+bool/None:
+
+    format_version  int
+    epoch           int, last completed epoch (0-based)
+    step            int, optimizer steps taken
+    model           state dict of the (unwrapped) model
+    optimizer       optimizer state dict
+    scaler          GradScaler state dict ({} when loss scaling is off)
+    best            {epoch, val_acc, test_acc, model: state dict} (epoch -1 before any evaluation)
+    history         list of metric rows (dicts of numbers), every rank's
+    stopped_early   bool
+    config          the RunConfig as a dict
+    run_key, data_version, code_version   str
+
+Dropout randomness is re-seeded from (seed, epoch, rank) at the start of every epoch, so a
+resumed run continues exactly as an uninterrupted one (no RNG state is stored).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from importlib import metadata
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_NAME",
+    "code_version",
+    "data_version",
+    "load_checkpoint",
+    "run_key",
+    "save_checkpoint",
+    "work_dir_for",
+]
+
+CHECKPOINT_FORMAT = 1
+CHECKPOINT_NAME = "checkpoint.pt"
+
+# TrainingConfig fields that do not change what is trained (excluded from the run key).
+_NOT_IN_KEY = ("profiler", "prefetch", "verify_shards", "checkpoint_every", "eval_batch_size", "device", "aggregation")
+
+
+def data_version(shards: str | os.PathLike, canonical: str | os.PathLike, adjacency: str | os.PathLike) -> str:
+    """16 hex digits over the shards' manifest.json and the canonical/adjacency summary.json.
+
+    The manifest lists every shard file's SHA-256, and each summary is rewritten by every
+    materialization of its stage, so any new input data gives a new version.
+    """
+    h = hashlib.sha256()
+    for path in (Path(shards) / "manifest.json", Path(canonical) / "summary.json", Path(adjacency) / "summary.json"):
+        h.update(path.name.encode())
+        h.update(path.read_bytes() if path.is_file() else b"<missing>")
+    return h.hexdigest()[:16]
+
+
+def code_version() -> str:
+    """``gnnflow <version>+<hash of the training/ sources>``."""
+    try:
+        version = metadata.version("gnnflow")
+    except metadata.PackageNotFoundError:
+        version = "unknown"
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return f"gnnflow {version}+{h.hexdigest()[:12]}"
+
+
+def run_key(config: dict, data_ver: str) -> str:
+    """16 hex digits over the result-relevant config (model, training) and the data version."""
+    training = {k: v for k, v in config["training"].items() if k not in _NOT_IN_KEY}
+    payload = json.dumps({"model": config["model"], "training": training, "data": data_ver}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def work_dir_for(out_dir: str | os.PathLike, key: str, override: str = "") -> Path:
+    """``override`` if set, else ``<out parent>/.<out name>.work-<key>``."""
+    if override:
+        return Path(override)
+    out = Path(out_dir).resolve()
+    return out.parent / f".{out.name}.work-{key}"
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
+    """``torch.save`` to a temporary sibling, then rename: a kill never leaves half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    try:
+        torch.save({"format_version": CHECKPOINT_FORMAT, **state}, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict | None:
+    """The checkpoint at ``path`` (tensors on the CPU), or None when there is none."""
+    path = Path(path)
+    if not path.is_file():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if state.get("format_version") != CHECKPOINT_FORMAT:
+        raise ValueError(
+            f"{path}: checkpoint format {state.get('format_version')!r}, this code reads {CHECKPOINT_FORMAT}; "
+            "delete the work folder to start over"
+        )
+    return state

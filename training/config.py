@@ -1,0 +1,381 @@
+"""Typed configuration of a training run: one keyword-only dataclass per component.
+
+A run is :class:`RunConfig` = ``model`` (:class:`training.layers.ModelConfig`) +
+``training`` (:class:`TrainingConfig`, with nested :class:`OptimizerConfig` and
+:class:`LRScheduleConfig`) + ``paths`` (:class:`PathsConfig`). Every field has one help
+text (``metadata["help"]``) and is validated in ``__post_init__``; an error names the
+field by its dotted path (``training.optimizer.lr=-1: must be > 0``).
+
+The same YAML file works in two places::
+
+    # run.yaml
+    model:    {conv: sage, hidden: 256}
+    training: {precision: mixed_float16, optimizer: {type: AdamW, lr: 0.001, weight_decay: 0.01},
+               gradient_clipping: 1.0, accumulate: 4}
+    paths:    {shards: .gnnflow/demo/minibatch_shards, ...}     # only for `python -m training`
+
+    torchrun --standalone --nproc-per-node 2 -m training --config run.yaml
+    dagster asset materialize -m pipelines.definitions --select trained_model --partition demo -c run.yaml
+
+For Dagster the ``model`` and ``training`` blocks go under ``ops: trained_model: config:``
+(the asset fills ``paths`` in itself); :meth:`RunConfig.from_yaml` also accepts that
+shape, so one file can serve both.
+
+World size and batch size are not here: they come from the shards' manifest (the
+minibatch_shards stage owns sampling). The global batch is
+``batch_size x world_size x accumulate`` seeds per optimizer step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar, Union
+
+import yaml
+
+from training.layers import ModelConfig
+
+__all__ = [
+    "LRScheduleConfig",
+    "OptimizerConfig",
+    "PathsConfig",
+    "RunConfig",
+    "TrainingConfig",
+    "config_from_dict",
+    "config_to_dict",
+    "field_help",
+    "unwrap_dagster_run_config",
+]
+
+PRECISIONS = ("fp32", "mixed_float16", "bf16")
+OPTIMIZERS = ("AdamW", "Adam", "SGD")
+SCHEDULES = ("constant", "cosine", "step")
+FEATURE_NORMALIZATIONS = ("row", "standard", "none")
+PROFILERS = ("torch", "nsys", "none")
+DEVICES = ("auto", "cpu", "cuda")
+AGGREGATIONS = ("auto", "torch", "dgl")
+
+T = TypeVar("T")
+
+
+def _fail(path: str, value: Any, why: str) -> None:
+    raise ValueError(f"{path}={value!r}: {why}")
+
+
+@dataclass(kw_only=True)
+class OptimizerConfig:
+    """The optimizer (its parameters are the model's; one param group)."""
+
+    type: str = field(
+        default="AdamW",
+        metadata={"help": f"optimizer, one of {OPTIMIZERS}; Adam applies weight_decay as L2 "
+                  "(the GCN paper's recipe), AdamW decoupled"},
+    )
+    lr: float = field(default=0.003, metadata={"help": "peak learning rate (after warmup)"})
+    weight_decay: float = field(default=0.0, metadata={"help": "weight decay (L2 for Adam/SGD, decoupled for AdamW)"})
+    betas: list[float] = field(
+        default_factory=lambda: [0.9, 0.999], metadata={"help": "Adam/AdamW (beta1, beta2)"}
+    )
+    momentum: float = field(default=0.9, metadata={"help": "SGD momentum"})
+
+    def __post_init__(self) -> None:
+        p = "training.optimizer"
+        if self.type not in OPTIMIZERS:
+            _fail(f"{p}.type", self.type, f"must be one of {OPTIMIZERS}")
+        if not self.lr > 0:
+            _fail(f"{p}.lr", self.lr, "must be > 0")
+        if self.weight_decay < 0:
+            _fail(f"{p}.weight_decay", self.weight_decay, "must be >= 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            _fail(f"{p}.betas", self.betas, "must be two numbers in [0, 1)")
+        if not 0 <= self.momentum < 1:
+            _fail(f"{p}.momentum", self.momentum, "must be in [0, 1)")
+
+
+@dataclass(kw_only=True)
+class LRScheduleConfig:
+    """Learning-rate schedule, applied per optimizer step (see `training.train.learning_rate`)."""
+
+    type: str = field(
+        default="constant",
+        metadata={"help": f"one of {SCHEDULES}: cosine decays to min_lr_ratio x lr over the run, "
+                  "step multiplies by gamma every step_epochs"},
+    )
+    warmup_epochs: float = field(
+        default=0.0, metadata={"help": "linear warmup from 0 over this many epochs (fractions allowed)"}
+    )
+    min_lr_ratio: float = field(default=0.0, metadata={"help": "cosine: final lr as a fraction of lr"})
+    step_epochs: int = field(default=30, metadata={"help": "step: epochs between decays"})
+    gamma: float = field(default=0.1, metadata={"help": "step: decay factor"})
+
+    def __post_init__(self) -> None:
+        p = "training.lr_schedule"
+        if self.type not in SCHEDULES:
+            _fail(f"{p}.type", self.type, f"must be one of {SCHEDULES}")
+        if self.warmup_epochs < 0:
+            _fail(f"{p}.warmup_epochs", self.warmup_epochs, "must be >= 0")
+        if not 0 <= self.min_lr_ratio <= 1:
+            _fail(f"{p}.min_lr_ratio", self.min_lr_ratio, "must be in [0, 1]")
+        if self.step_epochs < 1:
+            _fail(f"{p}.step_epochs", self.step_epochs, "must be >= 1")
+        if not 0 < self.gamma <= 1:
+            _fail(f"{p}.gamma", self.gamma, "must be in (0, 1]")
+
+
+@dataclass(kw_only=True)
+class TrainingConfig:
+    """How to train: precision, optimization, evaluation, checkpoints, profiling, device."""
+
+    epochs: int = field(
+        default=0,
+        metadata={"help": "epochs to train; 0 = the shards' epochs. More than the shards hold reuses "
+                  "them cyclically (epoch e reads shard epoch e % E)"},
+    )
+    precision: str = field(
+        default="fp32",
+        metadata={"help": f"one of {PRECISIONS}. mixed_float16: fp16 autocast + loss scaling on CUDA, "
+                  "bf16 autocast on CPU (fp32 where kernels lack bf16); bf16: bf16 autocast, no scaling"},
+    )
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig, metadata={"help": "the optimizer"})
+    lr_schedule: LRScheduleConfig = field(
+        default_factory=LRScheduleConfig, metadata={"help": "learning-rate schedule"}
+    )
+    gradient_clipping: float = field(
+        default=0.0, metadata={"help": "clip the global gradient norm to this value; 0 = off"}
+    )
+    accumulate: int = field(
+        default=1,
+        metadata={"help": "minibatches per optimizer step on each rank (gradient accumulation); "
+                  "global batch = batch_size x world_size x accumulate"},
+    )
+    eval_every: int = field(
+        default=1,
+        metadata={"help": "full-graph validation/test accuracy every k epochs (and after the last)"},
+    )
+    eval_batch_size: int = field(
+        default=0,
+        metadata={"help": "destination nodes per chunk of the layer-wise full-graph inference; 0 = all at once"},
+    )
+    early_stopping_patience: int = field(
+        default=0,
+        metadata={"help": "stop when validation accuracy has not improved for this many epochs; 0 = off"},
+    )
+    normalize: str = field(
+        default="none",
+        metadata={"help": f"feature preprocessing, one of {FEATURE_NORMALIZATIONS}: row = divide each row by "
+                  "its L1 norm (the Planetoid recipe), standard = zero mean / unit variance per column"},
+    )
+    degree_buckets: int = field(
+        default=16,
+        metadata={"help": "datasets without features get one-hot log2-degree buckets of this many classes"},
+    )
+    profiler: str = field(
+        default="torch",
+        metadata={"help": f"one of {PROFILERS}: torch = a torch.profiler trace of steps 3-5 (wait 1, warmup 1, "
+                  "active 3; Chrome JSON + key-averages table); nsys = the launcher wraps the run in `nsys profile` "
+                  "when nsys exists"},
+    )
+    aggregation: str = field(
+        default="torch",
+        metadata={"help": f"sparse kernel for the sampled minibatch blocks, one of {AGGREGATIONS} (see "
+                  "training.aggregate); torch by default: a block is used for one step only, and building DGL's "
+                  "graph formats for it costs more than DGL's faster CPU kernel saves (measured: 13 vs 20 ms per "
+                  "SAGE step on the demo graph). Full-graph inference always uses auto (DGL on CPU when importable)"},
+    )
+    seed: int = field(default=0, metadata={"help": "seed of parameter init and dropout (per epoch and rank)"})
+    device: str = field(
+        default="auto", metadata={"help": f"one of {DEVICES}; auto = cuda when available, else cpu"}
+    )
+    prefetch: int = field(
+        default=2, metadata={"help": "minibatches read ahead by each shard stream's background thread"}
+    )
+    verify_shards: bool = field(
+        default=True, metadata={"help": "check every shard file's SHA-256 against the manifest"}
+    )
+    checkpoint_every: int = field(
+        default=1, metadata={"help": "epochs between checkpoints on rank 0 (always after the last)"}
+    )
+
+    def __post_init__(self) -> None:
+        p = "training"
+        for name, choices in (("precision", PRECISIONS), ("normalize", FEATURE_NORMALIZATIONS),
+                              ("profiler", PROFILERS), ("device", DEVICES), ("aggregation", AGGREGATIONS)):
+            if getattr(self, name) not in choices:
+                _fail(f"{p}.{name}", getattr(self, name), f"must be one of {choices}")
+        for name in ("accumulate", "eval_every", "degree_buckets", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                _fail(f"{p}.{name}", getattr(self, name), "must be >= 1")
+        for name in ("epochs", "eval_batch_size", "early_stopping_patience", "seed", "prefetch"):
+            if getattr(self, name) < 0:
+                _fail(f"{p}.{name}", getattr(self, name), "must be >= 0")
+        if self.gradient_clipping < 0:
+            _fail(f"{p}.gradient_clipping", self.gradient_clipping, "must be >= 0 (0 = off)")
+
+
+@dataclass(kw_only=True)
+class PathsConfig:
+    """Where the inputs are and where the outputs go (filled in by the Dagster asset)."""
+
+    shards: str = field(default="", metadata={"help": "minibatch_shards folder (holds manifest.json)"})
+    canonical: str = field(
+        default="", metadata={"help": "canonical_graph folder (labels, splits, original ids); "
+                              "default: the one the manifest names"},
+    )
+    adjacency: str = field(
+        default="", metadata={"help": "normalized_adjacency folder (full-graph inference); "
+                              "default: the one the manifest names"},
+    )
+    out: str = field(
+        default="", metadata={"help": "the trained_model folder, replaced atomically when the run finishes"}
+    )
+    work: str = field(
+        default="",
+        metadata={"help": "checkpoint folder; default: `.<out name>.work-<hash of config and data>` next to out"},
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("shards", "out"):
+            if not getattr(self, name):
+                _fail(f"paths.{name}", getattr(self, name), "is required")
+
+
+@dataclass(kw_only=True)
+class RunConfig:
+    """One training run: model, training and paths."""
+
+    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "the GNN architecture"})
+    training: TrainingConfig = field(default_factory=TrainingConfig, metadata={"help": "how to train"})
+    paths: PathsConfig = field(metadata={"help": "inputs and outputs"})
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "RunConfig":
+        """Build and validate from a plain dict (unknown keys and wrong types name the field)."""
+        return config_from_dict(cls, unwrap_dagster_run_config(data))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "RunConfig":
+        try:
+            data = yaml.safe_load(Path(path).read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ValueError(f"{path}: not valid YAML ({exc})") from exc
+        try:
+            return cls.from_dict(data)
+        except (ValueError, TypeError) as exc:
+            raise type(exc)(f"{path}: {exc}") from exc
+
+    def to_dict(self) -> dict:
+        return config_to_dict(self)
+
+    def to_yaml(self, path: str | Path | None = None) -> str:
+        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+
+# ----------------------------------------------------------------------------- dict <-> dataclass
+
+
+def unwrap_dagster_run_config(data: Any) -> Any:
+    """A Dagster run-config dict's ``ops: trained_model: config:`` block (plus any other
+    top-level keys, e.g. ``paths``); any other dict unchanged."""
+    if not isinstance(data, dict) or "ops" not in data:
+        return data
+    try:
+        block = data["ops"]["trained_model"]["config"] or {}
+    except (KeyError, TypeError):
+        raise ValueError("a Dagster run config needs ops: trained_model: config: {model, training}") from None
+    return {**block, **{k: v for k, v in data.items() if k not in ("ops", "resources", "execution", "loggers")}}
+
+
+def config_to_dict(obj) -> dict:
+    """A config dataclass as nested plain dicts/lists (YAML- and JSON-safe)."""
+    return dataclasses.asdict(obj)
+
+
+def config_from_dict(cls: type[T], data: Any, path: str = "") -> T:
+    """``cls(**data)`` recursively, with type checks that name the offending field.
+
+    Nested dataclass fields take dicts; ints are accepted for float fields; a missing
+    field takes its default; an unknown key raises with the known ones listed.
+    """
+    where = path or cls.__name__
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise TypeError(f"{where}: expected a mapping of fields, got {type(data).__name__} {data!r}")
+    hints = typing.get_type_hints(cls)
+    known = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        prefix = f"{path}." if path else ""
+        raise ValueError(
+            f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(prefix + k for k in unknown)}; "
+            f"known fields: {', '.join(known)}"
+        )
+    kwargs = {}
+    for name, value in data.items():
+        fpath = f"{path}.{name}" if path else name
+        kwargs[name] = _convert(value, hints[name], fpath)
+    return cls(**kwargs)
+
+
+def _convert(value: Any, hint: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        return config_from_dict(hint, value, path)
+    if origin in (Union, types.UnionType):
+        args = typing.get_args(hint)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(value, arg, path)
+            except (TypeError, ValueError) as exc:
+                errors.append(str(exc))
+        raise TypeError(errors[0] if len(errors) == 1 else f"{path}={value!r}: expected {hint}")
+    if origin is list:
+        (item,) = typing.get_args(hint) or (Any,)
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{path}={value!r}: expected a list")
+        return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
+    if hint is Any:
+        return value
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise TypeError(f"{path}={value!r}: expected true or false")
+        return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{path}={value!r}: expected an integer")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{path}={value!r}: expected a number")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise TypeError(f"{path}={value!r}: expected a string")
+        return value
+    raise TypeError(f"{path}: unsupported field type {hint}")
+
+
+def field_help(cls) -> dict[str, str]:
+    """Dotted field name -> help text, nested dataclasses flattened (for --help and docs)."""
+    out: dict[str, str] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            out.update({f"{f.name}.{k}": v for k, v in field_help(hints[f.name]).items()})
+        else:
+            out[f.name] = f.metadata.get("help", "")
+    return out

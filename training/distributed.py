@@ -1,0 +1,104 @@
+"""torch.distributed setup: process group from torchrun's environment, or a single process.
+
+torchrun sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``;
+:func:`init_distributed` then joins the process group with ``init_method="env://"``,
+backend ``nccl`` when the run uses CUDA and ``gloo`` otherwise, and pins the rank to
+``cuda:LOCAL_RANK``. Without those variables (``python -m training`` or a test calling
+``train()`` directly) it sets up nothing and reports world size 1.
+
+The DDP rules used by the loop, stated once: every rank builds the same model from the
+same seed (and DDP broadcasts rank 0's parameters at wrap time anyway); gradients are
+averaged over ranks in backward; rank 0 evaluates, logs, checkpoints and writes outputs;
+decisions that change control flow (early stopping) are broadcast from rank 0 so every
+rank takes the same number of steps.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["DistInfo", "all_gather_objects", "broadcast_flag", "init_distributed", "shutdown"]
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    rank: int
+    world_size: int
+    local_rank: int
+    device: torch.device
+    backend: str | None  # None: no process group
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def initialized(self) -> bool:
+        return self.backend is not None
+
+
+def pick_device(setting: str, local_rank: int) -> torch.device:
+    """``training.device`` -> a torch device for this rank."""
+    if setting == "cpu":
+        return torch.device("cpu")
+    if setting == "cuda" or (setting == "auto" and torch.cuda.is_available()):
+        if not torch.cuda.is_available():
+            raise RuntimeError("training.device='cuda' but torch.cuda.is_available() is False; use 'auto' or 'cpu'")
+        return torch.device("cuda", local_rank % torch.cuda.device_count())
+    return torch.device("cpu")
+
+
+def init_distributed(device_setting: str = "auto") -> DistInfo:
+    """Join torchrun's process group (when launched by torchrun) and pick the device."""
+    if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
+        return DistInfo(0, 1, 0, pick_device(device_setting, 0), None)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    device = pick_device(device_setting, local_rank)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend, init_method="env://")
+    return DistInfo(rank, world, local_rank, device, backend)
+
+
+def shutdown(info: DistInfo, clean: bool = True) -> None:
+    """Leave the process group; ``clean=False`` after a failure (no barrier: the other
+    ranks may be stuck in a collective, and the launcher tears them down).
+
+    The DDP wrapper (a reference cycle) is collected first, while the group is still
+    registered, and a barrier lets gloo's worker threads finish and release every pending
+    work item: torch 2.2's ProcessGroupGloo destructor joins those threads while holding
+    the GIL, and a worker still releasing a Python-owned tensor of an all_gather then
+    waits for the GIL forever (observed as a hang at interpreter exit).
+    """
+    if info.initialized and dist.is_initialized():
+        gc.collect()
+        if clean:
+            dist.barrier()
+        dist.destroy_process_group()
+        gc.collect()
+
+
+def broadcast_flag(info: DistInfo, flag: bool) -> bool:
+    """Rank 0's ``flag`` on every rank."""
+    if not info.initialized:
+        return flag
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=info.device if info.backend == "nccl" else "cpu")
+    dist.broadcast(t, src=0)
+    return bool(t.item())
+
+
+def all_gather_objects(info: DistInfo, obj) -> list:
+    """Every rank's ``obj`` (picklable, small), in rank order."""
+    if not info.initialized:
+        return [obj]
+    out = [None] * info.world_size
+    dist.all_gather_object(out, obj)
+    return out

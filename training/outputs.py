@@ -1,0 +1,148 @@
+"""The trained_model folder: what a finished run writes, and how to load it back.
+
+Files (format version 1), written by rank 0 into a temporary sibling of the folder and
+renamed into place as a whole (`graphs.storage.atomic_output_dir`):
+
+    model_final.pt      {"format_version", "state_dict", "model_config" (dict), "in_feats",
+                         "num_classes", "epoch"}: the parameters after the last epoch;
+                         ``torch.load(path, weights_only=True)``, rebuilt by :func:`load_model`
+    model_best.pt       the same for the epoch with the best validation accuracy
+    predictions.parquet node_id int64, original_id (the user's id, int64 or string),
+                        predicted int32, probabilities fixed_size_list<float32>[C]
+                        (softmax of the best model's full-graph logits), one row per node
+    embeddings.npy      float32 [n, hidden]: the best model's last hidden layer (the input of
+                        its output layer) for every node
+    metrics.parquet     one row per epoch and rank: see ``METRIC_COLUMNS``
+    curves.png          loss and accuracy per epoch
+    summary.json        final/best accuracies, timings, settings, versions
+    run.yaml            the effective run config (model.num_layers as trained)
+    profile/trace.json, profile/key_averages.txt   torch.profiler output (profiler: torch)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from training.layers import GNN, ModelConfig, build_model
+
+__all__ = [
+    "METRIC_COLUMNS",
+    "OUTPUT_FORMAT",
+    "load_model",
+    "model_file_state",
+    "plot_curves",
+    "write_json",
+    "write_metrics",
+    "write_predictions",
+]
+
+OUTPUT_FORMAT = 1
+
+METRIC_COLUMNS = {
+    "epoch": "0-based epoch",
+    "rank": "DDP rank (evaluation columns are set on rank 0's rows only)",
+    "loss": "mean training loss over the rank's minibatches",
+    "minibatch_acc": "accuracy on the rank's seeds, from the training forward passes (dropout on)",
+    "train_acc": "full-graph inference accuracy on the train split (rank 0, evaluated epochs)",
+    "val_acc": "same, validation split",
+    "test_acc": "same, test split",
+    "lr": "learning rate at the epoch's last step",
+    "steps": "optimizer steps in the epoch",
+    "seeds": "loss nodes processed by the rank",
+    "seeds_per_s": "seeds / train_seconds",
+    "epoch_seconds": "wall time of the epoch on the rank, evaluation included (checkpoint not)",
+    "train_seconds": "wall time of the training steps",
+    "data_seconds": "time the loop spent getting the next minibatch (queue wait + copy to device)",
+    "data_wait_share": "data_seconds / train_seconds",
+    "queue_wait_seconds": "part of data_seconds spent blocked on the shard streams' prefetch queues",
+    "forward_seconds": "forward passes and loss",
+    "backward_seconds": "backward passes",
+    "update_seconds": "gradient unscale/clip, optimizer step, zero_grad",
+    "eval_seconds": "full-graph inference (rank 0)",
+    "peak_memory_mb": "peak CUDA memory allocated, or the process's peak RSS on CPU",
+}
+
+
+def model_file_state(model: GNN, model_cfg: dict, in_feats: int, num_classes: int, epoch: int) -> dict:
+    """The dict stored in model_*.pt (tensors and plain values only)."""
+    return {
+        "format_version": OUTPUT_FORMAT,
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "model_config": dict(model_cfg),
+        "in_feats": int(in_feats),
+        "num_classes": int(num_classes),
+        "epoch": int(epoch),
+    }
+
+
+def load_model(path: str | os.PathLike, map_location="cpu") -> GNN:
+    """A model_final.pt / model_best.pt file as a ready :class:`GNN` (eval mode)."""
+    state = torch.load(path, map_location=map_location, weights_only=True)
+    model = build_model(ModelConfig(**state["model_config"]), state["in_feats"], state["num_classes"])
+    model.load_state_dict(state["state_dict"])
+    return model.eval()
+
+
+def write_metrics(rows: list[dict], path: str | os.PathLike) -> None:
+    """metrics.parquet from the history rows (missing values as nulls)."""
+    columns = {}
+    for name in METRIC_COLUMNS:
+        values = [r.get(name) for r in rows]
+        values = [None if isinstance(v, float) and math.isnan(v) else v for v in values]
+        kind = pa.int64() if name in ("epoch", "rank", "steps", "seeds") else pa.float64()
+        columns[name] = pa.array(values, type=kind)
+    pq.write_table(pa.table(columns), path)
+
+
+def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: torch.Tensor) -> None:
+    """predictions.parquet: node_id, original_id, predicted, probabilities."""
+    probs = torch.softmax(logits.float(), dim=1).cpu().numpy().astype(np.float32)
+    n, c = probs.shape
+    table = pa.table({
+        "node_id": pa.array(np.arange(n, dtype=np.int64)),
+        "original_id": original_id,
+        "predicted": pa.array(probs.argmax(1).astype(np.int32)),
+        "probabilities": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), c),
+    })
+    pq.write_table(table, path)
+
+
+def plot_curves(rows: list[dict], path: str | os.PathLike) -> None:
+    """curves.png: training loss (mean over ranks) and train/val/test accuracy per epoch."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    epochs = sorted({r["epoch"] for r in rows})
+    loss = [np.mean([r["loss"] for r in rows if r["epoch"] == e]) for e in epochs]
+    main = {r["epoch"]: r for r in rows if r["rank"] == 0}
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax1.plot(epochs, loss, marker=".")
+    ax1.set_xlabel("epoch")
+    ax1.set_ylabel("training loss")
+    ax1.set_title("loss")
+    for split in ("train", "val", "test"):
+        pts = [(e, main[e].get(f"{split}_acc")) for e in epochs if e in main]
+        pts = [(e, a) for e, a in pts if a is not None and not math.isnan(a)]
+        if pts:
+            ax2.plot(*zip(*pts), marker=".", label=split)
+    ax2.set_xlabel("epoch")
+    ax2.set_ylabel("accuracy (full-graph inference)")
+    ax2.set_title("accuracy")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def write_json(path: str | os.PathLike, obj: dict) -> None:
+    Path(path).write_text(json.dumps(obj, indent=1, default=str))

@@ -1,0 +1,486 @@
+"""Node-classification training from minibatch shards: DDP, AMP, checkpoints, metrics.
+
+Run it (``run.yaml``: see `training.config`; world size and batch size come from the
+shards' manifest, so ``--nproc-per-node`` must divide the manifest's ``world_size``)::
+
+    # one machine, 2 processes: gloo on CPU, nccl on GPUs (one GPU per process)
+    torchrun --standalone --nproc-per-node 2 -m training --config run.yaml
+
+    # several machines: the same command on every node, with a c10d rendezvous
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
+        --rdzv-id myrun -m training --config run.yaml
+
+    # one process, no torchrun (reads every rank's stream itself, see below)
+    python -m training --config run.yaml
+
+What one epoch does, on every rank r of R processes:
+
+1. Read the shard streams of ranks r, r+R, ... of the manifest's W (one stream when R = W)
+   with `training.data.ShardStream`: a background thread reads, checks and decodes the
+   next minibatches while the current one trains.
+2. For each optimizer step, run ``accumulate`` minibatches per stream forward and
+   backward under autocast (``training.precision``), scaling each loss by
+   1 / (minibatches in the step); DDP averages the gradients over the R processes
+   during the backward of the step's last minibatch (``no_sync`` before it). So every
+   update is the mean gradient over ``batch_size x W x accumulate`` seeds, whatever R:
+   one process reading both streams of W = 2 shards makes the same update as 2 DDP ranks
+   (up to dropout randomness and BatchNorm statistics).
+3. Set the scheduled learning rate, unscale (fp16 loss scaling), clip the gradient norm,
+   step the optimizer (AdamW by default).
+4. Rank 0 evaluates by full-graph layer-wise inference over the normalized adjacency every
+   ``eval_every`` epochs, tracks the best validation accuracy, decides on early stopping
+   and broadcasts the decision; every rank's timings are gathered to rank 0, which
+   checkpoints (`training.checkpoint`).
+
+When the last epoch is done (or early stopping fired), rank 0 writes the outputs
+(`training.outputs`) into the trained_model folder atomically and removes the work folder.
+A re-run with the same config and data resumes from the last checkpoint instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import record_function
+
+from graphs.storage import atomic_output_dir, peak_rss_bytes
+from training.aggregate import BACKEND_ENV
+from training.checkpoint import (
+    CHECKPOINT_NAME, code_version, data_version, load_checkpoint, run_key, save_checkpoint, work_dir_for,
+)
+from training.config import LRScheduleConfig, OptimizerConfig, RunConfig
+from training.data import ShardStream, cross_entropy, read_manifest
+from training.distributed import DistInfo, all_gather_objects, broadcast_flag, init_distributed, shutdown
+from training.evaluate import EvalGraph, accuracies, full_graph_forward, load_full_block
+from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
+from training.layers import build_model
+from training.outputs import model_file_state, plot_curves, write_json, write_metrics, write_predictions
+from training.precision import grad_scaler, resolve_precision
+from training.profiling import StepProfiler, nvtx_context
+from training.report import Reporter, open_reporter
+
+__all__ = ["EpochHook", "learning_rate", "make_optimizer", "resolve_inputs", "train"]
+
+EpochHook = Callable[[int, list], None]
+
+
+def train(cfg: RunConfig, *, on_epoch_end: EpochHook | None = None) -> dict | None:
+    """Train (or resume) the run ``cfg``; returns the summary dict on rank 0, None elsewhere.
+
+    ``on_epoch_end(epoch, rows)`` is called on every rank after each epoch's checkpoint
+    (rows: every rank's metric rows of that epoch); an exception it raises ends the run
+    like a kill would, leaving the checkpoint to resume from.
+    """
+    info = init_distributed(cfg.training.device)
+    try:
+        with open_reporter(info.is_main) as report:
+            summary = _train(cfg, info, report, on_epoch_end)
+    except BaseException:
+        shutdown(info, clean=False)
+        raise
+    shutdown(info)
+    return summary
+
+
+def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: EpochHook | None) -> dict | None:
+    tcfg, device = cfg.training, info.device
+    t_start = time.perf_counter()
+
+    # ------------------------------------------------------------------ inputs and shards
+    shards, canonical, adjacency = resolve_inputs(cfg)
+    manifest = read_manifest(shards)
+    W = int(manifest["world_size"])
+    if W % info.world_size:
+        raise ValueError(
+            f"{shards}: the shards were cut for world_size={W}; launch a number of processes that divides it "
+            f"(got {info.world_size}), e.g. torchrun --nproc-per-node {W}, or re-materialize minibatch_shards "
+            f"with world_size={info.world_size}"
+        )
+    my_streams = list(range(info.rank, W, info.world_size))
+    shard_epochs = int(manifest["epochs"])
+    epochs = tcfg.epochs or shard_epochs
+    per_stream = int(manifest["minibatches_per_epoch_per_rank"])
+    steps_per_epoch = math.ceil(per_stream / tcfg.accumulate)
+    total_steps = epochs * steps_per_epoch
+
+    # The shards decide how many blocks a minibatch has; a model with fewer layers runs on
+    # the last blocks (the ones nearest to the seeds), one with more cannot run.
+    num_blocks = int(manifest["num_layers"])
+    if cfg.model.num_layers > num_blocks:
+        raise ValueError(
+            f"model.num_layers={cfg.model.num_layers} but the shards hold {num_blocks} blocks per minibatch "
+            f"(fanouts {manifest['settings'].get('fanouts')}); lower model.num_layers or re-sample with more fanouts"
+        )
+    if cfg.model.num_layers < num_blocks and info.is_main and not manifest.get("shared_block"):
+        report.warning(
+            f"model.num_layers={cfg.model.num_layers} < {num_blocks} blocks per minibatch: training on the last "
+            f"{cfg.model.num_layers} blocks (the first {num_blocks - cfg.model.num_layers} were sampled for nothing; "
+            "match the shards' fanouts to the model)"
+        )
+
+    # ------------------------------------------------------------------ features
+    if manifest.get("features") is not None:
+        stream_features = "manifest"
+        in_feats = int(manifest["feature_dim"])
+        stats = feature_chunks(manifest, shards) if tcfg.normalize == "standard" else iter(())
+        transform = FeatureTransform.fit(tcfg.normalize, stats)
+    else:  # no features: one-hot log-degree buckets, from the adjacency's row lengths
+        indptr = np.load(Path(adjacency) / "indptr.npy", mmap_mode="r", allow_pickle=False)
+        stream_features = degree_features(indptr, tcfg.degree_buckets)
+        in_feats = tcfg.degree_buckets
+        transform = FeatureTransform.fit(tcfg.normalize, iter([stream_features]))
+    num_classes = int(manifest["num_classes"])
+
+    # ------------------------------------------------------------------ model, DDP, optimizer, AMP
+    torch.manual_seed(tcfg.seed)  # the same initial parameters on every rank
+    model = build_model(cfg.model, in_feats, num_classes).to(device)
+    net = model
+    if info.initialized:
+        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = make_optimizer(tcfg.optimizer, model)
+    precision = resolve_precision(tcfg.precision, device)
+    scaler = grad_scaler(enabled=precision.loss_scaling)
+
+    # ------------------------------------------------------------------ checkpoint / resume
+    dver = data_version(shards, canonical, adjacency)
+    key = run_key(cfg.to_dict(), dver)
+    work = work_dir_for(cfg.paths.out, key, cfg.paths.work)
+    ckpt_path = work / CHECKPOINT_NAME
+    state = load_checkpoint(ckpt_path)
+    history: list[dict] = []
+    best = {"epoch": -1, "val_acc": -1.0, "test_acc": float("nan"), "model": None}
+    start_epoch, step, stopped_early = 0, 0, False
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if state["scaler"]:
+            scaler.load_state_dict(state["scaler"])
+        history, best = list(state["history"]), dict(state["best"])
+        start_epoch, step, stopped_early = state["epoch"] + 1, state["step"], state["stopped_early"]
+        if info.is_main:
+            report.info(f"resuming from {ckpt_path}: epochs 0..{state['epoch']} done, {step} steps")
+            if state["code_version"] != code_version():
+                report.warning(f"checkpoint written by {state['code_version']}, running {code_version()}")
+
+    if info.is_main:
+        report.info(
+            f"training {cfg.model.conv} ({sum(p.numel() for p in model.parameters())} parameters) on {device} "
+            f"with {info.world_size} process(es) x {len(my_streams)} stream(s) of W={W}, "
+            f"{per_stream} minibatches of <= {manifest['batch_size']} seeds per stream and epoch, accumulate "
+            f"{tcfg.accumulate}: global batch {manifest['batch_size'] * W * tcfg.accumulate} seeds; "
+            f"{epochs} epochs (shards hold {shard_epochs}); precision {tcfg.precision} -> {precision.note}; "
+            f"backend {info.backend or 'none'}; work folder {work}"
+        )
+        if epochs > shard_epochs:
+            report.info(f"epochs beyond {shard_epochs} reuse the shards: epoch e reads shard epoch e % {shard_epochs}")
+
+    # rank 0 keeps the full graph for evaluation
+    eval_graph = None
+    if info.is_main:
+        nodes = read_node_table(canonical)
+        x_full = full_features(manifest, shards) if manifest.get("features") is not None else stream_features
+        eval_graph = EvalGraph(load_full_block(adjacency), transform(x_full), nodes.labels, nodes.masks)
+        if not nodes.n == eval_graph.block.num_dst == int(manifest["n"]):
+            raise ValueError(
+                f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {eval_graph.block.num_dst}, "
+                f"shards {manifest['n']}; re-materialize the stale stage"
+            )
+
+    def now() -> float:  # accurate stage timings on CUDA need a sync
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter()
+
+    def forward_backward(mb, minibatches_in_step: int, timing: dict):
+        """Loss of one minibatch, its gradient accumulated (scaled for fp16, averaged over the step)."""
+        t0 = now()
+        with record_function("forward"), precision.autocast():
+            blocks = mb.blocks[num_blocks - cfg.model.num_layers:]
+            x = transform(mb.x)[: blocks[0].num_src]
+            logits = net(blocks, x).float()
+            loss = cross_entropy(mb, logits)
+        t1 = now()
+        with record_function("backward"):
+            scaler.scale(loss / minibatches_in_step).backward()
+        t2 = now()
+        timing["forward"] += t1 - t0
+        timing["backward"] += t2 - t1
+        return loss, logits
+
+    profiling = info.is_main and tcfg.profiler == "torch" and start_epoch < epochs
+    profiler = StepProfiler(profiling, work / "profile", device)
+
+    # ------------------------------------------------------------------ the loop
+    with nvtx_context(tcfg.profiler, device):
+        for epoch in range(start_epoch, epochs):
+            if stopped_early:
+                break
+            t_epoch = now()
+            # dropout/DropEdge randomness: a function of (seed, epoch, rank), so a resumed
+            # run draws exactly what an uninterrupted one would
+            torch.manual_seed(tcfg.seed * 1_000_003 + epoch * 1009 + info.rank)
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            model.train()
+            streams = [
+                ShardStream(shards, r, epoch % shard_epochs, device, tcfg.prefetch, features=stream_features,
+                            verify=tcfg.verify_shards, manifest=manifest)
+                for r in my_streams
+            ]
+            iters = [iter(s) for s in streams]
+            timing = dict.fromkeys(("data", "forward", "backward", "update"), 0.0)
+            loss_sum = correct = seeds = minibatches = 0
+            lr = optimizer.param_groups[0]["lr"]
+            try:
+                with aggregation_backend(tcfg.aggregation):  # evaluation below keeps `auto`
+                    for s in range(steps_per_epoch):
+                        # one optimizer step: `accumulate` minibatches (fewer at the epoch's end) per stream
+                        micro = min(tcfg.accumulate, per_stream - s * tcfg.accumulate)
+                        sources = [it for _ in range(micro) for it in iters]
+                        for i, it in enumerate(sources):
+                            t0 = now()
+                            with record_function("data"):
+                                mb = next(it)
+                            timing["data"] += now() - t0
+                            # DDP all-reduces the gradients in the step's last backward only
+                            last = i == len(sources) - 1
+                            with contextlib.nullcontext() if last or net is model else net.no_sync():
+                                loss, logits = forward_backward(mb, len(sources), timing)
+                            loss_sum += float(loss.detach())
+                            minibatches += 1
+                            seeds += mb.num_seeds
+                            if mb.num_seeds:
+                                correct += int((logits.detach()[mb.seed_pos].argmax(1) == mb.labels).sum())
+                        t0 = now()
+                        with record_function("update"):
+                            lr = learning_rate(tcfg.lr_schedule, tcfg.optimizer.lr, step, steps_per_epoch, total_steps)
+                            for group in optimizer.param_groups:
+                                group["lr"] = lr
+                            if tcfg.gradient_clipping > 0:
+                                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                                torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.gradient_clipping)
+                            scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
+                            scaler.update()
+                            optimizer.zero_grad(set_to_none=True)
+                        timing["update"] += now() - t0
+                        step += 1
+                        profiler.step()
+            finally:
+                for stream in streams:
+                    stream.close()
+            train_seconds = now() - t_epoch
+            row = {
+                "epoch": epoch, "rank": info.rank,
+                "loss": loss_sum / max(minibatches, 1),
+                "minibatch_acc": correct / seeds if seeds else float("nan"),
+                "lr": lr, "steps": steps_per_epoch, "seeds": seeds,
+                "seeds_per_s": seeds / train_seconds if train_seconds > 0 else float("nan"),
+                "train_seconds": train_seconds,
+                "data_seconds": timing["data"],
+                "data_wait_share": timing["data"] / train_seconds if train_seconds > 0 else float("nan"),
+                "forward_seconds": timing["forward"],
+                "backward_seconds": timing["backward"],
+                "update_seconds": timing["update"],
+                "queue_wait_seconds": sum(s.wait_seconds for s in streams),
+                "peak_memory_mb": _peak_memory_mb(device),
+            }
+
+            # rank 0: full-graph evaluation, best model, early stopping
+            stop = False
+            if info.is_main:
+                if (epoch + 1) % tcfg.eval_every == 0 or epoch == epochs - 1:
+                    t0 = now()
+                    block, x = eval_graph.on(device)
+                    _, logits = full_graph_forward(model, block, x, tcfg.eval_batch_size)
+                    row.update(accuracies(logits, eval_graph.labels, eval_graph.masks))
+                    row["eval_seconds"] = now() - t0
+                    if row["val_acc"] > best["val_acc"]:
+                        best = {"epoch": epoch, "val_acc": row["val_acc"], "test_acc": row["test_acc"],
+                                "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
+                stop = bool(tcfg.early_stopping_patience and best["epoch"] >= 0
+                            and epoch - best["epoch"] >= tcfg.early_stopping_patience)
+            stopped_early = broadcast_flag(info, stop) and epoch < epochs - 1
+            row["epoch_seconds"] = now() - t_epoch
+            rows = all_gather_objects(info, row)
+            history.extend(rows)
+
+            if info.is_main:
+                report.info(_epoch_line(epoch, epochs, rows))
+                if stopped_early:
+                    report.info(f"early stopping: validation accuracy last improved at epoch {best['epoch']}")
+                if (epoch + 1) % tcfg.checkpoint_every == 0 or epoch == epochs - 1 or stopped_early:
+                    save_checkpoint(ckpt_path, {
+                        "epoch": epoch, "step": step, "model": model.state_dict(),
+                        "optimizer": optimizer.state_dict(),
+                        "scaler": scaler.state_dict() if precision.loss_scaling else {},
+                        "best": best, "history": history, "stopped_early": stopped_early,
+                        "config": cfg.to_dict(), "run_key": key, "data_version": dver,
+                        "code_version": code_version(),
+                    })
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, rows)
+    profiler.close()
+
+    # ------------------------------------------------------------------ outputs (rank 0)
+    if not info.is_main:
+        return None
+    if best["model"] is None:  # never evaluated (cannot happen with eval after the last epoch)
+        best = {**best, "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
+    last_epoch = max((r["epoch"] for r in history), default=-1)
+    summary = _finish(cfg, model, best, history, eval_graph, read_node_table(canonical).original_id, work,
+                      in_feats, num_classes, last_epoch, manifest, dver, key, stopped_early, precision.note,
+                      time.perf_counter() - t_start, info)
+    report.materialization(_pipes_metadata(summary))
+    report.info(f"done: best val {summary['best_val_acc']:.4f} (epoch {summary['best_epoch']}), "
+                f"test {summary['test_acc_at_best_val']:.4f}; outputs in {cfg.paths.out}")
+    return summary
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
+    """(shards, canonical, adjacency) folders: from ``paths`` or as the manifest names them."""
+    shards = Path(cfg.paths.shards).resolve()
+    manifest = read_manifest(shards)
+    named = manifest.get("inputs", {})
+
+    def pick(setting: str, name: str) -> Path:
+        if setting:
+            return Path(setting).resolve()
+        if name not in named:
+            raise ValueError(f"paths.{'canonical' if 'canonical' in name else 'adjacency'} is not set and "
+                             f"{shards / 'manifest.json'} does not name a {name} folder")
+        return (shards / named[name]).resolve()
+
+    return shards, pick(cfg.paths.canonical, "canonical_graph"), pick(cfg.paths.adjacency, "normalized_adjacency")
+
+
+def make_optimizer(cfg: OptimizerConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
+    """AdamW / Adam / SGD over all parameters (one group)."""
+    params = model.parameters()
+    if cfg.type == "AdamW":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas))
+    if cfg.type == "Adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas))
+    return torch.optim.SGD(params, lr=cfg.lr, weight_decay=cfg.weight_decay, momentum=cfg.momentum)
+
+
+def learning_rate(sched: LRScheduleConfig, base_lr: float, step: int, steps_per_epoch: int, total_steps: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based): linear warmup, then the schedule."""
+    warmup = sched.warmup_epochs * steps_per_epoch
+    if step < warmup:
+        return base_lr * (step + 1) / warmup
+    if sched.type == "constant":
+        return base_lr
+    if sched.type == "cosine":
+        progress = min(1.0, (step - warmup) / max(1.0, total_steps - warmup))
+        return base_lr * (sched.min_lr_ratio + (1 - sched.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return base_lr * sched.gamma ** ((step // steps_per_epoch) // sched.step_epochs)
+
+
+@contextlib.contextmanager
+def aggregation_backend(name: str):
+    """Use kernel ``name`` for `training.aggregate` inside the block (its environment variable)."""
+    old = os.environ.get(BACKEND_ENV)
+    os.environ[BACKEND_ENV] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(BACKEND_ENV, None)
+        else:
+            os.environ[BACKEND_ENV] = old
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return peak_rss_bytes() / 2**20
+
+
+def _epoch_line(epoch: int, epochs: int, rows: list[dict]) -> str:
+    main = rows[0]
+    line = (f"epoch {epoch + 1}/{epochs}: loss {np.mean([r['loss'] for r in rows]):.4f}, "
+            f"{sum(r['seeds_per_s'] for r in rows):.0f} seeds/s, {max(r['train_seconds'] for r in rows):.2f} s "
+            f"(data wait {max(r['data_wait_share'] for r in rows):.0%})")
+    if "val_acc" in main:
+        line += f", train {main['train_acc']:.4f} val {main['val_acc']:.4f} test {main['test_acc']:.4f}"
+    return line
+
+
+def _finish(cfg, model, best, history, eval_graph, original_id, work, in_feats, num_classes, last_epoch,
+            manifest, dver, key, stopped_early, precision_note, seconds, info) -> dict:
+    """Write the trained_model folder atomically, then drop the work folder."""
+    out = Path(cfg.paths.out)
+    model_cfg = asdict(cfg.model)
+    final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch)
+    model.load_state_dict(best["model"])
+    best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"])
+    block, x = eval_graph.on(info.device)
+    emb, logits = full_graph_forward(model, block, x, cfg.training.eval_batch_size)
+    final_row = next(r for r in reversed(history) if r["rank"] == 0 and "val_acc" in r)
+    main_rows = [r for r in history if r["rank"] == 0]
+    summary = {
+        "best_epoch": best["epoch"],
+        "best_val_acc": best["val_acc"],
+        "test_acc_at_best_val": best["test_acc"],
+        "final_epoch": last_epoch,
+        "final_train_acc": final_row["train_acc"],
+        "final_val_acc": final_row["val_acc"],
+        "final_test_acc": final_row["test_acc"],
+        "final_loss": float(np.mean([r["loss"] for r in history if r["epoch"] == last_epoch])),
+        "epochs_trained": last_epoch + 1,
+        "stopped_early": stopped_early,
+        "mean_epoch_seconds": float(np.mean([r["epoch_seconds"] for r in main_rows])),
+        "mean_train_seconds": float(np.mean([r["train_seconds"] for r in main_rows])),
+        "seeds_per_s": float(np.mean([sum(r["seeds_per_s"] for r in history if r["epoch"] == e)
+                                      for e in {r["epoch"] for r in history}])),
+        "data_wait_share": float(np.mean([r["data_wait_share"] for r in history])),
+        "peak_memory_mb": float(max(r["peak_memory_mb"] for r in history)),
+        "world_size": int(manifest["world_size"]),
+        "processes": info.world_size,
+        "batch_size": int(manifest["batch_size"]),
+        "accumulate": cfg.training.accumulate,
+        "global_batch": int(manifest["batch_size"]) * int(manifest["world_size"]) * cfg.training.accumulate,
+        "precision": precision_note,
+        "backend": info.backend or "none",
+        "device": str(info.device),
+        "nodes": int(manifest["n"]),
+        "num_classes": num_classes,
+        "in_feats": in_feats,
+        "seconds": seconds,
+        "run_key": key,
+        "data_version": dver,
+        "code_version": code_version(),
+    }
+    with atomic_output_dir(out) as tmp:
+        torch.save(final_state, tmp / "model_final.pt")
+        torch.save(best_state, tmp / "model_best.pt")
+        write_predictions(tmp / "predictions.parquet", original_id, logits)
+        np.save(tmp / "embeddings.npy", emb.cpu().numpy().astype(np.float32))
+        write_metrics(history, tmp / "metrics.parquet")
+        plot_curves(history, tmp / "curves.png")
+        cfg_out = replace(cfg, paths=replace(cfg.paths, work=str(work)))
+        cfg_out.to_yaml(tmp / "run.yaml")
+        if (work / "profile").is_dir():
+            shutil.copytree(work / "profile", tmp / "profile")
+            summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
+        write_json(tmp / "summary.json", summary)
+    shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def _pipes_metadata(summary: dict) -> dict:
+    """The summary's numbers and strings (what dagster-pipes reports as metadata)."""
+    return {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
