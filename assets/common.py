@@ -43,6 +43,13 @@ class GnnflowStorage(dg.ConfigurableResource):
         """<GNNFLOW_HOME>/<dataset>/<asset>/"""
         return Path(self.home).resolve() / dataset / asset
 
+    def upstream_dir(self, dataset: str, asset: str) -> Path:
+        """An upstream asset's folder; fails the run, naming it, when it was never materialized."""
+        path = self.asset_dir(dataset, asset)
+        if not (path / "summary.json").is_file():
+            raise dg.Failure(description=f"dataset '{dataset}': no {asset} at {path}; materialize {asset} first")
+        return path
+
     def landing_dir(self, dataset: str) -> Path:
         return Path(self.landing).resolve() / dataset
 

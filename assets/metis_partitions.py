@@ -43,10 +43,7 @@ def metis_partitions(
 ) -> dg.MaterializeResult:
     """K METIS parts (core + 1-hop halo per part), C clusters per part, DistDGL partition files."""
     dataset = context.partition_key
-    canonical = storage.asset_dir(dataset, "canonical_graph")
-    if not (canonical / "summary.json").is_file():
-        raise dg.Failure(description=f"dataset '{dataset}': no canonical graph at {canonical}; "
-                         "materialize canonical_graph first")
+    canonical = storage.upstream_dir(dataset, "canonical_graph")
     cfg = config.to_dataclass()
     out = storage.asset_dir(dataset, _ASSET)
     s = build_partitions(canonical, out, cfg, graph_name=dataset)

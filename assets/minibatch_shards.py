@@ -44,13 +44,10 @@ def minibatch_shards(
 ) -> dg.MaterializeResult:
     """Sampled minibatch blocks (neighbor / importance / Cluster-GCN / GraphSAINT) written as shards per rank."""
     dataset = context.partition_key
-    canonical = storage.asset_dir(dataset, "canonical_graph")
-    adjacency = storage.asset_dir(dataset, "normalized_adjacency")
+    canonical = storage.upstream_dir(dataset, "canonical_graph")
+    adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
     partitions = storage.asset_dir(dataset, "metis_partitions")
     compressed = storage.asset_dir(dataset, "compressed_graph")
-    for folder, name in ((canonical, "canonical_graph"), (adjacency, "normalized_adjacency")):
-        if not (folder / "summary.json").is_file():
-            raise dg.Failure(description=f"dataset '{dataset}': no {name} at {folder}; materialize {name} first")
     cfg = config.to_dataclass()
     summary = read_summary(canonical)
     if not summary.get("has_labels") or not summary.get("train_nodes"):

@@ -52,10 +52,7 @@ def normalized_adjacency(
 ) -> dg.MaterializeResult:
     """Â = D^-1/2 (A + I) D^-1/2 (or D^-1 (A + I)) as int64 indptr / int32 indices / float32 weights."""
     dataset = context.partition_key
-    canonical = storage.asset_dir(dataset, "canonical_graph")
-    if not (canonical / "summary.json").is_file():
-        raise dg.Failure(description=f"dataset '{dataset}': no canonical graph at {canonical}; "
-                         "materialize canonical_graph first")
+    canonical = storage.upstream_dir(dataset, "canonical_graph")
     cfg = config.to_dataclass()
     out = storage.asset_dir(dataset, _ASSET)
     s = build_normalized_adjacency(canonical, out, cfg)

@@ -120,10 +120,8 @@ def trained_model(
 ) -> dg.MaterializeResult:
     """GNN trained with torchrun DDP from the minibatch shards: models, predictions, metrics, curves, traces."""
     dataset = context.partition_key
-    canonical = storage.asset_dir(dataset, "canonical_graph")
+    canonical = storage.upstream_dir(dataset, "canonical_graph")
     shards = storage.asset_dir(dataset, "minibatch_shards")
-    if not (canonical / "summary.json").is_file():
-        raise dg.Failure(description=f"dataset '{dataset}': no canonical_graph at {canonical}; materialize it first")
     summary = read_summary(canonical)
     if not summary.get("has_labels") or not summary.get("train_nodes"):
         reason = "no labels" if not summary.get("has_labels") else "no training nodes"

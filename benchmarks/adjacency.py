@@ -17,10 +17,11 @@ peak RSS (and RSS above the child's imports) and the ratios ours / scipy
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import shutil
 import time
 from pathlib import Path
+
+from _child import run_in_child  # benchmarks/_child.py
 
 
 def canonical_graph_for(nodes: int, edges: int, work: Path, landing: Path | None = None) -> Path:
@@ -82,16 +83,6 @@ def _scipy(canonical: str, out: str, queue) -> None:
     queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "base": base})
 
 
-def _run(target, *args) -> dict:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=target, args=(*args, q))
-    p.start()
-    result = q.get()
-    p.join()
-    return result
-
-
 def _agree(ours: Path, ref: Path) -> float:
     """Largest |weight difference|; raises if the sparsity patterns differ."""
     import numpy as np
@@ -123,7 +114,7 @@ def main() -> None:
         for _ in range(args.repeat):
             out = work / f"adjacency-{name}"
             shutil.rmtree(out, ignore_errors=True)
-            r = _run(target, str(canonical), str(out))
+            r = run_in_child(target, str(canonical), str(out))
             best = r if best is None or r["seconds"] < best["seconds"] else best
         results[name] = best
     diff = _agree(work / "adjacency-ours", work / "adjacency-scipy")

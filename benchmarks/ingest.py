@@ -13,10 +13,11 @@ relabelling. Prints edges/s, seconds, peak RSS and the ratio ours / bare.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import shutil
 import time
 from pathlib import Path
+
+from _child import run_in_child  # benchmarks/_child.py
 
 
 def _ours(landing: str, out: str, memory_limit: str, budget_mb: int, queue) -> None:
@@ -44,16 +45,6 @@ def _bare(landing: str, out: str, memory_limit: str, queue) -> None:
     )
     rows = con.sql(f"SELECT count(*) FROM read_parquet('{out}/edges.parquet')").fetchall()[0][0]
     queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "rows_out": rows})
-
-
-def _run(target, *args) -> dict:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=target, args=(*args, q))
-    p.start()
-    result = q.get()
-    p.join()
-    return result
 
 
 def main() -> None:
@@ -85,9 +76,9 @@ def main() -> None:
             out = work / f"out-{name}"
             shutil.rmtree(out, ignore_errors=True)
             if name == "ours":
-                r = _run(_ours, str(landing), str(out), args.memory_limit, args.sort_budget_mb)
+                r = run_in_child(_ours, str(landing), str(out), args.memory_limit, args.sort_budget_mb)
             else:
-                r = _run(_bare, str(landing), str(out), args.memory_limit)
+                r = run_in_child(_bare, str(landing), str(out), args.memory_limit)
             best = r if best is None or r["seconds"] < best["seconds"] else best
             shutil.rmtree(out, ignore_errors=True)
         results[name] = best

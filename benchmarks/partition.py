@@ -18,7 +18,6 @@ files) runs in a fresh child process for its wall time and peak RSS.
 from __future__ import annotations
 
 import argparse
-import multiprocessing as mp
 import shutil
 import sys
 import time
@@ -26,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from adjacency import canonical_graph_for  # noqa: E402  (same graph cache as the adjacency benchmark)
+
+from _child import run_in_child  # benchmarks/_child.py
 
 
 def _stage(canonical: str, out: str, k: int, queue) -> None:
@@ -38,16 +39,6 @@ def _stage(canonical: str, out: str, k: int, queue) -> None:
     t = time.perf_counter()
     s = build_partitions(canonical, out, PartitionConfig(num_parts=k), "bench")
     queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "base": base, "steps": s["seconds"]})
-
-
-def _run(target, *args) -> dict:
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    p = ctx.Process(target=target, args=(*args, q))
-    p.start()
-    result = q.get()
-    p.join()
-    return result
 
 
 def _best(fn, repeat: int):
@@ -96,7 +87,7 @@ def main() -> None:
     # The child first: on Linux a spawned child inherits its parent's peak RSS reading.
     stage_out = work / "partition-stage"
     shutil.rmtree(stage_out, ignore_errors=True)
-    stage = _run(_stage, str(canonical), str(stage_out), k)
+    stage = run_in_child(_stage, str(canonical), str(stage_out), k)
     shutil.rmtree(stage_out, ignore_errors=True)
 
     t = time.perf_counter()
