@@ -164,3 +164,13 @@ def test_cli_generate_then_datasets_sync(tmp_path):
 
     bad = _cli(["generate", "--out", str(tmp_path / "x"), "--homophily", "1.5", "--quiet"], env, tmp_path)
     assert bad.returncode != 0 and "homophily" in bad.stderr
+
+
+def test_real_definitions_keep_label_stages_from_unlabelled_datasets():
+    from pipelines.sensors import split_by_labels
+
+    every, needs = split_by_labels(ALL_ASSETS)
+    assert {k.to_user_string() for k in needs} == {"minibatch_shards", "trained_model"}
+    assert {k.to_user_string() for k in every} - {k.to_user_string() for k in needs} == {
+        "canonical_graph", "normalized_adjacency", "metis_partitions", "compressed_graph"
+    }
