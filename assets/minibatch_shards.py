@@ -11,7 +11,7 @@ skipped with a message (nothing to train on), not failed.
 
 import dagster as dg
 
-from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
+from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, skip_without_labels
 from assets.config import dagster_config
 from graphs.canonical import read_summary
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
@@ -49,17 +49,9 @@ def minibatch_shards(
     partitions = storage.asset_dir(dataset, "metis_partitions")
     compressed = storage.asset_dir(dataset, "compressed_graph")
     cfg = config.to_dataclass()
-    summary = read_summary(canonical)
-    if not summary.get("has_labels") or not summary.get("train_nodes"):
-        reason = "no labels" if not summary.get("has_labels") else "no training nodes"
-        context.log.info(f"dataset '{dataset}' has {reason}: nothing to sample for training, skipped")
-        return dg.MaterializeResult(
-            metadata={"skipped": reason},
-            check_results=[
-                dg.AssetCheckResult(check_name=BALANCED, passed=True, metadata={"skipped": reason}),
-                dg.AssetCheckResult(check_name=FILES_INTACT, passed=True, metadata={"skipped": reason}),
-            ],
-        )
+    skipped = skip_without_labels(context, read_summary(canonical), "sample for training", [BALANCED, FILES_INTACT])
+    if skipped is not None:
+        return skipped
     if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
         raise dg.Failure(description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
                          "materialize metis_partitions first")

@@ -38,7 +38,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, png_markdown
+from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, png_markdown, skip_without_labels
 from assets.config import dagster_config
 from graphs.canonical import read_summary
 from training.checkpoint import data_version, run_key, work_dir_for
@@ -123,13 +123,9 @@ def trained_model(
     canonical = storage.upstream_dir(dataset, "canonical_graph")
     shards = storage.asset_dir(dataset, "minibatch_shards")
     summary = read_summary(canonical)
-    if not summary.get("has_labels") or not summary.get("train_nodes"):
-        reason = "no labels" if not summary.get("has_labels") else "no training nodes"
-        context.log.info(f"dataset '{dataset}' has {reason}: nothing to train on, skipped")
-        return dg.MaterializeResult(
-            metadata={"skipped": reason},
-            check_results=[dg.AssetCheckResult(check_name=BEATS_MAJORITY, passed=True, metadata={"skipped": reason})],
-        )
+    skipped = skip_without_labels(context, summary, "train on", [BEATS_MAJORITY])
+    if skipped is not None:
+        return skipped
     try:
         manifest = read_manifest(shards)
     except ShardError as exc:
