@@ -12,7 +12,7 @@ export GNNFLOW_LANDING ?= $(CURDIR)/landing
 
 DEMO ?= demo
 
-.PHONY: install test demo ui bench clean
+.PHONY: install test lint fmt demo ui bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,7 +26,15 @@ $(DAGSTER_HOME)/dagster.yaml:
 	mkdir -p $(DAGSTER_HOME)
 	printf 'telemetry:\n  enabled: false\n' > $@
 
-test: install
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: install
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 demo: install $(DAGSTER_HOME)/dagster.yaml

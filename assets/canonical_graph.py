@@ -6,9 +6,8 @@ log-log degree plot. Bad input fails the run with the file and column named; the
 materialization of the partition stays in place.
 """
 
-
-import duckdb
 import dagster as dg
+import duckdb
 
 from assets.common import GnnflowStorage, dataset_partitions, png_markdown
 from assets.config import dagster_config

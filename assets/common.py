@@ -78,7 +78,9 @@ def skip_without_labels(
     context.log.info(f"dataset '{context.partition_key}' has {reason}: nothing to {doing}, skipped")
     return dg.MaterializeResult(
         metadata={"skipped": reason},
-        check_results=[dg.AssetCheckResult(check_name=c, passed=True, metadata={"skipped": reason}) for c in check_names],
+        check_results=[
+            dg.AssetCheckResult(check_name=c, passed=True, metadata={"skipped": reason}) for c in check_names
+        ],
     )
 
 

@@ -10,7 +10,6 @@ quantization step of the original. A dataset without features still gets compres
 weights and edge sets. Accuracy loss is measured in benchmarks/compression.py, not here.
 """
 
-
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
@@ -34,11 +33,19 @@ _INPUTS = ("canonical_graph", "normalized_adjacency", "metis_partitions")
     group_name="preprocess",
     kinds={"numpy"},
     check_specs=[
-        dg.AssetCheckSpec(NO_FALSE_NEGATIVES, asset=_ASSET, description="Sampled true edges (check_edges, all "
-                          "when fewer) are accepted, in both directions, by the filters of both endpoints' parts."),
-        dg.AssetCheckSpec(WITHIN_BOUND, asset=_ASSET, description="Dequantized features (per column) and edge "
-                          "weights (per row) are within scale / 2 (+ float32 rounding) of the originals; "
-                          "bit-packed features decode exactly."),
+        dg.AssetCheckSpec(
+            NO_FALSE_NEGATIVES,
+            asset=_ASSET,
+            description="Sampled true edges (check_edges, all "
+            "when fewer) are accepted, in both directions, by the filters of both endpoints' parts.",
+        ),
+        dg.AssetCheckSpec(
+            WITHIN_BOUND,
+            asset=_ASSET,
+            description="Dequantized features (per column) and edge "
+            "weights (per row) are within scale / 2 (+ float32 rounding) of the originals; "
+            "bit-packed features decode exactly.",
+        ),
     ],
 )
 def compressed_graph(
@@ -63,11 +70,19 @@ def _metadata(out, s: dict) -> dict:
     if f:
         enc = f["encoding"] + (" of asinh(x)" if f["transform"] == "asinh" else "")
         rows.append(("features", enc, f["bytes_before"], f["bytes_after"], f["max_abs_error"], f["rel_rms_error"]))
-    rows.append(("edge weights", "int8 per row", w["bytes_before"], w["bytes_after"], w["max_abs_error"], w["rel_rms_error"]))
-    rows.append(("edge sets", f"bloom {b['bits_per_key']:.1f} bits/key", b["bytes_before"], b["bytes_after"], None, None))
+    rows.append(
+        ("edge weights", "int8 per row", w["bytes_before"], w["bytes_after"], w["max_abs_error"], w["rel_rms_error"])
+    )
+    rows.append(
+        ("edge sets", f"bloom {b['bits_per_key']:.1f} bits/key", b["bytes_before"], b["bytes_after"], None, None)
+    )
     table = "| tensor | encoding | bytes before | bytes after | saving | max abs err | rel RMS err |\n|---|---|---|---|---|---|---|\n"
     for name, enc, before, after, max_abs, rel in rows:
-        err = f"{max_abs:.3g} | {rel:.3g}" if max_abs is not None else f"FPR {b['measured_fpr']:.4f} | (target {b['target_fpr']:g})"
+        err = (
+            f"{max_abs:.3g} | {rel:.3g}"
+            if max_abs is not None
+            else f"FPR {b['measured_fpr']:.4f} | (target {b['target_fpr']:g})"
+        )
         table += f"| {name} | {enc} | {before:,} | {after:,} | {1 - after / before:.1%} | {err} |\n" if before else ""
     metadata = {
         "path": dg.MetadataValue.path(str(out)),
@@ -94,11 +109,17 @@ def _metadata(out, s: dict) -> dict:
         "bytes_on_disk": dir_bytes(out),
     }
     if f:
-        trade = (f"Measured with feature_transform='{f['transform']}'.\n\n"
-                 "| feature encoding | feature bytes | feature saving | rel RMS err | max abs err | whole-asset ratio |\n"
-                 "|---|---|---|---|---|---|\n")
+        trade = (
+            f"Measured with feature_transform='{f['transform']}'.\n\n"
+            "| feature encoding | feature bytes | feature saving | rel RMS err | max abs err | whole-asset ratio |\n"
+            "|---|---|---|---|---|---|\n"
+        )
         for enc, row in f["encodings"].items():
-            err = (f"{row['rel_rms_error']:.3g} | {row['max_abs_error']:.3g}" if "rel_rms_error" in row else "not measured | ")
+            err = (
+                f"{row['rel_rms_error']:.3g} | {row['max_abs_error']:.3g}"
+                if "rel_rms_error" in row
+                else "not measured | "
+            )
             mark = " (stored)" if enc == f["encoding"] else ""
             trade += f"| {enc}{mark} | {row['bytes']:,} | {row['saving']:.1%} | {err} | {row['asset_ratio']:.2f}x |\n"
         metadata.update(
@@ -113,8 +134,12 @@ def _metadata(out, s: dict) -> dict:
 def check_compressed_graph(out, inputs: dict, cfg: CompressConfig) -> list[dg.AssetCheckResult]:
     """The two asset checks, evaluated on the files in `out` against the stage's inputs."""
     v = verify_compressed_graph(
-        out, inputs["canonical_graph"], inputs["normalized_adjacency"], inputs["metis_partitions"],
-        sample_edges=cfg.check_edges, seed=cfg.seed,
+        out,
+        inputs["canonical_graph"],
+        inputs["normalized_adjacency"],
+        inputs["metis_partitions"],
+        sample_edges=cfg.check_edges,
+        seed=cfg.seed,
     )
     bloom = dg.AssetCheckResult(
         check_name=NO_FALSE_NEGATIVES,

@@ -32,10 +32,14 @@ _COMPARED = ("edge_cut_ratio", "node_balance", "edge_balance", "halo_replication
     group_name="preprocess",
     kinds={"dgl", "numpy"},
     check_specs=[
-        dg.AssetCheckSpec(ONE_PART_PER_NODE, asset=_ASSET, description="Part ids lie in 0..k-1 and the "
-                          "parts' core node sets are disjoint and cover every node."),
-        dg.AssetCheckSpec(BEATS_RANDOM, asset=_ASSET, description="METIS's edge-cut ratio is below the "
-                          "seeded random partition's."),
+        dg.AssetCheckSpec(
+            ONE_PART_PER_NODE,
+            asset=_ASSET,
+            description="Part ids lie in 0..k-1 and the parts' core node sets are disjoint and cover every node.",
+        ),
+        dg.AssetCheckSpec(
+            BEATS_RANDOM, asset=_ASSET, description="METIS's edge-cut ratio is below the seeded random partition's."
+        ),
     ],
 )
 def metis_partitions(
@@ -49,9 +53,11 @@ def metis_partitions(
     s = build_partitions(canonical, out, cfg, graph_name=dataset)
     metis, random = s["metis"], s["random"]
 
-    table = "| metric | METIS | random |\n|---|---|---|\n" + "".join(
-        f"| {name} | {metis[name]:.4g} | {random[name]:.4g} |\n" for name in _COMPARED
-    ) + f"| peak_rss_mb | {metis['peak_rss_bytes'] / 2**20:.0f} | {random['peak_rss_bytes'] / 2**20:.0f} |\n"
+    table = (
+        "| metric | METIS | random |\n|---|---|---|\n"
+        + "".join(f"| {name} | {metis[name]:.4g} | {random[name]:.4g} |\n" for name in _COMPARED)
+        + f"| peak_rss_mb | {metis['peak_rss_bytes'] / 2**20:.0f} | {random['peak_rss_bytes'] / 2**20:.0f} |\n"
+    )
     metadata = {
         "path": dg.MetadataValue.path(str(out)),
         "nodes": s["nodes"],

@@ -8,7 +8,6 @@ takes its world size and batch size from the manifest. A dataset without labels 
 skipped with a message (nothing to train on), not failed.
 """
 
-
 import dagster as dg
 
 from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, skip_without_labels
@@ -32,11 +31,18 @@ _ASSET = "minibatch_shards"
     kinds={"numpy", "dgl"},
     tags={NEEDS_LABELS_TAG: "labels"},
     check_specs=[
-        dg.AssetCheckSpec(BALANCED, asset=_ASSET, description="Every (epoch, rank) stream holds the same number "
-                          "of minibatches (unequal step counts hang DDP); for neighbor/importance each epoch's "
-                          "seeds over all ranks number exactly the training nodes."),
-        dg.AssetCheckSpec(FILES_INTACT, asset=_ASSET, description="Every shard file the manifest lists exists "
-                          "with the byte size the manifest records."),
+        dg.AssetCheckSpec(
+            BALANCED,
+            asset=_ASSET,
+            description="Every (epoch, rank) stream holds the same number "
+            "of minibatches (unequal step counts hang DDP); for neighbor/importance each epoch's "
+            "seeds over all ranks number exactly the training nodes.",
+        ),
+        dg.AssetCheckSpec(
+            FILES_INTACT,
+            asset=_ASSET,
+            description="Every shard file the manifest lists exists with the byte size the manifest records.",
+        ),
     ],
 )
 def minibatch_shards(
@@ -53,12 +59,18 @@ def minibatch_shards(
     if skipped is not None:
         return skipped
     if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
-        raise dg.Failure(description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
-                         "materialize metis_partitions first")
+        raise dg.Failure(
+            description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
+            "materialize metis_partitions first"
+        )
     out = storage.asset_dir(dataset, _ASSET)
     try:
-        inputs = load_shard_inputs(canonical, adjacency, partitions if partitions.is_dir() else None,
-                                   compressed if compressed.is_dir() else None)
+        inputs = load_shard_inputs(
+            canonical,
+            adjacency,
+            partitions if partitions.is_dir() else None,
+            compressed if compressed.is_dir() else None,
+        )
         m = write_minibatch_shards(inputs, out, cfg, log=context.log.info)
     except (ValueError, FileNotFoundError) as exc:
         raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc

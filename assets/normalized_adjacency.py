@@ -6,7 +6,6 @@ symmetric (for norm='both' on a symmetrized graph), has no NaN/inf, every weight
 (0, 1], and its largest eigenvalue, estimated by power iteration, is at most 1 + 1e-4.
 """
 
-
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
@@ -39,12 +38,19 @@ _ASSET = "normalized_adjacency"
     group_name="preprocess",
     kinds={"numpy"},
     check_specs=[
-        dg.AssetCheckSpec(SYMMETRIC, asset=_ASSET, description="Â equals its transpose (entries and weights); "
-                          "applies to norm='both' on a symmetrized graph."),
+        dg.AssetCheckSpec(
+            SYMMETRIC,
+            asset=_ASSET,
+            description="Â equals its transpose (entries and weights); applies to norm='both' on a symmetrized graph.",
+        ),
         dg.AssetCheckSpec(FINITE, asset=_ASSET, description="No weight is NaN or infinite."),
         dg.AssetCheckSpec(WEIGHTS_IN_RANGE, asset=_ASSET, description="Every weight lies in (0, 1]."),
-        dg.AssetCheckSpec(SPECTRAL_RADIUS, asset=_ASSET, description="The largest eigenvalue of Â, estimated "
-                          f"by power iteration, is at most 1 + {EIGENVALUE_TOLERANCE:g}."),
+        dg.AssetCheckSpec(
+            SPECTRAL_RADIUS,
+            asset=_ASSET,
+            description="The largest eigenvalue of Â, estimated "
+            f"by power iteration, is at most 1 + {EIGENVALUE_TOLERANCE:g}.",
+        ),
     ],
 )
 def normalized_adjacency(

@@ -110,9 +110,13 @@ def _threads_per_process(nproc: int) -> str:
     kinds={"pytorch"},
     tags={NEEDS_LABELS_TAG: "labels"},
     check_specs=[
-        dg.AssetCheckSpec(BEATS_MAJORITY, asset=_ASSET, description="The model's test accuracy (full-graph "
-                          "inference, best-on-validation model) is above always predicting the most "
-                          "frequent training label."),
+        dg.AssetCheckSpec(
+            BEATS_MAJORITY,
+            asset=_ASSET,
+            description="The model's test accuracy (full-graph "
+            "inference, best-on-validation model) is above always predicting the most "
+            "frequent training label.",
+        ),
     ],
 )
 def trained_model(
@@ -134,8 +138,9 @@ def trained_model(
     out = storage.asset_dir(dataset, _ASSET)
     adjacency = storage.asset_dir(dataset, "normalized_adjacency")
     try:
-        cfg = config.to_run_config(PathsConfig(shards=str(shards), canonical=str(canonical),
-                                               adjacency=str(adjacency), out=str(out)))
+        cfg = config.to_run_config(
+            PathsConfig(shards=str(shards), canonical=str(canonical), adjacency=str(adjacency), out=str(out))
+        )
     except (ValueError, TypeError) as exc:
         raise dg.Failure(description=f"trained_model config: {exc}") from exc
     work = work_dir_for(out, run_key(cfg.to_dict(), data_version(shards, canonical, adjacency)))
@@ -151,9 +156,11 @@ def trained_model(
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
     context.log.info(f"launching: {' '.join(command)}")
     env = {"DGLBACKEND": "pytorch", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc))}
-    result = dg.PipesSubprocessClient(cwd=str(REPO_ROOT)).run(
-        context=context, command=command, env=env
-    ).get_materialize_result()
+    result = (
+        dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
+        .run(context=context, command=command, env=env)
+        .get_materialize_result()
+    )
 
     if (work / "nsys").is_dir():  # nsys writes its report after the processes exit
         shutil.copytree(work / "nsys", out / "profile" / "nsys", dirs_exist_ok=True)

@@ -50,8 +50,13 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "datasets"
 
 PLANETOID_MODEL = {"conv": "gcn", "hidden": 64, "num_layers": 2, "dropout": 0.5}
-PLANETOID_TRAINING = {"epochs": 200, "normalize": "row", "profiler": "none", "checkpoint_every": 50,
-                      "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4}}
+PLANETOID_TRAINING = {
+    "epochs": 200,
+    "normalize": "row",
+    "profiler": "none",
+    "checkpoint_every": 50,
+    "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4},
+}
 
 
 def build(source: Path, home: Path) -> tuple[Path, Path]:
@@ -71,8 +76,9 @@ def shards(home: Path, name: str, **cfg) -> Path:
 
     out = home / name
     if not (out / "manifest.json").exists():
-        write_minibatch_shards(load_shard_inputs(home / "canonical_graph", home / "normalized_adjacency"), out,
-                               ShardConfig(**cfg))
+        write_minibatch_shards(
+            load_shard_inputs(home / "canonical_graph", home / "normalized_adjacency"), out, ShardConfig(**cfg)
+        )
     return out
 
 
@@ -80,8 +86,9 @@ def train_run(shard_dir: Path, out: Path, model: dict, training: dict, nproc: in
     """One training run; the summary dict (rank 0's)."""
     from training.config import RunConfig
 
-    cfg = RunConfig.from_dict({"model": model, "training": training,
-                               "paths": {"shards": str(shard_dir), "out": str(out)}})
+    cfg = RunConfig.from_dict(
+        {"model": model, "training": training, "paths": {"shards": str(shard_dir), "out": str(out)}}
+    )
     if nproc == 1:
         from training.train import train
 
@@ -91,20 +98,29 @@ def train_run(shard_dir: Path, out: Path, model: dict, training: dict, nproc: in
     cfg.to_yaml(run_yaml)
     torchrun = Path(sys.executable).with_name("torchrun")
     env = {**os.environ, "OMP_NUM_THREADS": str(max(1, (os.cpu_count() or 1) // nproc))}
-    subprocess.run([str(torchrun), "--standalone", f"--nproc-per-node={nproc}", "-m", "training", "--config",
-                    str(run_yaml)], cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [str(torchrun), "--standalone", f"--nproc-per-node={nproc}", "-m", "training", "--config", str(run_yaml)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return json.loads((out / "summary.json").read_text())
 
 
-def seeds_runs(label: str, shard_dir: Path, work: Path, model: dict, training: dict, seeds: int,
-               nproc: int = 1) -> list[float]:
+def seeds_runs(
+    label: str, shard_dir: Path, work: Path, model: dict, training: dict, seeds: int, nproc: int = 1
+) -> list[float]:
     accs = []
     for seed in range(seeds):
         t = time.perf_counter()
         s = train_run(shard_dir, work / f"{label}-seed{seed}", model, {**training, "seed": seed}, nproc)
         accs.append(float(s["test_acc_at_best_val"]))
-        print(f"  {label} seed {seed}: test {accs[-1]:.4f} (best val {s['best_val_acc']:.4f} at epoch "
-              f"{s['best_epoch']}), {time.perf_counter() - t:.0f} s", flush=True)
+        print(
+            f"  {label} seed {seed}: test {accs[-1]:.4f} (best val {s['best_val_acc']:.4f} at epoch "
+            f"{s['best_epoch']}), {time.perf_counter() - t:.0f} s",
+            flush=True,
+        )
     return accs
 
 
@@ -120,8 +136,13 @@ def mlp_accuracy(canonical: Path, hidden: int, epochs: int, seed: int) -> float:
     split = nodes.split.to_numpy()
     masks = {s: torch.from_numpy((split == s) & (nodes.label.to_numpy() >= 0)) for s in ("train", "val", "test")}
     torch.manual_seed(seed)
-    mlp = torch.nn.Sequential(torch.nn.Dropout(0.5), torch.nn.Linear(x.shape[1], hidden), torch.nn.ReLU(),
-                              torch.nn.Dropout(0.5), torch.nn.Linear(hidden, int(y.max()) + 1))
+    mlp = torch.nn.Sequential(
+        torch.nn.Dropout(0.5),
+        torch.nn.Linear(x.shape[1], hidden),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(0.5),
+        torch.nn.Linear(hidden, int(y.max()) + 1),
+    )
     opt = torch.optim.Adam(mlp.parameters(), lr=0.01)
     best_val, best_test = -1.0, 0.0
     for _ in range(epochs):
@@ -161,34 +182,62 @@ def main() -> None:
         train_nodes = json.loads((home / "canonical_graph" / "summary.json").read_text())["train_nodes"]
         world = shard_kw.pop("world_size", 1)
         tag = "-".join(f"{k}{v}" for k, v in sorted(shard_kw.items())) or "fp32"
-        return shards(home, f"shards-w{world}-{tag}", fanouts="-1,-1", batch_size=-(-train_nodes // world),
-                      epochs=1, world_size=world, **shard_kw)
+        return shards(
+            home,
+            f"shards-w{world}-{tag}",
+            fanouts="-1,-1",
+            batch_size=-(-train_nodes // world),
+            epochs=1,
+            world_size=world,
+            **shard_kw,
+        )
 
     if parts & {"cora", "int8", "ddp"}:
         print("Cora, GCN, fp32, 1 rank", flush=True)
-        results["cora"] = seeds_runs("cora", planetoid("cora"), work / "runs", PLANETOID_MODEL, PLANETOID_TRAINING,
-                                     args.seeds)
+        results["cora"] = seeds_runs(
+            "cora", planetoid("cora"), work / "runs", PLANETOID_MODEL, PLANETOID_TRAINING, args.seeds
+        )
         rows.append(("Cora GCN", results["cora"], ">= 81.0"))
     if "citeseer" in parts:
         print("CiteSeer, GCN, fp32, 1 rank", flush=True)
-        results["citeseer"] = seeds_runs("citeseer", planetoid("citeseer"), work / "runs", PLANETOID_MODEL,
-                                         PLANETOID_TRAINING, args.seeds)
+        results["citeseer"] = seeds_runs(
+            "citeseer", planetoid("citeseer"), work / "runs", PLANETOID_MODEL, PLANETOID_TRAINING, args.seeds
+        )
         rows.append(("CiteSeer GCN", results["citeseer"], ">= 70.0"))
     if "int8" in parts:
         print("Cora, GCN, INT8 features", flush=True)
-        results["cora_int8"] = seeds_runs("cora-int8", planetoid("cora", features="int8"), work / "runs",
-                                          PLANETOID_MODEL, PLANETOID_TRAINING, args.seeds)
+        results["cora_int8"] = seeds_runs(
+            "cora-int8",
+            planetoid("cora", features="int8"),
+            work / "runs",
+            PLANETOID_MODEL,
+            PLANETOID_TRAINING,
+            args.seeds,
+        )
         diff = 100 * (np.mean(results["cora_int8"]) - np.mean(results["cora"]))
         rows.append(("Cora GCN, INT8 features", results["cora_int8"], f"{diff:+.2f} vs FP32 (|d| <= 0.5)"))
         print("Cora, GCN, INT8 features and INT8 edge weights", flush=True)
-        results["cora_int8_w"] = seeds_runs("cora-int8w", planetoid("cora", features="int8", weights="int8"),
-                                            work / "runs", PLANETOID_MODEL, PLANETOID_TRAINING, args.seeds)
+        results["cora_int8_w"] = seeds_runs(
+            "cora-int8w",
+            planetoid("cora", features="int8", weights="int8"),
+            work / "runs",
+            PLANETOID_MODEL,
+            PLANETOID_TRAINING,
+            args.seeds,
+        )
         diff = 100 * (np.mean(results["cora_int8_w"]) - np.mean(results["cora"]))
         rows.append(("Cora GCN, INT8 features+weights", results["cora_int8_w"], f"{diff:+.2f} vs FP32"))
     if "ddp" in parts:
         print("Cora, GCN, DDP 2 ranks (torchrun, gloo)", flush=True)
-        results["cora_ddp2"] = seeds_runs("cora-ddp2", planetoid("cora", world_size=2), work / "runs",
-                                          PLANETOID_MODEL, PLANETOID_TRAINING, args.seeds, nproc=2)
+        results["cora_ddp2"] = seeds_runs(
+            "cora-ddp2",
+            planetoid("cora", world_size=2),
+            work / "runs",
+            PLANETOID_MODEL,
+            PLANETOID_TRAINING,
+            args.seeds,
+            nproc=2,
+        )
         diff = 100 * (np.mean(results["cora_ddp2"]) - np.mean(results["cora"]))
         rows.append(("Cora GCN, DDP 2 ranks", results["cora_ddp2"], f"{diff:+.2f} vs 1 rank (|d| <= 0.5)"))
     if "demo" in parts:
@@ -201,19 +250,29 @@ def main() -> None:
         demo_shards = shards(work / "demo", "shards-sage", fanouts="10,5", batch_size=1024, epochs=3, world_size=1)
         print("demo graph, GraphSAGE vs MLP", flush=True)
         results["demo_gnn"] = seeds_runs(
-            "demo-sage", demo_shards, work / "runs", {"conv": "sage", "hidden": 128, "num_layers": 2, "dropout": 0.5},
-            {"profiler": "none", "optimizer": {"type": "Adam", "lr": 0.003}}, args.seeds)
+            "demo-sage",
+            demo_shards,
+            work / "runs",
+            {"conv": "sage", "hidden": 128, "num_layers": 2, "dropout": 0.5},
+            {"profiler": "none", "optimizer": {"type": "Adam", "lr": 0.003}},
+            args.seeds,
+        )
         results["demo_mlp"] = [mlp_accuracy(can, 128, 200, seed) for seed in range(args.seeds)]
         gap = 100 * (np.mean(results["demo_gnn"]) - np.mean(results["demo_mlp"]))
         rows.append(("demo GraphSAGE", results["demo_gnn"], f"{gap:+.2f} vs MLP (>= +10)"))
         rows.append(("demo MLP on features alone", results["demo_mlp"], ""))
         # the demo's Gaussian features are not exactly representable in INT8 (Cora's 0/1 are)
-        int8_shards = shards(work / "demo", "shards-sage-int8", fanouts="10,5", batch_size=1024, epochs=3,
-                             world_size=1, features="int8")
+        int8_shards = shards(
+            work / "demo", "shards-sage-int8", fanouts="10,5", batch_size=1024, epochs=3, world_size=1, features="int8"
+        )
         results["demo_gnn_int8"] = seeds_runs(
-            "demo-sage-int8", int8_shards, work / "runs", {"conv": "sage", "hidden": 128, "num_layers": 2,
-                                                           "dropout": 0.5},
-            {"profiler": "none", "optimizer": {"type": "Adam", "lr": 0.003}}, args.seeds)
+            "demo-sage-int8",
+            int8_shards,
+            work / "runs",
+            {"conv": "sage", "hidden": 128, "num_layers": 2, "dropout": 0.5},
+            {"profiler": "none", "optimizer": {"type": "Adam", "lr": 0.003}},
+            args.seeds,
+        )
         diff = 100 * (np.mean(results["demo_gnn_int8"]) - np.mean(results["demo_gnn"]))
         rows.append(("demo GraphSAGE, INT8 features", results["demo_gnn_int8"], f"{diff:+.2f} vs FP32 (|d| <= 0.5)"))
 

@@ -88,7 +88,9 @@ def _agree(ours: Path, ref: Path) -> float:
     import numpy as np
 
     for name in ("indptr", "indices"):
-        if not np.array_equal(np.load(ours / f"{name}.npy", mmap_mode="r"), np.load(ref / f"{name}.npy", mmap_mode="r")):
+        if not np.array_equal(
+            np.load(ours / f"{name}.npy", mmap_mode="r"), np.load(ref / f"{name}.npy", mmap_mode="r")
+        ):
             raise AssertionError(f"{name}.npy differs between ours and scipy")
     w1, w2 = np.load(ours / "weights.npy", mmap_mode="r"), np.load(ref / "weights.npy", mmap_mode="r")
     return float(np.max(np.abs(w1 - w2))) if len(w1) else 0.0
@@ -124,13 +126,20 @@ def main() -> None:
     m = facts["edges"]
     print(f"\ngraph: {facts['nodes']:,} nodes, {m:,} canonical (directed) edges; nnz of Â = {m + facts['nodes']:,}")
     print(f"{'variant':<46}{'seconds':>9}{'edges/s':>14}{'peak RSS':>11}{'above imports':>15}")
-    labels = {"scipy": "scipy.sparse (A + I, degree scaling, np.save)", "ours": "ours (DuckDB degrees, streamed, memmaps)"}
+    labels = {
+        "scipy": "scipy.sparse (A + I, degree scaling, np.save)",
+        "ours": "ours (DuckDB degrees, streamed, memmaps)",
+    }
     for name, r in results.items():
-        print(f"{labels[name]:<46}{r['seconds']:>9.2f}{m / r['seconds']:>14,.0f}"
-              f"{r['rss'] / 2**30:>9.2f} GB{(r['rss'] - r['base']) / 2**30:>12.2f} GB")
+        print(
+            f"{labels[name]:<46}{r['seconds']:>9.2f}{m / r['seconds']:>14,.0f}"
+            f"{r['rss'] / 2**30:>9.2f} GB{(r['rss'] - r['base']) / 2**30:>12.2f} GB"
+        )
     o, s = results["ours"], results["scipy"]
-    print(f"ratio ours / scipy: time {o['seconds'] / s['seconds']:.2f} (target <= 1.0), "
-          f"peak RSS {o['rss'] / s['rss']:.2f}, RSS above imports {(o['rss'] - o['base']) / (s['rss'] - s['base']):.2f}")
+    print(
+        f"ratio ours / scipy: time {o['seconds'] / s['seconds']:.2f} (target <= 1.0), "
+        f"peak RSS {o['rss'] / s['rss']:.2f}, RSS above imports {(o['rss'] - o['base']) / (s['rss'] - s['base']):.2f}"
+    )
     print(f"max |weight difference| ours vs scipy: {diff:.2e} (same indptr and indices)")
 
 

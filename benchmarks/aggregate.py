@@ -67,15 +67,14 @@ def main() -> None:
         def step():
             xg = x.detach().requires_grad_(True)
             aggregate(block, xg, reduce="mean", backend=backend).backward(grad)
+
         return step
 
     # plain torch.sparse.mm with torch's autograd (what the torch path replaces)
     inv_deg = 1.0 / block.in_degrees().clamp(min=1).float()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        plain = torch.sparse_csr_tensor(
-            block.indptr, block.indices, inv_deg[block.dst_ids()], (args.nodes, args.nodes)
-        )
+        plain = torch.sparse_csr_tensor(block.indptr, block.indices, inv_deg[block.dst_ids()], (args.nodes, args.nodes))
 
     def plain_forward_backward():
         xg = x.detach().requires_grad_(True)

@@ -112,8 +112,10 @@ def main() -> None:
     src, dst = power_law_edges(args.nodes, n, seed=0)
     rng = np.random.default_rng(1)
     qs, qd = rng.integers(0, args.nodes, size=(2, n))
-    print(f"{n:,} distinct edges over {args.nodes:,} nodes, target FPR {args.fpr} "
-          f"(generated in {time.perf_counter() - t0:.1f}s); times: best / median of {args.reps}")
+    print(
+        f"{n:,} distinct edges over {args.nodes:,} nodes, target FPR {args.fpr} "
+        f"(generated in {time.perf_counter() - t0:.1f}s); times: best / median of {args.reps}"
+    )
 
     BloomFilter.build(src[:1000], dst[:1000]).might_contain(qs[:10], qd[:10])  # JIT / cache load
     b_best, b_med, ours = _timed(lambda: BloomFilter.build(src, dst, fpr=args.fpr), args.reps)
@@ -142,11 +144,14 @@ def main() -> None:
         ("query edges (pairs/s)", qe_best, qe_med, rqe_best, rqe_med),
         ("query random (pairs/s)", qr_best, qr_med, rqr_best, rqr_med),
     ]
-    print(f"\n{'':24s}{'ours best':>12s}{'median':>11s}{'numpy best':>13s}{'median':>11s}"
-          f"{'speedup best':>14s}{'median':>8s}")
+    print(
+        f"\n{'':24s}{'ours best':>12s}{'median':>11s}{'numpy best':>13s}{'median':>11s}"
+        f"{'speedup best':>14s}{'median':>8s}"
+    )
     for name, ob, om, rb, rm in rows:
-        print(f"{name:24s}{rate(ob):>12s}{rate(om):>11s}{rate(rb):>13s}{rate(rm):>11s}"
-              f"{rb / ob:>13.1f}x{rm / om:>7.1f}x")
+        print(
+            f"{name:24s}{rate(ob):>12s}{rate(om):>11s}{rate(rb):>13s}{rate(rm):>11s}{rb / ob:>13.1f}x{rm / om:>7.1f}x"
+        )
     raw = 16 * n
     print(f"\n{'':24s}{'ours':>12s}{'numpy':>11s}")
     print(f"{'layout':24s}{'split-block':>12s}{'classic':>11s}")
@@ -155,8 +160,10 @@ def main() -> None:
     ref_model = (1 - math.exp(-ref.k * n / ref.m)) ** ref.k
     print(f"{'bytes / raw int64 pair':24s}{ours.nbytes / raw:>12.4f}{ref.bits.nbytes / raw:>11.4f}")
     print(f"{'model FPR':24s}{ours.expected_fpr:>12.5f}{ref_model:>11.5f}")
-    print(f"{'measured FPR':24s}{fpr_ours:>12.5f}{fpr_ref:>11.5f}"
-          f"   ({args.fpr_queries:,} random non-edges; target {args.fpr})")
+    print(
+        f"{'measured FPR':24s}{fpr_ours:>12.5f}{fpr_ref:>11.5f}"
+        f"   ({args.fpr_queries:,} random non-edges; target {args.fpr})"
+    )
     print(f"{'measured / target':24s}{fpr_ours / args.fpr:>12.3f}{fpr_ref / args.fpr:>11.3f}")
 
 

@@ -153,9 +153,12 @@ def _csr_pair(indptr, indices, values, shape) -> tuple[torch.Tensor, torch.Tenso
     """(matrix, its transpose) as torch sparse CSR."""
     with warnings.catch_warnings():  # "sparse CSR support is in beta"
         warnings.simplefilter("ignore", UserWarning)
-        a = torch.sparse_csr_tensor(torch.as_tensor(np.asarray(indptr, dtype=np.int64)),
-                                    torch.as_tensor(np.asarray(indices, dtype=np.int64)),
-                                    torch.as_tensor(np.asarray(values, dtype=np.float32)), shape)
+        a = torch.sparse_csr_tensor(
+            torch.as_tensor(np.asarray(indptr, dtype=np.int64)),
+            torch.as_tensor(np.asarray(indices, dtype=np.int64)),
+            torch.as_tensor(np.asarray(values, dtype=np.float32)),
+            shape,
+        )
         return a, a.to_sparse_coo().t().coalesce().to_sparse_csr()
 
 
@@ -285,25 +288,42 @@ def run_dataset(name: str, work: Path, seeds: int, epochs: int, fpr_queries: int
 
     # The compressed graph, built by the stage's library function once per feature encoding
     # (auto first, which also measures the other encodings); the model reads decoded files.
-    first = build_compressed_graph(canonical, adj, parts, work / name / "compressed-auto",
-                                   CompressConfig(fpr_queries=fpr_queries))
+    first = build_compressed_graph(
+        canonical, adj, parts, work / name / "compressed-auto", CompressConfig(fpr_queries=fpr_queries)
+    )
     rows_to_train = variants(first["features"]["binary_valued"], name == "heavy")
     built = {(first["feature_encoding"], "none"): (work / name / "compressed-auto", first)}
     for enc, transform, _ in rows_to_train:
         if enc != "fp32" and (enc, transform) not in built:
             out = work / name / f"compressed-{enc}-{transform}"
-            built[enc, transform] = (out, build_compressed_graph(
-                canonical, adj, parts, out, CompressConfig(feature_encoding=enc, feature_transform=transform,
-                                                           fpr_queries=fpr_queries, compare_encodings=False)))
+            built[enc, transform] = (
+                out,
+                build_compressed_graph(
+                    canonical,
+                    adj,
+                    parts,
+                    out,
+                    CompressConfig(
+                        feature_encoding=enc,
+                        feature_transform=transform,
+                        fpr_queries=fpr_queries,
+                        compare_encodings=False,
+                    ),
+                ),
+            )
     q, qscale = load_weights(work / name / "compressed-auto")
     w8 = dequantize_int8_rows_csr(np.asarray(csr.indptr), np.asarray(q), np.asarray(qscale))
-    props = {"fp32": SparseOperand(csr.indptr, csr.indices, csr.weights, (n, n)),
-             "int8": SparseOperand(csr.indptr, csr.indices, w8, (n, n))}
+    props = {
+        "fp32": SparseOperand(csr.indptr, csr.indices, csr.weights, (n, n)),
+        "int8": SparseOperand(csr.indptr, csr.indices, w8, (n, n)),
+    }
     bloom = first["bloom"]
-    print(f"# {name}: n={n} d={d} nnz={nnz} parts={bloom['parts']}; Bloom {bloom['bits_per_edge']:.2f} bits/edge, "
-          f"measured FPR {bloom['measured_fpr']:.4f} (target {bloom['target_fpr']}); "
-          f"weights int8 rel RMS {first['weights']['rel_rms_error']:.4f}; ready in {time.perf_counter() - t0:.0f} s",
-          flush=True)
+    print(
+        f"# {name}: n={n} d={d} nnz={nnz} parts={bloom['parts']}; Bloom {bloom['bits_per_edge']:.2f} bits/edge, "
+        f"measured FPR {bloom['measured_fpr']:.4f} (target {bloom['target_fpr']}); "
+        f"weights int8 rel RMS {first['weights']['rel_rms_error']:.4f}; ready in {time.perf_counter() - t0:.0f} s",
+        flush=True,
+    )
 
     fp32_bytes = 4 * n * d + 4 * nnz  # features + weights
     originals = fp32_bytes + bloom["bytes_before"]  # + edge sets as int64 pairs
@@ -322,20 +342,31 @@ def run_dataset(name: str, work: Path, seeds: int, epochs: int, fpr_queries: int
         asset = nbytes + (bloom["bytes_after"] if enc != "fp32" else bloom["bytes_before"])
         mean = 100 * statistics.mean(accs)
         ref = mean if ref is None else ref
-        rows.append({
-            "dataset": name, "features": enc + ("+asinh" if transform == "asinh" else ""), "weights": wenc,
-            "bytes": nbytes, "saving": 1 - nbytes / fp32_bytes, "asset_ratio": originals / asset,
-            "rel_rms": err, "exact": bool(np.array_equal(x, x32)), "mean": mean,
-            "std": 100 * statistics.pstdev(accs) if seeds > 1 else 0.0,
-            "drop": round(ref - mean, 6) or 0.0, "accs": accs,  # `or 0.0`: print -0.00 as +0.00
-        })
+        rows.append(
+            {
+                "dataset": name,
+                "features": enc + ("+asinh" if transform == "asinh" else ""),
+                "weights": wenc,
+                "bytes": nbytes,
+                "saving": 1 - nbytes / fp32_bytes,
+                "asset_ratio": originals / asset,
+                "rel_rms": err,
+                "exact": bool(np.array_equal(x, x32)),
+                "mean": mean,
+                "std": 100 * statistics.pstdev(accs) if seeds > 1 else 0.0,
+                "drop": round(ref - mean, 6) or 0.0,
+                "accs": accs,  # `or 0.0`: print -0.00 as +0.00
+            }
+        )
         print(f"#   {rows[-1]['features']:11} w={wenc:4} {mean:6.2f} ({time.perf_counter() - t:.0f} s)", flush=True)
     return rows
 
 
 def print_table(rows: list[dict]) -> None:
-    head = (f"{'dataset':9} {'features':11} {'weights':7} {'feat+w bytes':>12} {'saving':>7} {'asset saving':>15} "
-            f"{'feat relRMS':>11} {'test acc %':>13} {'drop pts':>8}")
+    head = (
+        f"{'dataset':9} {'features':11} {'weights':7} {'feat+w bytes':>12} {'saving':>7} {'asset saving':>15} "
+        f"{'feat relRMS':>11} {'test acc %':>13} {'drop pts':>8}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -343,8 +374,10 @@ def print_table(rows: list[dict]) -> None:
         if r["features"] != "fp32" and r["exact"]:
             note = "  exact features" + (", identical accuracies" if r["accs"] == _reference(rows, r)["accs"] else "")
         asset = f"{100 * (1 - 1 / r['asset_ratio']):5.1f}% ({r['asset_ratio']:5.2f}x)"
-        print(f"{r['dataset']:9} {r['features']:11} {r['weights']:7} {r['bytes']:>12,} {100 * r['saving']:6.1f}% "
-              f"{asset:>15} {r['rel_rms']:11.4f} {r['mean']:7.2f} ±{r['std']:4.2f} {r['drop']:+8.2f}{note}")
+        print(
+            f"{r['dataset']:9} {r['features']:11} {r['weights']:7} {r['bytes']:>12,} {100 * r['saving']:6.1f}% "
+            f"{asset:>15} {r['rel_rms']:11.4f} {r['mean']:7.2f} ±{r['std']:4.2f} {r['drop']:+8.2f}{note}"
+        )
 
 
 def print_verdicts(rows: list[dict], bound: float = 0.5) -> None:
@@ -358,9 +391,11 @@ def print_verdicts(rows: list[dict], bound: float = 0.5) -> None:
         line = f"{name:9} int8+w8 drop {int8['drop']:+.2f} ({'ok' if int8['drop'] <= bound else 'MISSED'})"
         if best:
             saving = 1 - 1 / best["asset_ratio"]
-            line += (f"; best within bound: {best['features']} + w{best['weights'][-1]} -> asset {100 * saving:.1f}% "
-                     f"smaller ({best['asset_ratio']:.2f}x), features+weights {100 * best['saving']:.1f}% smaller, "
-                     f"drop {best['drop']:+.2f} ({'ok' if saving >= 0.8 else 'MISSED'})")
+            line += (
+                f"; best within bound: {best['features']} + w{best['weights'][-1]} -> asset {100 * saving:.1f}% "
+                f"smaller ({best['asset_ratio']:.2f}x), features+weights {100 * best['saving']:.1f}% smaller, "
+                f"drop {best['drop']:+.2f} ({'ok' if saving >= 0.8 else 'MISSED'})"
+            )
         print(line)
 
 
@@ -370,13 +405,21 @@ def _reference(rows: list[dict], r: dict) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--datasets", nargs="+", default=["demo", "heavy", "cora", "citeseer"],
-                    choices=["demo", "heavy", "cora", "citeseer"])
+    ap.add_argument(
+        "--datasets",
+        nargs="+",
+        default=["demo", "heavy", "cora", "citeseer"],
+        choices=["demo", "heavy", "cora", "citeseer"],
+    )
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--epochs", type=int, default=200)
     ap.add_argument("--fpr-queries", type=int, default=1_000_000)
-    ap.add_argument("--threads", type=int, default=1,
-                    help="torch threads; 1 by default: on a shared 2-core machine more threads run slower")
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads; 1 by default: on a shared 2-core machine more threads run slower",
+    )
     ap.add_argument("--work", type=Path, default=Path("bench_out/compression"))
     args = ap.parse_args()
     if args.threads:
@@ -391,9 +434,11 @@ def main() -> None:
             continue
         rows += run_dataset(name, work, args.seeds, args.epochs, args.fpr_queries)
     print()
-    print(f"GCN 2x64, {args.epochs} epochs, {args.seeds} seeds; test accuracy at the best validation epoch. "
-          "saving: features + edge weights vs FP32; asset saving: the whole compressed_graph (features + weights "
-          "+ Bloom edge sets) vs FP32 / int64 (src, dst) originals.")
+    print(
+        f"GCN 2x64, {args.epochs} epochs, {args.seeds} seeds; test accuracy at the best validation epoch. "
+        "saving: features + edge weights vs FP32; asset saving: the whole compressed_graph (features + weights "
+        "+ Bloom edge sets) vs FP32 / int64 (src, dst) originals."
+    )
     print_table(rows)
     print_verdicts(rows)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")

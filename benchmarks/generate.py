@@ -22,8 +22,7 @@ from graphs import generate as gen
 from graphs.storage import peak_rss_bytes
 
 
-def _searchsorted_edges_per_second(model: gen._Model, config: gen.GenerateConfig,
-                                   blocks: int = 8) -> float:
+def _searchsorted_edges_per_second(model: gen._Model, config: gen.GenerateConfig, blocks: int = 8) -> float:
     """Baseline: the same two weighted draws per edge by plain binary search."""
     rng = np.random.default_rng(0)
     cum = model.cum[:-1]
@@ -35,8 +34,7 @@ def _searchsorted_edges_per_second(model: gen._Model, config: gen.GenerateConfig
     return blocks * size / (time.perf_counter() - t0)
 
 
-def _guide_edges_per_second(model: gen._Model, config: gen.GenerateConfig,
-                            blocks: int = 8) -> float:
+def _guide_edges_per_second(model: gen._Model, config: gen.GenerateConfig, blocks: int = 8) -> float:
     """Ours: whole edge blocks (src, class choice, dst) through the guide table."""
     t0 = time.perf_counter()
     rows = 0
@@ -63,15 +61,20 @@ def main(argv: list[str] | None = None) -> None:
     ours = _guide_edges_per_second(model, config)
     naive = _searchsorted_edges_per_second(model, config)
 
-    print(f"nodes={summary['nodes']:,} edge_rows={summary['edge_rows']:,} "
-          f"files={summary['edge_files']} on_disk={summary['bytes'] / 2**30:.2f} GiB")
-    print(f"wall={summary['seconds']:.1f} s  edges/s={summary['edges_per_second']:,.0f}  "
-          f"peak_rss={peak / 2**30:.2f} GiB (machine total "
-          f"{psutil.virtual_memory().total / 2**30:.0f} GiB)")
-    print(f"intra_class_fraction={summary['intra_class_fraction']:.4f} "
-          f"self_loops={summary['self_loops']:,}")
-    print(f"sampling only: guide table {ours:,.0f} edges/s vs np.searchsorted {naive:,.0f} "
-          f"edges/s (ratio {ours / naive:.1f}x)")
+    print(
+        f"nodes={summary['nodes']:,} edge_rows={summary['edge_rows']:,} "
+        f"files={summary['edge_files']} on_disk={summary['bytes'] / 2**30:.2f} GiB"
+    )
+    print(
+        f"wall={summary['seconds']:.1f} s  edges/s={summary['edges_per_second']:,.0f}  "
+        f"peak_rss={peak / 2**30:.2f} GiB (machine total "
+        f"{psutil.virtual_memory().total / 2**30:.0f} GiB)"
+    )
+    print(f"intra_class_fraction={summary['intra_class_fraction']:.4f} self_loops={summary['self_loops']:,}")
+    print(
+        f"sampling only: guide table {ours:,.0f} edges/s vs np.searchsorted {naive:,.0f} "
+        f"edges/s (ratio {ours / naive:.1f}x)"
+    )
     if not args.keep:
         shutil.rmtree(args.out, ignore_errors=True)
 

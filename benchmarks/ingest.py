@@ -26,7 +26,9 @@ def _ours(landing: str, out: str, memory_limit: str, budget_mb: int, queue) -> N
 
     t = time.perf_counter()
     s = build_canonical_graph(landing, out, CanonicalConfig(memory_limit=memory_limit, sort_budget_mb=budget_mb))
-    queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "rows_out": s["edges"], "nodes": s["nodes"]})
+    queue.put(
+        {"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "rows_out": s["edges"], "nodes": s["nodes"]}
+    )
 
 
 def _bare(landing: str, out: str, memory_limit: str, queue) -> None:

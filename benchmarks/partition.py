@@ -24,9 +24,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from adjacency import canonical_graph_for  # noqa: E402  (same graph cache as the adjacency benchmark)
-
 from _child import run_in_child  # benchmarks/_child.py
+from adjacency import canonical_graph_for  # noqa: E402  (same graph cache as the adjacency benchmark)
 
 
 def _stage(canonical: str, out: str, k: int, queue) -> None:
@@ -117,13 +116,17 @@ def main() -> None:
     if not args.skip_native:
         t = time.perf_counter()
         with contextlib.redirect_stdout(io.StringIO()):
-            dgl.distributed.partition_graph(dgl_graph(indptr, dst), "bench", k, str(out / "native"), part_method="metis")
+            dgl.distributed.partition_graph(
+                dgl_graph(indptr, dst), "bench", k, str(out / "native"), part_method="metis"
+            )
         t_native = time.perf_counter() - t
     shutil.rmtree(out, ignore_errors=True)
     rss_main = peak_rss_bytes()
 
-    print(f"\ngraph: {n:,} nodes, {len(dst):,} "
-          f"canonical (directed) edges, k = {k} parts; edges loaded + CSR in {t_load:.2f} s")
+    print(
+        f"\ngraph: {n:,} nodes, {len(dst):,} "
+        f"canonical (directed) edges, k = {k} parts; edges loaded + CSR in {t_load:.2f} s"
+    )
     print(f"{'METIS assignment':<52}{'seconds':>9}")
     print(f"{'dgl.metis_partition_assignment (graph prebuilt)':<52}{t_dgl:>9.2f}")
     print(f"{'ours metis_assign (builds graph from CSR, int32)':<52}{t_ours:>9.2f}")
@@ -132,17 +135,23 @@ def main() -> None:
     for name in ("edge_cut_ratio", "node_balance", "edge_balance", "halo_replication"):
         print(f"{name:<22}{metis[name]:>12.4f}{random[name]:>12.4f}")
     print(f"{'assign seconds':<22}{t_ours:>12.2f}{t_random:>12.3f}")
-    print(f"edge-cut ratio METIS / random: {metis['edge_cut_ratio'] / random['edge_cut_ratio']:.3f}; "
-          f"halos computed in {t_halo:.2f} s")
+    print(
+        f"edge-cut ratio METIS / random: {metis['edge_cut_ratio'] / random['edge_cut_ratio']:.3f}; "
+        f"halos computed in {t_halo:.2f} s"
+    )
     print("\nDistDGL format")
     print(f"{'ours: write_distdgl from our assignment':<52}{t_write:>9.2f} s")
     if t_native is not None:
-        print(f"{'DGL partition_graph(part_method=metis)':<52}{t_native:>9.2f} s"
-              f"  = {t_native / t_dgl:.2f}x the assignment alone; ours saves {t_native - t_write:.1f} s")
+        print(
+            f"{'DGL partition_graph(part_method=metis)':<52}{t_native:>9.2f} s"
+            f"  = {t_native / t_dgl:.2f}x the assignment alone; ours saves {t_native - t_write:.1f} s"
+        )
     print(f"peak RSS of this process: {rss_main / 2**30:.2f} GB")
     steps = ", ".join(f"{name} {v:.2f}" for name, v in stage["steps"].items())
-    print(f"\nwhole stage build_partitions (fresh process): {stage['seconds']:.2f} s, peak RSS "
-          f"{stage['rss'] / 2**30:.2f} GB ({(stage['rss'] - stage['base']) / 2**30:.2f} GB above imports)")
+    print(
+        f"\nwhole stage build_partitions (fresh process): {stage['seconds']:.2f} s, peak RSS "
+        f"{stage['rss'] / 2**30:.2f} GB ({(stage['rss'] - stage['base']) / 2**30:.2f} GB above imports)"
+    )
     print(f"  steps (s): {steps}")
 
 

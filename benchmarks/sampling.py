@@ -105,23 +105,30 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the shards after the run")
     args = ap.parse_args()
 
+    import dgl  # noqa: F401  (imported before any clock starts: several seconds the first time)
+
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
     from training.data import ShardStream
-
-    import dgl  # noqa: F401  (imported before any clock starts: several seconds the first time)
 
     can, adj = prepare(args)
     inputs = load_shard_inputs(can, adj)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     train = inputs.train_nodes
-    print(f"graph: {inputs.n:,} nodes, {int(inputs.indptr[-1]) - inputs.n:,} directed edges, "
-          f"{len(train):,} training nodes; fanouts {fanouts}, batch {args.batch_size}/rank, "
-          f"W={args.world_size}, {args.epochs} epoch(s); {torch.get_num_threads()} torch threads")
+    print(
+        f"graph: {inputs.n:,} nodes, {int(inputs.indptr[-1]) - inputs.n:,} directed edges, "
+        f"{len(train):,} training nodes; fanouts {fanouts}, batch {args.batch_size}/rank, "
+        f"W={args.world_size}, {args.epochs} epoch(s); {torch.get_num_threads()} torch threads"
+    )
 
     # (a) writing shards vs DGL's DataLoader without writing
     out = Path(args.work).resolve() / "shards"
-    cfg = ShardConfig(sampler="neighbor", fanouts=args.fanouts, batch_size=args.batch_size,
-                      epochs=args.epochs, world_size=args.world_size)
+    cfg = ShardConfig(
+        sampler="neighbor",
+        fanouts=args.fanouts,
+        batch_size=args.batch_size,
+        epochs=args.epochs,
+        world_size=args.world_size,
+    )
     t = time.perf_counter()
     m = write_minibatch_shards(inputs, out, cfg)
     ours_write = time.perf_counter() - t
@@ -149,9 +156,18 @@ def main() -> None:
 
     # (c) int8 edge weights: bytes only (one epoch)
     out8 = Path(args.work).resolve() / "shards-int8"
-    m8 = write_minibatch_shards(inputs, out8, ShardConfig(sampler="neighbor", fanouts=args.fanouts,
-                                                           batch_size=args.batch_size, epochs=1,
-                                                           world_size=args.world_size, weights="int8"))
+    m8 = write_minibatch_shards(
+        inputs,
+        out8,
+        ShardConfig(
+            sampler="neighbor",
+            fanouts=args.fanouts,
+            batch_size=args.batch_size,
+            epochs=1,
+            world_size=args.world_size,
+            weights="int8",
+        ),
+    )
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(out8, ignore_errors=True)
@@ -160,23 +176,33 @@ def main() -> None:
     print()
     print("(a) sampling all epochs, all ranks")
     print(f"{'':<44}{'seconds':>9}{'seeds/s':>12}{'edges/s':>14}")
-    print(f"{'ours: sample + write shards (1 thread+writer)':<44}{ours_write:>9.1f}{m['seeds'] / ours_write:>12,.0f}"
-          f"{m['sampled_edges'] / ours_write:>14,.0f}")
+    print(
+        f"{'ours: sample + write shards (1 thread+writer)':<44}{ours_write:>9.1f}{m['seeds'] / ours_write:>12,.0f}"
+        f"{m['sampled_edges'] / ours_write:>14,.0f}"
+    )
     for r in (base_default, base_one):
         label = f"DGL DataLoader, no writing, {r['threads']} thread(s)"
         print(f"{label:<44}{r['seconds']:>9.1f}{r['seeds'] / r['seconds']:>12,.0f}{r['edges'] / r['seconds']:>14,.0f}")
     print(f"ratio ours / faster DGL (time for the same seeds): {ours_write / base['seconds']:.2f}   (target <= 1.3)")
-    print(f"  seeds: ours {m['seeds']:,}, DGL {base['seeds']:,}; sampled edges: ours {m['sampled_edges']:,} "
-          f"(one self loop per destination included), DGL {base['edges']:,}")
+    print(
+        f"  seeds: ours {m['seeds']:,}, DGL {base['seeds']:,}; sampled edges: ours {m['sampled_edges']:,} "
+        f"(one self loop per destination included), DGL {base['edges']:,}"
+    )
     print()
     print("(b) one epoch, every rank: blocks + input features ready in torch")
-    print(f"{'ours: ShardStream (sha256, npz, blocks, feats)':<44}{ours_read:>9.1f}{read_seeds / ours_read:>12,.0f}"
-          f"{read_edges / ours_read:>14,.0f}")
+    print(
+        f"{'ours: ShardStream (sha256, npz, blocks, feats)':<44}{ours_read:>9.1f}{read_seeds / ours_read:>12,.0f}"
+        f"{read_edges / ours_read:>14,.0f}"
+    )
     label = f"DGL DataLoader online + feats, {online['threads']} thread(s)"
-    print(f"{label:<44}{online['seconds']:>9.1f}"
-          f"{online['seeds'] / online['seconds']:>12,.0f}{online['edges'] / online['seconds']:>14,.0f}")
-    print(f"speed-up reading / online sampling: {online['seconds'] / ours_read:.2f}x   (target >= 3)"
-          f"; time blocked on the prefetch queue {wait:.1f} s")
+    print(
+        f"{label:<44}{online['seconds']:>9.1f}"
+        f"{online['seeds'] / online['seconds']:>12,.0f}{online['edges'] / online['seconds']:>14,.0f}"
+    )
+    print(
+        f"speed-up reading / online sampling: {online['seconds'] / ours_read:.2f}x   (target >= 3)"
+        f"; time blocked on the prefetch queue {wait:.1f} s"
+    )
     print()
     print("(c) bytes on disk per sampled edge (incl. node ids, indptr, labels, npz headers)")
     print(f"  fp32 weights: {m['bytes_per_sampled_edge']:.2f} B/edge, {m['bytes'] / 2**30:.2f} GiB for {e} epoch(s)")

@@ -65,18 +65,20 @@ def prepare(args) -> tuple[Path, Path]:
 
 
 def run_dgl(can: Path, args) -> dict:
-    import torch
     import dgl
     import dgl.nn as dglnn
     import pyarrow.parquet as pq
+    import torch
     import torch.nn.functional as F
     from torch import nn
 
     edges = pq.read_table(can / "edges.parquet")
     nodes = pq.read_table(can / "nodes.parquet", columns=["label", "split"]).to_pandas()
     n = len(nodes)
-    g = dgl.graph((torch.from_numpy(edges.column("src").to_numpy()), torch.from_numpy(edges.column("dst").to_numpy())),
-                  num_nodes=n)
+    g = dgl.graph(
+        (torch.from_numpy(edges.column("src").to_numpy()), torch.from_numpy(edges.column("dst").to_numpy())),
+        num_nodes=n,
+    )
     g.ndata["feat"] = torch.from_numpy(np.load(can / "features.npy"))
     g.ndata["label"] = torch.from_numpy(nodes.label.to_numpy().astype(np.int64))
     split = nodes.split.to_numpy()
@@ -104,8 +106,9 @@ def run_dgl(can: Path, args) -> dict:
     model = SAGE(g.ndata["feat"].shape[1], args.hidden, classes, len(args.fanout_list), args.dropout)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     sampler = dgl.dataloading.NeighborSampler(args.fanout_list, prefetch_node_feats=["feat"], prefetch_labels=["label"])
-    loader = dgl.dataloading.DataLoader(g, train_nids, sampler, batch_size=args.batch_size, shuffle=True,
-                                        drop_last=False, num_workers=0)
+    loader = dgl.dataloading.DataLoader(
+        g, train_nids, sampler, batch_size=args.batch_size, shuffle=True, drop_last=False, num_workers=0
+    )
     epochs = []
     for _ in range(args.epochs):
         model.train()
@@ -132,27 +135,48 @@ def run_dgl(can: Path, args) -> dict:
 
 
 def run_ours(can: Path, adj: Path, args) -> dict:
+    import pyarrow.parquet as pq
+
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
     from training.config import RunConfig
     from training.train import train
-    import pyarrow.parquet as pq
 
     work = Path(args.work).resolve() / "ours"
     shutil.rmtree(work, ignore_errors=True)
     t0 = time.perf_counter()
     write_minibatch_shards(
-        load_shard_inputs(can, adj), work / "minibatch_shards",
-        ShardConfig(fanouts=args.fanouts, batch_size=args.batch_size, epochs=args.epochs, world_size=1,
-                    self_loops=False, seed=args.seed),
+        load_shard_inputs(can, adj),
+        work / "minibatch_shards",
+        ShardConfig(
+            fanouts=args.fanouts,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            world_size=1,
+            self_loops=False,
+            seed=args.seed,
+        ),
     )
     shard_seconds = time.perf_counter() - t0
-    cfg = RunConfig.from_dict({
-        "model": {"conv": "sage", "hidden": args.hidden, "num_layers": len(args.fanout_list), "dropout": args.dropout},
-        "training": {"epochs": args.epochs, "optimizer": {"type": "Adam", "lr": args.lr}, "profiler": "none",
-                     "eval_every": args.epochs, "checkpoint_every": args.epochs, "seed": args.seed,
-                     **({"aggregation": args.aggregation} if args.aggregation else {})},
-        "paths": {"shards": str(work / "minibatch_shards"), "out": str(work / "trained_model")},
-    })
+    cfg = RunConfig.from_dict(
+        {
+            "model": {
+                "conv": "sage",
+                "hidden": args.hidden,
+                "num_layers": len(args.fanout_list),
+                "dropout": args.dropout,
+            },
+            "training": {
+                "epochs": args.epochs,
+                "optimizer": {"type": "Adam", "lr": args.lr},
+                "profiler": "none",
+                "eval_every": args.epochs,
+                "checkpoint_every": args.epochs,
+                "seed": args.seed,
+                **({"aggregation": args.aggregation} if args.aggregation else {}),
+            },
+            "paths": {"shards": str(work / "minibatch_shards"), "out": str(work / "trained_model")},
+        }
+    )
     summary = train(cfg)
     metrics = pq.read_table(work / "trained_model" / "metrics.parquet").to_pandas()
     shard_bytes = sum(p.stat().st_size for p in (work / "minibatch_shards").rglob("*.npz"))
@@ -180,8 +204,9 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="OpenMP/torch threads for both sides; 0 = default")
-    ap.add_argument("--aggregation", default="",
-                    help="our training.aggregation (torch/dgl/auto); default: the config's")
+    ap.add_argument(
+        "--aggregation", default="", help="our training.aggregation (torch/dgl/auto); default: the config's"
+    )
     ap.add_argument("--repeat", type=int, default=2, help="alternating DGL / ours runs; medians over all epochs")
     ap.add_argument("--keep", action="store_true", help="keep our shards and outputs under --work/ours")
     args = ap.parse_args()
@@ -194,9 +219,11 @@ def main() -> None:
     args.fanout_list = [int(f) for f in args.fanouts.split(",")]
 
     can, adj = prepare(args)
-    print(f"graph: {args.nodes} nodes, {args.edges} edge rows; fanouts {args.fanouts}, batch {args.batch_size}, "
-          f"{args.epochs} epochs, SAGE {len(args.fanout_list)}x{args.hidden}, torch threads {torch.get_num_threads()}, "
-          f"{args.repeat} alternating repeat(s)")
+    print(
+        f"graph: {args.nodes} nodes, {args.edges} edge rows; fanouts {args.fanouts}, batch {args.batch_size}, "
+        f"{args.epochs} epochs, SAGE {len(args.fanout_list)}x{args.hidden}, torch threads {torch.get_num_threads()}, "
+        f"{args.repeat} alternating repeat(s)"
+    )
     runs = {"dgl": [], "ours": []}
     for _ in range(args.repeat):  # alternate, so a burst of load on a shared machine hits both sides
         runs["dgl"].append(run_dgl(can, args))
@@ -216,18 +243,27 @@ def main() -> None:
     print(f"{'':28s} {'epoch s median':>15s} {'min':>6s}   {'every epoch, every repeat':<40s} {'test acc':>9s}")
     for name, label, acc in (("dgl", "DGL DataLoader + SAGEConv", d_acc), ("ours", "ours (shards)", o_acc)):
         every = " ".join(f"{s:.2f}" for s in epochs_of(name))
-        print(f"{label:28s} {float(np.median(epochs_of(name))):15.2f} {min(epochs_of(name)):6.2f}   {every:<40s} "
-              f"{acc:9.4f}")
+        print(
+            f"{label:28s} {float(np.median(epochs_of(name))):15.2f} {min(epochs_of(name)):6.2f}   {every:<40s} "
+            f"{acc:9.4f}"
+        )
     waits = [w for r in runs["ours"] for w in r["data_wait_share"]]
     megabytes = runs["ours"][0]["shard_bytes"] / 1e6
-    print(f"shard writing: {shard_seconds:.2f} s for {args.epochs} epochs ({megabytes:.0f} MB); "
-          f"our data-wait share per epoch: {' '.join(f'{w:.0%}' for w in waits)}")
+    print(
+        f"shard writing: {shard_seconds:.2f} s for {args.epochs} epochs ({megabytes:.0f} MB); "
+        f"our data-wait share per epoch: {' '.join(f'{w:.0%}' for w in waits)}"
+    )
     print()
-    print(f"ratio ours / DGL, reading shards only:          {o_epoch / d_epoch:.2f}x median, "
-          f"{o_min / d_min:.2f}x best epochs  (target <= 1.0x)")
-    print(f"ratio ours / DGL, shard writing amortized:      {amortized / d_epoch:.2f}x median, "
-          f"{(o_min + shard_seconds / args.epochs) / d_min:.2f}x best epochs")
+    print(
+        f"ratio ours / DGL, reading shards only:          {o_epoch / d_epoch:.2f}x median, "
+        f"{o_min / d_min:.2f}x best epochs  (target <= 1.0x)"
+    )
+    print(
+        f"ratio ours / DGL, shard writing amortized:      {amortized / d_epoch:.2f}x median, "
+        f"{(o_min + shard_seconds / args.epochs) / d_min:.2f}x best epochs"
+    )
     print(f"accuracy difference ours - DGL:                 {100 * (o_acc - d_acc):+.2f} points (target within 0.5)")
+
 
 if __name__ == "__main__":
     main()

@@ -268,9 +268,7 @@ def blocked_fpr(bits_per_key: float, num_hashes: int) -> float:
     j = np.arange(jmax + 1, dtype=np.float64)
     log_pmf = -lam + j * math.log(lam) - np.array([math.lgamma(x + 1) for x in j])
     pmf = np.exp(log_pmf)
-    k_w = np.array(
-        [num_hashes // WORDS_PER_BLOCK + (w < num_hashes % WORDS_PER_BLOCK) for w in range(8)]
-    )
+    k_w = np.array([num_hashes // WORDS_PER_BLOCK + (w < num_hashes % WORDS_PER_BLOCK) for w in range(8)])
     k_w = k_w[k_w > 0]
     p_hit = np.ones_like(j)
     for kw in k_w:
@@ -309,9 +307,7 @@ def optimal_parameters(capacity: int, fpr: float) -> tuple[int, int]:
     bpk, k = _bits_per_key_for(float(fpr))
     num_blocks = max(1, math.ceil(bpk * capacity / BLOCK_BITS))
     if num_blocks >= 1 << 32:
-        raise ValueError(
-            f"{capacity} keys at fpr={fpr} need {num_blocks} blocks; the layout holds < 2**32"
-        )
+        raise ValueError(f"{capacity} keys at fpr={fpr} need {num_blocks} blocks; the layout holds < 2**32")
     return num_blocks * BLOCK_BITS, k
 
 
@@ -332,9 +328,7 @@ def _as_id_arrays(src, dst, what: str) -> tuple[np.ndarray, np.ndarray, tuple[in
     try:
         s, d = np.broadcast_arrays(src, dst)
     except ValueError as exc:
-        raise ValueError(
-            f"{what}: src shape {src.shape} and dst shape {dst.shape} do not broadcast"
-        ) from exc
+        raise ValueError(f"{what}: src shape {src.shape} and dst shape {dst.shape} do not broadcast") from exc
     shape = s.shape
     s = np.ascontiguousarray(s.reshape(-1), dtype=np.int64).view(np.uint64)
     d = np.ascontiguousarray(d.reshape(-1), dtype=np.int64).view(np.uint64)
@@ -355,9 +349,7 @@ class BloomFilter:
 
     __slots__ = ("_words", "_num_hashes", "_seed", "_count", "_target_fpr", "_salts")
 
-    def __init__(
-        self, words: np.ndarray, num_hashes: int, *, seed: int, count: int, target_fpr: float
-    ):
+    def __init__(self, words: np.ndarray, num_hashes: int, *, seed: int, count: int, target_fpr: float):
         if words.dtype != np.uint64 or words.ndim != 1:
             raise ValueError(f"bit array must be 1-d uint64, got {words.dtype} {words.shape}")
         if words.size == 0 or words.size % WORDS_PER_BLOCK:
@@ -380,9 +372,7 @@ class BloomFilter:
         return cls(_aligned_zeros(num_bits // 64), k, seed=seed, count=0, target_fpr=fpr)
 
     @classmethod
-    def build(
-        cls, src, dst, *, fpr: float = 0.01, seed: int = 0, capacity: int | None = None
-    ) -> "BloomFilter":
+    def build(cls, src, dst, *, fpr: float = 0.01, seed: int = 0, capacity: int | None = None) -> "BloomFilter":
         """Filter holding every pair (src[i], dst[i]), sized for `capacity` keys
         (default: the number of pairs given) at false-positive rate `fpr`."""
         s, d, _ = _as_id_arrays(src, dst, "BloomFilter.build")
@@ -517,12 +507,9 @@ class BloomFilter:
             )
         with open(path, "rb") as f:
             raw = f.read(HEADER_BYTES)
-        (magic, version, layout, num_bits, k, header_bytes, seed, count, num_words,
-         target_fpr) = _HEADER.unpack(raw)
+        (magic, version, layout, num_bits, k, header_bytes, seed, count, num_words, target_fpr) = _HEADER.unpack(raw)
         if magic != MAGIC:
-            raise ValueError(
-                f"{path}: not a gnnflow Bloom filter file (magic {magic!r}, expected {MAGIC!r})"
-            )
+            raise ValueError(f"{path}: not a gnnflow Bloom filter file (magic {magic!r}, expected {MAGIC!r})")
         if version != FORMAT_VERSION:
             raise ValueError(
                 f"{path}: unsupported Bloom filter format version {version} (this reader "
@@ -567,14 +554,10 @@ class BloomFilter:
 # ---------------------------------------------------------------------------------------
 
 
-def _edge_key_membership(
-    src, dst, num_nodes: int
-) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+def _edge_key_membership(src, dst, num_nodes: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """is_edge(u, v) against the sorted int64 keys u * num_nodes + v of the true edges."""
     if num_nodes > 3_037_000_499:  # num_nodes**2 must fit in int64
-        raise ValueError(
-            f"num_nodes={num_nodes} too large for int64 pair keys; pass exclude as a callable"
-        )
+        raise ValueError(f"num_nodes={num_nodes} too large for int64 pair keys; pass exclude as a callable")
     src = np.asarray(src, dtype=np.int64).ravel()
     dst = np.asarray(dst, dtype=np.int64).ravel()
     if src.shape != dst.shape:
@@ -619,7 +602,5 @@ def measured_fpr(
         drawn += u.size
         attempts += 1
         if attempts > 1000 and drawn < attempts:  # almost every pair is an edge
-            raise ValueError(
-                f"could draw only {drawn} non-edges in {attempts} batches; is the graph complete?"
-            )
+            raise ValueError(f"could draw only {drawn} non-edges in {attempts} batches; is the graph complete?")
     return accepted / n_queries

@@ -63,22 +63,16 @@ class InputError(ValueError):
 class CanonicalConfig:
     """Settings of the canonical_graph stage."""
 
-    symmetrize: bool = field(
-        default=True, metadata={"help": "Add the reverse of every edge (undirected graph)."}
-    )
+    symmetrize: bool = field(default=True, metadata={"help": "Add the reverse of every edge (undirected graph)."})
     memory_limit: str = field(
         default="4GB", metadata={"help": "DuckDB memory_limit, e.g. '4GB'; DuckDB spills beyond it."}
     )
-    threads: int = field(
-        default=0, metadata={"help": "DuckDB worker threads; 0 = DuckDB's default (all cores)."}
-    )
+    threads: int = field(default=0, metadata={"help": "DuckDB worker threads; 0 = DuckDB's default (all cores)."})
     sort_budget_mb: int = field(
         default=1024,
         metadata={"help": "Memory for one in-RAM sort of edge keys; more edges are spilled to disk in buckets."},
     )
-    batch_rows: int = field(
-        default=2_000_000, metadata={"help": "Edge rows per streamed Arrow batch."}
-    )
+    batch_rows: int = field(default=2_000_000, metadata={"help": "Edge rows per streamed Arrow batch."})
     split_seed: int = field(
         default=0, metadata={"help": "Seed of the train/val/test split made when labels exist but no split does."}
     )
@@ -86,7 +80,8 @@ class CanonicalConfig:
         default=0.6, metadata={"help": "Share of labelled nodes put in 'train' by a generated split."}
     )
     val_fraction: float = field(
-        default=0.2, metadata={"help": "Share of labelled nodes put in 'val' by a generated split (the rest is 'test')."}
+        default=0.2,
+        metadata={"help": "Share of labelled nodes put in 'val' by a generated split (the rest is 'test')."},
     )
 
     def __post_init__(self) -> None:
@@ -553,7 +548,11 @@ def build_canonical_graph(
         ).fetchall()[0]
         if rows == 0:
             raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
-        nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM read_parquet({_sql_list([files.nodes])})" if files.nodes else None
+        nodes_sql = (
+            f"SELECT CAST(node_id AS {sql_type}) AS id FROM read_parquet({_sql_list([files.nodes])})"
+            if files.nodes
+            else None
+        )
         space = _IdSpace.plan(con, kind, rows, min_id, max_id, nodes_sql, null_rows + self_loops > 0, dataset_dir)
         n_space = space.size
 
@@ -576,7 +575,9 @@ def build_canonical_graph(
                 lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
                 spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_)
             elif cfg.symmetrize:  # flag 1 = the reversed copy
-                spill.add(np.concatenate([(s << shift) | (d << 1), (d << shift) | (s << 1) | 1]), np.concatenate([s, d]))
+                spill.add(
+                    np.concatenate([(s << shift) | (d << 1), (d << shift) | (s << 1) | 1]), np.concatenate([s, d])
+                )
             else:
                 spill.add((s << shift) | (d << 1), s)
         con.close()
@@ -589,8 +590,14 @@ def build_canonical_graph(
         degree_ready: Future = Future()
         with ThreadPoolExecutor(max_workers=1) as pool:
             edges_job = pool.submit(
-                _write_edges, spill, tmp / "edges.parquet", shift=shift, half=half,
-                directed=not cfg.symmetrize, lut=lut, degree_ready=degree_ready,
+                _write_edges,
+                spill,
+                tmp / "edges.parquet",
+                shift=shift,
+                half=half,
+                directed=not cfg.symmetrize,
+                lut=lut,
+                degree_ready=degree_ready,
             )
             try:
                 node_facts = _write_nodes(tmp, files, relabel, cfg)
@@ -646,7 +653,10 @@ def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, direct
     # Sorted int64 ids delta-encode to a few bits each: about half the bytes of snappy and
     # twice its speed, with no general-purpose compression on top.
     writer = pq.ParquetWriter(
-        path, schema, compression="none", use_dictionary=False,
+        path,
+        schema,
+        compression="none",
+        use_dictionary=False,
         column_encoding={"src": "DELTA_BINARY_PACKED", "dst": "DELTA_BINARY_PACKED"},
     )
     with writer, ThreadPoolExecutor(max_workers=1) as pool:
@@ -742,7 +752,12 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
     dim = None
     out = None
     seen = np.zeros(n, dtype=bool)
-    width_guess = max(1, pf.schema_arrow.field("feat").type.list_size if pa.types.is_fixed_size_list(pf.schema_arrow.field("feat").type) else 64)
+    width_guess = max(
+        1,
+        pf.schema_arrow.field("feat").type.list_size
+        if pa.types.is_fixed_size_list(pf.schema_arrow.field("feat").type)
+        else 64,
+    )
     # ~64 MB of floats at most, and no more than a row group: batches that straddle row
     # groups cost a concatenation each
     largest_group = max((pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)), default=1)
@@ -768,7 +783,9 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
             dim = width
             out = np.lib.format.open_memmap(tmp / "features.npy", mode="w+", dtype=np.float32, shape=(n, dim))
         elif width != dim and len(batch):
-            raise InputError(f"{path}: column 'feat' varies in width: {width} values in a later row group, {dim} before")
+            raise InputError(
+                f"{path}: column 'feat' varies in width: {width} values in a later row group, {dim} before"
+            )
         idx = relabel(ids)
         if (idx < 0).any():
             bad = ids[int(np.flatnonzero(idx < 0)[0])].as_py()

@@ -87,10 +87,13 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:
+    import torch
 
 from graphs.bloom import BloomFilter
 from graphs.canonical import read_summary
@@ -143,15 +146,19 @@ class CompressConfig:
 
     feature_encoding: str = field(
         default="auto",
-        metadata={"help": "'int8' (per-column affine, 4x smaller), 'int4' (two values per byte, 8x), "
-                  "'binary' (bit-packed 0/1, 32x, exact; only for 0/1 features) or 'auto' "
-                  "(binary when every value is 0 or 1, else int8)."},
+        metadata={
+            "help": "'int8' (per-column affine, 4x smaller), 'int4' (two values per byte, 8x), "
+            "'binary' (bit-packed 0/1, 32x, exact; only for 0/1 features) or 'auto' "
+            "(binary when every value is 0 or 1, else int8)."
+        },
     )
     feature_transform: str = field(
         default="none",
-        metadata={"help": "'none', or 'asinh': quantize asinh(x) per column and decode sinh(x̂) — for "
-                  "heavy-tailed features, where 4-bit codes of x itself leave most values in one bucket. "
-                  "Applies to int8/int4; 'auto' on 0/1 features stores bits and ignores it."},
+        metadata={
+            "help": "'none', or 'asinh': quantize asinh(x) per column and decode sinh(x̂) — for "
+            "heavy-tailed features, where 4-bit codes of x itself leave most values in one bucket. "
+            "Applies to int8/int4; 'auto' on 0/1 features stores bits and ignores it."
+        },
     )
     bloom_fpr: float = field(
         default=0.01, metadata={"help": "Target false-positive rate of each part's edge-set Bloom filter."}
@@ -166,8 +173,10 @@ class CompressConfig:
     )
     compare_encodings: bool = field(
         default=True,
-        metadata={"help": "Also measure the reconstruction error of every other applicable feature "
-                  "encoding (one extra pass over the features each)."},
+        metadata={
+            "help": "Also measure the reconstruction error of every other applicable feature "
+            "encoding (one extra pass over the features each)."
+        },
     )
     chunk_rows: int = field(
         default=0, metadata={"help": "Feature rows per processing block; 0 = about 4M values per block."}
@@ -459,8 +468,10 @@ def _csr_blocks(indptr: np.ndarray, target: int) -> Iterator[tuple[int, int, int
 def _edge_batches(canonical: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     edges = pq.ParquetFile(canonical / "edges.parquet")
     for batch in edges.iter_batches(batch_size=_EDGE_BATCH, columns=["src", "dst"]):
-        yield (np.asarray(batch.column(0).to_numpy(), dtype=np.int64),
-               np.asarray(batch.column(1).to_numpy(), dtype=np.int64))
+        yield (
+            np.asarray(batch.column(0).to_numpy(), dtype=np.int64),
+            np.asarray(batch.column(1).to_numpy(), dtype=np.int64),
+        )
 
 
 def _part_keys(src, dst, part, symmetrized: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -515,8 +526,16 @@ def _random_non_edges(n: int, count: int, indptr, indices, seed: int) -> tuple[n
     return np.concatenate(us), np.concatenate(vs)
 
 
-def _build_filters(canonical: Path, adjacency: Path, part: np.ndarray, k: int, tmp: Path, cfg: CompressConfig,
-                   symmetrized: bool, num_edges: int) -> dict:
+def _build_filters(
+    canonical: Path,
+    adjacency: Path,
+    part: np.ndarray,
+    k: int,
+    tmp: Path,
+    cfg: CompressConfig,
+    symmetrized: bool,
+    num_edges: int,
+) -> dict:
     t0 = time.perf_counter()
     counts = np.zeros(k, dtype=np.int64)
     for src, dst in _edge_batches(canonical):
@@ -607,12 +626,16 @@ def build_compressed_graph(
         def totals(feature_bytes_after: int) -> dict:
             before = (features["bytes_before"] if features else 0) + weights["bytes_before"] + bloom["bytes_before"]
             after = feature_bytes_after + weights["bytes_after"] + bloom["bytes_after"]
-            return {"bytes_before": before, "bytes_after": after,
-                    "ratio": before / after if after else 1.0, "saving": 1 - after / before if before else 0.0}
+            return {
+                "bytes_before": before,
+                "bytes_after": after,
+                "ratio": before / after if after else 1.0,
+                "saving": 1 - after / before if before else 0.0,
+            }
 
         overall = totals(features["bytes_after"] if features else 0)
         if features:
-            for enc, row in features["encodings"].items():
+            for row in features["encodings"].values():
                 row["asset_ratio"] = totals(row["bytes"])["ratio"]
                 row["asset_saving"] = totals(row["bytes"])["saving"]
         summary = {
@@ -688,8 +711,13 @@ def load_features(out_dir: str | os.PathLike, mmap: bool = True) -> CompressedFe
     else:
         scales = np.load(out_dir / SCALES_FILE, allow_pickle=False)
         arrays = {"q" if encoding == "int8" else "packed": main, "scale": scales[0], "zero_point": scales[1]}
-    return CompressedFeatures(encoding=encoding, num_rows=main.shape[0], num_cols=d, arrays=arrays,
-                              transform=manifest.get("feature_transform") or "none")
+    return CompressedFeatures(
+        encoding=encoding,
+        num_rows=main.shape[0],
+        num_cols=d,
+        arrays=arrays,
+        transform=manifest.get("feature_transform") or "none",
+    )
 
 
 def load_weights(out_dir: str | os.PathLike, mmap: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -697,8 +725,10 @@ def load_weights(out_dir: str | os.PathLike, mmap: bool = True) -> tuple[np.ndar
     out_dir = Path(out_dir)
     _read_manifest(out_dir)
     mode = "c" if mmap else None
-    return (np.load(out_dir / "weights_int8.npy", mmap_mode=mode, allow_pickle=False),
-            np.load(out_dir / "weight_scales.npy", mmap_mode=mode, allow_pickle=False))
+    return (
+        np.load(out_dir / "weights_int8.npy", mmap_mode=mode, allow_pickle=False),
+        np.load(out_dir / "weight_scales.npy", mmap_mode=mode, allow_pickle=False),
+    )
 
 
 def load_bloom_filters(out_dir: str | os.PathLike) -> list[BloomFilter]:
@@ -783,8 +813,9 @@ def verify_compressed_graph(
     result = {"bloom_edges_checked": int(len(u)), "bloom_false_negatives": int(np.count_nonzero(misses))}
 
     feats = load_features(out)
-    result.update(feature_encoding=feats.encoding if feats else None, feature_bound_excess=0.0,
-                  feature_columns_over_bound=0)
+    result.update(
+        feature_encoding=feats.encoding if feats else None, feature_bound_excess=0.0, feature_columns_over_bound=0
+    )
     if feats is not None:
         x = np.load(canonical / "features.npy", mmap_mode="r", allow_pickle=False)
         n, d = x.shape
@@ -804,8 +835,10 @@ def verify_compressed_graph(
         if feats.encoding == "binary":
             bound[:] = 0.0
         excess = acc.col_max - bound
-        result.update(feature_bound_excess=float(max(excess.max(initial=0.0), 0.0)),
-                      feature_columns_over_bound=int(np.count_nonzero(excess > 0)))
+        result.update(
+            feature_bound_excess=float(max(excess.max(initial=0.0), 0.0)),
+            feature_columns_over_bound=int(np.count_nonzero(excess > 0)),
+        )
 
     indptr = np.load(adjacency / "indptr.npy", mmap_mode="r", allow_pickle=False)
     weights = np.load(adjacency / "weights.npy", mmap_mode="r", allow_pickle=False)

@@ -99,9 +99,7 @@ _STREAM_FEATURES, _STREAM_EDGES = 4, 5
 class GenerateConfig:
     """Parameters of the degree-corrected stochastic block model and of the files written."""
 
-    num_nodes: int = field(
-        default=100_000, metadata={"help": "Number of nodes n (ids id_offset .. id_offset+n-1)."}
-    )
+    num_nodes: int = field(default=100_000, metadata={"help": "Number of nodes n (ids id_offset .. id_offset+n-1)."})
     """Number of nodes n (ids id_offset .. id_offset+n-1)."""
 
     num_edges: int = field(
@@ -110,9 +108,7 @@ class GenerateConfig:
     )
     """Number of directed edge rows written (before ingest symmetrizes/dedupes)."""
 
-    num_classes: int = field(
-        default=8, metadata={"help": "Number of classes k (labels 0..k-1, balanced)."}
-    )
+    num_classes: int = field(default=8, metadata={"help": "Number of classes k (labels 0..k-1, balanced)."})
     """Number of classes k (labels 0..k-1, balanced)."""
 
     homophily: float = field(
@@ -132,15 +128,11 @@ class GenerateConfig:
 
     feature_noise: float = field(
         default=0.7,
-        metadata={
-            "help": "Std of the Gaussian noise per feature coordinate; class centroids have unit norm."
-        },
+        metadata={"help": "Std of the Gaussian noise per feature coordinate; class centroids have unit norm."},
     )
     """Std of the Gaussian noise per feature coordinate; class centroids have unit norm."""
 
-    train_fraction: float = field(
-        default=0.6, metadata={"help": "Fraction of nodes in the 'train' split."}
-    )
+    train_fraction: float = field(default=0.6, metadata={"help": "Fraction of nodes in the 'train' split."})
     """Fraction of nodes in the 'train' split."""
 
     val_fraction: float = field(
@@ -149,9 +141,7 @@ class GenerateConfig:
     )
     """Fraction of nodes in the 'val' split; the rest is 'test'."""
 
-    num_edge_files: int = field(
-        default=4, metadata={"help": "Number of Parquet files under edges/."}
-    )
+    num_edge_files: int = field(default=4, metadata={"help": "Number of Parquet files under edges/."})
     """Number of Parquet files under edges/."""
 
     chunk_edges: int = field(
@@ -163,22 +153,27 @@ class GenerateConfig:
     seed: int = field(default=0, metadata={"help": "Seed of all random streams (>= 0)."})
     """Seed of all random streams (>= 0)."""
 
-    id_offset: int = field(
-        default=0, metadata={"help": "Added to 0..n-1 to form the node ids written."}
-    )
+    id_offset: int = field(default=0, metadata={"help": "Added to 0..n-1 to form the node ids written."})
     """Added to 0..n-1 to form the node ids written."""
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
             raise ValueError(f"GenerateConfig.{name}={getattr(self, name)!r}: {why}")
 
-        for name in ("num_nodes", "num_edges", "num_classes", "feature_dim", "num_edge_files",
-                     "chunk_edges", "seed", "id_offset"):
+        for name in (
+            "num_nodes",
+            "num_edges",
+            "num_classes",
+            "feature_dim",
+            "num_edge_files",
+            "chunk_edges",
+            "seed",
+            "id_offset",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 fail(name, "must be an integer")
-        for name in ("homophily", "degree_exponent", "feature_noise", "train_fraction",
-                     "val_fraction"):
+        for name in ("homophily", "degree_exponent", "feature_noise", "train_fraction", "val_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
                 fail(name, "must be a number")
@@ -208,8 +203,10 @@ class GenerateConfig:
         if not 0.0 <= self.val_fraction <= 1.0:
             fail("val_fraction", "must be in [0, 1]")
         if self.train_fraction + self.val_fraction > 1.0 + 1e-12:
-            fail("val_fraction", f"train_fraction + val_fraction must be <= 1 "
-                                 f"(got {self.train_fraction} + {self.val_fraction})")
+            fail(
+                "val_fraction",
+                f"train_fraction + val_fraction must be <= 1 (got {self.train_fraction} + {self.val_fraction})",
+            )
         if self.num_edge_files < 1:
             fail("num_edge_files", "must be >= 1")
         if self.chunk_edges < 1:
@@ -314,13 +311,12 @@ def _build_model(config: GenerateConfig) -> _Model:
     n_val = min(round(n * config.val_fraction), n - n_train)
     split = np.full(n, 2, dtype=np.int8)
     split[split_perm[:n_train]] = 0
-    split[split_perm[n_train:n_train + n_val]] = 1
+    split[split_perm[n_train : n_train + n_val]] = 1
     del split_perm
 
     centroids = _rng(seed, _STREAM_CENTROIDS).standard_normal((k, config.feature_dim))
     centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
-    return _Model(labels, split, order, class_end, seg_lo, seg_hi, cum, guide,
-                  centroids.astype(np.float32))
+    return _Model(labels, split, order, class_end, seg_lo, seg_hi, cum, guide, centroids.astype(np.float32))
 
 
 def _draw_positions(model: _Model, u: np.ndarray, seg_last: np.ndarray | None) -> np.ndarray:
@@ -375,43 +371,43 @@ def _edge_block(model: _Model, config: GenerateConfig, block: int) -> tuple[np.n
     return model.order[src_pos] + offset, model.order[dst_pos] + offset
 
 
-def _write_nodes_and_features(model: _Model, config: GenerateConfig, out: Path,
-                              bar: tqdm) -> None:
+def _write_nodes_and_features(model: _Model, config: GenerateConfig, out: Path, bar: tqdm) -> None:
     n, d = config.num_nodes, config.feature_dim
     meta = _schema_metadata(config)
-    node_schema = pa.schema(
-        [("node_id", pa.int64()), ("label", pa.int32()), ("split", pa.string())], metadata=meta
-    )
-    feat_schema = pa.schema(
-        [("node_id", pa.int64()), ("feat", pa.list_(pa.float32(), d))], metadata=meta
-    )
+    node_schema = pa.schema([("node_id", pa.int64()), ("label", pa.int32()), ("split", pa.string())], metadata=meta)
+    feat_schema = pa.schema([("node_id", pa.int64()), ("feat", pa.list_(pa.float32(), d))], metadata=meta)
     split_names = pa.array(SPLIT_NAMES, type=pa.string())
     noise = np.float32(config.feature_noise)
-    with pq.ParquetWriter(out / "nodes.parquet", node_schema) as node_writer, \
-            pq.ParquetWriter(out / "features.parquet", feat_schema) as feat_writer:
+    with (
+        pq.ParquetWriter(out / "nodes.parquet", node_schema) as node_writer,
+        pq.ParquetWriter(out / "features.parquet", feat_schema) as feat_writer,
+    ):
         for block, start in enumerate(range(0, n, _NODE_BLOCK)):
             stop = min(start + _NODE_BLOCK, n)
             ids = pa.array(np.arange(start, stop, dtype=np.int64) + np.int64(config.id_offset))
             labels = model.labels[start:stop]
-            node_writer.write_batch(pa.record_batch(
-                [ids, pa.array(labels), pc.take(split_names, pa.array(model.split[start:stop]))],
-                schema=node_schema,
-            ))
+            node_writer.write_batch(
+                pa.record_batch(
+                    [ids, pa.array(labels), pc.take(split_names, pa.array(model.split[start:stop]))],
+                    schema=node_schema,
+                )
+            )
             rng = _rng(config.seed, _STREAM_FEATURES, block)
             feat = rng.standard_normal((stop - start, d), dtype=np.float32)
             feat *= noise
             feat += model.centroids[labels]
-            feat_writer.write_batch(pa.record_batch(
-                [ids, pa.FixedSizeListArray.from_arrays(pa.array(feat.reshape(-1)), d)],
-                schema=feat_schema,
-            ))
+            feat_writer.write_batch(
+                pa.record_batch(
+                    [ids, pa.FixedSizeListArray.from_arrays(pa.array(feat.reshape(-1)), d)],
+                    schema=feat_schema,
+                )
+            )
             bar.update(stop - start)
 
 
 def _write_edges(model: _Model, config: GenerateConfig, edge_dir: Path, bar: tqdm) -> dict:
     m, files, chunk = config.num_edges, config.num_edge_files, config.chunk_edges
-    schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())],
-                       metadata=_schema_metadata(config))
+    schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())], metadata=_schema_metadata(config))
     intra = self_loops = 0
     cached: tuple[int, np.ndarray, np.ndarray] | None = None  # block cut by a file boundary
     for f in range(files):
@@ -426,19 +422,17 @@ def _write_edges(model: _Model, config: GenerateConfig, edge_dir: Path, bar: tqd
                         cached = (block, *_edge_block(model, config, block))
                     b_start = block * _EDGE_BLOCK
                     lo, hi = max(c_start, b_start), min(c_stop, b_start + len(cached[1]))
-                    src[lo - c_start:hi - c_start] = cached[1][lo - b_start:hi - b_start]
-                    dst[lo - c_start:hi - c_start] = cached[2][lo - b_start:hi - b_start]
+                    src[lo - c_start : hi - c_start] = cached[1][lo - b_start : hi - b_start]
+                    dst[lo - c_start : hi - c_start] = cached[2][lo - b_start : hi - b_start]
                 offset = config.id_offset
-                intra += int(np.count_nonzero(
-                    model.labels[src - offset] == model.labels[dst - offset]))
+                intra += int(np.count_nonzero(model.labels[src - offset] == model.labels[dst - offset]))
                 self_loops += int(np.count_nonzero(src == dst))
                 writer.write_batch(pa.record_batch([pa.array(src), pa.array(dst)], schema=schema))
                 bar.update(c_stop - c_start)
     return {"intra_class_fraction": intra / m if m else float("nan"), "self_loops": self_loops}
 
 
-def generate_dataset(config: GenerateConfig, out_dir: str | os.PathLike, *,
-                     progress: bool = True) -> dict:
+def generate_dataset(config: GenerateConfig, out_dir: str | os.PathLike, *, progress: bool = True) -> dict:
     """Sample a DC-SBM graph and write it to `out_dir` (replaced atomically).
 
     Returns a summary: `path`, `nodes`, `edge_rows`, `edge_files`, `bytes` (on disk),
@@ -449,12 +443,12 @@ def generate_dataset(config: GenerateConfig, out_dir: str | os.PathLike, *,
     t0 = time.perf_counter()
     model = _build_model(config)
     with atomic_output_dir(out_dir) as tmp:
-        with tqdm(total=config.num_nodes, unit="node", unit_scale=True, desc="nodes+features",
-                  disable=not progress) as bar:
+        with tqdm(
+            total=config.num_nodes, unit="node", unit_scale=True, desc="nodes+features", disable=not progress
+        ) as bar:
             _write_nodes_and_features(model, config, tmp, bar)
         (tmp / "edges").mkdir()
-        with tqdm(total=config.num_edges, unit="edge", unit_scale=True, desc="edges",
-                  disable=not progress) as bar:
+        with tqdm(total=config.num_edges, unit="edge", unit_scale=True, desc="edges", disable=not progress) as bar:
             stats = _write_edges(model, config, tmp / "edges", bar)
     seconds = time.perf_counter() - t0
     return {

@@ -64,9 +64,7 @@ class AdjacencyConfig:
         default="both",
         metadata={"help": "'both': D^-1/2 (A+I) D^-1/2 (symmetric); 'right': D^-1 (A+I) (row mean)."},
     )
-    batch_rows: int = field(
-        default=4_000_000, metadata={"help": "Edge rows per streamed batch of edges.parquet."}
-    )
+    batch_rows: int = field(default=4_000_000, metadata={"help": "Edge rows per streamed batch of edges.parquet."})
     memory_limit: str = field(
         default="2GB", metadata={"help": "DuckDB memory_limit for the degree aggregation, e.g. '2GB'."}
     )
@@ -103,7 +101,9 @@ def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True) -> CSR:
     """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default."""
     d = Path(adjacency_dir)
     mode = "r" if mmap else None
-    return CSR(*(np.load(d / f"{name}.npy", mmap_mode=mode, allow_pickle=False) for name in ("indptr", "indices", "weights")))
+    return CSR(
+        *(np.load(d / f"{name}.npy", mmap_mode=mode, allow_pickle=False) for name in ("indptr", "indices", "weights"))
+    )
 
 
 def edge_degrees(
@@ -174,7 +174,9 @@ def build_normalized_adjacency(
             if loop and len(src):
                 before = dst < src
                 first = int(src[0])  # src is sorted: only rows first..src[-1] occur in this batch
-                below_diag[first : int(src[-1]) + 1] += np.bincount(src[before] - first, minlength=int(src[-1]) - first + 1)
+                below_diag[first : int(src[-1]) + 1] += np.bincount(
+                    src[before] - first, minlength=int(src[-1]) - first + 1
+                )
                 pos += src
                 pos += ~before
             indices[pos] = dst

@@ -89,8 +89,12 @@ def write_npz(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> tuple[i
             central.append((name, crc, size, local_offset))
         cd_start = offset
         for name, crc, size, local_offset in central:
-            put(_CENTRAL.pack(_CENTRAL_SIG, 20, 20, 0, 0, 0, _DOS_DATE, crc, size, size, len(name), 0, 0, 0, 0, 0,
-                              local_offset) + name)
+            put(
+                _CENTRAL.pack(
+                    _CENTRAL_SIG, 20, 20, 0, 0, 0, _DOS_DATE, crc, size, size, len(name), 0, 0, 0, 0, 0, local_offset
+                )
+                + name
+            )
         cd_size = offset - cd_start
         put(_END.pack(_END_SIG, 0, 0, len(central), len(central), cd_size, cd_start, 0))
     return offset, sha.hexdigest()
@@ -117,7 +121,16 @@ def read_npz(buffer) -> dict[str, np.ndarray]:
         c = _CENTRAL.unpack_from(mv, pos)
         if c[0] != _CENTRAL_SIG:
             raise NpzFormatError(f"bad ZIP central directory entry at byte {pos}")
-        flags, method, csize, usize, name_len, extra_len, comment_len, local = c[3], c[4], c[8], c[9], c[10], c[11], c[12], c[16]
+        flags, method, csize, usize, name_len, extra_len, comment_len, local = (
+            c[3],
+            c[4],
+            c[8],
+            c[9],
+            c[10],
+            c[11],
+            c[12],
+            c[16],
+        )
         name = bytes(mv[pos + _CENTRAL.size : pos + _CENTRAL.size + name_len]).decode()
         pos += _CENTRAL.size + name_len + extra_len + comment_len
         if method != 0 or flags & 1 or csize != usize:

@@ -161,7 +161,9 @@ def random_assign(n: int, k: int, seed: int = 0) -> np.ndarray:
 # ----------------------------------------------------------------------------- metrics
 
 
-def core_and_halo(src: np.ndarray, dst: np.ndarray, part: np.ndarray, k: int) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def core_and_halo(
+    src: np.ndarray, dst: np.ndarray, part: np.ndarray, k: int
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per part: ascending core node ids and ascending halo node ids (int64)."""
     n = len(part)
     order = np.argsort(part, kind="stable")
@@ -267,8 +269,10 @@ def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, g
 
     def precomputed(sim_g, num_parts, **_kwargs):
         if sim_g.num_nodes() != len(part) or num_parts != k:
-            raise RuntimeError(f"partition_graph asked for {num_parts} parts of {sim_g.num_nodes()} nodes; "
-                               f"the precomputed assignment has {k} parts of {len(part)} nodes")
+            raise RuntimeError(
+                f"partition_graph asked for {num_parts} parts of {sim_g.num_nodes()} nodes; "
+                f"the precomputed assignment has {k} parts of {len(part)} nodes"
+            )
         calls.append(num_parts)
         return torch.from_numpy(part.astype(np.int64))
 

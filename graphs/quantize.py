@@ -114,9 +114,7 @@ def _raise_non_finite(block: np.ndarray, row_offset: int, what: str) -> None:
     )
 
 
-def column_min_max(
-    x: np.ndarray, *, chunk_rows: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+def column_min_max(x: np.ndarray, *, chunk_rows: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per-column (min, max) of a float [n, d] array as float32 [d], read in row blocks.
     Raises ValueError at the first NaN/inf (with its row and column) or when n == 0."""
     _check_2d(x, "column_min_max")
@@ -134,9 +132,7 @@ def column_min_max(
     return lo.astype(np.float32), hi.astype(np.float32)
 
 
-def _affine_params(
-    lo: np.ndarray, hi: np.ndarray, qmin: int, qmax: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _affine_params(lo: np.ndarray, hi: np.ndarray, qmin: int, qmax: int) -> tuple[np.ndarray, np.ndarray]:
     """float32 (scale, zero_point) with qmin -> lo and qmax -> hi, nudging the scale by up
     to 3 ulps where that makes both endpoints decode exactly in float32."""
     lo = lo.astype(np.float32)
@@ -165,9 +161,7 @@ def _affine_params(
     return scale, zero
 
 
-def _quantize_block(
-    block: np.ndarray, scale: np.ndarray, zero: np.ndarray, qmin: int, qmax: int
-) -> np.ndarray:
+def _quantize_block(block: np.ndarray, scale: np.ndarray, zero: np.ndarray, qmin: int, qmax: int) -> np.ndarray:
     """round((x - zero) / scale) clipped to [qmin, qmax], in float64 for one row block."""
     inv = np.divide(1.0, scale.astype(np.float64), out=np.zeros(scale.shape), where=scale > 0)
     q = (block.astype(np.float64) - zero.astype(np.float64)) * inv
@@ -239,9 +233,7 @@ def _check_params(scale, zero_point, d: int, what: str) -> tuple[np.ndarray, np.
     scale = np.asarray(scale, dtype=np.float32)
     zero = np.asarray(zero_point, dtype=np.float32)
     if scale.shape != (d,) or zero.shape != (d,):
-        raise ValueError(
-            f"{what}: scale {scale.shape} and zero_point {zero.shape} must both be ({d},)"
-        )
+        raise ValueError(f"{what}: scale {scale.shape} and zero_point {zero.shape} must both be ({d},)")
     return scale, zero
 
 
@@ -249,9 +241,7 @@ def _out_array(out, shape, dtype, what: str) -> np.ndarray:
     if out is None:
         return np.empty(shape, dtype=dtype)
     if out.shape != tuple(shape) or out.dtype != dtype:
-        raise ValueError(
-            f"{what}: out must be {np.dtype(dtype)} {tuple(shape)}, got {out.dtype} {out.shape}"
-        )
+        raise ValueError(f"{what}: out must be {np.dtype(dtype)} {tuple(shape)}, got {out.dtype} {out.shape}")
     return out
 
 
@@ -285,9 +275,7 @@ def unpack_int4(packed: np.ndarray, num_cols: int) -> np.ndarray:
     return nib.reshape(packed.shape[0], -1)[:, :num_cols]
 
 
-def dequantize_int4_columns(
-    packed: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, num_cols: int
-) -> np.ndarray:
+def dequantize_int4_columns(packed: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, num_cols: int) -> np.ndarray:
     """float32 [n, num_cols] = code * scale + zero_point."""
     scale, zero = _check_params(scale, zero_point, num_cols, "dequantize_int4_columns")
     return unpack_int4(packed, num_cols).astype(np.float32) * scale + zero
@@ -301,9 +289,7 @@ def unpack_int4_torch(packed: "torch.Tensor", num_cols: int) -> "torch.Tensor":
     return nib.reshape(packed.shape[0], -1)[:, :num_cols]
 
 
-def dequantize_int4_rows_torch(
-    packed_rows: "torch.Tensor", scale, zero_point, num_cols: int
-) -> "torch.Tensor":
+def dequantize_int4_rows_torch(packed_rows: "torch.Tensor", scale, zero_point, num_cols: int) -> "torch.Tensor":
     """float32 [n, num_cols] on packed_rows' device from gathered packed 4-bit rows."""
     import torch
 
@@ -313,9 +299,7 @@ def dequantize_int4_rows_torch(
 
 def _check_packed(packed: np.ndarray, width: int, what: str) -> None:
     if packed.ndim != 2 or packed.dtype != np.uint8 or packed.shape[1] != width:
-        raise ValueError(
-            f"{what}: expected uint8 [n, {width}], got {packed.dtype} {packed.shape}"
-        )
+        raise ValueError(f"{what}: expected uint8 [n, {width}], got {packed.dtype} {packed.shape}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -341,9 +325,7 @@ def is_binary(x: np.ndarray, *, chunk_rows: int | None = None) -> bool:
     return bool(binary_columns(x, chunk_rows=chunk_rows).all())
 
 
-def pack_binary(
-    x: np.ndarray, *, chunk_rows: int | None = None, out: np.ndarray | None = None
-) -> np.ndarray:
+def pack_binary(x: np.ndarray, *, chunk_rows: int | None = None, out: np.ndarray | None = None) -> np.ndarray:
     """packed uint8 [n, ceil(d/8)] of 0/1 features (bitorder little, see module docstring).
     Raises ValueError naming the first value that is not exactly 0 or 1."""
     _check_2d(x, "pack_binary")
@@ -386,15 +368,9 @@ def unpack_binary_torch(packed: "torch.Tensor", num_cols: int) -> "torch.Tensor"
 def _check_csr(indptr: np.ndarray, nnz: int, what: str) -> np.ndarray:
     indptr = np.asarray(indptr)
     if indptr.ndim != 1 or indptr.size == 0 or indptr.dtype.kind not in "iu":
-        raise ValueError(
-            f"{what}: indptr must be a 1-d integer array [R + 1], "
-            f"got {indptr.dtype} {indptr.shape}"
-        )
+        raise ValueError(f"{what}: indptr must be a 1-d integer array [R + 1], got {indptr.dtype} {indptr.shape}")
     if indptr[0] != 0 or indptr[-1] != nnz:
-        raise ValueError(
-            f"{what}: indptr must start at 0 and end at nnz={nnz}, "
-            f"got {indptr[0]} .. {indptr[-1]}"
-        )
+        raise ValueError(f"{what}: indptr must start at 0 and end at nnz={nnz}, got {indptr[0]} .. {indptr[-1]}")
     if indptr.size > 1 and (np.diff(indptr) < 0).any():
         raise ValueError(f"{what}: indptr is not non-decreasing")
     return indptr.astype(np.int64, copy=False)
@@ -419,10 +395,7 @@ def quantize_int8_rows_csr(
     within scale[row] / 2 of w."""
     weights = np.asarray(weights)
     if weights.ndim != 1 or weights.dtype.kind != "f":
-        raise ValueError(
-            "quantize_int8_rows_csr: weights must be 1-d float, "
-            f"got {weights.dtype} {weights.shape}"
-        )
+        raise ValueError(f"quantize_int8_rows_csr: weights must be 1-d float, got {weights.dtype} {weights.shape}")
     indptr = _check_csr(indptr, weights.size, "quantize_int8_rows_csr")
     rows = indptr.size - 1
     q = np.empty(weights.size, dtype=np.int8)
@@ -433,10 +406,7 @@ def quantize_int8_rows_csr(
         if not np.isfinite(seg).all():
             i = int(np.flatnonzero(~np.isfinite(seg))[0]) + a
             row = int(np.searchsorted(indptr, i, side="right")) - 1
-            raise ValueError(
-                f"quantize_int8_rows_csr: weight {weights[i]!r} at entry {i} (row {row}) "
-                "is not finite"
-            )
+            raise ValueError(f"quantize_int8_rows_csr: weight {weights[i]!r} at entry {i} (row {row}) is not finite")
         counts = np.diff(indptr[r0 : r1 + 1])
         nonempty = counts > 0
         rowmax = np.zeros(r1 - r0, dtype=np.float64)
@@ -459,15 +429,11 @@ def dequantize_int8_rows_csr(indptr: np.ndarray, q: np.ndarray, scale: np.ndarra
     indptr = _check_csr(indptr, q.size, "dequantize_int8_rows_csr")
     scale = np.asarray(scale, dtype=np.float32)
     if scale.shape != (indptr.size - 1,):
-        raise ValueError(
-            f"dequantize_int8_rows_csr: scale must be ({indptr.size - 1},), got {scale.shape}"
-        )
+        raise ValueError(f"dequantize_int8_rows_csr: scale must be ({indptr.size - 1},), got {scale.shape}")
     return q.astype(np.float32) * np.repeat(scale, np.diff(indptr))
 
 
-def dequantize_int8_rows_csr_torch(
-    indptr: "torch.Tensor", q: "torch.Tensor", scale: "torch.Tensor"
-) -> "torch.Tensor":
+def dequantize_int8_rows_csr_torch(indptr: "torch.Tensor", q: "torch.Tensor", scale: "torch.Tensor") -> "torch.Tensor":
     """torch float32 [nnz] = q * scale[row of each entry], on q's device."""
     import torch
 
@@ -535,15 +501,11 @@ class EncodedFeatures:
         if self.encoding == "int8":
             return dequantize_rows_torch(src, self.arrays["scale"], self.arrays["zero_point"])
         if self.encoding == "int4":
-            return dequantize_int4_rows_torch(
-                src, self.arrays["scale"], self.arrays["zero_point"], self.num_cols
-            )
+            return dequantize_int4_rows_torch(src, self.arrays["scale"], self.arrays["zero_point"], self.num_cols)
         return unpack_binary_torch(src, self.num_cols)
 
 
-def encode_features(
-    x: np.ndarray, encoding: str, *, chunk_rows: int | None = None
-) -> EncodedFeatures:
+def encode_features(x: np.ndarray, encoding: str, *, chunk_rows: int | None = None) -> EncodedFeatures:
     """Encode float features [n, d] as `encoding` (one of ENCODINGS)."""
     _check_2d(x, "encode_features")
     n, d = x.shape
@@ -562,9 +524,7 @@ def encode_features(
     return EncodedFeatures(encoding=encoding, num_rows=n, num_cols=d, arrays=arrays)
 
 
-def choose_encoding(
-    x: np.ndarray, *, max_rel_rms: float = 0.02, chunk_rows: int | None = None
-) -> str:
+def choose_encoding(x: np.ndarray, *, max_rel_rms: float = 0.02, chunk_rows: int | None = None) -> str:
     """The smallest encoding whose relative RMS reconstruction error is at most
     `max_rel_rms`: "binary" for exactly-0/1 features, else "int4", "int8", then "fp32".
     A proxy only; whether the model still trains as well is measured in
@@ -578,9 +538,7 @@ def choose_encoding(
     return "fp32"
 
 
-def reconstruction_error(
-    x: np.ndarray, x_hat: np.ndarray, *, chunk_rows: int | None = None
-) -> dict[str, float]:
+def reconstruction_error(x: np.ndarray, x_hat: np.ndarray, *, chunk_rows: int | None = None) -> dict[str, float]:
     """{"max_abs": max |x - x_hat|, "rel_rms": ||x - x_hat||_2 / ||x||_2} (rel_rms is 0 when
     both are zero, inf when x is zero and x_hat is not), accumulated in float64 by blocks."""
     if x.shape != x_hat.shape:

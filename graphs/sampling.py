@@ -184,9 +184,7 @@ def _ints(text: str, what: str) -> list[int]:
 class ShardConfig:
     """Settings of the minibatch_shards stage (sampler, batch geometry, epochs, ranks)."""
 
-    sampler: str = field(
-        default="neighbor", metadata={"help": f"Sampler, one of {SAMPLERS}."}
-    )
+    sampler: str = field(default="neighbor", metadata={"help": f"Sampler, one of {SAMPLERS}."})
     fanouts: str = field(
         default="15,10,5",
         metadata={
@@ -241,8 +239,16 @@ class ShardConfig:
         fanouts = _ints(self.fanouts, "fanouts")
         if not fanouts or any(f == 0 or f < -1 for f in fanouts):
             raise ValueError(f"fanouts={self.fanouts!r}: need at least one layer, each > 0 or -1 (all)")
-        for name in ("batch_size", "epochs", "world_size", "minibatches_per_shard", "importance_nodes",
-                     "cluster_batch", "saint_budget", "saint_walk_length"):
+        for name in (
+            "batch_size",
+            "epochs",
+            "world_size",
+            "minibatches_per_shard",
+            "importance_nodes",
+            "cluster_batch",
+            "saint_budget",
+            "saint_walk_length",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if self.seed < 0:
@@ -519,7 +525,10 @@ class _Adjacency:
             import torch
 
             self._dgl_graph = dgl.graph(
-                ("csc", (torch.from_numpy(self.indptr), torch.from_numpy(self.indices), torch.empty(0, dtype=torch.int64))),
+                (
+                    "csc",
+                    (torch.from_numpy(self.indptr), torch.from_numpy(self.indices), torch.empty(0, dtype=torch.int64)),
+                ),
                 num_nodes=self.n,
             )
         return self._dgl_graph
@@ -638,8 +647,9 @@ class MinibatchSampler:
         seeds = output_nodes[pos]
         return seeds, pos, self.inputs.labels[seeds].astype(np.int64)
 
-    def _block(self, indptr: np.ndarray, src: np.ndarray, weight: np.ndarray, num_src: int,
-               dst_global: np.ndarray) -> SampledBlock:
+    def _block(
+        self, indptr: np.ndarray, src: np.ndarray, weight: np.ndarray, num_src: int, dst_global: np.ndarray
+    ) -> SampledBlock:
         """Block from a CSC over the destinations (`dst_global` = their global ids), plus
         self loops when configured."""
         src = src.astype(_index_dtype(num_src), copy=False)
@@ -750,7 +760,11 @@ class MinibatchSampler:
     def _saint_dgl(self):
         import dgl
 
-        budget = (self.cfg.saint_budget, self.cfg.saint_walk_length) if self.cfg.saint_mode == "walk" else self.cfg.saint_budget
+        budget = (
+            (self.cfg.saint_budget, self.cfg.saint_walk_length)
+            if self.cfg.saint_mode == "walk"
+            else self.cfg.saint_budget
+        )
         return dgl.dataloading.SAINTSampler(mode=self.cfg.saint_mode, budget=budget)
 
     def _saint_subgraph(self, seed: int):
@@ -769,8 +783,11 @@ class MinibatchSampler:
     def _init_saint(self) -> None:
         cfg, n = self.cfg, self.inputs.n
         self._saint = self._saint_dgl()
-        expected = {"node": cfg.saint_budget, "edge": 2 * cfg.saint_budget,
-                    "walk": cfg.saint_budget * (cfg.saint_walk_length + 1)}[cfg.saint_mode]
+        expected = {
+            "node": cfg.saint_budget,
+            "edge": 2 * cfg.saint_budget,
+            "walk": cfg.saint_budget * (cfg.saint_walk_length + 1),
+        }[cfg.saint_mode]
         presamples = max(1, math.ceil(cfg.saint_coverage * n / min(expected, n)))
         t0 = time.perf_counter()
         node_count = np.zeros(n, dtype=np.int64)
@@ -920,8 +937,13 @@ def _features_entry(inputs: ShardInputs, cfg: ShardConfig, tmp: Path, final: Pat
         q_rel = "features_int8.npy"
     np.save(tmp / "features_scale.npy", np.asarray(scale, dtype=np.float32))
     np.save(tmp / "features_zero_point.npy", np.asarray(zero, dtype=np.float32))
-    return {"encoding": "int8", "q": q_rel, "scale": "features_scale.npy",
-            "zero_point": "features_zero_point.npy", "shape": shape}
+    return {
+        "encoding": "int8",
+        "q": q_rel,
+        "scale": "features_scale.npy",
+        "zero_point": "features_zero_point.npy",
+        "shape": shape,
+    }
 
 
 def _compressed_int8_features(inputs: ShardInputs) -> Path | None:
@@ -962,16 +984,18 @@ def write_minibatch_shards(
         writer = _ShardWriter(tmp)
         try:
             for epoch in range(cfg.epochs):
-                stats = {r: {"epoch": epoch, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
-                         for r in range(cfg.world_size)}
+                stats = {
+                    r: {"epoch": epoch, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
+                    for r in range(cfg.world_size)
+                }
                 pending: dict[int, list[SampledMinibatch]] = {r: [] for r in range(cfg.world_size)}
 
                 def emit(rank: int) -> None:
-                    batch = pending[rank]
+                    batch = pending[rank]  # noqa: B023 (called only within this iteration)
                     if not batch:
                         return
-                    shard = len(stats[rank]["files"])
-                    rel = f"epoch={epoch}/rank={rank}/shard-{shard:05d}.npz"
+                    shard = len(stats[rank]["files"])  # noqa: B023 (called only within this iteration)
+                    rel = f"epoch={epoch}/rank={rank}/shard-{shard:05d}.npz"  # noqa: B023 (called only within this iteration)
                     arrays: dict[str, np.ndarray] = {
                         "format_version": np.int64(FORMAT_VERSION),
                         "minibatches": np.int64(len(batch)),
@@ -979,8 +1003,8 @@ def write_minibatch_shards(
                     for i, mb in enumerate(batch):
                         arrays.update(minibatch_arrays(mb, i, cfg.weights))
                     writer.submit(rel, arrays, len(batch))
-                    stats[rank]["files"].append(rel)
-                    pending[rank] = []
+                    stats[rank]["files"].append(rel)  # noqa: B023 (called only within this iteration)
+                    pending[rank] = []  # noqa: B023 (called only within this iteration)
 
                 for rank, _, mb in sampler.epoch(epoch):
                     s = stats[rank]
@@ -1034,8 +1058,12 @@ def write_minibatch_shards(
             "peak_rss_bytes": peak_rss_bytes(),
             "inputs": {
                 name: os.path.relpath(path, final)
-                for name, path in (("canonical_graph", inputs.canonical_dir), ("normalized_adjacency", inputs.adjacency_dir),
-                                   ("metis_partitions", inputs.partitions_dir), ("compressed_graph", inputs.compressed_dir))
+                for name, path in (
+                    ("canonical_graph", inputs.canonical_dir),
+                    ("normalized_adjacency", inputs.adjacency_dir),
+                    ("metis_partitions", inputs.partitions_dir),
+                    ("compressed_graph", inputs.compressed_dir),
+                )
                 if path is not None
             },
         }

@@ -26,8 +26,9 @@ def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) ->
         flag = "--" + f.name.replace("_", "-")
         kind = hints[f.name]
         if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None,
-                                help=f.metadata.get("help"))
+            parser.add_argument(
+                flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=f.metadata.get("help")
+            )
         else:
             parser.add_argument(flag, dest=f.name, type=kind, default=None, help=f.metadata.get("help"))
 
@@ -58,7 +59,9 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     if args.action == "sync":
         new = register_datasets(instance, storage)
         names = storage.landing_datasets()
-        print(f"landing folder {storage.landing}: {len(names)} dataset(s); newly registered: {', '.join(new) or 'none'}")
+        print(
+            f"landing folder {storage.landing}: {len(names)} dataset(s); newly registered: {', '.join(new) or 'none'}"
+        )
     known = instance.get_dynamic_partitions(dataset_partitions.name)
     print("registered dataset partitions: " + (", ".join(sorted(known)) or "none"))
     return 0

@@ -14,7 +14,14 @@ from assets.trained_model import trained_model
 from pipelines.schedules import make_retrain_schedule
 from pipelines.sensors import make_landing_sensor
 
-ALL_ASSETS = [canonical_graph, normalized_adjacency, metis_partitions, compressed_graph, minibatch_shards, trained_model]
+ALL_ASSETS = [
+    canonical_graph,
+    normalized_adjacency,
+    metis_partitions,
+    compressed_graph,
+    minibatch_shards,
+    trained_model,
+]
 
 pipeline_job = dg.define_asset_job(
     "gnnflow_pipeline",

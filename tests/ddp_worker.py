@@ -22,8 +22,10 @@ def ddp_gradient_worker(rank: int, shards: str, store: str, out: str) -> None:
     mb = next(iter(ShardStream(shards, rank, 0, prefetch=0)))  # each rank its own minibatch
     cross_entropy(mb, ddp(mb.blocks, mb.x)).backward()
     cross_entropy(mb, local(mb.blocks, mb.x)).backward()  # this rank's gradient alone
-    grads = {"ddp": torch.cat([p.grad.flatten() for p in model.parameters()]),
-             "local": torch.cat([p.grad.flatten() for p in local.parameters()])}
+    grads = {
+        "ddp": torch.cat([p.grad.flatten() for p in model.parameters()]),
+        "local": torch.cat([p.grad.flatten() for p in local.parameters()]),
+    }
     gathered = {}
     for key, g in grads.items():
         gathered[key] = [torch.zeros_like(g) for _ in range(2)]

@@ -147,7 +147,11 @@ def test_round_trip(saved, mmap):
     back = BloomFilter.load(path, mmap=mmap)
     np.testing.assert_array_equal(back.words, bf.words)
     assert (back.num_bits, back.num_hashes, back.seed, back.count, back.target_fpr) == (
-        bf.num_bits, bf.num_hashes, bf.seed, bf.count, bf.target_fpr,
+        bf.num_bits,
+        bf.num_hashes,
+        bf.seed,
+        bf.count,
+        bf.target_fpr,
     )
     rng = np.random.default_rng(13)
     qs, qd = rng.integers(0, 2**40, size=(2, 50_000))
@@ -186,13 +190,13 @@ def test_rejects_truncated_file(saved):
     _, path, *_ = saved
     raw = path.read_bytes()
     path.write_bytes(raw[:-8])
-    with pytest.raises(ValueError, match=rf"part0\.bloom.*truncated"):
+    with pytest.raises(ValueError, match=r"part0\.bloom.*truncated"):
         BloomFilter.load(path)
     path.write_bytes(raw[:40])
-    with pytest.raises(ValueError, match=rf"part0\.bloom.*truncated"):
+    with pytest.raises(ValueError, match=r"part0\.bloom.*truncated"):
         BloomFilter.load(path)
     path.write_bytes(raw + b"\0" * 8)
-    with pytest.raises(ValueError, match=rf"part0\.bloom.*trailing"):
+    with pytest.raises(ValueError, match=r"part0\.bloom.*trailing"):
         BloomFilter.load(path)
 
 
@@ -206,5 +210,5 @@ def test_rejects_wrong_version_and_magic(saved):
     raw[8:12] = struct.pack("<I", FORMAT_VERSION)
     raw[:8] = b"PAR1\0\0\0\0"
     path.write_bytes(bytes(raw))
-    with pytest.raises(ValueError, match=rf"part0\.bloom.*magic"):
+    with pytest.raises(ValueError, match=r"part0\.bloom.*magic"):
         BloomFilter.load(path)

@@ -1,8 +1,6 @@
 """canonical_graph library: hand-checked tiny graphs, bad input, the spill path, real datasets."""
 
 import json
-import os
-import shutil
 from pathlib import Path
 
 import networkx as nx

@@ -64,8 +64,17 @@ def test_files_dtypes_and_manifest(small):
     n, d = x.shape
     nnz = len(np.load(adj / "weights.npy"))
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    assert names == sorted(["features_int8.npy", "feature_scales.npy", "weights_int8.npy", "weight_scales.npy",
-                            "manifest.json", "summary.json"] + [f"bloom/part-{p}.bloom" for p in range(K)])
+    assert names == sorted(
+        [
+            "features_int8.npy",
+            "feature_scales.npy",
+            "weights_int8.npy",
+            "weight_scales.npy",
+            "manifest.json",
+            "summary.json",
+        ]
+        + [f"bloom/part-{p}.bloom" for p in range(K)]
+    )
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["format_version"] == 1 and manifest["feature_encoding"] == "int8"
     files = manifest["files"]
@@ -159,9 +168,12 @@ def test_compression_ratio_and_encoding_trade_off(small):
 def test_int4_encoding_and_chunked_processing(small, tmp_path):
     root, inputs, _ = small
     canonical = inputs[0]
-    s = build_compressed_graph(*inputs, tmp_path / "int4", CompressConfig(feature_encoding="int4", chunk_rows=7,
-                                                                          compare_encodings=False))
-    assert (tmp_path / "int4" / "features_int4.npy").is_file() and not (tmp_path / "int4" / "features_int8.npy").exists()
+    s = build_compressed_graph(
+        *inputs, tmp_path / "int4", CompressConfig(feature_encoding="int4", chunk_rows=7, compare_encodings=False)
+    )
+    assert (tmp_path / "int4" / "features_int4.npy").is_file() and not (
+        tmp_path / "int4" / "features_int8.npy"
+    ).exists()
     feats = load_features(tmp_path / "int4")
     x = np.load(canonical / "features.npy")
     assert feats.arrays["packed"].shape == (x.shape[0], (x.shape[1] + 1) // 2)
@@ -169,10 +181,17 @@ def test_int4_encoding_and_chunked_processing(small, tmp_path):
     assert set(s["features"]["encodings"]["int8"]) == {"bytes", "saving", "asset_ratio", "asset_saving"}
     # blocks of 7 rows give the same bytes as the default blocks
     small_blocks = build_compressed_graph(*inputs, tmp_path / "int8", CompressConfig(chunk_rows=7))
-    for name in ("features_int8.npy", "feature_scales.npy", "weights_int8.npy", "weight_scales.npy", "bloom/part-1.bloom"):
+    for name in (
+        "features_int8.npy",
+        "feature_scales.npy",
+        "weights_int8.npy",
+        "weight_scales.npy",
+        "bloom/part-1.bloom",
+    ):
         assert (tmp_path / "int8" / name).read_bytes() == (root / "out" / name).read_bytes(), name
     assert small_blocks["features"]["encodings"]["int4"]["rel_rms_error"] == pytest.approx(
-        s["features"]["rel_rms_error"])
+        s["features"]["rel_rms_error"]
+    )
     assert verify_compressed_graph(tmp_path / "int4", *inputs)["feature_columns_over_bound"] == 0
 
 
@@ -191,20 +210,27 @@ def test_asinh_transform_on_heavy_tailed_features(small, tmp_path):
     feats = load_features(tmp_path / "asinh")
     # 16 equal steps over [min, max] of x leave the bulk of a log-normal column in the lowest
     # bucket; over asinh(x) the typical value keeps a few % relative error
-    median_rel = {name: np.median(np.abs(load_features(tmp_path / name).decode() - x) / x) for name in ("plain", "asinh")}
+    median_rel = {
+        name: np.median(np.abs(load_features(tmp_path / name).decode() - x) / x) for name in ("plain", "asinh")
+    }
     assert median_rel["asinh"] < median_rel["plain"] / 3
-    assert feats.transform == "asinh" and json.loads((tmp_path / "asinh" / "manifest.json").read_text())[
-        "feature_transform"] == "asinh"
+    assert (
+        feats.transform == "asinh"
+        and json.loads((tmp_path / "asinh" / "manifest.json").read_text())["feature_transform"] == "asinh"
+    )
     x_hat = feats.decode()
     codes = np.asarray(feats.arrays["packed"])
-    t_hat = (np.stack([codes & 15, codes >> 4], -1).reshape(len(x), -1)[:, : x.shape[1]] * feats.arrays["scale"]
-             + feats.arrays["zero_point"])
+    t_hat = (
+        np.stack([codes & 15, codes >> 4], -1).reshape(len(x), -1)[:, : x.shape[1]] * feats.arrays["scale"]
+        + feats.arrays["zero_point"]
+    )
     np.testing.assert_array_equal(x_hat, np.sinh(t_hat.astype(np.float32)))
     # within half a step in asinh space, where the quantizer works
     assert (np.abs(np.arcsinh(x) - t_hat).max(axis=0) <= feats.arrays["scale"] * 0.5001 + 1e-6).all()
     np.testing.assert_allclose(feats.decode_rows_torch([0, 7]).numpy(), x_hat[[0, 7]], rtol=1e-6)
     assert s["features"]["rel_rms_error"] == pytest.approx(
-        np.linalg.norm(x.astype(np.float64) - x_hat) / np.linalg.norm(x.astype(np.float64)), rel=1e-6)
+        np.linalg.norm(x.astype(np.float64) - x_hat) / np.linalg.norm(x.astype(np.float64)), rel=1e-6
+    )
     v = verify_compressed_graph(tmp_path / "asinh", heavy, adj, parts)
     assert v["feature_columns_over_bound"] == 0
     with pytest.raises(ValueError, match="feature_transform"):
@@ -235,7 +261,9 @@ def test_cora_auto_picks_binary_and_round_trips_exactly(tmp_path, shared_dataset
         assert enc[name]["max_abs_error"] == 0.0 and enc[name]["rel_rms_error"] == 0.0
     assert enc["binary"]["saving"] > 0.96 and s["total"]["ratio"] > 10
 
-    s8 = build_compressed_graph(*inputs, tmp_path / "int8", CompressConfig(feature_encoding="int8", fpr_queries=200_000))
+    s8 = build_compressed_graph(
+        *inputs, tmp_path / "int8", CompressConfig(feature_encoding="int8", fpr_queries=200_000)
+    )
     assert s8["features"]["max_abs_error"] == 0.0
     np.testing.assert_array_equal(load_features(tmp_path / "int8").decode(), x)
     v = verify_compressed_graph(tmp_path / "auto", *inputs)
@@ -244,7 +272,9 @@ def test_cora_auto_picks_binary_and_round_trips_exactly(tmp_path, shared_dataset
 
 
 def test_dataset_without_features_gets_weights_and_filters(tmp_path, shared_datasets):
-    inputs = _prepare(shared_datasets / "email-eu-core", tmp_path, num_parts=3, symmetrize=False)  # directed, no features
+    inputs = _prepare(
+        shared_datasets / "email-eu-core", tmp_path, num_parts=3, symmetrize=False
+    )  # directed, no features
     s = build_compressed_graph(*inputs, tmp_path / "out", CompressConfig(fpr_queries=100_000))
     assert s["features"] is None and s["feature_encoding"] is None and not s["symmetrized"]
     assert load_features(tmp_path / "out") is None
@@ -309,8 +339,9 @@ def test_config_validation_and_sizes():
 
 
 def test_asset_materializes_with_passing_checks(tmp_path):
-    generate_dataset(GenerateConfig(num_nodes=2000, num_edges=20000, seed=5), tmp_path / "landing" / "tiny",
-                     progress=False)
+    generate_dataset(
+        GenerateConfig(num_nodes=2000, num_edges=20000, seed=5), tmp_path / "landing" / "tiny", progress=False
+    )
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(dataset_partitions.name, ["tiny"])
     storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
@@ -319,12 +350,19 @@ def test_asset_materializes_with_passing_checks(tmp_path):
         partition_key="tiny",
         instance=instance,
         resources={"storage": storage},
-        run_config={"ops": {"metis_partitions": {"config": {"write_distdgl": False}},
-                            "compressed_graph": {"config": {"fpr_queries": 200_000}}}},
+        run_config={
+            "ops": {
+                "metis_partitions": {"config": {"write_distdgl": False}},
+                "compressed_graph": {"config": {"fpr_queries": 200_000}},
+            }
+        },
     )
     assert result.success
-    checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()
-              if c.asset_key.to_user_string() == "compressed_graph"}
+    checks = {
+        c.check_name: c.passed
+        for c in result.get_asset_check_evaluations()
+        if c.asset_key.to_user_string() == "compressed_graph"
+    }
     assert checks == {"bloom_no_false_negatives": True, "dequantization_within_bound": True}
     md = result.asset_materializations_for_node("compressed_graph")[0].metadata
     assert md["feature_encoding"].value == "int8"

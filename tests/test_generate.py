@@ -14,8 +14,7 @@ import pytest
 from graphs import generate as gen
 from graphs.generate import GenerateConfig, demo_config, generate_dataset, scale_config
 
-SMALL = dict(num_nodes=2_000, num_edges=20_000, feature_dim=16, num_edge_files=3,
-             chunk_edges=4_000)
+SMALL = dict(num_nodes=2_000, num_edges=20_000, feature_dim=16, num_edge_files=3, chunk_edges=4_000)
 
 
 def _small(**overrides) -> GenerateConfig:
@@ -54,8 +53,7 @@ def test_layout_schemas_and_row_counts(small):
     assert rows == [(i + 1) * m // f - i * m // f for i in range(f)] == [6666, 6667, 6667]
 
     assert edges.schema == pa.schema([("src", pa.int64()), ("dst", pa.int64())])
-    assert nodes.schema == pa.schema(
-        [("node_id", pa.int64()), ("label", pa.int32()), ("split", pa.string())])
+    assert nodes.schema == pa.schema([("node_id", pa.int64()), ("label", pa.int32()), ("split", pa.string())])
     feat_type = feats.schema.field("feat").type
     assert pa.types.is_fixed_size_list(feat_type)
     assert feat_type.list_size == config.feature_dim
@@ -150,8 +148,7 @@ def test_features_are_class_centroids_plus_noise(small):
 
 def test_degrees_are_heavy_tailed_with_configured_exponent(tmp_path):
     def ccdf_slope(exponent: float) -> tuple[float, float]:
-        config = GenerateConfig(num_nodes=20_000, num_edges=200_000, feature_dim=2,
-                                degree_exponent=exponent, seed=5)
+        config = GenerateConfig(num_nodes=20_000, num_edges=200_000, feature_dim=2, degree_exponent=exponent, seed=5)
         out = tmp_path / f"g{exponent}"
         generate_dataset(config, out, progress=False)
         deg = _degrees(_read(out)[0], config.num_nodes)
@@ -241,8 +238,7 @@ def test_named_recipes():
     assert (demo.num_nodes, demo.num_edges) == (100_000, 1_000_000)
     assert demo == GenerateConfig(num_nodes=100_000, num_edges=1_000_000)
     big = scale_config(10_000_000, 100_000_000, seed=2)
-    assert (big.num_nodes, big.num_edges, big.seed, big.num_edge_files) == (
-        10_000_000, 100_000_000, 2, 10)
+    assert (big.num_nodes, big.num_edges, big.seed, big.num_edge_files) == (10_000_000, 100_000_000, 2, 10)
     assert scale_config(1_000_000, 10_000_000).num_edge_files == 4
 
 
@@ -252,8 +248,9 @@ def test_guide_table_lookup_equals_binary_search():
     cum = model.cum[:-1]
     rng = np.random.default_rng(0)
     # Random points, every cumulative boundary exactly, and the neighbours of each.
-    u = np.concatenate([rng.random(100_000) * cum[-1], [0.0], cum[:-1],
-                        np.nextafter(cum[:-1], 0), np.nextafter(cum[:-1], np.inf)])
+    u = np.concatenate(
+        [rng.random(100_000) * cum[-1], [0.0], cum[:-1], np.nextafter(cum[:-1], 0), np.nextafter(cum[:-1], np.inf)]
+    )
     pos = gen._draw_positions(model, u, None)
     assert np.array_equal(pos, np.searchsorted(cum, u, side="right"))
     # Inside one class segment, a draw never leaves it.
@@ -267,5 +264,4 @@ def test_guide_table_lookup_equals_binary_search():
     # make it) is repaired by the backward scan.
     model.guide = np.minimum(model.guide + 2, len(model.guide) - 1).astype(model.guide.dtype)
     u = rng.random(10_000) * cum[-1]
-    assert np.array_equal(gen._draw_positions(model, u, None),
-                          np.searchsorted(cum, u, side="right"))
+    assert np.array_equal(gen._draw_positions(model, u, None), np.searchsorted(cum, u, side="right"))

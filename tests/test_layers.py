@@ -24,10 +24,23 @@ dgl = pytest.importorskip("dgl")
 
 from training.aggregate import BACKEND_ENV, aggregate, edge_softmax, resolve_backend  # noqa: E402
 from training.blocks import (  # noqa: E402
-    Block, block_from_csr, csr_matrix, drop_edges, mask_edges, remove_self_loops, slice_dst,
+    Block,
+    block_from_csr,
+    csr_matrix,
+    drop_edges,
+    mask_edges,
+    remove_self_loops,
+    slice_dst,
 )
 from training.layers import (  # noqa: E402
-    CONVS, GATConv, GINConv, GNN, GraphConv, ModelConfig, SAGEConv, build_model,
+    CONVS,
+    GNN,
+    GATConv,
+    GINConv,
+    GraphConv,
+    ModelConfig,
+    SAGEConv,
+    build_model,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -232,9 +245,7 @@ def test_graphconv_matches_dgl(graph, backend, norm, in_feats, out_feats, weight
 def test_gat_matches_dgl(graph, backend, in_feats, residual, weighted):
     g, block, eids = graph
     heads, out_feats = 3, 4  # in_feats 12 == heads * out_feats: identity residual
-    theirs = dgl.nn.GATConv(
-        in_feats, out_feats, heads, residual=residual, allow_zero_in_degree=True
-    )
+    theirs = dgl.nn.GATConv(in_feats, out_feats, heads, residual=residual, allow_zero_in_degree=True)
     for p in theirs.parameters():  # DGL zero-initialises the biases
         torch.nn.init.uniform_(p, -0.5, 0.5)
     ours = GATConv(in_feats, out_feats, heads, residual=residual)
@@ -252,9 +263,7 @@ def test_gat_matches_dgl(graph, backend, in_feats, residual, weighted):
 def test_gin_matches_dgl(graph, backend, aggregator, learn_eps, init_eps):
     g, block, _ = graph
     ours = GINConv(5, 6, aggregator, learn_eps=learn_eps, init_eps=init_eps)
-    theirs = dgl.nn.GINConv(
-        copy.deepcopy(ours.apply_func), aggregator, init_eps=init_eps, learn_eps=learn_eps
-    )
+    theirs = dgl.nn.GINConv(copy.deepcopy(ours.apply_func), aggregator, init_eps=init_eps, learn_eps=learn_eps)
     assert set(ours.state_dict()) == set(theirs.state_dict())
     x = features(block.num_src, 5)
     out, grad = run(ours, block, x)
@@ -309,9 +318,7 @@ def test_gnn_blocks_equal_full_graph_inference(case):
     seeds = torch.tensor([0, 5, 17, 33, 59])
     sampler = dgl.dataloading.MultiLayerFullNeighborSampler(num_layers)
     _, out_nodes, dgl_blocks = sampler.sample_blocks(g, seeds)
-    blocks = [
-        weighted_block(b, dinv, b.srcdata[dgl.NID], b.dstdata[dgl.NID]) for b in dgl_blocks
-    ]
+    blocks = [weighted_block(b, dinv, b.srcdata[dgl.NID], b.dstdata[dgl.NID]) for b in dgl_blocks]
     torch.manual_seed(0)
     model = GNN(10, 8, 3, num_layers, dropout=0.3, **case)
     with torch.no_grad():  # move BatchNorm's running statistics off their defaults
@@ -374,8 +381,13 @@ def test_drop_edge_only_in_training():
 
 
 def test_mask_and_drop_edges():
-    block = Block(torch.tensor([0, 2, 3, 3, 5]), torch.tensor([1, 2, 0, 3, 4]), 5, 4,
-                  edge_weight=torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]))
+    block = Block(
+        torch.tensor([0, 2, 3, 3, 5]),
+        torch.tensor([1, 2, 0, 3, 4]),
+        5,
+        4,
+        edge_weight=torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]),
+    )
     kept = mask_edges(block, torch.tensor([True, False, False, True, True]))
     assert kept.indptr.tolist() == [0, 1, 1, 1, 3]
     assert kept.indices.tolist() == [1, 3, 4]
@@ -440,8 +452,17 @@ def test_model_config_validation_and_build():
     assert [type(c) for c in model.convs] == [GATConv] * 3
     assert [c.num_heads for c in model.convs] == [4, 4, 1]
     assert set(ModelConfig.field_help()) == {
-        "conv", "hidden", "num_layers", "dropout", "attn_dropout", "heads", "residual",
-        "norm", "drop_edge", "gcn_edge_weight", "activation_checkpointing",
+        "conv",
+        "hidden",
+        "num_layers",
+        "dropout",
+        "attn_dropout",
+        "heads",
+        "residual",
+        "norm",
+        "drop_edge",
+        "gcn_edge_weight",
+        "activation_checkpointing",
     }
     with pytest.raises(ValueError, match="model.conv"):
         ModelConfig(conv="graphsage")
@@ -465,8 +486,7 @@ def test_block_validation():
 
 
 def test_csr_matrix_is_cached_and_dense_matches():
-    block = Block(torch.tensor([0, 2, 3, 3]), torch.tensor([1, 2, 0]), 3, 3,
-                  edge_weight=torch.tensor([0.5, 2.0, 3.0]))
+    block = Block(torch.tensor([0, 2, 3, 3]), torch.tensor([1, 2, 0]), 3, 3, edge_weight=torch.tensor([0.5, 2.0, 3.0]))
     dense = csr_matrix(block).to_dense()
     assert dense.tolist() == [[0.0, 0.5, 2.0], [3.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
     assert csr_matrix(block) is csr_matrix(block)
@@ -508,7 +528,11 @@ def test_layers_run_without_dgl():
     env = {k: v for k, v in os.environ.items() if k != BACKEND_ENV}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, env=env, capture_output=True, text=True,
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
         timeout=120,
     )
     assert result.returncode == 0, result.stderr

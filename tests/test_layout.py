@@ -25,7 +25,9 @@ def _imports(path: Path, top_level_only: bool) -> set[str]:
 def test_library_packages_never_import_dagster_or_assets(package):
     for path in sorted((ROOT / package).glob("*.py")):
         found = _imports(path, top_level_only=False)
-        assert not found & {"dagster", "assets", "pipelines"}, f"{path.name} imports {found & {'dagster', 'assets', 'pipelines'}}"
+        assert not found & {"dagster", "assets", "pipelines"}, (
+            f"{path.name} imports {found & {'dagster', 'assets', 'pipelines'}}"
+        )
 
 
 def test_training_imports_dgl_only_lazily():

@@ -38,7 +38,9 @@ def test_definitions_load_and_every_job_resolves():
 
 
 def test_canonical_graph_materializes_with_metadata_and_check(tmp_path, storage):
-    write_edges(tmp_path / "landing" / "tiny" / "edges.parquet", ["u", "v", "w", "w"], ["v", "w", "u", "w"], pa.string())
+    write_edges(
+        tmp_path / "landing" / "tiny" / "edges.parquet", ["u", "v", "w", "w"], ["v", "w", "u", "w"], pa.string()
+    )
     result = dg.materialize(
         [canonical_graph], partition_key="tiny", instance=_instance_with("tiny"), resources={"storage": storage}
     )
@@ -59,7 +61,9 @@ def test_bad_input_fails_the_run_and_keeps_previous_files(tmp_path, storage):
     landing = tmp_path / "landing" / "tiny"
     write_edges(landing / "edges" / "a.parquet", [1, 2], [2, 3])
     instance = _instance_with("tiny")
-    assert dg.materialize([canonical_graph], partition_key="tiny", instance=instance, resources={"storage": storage}).success
+    assert dg.materialize(
+        [canonical_graph], partition_key="tiny", instance=instance, resources={"storage": storage}
+    ).success
     out = tmp_path / "home" / "tiny" / "canonical_graph"
     before = (out / "edges.parquet").read_bytes()
     pq.write_table(pa.table({"src": [1]}), landing / "edges" / "b.parquet")
@@ -76,7 +80,9 @@ def _landing(tmp_path):
     write_edges(tmp_path / "landing" / "plain" / "edges.parquet", [1, 2], [2, 3])
     labelled = tmp_path / "landing" / "labelled"
     write_edges(labelled / "edges" / "0.parquet", [1, 2], [2, 3])
-    pq.write_table(pa.table({"node_id": [1, 2, 3], "label": pa.array([0, 1, -1], pa.int32())}), labelled / "nodes.parquet")
+    pq.write_table(
+        pa.table({"node_id": [1, 2, 3], "label": pa.array([0, 1, -1], pa.int32())}), labelled / "nodes.parquet"
+    )
     (tmp_path / "landing" / "not-a-dataset").mkdir()  # no edge files: ignored
 
 
@@ -143,9 +149,20 @@ def test_cli_generate_then_datasets_sync(tmp_path):
     home.mkdir()
     env = {"DAGSTER_HOME": str(home), "GNNFLOW_LANDING": str(tmp_path / "landing"), "PYTHONPATH": str(repo)}
     gen = _cli(
-        ["generate", "--out", str(tmp_path / "landing" / "g1"), "--num-nodes", "500", "--num-edges", "3000",
-         "--num-edge-files", "3", "--quiet"],
-        env, tmp_path,
+        [
+            "generate",
+            "--out",
+            str(tmp_path / "landing" / "g1"),
+            "--num-nodes",
+            "500",
+            "--num-edges",
+            "3000",
+            "--num-edge-files",
+            "3",
+            "--quiet",
+        ],
+        env,
+        tmp_path,
     )
     assert gen.returncode == 0, gen.stderr
     summary = json.loads(gen.stdout)
@@ -172,5 +189,8 @@ def test_real_definitions_keep_label_stages_from_unlabelled_datasets():
     every, needs = split_by_labels(ALL_ASSETS)
     assert {k.to_user_string() for k in needs} == {"minibatch_shards", "trained_model"}
     assert {k.to_user_string() for k in every} - {k.to_user_string() for k in needs} == {
-        "canonical_graph", "normalized_adjacency", "metis_partitions", "compressed_graph"
+        "canonical_graph",
+        "normalized_adjacency",
+        "metis_partitions",
+        "compressed_graph",
     }

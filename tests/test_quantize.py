@@ -108,9 +108,7 @@ def test_chunked_equals_one_block_and_works_on_a_memmap(tmp_path):
 def test_memmap_passes_hold_one_block_at_a_time(tmp_path):
     # 100k x 64 float32 = 25.6 MB on disk; a float64 copy of it would be 51 MB
     rng = np.random.default_rng(4)
-    x = np.lib.format.open_memmap(
-        tmp_path / "f.npy", mode="w+", dtype=np.float32, shape=(100_000, 64)
-    )
+    x = np.lib.format.open_memmap(tmp_path / "f.npy", mode="w+", dtype=np.float32, shape=(100_000, 64))
     for a in range(0, 100_000, 25_000):
         x[a : a + 25_000] = rng.normal(size=(25_000, 64))
     out = np.lib.format.open_memmap(tmp_path / "q.npy", mode="w+", dtype=np.int8, shape=x.shape)

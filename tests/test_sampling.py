@@ -17,8 +17,8 @@ from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.normalize import build_normalized_adjacency, load_csr
 from graphs.sampling import (
-    MinibatchSampler,
     SAMPLERS,
+    MinibatchSampler,
     ShardConfig,
     epoch_cluster_groups,
     epoch_seed_batches,
@@ -92,11 +92,14 @@ def test_segment_positions_and_self_loop_insertion():
     assert segment_positions(np.array([5, 0, 9]), np.array([2, 0, 3])).tolist() == [5, 6, 9, 10, 11]
     # dst 0 has edges from 3, 4; dst 1 none; dst 2 from 5
     indptr, src, w = insert_self_loops(
-        np.array([0, 2, 2, 3]), np.array([3, 4, 5]), np.array([.1, .2, .3], np.float32), np.array([1, 2, 3], np.float32)
+        np.array([0, 2, 2, 3]),
+        np.array([3, 4, 5]),
+        np.array([0.1, 0.2, 0.3], np.float32),
+        np.array([1, 2, 3], np.float32),
     )
     assert indptr.tolist() == [0, 3, 4, 6]
     assert src.tolist() == [0, 3, 4, 1, 2, 5]
-    assert np.allclose(w, [1, .1, .2, 2, 3, .3])
+    assert np.allclose(w, [1, 0.1, 0.2, 2, 3, 0.3])
 
 
 @pytest.mark.parametrize("t,w,bs", [(1000, 2, 64), (129, 2, 64), (997, 3, 100), (5, 2, 1000), (130, 4, 7)])
@@ -327,8 +330,13 @@ def test_int8_features_reference_compressed_graph_when_present(sbm, tmp_path):
     from graphs.compress import CompressConfig, build_compressed_graph
 
     compressed = tmp_path / "compressed_graph"
-    build_compressed_graph(sbm["canonical"], sbm["adjacency"], sbm["partitions"], compressed,
-                           CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False))
+    build_compressed_graph(
+        sbm["canonical"],
+        sbm["adjacency"],
+        sbm["partitions"],
+        compressed,
+        CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False),
+    )
     inputs = load_shard_inputs(sbm["canonical"], sbm["adjacency"], sbm["partitions"], compressed)
     out = tmp_path / "shards"
     m = write_minibatch_shards(inputs, out, ShardConfig(batch_size=64, epochs=1, features="int8"))
@@ -368,7 +376,9 @@ def test_prefetch_thread_returns_minibatches_in_order(sbm, tmp_path):
     stream = ShardStream(out, 0, 1, prefetch=2)
     threaded = list(stream)
     assert stream._thread is not None and not stream._thread.is_alive()
-    assert [mb.index for mb in threaded] == list(range(m["minibatches_per_epoch_per_rank"])) == [mb.index for mb in inline]
+    assert (
+        [mb.index for mb in threaded] == list(range(m["minibatches_per_epoch_per_rank"])) == [mb.index for mb in inline]
+    )
     for a, b in zip(inline, threaded):
         assert torch.equal(a.seeds, b.seeds) and torch.equal(a.x, b.x)
         assert all(torch.equal(x.indices, y.indices) for x, y in zip(a.blocks, b.blocks))
@@ -397,7 +407,9 @@ assert not any(name == "dgl" or name.startswith("dgl.") for name, mod in sys.mod
 print("ok", len(batches))
 """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("ok")
 

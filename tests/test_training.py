@@ -52,8 +52,15 @@ def _pipeline(landing: Path, home: Path, **shard_kw) -> dict:
 def sbm(tmp_path_factory) -> dict:
     """A 400-node DC-SBM (ids 1000..1399, 16 features, 4 classes); shards for W=2 and W=1."""
     root = tmp_path_factory.mktemp("train_sbm")
-    cfg = GenerateConfig(num_nodes=400, num_edges=3000, feature_dim=16, num_classes=4, num_edge_files=1,
-                         id_offset=ID_OFFSET, feature_noise=1.0)
+    cfg = GenerateConfig(
+        num_nodes=400,
+        num_edges=3000,
+        feature_dim=16,
+        num_classes=4,
+        num_edge_files=1,
+        id_offset=ID_OFFSET,
+        feature_noise=1.0,
+    )
     generate_dataset(cfg, root / "landing", progress=False)
     kw = dict(fanouts="5,5", batch_size=48, epochs=2)
     two = _pipeline(root / "landing", root / "home", world_size=2, **kw)
@@ -62,23 +69,32 @@ def sbm(tmp_path_factory) -> dict:
 
 
 def _run_config(shards: Path, out: Path, **training) -> RunConfig:
-    return RunConfig.from_dict({
-        "model": {"conv": "sage", "hidden": 16, "num_layers": 2, "dropout": 0.2},
-        "training": {"epochs": 3, "profiler": "none", "optimizer": {"lr": 0.01}, **training},
-        "paths": {"shards": str(shards), "out": str(out)},
-    })
+    return RunConfig.from_dict(
+        {
+            "model": {"conv": "sage", "hidden": 16, "num_layers": 2, "dropout": 0.2},
+            "training": {"epochs": 3, "profiler": "none", "optimizer": {"lr": 0.01}, **training},
+            "paths": {"shards": str(shards), "out": str(out)},
+        }
+    )
 
 
 # ----------------------------------------------------------------------------- config
 
 
 def test_config_yaml_round_trips_and_accepts_the_dagster_shape(tmp_path):
-    cfg = RunConfig.from_dict({
-        "model": {"conv": "gcn", "hidden": 32, "norm": "layer"},
-        "training": {"precision": "mixed_float16", "optimizer": {"type": "AdamW", "lr": 0.001, "weight_decay": 0.01},
-                     "gradient_clipping": 1.0, "accumulate": 4, "lr_schedule": {"type": "cosine", "warmup_epochs": 1}},
-        "paths": {"shards": "s", "out": "o"},
-    })
+    cfg = RunConfig.from_dict(
+        {
+            "model": {"conv": "gcn", "hidden": 32, "norm": "layer"},
+            "training": {
+                "precision": "mixed_float16",
+                "optimizer": {"type": "AdamW", "lr": 0.001, "weight_decay": 0.01},
+                "gradient_clipping": 1.0,
+                "accumulate": 4,
+                "lr_schedule": {"type": "cosine", "warmup_epochs": 1},
+            },
+            "paths": {"shards": "s", "out": "o"},
+        }
+    )
     assert cfg.training.optimizer.weight_decay == 0.01 and cfg.training.lr_schedule.type == "cosine"
     path = tmp_path / "run.yaml"
     cfg.to_yaml(path)
@@ -95,15 +111,18 @@ def test_config_yaml_round_trips_and_accepts_the_dagster_shape(tmp_path):
     assert TrainedModelConfig().to_run_config(cfg.paths) == RunConfig(paths=cfg.paths)  # same defaults
 
 
-@pytest.mark.parametrize("data,field", [
-    ({"training": {"optimizer": {"lr": -1}}}, "training.optimizer.lr"),
-    ({"training": {"precision": "fp8"}}, "training.precision"),
-    ({"training": {"accumulate": "4"}}, "training.accumulate"),
-    ({"training": {"optimiser": {"lr": 0.1}}}, "training.optimiser"),
-    ({"training": {"lr_schedule": {"type": "linear"}}}, "training.lr_schedule.type"),
-    ({"model": {"conv": "transformer"}}, "model.conv"),
-    ({"paths": {"out": "o"}}, "paths.shards"),
-])
+@pytest.mark.parametrize(
+    "data,field",
+    [
+        ({"training": {"optimizer": {"lr": -1}}}, "training.optimizer.lr"),
+        ({"training": {"precision": "fp8"}}, "training.precision"),
+        ({"training": {"accumulate": "4"}}, "training.accumulate"),
+        ({"training": {"optimiser": {"lr": 0.1}}}, "training.optimiser"),
+        ({"training": {"lr_schedule": {"type": "linear"}}}, "training.lr_schedule.type"),
+        ({"model": {"conv": "transformer"}}, "model.conv"),
+        ({"paths": {"out": "o"}}, "paths.shards"),
+    ],
+)
 def test_bad_config_values_raise_naming_the_field(data, field):
     data = {"paths": {"shards": "s", "out": "o"}, **data}
     with pytest.raises((ValueError, TypeError), match=field.replace(".", r"\.")):
@@ -178,8 +197,9 @@ def test_ddp_gradients_are_identical_across_ranks_and_the_mean_of_local_ones(sbm
     out = tmp_path / "grads.pt"
     from tests.ddp_worker import ddp_gradient_worker
 
-    torch.multiprocessing.spawn(ddp_gradient_worker, args=(str(sbm["w2"]["shards"]), str(tmp_path / "store"), str(out)),
-                                nprocs=2, join=True)
+    torch.multiprocessing.spawn(
+        ddp_gradient_worker, args=(str(sbm["w2"]["shards"]), str(tmp_path / "store"), str(out)), nprocs=2, join=True
+    )
     g = torch.load(out, weights_only=True)
     assert torch.equal(g["ddp"][0], g["ddp"][1])  # identical on both ranks
     assert not torch.allclose(g["local"][0], g["local"][1])  # the ranks saw different data
@@ -195,8 +215,17 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
     assert summary["epochs_trained"] == 3 and summary["processes"] == 1 and summary["world_size"] == 2
     assert summary["global_batch"] == 48 * 2
     names = {p.name for p in out.iterdir()}
-    assert {"model_final.pt", "model_best.pt", "predictions.parquet", "embeddings.npy", "metrics.parquet",
-            "curves.png", "summary.json", "run.yaml", "profile"} <= names
+    assert {
+        "model_final.pt",
+        "model_best.pt",
+        "predictions.parquet",
+        "embeddings.npy",
+        "metrics.parquet",
+        "curves.png",
+        "summary.json",
+        "run.yaml",
+        "profile",
+    } <= names
     assert {p.name for p in (out / "profile").iterdir()} == {"trace.json", "key_averages.txt"}
     json.loads((out / "profile" / "trace.json").read_text())  # valid Chrome-trace JSON
     assert not list(tmp_path.glob(".trained_model.work-*"))  # work folder removed after success
@@ -216,9 +245,9 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
 
     # model files load with weights_only=True and reproduce the predictions
     model = load_model(out / "model_best.pt")
+    from training.data import read_manifest
     from training.evaluate import full_graph_forward, load_full_block
     from training.features import full_features
-    from training.data import read_manifest
 
     x = full_features(read_manifest(sbm["w2"]["shards"]), sbm["w2"]["shards"])
     _, logits = full_graph_forward(model, load_full_block(sbm["w2"]["adjacency"]), x)
@@ -265,8 +294,11 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_o
 
 def test_early_stopping_stops_every_rank_when_validation_stalls(sbm, tmp_path):
     # a learning rate too small to change any prediction: validation accuracy never improves after epoch 0
-    s = train(_run_config(sbm["w1"]["shards"], tmp_path / "out", epochs=10, early_stopping_patience=2,
-                          optimizer={"lr": 1e-12}))
+    s = train(
+        _run_config(
+            sbm["w1"]["shards"], tmp_path / "out", epochs=10, early_stopping_patience=2, optimizer={"lr": 1e-12}
+        )
+    )
     assert s["stopped_early"] and s["epochs_trained"] == 3 and s["best_epoch"] == 0
     assert pq.read_table(tmp_path / "out" / "metrics.parquet").column("epoch").to_pylist() == [0, 1, 2]
 
@@ -290,8 +322,9 @@ def test_training_runs_with_dgl_unimportable(sbm, tmp_path):
         print("OK", s["final_val_acc"])
     """)
     env = {**os.environ, "DGLBACKEND": "pytorch"}
-    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OK" in proc.stdout
     assert (tmp_path / "out" / "model_final.pt").is_file()
@@ -303,23 +336,35 @@ def test_a_dataset_without_features_trains_on_degree_buckets(tmp_path):
     generate_dataset(cfg, landing, progress=False)
     (landing / "features.parquet").unlink()
     d = _pipeline(landing, tmp_path / "home", fanouts="4", batch_size=64, epochs=1, world_size=1)
-    s = train(RunConfig.from_dict({
-        "model": {"conv": "sage", "hidden": 8, "num_layers": 1},
-        "training": {"epochs": 1, "profiler": "none", "degree_buckets": 6},
-        "paths": {"shards": str(d["shards"]), "out": str(tmp_path / "out")},
-    }))
+    s = train(
+        RunConfig.from_dict(
+            {
+                "model": {"conv": "sage", "hidden": 8, "num_layers": 1},
+                "training": {"epochs": 1, "profiler": "none", "degree_buckets": 6},
+                "paths": {"shards": str(d["shards"]), "out": str(tmp_path / "out")},
+            }
+        )
+    )
     assert s["in_feats"] == 6
     assert torch.load(tmp_path / "out" / "model_final.pt", weights_only=True)["in_feats"] == 6
 
 
 def test_cora_short_run_reaches_a_sane_accuracy(shared_datasets, tmp_path):
     d = _pipeline(shared_datasets / "cora", tmp_path, fanouts="-1,-1", batch_size=140, epochs=1, world_size=1)
-    cfg = RunConfig.from_dict({
-        "model": {"conv": "gcn", "hidden": 32, "num_layers": 2, "dropout": 0.5},
-        "training": {"epochs": 60, "eval_every": 20, "checkpoint_every": 100, "profiler": "none", "normalize": "row",
-                     "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4}},
-        "paths": {"shards": str(d["shards"]), "out": str(tmp_path / "trained_model")},
-    })
+    cfg = RunConfig.from_dict(
+        {
+            "model": {"conv": "gcn", "hidden": 32, "num_layers": 2, "dropout": 0.5},
+            "training": {
+                "epochs": 60,
+                "eval_every": 20,
+                "checkpoint_every": 100,
+                "profiler": "none",
+                "normalize": "row",
+                "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4},
+            },
+            "paths": {"shards": str(d["shards"]), "out": str(tmp_path / "trained_model")},
+        }
+    )
     s = train(cfg)
     assert s["final_test_acc"] > 0.75, s
 
@@ -339,16 +384,30 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
     from assets.normalized_adjacency import normalized_adjacency
 
     storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(sbm["root"]))
-    run_config = {"ops": {
-        "minibatch_shards": {"config": {"fanouts": "5,5", "batch_size": 48, "epochs": 2, "world_size": 2}},
-        # DDP with gradient accumulation (no_sync), CPU bf16 autocast, clipping, checkpointing
-        "trained_model": {"config": {"model": {"hidden": 16, "num_layers": 2, "activation_checkpointing": True},
-                                     "training": {"epochs": 8, "optimizer": {"lr": 0.05}, "accumulate": 2,
-                                                  "precision": "mixed_float16", "gradient_clipping": 1.0}}},
-    }}
+    run_config = {
+        "ops": {
+            "minibatch_shards": {"config": {"fanouts": "5,5", "batch_size": 48, "epochs": 2, "world_size": 2}},
+            # DDP with gradient accumulation (no_sync), CPU bf16 autocast, clipping, checkpointing
+            "trained_model": {
+                "config": {
+                    "model": {"hidden": 16, "num_layers": 2, "activation_checkpointing": True},
+                    "training": {
+                        "epochs": 8,
+                        "optimizer": {"lr": 0.05},
+                        "accumulate": 2,
+                        "precision": "mixed_float16",
+                        "gradient_clipping": 1.0,
+                    },
+                }
+            },
+        }
+    }
     result = dg.materialize(
-        [canonical_graph, normalized_adjacency, minibatch_shards, trained_model], partition_key="landing",
-        instance=_instance("landing"), resources={"storage": storage}, run_config=run_config,
+        [canonical_graph, normalized_adjacency, minibatch_shards, trained_model],
+        partition_key="landing",
+        instance=_instance("landing"),
+        resources={"storage": storage},
+        run_config=run_config,
     )
     assert result.success
     (mat,) = result.asset_materializations_for_node("trained_model")
@@ -373,8 +432,12 @@ def test_asset_skips_a_dataset_without_labels(tmp_path):
 
     write_edges(tmp_path / "landing" / "plain" / "edges.parquet", [1, 2, 3], [2, 3, 1])
     storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
-    result = dg.materialize([canonical_graph, trained_model], partition_key="plain", instance=_instance("plain"),
-                            resources={"storage": storage})
+    result = dg.materialize(
+        [canonical_graph, trained_model],
+        partition_key="plain",
+        instance=_instance("plain"),
+        resources={"storage": storage},
+    )
     assert result.success
     (mat,) = result.asset_materializations_for_node("trained_model")
     assert mat.metadata["skipped"].value == "no labels"
@@ -391,7 +454,7 @@ def test_nsys_wraps_the_command_only_when_installed(monkeypatch, tmp_path):
     assert tm.nsys_wrap(cmd, tmp_path / "r")[1].startswith("skipped: nsys is not on the PATH")
     monkeypatch.setattr(tm.shutil, "which", lambda name: "/opt/nsys/bin/nsys")
     wrapped, note = tm.nsys_wrap(cmd, tmp_path / "r")
-    assert wrapped[:2] == ["/opt/nsys/bin/nsys", "profile"] and wrapped[-len(cmd):] == cmd and "profiled" in note
+    assert wrapped[:2] == ["/opt/nsys/bin/nsys", "profile"] and wrapped[-len(cmd) :] == cmd and "profiled" in note
 
 
 def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
@@ -406,8 +469,11 @@ def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     with dg.instance_for_test() as instance:  # schedule contexts need a persistent instance
         instance.add_dynamic_partitions(dataset_partitions.name, ["labelled", "plain", "not-built"])
-        with dg.build_schedule_context(instance=instance, resources={"storage": GnnflowStorage(home=str(home))},
-                                       scheduled_execution_time=datetime.datetime(2026, 1, 4, 3)) as ctx:
+        with dg.build_schedule_context(
+            instance=instance,
+            resources={"storage": GnnflowStorage(home=str(home))},
+            scheduled_execution_time=datetime.datetime(2026, 1, 4, 3),
+        ) as ctx:
             requests = schedule(ctx)
     assert [(r.partition_key, r.run_key) for r in requests] == [("labelled", "labelled:2026-01-04")]
     assert defs.resolve_job_def("train").partitions_def == dataset_partitions

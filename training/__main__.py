@@ -1,8 +1,8 @@
 """``python -m training --config run.yaml`` (also under torchrun): see `training.train`.
 
-    torchrun --standalone --nproc-per-node 2 -m training --config run.yaml
-    python -m training --config run.yaml --set training.epochs=5 --set model.hidden=64
-    python -m training --help-config          # every setting with its help text
+torchrun --standalone --nproc-per-node 2 -m training --config run.yaml
+python -m training --config run.yaml --set training.epochs=5 --set model.hidden=64
+python -m training --help-config          # every setting with its help text
 """
 
 from __future__ import annotations
@@ -32,11 +32,17 @@ def _apply_override(data: dict, assignment: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     from training.config import RunConfig, field_help, unwrap_dagster_run_config
 
-    parser = argparse.ArgumentParser(prog="python -m training", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m training", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--config", help="run YAML: model, training, paths (or a Dagster run config)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one setting, e.g. training.optimizer.lr=0.01 (repeatable)")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one setting, e.g. training.optimizer.lr=0.01 (repeatable)",
+    )
     parser.add_argument("--help-config", action="store_true", help="list every setting and exit")
     args = parser.parse_args(argv)
     if args.help_config:

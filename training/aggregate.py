@@ -112,9 +112,7 @@ def aggregate(
     if reduce not in REDUCES:
         raise ValueError(f"unknown reduce {reduce!r}; use one of {REDUCES}")
     if x.shape[0] != block.num_src:
-        raise ValueError(
-            f"x has {x.shape[0]} rows but the block has num_src={block.num_src} source nodes"
-        )
+        raise ValueError(f"x has {x.shape[0]} rows but the block has num_src={block.num_src} source nodes")
     kernel = resolve_backend(backend, x.device)
     out_dtype = x.dtype
     compute_dtype = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
@@ -141,9 +139,7 @@ def edge_softmax(block: Block, scores: torch.Tensor) -> torch.Tensor:
     seg_shape = (block.num_dst, *s.shape[1:])
     index = dst.view(-1, *([1] * (s.dim() - 1))).expand_as(s)
     # The max is only a stabiliser: softmax is invariant to it, so no gradient through it.
-    seg_max = s.new_zeros(seg_shape).scatter_reduce(
-        0, index, s.detach(), reduce="amax", include_self=False
-    )
+    seg_max = s.new_zeros(seg_shape).scatter_reduce(0, index, s.detach(), reduce="amax", include_self=False)
     ex = torch.exp(s - seg_max[dst])
     seg_sum = s.new_zeros(seg_shape).index_add(0, dst, ex)
     return (ex / seg_sum[dst]).to(out_dtype)
@@ -158,20 +154,13 @@ def _autocast_off(device: torch.device):
 def _as_edge_multiplier(w: torch.Tensor, x: torch.Tensor, block: Block) -> torch.Tensor:
     """``w`` reshaped to ``[E, *W, 1, ...]`` with as many dims as ``x``."""
     if w.shape[0] != block.num_edges:
-        raise ValueError(
-            f"edge_weight has {w.shape[0]} entries but the block has {block.num_edges} edges"
-        )
+        raise ValueError(f"edge_weight has {w.shape[0]} entries but the block has {block.num_edges} edges")
     if w.dim() > x.dim():
-        raise ValueError(
-            f"edge_weight shape {list(w.shape)} has more dims than features {list(x.shape)}"
-        )
+        raise ValueError(f"edge_weight shape {list(w.shape)} has more dims than features {list(x.shape)}")
     w = w.reshape(*w.shape, *([1] * (x.dim() - w.dim())))
     for dw, dx in zip(w.shape[1:], x.shape[1:]):
         if dw not in (1, dx):
-            raise ValueError(
-                f"edge_weight shape {list(w.shape)} does not broadcast against features "
-                f"{list(x.shape)}"
-            )
+            raise ValueError(f"edge_weight shape {list(w.shape)} does not broadcast against features {list(x.shape)}")
     return w.contiguous()
 
 
@@ -213,9 +202,7 @@ def _edge_values(block: Block, reduce: str, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _inv_in_degree(block: Block, dtype: torch.dtype) -> torch.Tensor:
-    return block._cached(
-        ("inv_in_degree", dtype), lambda: 1.0 / block.in_degrees().clamp(min=1).to(dtype)
-    )
+    return block._cached(("inv_in_degree", dtype), lambda: 1.0 / block.in_degrees().clamp(min=1).to(dtype))
 
 
 def _aggregate_torch(block, x, reduce, w):
@@ -233,14 +220,10 @@ def _aggregate_torch(block, x, reduce, w):
         out = _CSRMatMul.apply(structure, w.reshape(-1), x.reshape(num_src, -1).contiguous())
         return out.reshape(block.num_dst, *feat_shape)
     if x.dim() == 3 and w.shape[2] == 1:  # one scalar per edge and head: a matmul per head
-        heads = [
-            _CSRMatMul.apply(structure, w[:, h, 0].contiguous(), x[:, h].contiguous())
-            for h in range(x.shape[1])
-        ]
+        heads = [_CSRMatMul.apply(structure, w[:, h, 0].contiguous(), x[:, h].contiguous()) for h in range(x.shape[1])]
         return torch.stack(heads, dim=1)
     raise NotImplementedError(
-        f"torch aggregation supports edge weights [E] or [E, heads]; got {list(w.shape)} "
-        f"for features {list(x.shape)}"
+        f"torch aggregation supports edge weights [E] or [E, heads]; got {list(w.shape)} for features {list(x.shape)}"
     )
 
 

@@ -39,7 +39,6 @@ __all__ = [
 ]
 
 
-
 @dataclass(eq=False)  # identity equality and hashing: a block is a graph, not a value
 class Block:
     """One message-flow layer in CSC form over its destination nodes (see module docstring)."""
@@ -61,8 +60,7 @@ class Block:
             )
         if self.indptr.dim() != 1 or self.indptr.numel() != self.num_dst + 1:
             raise ValueError(
-                f"Block indptr must have shape [num_dst + 1] = [{self.num_dst + 1}], "
-                f"got {list(self.indptr.shape)}"
+                f"Block indptr must have shape [num_dst + 1] = [{self.num_dst + 1}], got {list(self.indptr.shape)}"
             )
         if self.num_dst > self.num_src:
             raise ValueError(
@@ -77,8 +75,7 @@ class Block:
         # Checking indptr[-1] == len(indices) needs a device sync; do it on CPU only.
         if self.indptr.device.type == "cpu" and int(self.indptr[-1]) != self.indices.numel():
             raise ValueError(
-                f"Block indptr[-1]={int(self.indptr[-1])} does not match "
-                f"len(indices)={self.indices.numel()}"
+                f"Block indptr[-1]={int(self.indptr[-1])} does not match len(indices)={self.indices.numel()}"
             )
 
     @property
@@ -104,16 +101,15 @@ class Block:
 
     def out_degrees(self) -> torch.Tensor:
         """int64 ``[num_src]``: number of edges of this block leaving each source node."""
-        return self._cached(
-            "out_degrees", lambda: torch.bincount(self.indices, minlength=self.num_src)
-        )
+        return self._cached("out_degrees", lambda: torch.bincount(self.indices, minlength=self.num_src))
 
     def dst_ids(self) -> torch.Tensor:
         """int64 ``[num_edges]``: the destination node of each edge (COO row ids)."""
         return self._cached(
             "dst_ids",
             lambda: torch.repeat_interleave(
-                torch.arange(self.num_dst, device=self.device), self.in_degrees(),
+                torch.arange(self.num_dst, device=self.device),
+                self.in_degrees(),
                 output_size=self.num_edges,
             ),
         )
@@ -153,8 +149,14 @@ class CSRStructure:
         indptr_t = torch.zeros(block.num_src + 1, dtype=torch.int64, device=block.device)
         torch.cumsum(block.out_degrees(), 0, out=indptr_t[1:])
         return cls(
-            block.indptr, block.indices, indptr_t, dst[perm], perm, dst,
-            block.num_dst, block.num_src,
+            block.indptr,
+            block.indices,
+            indptr_t,
+            dst[perm],
+            perm,
+            dst,
+            block.num_dst,
+            block.num_src,
         )
 
     def matrix(self, values: torch.Tensor) -> torch.Tensor:
@@ -173,9 +175,7 @@ def _csr(indptr, indices, values, size) -> torch.Tensor:
         return torch.sparse_csr_tensor(indptr, indices, values, size)
 
 
-def block_from_csr(
-    indptr: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None = None
-) -> Block:
+def block_from_csr(indptr: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None = None) -> Block:
     """A full-graph Block (``num_src == num_dst == n``) from CSR/CSC arrays.
 
     For a symmetric graph (such as the normalized adjacency) CSR and CSC coincide; for a

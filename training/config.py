@@ -72,14 +72,14 @@ class OptimizerConfig:
 
     type: str = field(
         default="AdamW",
-        metadata={"help": f"optimizer, one of {OPTIMIZERS}; Adam applies weight_decay as L2 "
-                  "(the GCN paper's recipe), AdamW decoupled"},
+        metadata={
+            "help": f"optimizer, one of {OPTIMIZERS}; Adam applies weight_decay as L2 "
+            "(the GCN paper's recipe), AdamW decoupled"
+        },
     )
     lr: float = field(default=0.003, metadata={"help": "peak learning rate (after warmup)"})
     weight_decay: float = field(default=0.0, metadata={"help": "weight decay (L2 for Adam/SGD, decoupled for AdamW)"})
-    betas: list[float] = field(
-        default_factory=lambda: [0.9, 0.999], metadata={"help": "Adam/AdamW (beta1, beta2)"}
-    )
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999], metadata={"help": "Adam/AdamW (beta1, beta2)"})
     momentum: float = field(default=0.9, metadata={"help": "SGD momentum"})
 
     def __post_init__(self) -> None:
@@ -102,8 +102,10 @@ class LRScheduleConfig:
 
     type: str = field(
         default="constant",
-        metadata={"help": f"one of {SCHEDULES}: cosine decays to min_lr_ratio x lr over the run, "
-                  "step multiplies by gamma every step_epochs"},
+        metadata={
+            "help": f"one of {SCHEDULES}: cosine decays to min_lr_ratio x lr over the run, "
+            "step multiplies by gamma every step_epochs"
+        },
     )
     warmup_epochs: float = field(
         default=0.0, metadata={"help": "linear warmup from 0 over this many epochs (fractions allowed)"}
@@ -132,25 +134,29 @@ class TrainingConfig:
 
     epochs: int = field(
         default=0,
-        metadata={"help": "epochs to train; 0 = the shards' epochs. More than the shards hold reuses "
-                  "them cyclically (epoch e reads shard epoch e % E)"},
+        metadata={
+            "help": "epochs to train; 0 = the shards' epochs. More than the shards hold reuses "
+            "them cyclically (epoch e reads shard epoch e % E)"
+        },
     )
     precision: str = field(
         default="fp32",
-        metadata={"help": f"one of {PRECISIONS}. mixed_float16: fp16 autocast + loss scaling on CUDA, "
-                  "bf16 autocast on CPU (fp32 where kernels lack bf16); bf16: bf16 autocast, no scaling"},
+        metadata={
+            "help": f"one of {PRECISIONS}. mixed_float16: fp16 autocast + loss scaling on CUDA, "
+            "bf16 autocast on CPU (fp32 where kernels lack bf16); bf16: bf16 autocast, no scaling"
+        },
     )
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig, metadata={"help": "the optimizer"})
-    lr_schedule: LRScheduleConfig = field(
-        default_factory=LRScheduleConfig, metadata={"help": "learning-rate schedule"}
-    )
+    lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig, metadata={"help": "learning-rate schedule"})
     gradient_clipping: float = field(
         default=0.0, metadata={"help": "clip the global gradient norm to this value; 0 = off"}
     )
     accumulate: int = field(
         default=1,
-        metadata={"help": "minibatches per optimizer step on each rank (gradient accumulation); "
-                  "global batch = batch_size x world_size x accumulate"},
+        metadata={
+            "help": "minibatches per optimizer step on each rank (gradient accumulation); "
+            "global batch = batch_size x world_size x accumulate"
+        },
     )
     eval_every: int = field(
         default=1,
@@ -166,8 +172,10 @@ class TrainingConfig:
     )
     normalize: str = field(
         default="none",
-        metadata={"help": f"feature preprocessing, one of {FEATURE_NORMALIZATIONS}: row = divide each row by "
-                  "its L1 norm (the Planetoid recipe), standard = zero mean / unit variance per column"},
+        metadata={
+            "help": f"feature preprocessing, one of {FEATURE_NORMALIZATIONS}: row = divide each row by "
+            "its L1 norm (the Planetoid recipe), standard = zero mean / unit variance per column"
+        },
     )
     degree_buckets: int = field(
         default=16,
@@ -175,21 +183,23 @@ class TrainingConfig:
     )
     profiler: str = field(
         default="torch",
-        metadata={"help": f"one of {PROFILERS}: torch = a torch.profiler trace of steps 3-5 (wait 1, warmup 1, "
-                  "active 3; Chrome JSON + key-averages table); nsys = the launcher wraps the run in `nsys profile` "
-                  "when nsys exists"},
+        metadata={
+            "help": f"one of {PROFILERS}: torch = a torch.profiler trace of steps 3-5 (wait 1, warmup 1, "
+            "active 3; Chrome JSON + key-averages table); nsys = the launcher wraps the run in `nsys profile` "
+            "when nsys exists"
+        },
     )
     aggregation: str = field(
         default="torch",
-        metadata={"help": f"sparse kernel for the sampled minibatch blocks, one of {AGGREGATIONS} (see "
-                  "training.aggregate); torch by default: a block is used for one step only, and building DGL's "
-                  "graph formats for it costs more than DGL's faster CPU kernel saves (measured: 13 vs 20 ms per "
-                  "SAGE step on the demo graph). Full-graph inference always uses auto (DGL on CPU when importable)"},
+        metadata={
+            "help": f"sparse kernel for the sampled minibatch blocks, one of {AGGREGATIONS} (see "
+            "training.aggregate); torch by default: a block is used for one step only, and building DGL's "
+            "graph formats for it costs more than DGL's faster CPU kernel saves (measured: 13 vs 20 ms per "
+            "SAGE step on the demo graph). Full-graph inference always uses auto (DGL on CPU when importable)"
+        },
     )
     seed: int = field(default=0, metadata={"help": "seed of parameter init and dropout (per epoch and rank)"})
-    device: str = field(
-        default="auto", metadata={"help": f"one of {DEVICES}; auto = cuda when available, else cpu"}
-    )
+    device: str = field(default="auto", metadata={"help": f"one of {DEVICES}; auto = cuda when available, else cpu"})
     prefetch: int = field(
         default=2, metadata={"help": "minibatches read ahead by each shard stream's background thread"}
     )
@@ -202,8 +212,13 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         p = "training"
-        for name, choices in (("precision", PRECISIONS), ("normalize", FEATURE_NORMALIZATIONS),
-                              ("profiler", PROFILERS), ("device", DEVICES), ("aggregation", AGGREGATIONS)):
+        for name, choices in (
+            ("precision", PRECISIONS),
+            ("normalize", FEATURE_NORMALIZATIONS),
+            ("profiler", PROFILERS),
+            ("device", DEVICES),
+            ("aggregation", AGGREGATIONS),
+        ):
             if getattr(self, name) not in choices:
                 _fail(f"{p}.{name}", getattr(self, name), f"must be one of {choices}")
         for name in ("accumulate", "eval_every", "degree_buckets", "checkpoint_every"):
@@ -222,12 +237,12 @@ class PathsConfig:
 
     shards: str = field(default="", metadata={"help": "minibatch_shards folder (holds manifest.json)"})
     canonical: str = field(
-        default="", metadata={"help": "canonical_graph folder (labels, splits, original ids); "
-                              "default: the one the manifest names"},
+        default="",
+        metadata={"help": "canonical_graph folder (labels, splits, original ids); default: the one the manifest names"},
     )
     adjacency: str = field(
-        default="", metadata={"help": "normalized_adjacency folder (full-graph inference); "
-                              "default: the one the manifest names"},
+        default="",
+        metadata={"help": "normalized_adjacency folder (full-graph inference); default: the one the manifest names"},
     )
     out: str = field(
         default="", metadata={"help": "the trained_model folder, replaced atomically when the run finishes"}

@@ -254,9 +254,13 @@ def _read_shard(root: Path, record: dict, verify: bool) -> dict[str, np.ndarray]
     try:
         arrays = read_npz(data)
         if int(arrays["format_version"]) != SUPPORTED_FORMAT_VERSION:
-            raise ShardError(f"{path}: shard format version {int(arrays['format_version'])}, expected {SUPPORTED_FORMAT_VERSION}")
+            raise ShardError(
+                f"{path}: shard format version {int(arrays['format_version'])}, expected {SUPPORTED_FORMAT_VERSION}"
+            )
         if int(arrays["minibatches"]) != record["minibatches"]:
-            raise ShardError(f"{path}: holds {int(arrays['minibatches'])} minibatches, manifest says {record['minibatches']}")
+            raise ShardError(
+                f"{path}: holds {int(arrays['minibatches'])} minibatches, manifest says {record['minibatches']}"
+            )
     except ShardError:
         raise
     except (NpzFormatError, KeyError) as exc:
@@ -386,10 +390,17 @@ class ShardStream:
                 weight = t(a[q + "weight_q"].astype(np.float32) * np.repeat(a[q + "weight_scale"], np.diff(indptr)))
             else:  # moved as INT8 (a quarter of the bytes), decoded on the device
                 weight_q, scale = t(a[q + "weight_q"]), t(a[q + "weight_scale"])
-            blocks.append((
-                long(indptr), long(a[q + "indices"]),
-                int(a[q + "num_src"]), int(a[q + "num_dst"]), weight, weight_q, scale,
-            ))
+            blocks.append(
+                (
+                    long(indptr),
+                    long(a[q + "indices"]),
+                    int(a[q + "num_src"]),
+                    int(a[q + "num_dst"]),
+                    weight,
+                    weight_q,
+                    scale,
+                )
+            )
         nodes = a[p + "input_nodes"].astype(np.int64, copy=False)
         host = _HostBatch(
             index=index,

@@ -60,7 +60,10 @@ class EvalGraph:
 
 @torch.no_grad()
 def full_graph_forward(
-    model: nn.Module, block: Block, x: torch.Tensor, batch_size: int = 0,
+    model: nn.Module,
+    block: Block,
+    x: torch.Tensor,
+    batch_size: int = 0,
     device: torch.device | str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(embeddings, logits) of every node, layer by layer, in eval mode.
@@ -87,9 +90,7 @@ def full_graph_forward(
         chunks = [slice_dst(block, s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
         for layer in range(model.num_layers):
             emb = h
-            h = torch.cat([
-                model.layer(layer, sub.to(device), h[src].to(device)).to(x.device) for sub, src in chunks
-            ])
+            h = torch.cat([model.layer(layer, sub.to(device), h[src].to(device)).to(x.device) for sub, src in chunks])
         return emb.float(), h.float()
     finally:
         model.train(was_training)

@@ -76,14 +76,10 @@ class SAGEConv(nn.Module):
         nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
         nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
 
-    def forward(
-        self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if self.aggregator == "pool":
             pooled = F.relu(self.fc_pool(x))
-            h_neigh = self.fc_neigh(
-                aggregate(block, pooled, reduce="max", edge_weight=edge_weight)
-            )
+            h_neigh = self.fc_neigh(aggregate(block, pooled, reduce="max", edge_weight=edge_weight))
         elif self.in_feats > self.out_feats:
             h_neigh = aggregate(block, self.fc_neigh(x), reduce="mean", edge_weight=edge_weight)
         else:
@@ -102,7 +98,11 @@ class GraphConv(nn.Module):
     """
 
     def __init__(
-        self, in_feats: int, out_feats: int, norm: str = "both", weight: bool = True,
+        self,
+        in_feats: int,
+        out_feats: int,
+        norm: str = "both",
+        weight: bool = True,
         bias: bool = True,
     ):
         super().__init__()
@@ -124,8 +124,12 @@ class GraphConv(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(
-        self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None,
-        *, norm: str | None = None,
+        self,
+        block: Block,
+        x: torch.Tensor,
+        edge_weight: torch.Tensor | None = None,
+        *,
+        norm: str | None = None,
     ) -> torch.Tensor:
         """``norm`` overrides the module's normalization for this call."""
         norm = self.norm if norm is None else _check_gcn_norm(norm)
@@ -163,8 +167,14 @@ class GATConv(nn.Module):
     """
 
     def __init__(
-        self, in_feats: int, out_feats: int, num_heads: int, feat_drop: float = 0.0,
-        attn_drop: float = 0.0, negative_slope: float = 0.2, residual: bool = False,
+        self,
+        in_feats: int,
+        out_feats: int,
+        num_heads: int,
+        feat_drop: float = 0.0,
+        attn_drop: float = 0.0,
+        negative_slope: float = 0.2,
+        residual: bool = False,
         bias: bool = True,
     ):
         super().__init__()
@@ -201,9 +211,7 @@ class GATConv(nn.Module):
             if self.res_fc.bias is not None:
                 nn.init.zeros_(self.res_fc.bias)
 
-    def forward(
-        self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         num_dst, heads, out = block.num_dst, self.num_heads, self.out_feats
         h = self.feat_drop(x)
         ft = self.fc(h).view(-1, heads, out)
@@ -229,8 +237,13 @@ class GINConv(nn.Module):
     """
 
     def __init__(
-        self, in_feats: int, out_feats: int, aggregator: str = "sum", learn_eps: bool = False,
-        init_eps: float = 0.0, apply_func: nn.Module | None = None,
+        self,
+        in_feats: int,
+        out_feats: int,
+        aggregator: str = "sum",
+        learn_eps: bool = False,
+        init_eps: float = 0.0,
+        apply_func: nn.Module | None = None,
     ):
         super().__init__()
         if aggregator not in ("sum", "mean", "max"):
@@ -244,9 +257,7 @@ class GINConv(nn.Module):
         else:
             self.register_buffer("eps", torch.tensor([float(init_eps)]))
 
-    def forward(
-        self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None
-    ) -> torch.Tensor:
+    def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         neigh = aggregate(block, x, reduce=self.aggregator, edge_weight=edge_weight)
         return self.apply_func((1 + self.eps) * x[: block.num_dst] + neigh)
 
@@ -260,12 +271,8 @@ class ModelConfig:
 
     conv: str = field(default="sage", metadata={"help": f"layer type, one of {CONVS}"})
     hidden: int = field(default=256, metadata={"help": "hidden width (all heads together for GAT)"})
-    num_layers: int = field(
-        default=2, metadata={"help": "message-passing layers; one sampled block per layer"}
-    )
-    dropout: float = field(
-        default=0.5, metadata={"help": "dropout on each layer's input features (incl. the first)"}
-    )
+    num_layers: int = field(default=2, metadata={"help": "message-passing layers; one sampled block per layer"})
+    dropout: float = field(default=0.5, metadata={"help": "dropout on each layer's input features (incl. the first)"})
     attn_dropout: float = field(default=0.0, metadata={"help": "GAT attention dropout"})
     heads: int = field(default=4, metadata={"help": "GAT heads of hidden layers (output: 1)"})
     residual: bool = field(
@@ -326,10 +333,20 @@ class GNN(nn.Module):
     """
 
     def __init__(
-        self, in_feats: int, hidden: int, num_classes: int, num_layers: int,
-        conv: str = "sage", *, dropout: float = 0.0, residual: bool = False,
-        norm: str | None = None, drop_edge: float = 0.0, heads: int = 1,
-        attn_dropout: float = 0.0, gcn_edge_weight: bool = True,
+        self,
+        in_feats: int,
+        hidden: int,
+        num_classes: int,
+        num_layers: int,
+        conv: str = "sage",
+        *,
+        dropout: float = 0.0,
+        residual: bool = False,
+        norm: str | None = None,
+        drop_edge: float = 0.0,
+        heads: int = 1,
+        attn_dropout: float = 0.0,
+        gcn_edge_weight: bool = True,
         activation_checkpointing: bool = False,
     ):
         super().__init__()
@@ -352,9 +369,7 @@ class GNN(nn.Module):
                 continue
             self.norms.append(_make_norm(norm, d_out))
             if residual:
-                self.residuals.append(
-                    nn.Identity() if d_in == d_out else nn.Linear(d_in, d_out, bias=False)
-                )
+                self.residuals.append(nn.Identity() if d_in == d_out else nn.Linear(d_in, d_out, bias=False))
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
@@ -394,7 +409,10 @@ class GNN(nn.Module):
 
     @torch.no_grad()
     def inference(
-        self, full_block: Block, x: torch.Tensor, batch_size: int | None = None,
+        self,
+        full_block: Block,
+        x: torch.Tensor,
+        batch_size: int | None = None,
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
         """Logits of every node, computed layer by layer over the whole graph (no sampling).
@@ -421,10 +439,7 @@ class GNN(nn.Module):
         chunks = [slice_dst(full_block, s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
         h = x
         for layer in range(self.num_layers):
-            parts = [
-                self.layer(layer, sub.to(device), h[src_ids].to(device)).to(x.device)
-                for sub, src_ids in chunks
-            ]
+            parts = [self.layer(layer, sub.to(device), h[src_ids].to(device)).to(x.device) for sub, src_ids in chunks]
             h = torch.cat(parts)
         return h
 
@@ -455,8 +470,17 @@ def _make_norm(norm: str | None, width: int) -> nn.Module:
 def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
     """The :class:`GNN` described by ``cfg`` for ``in_feats`` inputs and ``num_classes``."""
     return GNN(
-        in_feats, cfg.hidden, num_classes, cfg.num_layers, cfg.conv,
-        dropout=cfg.dropout, residual=cfg.residual, norm=cfg.norm, drop_edge=cfg.drop_edge,
-        heads=cfg.heads, attn_dropout=cfg.attn_dropout, gcn_edge_weight=cfg.gcn_edge_weight,
+        in_feats,
+        cfg.hidden,
+        num_classes,
+        cfg.num_layers,
+        cfg.conv,
+        dropout=cfg.dropout,
+        residual=cfg.residual,
+        norm=cfg.norm,
+        drop_edge=cfg.drop_edge,
+        heads=cfg.heads,
+        attn_dropout=cfg.attn_dropout,
+        gcn_edge_weight=cfg.gcn_edge_weight,
         activation_checkpointing=cfg.activation_checkpointing,
     )

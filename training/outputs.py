@@ -106,12 +106,14 @@ def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: to
     """predictions.parquet: node_id, original_id, predicted, probabilities."""
     probs = torch.softmax(logits.float(), dim=1).cpu().numpy().astype(np.float32)
     n, c = probs.shape
-    table = pa.table({
-        "node_id": pa.array(np.arange(n, dtype=np.int64)),
-        "original_id": original_id,
-        "predicted": pa.array(probs.argmax(1).astype(np.int32)),
-        "probabilities": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), c),
-    })
+    table = pa.table(
+        {
+            "node_id": pa.array(np.arange(n, dtype=np.int64)),
+            "original_id": original_id,
+            "predicted": pa.array(probs.argmax(1).astype(np.int32)),
+            "probabilities": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), c),
+        }
+    )
     pq.write_table(table, path)
 
 

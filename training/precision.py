@@ -73,7 +73,10 @@ def resolve_precision(requested: str, device: torch.device) -> Precision:
     if dev == "cpu":
         if cpu_bf16_supported():
             return Precision(
-                requested, dev, torch.bfloat16, False,
+                requested,
+                dev,
+                torch.bfloat16,
+                False,
                 f"CPU: {requested} runs as bf16 autocast (no fp16 loss scaling on CPU); sparse "
                 "aggregation and normalization layers stay fp32",
             )

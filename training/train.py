@@ -56,7 +56,13 @@ from torch.profiler import record_function
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 from training.aggregate import BACKEND_ENV
 from training.checkpoint import (
-    CHECKPOINT_NAME, code_version, data_version, load_checkpoint, run_key, save_checkpoint, work_dir_for,
+    CHECKPOINT_NAME,
+    code_version,
+    data_version,
+    load_checkpoint,
+    run_key,
+    save_checkpoint,
+    work_dir_for,
 )
 from training.config import LRScheduleConfig, OptimizerConfig, RunConfig
 from training.data import ShardStream, cross_entropy, read_manifest
@@ -205,7 +211,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
         """Loss of one minibatch, its gradient accumulated (scaled for fp16, averaged over the step)."""
         t0 = now()
         with record_function("forward"), precision.autocast():
-            blocks = mb.blocks[num_blocks - cfg.model.num_layers:]
+            blocks = mb.blocks[num_blocks - cfg.model.num_layers :]
             x = transform(mb.x)[: blocks[0].num_src]
             logits = net(blocks, x).float()
             loss = cross_entropy(mb, logits)
@@ -233,8 +239,16 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
                 torch.cuda.reset_peak_memory_stats(device)
             model.train()
             streams = [
-                ShardStream(shards, r, epoch % shard_epochs, device, tcfg.prefetch, features=stream_features,
-                            verify=tcfg.verify_shards, manifest=manifest)
+                ShardStream(
+                    shards,
+                    r,
+                    epoch % shard_epochs,
+                    device,
+                    tcfg.prefetch,
+                    features=stream_features,
+                    verify=tcfg.verify_shards,
+                    manifest=manifest,
+                )
                 for r in my_streams
             ]
             iters = [iter(s) for s in streams]
@@ -280,10 +294,13 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
                     stream.close()
             train_seconds = now() - t_epoch
             row = {
-                "epoch": epoch, "rank": info.rank,
+                "epoch": epoch,
+                "rank": info.rank,
                 "loss": loss_sum / max(minibatches, 1),
                 "minibatch_acc": correct / seeds if seeds else float("nan"),
-                "lr": lr, "steps": steps_per_epoch, "seeds": seeds,
+                "lr": lr,
+                "steps": steps_per_epoch,
+                "seeds": seeds,
                 "seeds_per_s": seeds / train_seconds if train_seconds > 0 else float("nan"),
                 "train_seconds": train_seconds,
                 "data_seconds": timing["data"],
@@ -305,10 +322,17 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
                     row.update(accuracies(logits, eval_graph.labels, eval_graph.masks))
                     row["eval_seconds"] = now() - t0
                     if row["val_acc"] > best["val_acc"]:
-                        best = {"epoch": epoch, "val_acc": row["val_acc"], "test_acc": row["test_acc"],
-                                "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
-                stop = bool(tcfg.early_stopping_patience and best["epoch"] >= 0
-                            and epoch - best["epoch"] >= tcfg.early_stopping_patience)
+                        best = {
+                            "epoch": epoch,
+                            "val_acc": row["val_acc"],
+                            "test_acc": row["test_acc"],
+                            "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                        }
+                stop = bool(
+                    tcfg.early_stopping_patience
+                    and best["epoch"] >= 0
+                    and epoch - best["epoch"] >= tcfg.early_stopping_patience
+                )
             stopped_early = broadcast_flag(info, stop) and epoch < epochs - 1
             row["epoch_seconds"] = now() - t_epoch
             rows = all_gather_objects(info, row)
@@ -319,14 +343,23 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
                 if stopped_early:
                     report.info(f"early stopping: validation accuracy last improved at epoch {best['epoch']}")
                 if (epoch + 1) % tcfg.checkpoint_every == 0 or epoch == epochs - 1 or stopped_early:
-                    save_checkpoint(ckpt_path, {
-                        "epoch": epoch, "step": step, "model": model.state_dict(),
-                        "optimizer": optimizer.state_dict(),
-                        "scaler": scaler.state_dict() if precision.loss_scaling else {},
-                        "best": best, "history": history, "stopped_early": stopped_early,
-                        "config": cfg.to_dict(), "run_key": key, "data_version": dver,
-                        "code_version": code_version(),
-                    })
+                    save_checkpoint(
+                        ckpt_path,
+                        {
+                            "epoch": epoch,
+                            "step": step,
+                            "model": model.state_dict(),
+                            "optimizer": optimizer.state_dict(),
+                            "scaler": scaler.state_dict() if precision.loss_scaling else {},
+                            "best": best,
+                            "history": history,
+                            "stopped_early": stopped_early,
+                            "config": cfg.to_dict(),
+                            "run_key": key,
+                            "data_version": dver,
+                            "code_version": code_version(),
+                        },
+                    )
             if on_epoch_end is not None:
                 on_epoch_end(epoch, rows)
     profiler.close()
@@ -337,12 +370,30 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     if best["model"] is None:  # never evaluated (cannot happen with eval after the last epoch)
         best = {**best, "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
     last_epoch = max((r["epoch"] for r in history), default=-1)
-    summary = _finish(cfg, model, best, history, eval_graph, read_node_table(canonical).original_id, work,
-                      in_feats, num_classes, last_epoch, manifest, dver, key, stopped_early, precision.note,
-                      time.perf_counter() - t_start, info)
+    summary = _finish(
+        cfg,
+        model,
+        best,
+        history,
+        eval_graph,
+        read_node_table(canonical).original_id,
+        work,
+        in_feats,
+        num_classes,
+        last_epoch,
+        manifest,
+        dver,
+        key,
+        stopped_early,
+        precision.note,
+        time.perf_counter() - t_start,
+        info,
+    )
     report.materialization(_pipes_metadata(summary))
-    report.info(f"done: best val {summary['best_val_acc']:.4f} (epoch {summary['best_epoch']}), "
-                f"test {summary['test_acc_at_best_val']:.4f}; outputs in {cfg.paths.out}")
+    report.info(
+        f"done: best val {summary['best_val_acc']:.4f} (epoch {summary['best_epoch']}), "
+        f"test {summary['test_acc_at_best_val']:.4f}; outputs in {cfg.paths.out}"
+    )
     return summary
 
 
@@ -359,8 +410,10 @@ def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
         if setting:
             return Path(setting).resolve()
         if name not in named:
-            raise ValueError(f"paths.{'canonical' if 'canonical' in name else 'adjacency'} is not set and "
-                             f"{shards / 'manifest.json'} does not name a {name} folder")
+            raise ValueError(
+                f"paths.{'canonical' if 'canonical' in name else 'adjacency'} is not set and "
+                f"{shards / 'manifest.json'} does not name a {name} folder"
+            )
         return (shards / named[name]).resolve()
 
     return shards, pick(cfg.paths.canonical, "canonical_graph"), pick(cfg.paths.adjacency, "normalized_adjacency")
@@ -411,16 +464,35 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 def _epoch_line(epoch: int, epochs: int, rows: list[dict]) -> str:
     main = rows[0]
-    line = (f"epoch {epoch + 1}/{epochs}: loss {np.mean([r['loss'] for r in rows]):.4f}, "
-            f"{sum(r['seeds_per_s'] for r in rows):.0f} seeds/s, {max(r['train_seconds'] for r in rows):.2f} s "
-            f"(data wait {max(r['data_wait_share'] for r in rows):.0%})")
+    line = (
+        f"epoch {epoch + 1}/{epochs}: loss {np.mean([r['loss'] for r in rows]):.4f}, "
+        f"{sum(r['seeds_per_s'] for r in rows):.0f} seeds/s, {max(r['train_seconds'] for r in rows):.2f} s "
+        f"(data wait {max(r['data_wait_share'] for r in rows):.0%})"
+    )
     if "val_acc" in main:
         line += f", train {main['train_acc']:.4f} val {main['val_acc']:.4f} test {main['test_acc']:.4f}"
     return line
 
 
-def _finish(cfg, model, best, history, eval_graph, original_id, work, in_feats, num_classes, last_epoch,
-            manifest, dver, key, stopped_early, precision_note, seconds, info) -> dict:
+def _finish(
+    cfg,
+    model,
+    best,
+    history,
+    eval_graph,
+    original_id,
+    work,
+    in_feats,
+    num_classes,
+    last_epoch,
+    manifest,
+    dver,
+    key,
+    stopped_early,
+    precision_note,
+    seconds,
+    info,
+) -> dict:
     """Write the trained_model folder atomically, then drop the work folder."""
     out = Path(cfg.paths.out)
     model_cfg = asdict(cfg.model)
@@ -444,8 +516,9 @@ def _finish(cfg, model, best, history, eval_graph, original_id, work, in_feats, 
         "stopped_early": stopped_early,
         "mean_epoch_seconds": float(np.mean([r["epoch_seconds"] for r in main_rows])),
         "mean_train_seconds": float(np.mean([r["train_seconds"] for r in main_rows])),
-        "seeds_per_s": float(np.mean([sum(r["seeds_per_s"] for r in history if r["epoch"] == e)
-                                      for e in {r["epoch"] for r in history}])),
+        "seeds_per_s": float(
+            np.mean([sum(r["seeds_per_s"] for r in history if r["epoch"] == e) for e in {r["epoch"] for r in history}])
+        ),
         "data_wait_share": float(np.mean([r["data_wait_share"] for r in history])),
         "peak_memory_mb": float(max(r["peak_memory_mb"] for r in history)),
         "world_size": int(manifest["world_size"]),
