@@ -67,34 +67,9 @@ minibatch) through NumPy's SeedSequence; DGL's samplers run with one OpenMP thre
 ``torch.manual_seed``) before each minibatch. The same inputs and config give identical
 shard files.
 
-Files written (format version 1) into ``<out_dir>/`` (replaced atomically as a whole):
-
-``epoch={e}/rank={r}/shard-{k:05d}.npz``  uncompressed ``.npz`` (`graphs.npzio.write_npz`:
-streamed, 64-byte aligned, readable by ``np.load(..., allow_pickle=False)``) holding
-``minibatches_per_shard`` minibatches each (the last shard of a stream may hold fewer). Scalars ``format_version``, ``minibatches``;
-then per minibatch ``i`` (0-based within the file), keys prefixed ``mb{i}_``:
-
-    input_nodes      int32 [num_src(l0)]  global ids of block 0's source nodes (features
-                                          rows); its first num_dst(l) entries are block
-                                          l's destination nodes (int64 if an id >= 2^31)
-    seeds            int64 [S]            global ids of the loss nodes
-    seed_pos         int64 [S]            their positions among the last block's
-                                          destination nodes (arange(S) for neighbor and
-                                          importance)
-    labels           int64 [S]
-    loss_weight      float32 [S]          only for saint (see above)
-    l{l}_num_src     int64 scalar
-    l{l}_num_dst     int64 scalar
-    l{l}_indptr      int32 [num_dst + 1]  CSC over the destination nodes (int64 if nnz >= 2^31)
-    l{l}_indices     int32 [nnz]          local source index (int64 if num_src >= 2^31)
-    l{l}_weight      float32 [nnz]        with weights="fp32", or
-    l{l}_weight_q    int8 [nnz]  and  l{l}_weight_scale float32 [num_dst]  with "int8"
-
-Blocks ``l = 0 .. num_layers-1``; with ``shared_block`` (cluster_gcn, saint) only ``l0``
-is stored and stands for every layer.
-
-``manifest.json``: see `MANIFEST_KEYS`; per (epoch, rank) stream the files in order with
-their byte size, SHA-256 and minibatch count.
+Files written into ``<out_dir>/`` (replaced atomically as a whole): the shard files and
+``manifest.json`` of `graphs.shard_format`, where the format (file names, keys, dtypes,
+version, manifest schema) is defined once for this writer and the reader (`training.data`).
 ``features_scale.npy``/``features_zero_point.npy`` float32 [D]: only with ``features="int8"``;
 the INT8 matrix is compressed_graph's ``features_int8.npy`` when that asset holds INT8
 features (referenced, not copied), else ``features_int8.npy`` int8 [n, D] here (per-column
@@ -129,44 +104,19 @@ import pyarrow.parquet as pq
 
 from graphs.canonical import read_summary
 from graphs.npzio import write_npz
+from graphs.shard_format import (
+    FEATURE_ENCODINGS,
+    FORMAT_VERSION,
+    WEIGHT_ENCODINGS,
+    encode_shard,
+    index_dtype,
+    shard_relpath,
+    write_manifest,
+)
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
-FORMAT_VERSION = 1
 SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
 SAINT_MODES = ("node", "edge", "walk")
-WEIGHT_ENCODINGS = ("fp32", "int8")
-FEATURE_ENCODINGS = ("fp32", "int8")
-
-MANIFEST_KEYS = {
-    "format_version": "int, FORMAT_VERSION of the shard files",
-    "sampler": "neighbor | importance | cluster_gcn | saint",
-    "settings": "every ShardConfig field",
-    "num_layers": "blocks per minibatch (the model's number of layers)",
-    "shared_block": "true when only block l0 is stored and stands for every layer",
-    "world_size": "W, ranks the shards were cut for",
-    "batch_size": "seeds per minibatch per rank (upper bound; neighbor/importance)",
-    "epochs": "E",
-    "n": "nodes of the graph",
-    "num_classes": "classes of the labels",
-    "feature_dim": "D, 0 without features",
-    "train_nodes": "T, training nodes (split train, label >= 0)",
-    "weights": "fp32 | int8 edge-weight encoding in the shards",
-    "self_loops": "whether every block holds each destination's self loop",
-    "features": "null, or {encoding: fp32, path} or {encoding: int8, q, scale, zero_point}"
-    " with paths relative to the manifest's folder, plus shape [n, D]",
-    "minibatches_per_epoch_per_rank": "M, equal for every epoch and rank",
-    "streams": "list of {epoch, rank, minibatches, seeds, sampled_edges, bytes, files:"
-    " [{path, bytes, sha256, minibatches}]}",
-    "sampled_edges": "edges of all stored blocks of all minibatches (self loops included; a shared block counts once)",
-    "seeds": "loss nodes over all minibatches",
-    "bytes": "bytes of all shard files",
-    "bytes_per_sampled_edge": "bytes / sampled_edges",
-    "seconds": "wall time of sampling and writing",
-    "seeds_per_second": "seeds / seconds",
-    "sampled_edges_per_second": "sampled_edges / seconds",
-    "saint": "saint only: presamples N, mean subgraph nodes",
-    "inputs": "paths (relative) of the canonical, adjacency and partition folders used",
-}
 
 
 # ----------------------------------------------------------------------------- config
@@ -447,10 +397,6 @@ def segment_positions(starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return offsets + np.arange(total, dtype=np.int64)
 
 
-def _index_dtype(num_src: int):
-    return np.int32 if num_src < 2**31 else np.int64
-
-
 def _indptr(counts: np.ndarray) -> np.ndarray:
     indptr = np.zeros(len(counts) + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
@@ -652,7 +598,7 @@ class MinibatchSampler:
     ) -> SampledBlock:
         """Block from a CSC over the destinations (`dst_global` = their global ids), plus
         self loops when configured."""
-        src = src.astype(_index_dtype(num_src), copy=False)
+        src = src.astype(index_dtype(num_src), copy=False)
         weight = weight.astype(np.float32, copy=False)
         if self.add_loops:
             indptr, src, weight = insert_self_loops(indptr, src, weight, self.adj.diag[dst_global])
@@ -736,7 +682,7 @@ class MinibatchSampler:
         if not self.cfg.self_loops:
             keep &= col != nodes[owner]
         m = len(nodes)
-        itype = _index_dtype(m)
+        itype = index_dtype(m)
         return SampledBlock(
             _indptr(np.bincount(owner[keep], minlength=m)),
             local[keep].astype(itype),
@@ -841,35 +787,6 @@ class MinibatchSampler:
 
 
 # ----------------------------------------------------------------------------- shard files
-
-
-def minibatch_arrays(mb: SampledMinibatch, i: int, weights: str) -> dict[str, np.ndarray]:
-    """The npz entries of minibatch `i` of a shard file (layout in the module docstring)."""
-    from graphs.quantize import quantize_int8_rows_csr
-
-    p = f"mb{i}_"
-    nodes = np.asarray(mb.input_nodes)
-    out = {
-        p + "input_nodes": nodes.astype(_index_dtype(int(nodes.max()) + 1 if len(nodes) else 0), copy=False),
-        p + "seeds": np.asarray(mb.seeds, dtype=np.int64),
-        p + "seed_pos": np.asarray(mb.seed_pos, dtype=np.int64),
-        p + "labels": np.asarray(mb.labels, dtype=np.int64),
-    }
-    if mb.loss_weight is not None:
-        out[p + "loss_weight"] = np.asarray(mb.loss_weight, dtype=np.float32)
-    for layer, b in enumerate(mb.blocks):
-        q = f"{p}l{layer}_"
-        out[q + "num_src"] = np.int64(b.num_src)
-        out[q + "num_dst"] = np.int64(b.num_dst)
-        out[q + "indptr"] = b.indptr.astype(_index_dtype(int(b.indptr[-1]) + 1), copy=False)
-        out[q + "indices"] = b.indices
-        if weights == "int8":
-            qw, scale = quantize_int8_rows_csr(b.indptr, b.weight)
-            out[q + "weight_q"] = qw
-            out[q + "weight_scale"] = scale
-        else:
-            out[q + "weight"] = b.weight
-    return out
 
 
 class _ShardWriter:
@@ -995,13 +912,8 @@ def write_minibatch_shards(
                     if not batch:
                         return
                     shard = len(stats[rank]["files"])  # noqa: B023 (called only within this iteration)
-                    rel = f"epoch={epoch}/rank={rank}/shard-{shard:05d}.npz"  # noqa: B023 (called only within this iteration)
-                    arrays: dict[str, np.ndarray] = {
-                        "format_version": np.int64(FORMAT_VERSION),
-                        "minibatches": np.int64(len(batch)),
-                    }
-                    for i, mb in enumerate(batch):
-                        arrays.update(minibatch_arrays(mb, i, cfg.weights))
+                    rel = shard_relpath(epoch, rank, shard)  # noqa: B023 (called only within this iteration)
+                    arrays = encode_shard(batch, cfg.weights)
                     writer.submit(rel, arrays, len(batch))
                     stats[rank]["files"].append(rel)  # noqa: B023 (called only within this iteration)
                     pending[rank] = []  # noqa: B023 (called only within this iteration)
@@ -1071,13 +983,11 @@ def write_minibatch_shards(
             manifest["saint"] = sampler.saint_info
         if per_rank != counts.pop():
             raise AssertionError(f"planned {per_rank} minibatches per rank, wrote {streams[0]['minibatches']}")
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        write_manifest(tmp, manifest)
     return manifest
 
 
 __all__ = [
-    "FORMAT_VERSION",
-    "MANIFEST_KEYS",
     "MinibatchSampler",
     "SAMPLERS",
     "SampledBlock",
@@ -1089,7 +999,6 @@ __all__ = [
     "epoch_seed_batches",
     "insert_self_loops",
     "load_shard_inputs",
-    "minibatch_arrays",
     "minibatch_seed",
     "segment_positions",
     "train_nodes_of",
