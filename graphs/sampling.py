@@ -45,7 +45,7 @@ Edge weights: ``neighbor`` multiplies the sampled neighbour weights of v by
 ``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without replacement,
 so again an unbiased estimate of the row of Â·X); ``importance`` and ``saint`` apply their
 corrections above; ``cluster_gcn`` uses Â restricted to the subgraph. With
-``weights="int8"`` the final weights are stored as per-destination symmetric INT8
+``weight_encoding="int8"`` the final weights are stored as per-destination symmetric INT8
 (`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
 destination; weight = q * scale[dst]).
 
@@ -70,12 +70,10 @@ shard files.
 Files written into ``<out_dir>/`` (replaced atomically as a whole): the shard files and
 ``manifest.json`` of `graphs.shard_format`, where the format (file names, keys, dtypes,
 version, manifest schema) is defined once for this writer and the reader (`training.data`).
-``features_scale.npy``/``features_zero_point.npy`` float32 [D]: only with ``features="int8"``;
-the INT8 matrix is compressed_graph's ``features_int8.npy`` when that asset holds INT8
-features (referenced, not copied), else ``features_int8.npy`` int8 [n, D] here (per-column
-INT8 of the canonical features, `graphs.quantize.quantize_int8_columns`).
+No feature file is written here: the manifest names the canonical ``features.npy``
+(``feature_encoding="fp32"``) or compressed_graph's codes and scales (``"compressed"``).
 
-Edge weights with ``weights="int8"`` are quantized per block row here, from Â's FP32
+Edge weights with ``weight_encoding="int8"`` are quantized per block row here, from Â's FP32
 weights times the sampler's correction; compressed_graph's per-row INT8 of Â is not the
 source because the corrections change each row's scale anyway.
 
@@ -89,7 +87,6 @@ Usage::
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import queue
@@ -109,6 +106,7 @@ from graphs.shard_format import (
     FORMAT_VERSION,
     WEIGHT_ENCODINGS,
     encode_shard,
+    features_entry,
     index_dtype,
     shard_relpath,
     write_manifest,
@@ -150,12 +148,17 @@ class ShardConfig:
     world_size: int = field(default=2, metadata={"help": "DDP ranks W; one shard stream per rank and epoch."})
     seed: int = field(default=0, metadata={"help": "Seed of every random draw (shards are deterministic)."})
     minibatches_per_shard: int = field(default=8, metadata={"help": "Minibatches per shard file."})
-    weights: str = field(
-        default="fp32", metadata={"help": "Edge-weight encoding in the shards: 'fp32' or 'int8' (+ scale per row)."}
-    )
-    features: str = field(
+    weight_encoding: str = field(
         default="fp32",
-        metadata={"help": "Feature source named in the manifest: 'fp32' (canonical features.npy) or 'int8'."},
+        metadata={"help": f"Edge-weight encoding in the shards, one of {WEIGHT_ENCODINGS} ('int8': + scale per row)."},
+    )
+    feature_encoding: str = field(
+        default="fp32",
+        metadata={
+            "help": f"Features the shards name, one of {FEATURE_ENCODINGS}: 'fp32' reads the canonical "
+            "features.npy, 'compressed' reads compressed_graph's codes (its encoding and transform), "
+            "decoded per batch on the training device."
+        },
     )
     self_loops: bool = field(
         default=True,
@@ -203,10 +206,15 @@ class ShardConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if self.seed < 0:
             raise ValueError(f"seed={self.seed} must be >= 0")
-        if self.weights not in WEIGHT_ENCODINGS:
-            raise ValueError(f"weights={self.weights!r} is not one of {WEIGHT_ENCODINGS}")
-        if self.features not in FEATURE_ENCODINGS:
-            raise ValueError(f"features={self.features!r} is not one of {FEATURE_ENCODINGS}")
+        if self.weight_encoding not in WEIGHT_ENCODINGS:
+            raise ValueError(f"weight_encoding={self.weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
+        if self.feature_encoding == "int8":
+            raise ValueError(
+                "feature_encoding='int8' is now 'compressed': the shards read compressed_graph's features "
+                "(set compressed_graph's feature_encoding to 'int8' for INT8 codes)"
+            )
+        if self.feature_encoding not in FEATURE_ENCODINGS:
+            raise ValueError(f"feature_encoding={self.feature_encoding!r} is not one of {FEATURE_ENCODINGS}")
         if self.saint_mode not in SAINT_MODES:
             raise ValueError(f"saint_mode={self.saint_mode!r} is not one of {SAINT_MODES}")
         if self.saint_coverage <= 0:
@@ -258,7 +266,7 @@ def load_shard_inputs(
     compressed_dir: str | os.PathLike | None = None,
 ) -> ShardInputs:
     """Read the canonical graph's labels/splits, Â's CSR and (if given) the METIS clusters;
-    `compressed_dir` (compressed_graph, optional) supplies INT8 features for features='int8'."""
+    `compressed_dir` (compressed_graph, optional) supplies the features for feature_encoding='compressed'."""
     canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
     summary = read_summary(canonical)
     n = int(summary["nodes"])
@@ -829,55 +837,6 @@ class _ShardWriter:
             raise self._error
 
 
-def _features_entry(inputs: ShardInputs, cfg: ShardConfig, tmp: Path, final: Path) -> dict | None:
-    """The manifest's `features` entry; with features='int8' also the small scale files."""
-    if inputs.features_path is None:
-        return None
-    shape = [inputs.n, inputs.feature_dim]
-    if cfg.features == "fp32":
-        return {"encoding": "fp32", "path": os.path.relpath(inputs.features_path, final), "shape": shape}
-    q_path = _compressed_int8_features(inputs)
-    if q_path is not None:  # compressed_graph's INT8 matrix, referenced rather than copied
-        from graphs.compress import load_features
-
-        enc = load_features(inputs.compressed_dir)
-        scale, zero = enc.arrays["scale"], enc.arrays["zero_point"]
-        q_rel = os.path.relpath(q_path, final)
-    else:  # quantized here with the same per-column scheme
-        from graphs.quantize import quantize_int8_columns
-
-        x = np.load(inputs.features_path, mmap_mode="r", allow_pickle=False)
-        q = np.lib.format.open_memmap(tmp / "features_int8.npy", mode="w+", dtype=np.int8, shape=x.shape)
-        _, scale, zero = quantize_int8_columns(x, out=q)
-        q.flush()
-        del q
-        q_rel = "features_int8.npy"
-    np.save(tmp / "features_scale.npy", np.asarray(scale, dtype=np.float32))
-    np.save(tmp / "features_zero_point.npy", np.asarray(zero, dtype=np.float32))
-    return {
-        "encoding": "int8",
-        "q": q_rel,
-        "scale": "features_scale.npy",
-        "zero_point": "features_zero_point.npy",
-        "shape": shape,
-    }
-
-
-def _compressed_int8_features(inputs: ShardInputs) -> Path | None:
-    """compressed_graph's features_int8.npy when that folder holds INT8 features of the right shape."""
-    d = inputs.compressed_dir
-    if d is None or not (d / "manifest.json").is_file():
-        return None
-    if json.loads((d / "manifest.json").read_text()).get("feature_encoding") != "int8":
-        return None
-    path = d / "features_int8.npy"
-    if not path.is_file():
-        return None
-    if np.load(path, mmap_mode="r", allow_pickle=False).shape != (inputs.n, inputs.feature_dim):
-        return None
-    return path
-
-
 def write_minibatch_shards(
     inputs: ShardInputs,
     out_dir: str | os.PathLike,
@@ -897,7 +856,8 @@ def write_minibatch_shards(
     per_rank = sampler.minibatches_per_rank()
     streams = []
     with atomic_output_dir(final) as tmp:
-        features = _features_entry(inputs, cfg, tmp, final)
+        shape = (inputs.n, inputs.feature_dim)
+        features = features_entry(cfg.feature_encoding, shape, final, inputs.features_path, inputs.compressed_dir)
         writer = _ShardWriter(tmp)
         try:
             for epoch in range(cfg.epochs):
@@ -913,7 +873,7 @@ def write_minibatch_shards(
                         return
                     shard = len(stats[rank]["files"])  # noqa: B023 (called only within this iteration)
                     rel = shard_relpath(epoch, rank, shard)  # noqa: B023 (called only within this iteration)
-                    arrays = encode_shard(batch, cfg.weights)
+                    arrays = encode_shard(batch, cfg.weight_encoding)
                     writer.submit(rel, arrays, len(batch))
                     stats[rank]["files"].append(rel)  # noqa: B023 (called only within this iteration)
                     pending[rank] = []  # noqa: B023 (called only within this iteration)
@@ -955,7 +915,7 @@ def write_minibatch_shards(
             "num_classes": inputs.num_classes,
             "feature_dim": inputs.feature_dim,
             "train_nodes": int(len(inputs.train_nodes)),
-            "weights": cfg.weights,
+            "weight_encoding": cfg.weight_encoding,
             "self_loops": sampler.add_loops,
             "features": features,
             "minibatches_per_epoch_per_rank": per_rank,

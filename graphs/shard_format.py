@@ -30,6 +30,14 @@ every block. Edge weights are stored in one of `WEIGHT_ENCODINGS`: ``fp32`` (``w
 or ``int8`` (``weight_q`` int8 per edge and ``weight_scale`` float32 per destination,
 symmetric per row: weight = q * scale[dst], `graphs.quantize.quantize_int8_rows_csr`).
 
+Features are not copied into the shards: the manifest's ``features`` entry
+(`features_entry`) names either the canonical graph's FP32 ``features.npy`` or the
+compressed_graph folder, whose codes and scales (INT8, 4-bit or bit-packed, with its
+``feature_transform``) are decoded by `graphs.quantize.EncodedFeatures` — the one layout
+of quantized features. `open_features` gives the reader an `EncodedFeatures` either way:
+its ``gather(nodes)`` takes a batch's compact rows, ``decode_gathered(_torch)`` decodes
+them (on the training device for CUDA), ``asinh`` undone.
+
 Extending the format: add the entry to `MINIBATCH_ENTRIES` / `BLOCK_ENTRIES` (with
 ``required=False`` if older writers may lack it) or `MANIFEST_KEYS`, write it in
 `encode_minibatch` / the writer's manifest, read it in `decode_minibatch`, and bump
@@ -43,11 +51,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from graphs.npzio import NpzFormatError, aligned_buffer, read_npz
+
+if TYPE_CHECKING:
+    from graphs.quantize import EncodedFeatures
 
 __all__ = [
     "BLOCK_ENTRIES",
@@ -67,6 +78,8 @@ __all__ = [
     "decode_minibatch",
     "encode_minibatch",
     "encode_shard",
+    "features_entry",
+    "open_features",
     "index_dtype",
     "minibatch_key",
     "read_manifest",
@@ -76,14 +89,15 @@ __all__ = [
     "write_manifest",
 ]
 
-FORMAT_VERSION = 1
-"""Version of the files this code writes."""
+FORMAT_VERSION = 2
+"""Version of the files this code writes (2: features referenced from compressed_graph in
+any of its encodings and with its transform; ``weight_encoding`` in the manifest)."""
 SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
 """Version of the files this code reads (only its own: a format change re-samples)."""
 
 MANIFEST_NAME = "manifest.json"
 WEIGHT_ENCODINGS = ("fp32", "int8")
-FEATURE_ENCODINGS = ("fp32", "int8")
+FEATURE_ENCODINGS = ("fp32", "compressed")
 
 HEADER_KEYS = {
     "format_version": "int64 scalar, FORMAT_VERSION",
@@ -142,11 +156,12 @@ MANIFEST_KEYS = {
     "num_classes": ManifestKey("classes of the labels"),
     "feature_dim": ManifestKey("D, 0 without features"),
     "train_nodes": ManifestKey("T, training nodes (split train, label >= 0)"),
-    "weights": ManifestKey("fp32 | int8 edge-weight encoding in the shards"),
+    "weight_encoding": ManifestKey("fp32 | int8 edge-weight encoding in the shards"),
     "self_loops": ManifestKey("whether every block holds each destination's self loop"),
     "features": ManifestKey(
-        "null, or {encoding: fp32, path} or {encoding: int8, q, scale, zero_point}"
-        " with paths relative to the manifest's folder, plus shape [n, D]"
+        "null, or {encoding: fp32, path: canonical features.npy} or {encoding: compressed, path: compressed_graph"
+        " folder, codes: int8 | int4 | binary, transform: none | asinh}; paths relative to the manifest's folder;"
+        " plus shape [n, D] (see features_entry)"
     ),
     "minibatches_per_epoch_per_rank": ManifestKey("M, equal for every epoch and rank"),
     "streams": ManifestKey(
@@ -242,6 +257,51 @@ def encode_shard(minibatches: Sequence[Any], weight_encoding: str) -> dict[str, 
     for i, mb in enumerate(minibatches):
         arrays.update(encode_minibatch(mb, i, weight_encoding))
     return arrays
+
+
+def features_entry(
+    encoding: str,
+    shape: tuple[int, int],
+    folder: Path,
+    fp32_path: Path | None,
+    compressed_dir: Path | None,
+) -> dict | None:
+    """The manifest's ``features`` entry for feature `encoding` (one of FEATURE_ENCODINGS).
+
+    `folder` is where the manifest will live (paths are stored relative to it);
+    `fp32_path` the canonical ``features.npy`` (None: the graph has no features, the entry
+    is None); `compressed_dir` the compressed_graph folder, needed for ``compressed``.
+    """
+    if encoding not in FEATURE_ENCODINGS:
+        raise ValueError(f"feature encoding {encoding!r} is not one of {FEATURE_ENCODINGS}")
+    if fp32_path is None:
+        return None
+    if encoding == "fp32":
+        return {"encoding": "fp32", "path": os.path.relpath(fp32_path, folder), "shape": list(shape)}
+    feats = _load_compressed(compressed_dir, "feature_encoding='compressed'")
+    if feats is None or (feats.num_rows, feats.num_cols) != tuple(shape):
+        got = "no features" if feats is None else f"features of shape [{feats.num_rows}, {feats.num_cols}]"
+        raise ValueError(
+            f"feature_encoding='compressed': {compressed_dir} holds {got}, the canonical graph {list(shape)}; "
+            "re-materialize compressed_graph"
+        )
+    return {
+        "encoding": "compressed",
+        "path": os.path.relpath(compressed_dir, folder),
+        "codes": feats.encoding,
+        "transform": feats.transform,
+        "shape": list(shape),
+    }
+
+
+def _load_compressed(compressed_dir: Path | None, what: str) -> EncodedFeatures | None:
+    from graphs.compress import load_features
+
+    if compressed_dir is None or not (Path(compressed_dir) / "manifest.json").is_file():
+        raise ValueError(
+            f"{what} needs compressed_graph's files in {compressed_dir}; materialize compressed_graph first"
+        )
+    return load_features(compressed_dir)
 
 
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
@@ -342,6 +402,43 @@ def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> di
     except (NpzFormatError, KeyError) as exc:
         raise ShardError(f"{path}: cannot be read as a shard .npz ({type(exc).__name__}: {exc})") from exc
     return arrays
+
+
+def open_features(manifest: dict, root: str | os.PathLike) -> EncodedFeatures | None:
+    """The features the manifest in `root` names, memory-mapped, as `graphs.quantize.EncodedFeatures`
+    (None without features). Refuses files that changed since the shards were written."""
+    from graphs.quantize import EncodedFeatures
+
+    entry = manifest.get("features")
+    if entry is None:
+        return None
+    root = Path(root)
+    shape = tuple(entry["shape"])
+    path = root / entry["path"]
+    stale = "they changed since the shards were written; re-materialize minibatch_shards"
+    if entry["encoding"] == "fp32":
+        try:
+            x = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise ShardError(f"{path}: feature file named by the manifest is missing; re-materialize") from None
+        if x.dtype != np.float32 or x.shape != shape:
+            raise ShardError(
+                f"{path}: {x.dtype} {list(x.shape)} but the manifest expects float32 {list(shape)}; {stale}"
+            )
+        return EncodedFeatures("fp32", shape[0], shape[1], {"x": x})
+    if entry["encoding"] != "compressed":
+        raise ShardError(f"{root / MANIFEST_NAME}: unknown feature encoding {entry['encoding']!r}")
+    try:
+        feats = _load_compressed(path, "the shards' features")
+    except (ValueError, OSError) as exc:
+        raise ShardError(str(exc)) from None
+    got = None if feats is None else (feats.encoding, feats.transform, (feats.num_rows, feats.num_cols))
+    if got != (entry["codes"], entry["transform"], shape):
+        raise ShardError(
+            f"{path}: compressed features {got} but the manifest expects "
+            f"{(entry['codes'], entry['transform'], shape)}; {stale}"
+        )
+    return feats
 
 
 @dataclass

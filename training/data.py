@@ -57,6 +57,7 @@ from graphs.shard_format import (
     SUPPORTED_FORMAT_VERSION,
     ShardError,
     decode_minibatch,
+    open_features,
     read_manifest,
     read_shard,
     stream_record,
@@ -113,7 +114,12 @@ def cross_entropy(mb: MiniBatch, logits: torch.Tensor) -> torch.Tensor:
 
 
 class _Features:
-    """Where the input nodes' feature rows come from, and how they are decoded."""
+    """Where the input nodes' feature rows come from, and how they are decoded.
+
+    From the manifest: an `graphs.quantize.EncodedFeatures` (`graphs.shard_format.open_features`:
+    canonical FP32, or compressed_graph's codes with their transform), gathered compact in
+    the prefetch thread and decoded there (CPU) or on the device (CUDA).
+    """
 
     def __init__(self, source, manifest: dict, root: Path):
         self.kind = "none"
@@ -129,60 +135,41 @@ class _Features:
             return
         if source != "manifest":
             raise ValueError(f"features={source!r}: pass 'manifest', None, a NumPy array or a torch tensor")
-        entry = manifest.get("features")
-        if entry is None:
-            return
-        shape = tuple(entry["shape"])
-        if entry["encoding"] == "fp32":
-            self.kind = "fp32"
-            self.host = self._open(root / entry["path"], np.float32, shape)
-        elif entry["encoding"] == "int8":
-            self.kind = "int8"
-            self.host = self._open(root / entry["q"], np.int8, shape)
-            self.scale_np = np.load(root / entry["scale"], allow_pickle=False).astype(np.float32)
-            self.zero_point_np = np.load(root / entry["zero_point"], allow_pickle=False).astype(np.float32)
-            self.scale, self.zero_point = torch.from_numpy(self.scale_np), torch.from_numpy(self.zero_point_np)
-        else:
-            raise ShardError(f"{root / 'manifest.json'}: unknown feature encoding {entry['encoding']!r}")
-
-    @staticmethod
-    def _open(path: Path, dtype, shape) -> np.ndarray:
-        try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
-            raise ShardError(f"{path}: feature file named by the manifest is missing; re-materialize") from None
-        if arr.dtype != dtype or arr.shape != shape:
-            raise ShardError(
-                f"{path}: {arr.dtype} {list(arr.shape)} but the manifest expects {np.dtype(dtype)} {list(shape)}; "
-                "the features changed since the shards were written, re-materialize minibatch_shards"
-            )
-        return np.asarray(arr)  # still backed by the file mapping
+        self.encoded = open_features(manifest, root)
+        if self.encoded is not None:
+            self.kind = "encoded"
 
     def gather_host(self, nodes: np.ndarray, decode: bool) -> torch.Tensor | None:
-        """Rows of `nodes` on the CPU, or None; INT8 rows stay compact unless `decode`."""
-        if self.kind in ("fp32", "int8"):
-            # np.take on the plain ndarray view: ~3x faster than fancy indexing the np.memmap
-            rows = np.take(self.host, nodes, axis=0)
-            if self.kind == "int8" and decode:
-                from graphs.quantize import dequantize_int8_columns
-
-                return torch.from_numpy(dequantize_int8_columns(rows, self.scale_np, self.zero_point_np))
-            return torch.from_numpy(rows)
+        """Rows of `nodes` on the CPU, or None; compact codes stay compact unless `decode`."""
+        if self.kind == "encoded":
+            rows = self.encoded.gather(nodes)
+            if decode or self.encoded.encoding == "fp32":
+                return torch.from_numpy(self.encoded.decode_gathered(rows))
+            return _Compact(torch.from_numpy(rows))
         if self.kind == "tensor":
             return self.host.index_select(0, torch.from_numpy(nodes))
         return None
 
-    def finish(self, rows: torch.Tensor | None, nodes: torch.Tensor) -> torch.Tensor | None:
+    def finish(self, rows, nodes: torch.Tensor) -> torch.Tensor | None:
         """Decoded float rows on the device (rows already moved there)."""
-        if self.kind == "int8" and rows is not None and rows.dtype == torch.int8:
-            from graphs.quantize import dequantize_rows_torch
-
-            if self.scale.device != rows.device:
-                self.scale, self.zero_point = self.scale.to(rows.device), self.zero_point.to(rows.device)
-            return dequantize_rows_torch(rows, self.scale, self.zero_point)
+        if isinstance(rows, _Compact):
+            return self.encoded.decode_gathered_torch(rows.codes)
         if self.kind == "device":
             return self.device_tensor.index_select(0, nodes.to(self.device_tensor.device))
         return rows
+
+
+class _Compact:
+    """Gathered feature codes still to be decoded (on the device)."""
+
+    def __init__(self, codes: torch.Tensor):
+        self.codes = codes
+
+    def to(self, device, non_blocking: bool = False) -> "_Compact":
+        return _Compact(self.codes.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "_Compact":
+        return _Compact(self.codes.pin_memory())
 
 
 # ----------------------------------------------------------------------------- reading
