@@ -125,10 +125,10 @@ def test_manifest_round_trip_and_validation(tmp_path):
 
 def test_writer_and_reader_share_the_module():
     """One owner: the sampler and the training reader use shard_format's names, not their own."""
-    import graphs.sampling as sampling
+    import graphs.sampling.writer as writer
     import training.data as data
 
-    assert sampling.FORMAT_VERSION is sf.FORMAT_VERSION
+    assert writer.FORMAT_VERSION is sf.FORMAT_VERSION
     assert data.read_manifest is sf.read_manifest and data.ShardError is sf.ShardError
     for path in (ROOT / "graphs" / "sampling", ROOT / "graphs" / "sampling.py", ROOT / "training" / "data.py"):
         files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else []
