@@ -102,15 +102,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
     from graphs.bloom import BloomFilter
 
+from graphs.normalize import load_csr
 from graphs.quantize import (
     FEATURE_TRANSFORMS,
     EncodedFeatures,
     column_min_max,
+    csr_row_blocks,
     dequantize_int4_columns,
     dequantize_int8_columns,
     dequantize_int8_rows_csr,
@@ -410,11 +411,9 @@ def _compress_features(canonical: Path, tmp: Path, cfg: CompressConfig) -> dict 
 
 
 def _compress_weights(adjacency: Path, tmp: Path) -> dict:
-    indptr = np.load(adjacency / "indptr.npy", mmap_mode="r", allow_pickle=False)
-    weights = np.load(adjacency / "weights.npy", mmap_mode="r", allow_pickle=False)
-    n, nnz = len(indptr) - 1, len(weights)
-    if int(indptr[-1]) != nnz:
-        raise ValueError(f"{adjacency}: indptr ends at {int(indptr[-1])} but weights.npy has {nnz} entries")
+    csr = load_csr(adjacency)
+    indptr, weights = csr.indptr, csr.weights
+    n, nnz = csr.n, csr.nnz
     t0 = time.perf_counter()
     q = np.lib.format.open_memmap(tmp / "weights_int8.npy", mode="w+", dtype=np.int8, shape=(nnz,))
     scale = np.lib.format.open_memmap(tmp / "weight_scales.npy", mode="w+", dtype=np.float32, shape=(n,))
@@ -437,26 +436,18 @@ def _compress_weights(adjacency: Path, tmp: Path) -> dict:
 
 
 def _csr_blocks(indptr: np.ndarray, target: int) -> Iterator[tuple[int, int, int, int]]:
-    """(r0, r1, entry start, entry stop) row ranges of about `target` entries (>= 1 row)."""
-    rows = len(indptr) - 1
-    r0 = 0
-    while r0 < rows:
-        r1 = int(np.searchsorted(indptr, indptr[r0] + target, side="right")) - 1
-        r1 = min(rows, max(r0 + 1, r1))
+    """(r0, r1, first entry, end entry) of `graphs.quantize.csr_row_blocks`."""
+    for r0, r1 in csr_row_blocks(indptr, target):
         yield r0, r1, int(indptr[r0]), int(indptr[r1])
-        r0 = r1
 
 
 # ----------------------------------------------------------------------------- Bloom filters
 
 
 def _edge_batches(canonical: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    edges = pq.ParquetFile(canonical / "edges.parquet")
-    for batch in edges.iter_batches(batch_size=_EDGE_BATCH, columns=["src", "dst"]):
-        yield (
-            np.asarray(batch.column(0).to_numpy(), dtype=np.int64),
-            np.asarray(batch.column(1).to_numpy(), dtype=np.int64),
-        )
+    from graphs.canonical import edge_batches
+
+    return edge_batches(canonical, _EDGE_BATCH)
 
 
 def _part_keys(src, dst, part, symmetrized: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -544,8 +535,7 @@ def _build_filters(
 
     # False-positive rate on random non-edges: per filter, and routed (pair -> part[u]'s filter).
     n = len(part)
-    indptr = np.load(adjacency / "indptr.npy", mmap_mode="r", allow_pickle=False)
-    indices = np.load(adjacency / "indices.npy", mmap_mode="r", allow_pickle=False)
+    indptr, indices, _ = load_csr(adjacency)
     per_part, routed = [0.0] * k, 0.0
     if n > 0:
         qu, qv = _random_non_edges(n, cfg.fpr_queries, indptr, indices, cfg.seed + 1)
@@ -833,8 +823,7 @@ def verify_compressed_graph(
             feature_columns_over_bound=int(np.count_nonzero(excess > 0)),
         )
 
-    indptr = np.load(adjacency / "indptr.npy", mmap_mode="r", allow_pickle=False)
-    weights = np.load(adjacency / "weights.npy", mmap_mode="r", allow_pickle=False)
+    indptr, _, weights = load_csr(adjacency)
     q, scale = load_weights(out)
     worst, rows_over = 0.0, 0
     for r0, r1, a, b in _csr_blocks(indptr, _WEIGHT_BLOCK):

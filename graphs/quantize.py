@@ -75,6 +75,7 @@ __all__ = [
     "pack_binary",
     "unpack_binary",
     "unpack_binary_torch",
+    "csr_row_blocks",
     "quantize_int8_rows_csr",
     "dequantize_int8_rows_csr",
     "dequantize_int8_rows_csr_torch",
@@ -379,8 +380,9 @@ def _check_csr(indptr: np.ndarray, nnz: int, what: str) -> np.ndarray:
     return indptr.astype(np.int64, copy=False)
 
 
-def _csr_row_blocks(indptr: np.ndarray, target_nnz: int) -> Iterator[tuple[int, int]]:
-    """(r0, r1) row ranges holding about target_nnz entries each (at least one row)."""
+def csr_row_blocks(indptr: np.ndarray, target_nnz: int) -> Iterator[tuple[int, int]]:
+    """(r0, r1) row ranges of a CSR holding about target_nnz entries each (at least one row):
+    how every streamed pass over a CSR (quantizing, checking, splitting Â) walks its rows."""
     rows = indptr.size - 1
     r0 = 0
     while r0 < rows:
@@ -403,7 +405,7 @@ def quantize_int8_rows_csr(
     rows = indptr.size - 1
     q = np.empty(weights.size, dtype=np.int8)
     scale = np.zeros(rows, dtype=np.float32)
-    for r0, r1 in _csr_row_blocks(indptr, block_nnz):
+    for r0, r1 in csr_row_blocks(indptr, block_nnz):
         a, b = int(indptr[r0]), int(indptr[r1])
         seg = np.abs(np.asarray(weights[a:b], dtype=np.float64))
         if not np.isfinite(seg).all():

@@ -298,11 +298,11 @@ def weighted_block(g, dinv, src_ids, dst_ids) -> Block:
 
 MODEL_CASES = [
     dict(conv="sage"),
-    dict(conv="sage_pool", residual=True, norm="batch"),
-    dict(conv="gcn", residual=True, norm="layer"),
-    dict(conv="gcn", gcn_edge_weight=True, norm="batch"),
+    dict(conv="sage_pool", residual=True, hidden_norm="batch"),
+    dict(conv="gcn", residual=True, hidden_norm="layer"),
+    dict(conv="gcn", gcn_edge_weight=True, hidden_norm="batch"),
     dict(conv="gat", heads=2, residual=True),
-    dict(conv="gin", norm="batch", num_layers=3),
+    dict(conv="gin", hidden_norm="batch", num_layers=3),
 ]
 
 
@@ -339,7 +339,7 @@ def test_gnn_layer_is_dropout_conv_residual_norm_relu(conv):
     full = weighted_block(g, dinv, ids, ids)
     feats = features(g.num_nodes(), 10)
     torch.manual_seed(0)
-    model = GNN(10, 8, 3, 2, conv, residual=True, norm="layer", heads=2, dropout=0.5).eval()
+    model = GNN(10, 8, 3, 2, conv, residual=True, hidden_norm="layer", heads=2, dropout=0.5).eval()
     torch.nn.init.uniform_(model.norms[0].bias)
     conv0 = model.convs[0](full, feats).reshape(g.num_nodes(), 8)
     hidden = torch.relu(model.norms[0](conv0 + model.residuals[0](feats)))
@@ -435,7 +435,7 @@ def test_model_trains_under_bf16_autocast(conv):
     full = weighted_block(g, dinv, ids, ids)
     feats = features(g.num_nodes(), 10)
     torch.manual_seed(0)
-    model = build_model(ModelConfig(conv=conv, hidden=8, norm="batch", heads=2), 10, 3)
+    model = build_model(ModelConfig(conv=conv, hidden=8, hidden_norm="batch", heads=2), 10, 3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model([full, full], feats)
     loss = torch.nn.functional.cross_entropy(logits.float(), torch.arange(g.num_nodes()) % 3)
@@ -446,8 +446,8 @@ def test_model_trains_under_bf16_autocast(conv):
 
 
 def test_model_config_validation_and_build():
-    cfg = ModelConfig(conv="gat", hidden=16, heads=4, norm="none", num_layers=3)
-    assert cfg.norm is None
+    cfg = ModelConfig(conv="gat", hidden=16, heads=4, hidden_norm="none", num_layers=3)
+    assert cfg.hidden_norm is None
     model = build_model(cfg, in_feats=7, num_classes=5)
     assert [type(c) for c in model.convs] == [GATConv] * 3
     assert [c.num_heads for c in model.convs] == [4, 4, 1]
@@ -459,7 +459,7 @@ def test_model_config_validation_and_build():
         "attn_dropout",
         "heads",
         "residual",
-        "norm",
+        "hidden_norm",
         "drop_edge",
         "gcn_edge_weight",
         "activation_checkpointing",

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -27,17 +25,12 @@ __all__ = ["EvalGraph", "accuracies", "full_graph_forward", "load_full_block"]
 def load_full_block(adjacency_dir: str | os.PathLike) -> Block:
     """The normalized adjacency CSR (indptr/indices/weights .npy) as a full-graph Block.
 
-    Â is symmetric for the default ``norm="both"`` on a symmetrized graph, so its CSR is
+    Â is symmetric for the default ``degree_norm="both"`` on a symmetrized graph, so its CSR is
     also the CSC over destinations that Block expects.
     """
-    d = Path(adjacency_dir)
-    arrays = []
-    for name in ("indptr", "indices", "weights"):
-        path = d / f"{name}.npy"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; materialize normalized_adjacency first")
-        arrays.append(np.load(path, allow_pickle=False))
-    return block_from_csr(*arrays)
+    from graphs.normalize import load_csr
+
+    return block_from_csr(*load_csr(adjacency_dir, mmap=False))
 
 
 @dataclass

@@ -20,6 +20,7 @@ evaluation. Build it from a :class:`ModelConfig` with :func:`build_model`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -279,7 +280,7 @@ class ModelConfig:
         default=False,
         metadata={"help": "add each hidden layer's input (linearly projected if widths differ)"},
     )
-    norm: str | None = field(
+    hidden_norm: str | None = field(
         default=None,
         metadata={"help": "normalization after each hidden layer: 'batch', 'layer' or None"},
     )
@@ -299,13 +300,15 @@ class ModelConfig:
         metadata={"help": "recompute each layer in backward instead of storing activations"},
     )
 
+    RENAMED_FIELDS: ClassVar[dict[str, str]] = {"norm": "hidden_norm"}
+
     def __post_init__(self) -> None:
-        if self.norm == "none":  # YAML-friendly spelling of None
-            self.norm = None
+        if self.hidden_norm == "none":  # YAML-friendly spelling of None
+            self.hidden_norm = None
         if self.conv not in CONVS:
             raise ValueError(f"model.conv={self.conv!r} is not one of {CONVS}")
-        if self.norm is not None and self.norm not in NORMS:
-            raise ValueError(f"model.norm={self.norm!r} is not one of {NORMS} or None")
+        if self.hidden_norm is not None and self.hidden_norm not in NORMS:
+            raise ValueError(f"model.hidden_norm={self.hidden_norm!r} is not one of {NORMS} or None")
         for name in ("hidden", "num_layers", "heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be at least 1")
@@ -327,7 +330,7 @@ class ModelConfig:
 class GNN(nn.Module):
     """A stack of ``num_layers`` graph convolutions for node classification.
 
-    Each hidden layer is ``dropout -> conv -> (+ residual) -> norm -> relu``; the last is
+    Each hidden layer is ``dropout -> conv -> (+ residual) -> hidden_norm -> relu``; the last is
     ``dropout -> conv`` and returns class logits. GAT hidden layers concatenate their
     ``heads`` heads of ``hidden // heads`` features; its output layer has one head.
     """
@@ -342,7 +345,7 @@ class GNN(nn.Module):
         *,
         dropout: float = 0.0,
         residual: bool = False,
-        norm: str | None = None,
+        hidden_norm: str | None = None,
         drop_edge: float = 0.0,
         heads: int = 1,
         attn_dropout: float = 0.0,
@@ -367,7 +370,7 @@ class GNN(nn.Module):
             self.convs.append(_make_conv(conv, d_in, d_out, 1 if last else heads, attn_dropout))
             if last:
                 continue
-            self.norms.append(_make_norm(norm, d_out))
+            self.norms.append(_make_norm(hidden_norm, d_out))
             if residual:
                 self.residuals.append(nn.Identity() if d_in == d_out else nn.Linear(d_in, d_out, bias=False))
         self.dropout = nn.Dropout(dropout)
@@ -456,15 +459,15 @@ def _make_conv(conv: str, d_in: int, d_out: int, heads: int, attn_dropout: float
     return GINConv(d_in, d_out)
 
 
-def _make_norm(norm: str | None, width: int) -> nn.Module:
+def _make_norm(hidden_norm: str | None, width: int) -> nn.Module:
     # Left in float32 on purpose: autocast runs batch/layer norm in float32 itself.
-    if norm is None:
+    if hidden_norm is None:
         return nn.Identity()
-    if norm == "batch":
+    if hidden_norm == "batch":
         return nn.BatchNorm1d(width)
-    if norm == "layer":
+    if hidden_norm == "layer":
         return nn.LayerNorm(width)
-    raise ValueError(f"norm={norm!r} is not one of {NORMS} or None")
+    raise ValueError(f"hidden_norm={hidden_norm!r} is not one of {NORMS} or None")
 
 
 def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
@@ -477,7 +480,7 @@ def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
         cfg.conv,
         dropout=cfg.dropout,
         residual=cfg.residual,
-        norm=cfg.norm,
+        hidden_norm=cfg.hidden_norm,
         drop_edge=cfg.drop_edge,
         heads=cfg.heads,
         attn_dropout=cfg.attn_dropout,

@@ -138,13 +138,14 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     if manifest.get("features") is not None:
         stream_features = "manifest"
         in_feats = int(manifest["feature_dim"])
-        stats = feature_chunks(manifest, shards) if tcfg.normalize == "standard" else iter(())
-        transform = FeatureTransform.fit(tcfg.normalize, stats)
+        stats = feature_chunks(manifest, shards) if tcfg.feature_norm == "standard" else iter(())
+        transform = FeatureTransform.fit(tcfg.feature_norm, stats)
     else:  # no features: one-hot log-degree buckets, from the adjacency's row lengths
-        indptr = np.load(Path(adjacency) / "indptr.npy", mmap_mode="r", allow_pickle=False)
-        stream_features = degree_features(indptr, tcfg.degree_buckets)
+        from graphs.normalize import load_csr
+
+        stream_features = degree_features(load_csr(adjacency).indptr, tcfg.degree_buckets)
         in_feats = tcfg.degree_buckets
-        transform = FeatureTransform.fit(tcfg.normalize, iter([stream_features]))
+        transform = FeatureTransform.fit(tcfg.feature_norm, iter([stream_features]))
     num_classes = int(manifest["num_classes"])
 
     # ------------------------------------------------------------------ model, DDP, optimizer, AMP
