@@ -22,7 +22,7 @@ import torch
 os.environ.setdefault("DGLBACKEND", "pytorch")
 dgl = pytest.importorskip("dgl")
 
-from training.aggregate import BACKEND_ENV, aggregate, edge_softmax, resolve_backend  # noqa: E402
+from training.aggregate import aggregate, edge_softmax, resolve_backend  # noqa: E402
 from training.blocks import (  # noqa: E402
     Block,
     block_from_csr,
@@ -35,12 +35,14 @@ from training.blocks import (  # noqa: E402
 from training.layers import (  # noqa: E402
     CONVS,
     GNN,
+    Aggregating,
     GATConv,
     GINConv,
     GraphConv,
     ModelConfig,
     SAGEConv,
     build_model,
+    use_aggregation,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -91,7 +93,8 @@ def graph(request):
 
 @pytest.fixture(params=["torch", "dgl"])
 def backend(request, monkeypatch):
-    monkeypatch.setenv(BACKEND_ENV, request.param)
+    """Every layer built in the test aggregates with this backend (the layers' class default)."""
+    monkeypatch.setattr(Aggregating, "aggregation", request.param)
     return request.param
 
 
@@ -184,15 +187,29 @@ def test_aggregate_under_cpu_autocast():
 
 
 def test_resolve_backend(monkeypatch):
-    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    monkeypatch.setenv("GNNFLOW_AGGREGATE_BACKEND", "torch")  # the old variable is not read any more
     assert resolve_backend(None, torch.device("cpu")) == "dgl"  # dgl is installed here
     assert resolve_backend(None, torch.device("cuda")) == "torch"
     assert resolve_backend("torch", torch.device("cpu")) == "torch"
-    monkeypatch.setenv(BACKEND_ENV, "torch")
-    assert resolve_backend(None, torch.device("cpu")) == "torch"
-    monkeypatch.setenv(BACKEND_ENV, "cusparse")
-    with pytest.raises(ValueError, match=BACKEND_ENV):
-        resolve_backend(None, torch.device("cpu"))
+    with pytest.raises(ValueError, match="unknown aggregation backend 'cusparse'"):
+        resolve_backend("cusparse", torch.device("cpu"))
+
+
+def test_use_aggregation_sets_every_layer_and_restores(monkeypatch):
+    from training import aggregate as agg
+
+    model = build_model(ModelConfig(conv="gat", hidden=8, heads=2, num_layers=2), 4, 3)
+    layers = [m for m in model.modules() if isinstance(m, Aggregating)]
+    assert len(layers) == 2 and {m.aggregation for m in layers} == {"auto"}
+    used = []
+    real = agg.resolve_backend
+    monkeypatch.setattr(agg, "resolve_backend", lambda b, d: used.append(b) or real(b, d))
+    full = block_from_csr(torch.tensor([0, 2, 3, 5]), torch.tensor([0, 1, 1, 2, 0]))
+    with use_aggregation(model, "torch"):
+        assert {m.aggregation for m in layers} == {"torch"}
+        model([full, full], torch.randn(3, 4))
+    assert set(used) == {"torch"}
+    assert {m.aggregation for m in layers} == {"auto"}
 
 
 # ---------------------------------------------------------------------------- layers
@@ -525,7 +542,7 @@ def test_layers_run_without_dgl():
         print("ok")
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != BACKEND_ENV}
+    env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, "-c", script],

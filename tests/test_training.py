@@ -253,11 +253,11 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
     # model files load with weights_only=True and reproduce the predictions
     model = load_model(out / "model_best.pt")
     from training.data import read_manifest
-    from training.evaluate import full_graph_forward, load_full_block
+    from training.evaluate import load_full_block
     from training.features import full_features
 
     x = full_features(read_manifest(sbm["w2"]["shards"]), sbm["w2"]["shards"])
-    _, logits = full_graph_forward(model, load_full_block(sbm["w2"]["adjacency"]), x)
+    logits = model.inference(load_full_block(sbm["w2"]["adjacency"]), x)
     assert (logits.argmax(1).numpy() == pred.predicted.to_numpy()).all()
 
     metrics = pq.read_table(out / "metrics.parquet").to_pandas()
