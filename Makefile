@@ -6,7 +6,6 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.gnnflow-installed
 
-export DGLBACKEND      := pytorch
 export DAGSTER_HOME    := $(CURDIR)/.dagster_home
 export GNNFLOW_HOME    ?= $(CURDIR)/.gnnflow
 export GNNFLOW_LANDING ?= $(CURDIR)/landing

@@ -118,14 +118,32 @@ class DatasetFiles:
     features: Path | None
 
 
+def edge_files_of(dataset_dir: str | os.PathLike) -> list[Path]:
+    """The edge files of a landing folder: ``edges/*.parquet`` and ``edges.parquet``. A folder
+    is a dataset exactly when it has at least one (`is_dataset_folder`)."""
+    root = Path(dataset_dir)
+    edge_files = sorted((root / "edges").glob("*.parquet")) if (root / "edges").is_dir() else []
+    if (root / "edges.parquet").is_file():
+        edge_files.append(root / "edges.parquet")
+    return edge_files
+
+
+def is_dataset_folder(path: str | os.PathLike) -> bool:
+    """Whether `path` is a folder holding edge files (see `edge_files_of`)."""
+    return Path(path).is_dir() and bool(edge_files_of(path))
+
+
+def has_training_labels(summary: dict) -> bool:
+    """Whether a canonical graph (its summary.json) has labels and training nodes to learn from."""
+    return bool(summary.get("has_labels") and summary.get("train_nodes"))
+
+
 def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
     """Locate the edge, node and feature files of a landing folder."""
     root = Path(dataset_dir)
     if not root.is_dir():
         raise InputError(f"{root}: dataset folder does not exist")
-    edge_files = sorted((root / "edges").glob("*.parquet")) if (root / "edges").is_dir() else []
-    if (root / "edges.parquet").is_file():
-        edge_files.append(root / "edges.parquet")
+    edge_files = edge_files_of(root)
     if not edge_files:
         raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet")
     nodes = root / "nodes.parquet"
@@ -666,6 +684,9 @@ __all__ = [
     "InputError",
     "Relabeler",
     "build_canonical_graph",
+    "edge_files_of",
+    "has_training_labels",
+    "is_dataset_folder",
     "edge_batches",
     "find_dataset_files",
     "read_summary",

@@ -110,6 +110,7 @@ from graphs.normalize import load_csr
 from graphs.quantize import (
     FEATURE_TRANSFORMS,
     EncodedFeatures,
+    ErrorAccumulator,
     column_min_max,
     csr_row_blocks,
     dequantize_int4_columns,
@@ -239,30 +240,6 @@ def _blocks(n: int, rows: int) -> Iterator[tuple[int, int]]:
         yield a, min(n, a + rows)
 
 
-class _ErrorAccumulator:
-    """max |x - x̂| (overall and per column) and ||x - x̂|| / ||x||, accumulated over blocks in float64."""
-
-    def __init__(self, d: int):
-        self.col_max = np.zeros(d, dtype=np.float64)
-        self.err2 = 0.0
-        self.ref2 = 0.0
-
-    def add(self, x: np.ndarray, x_hat: np.ndarray) -> None:
-        x = np.asarray(x, dtype=np.float64)
-        diff = np.abs(x - x_hat)
-        if diff.size:
-            np.maximum(self.col_max, diff.max(axis=0), out=self.col_max)
-        self.err2 += float(np.square(diff).sum())
-        self.ref2 += float(np.square(x).sum())
-
-    def result(self) -> dict:
-        if self.ref2 == 0.0:
-            rel = 0.0 if self.err2 == 0.0 else float("inf")
-        else:
-            rel = float(np.sqrt(self.err2 / self.ref2))
-        return {"max_abs_error": float(self.col_max.max(initial=0.0)), "rel_rms_error": rel}
-
-
 # ----------------------------------------------------------------------------- features
 
 
@@ -328,7 +305,7 @@ def _encode_features(
     out = np.lib.format.open_memmap(tmp / FEATURE_FILES[encoding], mode="w+", dtype=dtype, shape=shape)
     lo, hi = _transformed_range(x, transform, rows) if encoding != "binary" else (None, None)
     enc = _BlockEncoder(encoding, lo, hi, d)
-    acc = _ErrorAccumulator(d)
+    acc = ErrorAccumulator(d)
     for a, b in _blocks(n, rows):
         block = np.asarray(x[a:b])
         codes = enc.encode(forward_transform(block, transform))
@@ -351,7 +328,7 @@ def _alternative_errors(x: np.ndarray, encodings: list[str], transform: str, row
         return result
     lo, hi = _transformed_range(x, transform, rows)
     coders = {e: _BlockEncoder(e, lo, hi, d) for e in quantized}
-    acc = {e: _ErrorAccumulator(d) for e in quantized}
+    acc = {e: ErrorAccumulator(d) for e in quantized}
     for a, b in _blocks(n, rows):
         block = np.asarray(x[a:b])
         t = forward_transform(block, transform)
@@ -417,7 +394,7 @@ def _compress_weights(adjacency: Path, tmp: Path) -> dict:
     t0 = time.perf_counter()
     q = np.lib.format.open_memmap(tmp / "weights_int8.npy", mode="w+", dtype=np.int8, shape=(nnz,))
     scale = np.lib.format.open_memmap(tmp / "weight_scales.npy", mode="w+", dtype=np.float32, shape=(n,))
-    acc = _ErrorAccumulator(1)
+    acc = ErrorAccumulator(1)
     for r0, r1, a, b in _csr_blocks(indptr, _WEIGHT_BLOCK):
         ptr = np.asarray(indptr[r0 : r1 + 1], dtype=np.int64) - a
         w = np.asarray(weights[a:b])
@@ -806,7 +783,7 @@ def verify_compressed_graph(
             raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")
         # Compared where the quantizer worked: on asinh(x) when the features were transformed.
         step = np.zeros(d) if feats.encoding == "binary" else feats.arrays["scale"].astype(np.float64)
-        acc = _ErrorAccumulator(d)
+        acc = ErrorAccumulator(d)
         magnitude = np.zeros(d, dtype=np.float32)
         rows = _rows_per_block(d, 0)
         for a, b in _blocks(n, rows):

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 
 import torch
 
@@ -52,7 +51,8 @@ def _dgl():
     """The dgl module, or None when it cannot be imported (result cached)."""
     global _dgl_module
     if _dgl_module is _UNSET:
-        os.environ.setdefault("DGLBACKEND", "pytorch")
+        import graphs  # noqa: F401  (sets DGLBACKEND before DGL is imported)
+
         try:
             import dgl
             import dgl.ops  # noqa: F401
