@@ -189,6 +189,12 @@ MANIFEST_KEYS = {
     "sampled_edges_per_second": ManifestKey("sampled_edges / seconds"),
     "peak_rss_bytes": ManifestKey("peak resident memory of the writing process"),
     "saint": ManifestKey("saint only: presamples N, mean subgraph nodes", required=False),
+    "placement": ManifestKey(
+        "with METIS parts only: {mode: random | partition, rank_of_part, remote_row_share_mean / _max / _total:"
+        " share of gathered feature rows (input nodes) in another rank's parts, per step and overall}; streams"
+        " then also carry gathered_rows and remote_rows",
+        required=False,
+    ),
     "inputs": ManifestKey("paths (relative) of the canonical, adjacency, partition and compressed folders used"),
 }
 
