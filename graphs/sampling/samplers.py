@@ -209,9 +209,11 @@ class MinibatchSampler:
         # rank owning each node's METIS part: places seeds (placement='partition') and measures
         # remote feature rows under either placement (None without parts, or fewer parts than ranks)
         self.rank_of_node: np.ndarray | None = None
+        self.rank_of_part: np.ndarray | None = None
         if inputs.part_id is not None and (cfg.placement == "partition" or inputs.part_id.max() + 1 >= cfg.world_size):
             part_id = np.asarray(inputs.part_id, dtype=np.int64)
-            self.rank_of_node = ranks_of_parts(part_id, inputs.train_nodes, cfg.world_size)[part_id]
+            self.rank_of_part = ranks_of_parts(part_id, inputs.train_nodes, cfg.world_size)
+            self.rank_of_node = self.rank_of_part[part_id]
         if cfg.placement == "partition" and self.rank_of_node is None:
             raise ValueError("placement='partition' needs part_id.npy from metis_partitions")
         if cfg.sampler == "cluster_gcn":

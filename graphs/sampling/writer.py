@@ -20,7 +20,7 @@ from graphs.sampling.samplers import (
     MinibatchSampler,
     SampledMinibatch,
 )
-from graphs.sampling.schedule import ranks_of_parts, remote_rows
+from graphs.sampling.schedule import remote_rows
 from graphs.shard_format import (
     FORMAT_VERSION,
     encode_shard,
@@ -191,9 +191,7 @@ def write_minibatch_shards(
             gathered = sum(s["gathered_rows"] for s in streams)
             manifest["placement"] = {
                 "mode": cfg.placement,
-                "rank_of_part": ranks_of_parts(
-                    np.asarray(inputs.part_id, dtype=np.int64), inputs.train_nodes, cfg.world_size
-                ).tolist(),
+                "rank_of_part": sampler.rank_of_part.tolist(),
                 "remote_row_share_mean": round(float(np.mean(step_shares)), 4) if step_shares else 0.0,
                 "remote_row_share_max": round(float(np.max(step_shares)), 4) if step_shares else 0.0,
                 "remote_row_share_total": round(sum(s["remote_rows"] for s in streams) / gathered, 4)
