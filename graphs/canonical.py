@@ -2,7 +2,7 @@
 
 Input (a dataset folder in the landing layout):
     edges/*.parquet or edges.parquet   columns src, dst (all integer or all string ids),
-                                       optional weight (numeric; validated, not carried)
+                                       optional weight (any numeric type, per file)
     nodes.parquet      (optional)      node_id, optional label (int, -1/null = unknown),
                                        optional split (string)
     features.parquet   (optional)      node_id, feat (list of floats, one fixed width)
@@ -10,6 +10,7 @@ Input (a dataset folder in the landing layout):
 Output (written atomically into one folder, see `build_canonical_graph`):
     edges.parquet   src int64, dst int64; sorted by (src, dst); no self loops, no
                     duplicates; both directions present when symmetrized
+                    (+ weight float64 > 0 when any edge file has a weight column)
     nodes.parquet   node_id int64 (0..n-1), original_id (int64 or string, as given),
                     label int32 (-1 = unknown), split string (train/val/test/other)
     features.npy    float32 [n, D], row = node_id (only when features.parquet exists)
@@ -29,6 +30,21 @@ group is counting-sorted into rows by source (a numba kernel: O(keys) plus a sma
 per row, about 5x faster than sorting all keys) and deduplicated row by row. Because
 buckets are in source order, the output is globally sorted without a merge, and memory stays bounded by the sort budget
 plus O(n) arrays whatever the edge count.
+
+Weights (when any edge file has a ``weight`` column; files without one count as weight 1.0
+and are named in the summary). Every weight must be finite and > 0: NaN, infinite,
+negative, zero and null weights fail the stage naming each file and its count, or are
+dropped and counted with ``invalid_weights="drop"`` (their ids still become nodes, as
+for self loops). A float64 weight travels next to each key (``BYTES_PER_WEIGHTED_KEY``
+sizes the groups, so the sort budget still bounds memory; spilled buckets get a second
+file of weights). The rows reach the keys in input order (files in name order, rows in
+file order), the bucket and row counting sorts are stable and a row's keys are put in
+order of the neighbour alone, so each output edge sees its input rows in input order.
+They combine by ``weight_combine`` (`COMBINE_RULES`): duplicates of one (src, dst) and,
+when symmetrized, the rows of both directions u->v and v->u, which give one weight to
+both output edges. The summary counts the rows combined into duplicates
+(``dropped_duplicate``) and the undirected edges given in both directions
+(``combined_reverse_pairs``).
 """
 
 from __future__ import annotations
@@ -53,6 +69,8 @@ import pyarrow.parquet as pq
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
+COMBINE_RULES = ("sum", "max", "mean", "first")
+INVALID_WEIGHT_ACTIONS = ("error", "drop")
 
 
 class InputError(ValueError):
@@ -84,7 +102,26 @@ class CanonicalConfig:
         metadata={"help": "Share of labelled nodes put in 'val' by a generated split (the rest is 'test')."},
     )
 
+    weight_combine: str = field(
+        default="sum",
+        metadata={
+            "help": "How the weights of duplicate rows and of the two directions of a symmetrized edge "
+            f"combine: one of {COMBINE_RULES} ('first' = first in file-name, then row order)."
+        },
+    )
+    invalid_weights: str = field(
+        default="error",
+        metadata={
+            "help": "NaN, infinite, negative, zero or null weights: 'error' fails naming each file and "
+            "count; 'drop' drops those rows and counts them."
+        },
+    )
+
     def __post_init__(self) -> None:
+        if self.weight_combine not in COMBINE_RULES:
+            raise ValueError(f"weight_combine={self.weight_combine!r} is not one of {COMBINE_RULES}")
+        if self.invalid_weights not in INVALID_WEIGHT_ACTIONS:
+            raise ValueError(f"invalid_weights={self.invalid_weights!r} is not one of {INVALID_WEIGHT_ACTIONS}")
         if self.sort_budget_mb < 1:
             raise ValueError(f"sort_budget_mb must be >= 1, got {self.sort_budget_mb}")
         if self.batch_rows < 1:
@@ -163,7 +200,7 @@ def validate_inputs(files: DatasetFiles) -> str:
                 )
         if "weight" in schema.names:
             wt = schema.field("weight").type
-            if not (pa.types.is_floating(wt) or pa.types.is_integer(wt)):
+            if not (pa.types.is_floating(wt) or pa.types.is_integer(wt) or pa.types.is_decimal(wt)):
                 raise InputError(f"{path}: column 'weight' has type {wt}; expected a number")
     if files.nodes is not None:
         schema = _schema(files.nodes)
@@ -257,7 +294,9 @@ class _IdSpace:
         self.present = None if relabel is not None else np.zeros(size, dtype=bool)
 
     @classmethod
-    def plan(cls, con, kind, rows, min_id, max_id, nodes_sql, has_dropped_rows, where) -> "_IdSpace":
+    def plan(
+        cls, con, kind, rows, min_id, max_id, nodes_sql, has_dropped_rows, where, dropped_weight_sql=None
+    ) -> "_IdSpace":
         node_lo = node_hi = None
         node_rows = 0
         if nodes_sql is not None and kind == "int":
@@ -270,10 +309,16 @@ class _IdSpace:
             # of that is dense enough for a bitmap
             if span <= max(1 << 20, min(2 * (2 * rows + node_rows), cls.MAX_DENSE_SPAN)):
                 space = cls(span, None, lo)
-                if has_dropped_rows:  # ids met only in null-partner or self-loop rows are nodes too
+                if has_dropped_rows:  # ids met only in null-partner, self-loop (or invalid-weight) rows are nodes too
+                    dropped_weight = (
+                        f" UNION ALL SELECT src FROM raw_edges WHERE {dropped_weight_sql}"
+                        f" UNION ALL SELECT dst FROM raw_edges WHERE {dropped_weight_sql}"
+                        if dropped_weight_sql
+                        else ""
+                    )
                     extra = con.sql(
                         "SELECT src FROM raw_edges WHERE src IS NOT NULL AND (dst IS NULL OR src = dst) "
-                        "UNION ALL SELECT dst FROM raw_edges WHERE dst IS NOT NULL AND src IS NULL"
+                        "UNION ALL SELECT dst FROM raw_edges WHERE dst IS NOT NULL AND src IS NULL" + dropped_weight
                     ).fetchnumpy()["src"]
                     space.present[np.asarray(extra, dtype=np.int64) - lo] = True
                 if nodes_sql is not None:
@@ -317,6 +362,7 @@ class _IdSpace:
 # for v and one flag bit (so n < 2^31). Decoding is shifts and masks, no division.
 
 BYTES_PER_KEY = 40  # while deduplicating one group: key, row value, output src/dst, counts
+BYTES_PER_WEIGHTED_KEY = 72  # + the weight, its row-ordered copy, the combined output weight
 
 
 def key_shift(n: int) -> int:
@@ -325,42 +371,60 @@ def key_shift(n: int) -> int:
 
 
 class _KeySpill:
-    """Edge keys collected into fine source-range buckets, in memory or in files."""
+    """Edge keys (and, when weighted, a float64 weight per key) collected into fine
+    source-range buckets, in memory or in files."""
 
-    def __init__(self, n: int, groups: int, budget_bytes: int, spill_dir: Path):
+    def __init__(self, n: int, groups: int, budget_bytes: int, spill_dir: Path, weighted: bool = False):
         self.n = n
+        self.weighted = weighted
         self.num_buckets = 1 if groups <= 1 else min(n, 8 * groups)
         self.width = max(1, math.ceil(n / self.num_buckets))
-        self.budget_keys = max(1, budget_bytes // BYTES_PER_KEY)
+        self.budget_keys = max(1, budget_bytes // (BYTES_PER_WEIGHTED_KEY if weighted else BYTES_PER_KEY))
         self.in_memory = self.num_buckets == 1
         self.sizes = np.zeros(self.num_buckets, dtype=np.int64)
         self._chunks: list[np.ndarray] = []
+        self._weight_chunks: list[np.ndarray] = []
         self._files = []
+        self._weight_files = []
         if not self.in_memory:
             spill_dir.mkdir(parents=True, exist_ok=True)
             self._paths = [spill_dir / f"bucket-{b:06d}.bin" for b in range(self.num_buckets)]
             self._files = [open(p, "wb") for p in self._paths]
+            if weighted:
+                self._weight_paths = [spill_dir / f"bucket-{b:06d}.weight" for b in range(self.num_buckets)]
+                self._weight_files = [open(p, "wb") for p in self._weight_paths]
 
-    def add(self, keys: np.ndarray, src: np.ndarray) -> None:
+    def add(self, keys: np.ndarray, src: np.ndarray, weights: np.ndarray | None = None) -> None:
         if self.in_memory:
             self._chunks.append(keys)
+            if self.weighted:
+                self._weight_chunks.append(weights)
             self.sizes[0] += len(keys)
             return
-        keys, counts = _group_by_bucket(keys, src, self.width, self.num_buckets)
+        if self.weighted:
+            keys, weights, counts = _group_by_bucket_weighted(keys, weights, src, self.width, self.num_buckets)
+        else:
+            keys, counts = _group_by_bucket(keys, src, self.width, self.num_buckets)
         ends = np.cumsum(counts)
         starts = ends - counts
         for b in np.flatnonzero(counts):
             keys[starts[b] : ends[b]].tofile(self._files[b])
+            if self.weighted:
+                weights[starts[b] : ends[b]].tofile(self._weight_files[b])
         self.sizes += counts
 
     def groups(self):
-        """Yield (keys, lo, hi): the keys of sources lo..hi-1, consecutive ranges within the budget."""
+        """Yield (keys, weights or None, lo, hi): the keys of sources lo..hi-1, consecutive
+        ranges within the budget; keys of one bucket stay in the order they were added."""
         if self.in_memory:
             keys = np.concatenate(self._chunks) if self._chunks else np.empty(0, np.int64)
-            self._chunks = []
-            yield keys, 0, self.n
+            weights = None
+            if self.weighted:
+                weights = np.concatenate(self._weight_chunks) if self._weight_chunks else np.empty(0, np.float64)
+            self._chunks, self._weight_chunks = [], []
+            yield keys, weights, 0, self.n
             return
-        for f in self._files:
+        for f in self._files + self._weight_files:
             f.close()
         b = 0
         while b < self.num_buckets:
@@ -369,9 +433,14 @@ class _KeySpill:
                 total += self.sizes[e]
                 e += 1
             keys = np.concatenate([np.fromfile(self._paths[i], dtype=np.int64) for i in range(b, e)])
+            weights = None
+            if self.weighted:
+                weights = np.concatenate([np.fromfile(self._weight_paths[i], dtype=np.float64) for i in range(b, e)])
             for i in range(b, e):
                 self._paths[i].unlink()
-            yield keys, b * self.width, min(self.n, e * self.width)
+                if self.weighted:
+                    self._weight_paths[i].unlink()
+            yield keys, weights, b * self.width, min(self.n, e * self.width)
             b = e
 
 
@@ -390,6 +459,25 @@ def _group_by_bucket(keys, src, width, num_buckets):  # pragma: no cover - compi
         out[pos[b]] = keys[i]
         pos[b] += 1
     return out, counts
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_by_bucket_weighted(keys, weights, src, width, num_buckets):  # pragma: no cover - compiled
+    """`_group_by_bucket` carrying a weight per key (stable: keys keep their order per bucket)."""
+    counts = np.zeros(num_buckets, np.int64)
+    for i in range(len(src)):
+        counts[src[i] // width] += 1
+    pos = np.zeros(num_buckets, np.int64)
+    for b in range(1, num_buckets):
+        pos[b] = pos[b - 1] + counts[b - 1]
+    out = np.empty_like(keys)
+    out_w = np.empty_like(weights)
+    for i in range(len(src)):
+        b = src[i] // width
+        out[pos[b]] = keys[i]
+        out_w[pos[b]] = weights[i]
+        pos[b] += 1
+    return out, out_w, counts
 
 
 @numba.njit(cache=True, nogil=True)
@@ -435,6 +523,96 @@ def _dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover -
 
 
 @numba.njit(cache=True, nogil=True)
+def _dedupe_rows_weighted(keys, weights, shift, lo, rows, count_both_flags, rule):  # pragma: no cover - compiled
+    """`_dedupe_rows` with a weight per key, combined per (src, dst) by `rule`.
+
+    `rule` indexes COMBINE_RULES: 0 sum, 1 max, 2 mean, 3 first. The counting sort into
+    rows is stable and each row is sorted stably by neighbour alone (not the flag), so the
+    weights of one output edge are met in the order the keys were added: the order of the
+    input rows. Returns (counts, neighbours, combined float64 weights, distinct keys).
+    """
+    start = np.zeros(rows + 1, np.int64)
+    for i in range(len(keys)):
+        start[(keys[i] >> shift) - lo + 1] += 1
+    for r in range(rows):
+        start[r + 1] += start[r]
+    pos = start[:-1].copy()
+    mask = (np.int64(1) << shift) - 1
+    vals = np.empty(len(keys), np.int64)
+    ws = np.empty(len(keys), np.float64)
+    for i in range(len(keys)):
+        r = (keys[i] >> shift) - lo
+        vals[pos[r]] = keys[i] & mask
+        ws[pos[r]] = weights[i]
+        pos[r] += 1
+    counts = np.zeros(rows, np.int64)
+    out_w = np.empty(len(keys), np.float64)
+    distinct = 0
+    w = 0
+    for r in range(rows):
+        a, b = start[r], start[r + 1]
+        if b - a > 1:
+            order = np.argsort(vals[a:b] >> 1, kind="mergesort") + a
+            vals[a:b] = vals[order]
+            ws[a:b] = ws[order]
+        j = a
+        while j < b:
+            c = vals[j] >> 1
+            acc = ws[j]
+            seen0 = (vals[j] & 1) == 0
+            seen1 = not seen0
+            k = j + 1
+            while k < b and (vals[k] >> 1) == c:
+                if rule == 0 or rule == 2:
+                    acc += ws[k]
+                elif rule == 1:
+                    acc = max(acc, ws[k])
+                if vals[k] & 1:
+                    seen1 = True
+                else:
+                    seen0 = True
+                k += 1
+            if rule == 2:
+                acc /= k - j
+            vals[w] = c
+            out_w[w] = acc
+            w += 1
+            counts[r] += 1
+            distinct += int(seen0) + (int(seen1) if count_both_flags else 0)
+            j = k
+    return counts, vals[:w].copy(), out_w[:w].copy(), distinct
+
+
+@numba.njit(cache=True, nogil=True)
+def _mirror_weighted(upper_counts, upper, upper_w):  # pragma: no cover - compiled
+    """`_mirror` carrying each upper-triangle edge's weight to both of its directions."""
+    n = len(upper_counts)
+    deg = upper_counts.copy()
+    for j in range(len(upper)):
+        deg[upper[j]] += 1
+    pos = np.zeros(n, np.int64)
+    for x in range(1, n):
+        pos[x] = pos[x - 1] + deg[x - 1]
+    dst = np.empty(len(upper) * 2, np.int64)
+    out_w = np.empty(len(upper) * 2, np.float64)
+    j = 0
+    for u in range(n):
+        for _ in range(upper_counts[u]):
+            v = upper[j]
+            dst[pos[v]] = u
+            out_w[pos[v]] = upper_w[j]
+            pos[v] += 1
+            j += 1
+    j = 0
+    for u in range(n):
+        c = upper_counts[u]
+        dst[pos[u] : pos[u] + c] = upper[j : j + c]
+        out_w[pos[u] : pos[u] + c] = upper_w[j : j + c]
+        j += c
+    return deg, dst, out_w
+
+
+@numba.njit(cache=True, nogil=True)
 def _mirror(upper_counts, upper):  # pragma: no cover - compiled
     """Both directions, sorted, from the sorted upper triangle (u < v) of a symmetric graph.
 
@@ -477,6 +655,15 @@ def _warm_kernels() -> None:
     _group_by_bucket(keys, np.array([0, 1], dtype=np.int64), 1, 2)
 
 
+def _warm_weighted_kernels() -> None:
+    _warm_kernels()  # the shared ones (_repeat_rows, _map_inplace)
+    keys = np.array([(0 << 2) | (1 << 1), (1 << 2) | (0 << 1) | 1], dtype=np.int64)
+    weights = np.ones(2, dtype=np.float64)
+    counts, dst, w, _ = _dedupe_rows_weighted(keys, weights, 2, 0, 2, True, 0)
+    _mirror_weighted(counts, dst, w)
+    _group_by_bucket_weighted(keys, weights, np.array([0, 1], dtype=np.int64), 1, 2)
+
+
 @numba.njit(cache=True, nogil=True)
 def _repeat_rows(lo, counts, lut):  # pragma: no cover - compiled
     """Source ids lo, lo+1, ... (mapped through lut unless it is empty), each repeated by
@@ -515,6 +702,65 @@ def _sql_list(paths: list[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
+# A row's weight is usable: not null, not NaN, not infinite, > 0 (NaN > 0 holds in DuckDB).
+VALID_WEIGHT_SQL = "coalesce(weight > 0 AND isfinite(weight), false)"
+KEPT_ROW_SQL = "src IS NOT NULL AND dst IS NOT NULL AND src <> dst"
+
+
+def _create_weighted_view(con, edge_files: list[Path], weighted: set[Path], sql_type: str) -> list:
+    """View raw_edges(src, dst, weight DOUBLE) over every edge file, in name order.
+
+    Files without a weight column give 1.0. Consecutive files of one kind are one
+    `read_parquet` relation (paths go through DuckDB's relation API, never into SQL text);
+    the views are joined with UNION ALL, which keeps file order under
+    preserve_insertion_order. Returns the relations (kept alive with the connection).
+    """
+    runs: list[tuple[bool, list[str]]] = []
+    for path in edge_files:
+        has = path in weighted
+        if runs and runs[-1][0] == has:
+            runs[-1][1].append(str(path))
+        else:
+            runs.append((has, [str(path)]))
+    relations, parts = [], []
+    for i, (has, paths) in enumerate(runs):
+        rel = con.read_parquet(paths, union_by_name=True)
+        rel.create_view(f"edge_files_{i}")
+        relations.append(rel)
+        weight = "CAST(weight AS DOUBLE)" if has else "CAST(1.0 AS DOUBLE)"
+        parts.append(
+            f"SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst, {weight} AS weight "
+            f"FROM edge_files_{i}"
+        )
+    con.execute("CREATE VIEW raw_edges AS " + " UNION ALL ".join(parts))
+    return relations
+
+
+def _invalid_weight_counts(con, path: Path) -> dict[str, int]:
+    """Per kind, the rows of one file that would be edges but whose weight is unusable."""
+    con.read_parquet(str(path)).create_view("one_edge_file")
+    counts = con.sql(
+        "SELECT count(*) FILTER (WHERE isnan(w)), count(*) FILTER (WHERE isinf(w)), "
+        "count(*) FILTER (WHERE w < 0 AND isfinite(w)), count(*) FILTER (WHERE w = 0), "
+        "count(*) FILTER (WHERE w IS NULL) "
+        f"FROM (SELECT CAST(weight AS DOUBLE) AS w FROM one_edge_file WHERE {KEPT_ROW_SQL})"
+    ).fetchall()[0]
+    return dict(zip(("NaN", "infinite", "negative", "zero", "null"), (int(c) for c in counts)))
+
+
+def _refuse_invalid_weights(con, weighted_files: list[Path]) -> None:
+    problems = []
+    for path in weighted_files:
+        counts = _invalid_weight_counts(con, path)
+        if sum(counts.values()):
+            kinds = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+            problems.append(f"{path}: column 'weight' has {sum(counts.values())} invalid values ({kinds})")
+    raise InputError(
+        "; ".join(problems) + ". Weights must be finite and > 0: fix the files, or set "
+        "invalid_weights='drop' to drop those rows (counted in the summary)"
+    )
+
+
 def build_canonical_graph(
     dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, cfg: CanonicalConfig | None = None
 ) -> dict:
@@ -529,49 +775,76 @@ def build_canonical_graph(
     files = find_dataset_files(dataset_dir)
     kind = validate_inputs(files)
     sql_type = "BIGINT" if kind == "int" else "VARCHAR"
+    weighted_files = [p for p in files.edge_files if "weight" in _schema(p).names]
+    weighted = bool(weighted_files)
 
     # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files.
-    warmup = threading.Thread(target=_warm_kernels, daemon=True)
+    warmup = threading.Thread(target=_warm_weighted_kernels if weighted else _warm_kernels, daemon=True)
     warmup.start()
     with atomic_output_dir(out_dir) as tmp:
         work = tmp / "_work"
         work.mkdir()
         con = _connect(cfg, work / "duckdb")
-        con.execute(
-            f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
-            f"FROM read_parquet({_sql_list(files.edge_files)}, union_by_name = true)"
-        )
-        rows, null_rows, self_loops, min_id, max_id = con.sql(
+        if weighted:
+            relations = _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)  # noqa: F841
+        else:
+            con.execute(
+                f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
+                f"FROM read_parquet({_sql_list(files.edge_files)}, union_by_name = true)"
+            )
+        invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
+        rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
             "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
-            "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst)) "
-            "FROM raw_edges"
+            "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
+            f"{invalid_weight_sql} FROM raw_edges"
         ).fetchall()[0]
         if rows == 0:
             raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
+        invalid_weights = int(invalid[0]) if invalid else 0
+        if invalid_weights and cfg.invalid_weights == "error":
+            _refuse_invalid_weights(con, weighted_files)
+        dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if invalid_weights else None
         nodes_sql = (
             f"SELECT CAST(node_id AS {sql_type}) AS id FROM read_parquet({_sql_list([files.nodes])})"
             if files.nodes
             else None
         )
-        space = _IdSpace.plan(con, kind, rows, min_id, max_id, nodes_sql, null_rows + self_loops > 0, dataset_dir)
+        space = _IdSpace.plan(
+            con,
+            kind,
+            rows,
+            min_id,
+            max_id,
+            nodes_sql,
+            null_rows + self_loops + invalid_weights > 0,
+            dataset_dir,
+            dropped_weight_sql,
+        )
         n_space = space.size
 
         # Stream valid edges into id space, spill keys by source range. A symmetrized graph
         # whose keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
-        valid_rows = rows - null_rows - self_loops
+        valid_rows = rows - null_rows - self_loops - invalid_weights
         budget = cfg.sort_budget_mb << 20
-        half = cfg.symmetrize and valid_rows * 2 * BYTES_PER_KEY <= budget
+        per_key = BYTES_PER_WEIGHTED_KEY if weighted else BYTES_PER_KEY
+        half = cfg.symmetrize and valid_rows * 2 * per_key <= budget
         copies = 2 if cfg.symmetrize and not half else 1
-        groups = 1 if half else math.ceil(valid_rows * copies * BYTES_PER_KEY / budget)
-        spill = _KeySpill(n_space, groups, budget, work / "spill")
+        groups = 1 if half else math.ceil(valid_rows * copies * per_key / budget)
+        spill = _KeySpill(n_space, groups, budget, work / "spill", weighted)
         shift = key_shift(n_space)
-        reader = con.sql(
-            "SELECT src, dst FROM raw_edges WHERE src IS NOT NULL AND dst IS NOT NULL AND src <> dst"
-        ).to_arrow_reader(cfg.batch_rows)
+        if weighted:
+            # rows in input order, so 'first' and the order of float sums are deterministic
+            con.execute("SET preserve_insertion_order = true")
+            keep = f"{KEPT_ROW_SQL} AND {VALID_WEIGHT_SQL}" if invalid_weights else KEPT_ROW_SQL
+            reader = con.sql(f"SELECT src, dst, weight FROM raw_edges WHERE {keep}").to_arrow_reader(cfg.batch_rows)
+        else:
+            reader = con.sql(f"SELECT src, dst FROM raw_edges WHERE {KEPT_ROW_SQL}").to_arrow_reader(cfg.batch_rows)
         for batch in reader:
             s = space.locate(batch.column(0))
             d = space.locate(batch.column(1))
-            if half:  # flag = orientation, so distinct directed pairs stay countable
+            if weighted:
+                _add_weighted(spill, s, d, batch.column(2).to_numpy(), shift, half, cfg.symmetrize)
+            elif half:  # flag = orientation, so distinct directed pairs stay countable
                 lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
                 spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_)
             elif cfg.symmetrize:  # flag 1 = the reversed copy
@@ -598,6 +871,7 @@ def build_canonical_graph(
                 directed=not cfg.symmetrize,
                 lut=lut,
                 degree_ready=degree_ready,
+                combine=cfg.weight_combine,
             )
             try:
                 node_facts = _write_nodes(tmp, files, relabel, cfg)
@@ -609,7 +883,7 @@ def build_canonical_graph(
                     degree = degree[space.present] if lut is not None else degree
                     _plot_degrees(degree, tmp / "degree_distribution.png")
             finally:
-                _, distinct_input_pairs, edges_written = edges_job.result()
+                _, distinct_input_pairs, edges_written, weight_facts = edges_job.result()
         shutil.rmtree(work, ignore_errors=True)
 
         summary = {
@@ -623,6 +897,19 @@ def build_canonical_graph(
             "dropped_null_id": int(null_rows),
             "dropped_self_loop": int(self_loops),
             "dropped_duplicate": int(valid_rows - distinct_input_pairs),
+            "combined_reverse_pairs": int(distinct_input_pairs - edges_written // 2) if cfg.symmetrize else 0,
+            "weighted": weighted,
+            **(
+                {
+                    "weight_combine": cfg.weight_combine,
+                    "weight_files": [p.name for p in weighted_files],
+                    "weight_default_1_files": [p.name for p in files.edge_files if p not in weighted_files],
+                    "dropped_invalid_weight": invalid_weights,
+                    **weight_facts,
+                }
+                if weighted
+                else {}
+            ),
             "isolated_nodes": int(np.count_nonzero(degree == 0)),
             "degree_max": int(degree.max()),
             "degree_mean": float(degree.mean()),
@@ -636,10 +923,28 @@ def build_canonical_graph(
     return summary
 
 
-def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, directed: bool, lut, degree_ready) -> tuple:
+def _add_weighted(spill: _KeySpill, s, d, w, shift: int, half: bool, symmetrize: bool) -> None:
+    """Keys and weights of one batch of rows, in row order (see the module docstring)."""
+    if half:  # flag = orientation, so distinct directed pairs stay countable
+        lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
+        spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_, w)
+    elif symmetrize:  # flag 1 = the reversed copy, interleaved so each row's copies stay in row order
+        keys = np.empty(2 * len(s), dtype=np.int64)
+        keys[0::2] = (s << shift) | (d << 1)
+        keys[1::2] = (d << shift) | (s << 1) | 1
+        src = np.empty(2 * len(s), dtype=np.int64)
+        src[0::2], src[1::2] = s, d
+        spill.add(keys, src, np.repeat(w, 2))
+    else:
+        spill.add((s << shift) | (d << 1), s, w)
+
+
+def _write_edges(
+    spill: _KeySpill, path: Path, *, shift: int, half: bool, directed: bool, lut, degree_ready, combine: str
+) -> tuple:
     """Deduplicate each key group and append it to edges.parquet, sorted by (src, dst).
 
-    Returns (degree per id-space slot, distinct input pairs, edges written); the degrees
+    Returns (degree per id-space slot, distinct input pairs, edges written, weight facts); the degrees
     are also handed to the `degree_ready` future as soon as the last group is deduplicated,
     before its Parquet encoding ends. Encoding of group i overlaps the deduplication of
     group i+1 in a second thread.
@@ -649,7 +954,11 @@ def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, direct
     in_deg = np.zeros(n_space, dtype=np.int64) if directed else None
     distinct_input_pairs = 0
     edges_written = 0
-    schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
+    weighted = spill.weighted
+    rule = COMBINE_RULES.index(combine)
+    w_min, w_max, w_sum = np.inf, -np.inf, 0.0
+    fields = [("src", pa.int64()), ("dst", pa.int64())] + ([("weight", pa.float64())] if weighted else [])
+    schema = pa.schema(fields)
     # Sorted int64 ids delta-encode to a few bits each: about half the bytes of snappy and
     # twice its speed, with no general-purpose compression on top.
     writer = pq.ParquetWriter(
@@ -657,15 +966,25 @@ def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, direct
         schema,
         compression="none",
         use_dictionary=False,
-        column_encoding={"src": "DELTA_BINARY_PACKED", "dst": "DELTA_BINARY_PACKED"},
+        column_encoding={"src": "DELTA_BINARY_PACKED", "dst": "DELTA_BINARY_PACKED"}
+        | ({"weight": "PLAIN"} if weighted else {}),
     )
     with writer, ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
-        for keys, lo, hi in spill.groups():
-            counts, dst, distinct = _dedupe_rows(keys, shift, lo, hi - lo, half)
+        for keys, weights, lo, hi in spill.groups():
+            if weighted:
+                counts, dst, weight, distinct = _dedupe_rows_weighted(keys, weights, shift, lo, hi - lo, half, rule)
+                del weights
+                if half:
+                    counts, dst, weight = _mirror_weighted(counts, dst, weight)
+                if len(weight):
+                    w_min, w_max = min(w_min, float(weight.min())), max(w_max, float(weight.max()))
+                    w_sum += float(weight.sum())
+            else:
+                counts, dst, distinct = _dedupe_rows(keys, shift, lo, hi - lo, half)
+                if half:
+                    counts, dst = _mirror(counts, dst)
             del keys
-            if half:
-                counts, dst = _mirror(counts, dst)
             distinct_input_pairs += distinct
             out_deg[lo:hi] = counts
             if in_deg is not None:
@@ -675,16 +994,22 @@ def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, direct
             src = _repeat_rows(lo, counts, lut if lut is not None else _NO_LUT)
             if lut is not None:
                 _map_inplace(dst, lut)
-            table = pa.table({"src": src, "dst": dst}, schema=schema)
+            columns = {"src": src, "dst": dst} | ({"weight": weight} if weighted else {})
+            table = pa.table(columns, schema=schema)
             if pending is not None:
                 pending.result()
             pending = pool.submit(writer.write_table, table, row_group_size=1 << 20)
-            del counts, src, dst, table
+            del counts, src, dst, table, columns
         degree = out_deg if in_deg is None else out_deg + in_deg
         degree_ready.set_result(degree)
         if pending is not None:
             pending.result()
-    return degree, distinct_input_pairs, edges_written
+    weight_facts = (
+        {"weight_min": w_min, "weight_max": w_max, "weight_mean": w_sum / edges_written}
+        if weighted and edges_written
+        else {}
+    )
+    return degree, distinct_input_pairs, edges_written, weight_facts
 
 
 def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig) -> dict:
