@@ -707,13 +707,13 @@ VALID_WEIGHT_SQL = "coalesce(weight > 0 AND isfinite(weight), false)"
 KEPT_ROW_SQL = "src IS NOT NULL AND dst IS NOT NULL AND src <> dst"
 
 
-def _create_weighted_view(con, edge_files: list[Path], weighted: set[Path], sql_type: str) -> list:
+def _create_weighted_view(con, edge_files: list[Path], weighted: set[Path], sql_type: str) -> None:
     """View raw_edges(src, dst, weight DOUBLE) over every edge file, in name order.
 
     Files without a weight column give 1.0. Consecutive files of one kind are one
     `read_parquet` relation (paths go through DuckDB's relation API, never into SQL text);
     the views are joined with UNION ALL, which keeps file order under
-    preserve_insertion_order. Returns the relations (kept alive with the connection).
+    preserve_insertion_order.
     """
     runs: list[tuple[bool, list[str]]] = []
     for path in edge_files:
@@ -722,18 +722,15 @@ def _create_weighted_view(con, edge_files: list[Path], weighted: set[Path], sql_
             runs[-1][1].append(str(path))
         else:
             runs.append((has, [str(path)]))
-    relations, parts = [], []
+    parts = []
     for i, (has, paths) in enumerate(runs):
-        rel = con.read_parquet(paths, union_by_name=True)
-        rel.create_view(f"edge_files_{i}")
-        relations.append(rel)
+        con.read_parquet(paths, union_by_name=True).create_view(f"edge_files_{i}")
         weight = "CAST(weight AS DOUBLE)" if has else "CAST(1.0 AS DOUBLE)"
         parts.append(
             f"SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst, {weight} AS weight "
             f"FROM edge_files_{i}"
         )
     con.execute("CREATE VIEW raw_edges AS " + " UNION ALL ".join(parts))
-    return relations
 
 
 def _invalid_weight_counts(con, path: Path) -> dict[str, int]:
@@ -786,7 +783,7 @@ def build_canonical_graph(
         work.mkdir()
         con = _connect(cfg, work / "duckdb")
         if weighted:
-            relations = _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)  # noqa: F841
+            _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)
         else:
             con.execute(
                 f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "

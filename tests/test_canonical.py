@@ -369,3 +369,16 @@ def test_weight_settings_validated():
         CanonicalConfig(weight_combine="median")
     with pytest.raises(ValueError, match="invalid_weights='ignore'"):
         CanonicalConfig(invalid_weights="ignore")
+
+
+def test_string_ids_with_decimal_weights(tmp_path):
+    from decimal import Decimal
+
+    path = tmp_path / "in" / "edges.parquet"
+    path.parent.mkdir(parents=True)
+    weight = pa.array([Decimal("1.50"), Decimal("2.50"), Decimal("4.00")], pa.decimal128(5, 2))
+    pq.write_table(pa.table({"src": ["b", "a", "b"], "dst": ["a", "b", "c"], "weight": weight}), path)
+    build_canonical_graph(tmp_path / "in", tmp_path / "out", CanonicalConfig(weight_combine="mean"))
+    t = pq.read_table(tmp_path / "out" / "edges.parquet")
+    assert read_edges(tmp_path / "out") == [(0, 1), (1, 0), (1, 2), (2, 1)]
+    assert t.column("weight").to_pylist() == [2.0, 2.0, 4.0, 4.0]
