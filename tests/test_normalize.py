@@ -264,3 +264,14 @@ def test_heavy_edges_get_larger_entries(tmp_path):
 def test_self_loop_weight_validated():
     with pytest.raises(ValueError, match="self_loop_weight"):
         AdjacencyConfig(self_loop_weight=0.0)
+
+
+def test_asset_checks_pass_on_a_weighted_graph(tmp_path):
+    from assets.normalized_adjacency import check_adjacency
+
+    canonical = canonical_weighted(tmp_path, "c", lambda rng, m: rng.pareto(1.5, m) + 0.01)
+    cfg = AdjacencyConfig(self_loop_weight=0.5)
+    build_normalized_adjacency(canonical, tmp_path / "adj", cfg)
+    results = check_adjacency(tmp_path / "adj", cfg, symmetrized=True)
+    assert [r.passed for r in results] == [True] * 4
+    assert results[0].metadata["asymmetric_entries"].value == 0
