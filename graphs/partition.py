@@ -140,12 +140,19 @@ def metis_edge_weights(weight: np.ndarray) -> np.ndarray:
 
 
 def metis_assign_weighted(
-    indptr: np.ndarray, indices: np.ndarray, weight: np.ndarray, k: int, balance_edges: bool = False
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    weight: np.ndarray,
+    k: int,
+    balance_edges: bool = False,
+    symmetric: bool = False,
 ) -> np.ndarray:
     """int32 part id per node from METIS (pymetis) with integer edge weights from `weight`.
 
-    The graph is made symmetric (A + Aᵀ) when it is not; `balance_edges` weighs each node
-    by its degree + 1, as DGL's balance_edges does.
+    The CSR must have no self loops (canonical graphs have none). Unless `symmetric` says
+    it already is (a symmetrized canonical graph and its induced subgraphs), the graph is
+    made symmetric as A + Aᵀ when it is not. `balance_edges` weighs each node by its
+    degree + 1 (DGL's balance_edges uses the in-degree; + 1 keeps isolated nodes weighed).
     """
     import pymetis
     import scipy.sparse as sp
@@ -156,10 +163,8 @@ def metis_assign_weighted(
     if k >= n:
         return np.arange(n, dtype=np.int32)
     a = sp.csr_matrix((weight, indices, indptr), shape=(n, n))
-    if (a != a.T).nnz:
+    if not symmetric and (a != a.T).nnz:
         a = (a + a.T).tocsr()
-    a.setdiag(0)
-    a.eliminate_zeros()
     a.sort_indices()
     dtype = pymetis.zero_copy_dtype()  # METIS's idx_t: arrays of it are passed without a copy
     vweights = (np.diff(a.indptr) + 1).astype(dtype) if balance_edges else None
@@ -278,7 +283,7 @@ def partition_metrics(
 
 
 def cluster_assign(
-    graph, part: np.ndarray, cores: list[np.ndarray], clusters_per_part: int, weighted=None
+    graph, part: np.ndarray, cores: list[np.ndarray], clusters_per_part: int, weighted=None, symmetric: bool = False
 ) -> np.ndarray:
     """int32 global cluster id p * C + c: METIS into C clusters on each part's induced subgraph
     (with integer edge weights when `weighted`, the graph's weights as a scipy CSR matrix, is given)."""
@@ -297,7 +302,7 @@ def cluster_assign(
                 local = (np.arange(len(core)) * c // len(core)).astype(np.int32)
             elif weighted is not None:
                 w_sub = weighted[core][:, core]
-                local = metis_assign_weighted(w_sub.indptr, w_sub.indices, w_sub.data, c)
+                local = metis_assign_weighted(w_sub.indptr, w_sub.indices, w_sub.data, c, symmetric=symmetric)
             else:
                 local = metis_assign(sub, c)
         cluster[core] = p * C + local
@@ -410,6 +415,7 @@ def build_partitions(
     t0 = time.perf_counter()
     n, src, dst = read_edges(canonical)
     weight = read_edge_weights(canonical)
+    symmetrized = bool(read_summary(canonical).get("symmetrized", True))
     indptr = csr_indptr(src, n)
     graph = dgl_graph(indptr, dst)
     seconds = {"load": time.perf_counter() - t0}
@@ -424,7 +430,7 @@ def build_partitions(
 
     t = time.perf_counter()
     if weight is not None:
-        part = metis_assign_weighted(indptr, dst, weight, k, cfg.balance_edges)
+        part = metis_assign_weighted(indptr, dst, weight, k, cfg.balance_edges, symmetric=symmetrized)
     else:
         part = metis_assign(graph, k, cfg.balance_edges)
     seconds["metis_assign"] = time.perf_counter() - t
@@ -442,7 +448,7 @@ def build_partitions(
         import scipy.sparse as sp
 
         weighted = sp.csr_matrix((weight, dst, indptr), shape=(n, n))
-    cluster = cluster_assign(graph, part, cores, cfg.clusters_per_part, weighted)
+    cluster = cluster_assign(graph, part, cores, cfg.clusters_per_part, weighted, symmetrized)
     seconds["clusters"] = time.perf_counter() - t
 
     with atomic_output_dir(out_dir) as tmp:

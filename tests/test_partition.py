@@ -307,3 +307,16 @@ def test_weighted_metis_cuts_heavy_edges_less(tmp_path):
     purity = sum(np.bincount(block[part == p]).max() for p in range(BLOCKS) if (part == p).any()) / n
     assert purity > 0.9
     np.testing.assert_array_equal(metis_assign_weighted(indptr, e_dst, w, BLOCKS), part)  # deterministic
+
+
+def test_weighted_metis_symmetrizes_a_directed_graph():
+    """Two triangles joined by one light edge, given in one direction only: A + Aᵀ is cut there."""
+    from graphs.partition import metis_assign_weighted
+
+    src = np.array([0, 1, 2, 3, 4, 5, 2])
+    dst = np.array([1, 2, 0, 4, 5, 3, 3])
+    weight = np.array([5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 1.0])
+    order = np.lexsort((dst, src))
+    indptr = csr_indptr(src[order], 6)
+    part = metis_assign_weighted(indptr, dst[order], weight[order], 2)
+    assert len(set(part[:3])) == 1 and len(set(part[3:])) == 1 and part[0] != part[3]
