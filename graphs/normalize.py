@@ -1,9 +1,9 @@
 """Normalized adjacency: the GCN propagation matrix Â of a canonical graph, as CSR arrays.
 
-    norm="both"   Â = D_r^-1/2 (A + I) D_c^-1/2   (Kipf & Welling's renormalization; for a
+    degree_norm="both"   Â = D_r^-1/2 (A + I) D_c^-1/2   (Kipf & Welling's renormalization; for a
                                                   symmetrized graph D_r = D_c = D and Â is
                                                   symmetric)
-    norm="right"  Â = D_r^-1 (A + I)              (row-normalized: Â·X averages each row's
+    degree_norm="right"  Â = D_r^-1 (A + I)              (row-normalized: Â·X averages each row's
                                                   neighbourhood, the "mean" aggregator)
 
 Row i of Â holds the edges i -> j of the canonical edges.parquet (row = src, column = dst),
@@ -27,7 +27,7 @@ Files written (format version 1) into `<out_dir>/`:
     indptr.npy    int64   [n + 1]   row i is indices[indptr[i]:indptr[i+1]]
     indices.npy   int32   [nnz]     column ids, ascending within a row (int64 when n >= 2^31)
     weights.npy   float32 [nnz]     Â's entries, aligned with indices
-    summary.json  counts, settings ("norm", "add_self_loops", "format_version"), timings
+    summary.json  counts, settings ("degree_norm", "add_self_loops", "format_version"), timings
 where nnz = edges + n with self loops (every node gets exactly one, isolated nodes too:
 their only entry is Â[i, i] = 1), and nnz = edges without.
 
@@ -50,11 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 
-from graphs.canonical import read_summary
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
@@ -68,7 +65,7 @@ class AdjacencyConfig:
     add_self_loops: bool = field(
         default=True, metadata={"help": "Add I to A before normalizing (the GCN renormalization trick)."}
     )
-    norm: str = field(
+    degree_norm: str = field(
         default="both",
         metadata={"help": "'both': D^-1/2 (A+I) D^-1/2 (symmetric); 'right': D^-1 (A+I) (row mean)."},
     )
@@ -87,8 +84,8 @@ class AdjacencyConfig:
     def __post_init__(self) -> None:
         if not (np.isfinite(self.self_loop_weight) and self.self_loop_weight > 0):
             raise ValueError(f"self_loop_weight must be finite and > 0, got {self.self_loop_weight}")
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.degree_norm not in NORMS:
+            raise ValueError(f"degree_norm must be one of {NORMS}, got {self.degree_norm!r}")
         if self.batch_rows < 1:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
         if self.power_iterations < 1:
@@ -111,13 +108,31 @@ class CSR(NamedTuple):
         return int(self.indptr[-1])
 
 
-def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True) -> CSR:
-    """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default."""
+def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True, n: int | None = None) -> CSR:
+    """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default.
+
+    Missing files, arrays of inconsistent lengths, or (with `n`) a row count other than `n`
+    raise naming the file and the stage to re-materialize.
+    """
     d = Path(adjacency_dir)
     mode = "r" if mmap else None
-    return CSR(
-        *(np.load(d / f"{name}.npy", mmap_mode=mode, allow_pickle=False) for name in ("indptr", "indices", "weights"))
-    )
+    arrays = []
+    for name in ("indptr", "indices", "weights"):
+        path = d / f"{name}.npy"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; materialize normalized_adjacency first")
+        arrays.append(np.load(path, mmap_mode=mode, allow_pickle=False))
+    csr = CSR(*arrays)
+    if not len(csr.indices) == len(csr.weights) == (int(csr.indptr[-1]) if len(csr.indptr) else -1):
+        raise ValueError(
+            f"{d}: indptr ends at {int(csr.indptr[-1]) if len(csr.indptr) else None} but indices.npy has "
+            f"{len(csr.indices)} and weights.npy {len(csr.weights)} entries; re-materialize normalized_adjacency"
+        )
+    if n is not None and csr.n != n:
+        raise ValueError(
+            f"{d / 'indptr.npy'}: {csr.n} rows but the canonical graph has {n} nodes; re-materialize normalized_adjacency"
+        )
+    return csr
 
 
 def edge_degrees(
@@ -143,9 +158,10 @@ def weighted_degrees(
 
 
 def _degrees(edges_path, n: int, symmetric: bool, memory_limit: str, weighted: bool):
+    import duckdb  # imported here: readers of the CSR (training) need only NumPy
+
     con = duckdb.connect(config={"memory_limit": memory_limit})
-    edges = con.read_parquet(str(edges_path))  # the path goes through the relation API, not SQL text
-    edges.create_view("edges")
+    con.read_parquet(str(edges_path)).create_view("edges")  # the path goes through the relation API
     counts, sums = [], []
     weight_sum = ", sum(weight) AS wsum" if weighted else ""
     for col in ("src",) if symmetric else ("src", "dst"):
@@ -171,6 +187,8 @@ def build_normalized_adjacency(
     cfg = cfg or AdjacencyConfig()
     t0 = time.perf_counter()
     canonical = Path(canonical_dir)
+    from graphs.canonical import edge_batches, read_summary
+
     facts = read_summary(canonical)
     n, num_edges = int(facts["nodes"]), int(facts["edges"])
     edges_path = canonical / "edges.parquet"
@@ -189,7 +207,7 @@ def build_normalized_adjacency(
     col_deg = in_w.astype(np.float64) + loop_w
     # Scale factors in float64; each weight is one product, rounded once to float32.
     with np.errstate(divide="ignore"):
-        if cfg.norm == "both":
+        if cfg.degree_norm == "both":
             row_scale = row_deg**-0.5
             col_scale = col_deg**-0.5
         else:
@@ -208,10 +226,8 @@ def build_normalized_adjacency(
 
         below_diag = np.zeros(n, dtype=np.int64)  # per row: edges whose column sorts before the self loop
         k = 0
-        columns = ["src", "dst", "weight"] if weighted else ["src", "dst"]
-        for batch in pq.ParquetFile(edges_path).iter_batches(batch_size=cfg.batch_rows, columns=columns):
-            src = batch.column(0).to_numpy()
-            dst = batch.column(1).to_numpy()
+        for batch in edge_batches(canonical, cfg.batch_rows, with_weight=weighted):
+            src, dst = batch[0], batch[1]
             pos = np.arange(k, k + len(src), dtype=np.int64)
             if loop and len(src):
                 before = dst < src
@@ -224,7 +240,7 @@ def build_normalized_adjacency(
             indices[pos] = dst
             w = row_scale[src] * col_scale[dst] if col_scale is not None else row_scale[src]
             if weighted:
-                w *= batch.column(2).to_numpy()
+                w *= batch[2]
             weights[pos] = w
             k += len(src)
         if k != num_edges:
@@ -245,7 +261,7 @@ def build_normalized_adjacency(
             "nodes": n,
             "edges": num_edges,
             "nnz": int(nnz),
-            "norm": cfg.norm,
+            "degree_norm": cfg.degree_norm,
             "add_self_loops": cfg.add_self_loops,
             "self_loop_weight": cfg.self_loop_weight,
             "weighted": weighted,

@@ -62,7 +62,7 @@ def graphconv(g, x, norm):
 def test_random_graph_matches_dgl_graphconv(tmp_path, norm, seed):
     canonical = canonical_random(tmp_path, seed=seed)
     # small batches: rows (and their self loops) straddle batch boundaries
-    s = build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm=norm, batch_rows=97))
+    s = build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(degree_norm=norm, batch_rows=97))
     csr = load_csr(tmp_path / "adj")
     g = dgl_graph_of(canonical)
     assert s["nnz"] == g.num_edges() + g.num_nodes() == csr.nnz
@@ -78,7 +78,7 @@ def test_random_graph_matches_dgl_graphconv(tmp_path, norm, seed):
 
 def test_right_norm_is_row_mean_of_a_plus_i(tmp_path):
     canonical = canonical_random(tmp_path, seed=3)
-    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm="right"))
+    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(degree_norm="right"))
     csr = load_csr(tmp_path / "adj")
     g = dgl_graph_of(canonical)
     a = g.adj_external(scipy_fmt="csr").toarray() + np.eye(g.num_nodes())
@@ -108,7 +108,7 @@ def test_hand_checked_path_graph(tmp_path):
 
 def test_directed_graph_matches_graphconv_on_reversed_graph(tmp_path):
     canonical = canonical_random(tmp_path, seed=4, symmetrize=False)
-    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm="both"))
+    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(degree_norm="both"))
     csr = load_csr(tmp_path / "adj")
     g = dgl_graph_of(canonical)
     x = torch.randn(g.num_nodes(), 5)
@@ -165,13 +165,15 @@ def test_checks_catch_corrupted_weights(tmp_path):
 
 
 def test_right_norm_eigenvalue_is_one(tmp_path):
-    build_normalized_adjacency(canonical_random(tmp_path, seed=6), tmp_path / "adj", AdjacencyConfig(norm="right"))
+    build_normalized_adjacency(
+        canonical_random(tmp_path, seed=6), tmp_path / "adj", AdjacencyConfig(degree_norm="right")
+    )
     assert abs(largest_eigenvalue(load_csr(tmp_path / "adj")) - 1) < 1e-5
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="norm must be one of"):
-        AdjacencyConfig(norm="left")
+    with pytest.raises(ValueError, match="degree_norm must be one of"):
+        AdjacencyConfig(degree_norm="left")
     with pytest.raises(ValueError, match="batch_rows"):
         AdjacencyConfig(batch_rows=0)
 
@@ -212,7 +214,7 @@ def test_weighted_adjacency_equals_scipy_and_passes_the_checks(tmp_path, norm, s
     canonical = canonical_weighted(
         tmp_path, "canonical", lambda rng, m: rng.lognormal(0.0, 1.5, m), symmetrize=symmetrize
     )
-    cfg = AdjacencyConfig(norm=norm, self_loop_weight=loop_weight, batch_rows=333)
+    cfg = AdjacencyConfig(degree_norm=norm, self_loop_weight=loop_weight, batch_rows=333)
     s = build_normalized_adjacency(canonical, tmp_path / "adj", cfg)
     assert s["weighted"] and s["self_loop_weight"] == loop_weight
     csr = load_csr(tmp_path / "adj")
@@ -240,8 +242,8 @@ def test_all_one_weights_equal_the_unweighted_adjacency(tmp_path):
     pq.write_table(pa.table({"node_id": np.arange(n)}), tmp_path / "in-u" / "nodes.parquet")
     build_canonical_graph(tmp_path / "in-u", tmp_path / "u")
     for norm in ("both", "right"):
-        build_normalized_adjacency(weighted, tmp_path / f"adj-w-{norm}", AdjacencyConfig(norm=norm))
-        build_normalized_adjacency(tmp_path / "u", tmp_path / f"adj-u-{norm}", AdjacencyConfig(norm=norm))
+        build_normalized_adjacency(weighted, tmp_path / f"adj-w-{norm}", AdjacencyConfig(degree_norm=norm))
+        build_normalized_adjacency(tmp_path / "u", tmp_path / f"adj-u-{norm}", AdjacencyConfig(degree_norm=norm))
         a, b = load_csr(tmp_path / f"adj-w-{norm}"), load_csr(tmp_path / f"adj-u-{norm}")
         for x, y in zip(a, b):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
