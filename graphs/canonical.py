@@ -50,6 +50,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphs import duck
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
@@ -91,6 +92,7 @@ class CanonicalConfig:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0, got {self.threads}")
+        self.memory_limit = duck.check_memory_size(self.memory_limit)
         if not (0 < self.train_fraction and 0 <= self.val_fraction and self.train_fraction + self.val_fraction <= 1):
             raise ValueError(
                 f"train_fraction={self.train_fraction} and val_fraction={self.val_fraction} must be "
@@ -502,17 +504,7 @@ def _map_inplace(values, lut):  # pragma: no cover - compiled
 
 
 def _connect(cfg: CanonicalConfig, temp_dir: Path) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    con.execute(f"SET memory_limit = '{cfg.memory_limit}'")
-    con.execute(f"SET temp_directory = '{temp_dir}'")
-    con.execute("SET preserve_insertion_order = false")
-    if cfg.threads:
-        con.execute(f"SET threads = {int(cfg.threads)}")
-    return con
-
-
-def _sql_list(paths: list[Path]) -> str:
-    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+    return duck.connect(cfg.memory_limit, threads=cfg.threads, temp_directory=temp_dir)
 
 
 def build_canonical_graph(
@@ -537,9 +529,11 @@ def build_canonical_graph(
         work = tmp / "_work"
         work.mkdir()
         con = _connect(cfg, work / "duckdb")
+        # file paths enter through the relation API, never as SQL text
+        con.read_parquet([str(p) for p in files.edge_files], union_by_name=True).create_view("edge_files")
         con.execute(
             f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
-            f"FROM read_parquet({_sql_list(files.edge_files)}, union_by_name = true)"
+            "FROM edge_files"
         )
         rows, null_rows, self_loops, min_id, max_id = con.sql(
             "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
@@ -548,11 +542,10 @@ def build_canonical_graph(
         ).fetchall()[0]
         if rows == 0:
             raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
-        nodes_sql = (
-            f"SELECT CAST(node_id AS {sql_type}) AS id FROM read_parquet({_sql_list([files.nodes])})"
-            if files.nodes
-            else None
-        )
+        nodes_sql = None
+        if files.nodes:
+            con.read_parquet(str(files.nodes)).create_view("node_file")
+            nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
         space = _IdSpace.plan(con, kind, rows, min_id, max_id, nodes_sql, null_rows + self_loops > 0, dataset_dir)
         n_space = space.size
 

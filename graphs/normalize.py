@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import duckdb
 import numpy as np
 import pyarrow.parquet as pq
 
+from graphs import duck
 from graphs.canonical import read_summary
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
@@ -79,6 +79,7 @@ class AdjacencyConfig:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
         if self.power_iterations < 1:
             raise ValueError(f"power_iterations must be >= 1, got {self.power_iterations}")
+        self.memory_limit = duck.check_memory_size(self.memory_limit)
 
 
 class CSR(NamedTuple):
@@ -113,12 +114,12 @@ def edge_degrees(
 
     For a symmetrized graph the in-degree is the out-degree (the same array is returned).
     """
-    con = duckdb.connect()
-    con.execute(f"SET memory_limit = '{memory_limit}'")
-    path = str(edges_path).replace("'", "''")
+    con = duck.connect(memory_limit)
     degrees = []
-    for col in ("src",) if symmetric else ("src", "dst"):
-        t = con.sql(f"SELECT {col} AS node, count(*) AS deg FROM read_parquet('{path}') GROUP BY {col}").fetchnumpy()
+    for col in ("src",) if symmetric else ("src", "dst"):  # column names are ours; the path is a parameter
+        t = con.execute(
+            f"SELECT {col} AS node, count(*) AS deg FROM read_parquet(?) GROUP BY {col}", [str(edges_path)]
+        ).fetchnumpy()
         deg = np.zeros(n, dtype=np.int64)
         deg[t["node"]] = t["deg"]
         degrees.append(deg)

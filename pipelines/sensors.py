@@ -79,6 +79,8 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
         seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
         known = set(context.instance.get_dynamic_partitions(dataset_partitions.name))
         names = storage.landing_datasets()
+        for bad in storage.landing_folders_with_bad_names():
+            context.log.warning(f"ignored landing folder {bad!r}: not a valid dataset name (see validate_dataset_name)")
         new_partitions = [n for n in names if n not in known]
         runs = []
         current = {}

@@ -55,7 +55,16 @@ CHECKPOINT_FORMAT = 1
 CHECKPOINT_NAME = "checkpoint.pt"
 
 # TrainingConfig fields that do not change what is trained (excluded from the run key).
-_NOT_IN_KEY = ("profiler", "prefetch", "verify_shards", "checkpoint_every", "eval_batch_size", "device", "aggregation")
+_NOT_IN_KEY = (
+    "profiler",
+    "prefetch",
+    "verify_shards",
+    "checkpoint_every",
+    "eval_batch_size",
+    "device",
+    "aggregation",
+    "dist_timeout_s",
+)
 
 
 def data_version(shards: str | os.PathLike, canonical: str | os.PathLike, adjacency: str | os.PathLike) -> str:
