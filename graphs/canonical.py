@@ -51,7 +51,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphs import duck
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
 
@@ -625,7 +625,7 @@ def build_canonical_graph(
             "seconds": round(time.perf_counter() - t0, 3),
             "peak_rss_bytes": peak_rss_bytes(),
         }
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_summary(tmp, summary)
     return summary
 
 

@@ -34,7 +34,6 @@ is O(n) plus one batch, whatever the edge count.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -47,7 +46,7 @@ import pyarrow.parquet as pq
 
 from graphs import duck
 from graphs.canonical import read_summary
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
 NORMS = ("both", "right")
@@ -213,7 +212,7 @@ def build_normalized_adjacency(
             "edges_per_second": round(num_edges / seconds) if seconds > 0 else 0,
             "peak_rss_bytes": peak_rss_bytes(),
         }
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_summary(tmp, summary)
     return summary
 
 

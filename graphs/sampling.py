@@ -129,7 +129,7 @@ import pyarrow.parquet as pq
 
 from graphs.canonical import read_summary
 from graphs.npzio import write_npz
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
 SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
@@ -161,9 +161,8 @@ MANIFEST_KEYS = {
     "seeds": "loss nodes over all minibatches",
     "bytes": "bytes of all shard files",
     "bytes_per_sampled_edge": "bytes / sampled_edges",
-    "seconds": "wall time of sampling and writing",
-    "seeds_per_second": "seeds / seconds",
-    "sampled_edges_per_second": "sampled_edges / seconds",
+    # run statistics (seconds, seeds_per_second, sampled_edges_per_second, peak_rss_bytes) are
+    # returned by write_minibatch_shards and written to run_stats.json, not to the manifest
     "saint": "saint only: presamples N, mean subgraph nodes",
     "inputs": "paths (relative) of the canonical, adjacency and partition folders used",
 }
@@ -1071,7 +1070,7 @@ def write_minibatch_shards(
             manifest["saint"] = sampler.saint_info
         if per_rank != counts.pop():
             raise AssertionError(f"planned {per_rank} minibatches per rank, wrote {streams[0]['minibatches']}")
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1))
+        write_summary(tmp, manifest, "manifest.json")
     return manifest
 
 

@@ -257,6 +257,50 @@ def atomic_output_dir(final_dir: str | os.PathLike) -> Iterator[Path]:
         yield tmp
 
 
+# ----------------------------------------------------------------------------- summaries
+
+RUN_STATS_NAME = "run_stats.json"
+
+
+def is_run_statistic(key: str) -> bool:
+    """Keys that measure a run rather than describe its output: seconds, rates, peak memory."""
+    return key == "seconds" or key.endswith(("_seconds", "_per_second", "_per_s", "rss_bytes"))
+
+
+def split_run_stats(obj):
+    """(content, statistics) of a summary: nested dicts (and dicts in lists) split by
+    `is_run_statistic`, each part keeping the nesting; statistics None when there are none."""
+    if isinstance(obj, dict):
+        content, stats = {}, {}
+        for k, v in obj.items():
+            if is_run_statistic(k):
+                stats[k] = v
+                continue
+            c, st = split_run_stats(v)
+            content[k] = c
+            if st is not None:
+                stats[k] = st
+        return content, stats or None
+    if isinstance(obj, list) and any(isinstance(v, dict) for v in obj):
+        parts = [split_run_stats(v) for v in obj]
+        stats = [st for _, st in parts]
+        return [c for c, _ in parts], stats if any(st is not None for st in stats) else None
+    return obj, None
+
+
+def write_summary(folder: str | os.PathLike, summary: dict, name: str = "summary.json") -> None:
+    """Write `summary` as `<folder>/<name>` without its run statistics, and those statistics
+    (seconds, rates, peak RSS) as `<folder>/run_stats.json`: the content file, and so every
+    hash or data version over it, is then the same for the same inputs and settings."""
+    import json
+
+    folder = Path(folder)
+    content, stats = split_run_stats(summary)
+    (folder / name).write_text(json.dumps(content, indent=2))
+    if stats is not None:
+        (folder / RUN_STATS_NAME).write_text(json.dumps(stats, indent=2))
+
+
 def dir_bytes(path: str | os.PathLike) -> int:
     """Total size in bytes of the regular files under `path`."""
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
