@@ -54,6 +54,7 @@ from graphs import duck
 from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
+MAX_LABEL = 2**31 - 2  # labels are stored as int32 (and -1 = unknown)
 
 
 class InputError(ValueError):
@@ -698,10 +699,11 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
         if "label" in t.column_names:
             lab = t.column("label").to_numpy(zero_copy_only=False)
             lab = np.where(pd.isna(lab), -1, lab).astype(np.int64)
-            bad = lab < -1
+            bad = (lab < -1) | (lab > MAX_LABEL)
             if bad.any():
                 raise InputError(
-                    f"{files.nodes}: column 'label' has value {lab[bad][0]}; labels are >= 0, or -1 for unknown"
+                    f"{files.nodes}: column 'label' has value {lab[bad][0]}; labels are 0..{MAX_LABEL}, "
+                    "or -1 for unknown"
                 )
             label[idx] = lab.astype(np.int32)
             facts["has_labels"] = bool((label >= 0).any())
@@ -788,6 +790,13 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
             raise InputError(f"{path}: column 'node_id' repeats an id; one feature row per node")
         seen[idx] = True
         rows = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(idx), dim)
+        finite = np.isfinite(rows).all(axis=1)
+        if not finite.all():
+            row = int(np.flatnonzero(~finite)[0])
+            raise InputError(
+                f"{path}: column 'feat' of node_id {ids[row].as_py()!r} holds a NaN or infinite value "
+                "(or one beyond float32's range); features must be finite"
+            )
         if ascending and len(idx) and idx[-1] - idx[0] + 1 == len(idx):
             out[idx[0] : idx[-1] + 1] = rows  # rows in node order: one contiguous write
         else:
