@@ -21,7 +21,7 @@ def _hang_after_first_write(marker: Path) -> None:
     import numpy as np
     import pyarrow.parquet as pq
 
-    import graphs.sampling as sampling
+    import graphs.sampling.writer as sampling_writer
 
     def wrap(owner, name):
         real = getattr(owner, name)
@@ -42,7 +42,7 @@ def _hang_after_first_write(marker: Path) -> None:
     wrap(np, "save")
     wrap(np.lib.format, "open_memmap")
     wrap(pq, "write_table")
-    wrap(sampling, "write_npz")
+    wrap(sampling_writer, "write_npz")
 
 
 def run_stage(stage: str, home: Path, landing: Path) -> None:

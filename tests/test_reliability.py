@@ -2,6 +2,7 @@
 per-dataset lock, checks that refuse to publish, the generator's --out guard, lineage, and the
 instance's per-partition run limit."""
 
+import dataclasses
 import multiprocessing
 import os
 import subprocess
@@ -415,3 +416,46 @@ def test_same_inputs_and_seed_give_byte_identical_files_and_timings_live_apart(t
         assert '"seconds"' not in summary and "peak_rss_bytes" not in summary
         assert "seconds" in (homes[0] / stage / "run_stats.json").read_text()
     assert '"seconds"' not in (homes[0] / "minibatch_shards" / "manifest.json").read_text()
+
+
+# ----------------------------------------------------------------------------- (4) stale inputs
+
+
+def test_shards_refuse_an_upstream_re_materialized_since_they_were_cut(tmp_path):
+    from graphs.compress import CompressConfig, build_compressed_graph
+    from graphs.generate import GenerateConfig, generate_dataset
+    from graphs.normalize import build_normalized_adjacency
+    from graphs.partition import PartitionConfig, build_partitions
+    from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+    from graphs.shard_format import ShardError, read_manifest
+    from training.checkpoint import data_version
+
+    gen = GenerateConfig(num_nodes=200, num_edges=1200, feature_dim=4, num_classes=2, num_edge_files=1)
+    generate_dataset(gen, tmp_path / "landing", progress=False)
+    h = tmp_path / "home"
+    can, adj, parts, comp = (h / s for s in ("canonical_graph", "normalized_adjacency", "metis", "compressed_graph"))
+    build_canonical_graph(tmp_path / "landing", can)
+    build_normalized_adjacency(can, adj)
+    build_partitions(can, parts, PartitionConfig(num_parts=2, write_distdgl=False))
+    build_compressed_graph(can, adj, parts, comp, CompressConfig())
+    shards = h / "minibatch_shards"
+    cfg = ShardConfig(fanouts="3,3", batch_size=32, epochs=1, world_size=1, feature_encoding="compressed")
+    write_minibatch_shards(load_shard_inputs(can, adj, parts, comp), shards, cfg)
+    manifest = read_manifest(shards, verify_upstream_files=True)
+    stages = {e["stage"] for e in manifest["upstream"]}
+    assert stages == {"canonical_graph", "normalized_adjacency", "compressed_graph"}
+    version = data_version(shards, can, adj)
+
+    # compressed_graph re-materialized with other settings, same shapes: refused, and the data version moves
+    build_compressed_graph(can, adj, parts, comp, CompressConfig(seed=7, feature_transform="asinh"))
+    with pytest.raises(ShardError, match="compressed_graph was re-materialized; re-materialize minibatch_shards"):
+        read_manifest(shards, verify_upstream_files=True)
+    assert data_version(shards, can, adj) != version
+    read_manifest(shards)  # without verification the manifest itself still reads
+
+    # canonical_graph re-ingested from new landing data of the same shape: refused, naming it
+    write_minibatch_shards(load_shard_inputs(can, adj, parts, comp), shards, cfg)
+    generate_dataset(dataclasses.replace(gen, seed=5), tmp_path / "landing", progress=False)
+    build_canonical_graph(tmp_path / "landing", can)
+    with pytest.raises(ShardError, match="canonical_graph was re-materialized"):
+        read_manifest(shards, verify_upstream_files=True)

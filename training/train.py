@@ -109,7 +109,9 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
 
     # ------------------------------------------------------------------ inputs and shards
     shards, canonical, adjacency = resolve_inputs(cfg)
-    manifest = read_manifest(shards)
+    # with verify_shards, also every upstream file the shards were cut from: a stage re-run
+    # since then (same shapes, new values) is refused, naming it, instead of trained on silently
+    manifest = read_manifest(shards, verify_upstream_files=tcfg.verify_shards)
     W = int(manifest["world_size"])
     if W % info.world_size:
         raise ValueError(
