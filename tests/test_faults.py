@@ -106,7 +106,7 @@ def test_training_killed_mid_epoch_resumes_from_its_checkpoint(dataset, tmp_path
     import pyarrow.parquet as pq
 
     out = tmp_path / "ds" / "trained_model"
-    config = _run_yaml(dataset, out, epochs=40)
+    config = _run_yaml(dataset, out, epochs=16)
     command = [sys.executable, "-m", "training", "--config", str(config)]
     first = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     _wait_for(".trained_model.work-*/checkpoint.pt", out.parent, first)
@@ -118,7 +118,7 @@ def test_training_killed_mid_epoch_resumes_from_its_checkpoint(dataset, tmp_path
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resuming from" in again.stdout
     epochs = pq.read_table(out / "metrics.parquet").column("epoch").to_pylist()
-    assert sorted(set(epochs)) == list(range(40)) and len(epochs) == 40  # each epoch once, none lost
+    assert sorted(set(epochs)) == list(range(16)) and len(epochs) == 16  # each epoch once, none lost
     assert list(out.parent.glob(".trained_model.work-*")) == []  # the finished run removed its work folder
 
 
