@@ -25,6 +25,7 @@ from typing import Callable, Iterator, Sequence
 
 import dagster as dg
 
+from graphs.canonical import has_training_labels, is_dataset_folder
 from graphs.storage import DatasetNameError, dataset_lock, is_valid_dataset_name, staged_output, validate_dataset_name
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
@@ -95,9 +96,7 @@ class GnnflowStorage(dg.ConfigurableResource):
         return [
             sub
             for sub in sorted(root.iterdir())
-            if sub.is_dir()
-            and not sub.name.startswith(".")
-            and ((sub / "edges.parquet").is_file() or any((sub / "edges").glob("*.parquet")))
+            if sub.is_dir() and not sub.name.startswith(".") and is_dataset_folder(sub)
         ]
 
     def landing_datasets(self) -> list[str]:
@@ -114,7 +113,7 @@ def skip_without_labels(
 ) -> dg.MaterializeResult | None:
     """A 'skipped' result (checks passed, saying why) when the canonical graph has no
     labels or no training nodes; None when there is something to train on."""
-    if summary.get("has_labels") and summary.get("train_nodes"):
+    if has_training_labels(summary):
         return None
     reason = "no labels" if not summary.get("has_labels") else "no training nodes"
     context.log.info(f"dataset '{context.partition_key}' has {reason}: nothing to {doing}, skipped")

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import re
+from typing import TYPE_CHECKING
 
-import duckdb
+if TYPE_CHECKING:
+    import duckdb
 
 MEMORY_SIZE = re.compile(r"(?i)\d+(\.\d+)?\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)")
 
@@ -27,6 +29,8 @@ def connect(
     memory_limit: str, *, threads: int = 0, temp_directory: str | os.PathLike | None = None
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB connection with these settings (threads 0 = DuckDB's default)."""
+    import duckdb  # here: modules that only validate a size (config classes read by training) stay light
+
     config: dict = {"memory_limit": check_memory_size(memory_limit), "preserve_insertion_order": False}
     if threads:
         config["threads"] = int(threads)

@@ -54,7 +54,7 @@ def pick_device(setting: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed(device_setting: str = "auto", timeout_s: float = 1800) -> DistInfo:
+def init_distributed(device_setting: str, timeout_s: float) -> DistInfo:
     """Join torchrun's process group (when launched by torchrun) and pick the device.
 
     `timeout_s` bounds joining the group and every collective: a rank that stops answering
