@@ -55,7 +55,7 @@ def canonical_graph(
 
 
 def _metadata(s: dict, out: Path) -> dict:
-    return {
+    metadata = {
         "nodes": s["nodes"],
         "edges": s["edges"],
         "id_type": s["id_type"],
@@ -65,6 +65,8 @@ def _metadata(s: dict, out: Path) -> dict:
         "dropped_null_id": s["dropped_null_id"],
         "dropped_self_loop": s["dropped_self_loop"],
         "dropped_duplicate": s["dropped_duplicate"],
+        "combined_reverse_pairs": s["combined_reverse_pairs"],
+        "weighted": s["weighted"],
         "isolated_nodes": s["isolated_nodes"],
         "degree_max": s["degree_max"],
         "degree_mean": round(s["degree_mean"], 3),
@@ -78,6 +80,17 @@ def _metadata(s: dict, out: Path) -> dict:
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
         "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
     }
+    if s["weighted"]:
+        metadata.update(
+            weight_combine=s["weight_combine"],
+            weight_files=len(s["weight_files"]),
+            weight_default_1_files=dg.MetadataValue.json(s["weight_default_1_files"]),
+            dropped_invalid_weight=s["dropped_invalid_weight"],
+            weight_min=s.get("weight_min", 0.0),
+            weight_max=s.get("weight_max", 0.0),
+            weight_mean=s.get("weight_mean", 0.0),
+        )
+    return metadata
 
 
 def check_edges(out: Path) -> dg.AssetCheckResult:
