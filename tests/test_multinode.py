@@ -1,15 +1,14 @@
 """Multi-node torchrun: the launch settings, and 2 nodes x 1 process across two network namespaces."""
 
-import contextlib
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import torch
+from netns import two_hosts
 
 from assets.trained_model import TrainedModelConfig, process_count
 from graphs.canonical import build_canonical_graph
@@ -82,45 +81,6 @@ def test_dagster_run_config_carries_the_launch_block():
 
 
 # ----------------------------------------------------------------------------- two hosts
-
-
-def _ip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["ip", *args], capture_output=True, text=True)
-
-
-@contextlib.contextmanager
-def two_hosts():
-    """Two network namespaces joined by a veth pair (10.231.0.1 <-> 10.231.0.2), removed after."""
-    if shutil.which("ip") is None:
-        pytest.skip("iproute2's `ip` is not installed: cannot build network namespaces")
-    tag = f"{os.getpid() % 100000}"
-    names = [f"gf15a{tag}", f"gf15b{tag}"]
-    ifs = [f"gfa{tag}", f"gfb{tag}"]
-    made = []
-    try:
-        for ns in names:
-            r = _ip("netns", "add", ns)
-            if r.returncode:
-                pytest.skip(f"network namespaces refused here (`ip netns add` said: {r.stderr.strip()})")
-            made.append(ns)
-        steps = [
-            ("link", "add", ifs[0], "type", "veth", "peer", "name", ifs[1]),
-            ("link", "set", ifs[0], "netns", names[0]),
-            ("link", "set", ifs[1], "netns", names[1]),
-        ]
-        for i, ns in enumerate(names):
-            steps += [
-                ("-n", ns, "addr", "add", f"10.231.0.{i + 1}/24", "dev", ifs[i]),
-                ("-n", ns, "link", "set", ifs[i], "up"),
-                ("-n", ns, "link", "set", "lo", "up"),
-            ]
-        for step in steps:
-            r = _ip(*step)
-            assert r.returncode == 0, f"ip {' '.join(step)}: {r.stderr}"
-        yield [(names[i], f"10.231.0.{i + 1}", ifs[i]) for i in range(2)]
-    finally:
-        for ns in made:
-            _ip("netns", "del", ns)  # removes the veth pair with it
 
 
 @pytest.fixture(scope="module")
