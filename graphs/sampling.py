@@ -120,7 +120,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -132,6 +132,9 @@ from graphs.npzio import write_npz
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
+# the automatic per-rank batch size (ShardConfig.batch_size = 0): see `auto_batch_size`
+AUTO_BATCH_MAX = 1024
+AUTO_MINIBATCHES = 4
 SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
 SAINT_MODES = ("node", "edge", "walk")
 WEIGHT_ENCODINGS = ("fp32", "int8")
@@ -186,15 +189,21 @@ class ShardConfig:
 
     sampler: str = field(default="neighbor", metadata={"help": f"Sampler, one of {SAMPLERS}."})
     fanouts: str = field(
-        default="15,10,5",
+        default="10,10",
         metadata={
             "help": "Neighbours sampled per node for each layer, input layer first (DGL's order); "
-            "-1 = all. Its length is the number of layers for every sampler."
+            "-1 = all. Its length is the number of layers for every sampler (and the model's, by default)."
         },
     )
     batch_size: int = field(
-        default=1024,
-        metadata={"help": "Seeds per minibatch per rank (upper bound), neighbor and importance samplers."},
+        default=0,
+        metadata={
+            "help": "Seeds per minibatch per rank (upper bound), neighbor and importance samplers; "
+            f"0 = automatic: min({AUTO_BATCH_MAX}, ceil(T / (W x {AUTO_MINIBATCHES}))) for T training nodes "
+            f"and W ranks, so a small graph still gets {AUTO_MINIBATCHES} optimizer steps per sampled epoch "
+            "and a large one minibatches of at most "
+            f"{AUTO_BATCH_MAX}. The manifest records the resolved value."
+        },
     )
     epochs: int = field(default=3, metadata={"help": "Epochs of shards to write."})
     world_size: int = field(default=2, metadata={"help": "DDP ranks W; one shard stream per rank and epoch."})
@@ -239,8 +248,9 @@ class ShardConfig:
         fanouts = _ints(self.fanouts, "fanouts")
         if not fanouts or any(f == 0 or f < -1 for f in fanouts):
             raise ValueError(f"fanouts={self.fanouts!r}: need at least one layer, each > 0 or -1 (all)")
+        if self.batch_size < 0:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1, or 0 (automatic)")
         for name in (
-            "batch_size",
             "epochs",
             "world_size",
             "minibatches_per_shard",
@@ -271,6 +281,19 @@ class ShardConfig:
     @property
     def num_layers(self) -> int:
         return len(self.fanout_list)
+
+
+def auto_batch_size(train_nodes: int, world_size: int) -> int:
+    """``min(AUTO_BATCH_MAX, ceil(T / (W * AUTO_MINIBATCHES)))`` (at least 1): the per-rank
+    batch of ``ShardConfig.batch_size = 0``, giving a small graph several steps per epoch."""
+    return max(1, min(AUTO_BATCH_MAX, math.ceil(train_nodes / (world_size * AUTO_MINIBATCHES))))
+
+
+def resolve_batch_size(cfg: ShardConfig, train_nodes: int) -> ShardConfig:
+    """``cfg`` with ``batch_size`` resolved (0 = `auto_batch_size`)."""
+    if cfg.batch_size:
+        return cfg
+    return replace(cfg, batch_size=auto_batch_size(train_nodes, cfg.world_size))
 
 
 # ----------------------------------------------------------------------------- inputs
@@ -379,6 +402,7 @@ def epoch_seed_batches(train_nodes: np.ndarray, epoch: int, cfg: ShardConfig) ->
     w, t = cfg.world_size, len(train_nodes)
     if t < w:
         raise ValueError(f"{t} training nodes cannot be split over world_size={w} ranks; lower world_size")
+    cfg = resolve_batch_size(cfg, t)
     rng = np.random.default_rng(derive_seed(cfg.seed, _TAG_EPOCH, epoch))
     perm = rng.permutation(np.asarray(train_nodes, dtype=np.int64))
     parts = np.array_split(perm, w)
@@ -972,7 +996,7 @@ def write_minibatch_shards(
     Returns the manifest (also written as manifest.json). A previous materialization in
     `out_dir` is replaced as a whole, only once everything is written.
     """
-    cfg = cfg or ShardConfig()
+    cfg = resolve_batch_size(cfg or ShardConfig(), len(inputs.train_nodes))
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     final = Path(out_dir).resolve()

@@ -24,10 +24,11 @@ from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 from training import precision as precision_mod
 from training.checkpoint import CHECKPOINT_NAME, load_checkpoint
-from training.config import LRScheduleConfig, RunConfig
+from training.config import LRScheduleConfig, RunConfig, TrainingConfig
+from training.data import ShardStream, read_manifest
 from training.features import FeatureTransform, degree_features
 from training.outputs import load_model
-from training.train import learning_rate, train
+from training.train import epoch_passes, learning_rate, replay_order_seed, resolve_num_layers, train, training_epochs
 
 ROOT = Path(__file__).resolve().parents[1]
 ID_OFFSET = 1000
@@ -245,11 +246,10 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
 
     # model files load with weights_only=True and reproduce the predictions
     model = load_model(out / "model_best.pt")
-    from training.data import read_manifest
     from training.evaluate import full_graph_forward, load_full_block
     from training.features import full_features
 
-    x = full_features(read_manifest(sbm["w2"]["shards"]), sbm["w2"]["shards"])
+    x = FeatureTransform.fit("row", iter(()))(full_features(read_manifest(sbm["w2"]["shards"]), sbm["w2"]["shards"]))
     _, logits = full_graph_forward(model, load_full_block(sbm["w2"]["adjacency"]), x)
     assert (logits.argmax(1).numpy() == pred.predicted.to_numpy()).all()
 
@@ -290,6 +290,59 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_o
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5)
     assert resumed["final_test_acc"] == pytest.approx(full["final_test_acc"])
+
+
+def test_automatic_budget_floors_the_steps_and_caps_the_epochs():
+    auto = TrainingConfig(min_steps=400, max_epochs=200)
+    assert training_epochs(auto, 3, 1) == 200  # one step per epoch: capped by max_epochs
+    assert training_epochs(auto, 3, 4) == 100  # ceil(400 / 4)
+    assert training_epochs(auto, 3, 30) == 14  # ceil(400 / 30)
+    assert training_epochs(auto, 3, 500) == 3  # never fewer epochs than the shards hold
+    assert training_epochs(TrainingConfig(epochs=7), 3, 1) == 7  # an explicit count wins
+    assert epoch_passes(7, 3) == [3, 2, 2] and epoch_passes(2, 3) == [1, 1, 0]
+    # first pass in stored order; replays get a seed per (seed, epoch, stream), all different
+    assert replay_order_seed(0, 2, 3, 0) is None
+    seeds = {replay_order_seed(s, e, 3, r) for s in (0, 1) for e in (3, 4) for r in (0, 1)}
+    assert None not in seeds and len(seeds) == 8 and replay_order_seed(0, 3, 3, 0) == replay_order_seed(0, 3, 3, 0)
+
+
+def test_a_replayed_epoch_reads_every_minibatch_once_in_a_new_order(sbm):
+    shards = sbm["w1"]["shards"]
+
+    def seeds_of(order_seed):
+        with ShardStream(shards, 0, 0, prefetch=0, order_seed=order_seed) as stream:
+            return [tuple(mb.seeds.tolist()) for mb in stream]
+
+    stored, again = seeds_of(None), seeds_of(None)
+    first, second, first_again = seeds_of(11), seeds_of(12), seeds_of(11)
+    assert stored == again and first == first_again  # deterministic
+    assert len(stored) == 5  # 240 training nodes in minibatches of <= 48
+    for order in (first, second):
+        assert sorted(order) == sorted(stored)  # the same minibatches, each once
+    assert len({tuple(stored), tuple(first), tuple(second)}) == 3  # in three different orders
+
+
+def test_automatic_budget_replays_the_shards_and_reports_it(sbm, tmp_path):
+    # W=1 shards: 2 sampled epochs of 5 minibatches; floor of 12 steps -> ceil(12 / 5) = 3 epochs
+    s = train(_run_config(sbm["w1"]["shards"], tmp_path / "out", epochs=0, min_steps=12, early_stopping_patience=0))
+    assert s["epochs_planned"] == 3 and s["epochs_trained"] == 3 and s["optimizer_steps"] == 15
+    assert s["sampled_epochs"] == 2 and s["sampled_epoch_passes"] == [2, 1]
+
+
+def test_num_layers_follows_the_shards_and_a_mismatch_is_an_error(sbm, tmp_path):
+    shards = sbm["w1"]["shards"]
+    manifest = read_manifest(shards)
+    assert resolve_num_layers(0, manifest, shards) == 2 == manifest["num_layers"]
+    with pytest.raises(ValueError, match=r"model.num_layers=3 .* holds 2 sampled blocks"):
+        resolve_num_layers(3, manifest, shards)
+    with pytest.raises(ValueError, match=r"model.num_layers=1 "):
+        resolve_num_layers(1, manifest, shards)
+    assert resolve_num_layers(5, {**manifest, "shared_block": True}, shards) == 5  # cluster_gcn / saint
+    cfg = _run_config(shards, tmp_path / "out", epochs=1)
+    cfg.model.num_layers = 0
+    train(cfg)
+    assert load_model(tmp_path / "out" / "model_best.pt").num_layers == 2
+    assert "num_layers: 2" in (tmp_path / "out" / "run.yaml").read_text()
 
 
 def test_early_stopping_stops_every_rank_when_validation_stalls(sbm, tmp_path):

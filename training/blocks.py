@@ -32,6 +32,7 @@ __all__ = [
     "CSRStructure",
     "block_from_csr",
     "csr_matrix",
+    "drop_edge_scale",
     "drop_edges",
     "mask_edges",
     "remove_self_loops",
@@ -219,11 +220,25 @@ def mask_edges(block: Block, keep: torch.Tensor) -> Block:
 
 
 def drop_edges(block: Block, p: float, generator: torch.Generator | None = None) -> Block:
-    """DropEdge: a new Block keeping each edge independently with probability ``1 - p``."""
+    """DropEdge: a new Block keeping each edge other than a self loop with probability ``1 - p``.
+
+    Self loops ``v -> v`` are always kept (a node never loses its own features). For a sum
+    or weighted aggregation multiply the kept edges by :func:`drop_edge_scale` to keep its
+    expectation; a mean (or softmax, or max) over the kept edges needs nothing more.
+    """
     if p <= 0.0:
         return block
-    keep = torch.rand(block.num_edges, device=block.device, generator=generator) >= p
+    keep = (torch.rand(block.num_edges, device=block.device, generator=generator) >= p) | (
+        block.indices == block.dst_ids()
+    )
     return mask_edges(block, keep)
+
+
+def drop_edge_scale(block: Block, p: float) -> torch.Tensor:
+    """float32 ``[num_edges]`` of a block after :func:`drop_edges` with rate ``p``: ``1 / (1 - p)``
+    per kept edge, 1 per self loop (always kept), so ``E[Σ_kept scale_uv w_uv x_u] = Σ_u w_uv x_u``."""
+    loop = block.indices == block.dst_ids()
+    return torch.where(loop, 1.0, 1.0 / (1.0 - p)).to(torch.float32)
 
 
 def remove_self_loops(block: Block) -> Block:

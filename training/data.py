@@ -302,6 +302,10 @@ class ShardStream:
             [n, D] array/tensor (e.g. preprocessed features; a CUDA tensor is gathered on
             the device).
         verify: check each file's SHA-256 against the manifest (its size is always checked).
+        order_seed: None reads the minibatches in their stored order; an integer shuffles
+            them (the files in a permuted order, each file's minibatches permuted too, both
+            drawn from this seed) so that a replayed epoch is not the same sequence of steps.
+            Each file is still read once.
     """
 
     def __init__(
@@ -315,6 +319,7 @@ class ShardStream:
         features="manifest",
         verify: bool = True,
         manifest: dict | None = None,
+        order_seed: int | None = None,
     ):
         if prefetch < 0:
             raise ValueError(f"prefetch={prefetch} must be >= 0")
@@ -322,6 +327,7 @@ class ShardStream:
         self.manifest = manifest if manifest is not None else read_manifest(self.root)
         self.record = stream_files(self.manifest, epoch, rank)
         self.rank, self.epoch, self.prefetch, self.verify = rank, epoch, prefetch, verify
+        self.order_seed = order_seed
         self.device = torch.device(device)
         self.pin = self.device.type == "cuda" and torch.cuda.is_available()
         self.decode_on_host = self.device.type == "cpu"
@@ -357,12 +363,18 @@ class ShardStream:
 
     def _host_batches(self) -> Iterator[_HostBatch]:
         index = 0
-        for record in self.record["files"]:
+        files = self.record["files"]
+        rng = None if self.order_seed is None else np.random.default_rng(self.order_seed)
+        file_order = range(len(files)) if rng is None else rng.permutation(len(files))
+        for f in file_order:
+            record = files[f]
             t0 = time.perf_counter()
             arrays = _read_shard(self.root, record, self.verify)
             self.bytes_read += record["bytes"]
             self.load_seconds += time.perf_counter() - t0
-            for i in range(int(arrays["minibatches"])):
+            count = int(arrays["minibatches"])
+            for i in range(count) if rng is None else rng.permutation(count):
+                i = int(i)
                 t0 = time.perf_counter()
                 try:
                     host = self._host_batch(arrays, i, index)

@@ -27,7 +27,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from training.aggregate import aggregate, edge_softmax
-from training.blocks import Block, drop_edges, slice_dst
+from training.blocks import Block, drop_edge_scale, drop_edges, slice_dst
 
 __all__ = [
     "CONVS",
@@ -271,7 +271,14 @@ class ModelConfig:
 
     conv: str = field(default="sage", metadata={"help": f"layer type, one of {CONVS}"})
     hidden: int = field(default=256, metadata={"help": "hidden width (all heads together for GAT)"})
-    num_layers: int = field(default=2, metadata={"help": "message-passing layers; one sampled block per layer"})
+    num_layers: int = field(
+        default=0,
+        metadata={
+            "help": "message-passing layers; 0 = the shards' blocks per minibatch (one per fanout). "
+            "With neighbor/importance shards any other value must equal that count; cluster_gcn and saint "
+            "shards hold one block that serves any number of layers"
+        },
+    )
     dropout: float = field(default=0.5, metadata={"help": "dropout on each layer's input features (incl. the first)"})
     attn_dropout: float = field(default=0.0, metadata={"help": "GAT attention dropout"})
     heads: int = field(default=4, metadata={"help": "GAT heads of hidden layers (output: 1)"})
@@ -285,7 +292,11 @@ class ModelConfig:
     )
     drop_edge: float = field(
         default=0.0,
-        metadata={"help": "DropEdge: fraction of each block's edges dropped per training step"},
+        metadata={
+            "help": "DropEdge: fraction p of each block's edges dropped per training step (self loops kept); "
+            "for gin (sum) and gcn over edge weights the kept edges count 1/(1-p), so the aggregation keeps "
+            "its expectation; sage (mean), gat (softmax) and sage_pool (max) aggregate over the kept edges"
+        },
     )
     gcn_edge_weight: bool = field(
         default=True,
@@ -306,13 +317,15 @@ class ModelConfig:
             raise ValueError(f"model.conv={self.conv!r} is not one of {CONVS}")
         if self.norm is not None and self.norm not in NORMS:
             raise ValueError(f"model.norm={self.norm!r} is not one of {NORMS} or None")
-        for name in ("hidden", "num_layers", "heads"):
+        for name in ("hidden", "heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be at least 1")
+        if self.num_layers < 0:
+            raise ValueError(f"model.num_layers={self.num_layers} must be >= 0 (0 = follow the shards)")
         for name in ("dropout", "attn_dropout", "drop_edge"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be in [0, 1)")
-        if self.conv == "gat" and self.num_layers > 1 and self.hidden % self.heads:
+        if self.conv == "gat" and self.num_layers != 1 and self.hidden % self.heads:
             raise ValueError(
                 f"model.hidden={self.hidden} must be divisible by model.heads={self.heads} "
                 "for conv='gat' (each head gets hidden / heads features)"
@@ -378,30 +391,42 @@ class GNN(nn.Module):
             raise ValueError(f"got {len(blocks)} blocks for a {self.num_layers}-layer model")
         h = x
         for layer, block in enumerate(blocks):
+            scale = None
             if self.training and self.drop_edge > 0:
                 block = drop_edges(block, self.drop_edge)
+                # sums (GIN) and weighted sums (GCN over Â) keep their expectation when the kept
+                # edges count 1/(1-p); means, attention softmax and max run over the kept edges
+                if self.conv in ("gin", "gcn"):
+                    scale = drop_edge_scale(block, self.drop_edge)
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                h = checkpoint(self.layer, layer, block, h, use_reentrant=False)
+                h = checkpoint(self.layer, layer, block, h, scale, use_reentrant=False)
             else:
-                h = self.layer(layer, block, h)
+                h = self.layer(layer, block, h, scale)
         return h
 
-    def layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
-        """Layer ``index`` on one block: features of its sources -> of its destinations."""
+    def layer(self, index: int, block: Block, h: torch.Tensor, edge_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """Layer ``index`` on one block: features of its sources -> of its destinations.
+
+        ``edge_scale`` (per edge; DropEdge's 1/(1-p)) multiplies the messages of sum and
+        weighted-sum layers (gin, gcn); the other layers ignore it.
+        """
         last = index == self.num_layers - 1
-        out = self._conv(index, block, self.dropout(h))
+        out = self._conv(index, block, self.dropout(h), edge_scale)
         if last:
             return out
         if self.residuals is not None:
             out = out + self.residuals[index](h[: block.num_dst])
         return F.relu(self.norms[index](out))
 
-    def _conv(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
+    def _conv(self, index: int, block: Block, h: torch.Tensor, edge_scale: torch.Tensor | None) -> torch.Tensor:
         conv = self.convs[index]
         if self.conv == "gcn":
             if self.gcn_edge_weight and block.edge_weight is not None:
-                return conv(block, h, edge_weight=block.edge_weight, norm="none")
-            return conv(block, h)
+                weight = block.edge_weight if edge_scale is None else block.edge_weight * edge_scale
+                return conv(block, h, edge_weight=weight, norm="none")
+            return conv(block, h)  # degree normalization over the kept edges: a mean, no scale
+        if self.conv == "gin":
+            return conv(block, h, edge_weight=edge_scale)
         if self.conv == "gat":
             out = conv(block, h)  # [num_dst, heads, out]
             return out.mean(1) if index == self.num_layers - 1 else out.flatten(1)
@@ -469,6 +494,11 @@ def _make_norm(norm: str | None, width: int) -> nn.Module:
 
 def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
     """The :class:`GNN` described by ``cfg`` for ``in_feats`` inputs and ``num_classes``."""
+    if cfg.num_layers < 1:
+        raise ValueError(
+            f"model.num_layers={cfg.num_layers}: resolve it against the shards first "
+            "(training.train.resolve_num_layers; 0 means 'the shards' block count')"
+        )
     return GNN(
         in_feats,
         cfg.hidden,

@@ -64,7 +64,7 @@ from training.checkpoint import (
     save_checkpoint,
     work_dir_for,
 )
-from training.config import LRScheduleConfig, OptimizerConfig, RunConfig
+from training.config import LRScheduleConfig, OptimizerConfig, RunConfig, TrainingConfig
 from training.data import ShardStream, cross_entropy, read_manifest
 from training.distributed import DistInfo, all_gather_objects, broadcast_flag, init_distributed, shutdown
 from training.evaluate import EvalGraph, accuracies, full_graph_forward, load_full_block
@@ -75,7 +75,17 @@ from training.precision import grad_scaler, resolve_precision
 from training.profiling import StepProfiler, nvtx_context
 from training.report import Reporter, open_reporter
 
-__all__ = ["EpochHook", "learning_rate", "make_optimizer", "resolve_inputs", "train"]
+__all__ = [
+    "EpochHook",
+    "epoch_passes",
+    "learning_rate",
+    "make_optimizer",
+    "replay_order_seed",
+    "resolve_inputs",
+    "resolve_num_layers",
+    "train",
+    "training_epochs",
+]
 
 EpochHook = Callable[[int, list], None]
 
@@ -114,25 +124,14 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
         )
     my_streams = list(range(info.rank, W, info.world_size))
     shard_epochs = int(manifest["epochs"])
-    epochs = tcfg.epochs or shard_epochs
     per_stream = int(manifest["minibatches_per_epoch_per_rank"])
     steps_per_epoch = math.ceil(per_stream / tcfg.accumulate)
+    epochs = training_epochs(tcfg, shard_epochs, steps_per_epoch)
     total_steps = epochs * steps_per_epoch
 
-    # The shards decide how many blocks a minibatch has; a model with fewer layers runs on
-    # the last blocks (the ones nearest to the seeds), one with more cannot run.
-    num_blocks = int(manifest["num_layers"])
-    if cfg.model.num_layers > num_blocks:
-        raise ValueError(
-            f"model.num_layers={cfg.model.num_layers} but the shards hold {num_blocks} blocks per minibatch "
-            f"(fanouts {manifest['settings'].get('fanouts')}); lower model.num_layers or re-sample with more fanouts"
-        )
-    if cfg.model.num_layers < num_blocks and info.is_main and not manifest.get("shared_block"):
-        report.warning(
-            f"model.num_layers={cfg.model.num_layers} < {num_blocks} blocks per minibatch: training on the last "
-            f"{cfg.model.num_layers} blocks (the first {num_blocks - cfg.model.num_layers} were sampled for nothing; "
-            "match the shards' fanouts to the model)"
-        )
+    # The shards own the layer count (one block per layer); the resolved count is what is
+    # trained, checkpointed and written to run.yaml.
+    cfg = replace(cfg, model=replace(cfg.model, num_layers=resolve_num_layers(cfg.model.num_layers, manifest, shards)))
 
     # ------------------------------------------------------------------ features
     if manifest.get("features") is not None:
@@ -188,7 +187,10 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             f"backend {info.backend or 'none'}; work folder {work}"
         )
         if epochs > shard_epochs:
-            report.info(f"epochs beyond {shard_epochs} reuse the shards: epoch e reads shard epoch e % {shard_epochs}")
+            report.info(
+                f"{epochs} epochs over {shard_epochs} sampled epochs: epoch e replays sampled epoch e % {shard_epochs} "
+                "with its minibatches in a new seeded order per pass"
+            )
 
     # rank 0 keeps the full graph for evaluation
     eval_graph = None
@@ -211,7 +213,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
         """Loss of one minibatch, its gradient accumulated (scaled for fp16, averaged over the step)."""
         t0 = now()
         with record_function("forward"), precision.autocast():
-            blocks = mb.blocks[num_blocks - cfg.model.num_layers :]
+            blocks = model_blocks(mb.blocks, cfg.model.num_layers, bool(manifest.get("shared_block")))
             x = transform(mb.x)[: blocks[0].num_src]
             logits = net(blocks, x).float()
             loss = cross_entropy(mb, logits)
@@ -248,6 +250,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
                     features=stream_features,
                     verify=tcfg.verify_shards,
                     manifest=manifest,
+                    order_seed=replay_order_seed(tcfg.seed, epoch, shard_epochs, r),
                 )
                 for r in my_streams
             ]
@@ -381,6 +384,8 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
         in_feats,
         num_classes,
         last_epoch,
+        epochs,
+        step,
         manifest,
         dver,
         key,
@@ -398,6 +403,50 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def training_epochs(tcfg: TrainingConfig, shard_epochs: int, steps_per_epoch: int) -> int:
+    """Epochs to run: ``training.epochs``, or when 0 the automatic budget
+    ``min(max_epochs, max(shard_epochs, ceil(min_steps / steps_per_epoch)))`` (see its help)."""
+    if tcfg.epochs:
+        return tcfg.epochs
+    return min(tcfg.max_epochs, max(shard_epochs, math.ceil(tcfg.min_steps / max(steps_per_epoch, 1))))
+
+
+def epoch_passes(epochs: int, shard_epochs: int) -> list[int]:
+    """How often each sampled epoch is read when ``epochs`` epochs run (epoch e reads e % E)."""
+    return [len(range(k, epochs, shard_epochs)) for k in range(shard_epochs)]
+
+
+def replay_order_seed(seed: int, epoch: int, shard_epochs: int, stream: int) -> int | None:
+    """The minibatch-order seed of ``epoch``'s read of ``stream``: None (stored order) on the
+    first pass over the sampled epochs, a seed derived from (seed, epoch, stream) on replays."""
+    if epoch < shard_epochs:
+        return None
+    return int(np.random.SeedSequence([seed, epoch, stream, 0x5EED]).generate_state(1)[0])
+
+
+def resolve_num_layers(num_layers: int, manifest: dict, shards: Path) -> int:
+    """The model's layer count: ``num_layers``, or the shards' block count when 0.
+
+    Neighbour-sampled shards hold one block per layer, so a different count is an error;
+    cluster_gcn / saint shards hold one block that serves any number of layers.
+    """
+    num_blocks = int(manifest["num_layers"])
+    if num_layers == 0:
+        return num_blocks
+    if not manifest.get("shared_block") and num_layers != num_blocks:
+        raise ValueError(
+            f"model.num_layers={num_layers} but {shards / 'manifest.json'} holds {num_blocks} sampled blocks per "
+            f"minibatch (fanouts {manifest['settings'].get('fanouts')!r}, one per layer); set model.num_layers to 0 "
+            f"(follow the shards) or re-materialize minibatch_shards with {num_layers} fanouts"
+        )
+    return num_layers
+
+
+def model_blocks(blocks: list, num_layers: int, shared_block: bool) -> list:
+    """The blocks a ``num_layers``-layer model runs on: the stored ones, or the shared one repeated."""
+    return [blocks[0]] * num_layers if shared_block else blocks
 
 
 def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
@@ -485,6 +534,8 @@ def _finish(
     in_feats,
     num_classes,
     last_epoch,
+    epochs,
+    step,
     manifest,
     dver,
     key,
@@ -513,6 +564,10 @@ def _finish(
         "final_test_acc": final_row["test_acc"],
         "final_loss": float(np.mean([r["loss"] for r in history if r["epoch"] == last_epoch])),
         "epochs_trained": last_epoch + 1,
+        "epochs_planned": epochs,
+        "sampled_epochs": int(manifest["epochs"]),
+        "sampled_epoch_passes": epoch_passes(last_epoch + 1, int(manifest["epochs"])),
+        "optimizer_steps": step,
         "stopped_early": stopped_early,
         "mean_epoch_seconds": float(np.mean([r["epoch_seconds"] for r in main_rows])),
         "mean_train_seconds": float(np.mean([r["train_seconds"] for r in main_rows])),
