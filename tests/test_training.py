@@ -530,3 +530,56 @@ def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
             requests = schedule(ctx)
     assert [(r.partition_key, r.run_key) for r in requests] == [("labelled", "labelled:2026-01-04")]
     assert defs.resolve_job_def("train").partitions_def == dataset_partitions
+
+
+@pytest.mark.parametrize("encoding", ["fp32", "int8"])
+def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, tmp_path, encoding):
+    from training.data import FeatureRows
+    from training.evaluate import StreamingEval, full_graph_forward, load_full_block, row_block
+    from training.features import full_features
+    from training.layers import ModelConfig, build_model
+
+    d = (
+        sbm["w1"]
+        if encoding == "fp32"
+        else _pipeline(
+            sbm["landing"], sbm["root"] / "home", fanouts="5,5", batch_size=48, epochs=1, world_size=1, features="int8"
+        )
+    )
+    shards = d["shards"]
+    manifest = read_manifest(shards)
+    transform = FeatureTransform.fit("row", iter(()))
+    torch.manual_seed(0)
+    for conv in ("sage", "gcn", "gat"):
+        model = build_model(ModelConfig(conv=conv, hidden=16, num_layers=2, heads=2), 16, 4)
+        emb_mem, logits_mem = full_graph_forward(
+            model, load_full_block(d["adjacency"]), transform(full_features(manifest, shards))
+        )
+        features = FeatureRows("manifest", manifest, shards)
+        seen = []
+
+        def rows(ids):
+            seen.append(len(ids))
+            return transform(features.gather_host(ids, decode=True))
+
+        # 32 destination rows per chunk: far less than the 400 x 16 feature matrix at a time
+        stream = StreamingEval(d["adjacency"], rows, 32, tmp_path / conv, "cpu")
+        emb, logits = stream.forward(model)
+        assert max(seen) < 400 and len(seen) == 13  # ceil(400 / 32) chunks of the input layer
+        torch.testing.assert_close(logits, logits_mem, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(emb, emb_mem, atol=1e-5, rtol=1e-4)
+        assert (logits.argmax(1) == logits_mem.argmax(1)).all()
+        assert (tmp_path / conv / "layer1.npy").is_file()
+
+    # a row block reads only its rows: destinations first, then the other neighbours ascending
+    indptr, indices = np.array([0, 2, 3, 5, 6]), np.array([1, 3, 0, 2, 0, 3])
+    block, src = row_block(indptr, indices, None, 1, 3)
+    assert src.tolist() == [1, 2, 0] and block.indices.tolist() == [2, 1, 2] and block.indptr.tolist() == [0, 1, 3]
+
+
+def test_training_with_streamed_evaluation_matches_in_memory_evaluation(sbm, tmp_path):
+    a = train(_run_config(sbm["w1"]["shards"], tmp_path / "a", epochs=2))
+    b = train(_run_config(sbm["w1"]["shards"], tmp_path / "b", epochs=2, eval_batch_size=50))
+    assert a["best_val_acc"] == b["best_val_acc"] and a["test_acc_at_best_val"] == b["test_acc_at_best_val"]
+    pa_, pb = (pq.read_table(tmp_path / x / "predictions.parquet").to_pandas() for x in "ab")
+    assert (pa_.predicted == pb.predicted).all()

@@ -178,7 +178,12 @@ class TrainingConfig:
     )
     eval_batch_size: int = field(
         default=0,
-        metadata={"help": "destination nodes per chunk of the layer-wise full-graph inference; 0 = all at once"},
+        metadata={
+            "help": "0 = rank 0 holds Â and the features in memory for the full-graph evaluation; > 0 = "
+            "stream it: each layer runs over chunks of this many destination rows read from the memory-mapped "
+            "Â and feature files (INT8 decoded per chunk), its output written to a memory-mapped file, so "
+            "device memory is bounded by one chunk (training.evaluate.StreamingEval)"
+        },
     )
     early_stopping_patience: int = field(
         default=50,

@@ -59,6 +59,7 @@ from graphs.npzio import NpzFormatError, aligned_buffer, read_npz
 from training.blocks import Block
 
 __all__ = [
+    "FeatureRows",
     "MiniBatch",
     "SUPPORTED_FORMAT_VERSION",
     "ShardError",
@@ -146,8 +147,12 @@ def cross_entropy(mb: MiniBatch, logits: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- features
 
 
-class _Features:
-    """Where the input nodes' feature rows come from, and how they are decoded."""
+class FeatureRows:
+    """Where the input nodes' feature rows come from, and how they are decoded.
+
+    ``source``: "manifest" (the memory-mapped FP32 or INT8 file the manifest names), None,
+    or an [n, D] array/tensor. ``gather_host(ids, decode=True)`` reads just those rows.
+    """
 
     def __init__(self, source, manifest: dict, root: Path):
         self.kind = "none"
@@ -331,7 +336,7 @@ class ShardStream:
         self.device = torch.device(device)
         self.pin = self.device.type == "cuda" and torch.cuda.is_available()
         self.decode_on_host = self.device.type == "cpu"
-        self.features = _Features(features, self.manifest, self.root)
+        self.features = FeatureRows(features, self.manifest, self.root)
         self.num_layers = int(self.manifest["num_layers"])
         self.shared_block = bool(self.manifest["shared_block"])
         self.wait_seconds = 0.0

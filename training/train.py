@@ -65,9 +65,9 @@ from training.checkpoint import (
     work_dir_for,
 )
 from training.config import LRScheduleConfig, OptimizerConfig, RunConfig, TrainingConfig
-from training.data import ShardStream, cross_entropy, read_manifest
+from training.data import FeatureRows, ShardStream, cross_entropy, read_manifest
 from training.distributed import DistInfo, all_gather_objects, broadcast_flag, init_distributed, shutdown
-from training.evaluate import EvalGraph, accuracies, full_graph_forward, load_full_block
+from training.evaluate import EvalGraph, StreamingEval, accuracies, full_graph_forward, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.layers import build_model
 from training.outputs import model_file_state, plot_curves, write_json, write_metrics, write_predictions
@@ -192,17 +192,10 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
                 "with its minibatches in a new seeded order per pass"
             )
 
-    # rank 0 keeps the full graph for evaluation
+    # rank 0 evaluates on the full graph: in memory, or streamed in row chunks with eval_batch_size
     eval_graph = None
     if info.is_main:
-        nodes = read_node_table(canonical)
-        x_full = full_features(manifest, shards) if manifest.get("features") is not None else stream_features
-        eval_graph = EvalGraph(load_full_block(adjacency), transform(x_full), nodes.labels, nodes.masks)
-        if not nodes.n == eval_graph.block.num_dst == int(manifest["n"]):
-            raise ValueError(
-                f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {eval_graph.block.num_dst}, "
-                f"shards {manifest['n']}; re-materialize the stale stage"
-            )
+        eval_graph = _evaluator(tcfg, manifest, shards, canonical, adjacency, stream_features, transform, work, device)
 
     def now() -> float:  # accurate stage timings on CUDA need a sync
         if device.type == "cuda":
@@ -320,8 +313,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             if info.is_main:
                 if (epoch + 1) % tcfg.eval_every == 0 or epoch == epochs - 1:
                     t0 = now()
-                    block, x = eval_graph.on(device)
-                    _, logits = full_graph_forward(model, block, x, tcfg.eval_batch_size)
+                    _, logits = eval_graph.forward(model)
                     row.update(accuracies(logits, eval_graph.labels, eval_graph.masks))
                     row["eval_seconds"] = now() - t0
                     if row["val_acc"] > best["val_acc"]:
@@ -449,6 +441,53 @@ def model_blocks(blocks: list, num_layers: int, shared_block: bool) -> list:
     return [blocks[0]] * num_layers if shared_block else blocks
 
 
+class _InMemoryEval:
+    """Full-graph evaluation with Â and the features held on rank 0 (moved to the device once)."""
+
+    def __init__(self, graph: EvalGraph, device: torch.device, batch_size: int):
+        self.graph, self.device, self.batch_size = graph, device, batch_size
+        self.labels, self.masks = graph.labels, graph.masks
+
+    def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
+        block, x = self.graph.on(self.device)
+        return full_graph_forward(model, block, x, self.batch_size)
+
+
+class _StreamedEval:
+    """Full-graph evaluation streamed from the memory-mapped files (`training.evaluate.StreamingEval`)."""
+
+    def __init__(self, stream: StreamingEval, labels: torch.Tensor, masks: dict):
+        self.stream, self.labels, self.masks = stream, labels, masks
+
+    def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.stream.forward(model)
+
+
+def _evaluator(tcfg, manifest, shards, canonical, adjacency, stream_features, transform, work, device):
+    """Rank 0's evaluator: in memory, or (``eval_batch_size`` > 0) streamed in row chunks."""
+    nodes = read_node_table(canonical)
+    if tcfg.eval_batch_size:
+        features = FeatureRows(stream_features, manifest, shards)
+
+        def rows(ids: np.ndarray) -> torch.Tensor:  # INT8 rows decoded per chunk, then the run's transform
+            return transform(features.gather_host(ids, decode=True))
+
+        stream = StreamingEval(adjacency, rows, tcfg.eval_batch_size, work / "eval", device)
+        graph_n = stream.n
+        evaluator = _StreamedEval(stream, nodes.labels, nodes.masks)
+    else:
+        x_full = full_features(manifest, shards) if manifest.get("features") is not None else stream_features
+        graph = EvalGraph(load_full_block(adjacency), transform(x_full), nodes.labels, nodes.masks)
+        graph_n = graph.block.num_dst
+        evaluator = _InMemoryEval(graph, device, tcfg.eval_batch_size)
+    if not nodes.n == graph_n == int(manifest["n"]):
+        raise ValueError(
+            f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {graph_n}, "
+            f"shards {manifest['n']}; re-materialize the stale stage"
+        )
+    return evaluator
+
+
 def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
     """(shards, canonical, adjacency) folders: from ``paths`` or as the manifest names them."""
     shards = Path(cfg.paths.shards).resolve()
@@ -550,8 +589,7 @@ def _finish(
     final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch)
     model.load_state_dict(best["model"])
     best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"])
-    block, x = eval_graph.on(info.device)
-    emb, logits = full_graph_forward(model, block, x, cfg.training.eval_batch_size)
+    emb, logits = eval_graph.forward(model)
     final_row = next(r for r in reversed(history) if r["rank"] == 0 and "val_acc" in r)
     main_rows = [r for r in history if r["rank"] == 0]
     summary = {
