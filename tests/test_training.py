@@ -558,7 +558,7 @@ def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, 
         features = FeatureRows("manifest", manifest, shards)
         seen = []
 
-        def rows(ids):
+        def rows(ids, features=features, seen=seen):
             seen.append(len(ids))
             return transform(features.gather_host(ids, decode=True))
 
