@@ -648,5 +648,8 @@ def _finish(
 
 
 def _pipes_metadata(summary: dict) -> dict:
-    """The summary's numbers and strings (what dagster-pipes reports as metadata)."""
-    return {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+    """The summary's numbers and strings (what dagster-pipes reports as metadata); lists of
+    numbers (``sampled_epoch_passes``) as comma-separated text."""
+    out = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+    out.update({k: ",".join(map(str, v)) for k, v in summary.items() if isinstance(v, list) and k != "profile"})
+    return out
