@@ -1,6 +1,7 @@
 """minibatch_shards: seed schedules, the four samplers, shard files, ShardStream, the asset."""
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -73,7 +74,7 @@ def dense_adj(sbm) -> np.ndarray:
 
 def _shards(sbm, tmp_path, **kw) -> tuple[Path, dict]:
     out = tmp_path / "shards"
-    cfg = ShardConfig(**{"batch_size": 64, "epochs": 2, "saint_budget": 120, **kw})
+    cfg = ShardConfig(**{"fanouts": "15,10,5", "batch_size": 64, "epochs": 2, "saint_budget": 120, **kw})
     return out, write_minibatch_shards(sbm["inputs"], out, cfg)
 
 
@@ -339,7 +340,7 @@ def test_int8_features_reference_compressed_graph_when_present(sbm, tmp_path):
     )
     inputs = load_shard_inputs(sbm["canonical"], sbm["adjacency"], sbm["partitions"], compressed)
     out = tmp_path / "shards"
-    m = write_minibatch_shards(inputs, out, ShardConfig(batch_size=64, epochs=1, features="int8"))
+    m = write_minibatch_shards(inputs, out, ShardConfig(fanouts="15,10,5", batch_size=64, epochs=1, features="int8"))
     assert (out / m["features"]["q"]).resolve() == (compressed / "features_int8.npy").resolve()
     assert not (out / "features_int8.npy").exists()  # referenced, not copied
     own, _ = _shards(sbm, tmp_path / "own", features="int8", epochs=1)
@@ -468,3 +469,18 @@ def test_asset_skips_a_dataset_without_labels(tmp_path):
     meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
     assert meta["skipped"].value == "no labels"
     assert not (home / "plain" / "minibatch_shards").exists()
+
+
+def test_automatic_batch_size_gives_small_graphs_several_steps(sbm, tmp_path):
+    from graphs.sampling import AUTO_BATCH_MAX, AUTO_MINIBATCHES, auto_batch_size
+
+    assert (AUTO_BATCH_MAX, AUTO_MINIBATCHES) == (1024, 4)
+    assert auto_batch_size(140, 2) == 18  # Cora: 4 minibatches of <= 18 seeds per rank
+    assert auto_batch_size(60_000, 2) == 1024  # the demo graph: capped
+    assert auto_batch_size(5, 2) == 1
+    out, m = _shards(sbm, tmp_path, batch_size=0)
+    t = len(sbm["inputs"].train_nodes)
+    assert m["batch_size"] == m["settings"]["batch_size"] == auto_batch_size(t, 2) == math.ceil(t / 8)
+    assert m["minibatches_per_epoch_per_rank"] == math.ceil(math.ceil(t / 2) / m["batch_size"]) == 4
+    with pytest.raises(ValueError, match="batch_size=-1"):
+        ShardConfig(batch_size=-1)

@@ -28,7 +28,15 @@ from training.config import LRScheduleConfig, RunConfig, TrainingConfig
 from training.data import ShardStream, read_manifest
 from training.features import FeatureTransform, degree_features
 from training.outputs import load_model
-from training.train import epoch_passes, learning_rate, replay_order_seed, resolve_num_layers, train, training_epochs
+from training.train import (
+    check_sampler_supports,
+    epoch_passes,
+    learning_rate,
+    replay_order_seed,
+    resolve_num_layers,
+    train,
+    training_epochs,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ID_OFFSET = 1000
@@ -345,6 +353,17 @@ def test_num_layers_follows_the_shards_and_a_mismatch_is_an_error(sbm, tmp_path)
     assert "num_layers: 2" in (tmp_path / "out" / "run.yaml").read_text()
 
 
+def test_gat_and_sage_pool_refuse_non_uniform_samplers(tmp_path):
+    for sampler in ("importance", "saint"):
+        for conv in ("gat", "sage_pool"):
+            with pytest.raises(ValueError, match=rf"model.conv='{conv}' cannot be trained on '{sampler}' shards"):
+                check_sampler_supports(conv, {"sampler": sampler}, tmp_path)
+        for conv in ("sage", "gcn", "gin"):
+            check_sampler_supports(conv, {"sampler": sampler}, tmp_path)
+    for sampler in ("neighbor", "cluster_gcn"):
+        check_sampler_supports("gat", {"sampler": sampler}, tmp_path)
+
+
 def test_early_stopping_stops_every_rank_when_validation_stalls(sbm, tmp_path):
     # a learning rate too small to change any prediction: validation accuracy never improves after epoch 0
     s = train(
@@ -443,7 +462,7 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
             # DDP with gradient accumulation (no_sync), CPU bf16 autocast, clipping, checkpointing
             "trained_model": {
                 "config": {
-                    "model": {"hidden": 16, "num_layers": 2, "activation_checkpointing": True},
+                    "model": {"hidden": 16, "activation_checkpointing": True},  # 2 layers: the shards' count
                     "training": {
                         "epochs": 8,
                         "optimizer": {"lr": 0.05},
@@ -478,6 +497,8 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
     metrics = pq.read_table(out / "metrics.parquet").to_pandas()
     assert sorted(zip(metrics.epoch, metrics["rank"])) == [(e, r) for e in range(8) for r in (0, 1)]
     assert (out / "profile" / "trace.json").is_file()
+    assert "num_layers: 2" in (out / "run.yaml").read_text()
+    assert not list(out.parent.glob(".trained_model.work-*"))  # the launcher and the run used one work folder
 
 
 def test_asset_skips_a_dataset_without_labels(tmp_path):

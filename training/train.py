@@ -83,6 +83,7 @@ __all__ = [
     "replay_order_seed",
     "resolve_inputs",
     "resolve_num_layers",
+    "check_sampler_supports",
     "train",
     "training_epochs",
 ]
@@ -130,8 +131,11 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     total_steps = epochs * steps_per_epoch
 
     # The shards own the layer count (one block per layer); the resolved count is what is
-    # trained, checkpointed and written to run.yaml.
+    # trained, checkpointed and written to run.yaml. The run key (work folder) stays that of
+    # the config as given, which the launcher computes too.
+    given = cfg
     cfg = replace(cfg, model=replace(cfg.model, num_layers=resolve_num_layers(cfg.model.num_layers, manifest, shards)))
+    check_sampler_supports(cfg.model.conv, manifest, shards)
 
     # ------------------------------------------------------------------ features
     if manifest.get("features") is not None:
@@ -158,7 +162,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
 
     # ------------------------------------------------------------------ checkpoint / resume
     dver = data_version(shards, canonical, adjacency)
-    key = run_key(cfg.to_dict(), dver)
+    key = run_key(given.to_dict(), dver)
     work = work_dir_for(cfg.paths.out, key, cfg.paths.work)
     ckpt_path = work / CHECKPOINT_NAME
     state = load_checkpoint(ckpt_path)
@@ -434,6 +438,28 @@ def resolve_num_layers(num_layers: int, manifest: dict, shards: Path) -> int:
             f"(follow the shards) or re-materialize minibatch_shards with {num_layers} fanouts"
         )
     return num_layers
+
+
+# Samplers whose blocks are not a uniform draw of neighbours: their edges carry correction
+# weights (importance: Â·c/(s·q); saint: Â/α) that only a weighted sum can use.
+NON_UNIFORM_SAMPLERS = ("importance", "saint")
+UNCORRECTABLE_CONVS = ("gat", "sage_pool")
+
+
+def check_sampler_supports(conv: str, manifest: dict, shards: Path) -> None:
+    """Refuse a layer whose aggregation cannot use the sampler's correction weights.
+
+    GAT (a softmax ratio of attention scores) and SAGE-pool (an element-wise max) have no
+    unbiased form over a non-uniform sample: their result would silently differ from the
+    full-graph one the model is evaluated with.
+    """
+    sampler = manifest.get("sampler")
+    if conv in UNCORRECTABLE_CONVS and sampler in NON_UNIFORM_SAMPLERS:
+        raise ValueError(
+            f"model.conv={conv!r} cannot be trained on {sampler!r} shards ({shards / 'manifest.json'}): a "
+            f"{'softmax attention' if conv == 'gat' else 'max'} aggregation has no correction for that sampler's "
+            "non-uniform draws; use sampler neighbor or cluster_gcn, or a sage/gcn/gin layer"
+        )
 
 
 def model_blocks(blocks: list, num_layers: int, shared_block: bool) -> list:
