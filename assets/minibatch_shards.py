@@ -2,7 +2,8 @@
 
 Calls `graphs.sampling.write_minibatch_shards` (samplers, file layout and manifest are
 documented there) on the canonical graph, the normalized adjacency, for Cluster-GCN the
-METIS clusters, and for INT8 features compressed_graph's INT8 matrix (when present).
+METIS clusters, and with feature_encoding 'compressed' compressed_graph's feature codes
+(referenced by the manifest, not copied).
 trained_model reads the shards with `training.data.ShardStream` and
 takes its world size and batch size from the manifest. A dataset without labels is
 skipped with a message (nothing to train on), not failed.
@@ -83,7 +84,8 @@ def minibatch_shards(
         "epochs": m["epochs"],
         "world_size": m["world_size"],
         "batch_size": m["batch_size"],
-        "weights": m["weights"],
+        "weight_encoding": m["weight_encoding"],
+        "feature_encoding": cfg.feature_encoding,
         "train_nodes": m["train_nodes"],
         "minibatches_per_rank_per_epoch": m["minibatches_per_epoch_per_rank"],
         "shard_files": sum(len(s["files"]) for s in m["streams"]),

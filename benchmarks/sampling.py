@@ -165,7 +165,7 @@ def main() -> None:
             batch_size=args.batch_size,
             epochs=1,
             world_size=args.world_size,
-            weights="int8",
+            weight_encoding="int8",
         ),
     )
     if not args.keep:

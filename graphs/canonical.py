@@ -44,12 +44,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
-import numba
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphs.edge_keys import (
+    _NO_LUT,
+    BYTES_PER_KEY,
+    _dedupe_rows,
+    _KeySpill,
+    _map_inplace,
+    _mirror,
+    _repeat_rows,
+    _warm_kernels,
+    key_shift,
+)
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
@@ -309,193 +319,6 @@ class _IdSpace:
             raise InputError("every edge row has a null id; no nodes to build")
         lut = np.cumsum(self.present, dtype=np.int64) - 1
         return Relabeler(pa.array(offsets + self.lo)), lut
-
-
-# ----------------------------------------------------------------------------- edge keys
-#
-# An edge (u, v) is one int64 key: (u << shift) | (v << 1) | flag, where shift leaves room
-# for v and one flag bit (so n < 2^31). Decoding is shifts and masks, no division.
-
-BYTES_PER_KEY = 40  # while deduplicating one group: key, row value, output src/dst, counts
-
-
-def key_shift(n: int) -> int:
-    """Bits below the source id in an edge key: room for a destination id and a flag."""
-    return max(1, int(n - 1).bit_length()) + 1
-
-
-class _KeySpill:
-    """Edge keys collected into fine source-range buckets, in memory or in files."""
-
-    def __init__(self, n: int, groups: int, budget_bytes: int, spill_dir: Path):
-        self.n = n
-        self.num_buckets = 1 if groups <= 1 else min(n, 8 * groups)
-        self.width = max(1, math.ceil(n / self.num_buckets))
-        self.budget_keys = max(1, budget_bytes // BYTES_PER_KEY)
-        self.in_memory = self.num_buckets == 1
-        self.sizes = np.zeros(self.num_buckets, dtype=np.int64)
-        self._chunks: list[np.ndarray] = []
-        self._files = []
-        if not self.in_memory:
-            spill_dir.mkdir(parents=True, exist_ok=True)
-            self._paths = [spill_dir / f"bucket-{b:06d}.bin" for b in range(self.num_buckets)]
-            self._files = [open(p, "wb") for p in self._paths]
-
-    def add(self, keys: np.ndarray, src: np.ndarray) -> None:
-        if self.in_memory:
-            self._chunks.append(keys)
-            self.sizes[0] += len(keys)
-            return
-        keys, counts = _group_by_bucket(keys, src, self.width, self.num_buckets)
-        ends = np.cumsum(counts)
-        starts = ends - counts
-        for b in np.flatnonzero(counts):
-            keys[starts[b] : ends[b]].tofile(self._files[b])
-        self.sizes += counts
-
-    def groups(self):
-        """Yield (keys, lo, hi): the keys of sources lo..hi-1, consecutive ranges within the budget."""
-        if self.in_memory:
-            keys = np.concatenate(self._chunks) if self._chunks else np.empty(0, np.int64)
-            self._chunks = []
-            yield keys, 0, self.n
-            return
-        for f in self._files:
-            f.close()
-        b = 0
-        while b < self.num_buckets:
-            e, total = b, 0
-            while e < self.num_buckets and (e == b or total + self.sizes[e] <= self.budget_keys):
-                total += self.sizes[e]
-                e += 1
-            keys = np.concatenate([np.fromfile(self._paths[i], dtype=np.int64) for i in range(b, e)])
-            for i in range(b, e):
-                self._paths[i].unlink()
-            yield keys, b * self.width, min(self.n, e * self.width)
-            b = e
-
-
-@numba.njit(cache=True, nogil=True)
-def _group_by_bucket(keys, src, width, num_buckets):  # pragma: no cover - compiled
-    """Keys reordered so that bucket src // width is contiguous (a counting sort), and counts."""
-    counts = np.zeros(num_buckets, np.int64)
-    for i in range(len(src)):
-        counts[src[i] // width] += 1
-    pos = np.zeros(num_buckets, np.int64)
-    for b in range(1, num_buckets):
-        pos[b] = pos[b - 1] + counts[b - 1]
-    out = np.empty_like(keys)
-    for i in range(len(src)):
-        b = src[i] // width
-        out[pos[b]] = keys[i]
-        pos[b] += 1
-    return out, counts
-
-
-@numba.njit(cache=True, nogil=True)
-def _dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover - compiled
-    """Counting-sort the keys of sources lo..lo+rows-1 into rows; sort and dedupe each row.
-
-    Returns (unique neighbours per row, the neighbours row after row, the number of
-    distinct keys counting the flag: with count_both_flags only flag-0 keys count).
-    O(keys) plus a small sort per row, instead of one global sort of every key.
-    """
-    start = np.zeros(rows + 1, np.int64)
-    for i in range(len(keys)):
-        start[(keys[i] >> shift) - lo + 1] += 1
-    for r in range(rows):
-        start[r + 1] += start[r]
-    pos = start[:-1].copy()
-    mask = (np.int64(1) << shift) - 1
-    vals = np.empty(len(keys), np.int64)
-    for i in range(len(keys)):
-        r = (keys[i] >> shift) - lo
-        vals[pos[r]] = keys[i] & mask
-        pos[r] += 1
-    counts = np.zeros(rows, np.int64)
-    distinct = 0
-    w = 0
-    for r in range(rows):
-        a, b = start[r], start[r + 1]
-        if b - a > 1:
-            vals[a:b].sort()
-        last, last_flagged = -1, -1
-        for j in range(a, b):
-            v = vals[j]
-            c = v >> 1
-            if c != last:
-                vals[w] = c
-                w += 1
-                counts[r] += 1
-                last = c
-            if (count_both_flags or (v & 1) == 0) and v != last_flagged:
-                distinct += 1
-                last_flagged = v
-    return counts, vals[:w].copy(), distinct
-
-
-@numba.njit(cache=True, nogil=True)
-def _mirror(upper_counts, upper):  # pragma: no cover - compiled
-    """Both directions, sorted, from the sorted upper triangle (u < v) of a symmetric graph.
-
-    Row x's neighbours are its lower ones (u < x, met in increasing u while walking the
-    rows in order) followed by its upper ones, so no sort is needed.
-    """
-    n = len(upper_counts)
-    deg = upper_counts.copy()
-    for j in range(len(upper)):
-        deg[upper[j]] += 1
-    pos = np.zeros(n, np.int64)
-    for x in range(1, n):
-        pos[x] = pos[x - 1] + deg[x - 1]
-    dst = np.empty(len(upper) * 2, np.int64)
-    j = 0
-    for u in range(n):
-        for _ in range(upper_counts[u]):
-            v = upper[j]
-            dst[pos[v]] = u
-            pos[v] += 1
-            j += 1
-    j = 0
-    for u in range(n):
-        c = upper_counts[u]
-        dst[pos[u] : pos[u] + c] = upper[j : j + c]
-        j += c
-    return deg, dst
-
-
-_NO_LUT = np.empty(0, np.int64)
-
-
-def _warm_kernels() -> None:
-    """Call every kernel once on tiny inputs so their cached machine code is loaded."""
-    keys = np.array([(0 << 2) | (1 << 1), (1 << 2) | (0 << 1) | 1], dtype=np.int64)
-    counts, dst, _ = _dedupe_rows(keys, 2, 0, 2, True)
-    _mirror(counts, dst)
-    _repeat_rows(0, counts, _NO_LUT)
-    _map_inplace(dst.copy(), np.arange(2, dtype=np.int64))
-    _group_by_bucket(keys, np.array([0, 1], dtype=np.int64), 1, 2)
-
-
-@numba.njit(cache=True, nogil=True)
-def _repeat_rows(lo, counts, lut):  # pragma: no cover - compiled
-    """Source ids lo, lo+1, ... (mapped through lut unless it is empty), each repeated by
-    its row count: np.repeat without the GIL."""
-    out = np.empty(counts.sum(), np.int64)
-    w = 0
-    for r in range(len(counts)):
-        v = lut[lo + r] if len(lut) else lo + r
-        for _ in range(counts[r]):
-            out[w] = v
-            w += 1
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _map_inplace(values, lut):  # pragma: no cover - compiled
-    """values[i] = lut[values[i]], without the GIL."""
-    for i in range(len(values)):
-        values[i] = lut[values[i]]
 
 
 # ----------------------------------------------------------------------------- main entry

@@ -44,6 +44,17 @@ file                            dtype, shape                      meaning
 ==============================  ================================  =============================
 
 Exactly one of the three feature files is present (none when the dataset has no features).
+They are the project's one layout of quantized features: minibatch_shards references them
+(``feature_encoding="compressed"``) instead of writing codes or scales of its own, and every
+reader decodes them through :class:`graphs.quantize.EncodedFeatures`.
+
+``weights_int8.npy`` + ``weight_scales.npy`` are a storage and transfer artefact: Â's
+weights in a quarter of the bytes (decode with :func:`load_weights` and
+:func:`graphs.quantize.dequantize_int8_rows_csr`), e.g. to ship a graph or run full-graph
+inference from it. The shards do not read them: a sampled block's weights are Â times a
+sampler correction (neighbour rescaling, importance and SAINT normalization) that changes
+each destination row's maximum, so INT8 shard weights are quantized per block row from
+Â's FP32 weights (`graphs.shard_format`).
 With ``feature_transform="asinh"`` the int8 / int4 codes are those of asinh(x) (per-column
 range of asinh(x), same layout) and the features are sinh of the decoded values; the
 manifest's ``feature_transform`` says which. Heavy-tailed columns need it for 4 bits: on
@@ -53,9 +64,10 @@ benchmarks/compression.py, GCN on a log-normal-feature graph: 4-bit codes of x c
 accuracy points, 4-bit codes of asinh(x) 0.3; INT8 is within 0.3 points either way).
 The CSR structure (``indptr``, ``indices``) is not copied: it stays in normalized_adjacency
 and is counted on neither side of the compression ratio. Decoding is one vectorised step
-(:func:`load_features` gives a :class:`CompressedFeatures` — an
-:class:`graphs.quantize.EncodedFeatures` that also undoes the transform — whose
-``decode_rows_torch(rows, device)`` decodes a batch on the training device;
+(:func:`load_features` gives a :class:`graphs.quantize.EncodedFeatures` carrying the
+transform, whose ``decode_rows_torch(rows, device)`` decodes a batch on the training
+device with the transform undone; minibatch_shards references these files rather than
+copying them, see `graphs.shard_format`;
 :func:`graphs.quantize.dequantize_int8_rows_csr_torch` decodes the weights).
 
 Edge sets: for part p the filter holds every canonical edge (u, v) with ``part[u] == p``
@@ -93,16 +105,17 @@ import numpy as np
 import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
-    import torch
+    from graphs.bloom import BloomFilter
 
-from graphs.bloom import BloomFilter
-from graphs.canonical import read_summary
 from graphs.quantize import (
+    FEATURE_TRANSFORMS,
     EncodedFeatures,
     column_min_max,
     dequantize_int4_columns,
     dequantize_int8_columns,
     dequantize_int8_rows_csr,
+    forward_transform,
+    inverse_transform,
     is_binary,
     pack_binary,
     quantize_int4_columns,
@@ -116,7 +129,6 @@ __all__ = [
     "FORMAT_VERSION",
     "FEATURE_ENCODINGS",
     "FEATURE_TRANSFORMS",
-    "CompressedFeatures",
     "FEATURE_FILES",
     "CompressConfig",
     "build_compressed_graph",
@@ -131,7 +143,6 @@ __all__ = [
 
 FORMAT_VERSION = 1
 FEATURE_ENCODINGS = ("auto", "int8", "int4", "binary")
-FEATURE_TRANSFORMS = ("none", "asinh")
 FEATURE_FILES = {"int8": "features_int8.npy", "int4": "features_int4.npy", "binary": "features_binary.npy"}
 SCALES_FILE = "feature_scales.npy"
 
@@ -252,32 +263,6 @@ class _ErrorAccumulator:
 
 
 # ----------------------------------------------------------------------------- features
-
-
-def forward_transform(x: np.ndarray, transform: str) -> np.ndarray:
-    """float32 values the quantizer sees: x itself, or asinh(x) (computed in float32)."""
-    x = np.asarray(x, dtype=np.float32)
-    return np.arcsinh(x) if transform == "asinh" else x
-
-
-def inverse_transform(y: np.ndarray, transform: str) -> np.ndarray:
-    """float32 features from decoded values: y itself, or sinh(y)."""
-    return np.sinh(y).astype(np.float32, copy=False) if transform == "asinh" else y
-
-
-@dataclass(frozen=True)
-class CompressedFeatures(EncodedFeatures):
-    """:class:`EncodedFeatures` of the quantizer's input plus the transform to undo after decoding."""
-
-    transform: str = "none"
-    """"none" or "asinh": decode() and decode_rows_torch() return sinh of the decoded values."""
-
-    def decode(self) -> np.ndarray:
-        return inverse_transform(super().decode(), self.transform)
-
-    def decode_rows_torch(self, rows=None, device=None) -> "torch.Tensor":
-        y = super().decode_rows_torch(rows, device)
-        return y.sinh() if self.transform == "asinh" else y
 
 
 def _rows_of(feats: EncodedFeatures, a: int, b: int) -> EncodedFeatures:
@@ -541,6 +526,8 @@ def _build_filters(
     for src, dst in _edge_batches(canonical):
         kp, _, _ = _part_keys(src, dst, part, symmetrized)
         counts += np.bincount(kp, minlength=k)
+    from graphs.bloom import BloomFilter  # numba: imported by the stages that need it, not by readers
+
     filters = [BloomFilter.empty(int(c), fpr=cfg.bloom_fpr, seed=cfg.seed) for c in counts]
     for src, dst in _edge_batches(canonical):
         kp, u, v = _part_keys(src, dst, part, symmetrized)
@@ -607,6 +594,8 @@ def build_compressed_graph(
     cfg = cfg or CompressConfig()
     t0 = time.perf_counter()
     canonical, adjacency, partitions = Path(canonical_dir), Path(adjacency_dir), Path(partitions_dir)
+    from graphs.canonical import read_summary
+
     facts = read_summary(canonical)
     n, num_edges = int(facts["nodes"]), int(facts["edges"])
     symmetrized = bool(facts.get("symmetrized", True))
@@ -695,7 +684,7 @@ def _read_manifest(out_dir: Path) -> dict:
     return manifest
 
 
-def load_features(out_dir: str | os.PathLike, mmap: bool = True) -> CompressedFeatures | None:
+def load_features(out_dir: str | os.PathLike, mmap: bool = True) -> EncodedFeatures | None:
     """The compressed features (memory-mapped), or None without features. ``decode()`` and
     ``decode_rows_torch(rows, device)`` return float32 features, the transform undone."""
     out_dir = Path(out_dir)
@@ -711,7 +700,7 @@ def load_features(out_dir: str | os.PathLike, mmap: bool = True) -> CompressedFe
     else:
         scales = np.load(out_dir / SCALES_FILE, allow_pickle=False)
         arrays = {"q" if encoding == "int8" else "packed": main, "scale": scales[0], "zero_point": scales[1]}
-    return CompressedFeatures(
+    return EncodedFeatures(
         encoding=encoding,
         num_rows=main.shape[0],
         num_cols=d,
@@ -735,6 +724,8 @@ def load_bloom_filters(out_dir: str | os.PathLike) -> list[BloomFilter]:
     """The per-part filters, part 0 first (bit arrays memory-mapped)."""
     out_dir = Path(out_dir)
     k = int(_read_manifest(out_dir)["bloom_parts"])
+    from graphs.bloom import BloomFilter
+
     return [BloomFilter.load(out_dir / "bloom" / f"part-{p}.bloom") for p in range(k)]
 
 
@@ -798,6 +789,8 @@ def verify_compressed_graph(
     quantizer's bound holds.
     """
     out, canonical, adjacency = Path(out_dir), Path(canonical_dir), Path(adjacency_dir)
+    from graphs.canonical import read_summary
+
     facts = read_summary(canonical)
     part = np.load(Path(partitions_dir) / "part_id.npy", allow_pickle=False)
     filters = load_bloom_filters(out)

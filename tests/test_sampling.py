@@ -142,8 +142,10 @@ def test_config_validation_names_the_field():
         ShardConfig(sampler="random")
     with pytest.raises(ValueError, match="fanouts"):
         ShardConfig(fanouts="15,x")
-    with pytest.raises(ValueError, match="weights"):
-        ShardConfig(weights="fp16")
+    with pytest.raises(ValueError, match="weight_encoding"):
+        ShardConfig(weight_encoding="fp16")
+    with pytest.raises(ValueError, match="'int8' is now 'compressed'"):
+        ShardConfig(feature_encoding="int8")
 
 
 # ----------------------------------------------------------------------------- shards
@@ -306,10 +308,27 @@ def test_shards_are_deterministic_and_a_rewrite_replaces_them(sbm, tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json"]
 
 
+def _compressed(sbm, out: Path, **kw) -> Path:
+    from graphs.compress import CompressConfig, build_compressed_graph
+
+    cfg = CompressConfig(**{"feature_encoding": "int8", "fpr_queries": 1000, "compare_encodings": False, **kw})
+    build_compressed_graph(sbm["canonical"], sbm["adjacency"], sbm["partitions"], out, cfg)
+    return out
+
+
+def _compressed_shards(sbm, tmp_path, compressed: Path, **kw) -> tuple[Path, dict]:
+    inputs = load_shard_inputs(sbm["canonical"], sbm["adjacency"], sbm["partitions"], compressed)
+    out = tmp_path / "shards"
+    cfg = ShardConfig(**{"batch_size": 64, "epochs": 2, "feature_encoding": "compressed", **kw})
+    return out, write_minibatch_shards(inputs, out, cfg)
+
+
 def test_int8_weights_and_features_decode_close_to_fp32(sbm, tmp_path):
     out32, _ = _shards(sbm, tmp_path / "fp32", sampler="neighbor")
-    out8, m8 = _shards(sbm, tmp_path / "int8", sampler="neighbor", weights="int8", features="int8")
-    assert m8["features"]["encoding"] == "int8"
+    compressed = _compressed(sbm, tmp_path / "compressed_graph")
+    out8, m8 = _compressed_shards(sbm, tmp_path / "int8", compressed, sampler="neighbor", weight_encoding="int8")
+    assert m8["features"]["encoding"] == "compressed" and m8["features"]["codes"] == "int8"
+    assert m8["weight_encoding"] == "int8"
     for a, b in zip(ShardStream(out32, 0, 1), ShardStream(out8, 0, 1)):
         assert torch.equal(a.input_nodes, b.input_nodes)
         for x, y in zip(a.blocks, b.blocks):
@@ -319,6 +338,7 @@ def test_int8_weights_and_features_decode_close_to_fp32(sbm, tmp_path):
             assert ((x.edge_weight - y.edge_weight).abs() <= tol).all()
         span = a.x.max(0).values - a.x.min(0).values
         assert ((a.x - b.x).abs() <= span / 255).all()
+        assert not torch.equal(a.x, b.x)  # really the INT8 codes, not the FP32 file
     # the decode-on-device path (CUDA) gives what the prefetch thread decodes for CPU
     on_device = ShardStream(out8, 0, 1)
     on_device.decode_on_host = False
@@ -327,25 +347,54 @@ def test_int8_weights_and_features_decode_close_to_fp32(sbm, tmp_path):
         assert all(torch.allclose(x.edge_weight, y.edge_weight, atol=1e-7) for x, y in zip(a.blocks, b.blocks))
 
 
-def test_int8_features_reference_compressed_graph_when_present(sbm, tmp_path):
-    from graphs.compress import CompressConfig, build_compressed_graph
+def test_compressed_features_are_referenced_with_one_layout(sbm, tmp_path):
+    """No scale or code file of the shards' own: compressed_graph's codes and scales, decoded by graphs.quantize."""
+    from graphs.compress import load_features
 
-    compressed = tmp_path / "compressed_graph"
-    build_compressed_graph(
-        sbm["canonical"],
-        sbm["adjacency"],
-        sbm["partitions"],
-        compressed,
-        CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False),
-    )
-    inputs = load_shard_inputs(sbm["canonical"], sbm["adjacency"], sbm["partitions"], compressed)
-    out = tmp_path / "shards"
-    m = write_minibatch_shards(inputs, out, ShardConfig(fanouts="15,10,5", batch_size=64, epochs=1, features="int8"))
-    assert (out / m["features"]["q"]).resolve() == (compressed / "features_int8.npy").resolve()
-    assert not (out / "features_int8.npy").exists()  # referenced, not copied
-    own, _ = _shards(sbm, tmp_path / "own", features="int8", epochs=1)
-    for a, b in zip(ShardStream(out, 0, 0), ShardStream(own, 0, 0)):
-        assert torch.allclose(a.x, b.x, atol=1e-6)  # the same per-column INT8 scheme
+    compressed = _compressed(sbm, tmp_path / "compressed_graph")
+    out, m = _compressed_shards(sbm, tmp_path, compressed, epochs=1)
+    assert (out / m["features"]["path"]).resolve() == compressed.resolve()
+    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json"]  # nothing copied
+    feats = load_features(compressed)
+    for mb in ShardStream(out, 0, 0):
+        want = feats.decode_rows_torch(mb.input_nodes.numpy())
+        assert torch.equal(mb.x, want)
+
+
+@pytest.mark.parametrize("codes", ["int8", "int4"])
+def test_asinh_features_reach_training_in_feature_space(sbm, tmp_path, codes):
+    """compressed_graph's feature_transform: asinh stores codes of asinh(x); the shards must undo it."""
+    from training.features import full_features
+
+    x = np.load(sbm["canonical"] / "features.npy")
+    compressed = _compressed(sbm, tmp_path / "compressed_graph", feature_encoding=codes, feature_transform="asinh")
+    out, m = _compressed_shards(sbm, tmp_path, compressed, epochs=1)
+    assert m["features"]["transform"] == "asinh"
+    # asinh-space values would be far from x wherever |x| > 1; decoded features are close to x
+    assert np.abs(x).max() > 2
+    tol = 0.02 if codes == "int8" else 0.1  # sinh-free decoding is off by 0.17 on these features
+    for decode_on_host in (True, False):
+        stream = ShardStream(out, 0, 0)
+        stream.decode_on_host = decode_on_host
+        for mb in stream:
+            want = torch.from_numpy(x[mb.input_nodes.numpy()])
+            rel = (mb.x - want).norm() / want.norm()
+            assert rel < tol, (decode_on_host, float(rel))
+    full = full_features(read_manifest(out), out)
+    assert float((full - torch.from_numpy(x)).norm() / np.linalg.norm(x)) < tol
+
+
+def test_compressed_features_need_compressed_graph_and_refuse_a_changed_one(sbm, tmp_path):
+    with pytest.raises(ValueError, match="needs compressed_graph's files"):
+        _compressed_shards(sbm, tmp_path, tmp_path / "absent")
+    compressed = _compressed(sbm, tmp_path / "compressed_graph")
+    out, _ = _compressed_shards(sbm, tmp_path, compressed, epochs=1)
+    _compressed(sbm, tmp_path / "int4", feature_encoding="int4")
+    (tmp_path / "int4").replace(tmp_path / "elsewhere")
+    compressed.rename(tmp_path / "old")
+    (tmp_path / "elsewhere").rename(compressed)  # compressed_graph re-materialized with 4-bit codes
+    with pytest.raises(ShardError, match="compressed features.*int4.*manifest expects.*int8.*re-materialize"):
+        ShardStream(out, 0, 0)
 
 
 # ----------------------------------------------------------------------------- ShardStream
@@ -395,7 +444,7 @@ def test_prefetch_thread_returns_minibatches_in_order(sbm, tmp_path):
 
 
 def test_shard_stream_runs_without_dgl(sbm, tmp_path):
-    out, _ = _shards(sbm, tmp_path, sampler="neighbor", weights="int8")
+    out, _ = _shards(sbm, tmp_path, sampler="neighbor", weight_encoding="int8")
     code = f"""
 import sys
 sys.modules["dgl"] = None  # any "import dgl" now raises ImportError

@@ -1,6 +1,6 @@
 """Reading minibatch shards: one rank's stream of sampled blocks, with features, prefetched.
 
-The minibatch_shards asset (`graphs.sampling`, where the file layout is documented) writes,
+The minibatch_shards asset (`graphs.sampling`) writes, in the format of `graphs.shard_format`,
 for every epoch and DDP rank, a list of ``.npz`` shard files plus ``manifest.json``. This
 module turns one (epoch, rank) stream back into :class:`MiniBatch` objects: plain torch
 :class:`~training.blocks.Block` s (CSC over the destination nodes), the input nodes'
@@ -42,8 +42,6 @@ that still depends on the parameters, so every DDP rank takes the same steps.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import queue
 import threading
@@ -55,7 +53,15 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from graphs.npzio import NpzFormatError, aligned_buffer, read_npz
+from graphs.shard_format import (
+    SUPPORTED_FORMAT_VERSION,
+    ShardError,
+    decode_minibatch,
+    open_features,
+    read_manifest,
+    read_shard,
+    stream_record,
+)
 from training.blocks import Block
 
 __all__ = [
@@ -66,47 +72,8 @@ __all__ = [
     "ShardStream",
     "cross_entropy",
     "read_manifest",
-    "stream_files",
+    "stream_record",
 ]
-
-SUPPORTED_FORMAT_VERSION = 1
-
-
-class ShardError(RuntimeError):
-    """A shard file or manifest is missing, truncated, corrupt or of another format."""
-
-
-def read_manifest(asset_dir: str | os.PathLike) -> dict:
-    """The manifest.json of a minibatch_shards folder (format checked)."""
-    path = Path(asset_dir) / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise ShardError(f"{path}: no manifest; materialize minibatch_shards first") from None
-    except (OSError, ValueError) as exc:
-        raise ShardError(f"{path}: cannot be read as JSON ({exc}); re-materialize minibatch_shards") from exc
-    version = manifest.get("format_version")
-    if version != SUPPORTED_FORMAT_VERSION:
-        raise ShardError(
-            f"{path}: shard format version {version!r}, this code reads version {SUPPORTED_FORMAT_VERSION}; "
-            "re-materialize minibatch_shards"
-        )
-    return manifest
-
-
-def stream_files(manifest: dict, epoch: int, rank: int) -> dict:
-    """The manifest's stream record of (`epoch`, `rank`): files, minibatches, seeds, bytes."""
-    if not 0 <= rank < manifest["world_size"]:
-        raise ValueError(f"rank {rank}: the shards were written for world_size={manifest['world_size']}")
-    if not 0 <= epoch < manifest["epochs"]:
-        raise ValueError(
-            f"epoch {epoch}: the shards hold epochs 0..{manifest['epochs'] - 1}; pass epoch % {manifest['epochs']} "
-            "to reuse them, or re-materialize with more epochs"
-        )
-    for s in manifest["streams"]:
-        if s["epoch"] == epoch and s["rank"] == rank:
-            return s
-    raise ShardError(f"manifest has no stream for epoch {epoch}, rank {rank}")
 
 
 @dataclass
@@ -150,8 +117,11 @@ def cross_entropy(mb: MiniBatch, logits: torch.Tensor) -> torch.Tensor:
 class FeatureRows:
     """Where the input nodes' feature rows come from, and how they are decoded.
 
-    ``source``: "manifest" (the memory-mapped FP32 or INT8 file the manifest names), None,
-    or an [n, D] array/tensor. ``gather_host(ids, decode=True)`` reads just those rows.
+    ``source``: "manifest", None, or an [n, D] array/tensor. From the manifest: an
+    `graphs.quantize.EncodedFeatures` (`graphs.shard_format.open_features`: canonical FP32,
+    or compressed_graph's codes with their transform), gathered compact in the prefetch
+    thread and decoded there (CPU) or on the device (CUDA). ``gather_host(ids, decode=True)``
+    reads just the rows ``ids`` (what the streamed evaluation uses).
     """
 
     def __init__(self, source, manifest: dict, root: Path):
@@ -168,109 +138,44 @@ class FeatureRows:
             return
         if source != "manifest":
             raise ValueError(f"features={source!r}: pass 'manifest', None, a NumPy array or a torch tensor")
-        entry = manifest.get("features")
-        if entry is None:
-            return
-        shape = tuple(entry["shape"])
-        if entry["encoding"] == "fp32":
-            self.kind = "fp32"
-            self.host = self._open(root / entry["path"], np.float32, shape)
-        elif entry["encoding"] == "int8":
-            self.kind = "int8"
-            self.host = self._open(root / entry["q"], np.int8, shape)
-            self.scale_np = np.load(root / entry["scale"], allow_pickle=False).astype(np.float32)
-            self.zero_point_np = np.load(root / entry["zero_point"], allow_pickle=False).astype(np.float32)
-            self.scale, self.zero_point = torch.from_numpy(self.scale_np), torch.from_numpy(self.zero_point_np)
-        else:
-            raise ShardError(f"{root / 'manifest.json'}: unknown feature encoding {entry['encoding']!r}")
-
-    @staticmethod
-    def _open(path: Path, dtype, shape) -> np.ndarray:
-        try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
-            raise ShardError(f"{path}: feature file named by the manifest is missing; re-materialize") from None
-        if arr.dtype != dtype or arr.shape != shape:
-            raise ShardError(
-                f"{path}: {arr.dtype} {list(arr.shape)} but the manifest expects {np.dtype(dtype)} {list(shape)}; "
-                "the features changed since the shards were written, re-materialize minibatch_shards"
-            )
-        return np.asarray(arr)  # still backed by the file mapping
+        self.encoded = open_features(manifest, root)
+        if self.encoded is not None:
+            self.kind = "encoded"
 
     def gather_host(self, nodes: np.ndarray, decode: bool) -> torch.Tensor | None:
-        """Rows of `nodes` on the CPU, or None; INT8 rows stay compact unless `decode`."""
-        if self.kind in ("fp32", "int8"):
-            # np.take on the plain ndarray view: ~3x faster than fancy indexing the np.memmap
-            rows = np.take(self.host, nodes, axis=0)
-            if self.kind == "int8" and decode:
-                from graphs.quantize import dequantize_int8_columns
-
-                return torch.from_numpy(dequantize_int8_columns(rows, self.scale_np, self.zero_point_np))
-            return torch.from_numpy(rows)
+        """Rows of `nodes` on the CPU, or None; compact codes stay compact unless `decode`."""
+        if self.kind == "encoded":
+            rows = self.encoded.gather(nodes)
+            if decode or self.encoded.encoding == "fp32":
+                return torch.from_numpy(self.encoded.decode_gathered(rows))
+            return _Compact(torch.from_numpy(rows))
         if self.kind == "tensor":
             return self.host.index_select(0, torch.from_numpy(nodes))
         return None
 
-    def finish(self, rows: torch.Tensor | None, nodes: torch.Tensor) -> torch.Tensor | None:
+    def finish(self, rows, nodes: torch.Tensor) -> torch.Tensor | None:
         """Decoded float rows on the device (rows already moved there)."""
-        if self.kind == "int8" and rows is not None and rows.dtype == torch.int8:
-            from graphs.quantize import dequantize_rows_torch
-
-            if self.scale.device != rows.device:
-                self.scale, self.zero_point = self.scale.to(rows.device), self.zero_point.to(rows.device)
-            return dequantize_rows_torch(rows, self.scale, self.zero_point)
+        if isinstance(rows, _Compact):
+            return self.encoded.decode_gathered_torch(rows.codes)
         if self.kind == "device":
             return self.device_tensor.index_select(0, nodes.to(self.device_tensor.device))
         return rows
 
 
+class _Compact:
+    """Gathered feature codes still to be decoded (on the device)."""
+
+    def __init__(self, codes: torch.Tensor):
+        self.codes = codes
+
+    def to(self, device, non_blocking: bool = False) -> "_Compact":
+        return _Compact(self.codes.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "_Compact":
+        return _Compact(self.codes.pin_memory())
+
+
 # ----------------------------------------------------------------------------- reading
-
-
-def _read_shard(root: Path, record: dict, verify: bool) -> dict[str, np.ndarray]:
-    """The arrays of one shard file, after checking its size and (with `verify`) SHA-256.
-
-    The file is read once into a buffer; the arrays are views into it
-    (`graphs.npzio.read_npz`: no pickle, no second copy, no per-member CRC when the
-    file's SHA-256 has been checked).
-    """
-    path = root / record["path"]
-    try:
-        size = path.stat().st_size
-        if size != record["bytes"]:
-            raise ShardError(
-                f"{path}: {size} bytes but the manifest says {record['bytes']} (truncated or replaced); "
-                "re-materialize minibatch_shards"
-            )
-        data = aligned_buffer(size)
-        with open(path, "rb") as f:
-            got = f.readinto(data)
-    except FileNotFoundError:
-        raise ShardError(f"{path}: shard file is missing; re-materialize minibatch_shards") from None
-    if got != size:
-        raise ShardError(f"{path}: read {got} of {size} bytes (file changed while reading)")
-    if verify:
-        digest = hashlib.sha256(data).hexdigest()
-        if digest != record["sha256"]:
-            raise ShardError(
-                f"{path}: SHA-256 {digest[:16]}... does not match the manifest's {record['sha256'][:16]}... "
-                "(file corrupt); re-materialize minibatch_shards"
-            )
-    try:
-        arrays = read_npz(data)
-        if int(arrays["format_version"]) != SUPPORTED_FORMAT_VERSION:
-            raise ShardError(
-                f"{path}: shard format version {int(arrays['format_version'])}, expected {SUPPORTED_FORMAT_VERSION}"
-            )
-        if int(arrays["minibatches"]) != record["minibatches"]:
-            raise ShardError(
-                f"{path}: holds {int(arrays['minibatches'])} minibatches, manifest says {record['minibatches']}"
-            )
-    except ShardError:
-        raise
-    except (NpzFormatError, KeyError) as exc:
-        raise ShardError(f"{path}: cannot be read as a shard .npz ({type(exc).__name__}: {exc})") from exc
-    return arrays
 
 
 @dataclass
@@ -330,7 +235,7 @@ class ShardStream:
             raise ValueError(f"prefetch={prefetch} must be >= 0")
         self.root = Path(asset_dir)
         self.manifest = manifest if manifest is not None else read_manifest(self.root)
-        self.record = stream_files(self.manifest, epoch, rank)
+        self.record = stream_record(self.manifest, epoch, rank)
         self.rank, self.epoch, self.prefetch, self.verify = rank, epoch, prefetch, verify
         self.order_seed = order_seed
         self.device = torch.device(device)
@@ -374,7 +279,7 @@ class ShardStream:
         for f in file_order:
             record = files[f]
             t0 = time.perf_counter()
-            arrays = _read_shard(self.root, record, self.verify)
+            arrays = read_shard(self.root, record, self.verify)
             self.bytes_read += record["bytes"]
             self.load_seconds += time.perf_counter() - t0
             count = int(arrays["minibatches"])
@@ -390,42 +295,30 @@ class ShardStream:
                 index += 1
 
     def _host_batch(self, a: dict[str, np.ndarray], i: int, index: int) -> _HostBatch:
-        p = f"mb{i}_"
+        mb = decode_minibatch(a, i, 1 if self.shared_block else self.num_layers)
         t = torch.from_numpy
 
         def long(x: np.ndarray) -> torch.Tensor:  # NumPy's cast: torch's was ~100x slower on a busy CPU
             return t(x.astype(np.int64, copy=False))
 
         blocks = []
-        for layer in range(1 if self.shared_block else self.num_layers):
-            q = f"{p}l{layer}_"
-            indptr = a[q + "indptr"]
+        for b in mb.blocks:
             weight = weight_q = scale = None
-            if q + "weight" in a:
-                weight = t(a[q + "weight"])
+            if b.weight is not None:
+                weight = t(b.weight)
             elif self.decode_on_host:  # CPU training: decode here, in the prefetch thread
-                weight = t(a[q + "weight_q"].astype(np.float32) * np.repeat(a[q + "weight_scale"], np.diff(indptr)))
+                weight = t(b.decoded_weight())
             else:  # moved as INT8 (a quarter of the bytes), decoded on the device
-                weight_q, scale = t(a[q + "weight_q"]), t(a[q + "weight_scale"])
-            blocks.append(
-                (
-                    long(indptr),
-                    long(a[q + "indices"]),
-                    int(a[q + "num_src"]),
-                    int(a[q + "num_dst"]),
-                    weight,
-                    weight_q,
-                    scale,
-                )
-            )
-        nodes = a[p + "input_nodes"].astype(np.int64, copy=False)
+                weight_q, scale = t(b.weight_q), t(b.weight_scale)
+            blocks.append((long(b.indptr), long(b.indices), b.num_src, b.num_dst, weight, weight_q, scale))
+        nodes = mb.input_nodes.astype(np.int64, copy=False)
         host = _HostBatch(
             index=index,
             input_nodes=t(nodes),
-            seeds=t(a[p + "seeds"]),
-            seed_pos=t(a[p + "seed_pos"]),
-            labels=t(a[p + "labels"]),
-            loss_weight=t(a[p + "loss_weight"]) if p + "loss_weight" in a else None,
+            seeds=t(mb.seeds),
+            seed_pos=t(mb.seed_pos),
+            labels=t(mb.labels),
+            loss_weight=None if mb.loss_weight is None else t(mb.loss_weight),
             blocks=blocks,
             x=self.features.gather_host(nodes, decode=self.decode_on_host),
         )

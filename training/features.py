@@ -1,8 +1,7 @@
 """Node features and labels for training: preprocessing, degree features, the full matrix.
 
 Where features come from: the shards' manifest names them (``features``: the canonical
-``features.npy`` in FP32, or the INT8 copy the minibatch_shards stage wrote with a scale
-and zero point per column). Training gathers the rows of each minibatch from there
+``features.npy`` in FP32, or compressed_graph's codes and scales, see `graphs.shard_format`). Training gathers the rows of each minibatch from there
 (`training.data.ShardStream`, in its prefetch thread) and applies the configured
 preprocessing to the gathered rows on the device (:class:`FeatureTransform`), so nothing
 n x D is materialized on the ranks for training. Rank 0 builds the full matrix once for
@@ -84,25 +83,14 @@ def degree_features(indptr: np.ndarray, buckets: int) -> torch.Tensor:
 
 
 def feature_chunks(manifest: dict, shards_dir: str | os.PathLike, rows: int = 1 << 16) -> Iterator[torch.Tensor]:
-    """The manifest's features as float32 row chunks (INT8 dequantized); nothing when absent."""
-    entry = manifest.get("features")
-    if entry is None:
-        return
-    root = Path(shards_dir)
-    if entry["encoding"] == "fp32":
-        x = np.load(root / entry["path"], mmap_mode="r", allow_pickle=False)
-        for a in range(0, x.shape[0], rows):
-            yield torch.from_numpy(np.array(x[a : a + rows], dtype=np.float32))
-        return
-    if entry["encoding"] != "int8":
-        raise ValueError(f"{root / 'manifest.json'}: unknown feature encoding {entry['encoding']!r}")
-    from graphs.quantize import dequantize_rows_torch
+    """The manifest's features as float32 row chunks (decoded, transform undone); nothing when absent."""
+    from graphs.shard_format import open_features
 
-    q = np.load(root / entry["q"], mmap_mode="r", allow_pickle=False)
-    scale = torch.from_numpy(np.load(root / entry["scale"], allow_pickle=False).astype(np.float32))
-    zero = torch.from_numpy(np.load(root / entry["zero_point"], allow_pickle=False).astype(np.float32))
-    for a in range(0, q.shape[0], rows):
-        yield dequantize_rows_torch(torch.from_numpy(np.array(q[a : a + rows])), scale, zero)
+    feats = open_features(manifest, shards_dir)
+    if feats is None:
+        return
+    for a in range(0, feats.num_rows, rows):
+        yield torch.from_numpy(np.array(feats.decode_gathered(feats.codes[a : a + rows]), dtype=np.float32))
 
 
 def full_features(manifest: dict, shards_dir: str | os.PathLike) -> torch.Tensor | None:

@@ -1,0 +1,130 @@
+"""Minibatch sampling written once as shard files: one stream of sampled blocks per DDP rank.
+
+Four samplers (``ShardConfig.sampler``), each producing, per minibatch, one block per GNN
+layer in the CSC layout of `training.blocks.Block` (destination nodes are the first
+``num_dst`` source nodes; block ``l``'s destination nodes are block ``l + 1``'s source
+nodes, so one array ``input_nodes`` of global ids names the nodes of every block):
+
+``neighbor``
+    DGL's neighbour sampling with ``fanouts`` (``fanouts[0]`` is the input layer, DGL's
+    order; -1 takes every neighbour): the fused C++ path that
+    ``dgl.dataloading.NeighborSampler.sample_blocks`` takes on a multi-threaded CPU
+    (``DGLGraph.sample_neighbors_fused``, see `dgl_neighbor_blocks`), run with one thread.
+    With one thread it draws exactly the blocks ``NeighborSampler`` draws for the same
+    ``dgl.seed`` (tests/test_sampling.py checks this). Seeds are the training nodes.
+``importance``
+    Layer-wise importance sampling (LADIES, Zou et al. 2019; FastGCN's estimator on the
+    neighbourhood of the layer's nodes): for the destination set S of a layer, every
+    neighbour u of S has probability ``q_u ∝ Σ_{v∈S, v≠u} Â_vu²``; ``importance_nodes``
+    nodes are drawn *with replacement*, and the sampled edge v <- u gets the weight
+    ``Â_vu · c_u / (s · q_u)`` (``c_u`` = times u was drawn, ``s`` = draws); with the self
+    loop added exactly (below), the block's aggregation ``Σ_u w_vu x_u`` is an unbiased
+    estimate of the exact row ``(Â X)_v``. The next layer's destinations are S plus the
+    drawn nodes.
+``cluster_gcn``
+    Cluster-GCN: each minibatch is the subgraph of Â induced by ``cluster_batch`` METIS
+    clusters (``cluster_id.npy`` of metis_partitions); every layer uses that one block
+    (stored once: ``shared_block`` in the manifest). The loss nodes are its training nodes.
+``saint``
+    DGL's ``SAINTSampler`` (node, edge or random-walk mode). DGL 2.1 computes no
+    normalization, so it is estimated as in GraphSAINT (Zeng et al. 2020, §3.2) from
+    ``N`` pre-sampled subgraphs: ``C_v``, ``C_uv`` = how many contain node v / edge u->v.
+    Aggregation normalization ``α_uv = C_uv / C_v``: the edge weight is ``Â_vu / α_uv``.
+    Loss normalization: ``loss_weight_v = N / (C_v · T)`` (T = training nodes), so
+    ``Σ_v loss_weight_v · loss_v`` over a subgraph is an unbiased estimate of the mean
+    training loss. Counts are clamped at 1.
+
+Edges and weights. Sampling runs on the graph of Â *without* its diagonal (a DGL graph
+built from the normalized CSR minus the self loops: edge ``u -> v`` for each entry
+``Â[v, u]``, so DGL's in-neighbours of v are row v of Â and a sampled edge id is a
+position in those off-diagonal arrays). Each block then gets every destination's self
+loop ``v -> v`` with weight ``Â_vv`` (first edge of each destination's segment) when
+``self_loops`` is on and Â has a diagonal: the fanout counts real neighbours only, and
+a GCN layer over the block computes what full-graph inference over Â computes.
+Edge weights: ``neighbor`` multiplies the sampled neighbour weights of v by
+``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without replacement,
+so again an unbiased estimate of the row of Â·X); ``importance`` and ``saint`` apply their
+corrections above; ``cluster_gcn`` uses Â restricted to the subgraph. With
+``weight_encoding="int8"`` the final weights are stored as per-destination symmetric INT8
+(`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
+destination; weight = q * scale[dst]).
+
+Seeds per epoch (``neighbor`` and ``importance``): the training nodes (split "train",
+label >= 0) are permuted with a seed per epoch and cut into W contiguous, disjoint parts
+of ceil(T/W) or floor(T/W) nodes, so every training node is a seed exactly once per
+epoch. Each rank's part is cut into the same number ``B = ceil(ceil(T/W) / batch_size)``
+of minibatches whose sizes differ by at most one (none larger than ``batch_size``): equal
+step counts across ranks (unequal counts hang DDP) with nothing dropped or repeated.
+``cluster_gcn``: the clusters are permuted per epoch and cut into W·B groups of near-equal
+size (B = ceil(K / (cluster_batch · W)) per rank), so every cluster is used once per
+epoch. ``saint``: W·B independent subgraphs per epoch, B = ``saint_subgraphs`` or, when 0,
+ceil(n / (W · mean nodes of a pre-sampled subgraph)). A ``cluster_gcn``/``saint``
+minibatch may hold no training node (its loss is 0, but the rank still steps).
+
+Determinism: every random draw comes from a seed derived from (``seed``, epoch, rank,
+minibatch) through NumPy's SeedSequence; DGL's samplers run with one OpenMP thread (DGL
+2.1's multi-threaded sampling is not reproducible) and are re-seeded (``dgl.seed`` and
+``torch.manual_seed``) before each minibatch. The same inputs and config give identical
+shard files.
+
+Files written into ``<out_dir>/`` (replaced atomically as a whole): the shard files and
+``manifest.json`` of `graphs.shard_format`, where the format (file names, keys, dtypes,
+version, manifest schema) is defined once for this writer and the reader (`training.data`).
+No feature file is written here: the manifest names the canonical ``features.npy``
+(``feature_encoding="fp32"``) or compressed_graph's codes and scales (``"compressed"``).
+
+Edge weights with ``weight_encoding="int8"`` are quantized per block row here, from Â's FP32
+weights times the sampler's correction; compressed_graph's per-row INT8 of Â is not the
+source because the corrections change each row's scale anyway.
+
+Usage::
+
+    inputs = load_shard_inputs(home / "cora/canonical_graph", home / "cora/normalized_adjacency",
+                               home / "cora/metis_partitions")
+    manifest = write_minibatch_shards(inputs, home / "cora/minibatch_shards", ShardConfig())
+"""
+
+from graphs.sampling.config import (
+    AUTO_BATCH_MAX,
+    AUTO_MINIBATCHES,
+    SAINT_MODES,
+    SAMPLERS,
+    ShardConfig,
+    auto_batch_size,
+    resolve_batch_size,
+)
+from graphs.sampling.inputs import ShardInputs, load_shard_inputs, train_nodes_of
+from graphs.sampling.samplers import (
+    MinibatchSampler,
+    SampledBlock,
+    SampledMinibatch,
+    dgl_neighbor_blocks,
+    insert_self_loops,
+    segment_positions,
+)
+from graphs.sampling.schedule import derive_seed, epoch_cluster_groups, epoch_seed_batches, minibatch_seed
+from graphs.sampling.writer import write_minibatch_shards
+
+__all__ = [
+    "AUTO_BATCH_MAX",
+    "AUTO_MINIBATCHES",
+    "MinibatchSampler",
+    "SAINT_MODES",
+    "SAMPLERS",
+    "SampledBlock",
+    "SampledMinibatch",
+    "ShardConfig",
+    "ShardInputs",
+    "auto_batch_size",
+    "derive_seed",
+    "dgl_neighbor_blocks",
+    "epoch_cluster_groups",
+    "epoch_seed_batches",
+    "insert_self_loops",
+    "load_shard_inputs",
+    "minibatch_seed",
+    "resolve_batch_size",
+    "segment_positions",
+    "train_nodes_of",
+    "write_minibatch_shards",
+]

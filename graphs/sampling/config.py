@@ -1,0 +1,150 @@
+"""Settings of the minibatch_shards stage: `ShardConfig` (samplers in `graphs.sampling`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+from graphs.shard_format import (
+    FEATURE_ENCODINGS,
+    WEIGHT_ENCODINGS,
+)
+
+SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
+# the automatic per-rank batch size (ShardConfig.batch_size = 0): see `auto_batch_size`
+AUTO_BATCH_MAX = 1024
+AUTO_MINIBATCHES = 4
+SAINT_MODES = ("node", "edge", "walk")
+
+
+# ----------------------------------------------------------------------------- config
+
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in str(text).replace(" ", "").split(",") if v != ""]
+    except ValueError as exc:
+        raise ValueError(f"{what}={text!r}: expected comma-separated integers, e.g. '15,10,5'") from exc
+    return values
+
+
+@dataclass(kw_only=True)
+class ShardConfig:
+    """Settings of the minibatch_shards stage (sampler, batch geometry, epochs, ranks)."""
+
+    sampler: str = field(default="neighbor", metadata={"help": f"Sampler, one of {SAMPLERS}."})
+    fanouts: str = field(
+        default="10,10",
+        metadata={
+            "help": "Neighbours sampled per node for each layer, input layer first (DGL's order); "
+            "-1 = all. Its length is the number of layers for every sampler (and the model's, by default)."
+        },
+    )
+    batch_size: int = field(
+        default=0,
+        metadata={
+            "help": "Seeds per minibatch per rank (upper bound), neighbor and importance samplers; "
+            f"0 = automatic: min({AUTO_BATCH_MAX}, ceil(T / (W x {AUTO_MINIBATCHES}))) for T training nodes "
+            f"and W ranks, so a small graph still gets {AUTO_MINIBATCHES} optimizer steps per sampled epoch "
+            f"and a large one minibatches of at most {AUTO_BATCH_MAX}. The manifest records the resolved value."
+        },
+    )
+    epochs: int = field(default=3, metadata={"help": "Epochs of shards to write."})
+    world_size: int = field(default=2, metadata={"help": "DDP ranks W; one shard stream per rank and epoch."})
+    seed: int = field(default=0, metadata={"help": "Seed of every random draw (shards are deterministic)."})
+    minibatches_per_shard: int = field(default=8, metadata={"help": "Minibatches per shard file."})
+    weight_encoding: str = field(
+        default="fp32",
+        metadata={"help": f"Edge-weight encoding in the shards, one of {WEIGHT_ENCODINGS} ('int8': + scale per row)."},
+    )
+    feature_encoding: str = field(
+        default="fp32",
+        metadata={
+            "help": f"Features the shards name, one of {FEATURE_ENCODINGS}: 'fp32' reads the canonical "
+            "features.npy, 'compressed' reads compressed_graph's codes (its encoding and transform), "
+            "decoded per batch on the training device."
+        },
+    )
+    self_loops: bool = field(
+        default=True,
+        metadata={"help": "Add each destination's self loop with weight Â_vv to every block (when Â has them)."},
+    )
+    neighbor_rescale: bool = field(
+        default=True,
+        metadata={"help": "neighbor: scale sampled weights by deg/sampled so the aggregation is unbiased."},
+    )
+    importance_nodes: int = field(
+        default=2048, metadata={"help": "importance: nodes drawn (with replacement) per layer."}
+    )
+    cluster_batch: int = field(default=20, metadata={"help": "cluster_gcn: METIS clusters per minibatch."})
+    saint_mode: str = field(default="node", metadata={"help": f"saint: sampler mode, one of {SAINT_MODES}."})
+    saint_budget: int = field(
+        default=6000,
+        metadata={"help": "saint: nodes (node mode), edges (edge mode) or walk roots (walk mode) per subgraph."},
+    )
+    saint_walk_length: int = field(default=2, metadata={"help": "saint walk mode: random-walk length."})
+    saint_coverage: float = field(
+        default=20.0,
+        metadata={"help": "saint: pre-sample until each node is expected in this many subgraphs (normalization)."},
+    )
+    saint_subgraphs: int = field(
+        default=0, metadata={"help": "saint: subgraphs per epoch per rank; 0 = about n / (W * subgraph nodes)."}
+    )
+
+    def __post_init__(self) -> None:
+        if self.sampler not in SAMPLERS:
+            raise ValueError(f"sampler={self.sampler!r} is not one of {SAMPLERS}")
+        fanouts = _ints(self.fanouts, "fanouts")
+        if not fanouts or any(f == 0 or f < -1 for f in fanouts):
+            raise ValueError(f"fanouts={self.fanouts!r}: need at least one layer, each > 0 or -1 (all)")
+        if self.batch_size < 0:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1, or 0 (automatic)")
+        for name in (
+            "epochs",
+            "world_size",
+            "minibatches_per_shard",
+            "importance_nodes",
+            "cluster_batch",
+            "saint_budget",
+            "saint_walk_length",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
+        if self.seed < 0:
+            raise ValueError(f"seed={self.seed} must be >= 0")
+        if self.weight_encoding not in WEIGHT_ENCODINGS:
+            raise ValueError(f"weight_encoding={self.weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
+        if self.feature_encoding == "int8":
+            raise ValueError(
+                "feature_encoding='int8' is now 'compressed': the shards read compressed_graph's features "
+                "(set compressed_graph's feature_encoding to 'int8' for INT8 codes)"
+            )
+        if self.feature_encoding not in FEATURE_ENCODINGS:
+            raise ValueError(f"feature_encoding={self.feature_encoding!r} is not one of {FEATURE_ENCODINGS}")
+        if self.saint_mode not in SAINT_MODES:
+            raise ValueError(f"saint_mode={self.saint_mode!r} is not one of {SAINT_MODES}")
+        if self.saint_coverage <= 0:
+            raise ValueError(f"saint_coverage={self.saint_coverage} must be > 0")
+        if self.saint_subgraphs < 0:
+            raise ValueError(f"saint_subgraphs={self.saint_subgraphs} must be >= 0 (0 = automatic)")
+
+    @property
+    def fanout_list(self) -> list[int]:
+        return _ints(self.fanouts, "fanouts")
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.fanout_list)
+
+
+def auto_batch_size(train_nodes: int, world_size: int) -> int:
+    """``min(AUTO_BATCH_MAX, ceil(T / (W * AUTO_MINIBATCHES)))`` (at least 1): the per-rank
+    batch of ``ShardConfig.batch_size = 0``, giving a small graph several steps per epoch."""
+    return max(1, min(AUTO_BATCH_MAX, math.ceil(train_nodes / (world_size * AUTO_MINIBATCHES))))
+
+
+def resolve_batch_size(cfg: ShardConfig, train_nodes: int) -> ShardConfig:
+    """``cfg`` with ``batch_size`` resolved (0 = `auto_batch_size`)."""
+    if cfg.batch_size:
+        return cfg
+    return replace(cfg, batch_size=auto_batch_size(train_nodes, cfg.world_size))

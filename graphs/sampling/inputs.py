@@ -1,0 +1,91 @@
+"""What the samplers read: Â as CSR arrays, labels, splits, clusters (`load_shard_inputs`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from graphs.canonical import read_summary
+
+# ----------------------------------------------------------------------------- inputs
+
+
+@dataclass
+class ShardInputs:
+    """What the samplers read: Â as CSR arrays (memory-mapped), labels, splits, clusters."""
+
+    n: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+    labels: np.ndarray
+    train_nodes: np.ndarray
+    num_classes: int
+    feature_dim: int
+    features_path: Path | None = None
+    cluster_id: np.ndarray | None = None
+    canonical_dir: Path | None = None
+    adjacency_dir: Path | None = None
+    partitions_dir: Path | None = None
+    compressed_dir: Path | None = None
+
+
+def train_nodes_of(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
+    """Ascending ids of the nodes with split 'train' and a known label (>= 0)."""
+    return np.flatnonzero((split == "train") & (labels >= 0)).astype(np.int64)
+
+
+def load_shard_inputs(
+    canonical_dir: str | os.PathLike,
+    adjacency_dir: str | os.PathLike,
+    partitions_dir: str | os.PathLike | None = None,
+    compressed_dir: str | os.PathLike | None = None,
+) -> ShardInputs:
+    """Read the canonical graph's labels/splits, Â's CSR and (if given) the METIS clusters;
+    `compressed_dir` (compressed_graph, optional) supplies the features for feature_encoding='compressed'."""
+    canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
+    summary = read_summary(canonical)
+    n = int(summary["nodes"])
+    table = pq.read_table(canonical / "nodes.parquet", columns=["node_id", "label", "split"])
+    node_id = table.column("node_id").to_numpy()
+    if len(node_id) != n or (node_id != np.arange(n)).any():
+        raise ValueError(f"{canonical / 'nodes.parquet'}: column 'node_id' is not 0..{n - 1} in order")
+    labels = table.column("label").to_numpy().astype(np.int64)
+    split = table.column("split").to_numpy(zero_copy_only=False).astype(str)
+    arrays = {}
+    for name in ("indptr", "indices", "weights"):
+        path = adjacency / f"{name}.npy"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; materialize normalized_adjacency first")
+        arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
+    if len(arrays["indptr"]) != n + 1:
+        raise ValueError(
+            f"{adjacency / 'indptr.npy'}: {len(arrays['indptr']) - 1} rows but the canonical graph has {n} nodes; "
+            "re-materialize normalized_adjacency"
+        )
+    cluster_id = None
+    if partitions_dir is not None and (Path(partitions_dir) / "cluster_id.npy").is_file():
+        cluster_id = np.load(Path(partitions_dir) / "cluster_id.npy", allow_pickle=False)
+        if len(cluster_id) != n:
+            raise ValueError(f"{Path(partitions_dir) / 'cluster_id.npy'}: {len(cluster_id)} entries, expected {n}")
+    feats = canonical / "features.npy"
+    return ShardInputs(
+        n=n,
+        indptr=arrays["indptr"],
+        indices=arrays["indices"],
+        weights=arrays["weights"],
+        labels=labels,
+        train_nodes=train_nodes_of(labels, split),
+        num_classes=int(summary.get("num_classes", int(labels.max()) + 1 if n else 0)),
+        feature_dim=int(summary.get("feature_dim", 0)),
+        features_path=feats if feats.is_file() else None,
+        cluster_id=cluster_id,
+        canonical_dir=canonical,
+        adjacency_dir=adjacency,
+        partitions_dir=Path(partitions_dir) if partitions_dir is not None else None,
+        compressed_dir=Path(compressed_dir) if compressed_dir is not None else None,
+    )

@@ -1,0 +1,516 @@
+"""The minibatch shard format, defined once: file names, keys, version, manifest schema, readers.
+
+The writer (`graphs.sampling`, the minibatch_shards stage) and the reader
+(`training.data`, on every training rank) both import this module, so every name, dtype
+and version of the format has one owner. It needs only NumPy (no DGL, no torch): training
+runs where DGL is not installed. Every change to what is stored bumps `FORMAT_VERSION`
+here; a reader refuses any other version with a message naming the stage to re-run.
+
+Layout of a minibatch_shards folder (replaced atomically as a whole):
+
+``epoch={e}/rank={r}/shard-{k:05d}.npz`` (`shard_relpath`)
+    Uncompressed ``.npz`` (`graphs.npzio.write_npz`: streamed, 64-byte aligned, readable
+    by ``np.load(..., allow_pickle=False)``) holding ``minibatches_per_shard`` minibatches
+    (the last shard of a stream may hold fewer). Header scalars (`HEADER_KEYS`):
+    ``format_version`` and ``minibatches``; then per minibatch ``i`` (0-based within the
+    file) the entries of `MINIBATCH_ENTRIES` under the prefix ``mb{i}_`` (`minibatch_key`)
+    and, per block ``l``, those of `BLOCK_ENTRIES` under ``mb{i}_l{l}_`` (`block_key`).
+    Blocks ``l = 0 .. num_layers-1``; with the manifest's ``shared_block`` (cluster_gcn,
+    saint) only ``l0`` is stored and stands for every layer.
+
+``manifest.json`` (`MANIFEST_NAME`)
+    JSON with the keys of `MANIFEST_KEYS` (required ones checked by `read_manifest`); per
+    (epoch, rank) stream the files in order with their byte size, SHA-256 and minibatch
+    count (`stream_record`, `read_shard` checks them).
+
+A block is CSC over its destination nodes (`training.blocks.Block`): the destination
+nodes are the first ``num_dst`` source nodes, and block ``l``'s destinations are block
+``l + 1``'s sources, so the one array ``input_nodes`` of global ids names the nodes of
+every block. Edge weights are stored in one of `WEIGHT_ENCODINGS`: ``fp32`` (``weight``)
+or ``int8`` (``weight_q`` int8 per edge and ``weight_scale`` float32 per destination,
+symmetric per row: weight = q * scale[dst], `graphs.quantize.quantize_int8_rows_csr`).
+
+Features are not copied into the shards: the manifest's ``features`` entry
+(`features_entry`) names either the canonical graph's FP32 ``features.npy`` or the
+compressed_graph folder, whose codes and scales (INT8, 4-bit or bit-packed, with its
+``feature_transform``) are decoded by `graphs.quantize.EncodedFeatures` — the one layout
+of quantized features. `open_features` gives the reader an `EncodedFeatures` either way:
+its ``gather(nodes)`` takes a batch's compact rows, ``decode_gathered(_torch)`` decodes
+them (on the training device for CUDA), ``asinh`` undone.
+
+Extending the format: add the entry to `MINIBATCH_ENTRIES` / `BLOCK_ENTRIES` (with
+``required=False`` if older writers may lack it) or `MANIFEST_KEYS`, write it in
+`encode_minibatch` / the writer's manifest, read it in `decode_minibatch`, and bump
+`FORMAT_VERSION`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from graphs.npzio import NpzFormatError, aligned_buffer, read_npz
+
+if TYPE_CHECKING:
+    from graphs.quantize import EncodedFeatures
+
+__all__ = [
+    "BLOCK_ENTRIES",
+    "FEATURE_ENCODINGS",
+    "FORMAT_VERSION",
+    "HEADER_KEYS",
+    "MANIFEST_KEYS",
+    "MANIFEST_NAME",
+    "MINIBATCH_ENTRIES",
+    "SUPPORTED_FORMAT_VERSION",
+    "ShardError",
+    "StoredBlock",
+    "StoredMinibatch",
+    "WEIGHT_ENCODINGS",
+    "block_key",
+    "check_manifest",
+    "decode_minibatch",
+    "encode_minibatch",
+    "encode_shard",
+    "features_entry",
+    "open_features",
+    "index_dtype",
+    "minibatch_key",
+    "read_manifest",
+    "read_shard",
+    "shard_relpath",
+    "stream_record",
+    "write_manifest",
+]
+
+FORMAT_VERSION = 2
+"""Version of the files this code writes (2: features referenced from compressed_graph in
+any of its encodings and with its transform; ``weight_encoding`` in the manifest)."""
+SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
+"""Version of the files this code reads (only its own: a format change re-samples)."""
+
+MANIFEST_NAME = "manifest.json"
+WEIGHT_ENCODINGS = ("fp32", "int8")
+FEATURE_ENCODINGS = ("fp32", "compressed")
+
+HEADER_KEYS = {
+    "format_version": "int64 scalar, FORMAT_VERSION",
+    "minibatches": "int64 scalar, minibatches in this file",
+}
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One npz entry of a minibatch or block: what it holds, and whether every file has it."""
+
+    doc: str
+    required: bool = True
+
+
+MINIBATCH_ENTRIES = {
+    "input_nodes": Entry(
+        "int32 [num_src(l0)] global ids of block 0's source nodes (feature rows); its first num_dst(l) "
+        "entries are block l's destination nodes (int64 if an id >= 2^31)"
+    ),
+    "seeds": Entry("int64 [S] global ids of the loss nodes"),
+    "seed_pos": Entry(
+        "int64 [S] their positions among the last block's destination nodes (arange(S) for neighbor/importance)"
+    ),
+    "labels": Entry("int64 [S]"),
+    "loss_weight": Entry("float32 [S] per-seed loss weight (saint)", required=False),
+}
+
+BLOCK_ENTRIES = {
+    "num_src": Entry("int64 scalar"),
+    "num_dst": Entry("int64 scalar"),
+    "indptr": Entry("int32 [num_dst + 1] CSC over the destination nodes (int64 if nnz >= 2^31)"),
+    "indices": Entry("int32 [nnz] local source index (int64 if num_src >= 2^31)"),
+    "weight": Entry("float32 [nnz] with weight encoding fp32", required=False),
+    "weight_q": Entry("int8 [nnz] with weight encoding int8", required=False),
+    "weight_scale": Entry("float32 [num_dst] with weight encoding int8: weight = q * scale[dst]", required=False),
+}
+
+
+@dataclass(frozen=True)
+class ManifestKey:
+    doc: str
+    required: bool = True
+
+
+MANIFEST_KEYS = {
+    "format_version": ManifestKey("int, FORMAT_VERSION of the shard files"),
+    "sampler": ManifestKey("neighbor | importance | cluster_gcn | saint"),
+    "settings": ManifestKey("every ShardConfig field"),
+    "num_layers": ManifestKey("blocks per minibatch (the model's number of layers)"),
+    "shared_block": ManifestKey("true when only block l0 is stored and stands for every layer"),
+    "world_size": ManifestKey("W, ranks the shards were cut for"),
+    "batch_size": ManifestKey("seeds per minibatch per rank (upper bound; neighbor/importance)"),
+    "epochs": ManifestKey("E"),
+    "n": ManifestKey("nodes of the graph"),
+    "num_classes": ManifestKey("classes of the labels"),
+    "feature_dim": ManifestKey("D, 0 without features"),
+    "train_nodes": ManifestKey("T, training nodes (split train, label >= 0)"),
+    "weight_encoding": ManifestKey("fp32 | int8 edge-weight encoding in the shards"),
+    "self_loops": ManifestKey("whether every block holds each destination's self loop"),
+    "features": ManifestKey(
+        "null, or {encoding: fp32, path: canonical features.npy} or {encoding: compressed, path: compressed_graph"
+        " folder, codes: int8 | int4 | binary, transform: none | asinh}; paths relative to the manifest's folder;"
+        " plus shape [n, D] (see features_entry)"
+    ),
+    "minibatches_per_epoch_per_rank": ManifestKey("M, equal for every epoch and rank"),
+    "streams": ManifestKey(
+        "list of {epoch, rank, minibatches, seeds, sampled_edges, bytes, files: [{path, bytes, sha256, minibatches}]}"
+    ),
+    "sampled_edges": ManifestKey(
+        "edges of all stored blocks of all minibatches (self loops included; a shared block counts once)"
+    ),
+    "seeds": ManifestKey("loss nodes over all minibatches"),
+    "bytes": ManifestKey("bytes of all shard files"),
+    "bytes_per_sampled_edge": ManifestKey("bytes / sampled_edges"),
+    "seconds": ManifestKey("wall time of sampling and writing"),
+    "seeds_per_second": ManifestKey("seeds / seconds"),
+    "sampled_edges_per_second": ManifestKey("sampled_edges / seconds"),
+    "peak_rss_bytes": ManifestKey("peak resident memory of the writing process"),
+    "saint": ManifestKey("saint only: presamples N, mean subgraph nodes", required=False),
+    "inputs": ManifestKey("paths (relative) of the canonical, adjacency, partition and compressed folders used"),
+}
+
+
+class ShardError(RuntimeError):
+    """A shard file or manifest is missing, truncated, corrupt or of another format."""
+
+
+# ----------------------------------------------------------------------------- names
+
+
+def shard_relpath(epoch: int, rank: int, shard: int) -> str:
+    """Path of shard file `shard` of (`epoch`, `rank`), relative to the folder."""
+    return f"epoch={epoch}/rank={rank}/shard-{shard:05d}.npz"
+
+
+def minibatch_key(i: int, name: str) -> str:
+    """The npz key of entry `name` (of `MINIBATCH_ENTRIES`) of minibatch `i` of a file."""
+    return f"mb{i}_{name}"
+
+
+def block_key(i: int, layer: int, name: str) -> str:
+    """The npz key of entry `name` (of `BLOCK_ENTRIES`) of block `layer` of minibatch `i`."""
+    return f"mb{i}_l{layer}_{name}"
+
+
+def index_dtype(bound: int):
+    """int32 when every value is below `bound` <= 2^31, else int64 (ids, indptr, indices)."""
+    return np.int32 if bound < 2**31 else np.int64
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndarray]:
+    """The npz entries of minibatch `i` of a shard file.
+
+    `mb` has ``input_nodes``, ``seeds``, ``seed_pos``, ``labels``, ``loss_weight`` (or
+    None) and ``blocks``, each block with ``indptr``, ``indices``, ``num_src``,
+    ``num_dst`` and ``weight`` (float32 per edge) — `graphs.sampling.SampledMinibatch`.
+    """
+    if weight_encoding not in WEIGHT_ENCODINGS:
+        raise ValueError(f"weight encoding {weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
+    nodes = np.asarray(mb.input_nodes)
+    out = {
+        minibatch_key(i, "input_nodes"): nodes.astype(
+            index_dtype(int(nodes.max()) + 1 if len(nodes) else 0), copy=False
+        ),
+        minibatch_key(i, "seeds"): np.asarray(mb.seeds, dtype=np.int64),
+        minibatch_key(i, "seed_pos"): np.asarray(mb.seed_pos, dtype=np.int64),
+        minibatch_key(i, "labels"): np.asarray(mb.labels, dtype=np.int64),
+    }
+    if mb.loss_weight is not None:
+        out[minibatch_key(i, "loss_weight")] = np.asarray(mb.loss_weight, dtype=np.float32)
+    for layer, b in enumerate(mb.blocks):
+        out[block_key(i, layer, "num_src")] = np.int64(b.num_src)
+        out[block_key(i, layer, "num_dst")] = np.int64(b.num_dst)
+        out[block_key(i, layer, "indptr")] = b.indptr.astype(index_dtype(int(b.indptr[-1]) + 1), copy=False)
+        out[block_key(i, layer, "indices")] = b.indices
+        if weight_encoding == "int8":
+            from graphs.quantize import quantize_int8_rows_csr
+
+            qw, scale = quantize_int8_rows_csr(b.indptr, b.weight)
+            out[block_key(i, layer, "weight_q")] = qw
+            out[block_key(i, layer, "weight_scale")] = scale
+        else:
+            out[block_key(i, layer, "weight")] = b.weight
+    return out
+
+
+def encode_shard(minibatches: Sequence[Any], weight_encoding: str) -> dict[str, np.ndarray]:
+    """Every npz entry of one shard file: the header, then each minibatch (`encode_minibatch`)."""
+    arrays: dict[str, np.ndarray] = {
+        "format_version": np.int64(FORMAT_VERSION),
+        "minibatches": np.int64(len(minibatches)),
+    }
+    for i, mb in enumerate(minibatches):
+        arrays.update(encode_minibatch(mb, i, weight_encoding))
+    return arrays
+
+
+def features_entry(
+    encoding: str,
+    shape: tuple[int, int],
+    folder: Path,
+    fp32_path: Path | None,
+    compressed_dir: Path | None,
+) -> dict | None:
+    """The manifest's ``features`` entry for feature `encoding` (one of FEATURE_ENCODINGS).
+
+    `folder` is where the manifest will live (paths are stored relative to it);
+    `fp32_path` the canonical ``features.npy`` (None: the graph has no features, the entry
+    is None); `compressed_dir` the compressed_graph folder, needed for ``compressed``.
+    """
+    if encoding not in FEATURE_ENCODINGS:
+        raise ValueError(f"feature encoding {encoding!r} is not one of {FEATURE_ENCODINGS}")
+    if fp32_path is None:
+        return None
+    if encoding == "fp32":
+        return {"encoding": "fp32", "path": os.path.relpath(fp32_path, folder), "shape": list(shape)}
+    feats = _load_compressed(compressed_dir, "feature_encoding='compressed'")
+    if feats is None or (feats.num_rows, feats.num_cols) != tuple(shape):
+        got = "no features" if feats is None else f"features of shape [{feats.num_rows}, {feats.num_cols}]"
+        raise ValueError(
+            f"feature_encoding='compressed': {compressed_dir} holds {got}, the canonical graph {list(shape)}; "
+            "re-materialize compressed_graph"
+        )
+    return {
+        "encoding": "compressed",
+        "path": os.path.relpath(compressed_dir, folder),
+        "codes": feats.encoding,
+        "transform": feats.transform,
+        "shape": list(shape),
+    }
+
+
+def _load_compressed(compressed_dir: Path | None, what: str) -> EncodedFeatures | None:
+    from graphs.compress import load_features
+
+    if compressed_dir is None or not (Path(compressed_dir) / "manifest.json").is_file():
+        raise ValueError(
+            f"{what} needs compressed_graph's files in {compressed_dir}; materialize compressed_graph first"
+        )
+    return load_features(compressed_dir)
+
+
+def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
+    """Write `manifest` (checked against `MANIFEST_KEYS`) as the folder's manifest.json."""
+    path = Path(folder) / MANIFEST_NAME
+    check_manifest(manifest, path)
+    path.write_text(json.dumps(manifest, indent=1))
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def check_manifest(manifest: Any, path: str | os.PathLike) -> dict:
+    """`manifest` if it is a manifest of this format version with every required key, else ShardError."""
+    if not isinstance(manifest, dict):
+        raise ShardError(f"{path}: not a JSON object; re-materialize minibatch_shards")
+    version = manifest.get("format_version")
+    if version != SUPPORTED_FORMAT_VERSION:
+        raise ShardError(
+            f"{path}: shard format version {version!r}, this code reads version {SUPPORTED_FORMAT_VERSION}; "
+            "re-materialize minibatch_shards"
+        )
+    missing = [k for k, spec in MANIFEST_KEYS.items() if spec.required and k not in manifest]
+    if missing:
+        raise ShardError(f"{path}: manifest lacks {missing}; re-materialize minibatch_shards")
+    return manifest
+
+
+def read_manifest(asset_dir: str | os.PathLike) -> dict:
+    """The manifest.json of a minibatch_shards folder (version and required keys checked)."""
+    path = Path(asset_dir) / MANIFEST_NAME
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ShardError(f"{path}: no manifest; materialize minibatch_shards first") from None
+    except (OSError, ValueError) as exc:
+        raise ShardError(f"{path}: cannot be read as JSON ({exc}); re-materialize minibatch_shards") from exc
+    return check_manifest(manifest, path)
+
+
+def stream_record(manifest: dict, epoch: int, rank: int) -> dict:
+    """The manifest's stream record of (`epoch`, `rank`): files, minibatches, seeds, bytes."""
+    if not 0 <= rank < manifest["world_size"]:
+        raise ValueError(f"rank {rank}: the shards were written for world_size={manifest['world_size']}")
+    if not 0 <= epoch < manifest["epochs"]:
+        raise ValueError(
+            f"epoch {epoch}: the shards hold epochs 0..{manifest['epochs'] - 1}; pass epoch % {manifest['epochs']} "
+            "to reuse them, or re-materialize with more epochs"
+        )
+    for s in manifest["streams"]:
+        if s["epoch"] == epoch and s["rank"] == rank:
+            return s
+    raise ShardError(f"manifest has no stream for epoch {epoch}, rank {rank}")
+
+
+def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> dict[str, np.ndarray]:
+    """The arrays of one shard file (`record` from `stream_record`), after checking its size,
+    (with `verify`) its SHA-256, its version and its minibatch count.
+
+    The file is read once into a buffer; the arrays are views into it
+    (`graphs.npzio.read_npz`: no pickle, no second copy, no per-member CRC when the
+    file's SHA-256 has been checked).
+    """
+    path = Path(root) / record["path"]
+    try:
+        size = path.stat().st_size
+        if size != record["bytes"]:
+            raise ShardError(
+                f"{path}: {size} bytes but the manifest says {record['bytes']} (truncated or replaced); "
+                "re-materialize minibatch_shards"
+            )
+        data = aligned_buffer(size)
+        with open(path, "rb") as f:
+            got = f.readinto(data)
+    except FileNotFoundError:
+        raise ShardError(f"{path}: shard file is missing; re-materialize minibatch_shards") from None
+    if got != size:
+        raise ShardError(f"{path}: read {got} of {size} bytes (file changed while reading)")
+    if verify:
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != record["sha256"]:
+            raise ShardError(
+                f"{path}: SHA-256 {digest[:16]}... does not match the manifest's {record['sha256'][:16]}... "
+                "(file corrupt); re-materialize minibatch_shards"
+            )
+    try:
+        arrays = read_npz(data)
+        if int(arrays["format_version"]) != SUPPORTED_FORMAT_VERSION:
+            raise ShardError(
+                f"{path}: shard format version {int(arrays['format_version'])}, expected {SUPPORTED_FORMAT_VERSION}"
+            )
+        if int(arrays["minibatches"]) != record["minibatches"]:
+            raise ShardError(
+                f"{path}: holds {int(arrays['minibatches'])} minibatches, manifest says {record['minibatches']}"
+            )
+    except ShardError:
+        raise
+    except (NpzFormatError, KeyError) as exc:
+        raise ShardError(f"{path}: cannot be read as a shard .npz ({type(exc).__name__}: {exc})") from exc
+    return arrays
+
+
+def open_features(manifest: dict, root: str | os.PathLike) -> EncodedFeatures | None:
+    """The features the manifest in `root` names, memory-mapped, as `graphs.quantize.EncodedFeatures`
+    (None without features). Refuses files that changed since the shards were written."""
+    from graphs.quantize import EncodedFeatures
+
+    entry = manifest.get("features")
+    if entry is None:
+        return None
+    root = Path(root)
+    shape = tuple(entry["shape"])
+    path = root / entry["path"]
+    stale = "they changed since the shards were written; re-materialize minibatch_shards"
+    if entry["encoding"] == "fp32":
+        try:
+            x = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise ShardError(f"{path}: feature file named by the manifest is missing; re-materialize") from None
+        if x.dtype != np.float32 or x.shape != shape:
+            raise ShardError(
+                f"{path}: {x.dtype} {list(x.shape)} but the manifest expects float32 {list(shape)}; {stale}"
+            )
+        return EncodedFeatures("fp32", shape[0], shape[1], {"x": x})
+    if entry["encoding"] != "compressed":
+        raise ShardError(f"{root / MANIFEST_NAME}: unknown feature encoding {entry['encoding']!r}")
+    try:
+        feats = _load_compressed(path, "the shards' features")
+    except (ValueError, OSError) as exc:
+        raise ShardError(str(exc)) from None
+    got = None if feats is None else (feats.encoding, feats.transform, (feats.num_rows, feats.num_cols))
+    if got != (entry["codes"], entry["transform"], shape):
+        raise ShardError(
+            f"{path}: compressed features {got} but the manifest expects "
+            f"{(entry['codes'], entry['transform'], shape)}; {stale}"
+        )
+    return feats
+
+
+@dataclass
+class StoredBlock:
+    """One block as stored (NumPy views into the shard): CSC over the destination nodes.
+
+    Exactly one of ``weight`` (fp32) or ``weight_q`` + ``weight_scale`` (int8) is set.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    num_src: int
+    num_dst: int
+    weight: np.ndarray | None = None
+    weight_q: np.ndarray | None = None
+    weight_scale: np.ndarray | None = None
+
+    def decoded_weight(self) -> np.ndarray:
+        """float32 [nnz] edge weights (int8 decoded through `graphs.quantize`)."""
+        if self.weight is not None:
+            return self.weight
+        from graphs.quantize import dequantize_int8_rows_csr
+
+        return dequantize_int8_rows_csr(self.indptr, self.weight_q, self.weight_scale)
+
+
+@dataclass
+class StoredMinibatch:
+    """One minibatch as stored; ``blocks`` holds one block when the manifest's shared_block."""
+
+    input_nodes: np.ndarray
+    seeds: np.ndarray
+    seed_pos: np.ndarray
+    labels: np.ndarray
+    loss_weight: np.ndarray | None
+    blocks: list[StoredBlock]
+
+
+def decode_minibatch(arrays: dict[str, np.ndarray], i: int, num_blocks: int) -> StoredMinibatch:
+    """Minibatch `i` of a shard file's arrays (`read_shard`), `num_blocks` blocks of it.
+
+    A missing required entry raises KeyError naming the key.
+    """
+
+    def optional(key: str) -> np.ndarray | None:
+        return arrays[key] if key in arrays else None
+
+    blocks = []
+    for layer in range(num_blocks):
+        weight = optional(block_key(i, layer, "weight"))
+        weight_q = weight_scale = None
+        if weight is None:
+            weight_q, weight_scale = (
+                arrays[block_key(i, layer, "weight_q")],
+                arrays[block_key(i, layer, "weight_scale")],
+            )
+        blocks.append(
+            StoredBlock(
+                indptr=arrays[block_key(i, layer, "indptr")],
+                indices=arrays[block_key(i, layer, "indices")],
+                num_src=int(arrays[block_key(i, layer, "num_src")]),
+                num_dst=int(arrays[block_key(i, layer, "num_dst")]),
+                weight=weight,
+                weight_q=weight_q,
+                weight_scale=weight_scale,
+            )
+        )
+    return StoredMinibatch(
+        input_nodes=arrays[minibatch_key(i, "input_nodes")],
+        seeds=arrays[minibatch_key(i, "seeds")],
+        seed_pos=arrays[minibatch_key(i, "seed_pos")],
+        labels=arrays[minibatch_key(i, "labels")],
+        loss_weight=optional(minibatch_key(i, "loss_weight")),
+        blocks=blocks,
+    )

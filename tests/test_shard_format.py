@@ -1,0 +1,143 @@
+"""graphs.shard_format: one definition of the shard keys, version and manifest for writer and reader."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from graphs import shard_format as sf
+from graphs.npzio import write_npz
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _minibatch(loss_weight=None):
+    """Two blocks: 5 sources -> 3 destinations -> 2 destinations (hand-made CSC)."""
+    b0 = SimpleNamespace(
+        indptr=np.array([0, 2, 3, 5], np.int64),
+        indices=np.array([3, 4, 0, 1, 4], np.int32),
+        num_src=5,
+        num_dst=3,
+        weight=np.array([0.5, -0.25, 1.0, 0.125, 2.0], np.float32),
+    )
+    b1 = SimpleNamespace(
+        indptr=np.array([0, 1, 3], np.int64),
+        indices=np.array([2, 0, 1], np.int32),
+        num_src=3,
+        num_dst=2,
+        weight=np.array([0.3, 0.6, -0.9], np.float32),
+    )
+    return SimpleNamespace(
+        input_nodes=np.array([7, 2, 9, 11, 4], np.int64),
+        seeds=np.array([7, 2], np.int64),
+        seed_pos=np.array([0, 1], np.int64),
+        labels=np.array([1, 0], np.int64),
+        loss_weight=loss_weight,
+        blocks=[b0, b1],
+    )
+
+
+def test_keys_follow_the_documented_scheme():
+    assert sf.minibatch_key(3, "seeds") == "mb3_seeds"
+    assert sf.block_key(3, 1, "indptr") == "mb3_l1_indptr"
+    assert sf.shard_relpath(2, 1, 7) == "epoch=2/rank=1/shard-00007.npz"
+    arrays = sf.encode_shard([_minibatch(), _minibatch(np.array([0.5, 2.0], np.float32))], "fp32")
+    assert int(arrays["format_version"]) == sf.FORMAT_VERSION and int(arrays["minibatches"]) == 2
+    # every key is a header key or a documented minibatch / block entry
+    names = set(sf.MINIBATCH_ENTRIES) | set(sf.BLOCK_ENTRIES)
+    for key in arrays:
+        if key in sf.HEADER_KEYS:
+            continue
+        rest = key.split("_", 1)[1]
+        if rest.startswith("l") and rest[1].isdigit():
+            rest = rest.split("_", 1)[1]
+        assert rest in names, key
+    assert "mb0_loss_weight" not in arrays and "mb1_loss_weight" in arrays
+    assert arrays["mb0_input_nodes"].dtype == np.int32  # ids < 2^31 stored as int32
+
+
+@pytest.mark.parametrize("encoding", sf.WEIGHT_ENCODINGS)
+def test_encode_then_read_back_through_a_file(tmp_path, encoding):
+    mb = _minibatch(np.array([0.5, 2.0], np.float32))
+    size, digest = write_npz(tmp_path / "s.npz", sf.encode_shard([mb], encoding))
+    record = {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}
+    got = sf.decode_minibatch(sf.read_shard(tmp_path, record), 0, 2)
+    assert got.input_nodes.tolist() == [7, 2, 9, 11, 4]
+    assert got.seeds.tolist() == [7, 2] and got.labels.tolist() == [1, 0]
+    assert got.loss_weight.tolist() == [0.5, 2.0]
+    for stored, orig in zip(got.blocks, mb.blocks):
+        assert stored.indptr.tolist() == orig.indptr.tolist()
+        assert stored.indices.tolist() == orig.indices.tolist()
+        assert (stored.num_src, stored.num_dst) == (orig.num_src, orig.num_dst)
+        w = stored.decoded_weight()
+        if encoding == "fp32":
+            assert stored.weight_q is None and np.array_equal(w, orig.weight)
+        else:
+            assert stored.weight is None and stored.weight_q.dtype == np.int8
+            # per-destination symmetric INT8: error at most half a step of that row's scale
+            step = np.repeat(stored.weight_scale, np.diff(orig.indptr))
+            assert np.all(np.abs(w - orig.weight) <= step / 2 + 1e-7)
+
+
+def test_read_shard_refuses_other_versions_and_counts(tmp_path):
+    arrays = sf.encode_shard([_minibatch()], "fp32")
+    arrays["format_version"] = np.int64(sf.FORMAT_VERSION + 1)
+    size, digest = write_npz(tmp_path / "s.npz", arrays)
+    record = {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}
+    with pytest.raises(sf.ShardError, match=rf"s\.npz: shard format version {sf.FORMAT_VERSION + 1}"):
+        sf.read_shard(tmp_path, record)
+    arrays["format_version"] = np.int64(sf.FORMAT_VERSION)
+    size, digest = write_npz(tmp_path / "s.npz", arrays)
+    with pytest.raises(sf.ShardError, match="holds 1 minibatches, manifest says 2"):
+        sf.read_shard(tmp_path, {**record, "bytes": size, "sha256": digest, "minibatches": 2})
+
+
+def _manifest() -> dict:
+    m = {k: 0 for k, spec in sf.MANIFEST_KEYS.items() if spec.required}
+    m["format_version"] = sf.FORMAT_VERSION
+    m["streams"] = [{"epoch": 0, "rank": 1, "files": []}]
+    m["world_size"], m["epochs"] = 2, 1
+    return m
+
+
+def test_manifest_round_trip_and_validation(tmp_path):
+    sf.write_manifest(tmp_path, _manifest())
+    m = sf.read_manifest(tmp_path)
+    assert sf.stream_record(m, 0, 1) == {"epoch": 0, "rank": 1, "files": []}
+    with pytest.raises(sf.ShardError, match="no stream for epoch 0, rank 0"):
+        sf.stream_record(m, 0, 0)
+    with pytest.raises(ValueError, match="world_size=2"):
+        sf.stream_record(m, 0, 2)
+    bad = _manifest()
+    del bad["streams"]
+    with pytest.raises(sf.ShardError, match=r"lacks \['streams'\]"):
+        sf.write_manifest(tmp_path, bad)
+    (tmp_path / sf.MANIFEST_NAME).write_text(json.dumps({**_manifest(), "format_version": 0}))
+    with pytest.raises(sf.ShardError, match=r"manifest\.json: shard format version 0, this code reads version"):
+        sf.read_manifest(tmp_path)
+    with pytest.raises(sf.ShardError, match="no manifest; materialize minibatch_shards"):
+        sf.read_manifest(tmp_path / "absent")
+
+
+def test_writer_and_reader_share_the_module():
+    """One owner: the sampler and the training reader use shard_format's names, not their own."""
+    import graphs.sampling.writer as writer
+    import training.data as data
+
+    assert writer.FORMAT_VERSION is sf.FORMAT_VERSION
+    assert data.read_manifest is sf.read_manifest and data.ShardError is sf.ShardError
+    for path in (ROOT / "graphs" / "sampling", ROOT / "graphs" / "sampling.py", ROOT / "training" / "data.py"):
+        files = sorted(path.rglob("*.py")) if path.is_dir() else [path] if path.exists() else []
+        for f in files:
+            text = f.read_text()
+            assert 'f"mb{' not in text and "FORMAT_VERSION = " not in text, f
+
+
+def test_shard_format_imports_neither_dgl_nor_torch():
+    code = "import sys, graphs.shard_format; print(sorted(m for m in ('dgl', 'torch', 'dagster') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
