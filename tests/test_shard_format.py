@@ -23,6 +23,7 @@ def _minibatch(loss_weight=None):
         num_src=5,
         num_dst=3,
         weight=np.array([0.5, -0.25, 1.0, 0.125, 2.0], np.float32),
+        correction=np.array([1.0, 2.5, 1.0, 1.0, 3.0], np.float32),
     )
     b1 = SimpleNamespace(
         indptr=np.array([0, 1, 3], np.int64),
@@ -30,6 +31,7 @@ def _minibatch(loss_weight=None):
         num_src=3,
         num_dst=2,
         weight=np.array([0.3, 0.6, -0.9], np.float32),
+        correction=np.array([1.0, 1.0, 4.0], np.float32),
     )
     return SimpleNamespace(
         input_nodes=np.array([7, 2, 9, 11, 4], np.int64),
@@ -73,6 +75,7 @@ def test_encode_then_read_back_through_a_file(tmp_path, encoding):
         assert stored.indptr.tolist() == orig.indptr.tolist()
         assert stored.indices.tolist() == orig.indices.tolist()
         assert (stored.num_src, stored.num_dst) == (orig.num_src, orig.num_dst)
+        assert np.array_equal(stored.correction, orig.correction)  # FP32, on its own, whatever the weights' encoding
         w = stored.decoded_weight()
         if encoding == "fp32":
             assert stored.weight_q is None and np.array_equal(w, orig.weight)

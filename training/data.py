@@ -188,7 +188,7 @@ class _HostBatch:
     seed_pos: torch.Tensor
     labels: torch.Tensor
     loss_weight: torch.Tensor | None
-    blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale)
+    blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale, correction)
     x: torch.Tensor | None
 
 
@@ -310,7 +310,9 @@ class ShardStream:
                 weight = t(b.decoded_weight())
             else:  # moved as INT8 (a quarter of the bytes), decoded on the device
                 weight_q, scale = t(b.weight_q), t(b.weight_scale)
-            blocks.append((long(b.indptr), long(b.indices), b.num_src, b.num_dst, weight, weight_q, scale))
+            blocks.append(
+                (long(b.indptr), long(b.indices), b.num_src, b.num_dst, weight, weight_q, scale, t(b.correction))
+            )
         nodes = mb.input_nodes.astype(np.int64, copy=False)
         host = _HostBatch(
             index=index,
@@ -335,7 +337,7 @@ class ShardStream:
             return None if x is None else x.to(dev, non_blocking=nb)
 
         blocks = []
-        for indptr, indices, num_src, num_dst, weight, weight_q, scale in h.blocks:
+        for indptr, indices, num_src, num_dst, weight, weight_q, scale, correction in h.blocks:
             indptr, indices = mv(indptr), mv(indices)
             if weight_q is not None:
                 weight = mv(weight_q).to(torch.float32) * torch.repeat_interleave(
@@ -343,7 +345,7 @@ class ShardStream:
                 )
             else:
                 weight = mv(weight)
-            blocks.append(Block(indptr, indices, num_src, num_dst, weight))
+            blocks.append(Block(indptr, indices, num_src, num_dst, weight, mv(correction)))
         if self.shared_block:
             blocks = blocks * self.num_layers  # one object: its cached structure is shared
         input_nodes = mv(h.input_nodes)
@@ -423,6 +425,6 @@ def _pinned(h: _HostBatch) -> _HostBatch:
         seed_pos=pin(h.seed_pos),
         labels=pin(h.labels),
         loss_weight=pin(h.loss_weight),
-        blocks=[(pin(a), pin(b), c, d, pin(e), pin(f), pin(g)) for a, b, c, d, e, f, g in h.blocks],
+        blocks=[(pin(a), pin(b), c, d, pin(e), pin(f), pin(g), pin(k)) for a, b, c, d, e, f, g, k in h.blocks],
         x=pin(h.x),
     )

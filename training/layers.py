@@ -39,6 +39,7 @@ __all__ = [
     "NORMS",
     "SAGEConv",
     "build_model",
+    "sampled_edge_weight",
 ]
 
 CONVS = ("sage", "sage_pool", "gcn", "gat", "gin")
@@ -420,13 +421,13 @@ class GNN(nn.Module):
 
     def _conv(self, index: int, block: Block, h: torch.Tensor, edge_scale: torch.Tensor | None) -> torch.Tensor:
         conv = self.convs[index]
+        weight = sampled_edge_weight(self.conv, block, self.gcn_edge_weight, edge_scale)
         if self.conv == "gcn":
-            if self.gcn_edge_weight and block.edge_weight is not None:
-                weight = block.edge_weight if edge_scale is None else block.edge_weight * edge_scale
+            if weight is not None:
                 return conv(block, h, edge_weight=weight, norm="none")
-            return conv(block, h)  # degree normalization over the kept edges: a mean, no scale
-        if self.conv == "gin":
-            return conv(block, h, edge_weight=edge_scale)
+            return conv(block, h)  # degree normalization over the (kept) edges: a mean, no scale
+        if self.conv in ("gin", "sage"):
+            return conv(block, h, edge_weight=weight)
         if self.conv == "gat":
             out = conv(block, h)  # [num_dst, heads, out]
             return out.mean(1) if index == self.num_layers - 1 else out.flatten(1)
@@ -467,6 +468,42 @@ class GNN(nn.Module):
             parts = [self.layer(layer, sub.to(device), h[src_ids].to(device)).to(x.device) for sub, src_ids in chunks]
             h = torch.cat(parts)
         return h
+
+
+def sampled_edge_weight(
+    conv: str, block: Block, gcn_edge_weight: bool = True, edge_scale: torch.Tensor | None = None
+) -> torch.Tensor | None:
+    """The per-edge weights layer type ``conv`` aggregates with over ``block``.
+
+    A sampled block carries ``correction`` (the inverse inclusion probability of each edge,
+    `graphs.shard_format`); DropEdge passes ``edge_scale`` (1/(1-p) per kept edge). Both are
+    applied the way each aggregation needs, so that the expected aggregation over the draws
+    equals the full-neighbourhood one (tests/test_sampling.py checks this per type):
+
+    - ``gcn``: ``Â_vu · c_uv`` (· scale), a weighted sum; None with ``gcn_edge_weight`` off or
+      no weights (the layer then normalizes by the block's degrees).
+    - ``gin``: ``c_uv`` (· scale): the sum scaled by the inverse inclusion probability.
+    - ``sage`` (mean): ``c_uv · deg(v) / Σ_u c_uv``, so the layer's mean (Σ w x / deg) is the
+      correction-weighted mean ``Σ c x / Σ c``; None without a correction (a plain mean).
+    - ``gat``, ``sage_pool``: None (a softmax ratio and a max have no unbiased form; training
+      refuses non-uniform samplers for them, `training.train.check_sampler_supports`).
+    """
+    c = block.correction
+    if conv == "gcn":
+        if not gcn_edge_weight or block.edge_weight is None:
+            return None
+        w = block.edge_weight if c is None else block.edge_weight * c
+        return w if edge_scale is None else w * edge_scale
+    if conv == "gin":
+        if c is None:
+            return edge_scale
+        return c if edge_scale is None else c * edge_scale
+    if conv == "sage" and c is not None:
+        dst = block.dst_ids()
+        total = torch.zeros(block.num_dst, dtype=c.dtype, device=c.device).index_add_(0, dst, c)
+        deg = block.in_degrees().to(c.dtype)
+        return c * (deg / total.clamp(min=1e-12))[dst]
+    return None
 
 
 def _make_conv(conv: str, d_in: int, d_out: int, heads: int, attn_dropout: float) -> nn.Module:

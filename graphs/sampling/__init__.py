@@ -41,13 +41,17 @@ position in those off-diagonal arrays). Each block then gets every destination's
 loop ``v -> v`` with weight ``Â_vv`` (first edge of each destination's segment) when
 ``self_loops`` is on and Â has a diagonal: the fanout counts real neighbours only, and
 a GCN layer over the block computes what full-graph inference over Â computes.
-Edge weights: ``neighbor`` multiplies the sampled neighbour weights of v by
-``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without replacement,
-so again an unbiased estimate of the row of Â·X); ``importance`` and ``saint`` apply their
-corrections above; ``cluster_gcn`` uses Â restricted to the subgraph. With
-``weight_encoding="int8"`` the final weights are stored as per-destination symmetric INT8
+Edge weights and corrections are stored apart: ``weight`` is Â's entry of each edge,
+``correction`` the sampler's inverse inclusion probability (1 for self loops):
+``neighbor`` ``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without
+replacement, so Σ Â·c x is an unbiased estimate of the row of Â·X; 1 without it),
+``importance`` and ``saint`` their corrections above (``c_u/(s·q_u)``, ``C_v/C_uv``),
+``cluster_gcn`` 1 (Â restricted to the subgraph). Each layer type applies the correction
+its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c, SAGE-mean the
+c-weighted mean; GAT and SAGE-pool refuse importance/saint shards). With
+``weight_encoding="int8"`` the weights are stored as per-destination symmetric INT8
 (`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
-destination; weight = q * scale[dst]).
+destination; weight = q * scale[dst]); the correction stays FP32.
 
 Seeds per epoch (``neighbor`` and ``importance``): the training nodes (split "train",
 label >= 0) are permuted with a seed per epoch and cut into W contiguous, disjoint parts
@@ -73,9 +77,8 @@ version, manifest schema) is defined once for this writer and the reader (`train
 No feature file is written here: the manifest names the canonical ``features.npy``
 (``feature_encoding="fp32"``) or compressed_graph's codes and scales (``"compressed"``).
 
-Edge weights with ``weight_encoding="int8"`` are quantized per block row here, from Â's FP32
-weights times the sampler's correction; compressed_graph's per-row INT8 of Â is not the
-source because the corrections change each row's scale anyway.
+Edge weights with ``weight_encoding="int8"`` are quantized per block row here, from the
+block's FP32 weights (Â's entries of the sampled edges, self loops included).
 
 Usage::
 

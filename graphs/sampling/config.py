@@ -71,7 +71,10 @@ class ShardConfig:
     )
     neighbor_rescale: bool = field(
         default=True,
-        metadata={"help": "neighbor: scale sampled weights by deg/sampled so the aggregation is unbiased."},
+        metadata={
+            "help": "neighbor: store the correction deg/sampled per sampled edge (1 when off), so each "
+            "layer type's aggregation is unbiased (training.layers.sampled_edge_weight)."
+        },
     )
     importance_nodes: int = field(
         default=2048, metadata={"help": "importance: nodes drawn (with replacement) per layer."}
