@@ -1,11 +1,11 @@
-# gnnflow: `make demo` runs the whole pipeline on a generated dataset; `make test` runs the tests.
+# gnnflow: `make demo` runs the whole pipeline on a generated dataset (`make demo DEMO=cora`: on a dataset
+# of datasets/); `make test` runs the tests.
 # Every target creates or reuses .venv and installs the pinned project into it first.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.gnnflow-installed
 
-export DGLBACKEND      := pytorch
 export DAGSTER_HOME    := $(CURDIR)/.dagster_home
 export GNNFLOW_HOME    ?= $(CURDIR)/.gnnflow
 export GNNFLOW_LANDING ?= $(CURDIR)/landing
@@ -38,7 +38,10 @@ test: lint
 	$(BIN)/python -m pytest -q
 
 demo: install $(DAGSTER_HOME)/dagster.yaml
-	test -d $(GNNFLOW_LANDING)/$(DEMO) || $(BIN)/gnnflow generate --preset demo --out $(GNNFLOW_LANDING)/$(DEMO)
+	@# a dataset of the repository (datasets/, e.g. DEMO=cora) is copied; any other name is generated
+	if [ -d $(GNNFLOW_LANDING)/$(DEMO) ]; then :; \
+	elif [ -f datasets/$(DEMO)/edges.parquet ]; then mkdir -p $(GNNFLOW_LANDING) && cp -R datasets/$(DEMO) $(GNNFLOW_LANDING)/$(DEMO); \
+	else $(BIN)/gnnflow generate --preset demo --out $(GNNFLOW_LANDING)/$(DEMO); fi
 	$(BIN)/gnnflow datasets sync
 	$(BIN)/dagster asset materialize -m pipelines.definitions --select '*' --partition $(DEMO)
 	@echo

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import dagster as dg
 
+from graphs.canonical import has_training_labels, is_dataset_folder
+
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
 
@@ -62,7 +64,7 @@ class GnnflowStorage(dg.ConfigurableResource):
         for sub in sorted(root.iterdir()):
             if not sub.is_dir() or not DATASET_NAME.match(sub.name):
                 continue
-            if (sub / "edges.parquet").is_file() or any((sub / "edges").glob("*.parquet")):
+            if is_dataset_folder(sub):
                 names.append(sub.name)
         return names
 
@@ -72,7 +74,7 @@ def skip_without_labels(
 ) -> dg.MaterializeResult | None:
     """A 'skipped' result (checks passed, saying why) when the canonical graph has no
     labels or no training nodes; None when there is something to train on."""
-    if summary.get("has_labels") and summary.get("train_nodes"):
+    if has_training_labels(summary):
         return None
     reason = "no labels" if not summary.get("has_labels") else "no training nodes"
     context.log.info(f"dataset '{context.partition_key}' has {reason}: nothing to {doing}, skipped")

@@ -2,7 +2,7 @@
 
 Calls `graphs.normalize.build_normalized_adjacency` (see that module for the files, dtypes
 and the streaming build) and evaluates four asset checks on the written files: Â is
-symmetric (for norm='both' on a symmetrized graph), has no NaN/inf, every weight lies in
+symmetric (for degree_norm='both' on a symmetrized graph), has no NaN/inf, every weight lies in
 (0, 1], and its largest eigenvalue, estimated by power iteration, is at most 1 + 1e-4.
 """
 
@@ -41,7 +41,7 @@ _ASSET = "normalized_adjacency"
         dg.AssetCheckSpec(
             SYMMETRIC,
             asset=_ASSET,
-            description="Â equals its transpose (entries and weights); applies to norm='both' on a symmetrized graph.",
+            description="Â equals its transpose (entries and weights); applies to degree_norm='both' on a symmetrized graph.",
         ),
         dg.AssetCheckSpec(FINITE, asset=_ASSET, description="No weight is NaN or infinite."),
         dg.AssetCheckSpec(WEIGHTS_IN_RANGE, asset=_ASSET, description="Every weight lies in (0, 1]."),
@@ -68,7 +68,7 @@ def normalized_adjacency(
         "nodes": s["nodes"],
         "edges": s["edges"],
         "nnz": s["nnz"],
-        "norm": s["norm"],
+        "degree_norm": s["degree_norm"],
         "add_self_loops": s["add_self_loops"],
         "index_dtype": s["index_dtype"],
         "isolated_nodes": s["isolated_nodes"],
@@ -85,11 +85,13 @@ def normalized_adjacency(
 def check_adjacency(out, cfg: AdjacencyConfig, symmetrized: bool) -> list[dg.AssetCheckResult]:
     """The four asset checks, evaluated on the files in `out`."""
     csr = load_csr(out)
-    if cfg.norm == "both" and symmetrized:
+    if cfg.degree_norm == "both" and symmetrized:
         bad = asymmetric_entries(csr)
         symmetric = dg.AssetCheckResult(check_name=SYMMETRIC, passed=bad == 0, metadata={"asymmetric_entries": bad})
     else:
-        why = "norm='right' is row-normalized" if cfg.norm != "both" else "the canonical graph is directed"
+        why = (
+            "degree_norm='right' is row-normalized" if cfg.degree_norm != "both" else "the canonical graph is directed"
+        )
         symmetric = dg.AssetCheckResult(check_name=SYMMETRIC, passed=True, metadata={"applies": False, "why": why})
     w = weight_stats(csr)
     finite = dg.AssetCheckResult(check_name=FINITE, passed=w["nonfinite"] == 0, metadata={"nonfinite": w["nonfinite"]})

@@ -155,7 +155,7 @@ def trained_model(
         command, extra["nsys"] = nsys_wrap(command, work / "nsys" / "trained_model")
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
     context.log.info(f"launching: {' '.join(command)}")
-    env = {"DGLBACKEND": "pytorch", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc))}
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc))}
     result = (
         dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
         .run(context=context, command=command, env=env)

@@ -30,7 +30,7 @@ recipes         ``recipes/<dataset>.yaml`` (the run config a user passes with ``
                 epochs, self loops added, row-normalized features as DGL's citation datasets
                 ship them; test accuracy after the last epoch, as the example reports it).
                 Targets: Cora >= 82.5, CiteSeer >= 71.5, and at least the DGL GAT figure.
-cora, citeseer  GCN on the Planetoid split (shared datasets folder), the paper's recipe:
+cora, citeseer  GCN on the Planetoid split (datasets/ of the repository), the paper's recipe:
                 2 layers, hidden 64, dropout 0.5, Adam lr 0.01, L2 weight decay 5e-4,
                 200 epochs, row-normalized features; shards with full neighbourhoods
                 (fanouts -1,-1) and one minibatch holding every training node, so each
@@ -66,12 +66,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = ROOT.parent / "shared" / "datasets"
+DATASETS = ROOT / "datasets"  # in the repository (datasets/README.md)
 
 PLANETOID_MODEL = {"conv": "gcn", "hidden": 64, "num_layers": 2, "dropout": 0.5}
 PLANETOID_TRAINING = {
     "epochs": 200,
-    "normalize": "row",
+    "feature_norm": "row",
     "profiler": "none",
     "checkpoint_every": 50,
     "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4},
@@ -343,7 +343,7 @@ def main() -> None:
     ap.add_argument("--parts", default="defaults,recipes,cora,citeseer,int8,ddp,demo")
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--work", default="bench_out/accuracy")
-    ap.add_argument("--datasets", default=str(SHARED), help="folder holding cora/ and citeseer/")
+    ap.add_argument("--datasets", default=str(DATASETS), help="folder holding cora/ and citeseer/")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     work = Path(args.work).resolve()

@@ -23,7 +23,7 @@ Datasets:
             homophily 0.6; `heavy_tailed_config`) whose 32 feature columns are made
             heavy-tailed: column j of the generator's features x becomes exp(s_j * x), s_j
             uniform in [1.5, 3] (seeded) — log-normal, column max ~1000x the median;
-  cora, citeseer   the Planetoid citation graphs in shared/datasets (0/1 features).
+  cora, citeseer   the Planetoid citation graphs in datasets/ (0/1 features).
 
 Rows (`variants`): fp32 (the reference); int8 features with FP32 edge weights; the INT8
 weights the asset stores ("w=int8") with int8, int4 and, on 0/1 features, binary codes
@@ -72,7 +72,7 @@ from graphs.normalize import build_normalized_adjacency, load_csr  # noqa: E402
 from graphs.partition import PartitionConfig, build_partitions  # noqa: E402
 from graphs.quantize import dequantize_int8_rows_csr  # noqa: E402
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+DATASETS = Path(__file__).resolve().parents[1] / "datasets"  # in the repository (datasets/README.md)
 
 
 # ----------------------------------------------------------------------------- data
@@ -121,7 +121,7 @@ def prepare(name: str, work: Path) -> tuple[Path, Path, Path]:
         if name == "heavy":
             canonical = heavy_tailed(canonical, work / name / "canonical-lognormal")
         return canonical, adj, partitions
-    return _staged(SHARED / name, work / name, parts=2)
+    return _staged(DATASETS / name, work / name, parts=2)
 
 
 def labels_and_masks(canonical: Path) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -429,8 +429,8 @@ def main() -> None:
     rows = []
     t0 = time.perf_counter()
     for name in args.datasets:
-        if name in ("cora", "citeseer") and not (SHARED / name).is_dir():
-            print(f"# {name}: skipped, {SHARED / name} not found", file=sys.stderr)
+        if name in ("cora", "citeseer") and not (DATASETS / name).is_dir():
+            print(f"# {name}: skipped, {DATASETS / name} not found", file=sys.stderr)
             continue
         rows += run_dataset(name, work, args.seeds, args.epochs, args.fpr_queries)
     print()

@@ -60,6 +60,7 @@ from graphs.edge_keys import (
     _warm_kernels,
     key_shift,
 )
+from graphs.plotting import headless_pyplot
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
@@ -117,14 +118,32 @@ class DatasetFiles:
     features: Path | None
 
 
+def edge_files_of(dataset_dir: str | os.PathLike) -> list[Path]:
+    """The edge files of a landing folder: ``edges/*.parquet`` and ``edges.parquet``. A folder
+    is a dataset exactly when it has at least one (`is_dataset_folder`)."""
+    root = Path(dataset_dir)
+    edge_files = sorted((root / "edges").glob("*.parquet")) if (root / "edges").is_dir() else []
+    if (root / "edges.parquet").is_file():
+        edge_files.append(root / "edges.parquet")
+    return edge_files
+
+
+def is_dataset_folder(path: str | os.PathLike) -> bool:
+    """Whether `path` is a folder holding edge files (see `edge_files_of`)."""
+    return Path(path).is_dir() and bool(edge_files_of(path))
+
+
+def has_training_labels(summary: dict) -> bool:
+    """Whether a canonical graph (its summary.json) has labels and training nodes to learn from."""
+    return bool(summary.get("has_labels") and summary.get("train_nodes"))
+
+
 def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
     """Locate the edge, node and feature files of a landing folder."""
     root = Path(dataset_dir)
     if not root.is_dir():
         raise InputError(f"{root}: dataset folder does not exist")
-    edge_files = sorted((root / "edges").glob("*.parquet")) if (root / "edges").is_dir() else []
-    if (root / "edges.parquet").is_file():
-        edge_files.append(root / "edges.parquet")
+    edge_files = edge_files_of(root)
     if not edge_files:
         raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet")
     nodes = root / "nodes.parquet"
@@ -425,7 +444,7 @@ def build_canonical_graph(
             try:
                 node_facts = _write_nodes(tmp, files, relabel, cfg)
                 feat_facts = _write_features(tmp, files, relabel, cfg) if files.features is not None else {}
-                _import_pyplot()  # ~0.3 s, done while the edge thread is still busy
+                headless_pyplot()  # ~0.3 s, done while the edge thread is still busy
                 wait([degree_ready, edges_job], return_when=FIRST_COMPLETED)
                 if degree_ready.done():  # plot while the last edges are still being encoded
                     degree = degree_ready.result()
@@ -628,17 +647,8 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
     return {"feature_dim": int(dim), "nodes_without_features": int(n - seen.sum())}
 
 
-def _import_pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def _plot_degrees(degree: np.ndarray, path: Path) -> None:
-    plt = _import_pyplot()
+    plt = headless_pyplot()
 
     values, counts = np.unique(degree[degree > 0], return_counts=True)
     fig, ax = plt.subplots(figsize=(5, 3.5), dpi=100)
@@ -657,12 +667,27 @@ def read_summary(canonical_dir: str | os.PathLike) -> dict:
     return json.loads((Path(canonical_dir) / "summary.json").read_text())
 
 
+def edge_batches(canonical_dir: str | os.PathLike, batch_rows: int = 1 << 22):
+    """Stream a canonical graph's edges.parquet: (src, dst) int64 arrays of up to `batch_rows`
+    edges, in the file's (src, dst) order; memory is one batch whatever the edge count."""
+    path = Path(canonical_dir) / "edges.parquet"
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
+        yield (
+            np.asarray(batch.column(0).to_numpy(), dtype=np.int64),
+            np.asarray(batch.column(1).to_numpy(), dtype=np.int64),
+        )
+
+
 __all__ = [
     "CanonicalConfig",
     "DatasetFiles",
     "InputError",
     "Relabeler",
     "build_canonical_graph",
+    "edge_files_of",
+    "has_training_labels",
+    "is_dataset_folder",
+    "edge_batches",
     "find_dataset_files",
     "read_summary",
     "validate_inputs",

@@ -102,15 +102,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
-import pyarrow.parquet as pq
 
 if TYPE_CHECKING:
     from graphs.bloom import BloomFilter
 
+from graphs.normalize import load_csr
 from graphs.quantize import (
     FEATURE_TRANSFORMS,
     EncodedFeatures,
+    ErrorAccumulator,
     column_min_max,
+    csr_row_blocks,
     dequantize_int4_columns,
     dequantize_int8_columns,
     dequantize_int8_rows_csr,
@@ -238,30 +240,6 @@ def _blocks(n: int, rows: int) -> Iterator[tuple[int, int]]:
         yield a, min(n, a + rows)
 
 
-class _ErrorAccumulator:
-    """max |x - x̂| (overall and per column) and ||x - x̂|| / ||x||, accumulated over blocks in float64."""
-
-    def __init__(self, d: int):
-        self.col_max = np.zeros(d, dtype=np.float64)
-        self.err2 = 0.0
-        self.ref2 = 0.0
-
-    def add(self, x: np.ndarray, x_hat: np.ndarray) -> None:
-        x = np.asarray(x, dtype=np.float64)
-        diff = np.abs(x - x_hat)
-        if diff.size:
-            np.maximum(self.col_max, diff.max(axis=0), out=self.col_max)
-        self.err2 += float(np.square(diff).sum())
-        self.ref2 += float(np.square(x).sum())
-
-    def result(self) -> dict:
-        if self.ref2 == 0.0:
-            rel = 0.0 if self.err2 == 0.0 else float("inf")
-        else:
-            rel = float(np.sqrt(self.err2 / self.ref2))
-        return {"max_abs_error": float(self.col_max.max(initial=0.0)), "rel_rms_error": rel}
-
-
 # ----------------------------------------------------------------------------- features
 
 
@@ -327,7 +305,7 @@ def _encode_features(
     out = np.lib.format.open_memmap(tmp / FEATURE_FILES[encoding], mode="w+", dtype=dtype, shape=shape)
     lo, hi = _transformed_range(x, transform, rows) if encoding != "binary" else (None, None)
     enc = _BlockEncoder(encoding, lo, hi, d)
-    acc = _ErrorAccumulator(d)
+    acc = ErrorAccumulator(d)
     for a, b in _blocks(n, rows):
         block = np.asarray(x[a:b])
         codes = enc.encode(forward_transform(block, transform))
@@ -350,7 +328,7 @@ def _alternative_errors(x: np.ndarray, encodings: list[str], transform: str, row
         return result
     lo, hi = _transformed_range(x, transform, rows)
     coders = {e: _BlockEncoder(e, lo, hi, d) for e in quantized}
-    acc = {e: _ErrorAccumulator(d) for e in quantized}
+    acc = {e: ErrorAccumulator(d) for e in quantized}
     for a, b in _blocks(n, rows):
         block = np.asarray(x[a:b])
         t = forward_transform(block, transform)
@@ -410,15 +388,13 @@ def _compress_features(canonical: Path, tmp: Path, cfg: CompressConfig) -> dict 
 
 
 def _compress_weights(adjacency: Path, tmp: Path) -> dict:
-    indptr = np.load(adjacency / "indptr.npy", mmap_mode="r", allow_pickle=False)
-    weights = np.load(adjacency / "weights.npy", mmap_mode="r", allow_pickle=False)
-    n, nnz = len(indptr) - 1, len(weights)
-    if int(indptr[-1]) != nnz:
-        raise ValueError(f"{adjacency}: indptr ends at {int(indptr[-1])} but weights.npy has {nnz} entries")
+    csr = load_csr(adjacency)
+    indptr, weights = csr.indptr, csr.weights
+    n, nnz = csr.n, csr.nnz
     t0 = time.perf_counter()
     q = np.lib.format.open_memmap(tmp / "weights_int8.npy", mode="w+", dtype=np.int8, shape=(nnz,))
     scale = np.lib.format.open_memmap(tmp / "weight_scales.npy", mode="w+", dtype=np.float32, shape=(n,))
-    acc = _ErrorAccumulator(1)
+    acc = ErrorAccumulator(1)
     for r0, r1, a, b in _csr_blocks(indptr, _WEIGHT_BLOCK):
         ptr = np.asarray(indptr[r0 : r1 + 1], dtype=np.int64) - a
         w = np.asarray(weights[a:b])
@@ -437,26 +413,18 @@ def _compress_weights(adjacency: Path, tmp: Path) -> dict:
 
 
 def _csr_blocks(indptr: np.ndarray, target: int) -> Iterator[tuple[int, int, int, int]]:
-    """(r0, r1, entry start, entry stop) row ranges of about `target` entries (>= 1 row)."""
-    rows = len(indptr) - 1
-    r0 = 0
-    while r0 < rows:
-        r1 = int(np.searchsorted(indptr, indptr[r0] + target, side="right")) - 1
-        r1 = min(rows, max(r0 + 1, r1))
+    """(r0, r1, first entry, end entry) of `graphs.quantize.csr_row_blocks`."""
+    for r0, r1 in csr_row_blocks(indptr, target):
         yield r0, r1, int(indptr[r0]), int(indptr[r1])
-        r0 = r1
 
 
 # ----------------------------------------------------------------------------- Bloom filters
 
 
 def _edge_batches(canonical: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    edges = pq.ParquetFile(canonical / "edges.parquet")
-    for batch in edges.iter_batches(batch_size=_EDGE_BATCH, columns=["src", "dst"]):
-        yield (
-            np.asarray(batch.column(0).to_numpy(), dtype=np.int64),
-            np.asarray(batch.column(1).to_numpy(), dtype=np.int64),
-        )
+    from graphs.canonical import edge_batches
+
+    return edge_batches(canonical, _EDGE_BATCH)
 
 
 def _part_keys(src, dst, part, symmetrized: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -544,8 +512,7 @@ def _build_filters(
 
     # False-positive rate on random non-edges: per filter, and routed (pair -> part[u]'s filter).
     n = len(part)
-    indptr = np.load(adjacency / "indptr.npy", mmap_mode="r", allow_pickle=False)
-    indices = np.load(adjacency / "indices.npy", mmap_mode="r", allow_pickle=False)
+    indptr, indices, _ = load_csr(adjacency)
     per_part, routed = [0.0] * k, 0.0
     if n > 0:
         qu, qv = _random_non_edges(n, cfg.fpr_queries, indptr, indices, cfg.seed + 1)
@@ -816,7 +783,7 @@ def verify_compressed_graph(
             raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")
         # Compared where the quantizer worked: on asinh(x) when the features were transformed.
         step = np.zeros(d) if feats.encoding == "binary" else feats.arrays["scale"].astype(np.float64)
-        acc = _ErrorAccumulator(d)
+        acc = ErrorAccumulator(d)
         magnitude = np.zeros(d, dtype=np.float32)
         rows = _rows_per_block(d, 0)
         for a, b in _blocks(n, rows):
@@ -833,8 +800,7 @@ def verify_compressed_graph(
             feature_columns_over_bound=int(np.count_nonzero(excess > 0)),
         )
 
-    indptr = np.load(adjacency / "indptr.npy", mmap_mode="r", allow_pickle=False)
-    weights = np.load(adjacency / "weights.npy", mmap_mode="r", allow_pickle=False)
+    indptr, _, weights = load_csr(adjacency)
     q, scale = load_weights(out)
     worst, rows_over = 0.0, 0
     for r0, r1, a, b in _csr_blocks(indptr, _WEIGHT_BLOCK):

@@ -1,6 +1,6 @@
 """Synthetic graphs for demos, tests and benchmarks: a degree-corrected stochastic block model.
 
-The generator writes a dataset in gnnflow's input layout (see DESIGN.md, "Input layout"),
+The generator writes a dataset in gnnflow's input layout (the landing layout of README.md, "Bringing your own data"),
 streaming, so 10M nodes / 100M edges fit in well under 4 GB of memory.
 
 Model (DC-SBM, Karrer & Newman 2011, sampled edge by edge like Chung-Lu)
@@ -100,61 +100,48 @@ class GenerateConfig:
     """Parameters of the degree-corrected stochastic block model and of the files written."""
 
     num_nodes: int = field(default=100_000, metadata={"help": "Number of nodes n (ids id_offset .. id_offset+n-1)."})
-    """Number of nodes n (ids id_offset .. id_offset+n-1)."""
 
     num_edges: int = field(
         default=1_000_000,
         metadata={"help": "Number of directed edge rows written (before ingest symmetrizes/dedupes)."},
     )
-    """Number of directed edge rows written (before ingest symmetrizes/dedupes)."""
 
     num_classes: int = field(default=8, metadata={"help": "Number of classes k (labels 0..k-1, balanced)."})
-    """Number of classes k (labels 0..k-1, balanced)."""
 
     homophily: float = field(
         default=0.85,
         metadata={"help": "Expected fraction of edge rows whose endpoints share a class, in [0, 1]."},
     )
-    """Expected fraction of edge rows whose endpoints share a class, in [0, 1]."""
 
     degree_exponent: float = field(
         default=2.5,
         metadata={"help": "Power-law exponent gamma of the degree distribution, P(deg=d) ~ d^-gamma; > 1."},
     )
-    """Power-law exponent gamma of the degree distribution, P(deg=d) ~ d^-gamma; > 1."""
 
     feature_dim: int = field(default=32, metadata={"help": "Length D of each node's feature vector."})
-    """Length D of each node's feature vector."""
 
     feature_noise: float = field(
         default=0.7,
         metadata={"help": "Std of the Gaussian noise per feature coordinate; class centroids have unit norm."},
     )
-    """Std of the Gaussian noise per feature coordinate; class centroids have unit norm."""
 
     train_fraction: float = field(default=0.6, metadata={"help": "Fraction of nodes in the 'train' split."})
-    """Fraction of nodes in the 'train' split."""
 
     val_fraction: float = field(
         default=0.2,
         metadata={"help": "Fraction of nodes in the 'val' split; the rest is 'test'."},
     )
-    """Fraction of nodes in the 'val' split; the rest is 'test'."""
 
     num_edge_files: int = field(default=4, metadata={"help": "Number of Parquet files under edges/."})
-    """Number of Parquet files under edges/."""
 
     chunk_edges: int = field(
         default=1 << 20,
         metadata={"help": "Edge rows generated per step and per Parquet row group (memory vs speed)."},
     )
-    """Edge rows generated per step and per Parquet row group (memory vs speed)."""
 
     seed: int = field(default=0, metadata={"help": "Seed of all random streams (>= 0)."})
-    """Seed of all random streams (>= 0)."""
 
     id_offset: int = field(default=0, metadata={"help": "Added to 0..n-1 to form the node ids written."})
-    """Added to 0..n-1 to form the node ids written."""
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:

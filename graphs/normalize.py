@@ -1,9 +1,9 @@
 """Normalized adjacency: the GCN propagation matrix Â of a canonical graph, as CSR arrays.
 
-    norm="both"   Â = D_r^-1/2 (A + I) D_c^-1/2   (Kipf & Welling's renormalization; for a
+    degree_norm="both"   Â = D_r^-1/2 (A + I) D_c^-1/2   (Kipf & Welling's renormalization; for a
                                                   symmetrized graph D_r = D_c = D and Â is
                                                   symmetric)
-    norm="right"  Â = D_r^-1 (A + I)              (row-normalized: Â·X averages each row's
+    degree_norm="right"  Â = D_r^-1 (A + I)              (row-normalized: Â·X averages each row's
                                                   neighbourhood, the "mean" aggregator)
 
 Row i of Â holds the edges i -> j of the canonical edges.parquet (row = src, column = dst),
@@ -19,7 +19,7 @@ Files written (format version 1) into `<out_dir>/`:
     indptr.npy    int64   [n + 1]   row i is indices[indptr[i]:indptr[i+1]]
     indices.npy   int32   [nnz]     column ids, ascending within a row (int64 when n >= 2^31)
     weights.npy   float32 [nnz]     Â's entries, aligned with indices
-    summary.json  counts, settings ("norm", "add_self_loops", "format_version"), timings
+    summary.json  counts, settings ("degree_norm", "add_self_loops", "format_version"), timings
 where nnz = edges + n with self loops (every node gets exactly one, isolated nodes too:
 their only entry is Â[i, i] = 1), and nnz = edges without.
 
@@ -42,11 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-import duckdb
 import numpy as np
-import pyarrow.parquet as pq
 
-from graphs.canonical import read_summary
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
@@ -60,7 +57,7 @@ class AdjacencyConfig:
     add_self_loops: bool = field(
         default=True, metadata={"help": "Add I to A before normalizing (the GCN renormalization trick)."}
     )
-    norm: str = field(
+    degree_norm: str = field(
         default="both",
         metadata={"help": "'both': D^-1/2 (A+I) D^-1/2 (symmetric); 'right': D^-1 (A+I) (row mean)."},
     )
@@ -73,8 +70,8 @@ class AdjacencyConfig:
     )
 
     def __post_init__(self) -> None:
-        if self.norm not in NORMS:
-            raise ValueError(f"norm must be one of {NORMS}, got {self.norm!r}")
+        if self.degree_norm not in NORMS:
+            raise ValueError(f"degree_norm must be one of {NORMS}, got {self.degree_norm!r}")
         if self.batch_rows < 1:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
         if self.power_iterations < 1:
@@ -97,13 +94,31 @@ class CSR(NamedTuple):
         return int(self.indptr[-1])
 
 
-def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True) -> CSR:
-    """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default."""
+def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True, n: int | None = None) -> CSR:
+    """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default.
+
+    Missing files, arrays of inconsistent lengths, or (with `n`) a row count other than `n`
+    raise naming the file and the stage to re-materialize.
+    """
     d = Path(adjacency_dir)
     mode = "r" if mmap else None
-    return CSR(
-        *(np.load(d / f"{name}.npy", mmap_mode=mode, allow_pickle=False) for name in ("indptr", "indices", "weights"))
-    )
+    arrays = []
+    for name in ("indptr", "indices", "weights"):
+        path = d / f"{name}.npy"
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; materialize normalized_adjacency first")
+        arrays.append(np.load(path, mmap_mode=mode, allow_pickle=False))
+    csr = CSR(*arrays)
+    if not len(csr.indices) == len(csr.weights) == (int(csr.indptr[-1]) if len(csr.indptr) else -1):
+        raise ValueError(
+            f"{d}: indptr ends at {int(csr.indptr[-1]) if len(csr.indptr) else None} but indices.npy has "
+            f"{len(csr.indices)} and weights.npy {len(csr.weights)} entries; re-materialize normalized_adjacency"
+        )
+    if n is not None and csr.n != n:
+        raise ValueError(
+            f"{d / 'indptr.npy'}: {csr.n} rows but the canonical graph has {n} nodes; re-materialize normalized_adjacency"
+        )
+    return csr
 
 
 def edge_degrees(
@@ -113,6 +128,8 @@ def edge_degrees(
 
     For a symmetrized graph the in-degree is the out-degree (the same array is returned).
     """
+    import duckdb  # imported here: readers of the CSR (training) need only NumPy
+
     con = duckdb.connect()
     con.execute(f"SET memory_limit = '{memory_limit}'")
     path = str(edges_path).replace("'", "''")
@@ -136,6 +153,8 @@ def build_normalized_adjacency(
     cfg = cfg or AdjacencyConfig()
     t0 = time.perf_counter()
     canonical = Path(canonical_dir)
+    from graphs.canonical import edge_batches, read_summary
+
     facts = read_summary(canonical)
     n, num_edges = int(facts["nodes"]), int(facts["edges"])
     edges_path = canonical / "edges.parquet"
@@ -148,7 +167,7 @@ def build_normalized_adjacency(
     row_len = out_deg + loop
     # Scale factors in float64; each weight is one product, rounded once to float32.
     with np.errstate(divide="ignore"):
-        if cfg.norm == "both":
+        if cfg.degree_norm == "both":
             row_scale = (row_len.astype(np.float64)) ** -0.5
             col_scale = (in_deg + loop).astype(np.float64) ** -0.5
         else:
@@ -167,9 +186,7 @@ def build_normalized_adjacency(
 
         below_diag = np.zeros(n, dtype=np.int64)  # per row: edges whose column sorts before the self loop
         k = 0
-        for batch in pq.ParquetFile(edges_path).iter_batches(batch_size=cfg.batch_rows, columns=["src", "dst"]):
-            src = batch.column(0).to_numpy()
-            dst = batch.column(1).to_numpy()
+        for src, dst in edge_batches(canonical, cfg.batch_rows):
             pos = np.arange(k, k + len(src), dtype=np.int64)
             if loop and len(src):
                 before = dst < src
@@ -200,7 +217,7 @@ def build_normalized_adjacency(
             "nodes": n,
             "edges": num_edges,
             "nnz": int(nnz),
-            "norm": cfg.norm,
+            "degree_norm": cfg.degree_norm,
             "add_self_loops": cfg.add_self_loops,
             "symmetrized": symmetric,
             "index_dtype": np.dtype(index_dtype).name,

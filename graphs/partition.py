@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from graphs.canonical import read_summary
+from graphs.canonical import edge_batches, read_summary
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
@@ -100,12 +100,12 @@ def read_edges(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.nd
     # streamed into preallocated arrays: a whole Arrow table would double the peak memory
     src, dst = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
     k = 0
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=1 << 22, columns=["src", "dst"]):
-        if k + len(batch) > m:
+    for s, d in edge_batches(canonical):
+        if k + len(s) > m:
             raise ValueError(f"{path}: holds more than the {m} edges summary.json gives")
-        src[k : k + len(batch)] = batch.column(0).to_numpy()
-        dst[k : k + len(batch)] = batch.column(1).to_numpy()
-        k += len(batch)
+        src[k : k + len(s)] = s
+        dst[k : k + len(s)] = d
+        k += len(s)
     if k != m:
         raise ValueError(f"{path}: holds {k} edges but summary.json says {m}")
     return n, src, dst
@@ -399,10 +399,9 @@ def load_parts(partitions_dir: str | os.PathLike) -> tuple[np.ndarray, list[np.n
 
 
 def _plot_sizes(metis: dict, random: dict, path: Path) -> None:
-    import matplotlib
+    from graphs.plotting import headless_pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = headless_pyplot()
 
     k = len(metis["nodes_per_part"])
     x = np.arange(k)

@@ -57,6 +57,7 @@ if TYPE_CHECKING:  # torch is imported lazily: the NumPy half must not pay for i
 
 __all__ = [
     "ENCODINGS",
+    "ErrorAccumulator",
     "FEATURE_TRANSFORMS",
     "EncodedFeatures",
     "forward_transform",
@@ -75,6 +76,7 @@ __all__ = [
     "pack_binary",
     "unpack_binary",
     "unpack_binary_torch",
+    "csr_row_blocks",
     "quantize_int8_rows_csr",
     "dequantize_int8_rows_csr",
     "dequantize_int8_rows_csr_torch",
@@ -379,8 +381,9 @@ def _check_csr(indptr: np.ndarray, nnz: int, what: str) -> np.ndarray:
     return indptr.astype(np.int64, copy=False)
 
 
-def _csr_row_blocks(indptr: np.ndarray, target_nnz: int) -> Iterator[tuple[int, int]]:
-    """(r0, r1) row ranges holding about target_nnz entries each (at least one row)."""
+def csr_row_blocks(indptr: np.ndarray, target_nnz: int) -> Iterator[tuple[int, int]]:
+    """(r0, r1) row ranges of a CSR holding about target_nnz entries each (at least one row):
+    how every streamed pass over a CSR (quantizing, checking, splitting Â) walks its rows."""
     rows = indptr.size - 1
     r0 = 0
     while r0 < rows:
@@ -403,7 +406,7 @@ def quantize_int8_rows_csr(
     rows = indptr.size - 1
     q = np.empty(weights.size, dtype=np.int8)
     scale = np.zeros(rows, dtype=np.float32)
-    for r0, r1 in _csr_row_blocks(indptr, block_nnz):
+    for r0, r1 in csr_row_blocks(indptr, block_nnz):
         a, b = int(indptr[r0]), int(indptr[r1])
         seg = np.abs(np.asarray(weights[a:b], dtype=np.float64))
         if not np.isfinite(seg).all():
@@ -588,31 +591,45 @@ def choose_encoding(x: np.ndarray, *, max_rel_rms: float = 0.02, chunk_rows: int
         return "binary"
     for enc in ("int4", "int8"):
         err = reconstruction_error(x, encode_features(x, enc, chunk_rows=chunk_rows).decode())
-        if err["rel_rms"] <= max_rel_rms:
+        if err["rel_rms_error"] <= max_rel_rms:
             return enc
     return "fp32"
 
 
+class ErrorAccumulator:
+    """Reconstruction error accumulated over row blocks in float64: the max ``|x - x̂|``
+    (overall and per column) and ``||x - x̂||_2 / ||x||_2`` (0 when both are zero, inf when
+    x is zero and x̂ is not). Feed blocks with `add`; `result` gives the two numbers."""
+
+    def __init__(self, d: int):
+        self.col_max = np.zeros(d, dtype=np.float64)
+        self.err2 = 0.0
+        self.ref2 = 0.0
+
+    def add(self, x: np.ndarray, x_hat: np.ndarray) -> None:
+        x = np.asarray(x, dtype=np.float64)
+        diff = np.abs(x - np.asarray(x_hat, dtype=np.float64))
+        if diff.size:
+            np.maximum(self.col_max, diff.reshape(len(diff), -1).max(axis=0), out=self.col_max)
+        self.err2 += float(np.square(diff).sum())
+        self.ref2 += float(np.square(x).sum())
+
+    def result(self) -> dict[str, float]:
+        """{"max_abs_error": max |x - x̂|, "rel_rms_error": ||x - x̂|| / ||x||}."""
+        if self.ref2 == 0.0:
+            rel = 0.0 if self.err2 == 0.0 else float("inf")
+        else:
+            rel = float(np.sqrt(self.err2 / self.ref2))
+        return {"max_abs_error": float(self.col_max.max(initial=0.0)), "rel_rms_error": rel}
+
+
 def reconstruction_error(x: np.ndarray, x_hat: np.ndarray, *, chunk_rows: int | None = None) -> dict[str, float]:
-    """{"max_abs": max |x - x_hat|, "rel_rms": ||x - x_hat||_2 / ||x||_2} (rel_rms is 0 when
-    both are zero, inf when x is zero and x_hat is not), accumulated in float64 by blocks."""
+    """`ErrorAccumulator.result` of x against x_hat, accumulated by row blocks."""
     if x.shape != x_hat.shape:
         raise ValueError(f"reconstruction_error: shapes differ, {x.shape} vs {x_hat.shape}")
-    flat = x.ndim == 1
     n = x.shape[0]
-    d = 1 if flat else int(np.prod(x.shape[1:]))
-    max_abs = 0.0
-    err2 = 0.0
-    ref2 = 0.0
+    d = 1 if x.ndim == 1 else int(np.prod(x.shape[1:]))
+    acc = ErrorAccumulator(d)
     for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
-        xa = np.asarray(x[a:b], dtype=np.float64)
-        diff = xa - np.asarray(x_hat[a:b], dtype=np.float64)
-        if diff.size:
-            max_abs = max(max_abs, float(np.abs(diff).max()))
-        err2 += float(np.square(diff).sum())
-        ref2 += float(np.square(xa).sum())
-    if ref2 == 0.0:
-        rel = 0.0 if err2 == 0.0 else float("inf")
-    else:
-        rel = float(np.sqrt(err2 / ref2))
-    return {"max_abs": max_abs, "rel_rms": rel}
+        acc.add(x[a:b], x_hat[a:b])
+    return acc.result()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dagster as dg
 
 from assets.common import GnnflowStorage, dataset_partitions
-from graphs.canonical import read_summary
+from graphs.canonical import has_training_labels, read_summary
 
 
 def labelled_datasets(instance: dg.DagsterInstance, storage: GnnflowStorage) -> list[str]:
@@ -22,7 +22,7 @@ def labelled_datasets(instance: dg.DagsterInstance, storage: GnnflowStorage) -> 
         if not (folder / "summary.json").is_file():
             continue
         summary = read_summary(folder)
-        if summary.get("has_labels") and summary.get("train_nodes"):
+        if has_training_labels(summary):
             names.append(name)
     return names
 

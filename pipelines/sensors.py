@@ -55,11 +55,15 @@ def split_by_labels(assets: Sequence[dg.AssetsDefinition]) -> tuple[list[dg.Asse
     return every, needs
 
 
+def unregistered_datasets(instance: dg.DagsterInstance, names: Sequence[str]) -> list[str]:
+    """The landing dataset `names` that are not yet partitions of `dataset_partitions`."""
+    known = set(instance.get_dynamic_partitions(dataset_partitions.name))
+    return [n for n in names if n not in known]
+
+
 def register_datasets(instance: dg.DagsterInstance, storage: GnnflowStorage) -> list[str]:
     """Add every landing dataset as a `dataset` partition; return the names newly added."""
-    names = storage.landing_datasets()
-    known = set(instance.get_dynamic_partitions(dataset_partitions.name))
-    new = [n for n in names if n not in known]
+    new = unregistered_datasets(instance, storage.landing_datasets())
     if new:
         instance.add_dynamic_partitions(dataset_partitions.name, new)
     return new
@@ -77,9 +81,8 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
     )
     def landing_sensor(context: dg.SensorEvaluationContext, storage: GnnflowStorage) -> dg.SensorResult:
         seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
-        known = set(context.instance.get_dynamic_partitions(dataset_partitions.name))
         names = storage.landing_datasets()
-        new_partitions = [n for n in names if n not in known]
+        new_partitions = unregistered_datasets(context.instance, names)
         runs = []
         current = {}
         for name in names:

@@ -7,7 +7,9 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import pytest  # noqa: E402
 
-SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+ROOT = Path(__file__).resolve().parents[1]
+REPO_DATASETS = ROOT / "datasets"  # Cora, CiteSeer, email-Eu-core, ego-Facebook (datasets/README.md)
+SHARED_DATASETS = ROOT.parent / "shared" / "datasets"
 
 
 def write_edges(path: Path, src, dst, type_=None) -> Path:
@@ -17,8 +19,16 @@ def write_edges(path: Path, src, dst, type_=None) -> Path:
     return path
 
 
+def datasets_folder() -> Path:
+    """The real datasets: the repository's own ``datasets/`` (a fresh clone has them), else a
+    ``shared/datasets`` folder beside the checkout."""
+    for folder in (REPO_DATASETS, SHARED_DATASETS):
+        if (folder / "cora" / "edges.parquet").is_file():
+            return folder
+    raise FileNotFoundError(f"no datasets in {REPO_DATASETS} (part of the repository) nor {SHARED_DATASETS}")
+
+
 @pytest.fixture
 def shared_datasets() -> Path:
-    if not SHARED_DATASETS.is_dir():
-        pytest.skip(f"shared datasets not found at {SHARED_DATASETS}")
-    return SHARED_DATASETS
+    """The folder holding cora/, citeseer/, email-eu-core/, ego-facebook/ (`datasets_folder`)."""
+    return datasets_folder()

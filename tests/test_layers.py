@@ -22,7 +22,7 @@ import torch
 os.environ.setdefault("DGLBACKEND", "pytorch")
 dgl = pytest.importorskip("dgl")
 
-from training.aggregate import BACKEND_ENV, aggregate, edge_softmax, resolve_backend  # noqa: E402
+from training.aggregate import aggregate, edge_softmax, resolve_backend  # noqa: E402
 from training.blocks import (  # noqa: E402
     Block,
     block_from_csr,
@@ -36,12 +36,14 @@ from training.blocks import (  # noqa: E402
 from training.layers import (  # noqa: E402
     CONVS,
     GNN,
+    Aggregating,
     GATConv,
     GINConv,
     GraphConv,
     ModelConfig,
     SAGEConv,
     build_model,
+    use_aggregation,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -92,7 +94,8 @@ def graph(request):
 
 @pytest.fixture(params=["torch", "dgl"])
 def backend(request, monkeypatch):
-    monkeypatch.setenv(BACKEND_ENV, request.param)
+    """Every layer built in the test aggregates with this backend (the layers' class default)."""
+    monkeypatch.setattr(Aggregating, "aggregation", request.param)
     return request.param
 
 
@@ -185,15 +188,29 @@ def test_aggregate_under_cpu_autocast():
 
 
 def test_resolve_backend(monkeypatch):
-    monkeypatch.delenv(BACKEND_ENV, raising=False)
+    monkeypatch.setenv("GNNFLOW_AGGREGATE_BACKEND", "torch")  # the old variable is not read any more
     assert resolve_backend(None, torch.device("cpu")) == "dgl"  # dgl is installed here
     assert resolve_backend(None, torch.device("cuda")) == "torch"
     assert resolve_backend("torch", torch.device("cpu")) == "torch"
-    monkeypatch.setenv(BACKEND_ENV, "torch")
-    assert resolve_backend(None, torch.device("cpu")) == "torch"
-    monkeypatch.setenv(BACKEND_ENV, "cusparse")
-    with pytest.raises(ValueError, match=BACKEND_ENV):
-        resolve_backend(None, torch.device("cpu"))
+    with pytest.raises(ValueError, match="unknown aggregation backend 'cusparse'"):
+        resolve_backend("cusparse", torch.device("cpu"))
+
+
+def test_use_aggregation_sets_every_layer_and_restores(monkeypatch):
+    from training import aggregate as agg
+
+    model = build_model(ModelConfig(conv="gat", hidden=8, heads=2, num_layers=2), 4, 3)
+    layers = [m for m in model.modules() if isinstance(m, Aggregating)]
+    assert len(layers) == 2 and {m.aggregation for m in layers} == {"auto"}
+    used = []
+    real = agg.resolve_backend
+    monkeypatch.setattr(agg, "resolve_backend", lambda b, d: used.append(b) or real(b, d))
+    full = block_from_csr(torch.tensor([0, 2, 3, 5]), torch.tensor([0, 1, 1, 2, 0]))
+    with use_aggregation(model, "torch"):
+        assert {m.aggregation for m in layers} == {"torch"}
+        model([full, full], torch.randn(3, 4))
+    assert set(used) == {"torch"}
+    assert {m.aggregation for m in layers} == {"auto"}
 
 
 # ---------------------------------------------------------------------------- layers
@@ -299,11 +316,11 @@ def weighted_block(g, dinv, src_ids, dst_ids) -> Block:
 
 MODEL_CASES = [
     dict(conv="sage"),
-    dict(conv="sage_pool", residual=True, norm="batch"),
-    dict(conv="gcn", residual=True, norm="layer"),
-    dict(conv="gcn", gcn_edge_weight=True, norm="batch"),
+    dict(conv="sage_pool", residual=True, hidden_norm="batch"),
+    dict(conv="gcn", residual=True, hidden_norm="layer"),
+    dict(conv="gcn", gcn_edge_weight=True, hidden_norm="batch"),
     dict(conv="gat", heads=2, residual=True),
-    dict(conv="gin", norm="batch", num_layers=3),
+    dict(conv="gin", hidden_norm="batch", num_layers=3),
 ]
 
 
@@ -340,7 +357,7 @@ def test_gnn_layer_is_dropout_conv_residual_norm_relu(conv):
     full = weighted_block(g, dinv, ids, ids)
     feats = features(g.num_nodes(), 10)
     torch.manual_seed(0)
-    model = GNN(10, 8, 3, 2, conv, residual=True, norm="layer", heads=2, dropout=0.5).eval()
+    model = GNN(10, 8, 3, 2, conv, residual=True, hidden_norm="layer", heads=2, dropout=0.5).eval()
     torch.nn.init.uniform_(model.norms[0].bias)
     conv0 = model.convs[0](full, feats).reshape(g.num_nodes(), 8)
     hidden = torch.relu(model.norms[0](conv0 + model.residuals[0](feats)))
@@ -518,7 +535,7 @@ def test_model_trains_under_bf16_autocast(conv):
     full = weighted_block(g, dinv, ids, ids)
     feats = features(g.num_nodes(), 10)
     torch.manual_seed(0)
-    model = build_model(ModelConfig(conv=conv, hidden=8, num_layers=2, norm="batch", heads=2), 10, 3)
+    model = build_model(ModelConfig(conv=conv, hidden=8, num_layers=2, hidden_norm="batch", heads=2), 10, 3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model([full, full], feats)
     loss = torch.nn.functional.cross_entropy(logits.float(), torch.arange(g.num_nodes()) % 3)
@@ -529,8 +546,8 @@ def test_model_trains_under_bf16_autocast(conv):
 
 
 def test_model_config_validation_and_build():
-    cfg = ModelConfig(conv="gat", hidden=16, heads=4, norm="none", num_layers=3)
-    assert cfg.norm is None
+    cfg = ModelConfig(conv="gat", hidden=16, heads=4, hidden_norm="none", num_layers=3)
+    assert cfg.hidden_norm is None
     model = build_model(cfg, in_feats=7, num_classes=5)
     assert [type(c) for c in model.convs] == [GATConv] * 3
     assert [c.num_heads for c in model.convs] == [4, 4, 1]
@@ -542,7 +559,7 @@ def test_model_config_validation_and_build():
         "attn_dropout",
         "heads",
         "residual",
-        "norm",
+        "hidden_norm",
         "drop_edge",
         "gcn_edge_weight",
         "activation_checkpointing",
@@ -608,7 +625,7 @@ def test_layers_run_without_dgl():
         print("ok")
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != BACKEND_ENV}
+    env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
         [sys.executable, "-c", script],

@@ -1,4 +1,4 @@
-"""The dependency direction of DESIGN.md: graphs/ and training/ never import Dagster, and
+"""The dependency direction of docs/architecture.md: graphs/ and training/ never import Dagster, and
 training/ never imports DGL at module level (it must run where DGL cannot be installed)."""
 
 import ast

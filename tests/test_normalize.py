@@ -62,7 +62,7 @@ def graphconv(g, x, norm):
 def test_random_graph_matches_dgl_graphconv(tmp_path, norm, seed):
     canonical = canonical_random(tmp_path, seed=seed)
     # small batches: rows (and their self loops) straddle batch boundaries
-    s = build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm=norm, batch_rows=97))
+    s = build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(degree_norm=norm, batch_rows=97))
     csr = load_csr(tmp_path / "adj")
     g = dgl_graph_of(canonical)
     assert s["nnz"] == g.num_edges() + g.num_nodes() == csr.nnz
@@ -78,7 +78,7 @@ def test_random_graph_matches_dgl_graphconv(tmp_path, norm, seed):
 
 def test_right_norm_is_row_mean_of_a_plus_i(tmp_path):
     canonical = canonical_random(tmp_path, seed=3)
-    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm="right"))
+    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(degree_norm="right"))
     csr = load_csr(tmp_path / "adj")
     g = dgl_graph_of(canonical)
     a = g.adj_external(scipy_fmt="csr").toarray() + np.eye(g.num_nodes())
@@ -108,7 +108,7 @@ def test_hand_checked_path_graph(tmp_path):
 
 def test_directed_graph_matches_graphconv_on_reversed_graph(tmp_path):
     canonical = canonical_random(tmp_path, seed=4, symmetrize=False)
-    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(norm="both"))
+    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(degree_norm="both"))
     csr = load_csr(tmp_path / "adj")
     g = dgl_graph_of(canonical)
     x = torch.randn(g.num_nodes(), 5)
@@ -165,12 +165,14 @@ def test_checks_catch_corrupted_weights(tmp_path):
 
 
 def test_right_norm_eigenvalue_is_one(tmp_path):
-    build_normalized_adjacency(canonical_random(tmp_path, seed=6), tmp_path / "adj", AdjacencyConfig(norm="right"))
+    build_normalized_adjacency(
+        canonical_random(tmp_path, seed=6), tmp_path / "adj", AdjacencyConfig(degree_norm="right")
+    )
     assert abs(largest_eigenvalue(load_csr(tmp_path / "adj")) - 1) < 1e-5
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="norm must be one of"):
-        AdjacencyConfig(norm="left")
+    with pytest.raises(ValueError, match="degree_norm must be one of"):
+        AdjacencyConfig(degree_norm="left")
     with pytest.raises(ValueError, match="batch_rows"):
         AdjacencyConfig(batch_rows=0)

@@ -248,6 +248,6 @@ def test_choose_encoding():
 def test_reconstruction_error_by_hand():
     x = np.array([[3.0, 4.0]], dtype=np.float32)
     err = reconstruction_error(x, np.array([[3.0, 3.5]], dtype=np.float32))
-    assert err == {"max_abs": 0.5, "rel_rms": pytest.approx(0.1)}
+    assert err == {"max_abs_error": 0.5, "rel_rms_error": pytest.approx(0.1)}
     z = np.zeros((2, 2), dtype=np.float32)
-    assert reconstruction_error(z, z) == {"max_abs": 0.0, "rel_rms": 0.0}
+    assert reconstruction_error(z, z) == {"max_abs_error": 0.0, "rel_rms_error": 0.0}

@@ -93,7 +93,7 @@ def _run_config(shards: Path, out: Path, **training) -> RunConfig:
 def test_config_yaml_round_trips_and_accepts_the_dagster_shape(tmp_path):
     cfg = RunConfig.from_dict(
         {
-            "model": {"conv": "gcn", "hidden": 32, "norm": "layer"},
+            "model": {"conv": "gcn", "hidden": 32, "hidden_norm": "layer"},
             "training": {
                 "precision": "mixed_float16",
                 "optimizer": {"type": "AdamW", "lr": 0.001, "weight_decay": 0.01},
@@ -138,13 +138,20 @@ def test_bad_config_values_raise_naming_the_field(data, field):
         RunConfig.from_dict(data)
 
 
+def test_renamed_fields_say_their_new_name():
+    with pytest.raises(ValueError, match=r"model\.norm was renamed model\.hidden_norm"):
+        RunConfig.from_dict({"model": {"norm": "layer"}})
+    with pytest.raises(ValueError, match=r"training\.normalize was renamed training\.feature_norm"):
+        RunConfig.from_dict({"training": {"normalize": "row"}})
+
+
 def test_cli_set_overrides_nested_values():
     from training.__main__ import _apply_override
 
     data = {"training": {"optimizer": {"lr": 0.1}}}
     _apply_override(data, "training.optimizer.lr=0.5")
-    _apply_override(data, "model.norm=null")
-    assert data == {"training": {"optimizer": {"lr": 0.5}}, "model": {"norm": None}}
+    _apply_override(data, "model.hidden_norm=null")
+    assert data == {"training": {"optimizer": {"lr": 0.5}}, "model": {"hidden_norm": None}}
 
 
 # ----------------------------------------------------------------------------- AMP, schedule, features
@@ -254,11 +261,11 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
 
     # model files load with weights_only=True and reproduce the predictions
     model = load_model(out / "model_best.pt")
-    from training.evaluate import full_graph_forward, load_full_block
+    from training.evaluate import load_full_block
     from training.features import full_features
 
     x = FeatureTransform.fit("row", iter(()))(full_features(read_manifest(sbm["w2"]["shards"]), sbm["w2"]["shards"]))
-    _, logits = full_graph_forward(model, load_full_block(sbm["w2"]["adjacency"]), x)
+    logits = model.inference(load_full_block(sbm["w2"]["adjacency"]), x)
     assert (logits.argmax(1).numpy() == pred.predicted.to_numpy()).all()
 
     metrics = pq.read_table(out / "metrics.parquet").to_pandas()
@@ -431,7 +438,7 @@ def test_cora_short_run_reaches_a_sane_accuracy(shared_datasets, tmp_path):
                 "eval_every": 20,
                 "checkpoint_every": 100,
                 "profiler": "none",
-                "normalize": "row",
+                "feature_norm": "row",
                 "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4},
             },
             "paths": {"shards": str(d["shards"]), "out": str(tmp_path / "trained_model")},
@@ -557,7 +564,7 @@ def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
 @pytest.mark.parametrize("encoding", ["fp32", "int8"])
 def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, tmp_path, encoding):
     from training.data import FeatureRows
-    from training.evaluate import StreamingEval, full_graph_forward, load_full_block, row_block
+    from training.evaluate import StreamingEval, load_full_block, row_block
     from training.features import full_features
     from training.layers import ModelConfig, build_model
 
@@ -581,8 +588,9 @@ def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, 
     torch.manual_seed(0)
     for conv in ("sage", "gcn", "gat"):
         model = build_model(ModelConfig(conv=conv, hidden=16, num_layers=2, heads=2), 16, 4)
-        emb_mem, logits_mem = full_graph_forward(
-            model, load_full_block(d["adjacency"]), transform(full_features(manifest, shards))
+        model.eval()
+        emb_mem, logits_mem = model.inference_with_embeddings(
+            load_full_block(d["adjacency"]), transform(full_features(manifest, shards))
         )
         features = FeatureRows("manifest", manifest, shards)
         seen = []

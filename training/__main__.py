@@ -14,8 +14,6 @@ import sys
 
 import yaml
 
-os.environ.setdefault("DGLBACKEND", "pytorch")
-
 
 def _apply_override(data: dict, assignment: str) -> None:
     """``a.b.c=value`` (value parsed as YAML) into the nested dict ``data``."""

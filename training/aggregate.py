@@ -15,8 +15,9 @@ one of sum / mean / max (``w_uv = 1`` without edge weights). Every GNN layer in
 - ``auto`` (default): ``dgl`` for CPU tensors when DGL imports, else ``torch``. The PyPI DGL
   wheel is CPU-only, so CUDA tensors always take the torch path.
 
-The backend comes from the ``backend`` argument, else the environment variable
-``GNNFLOW_AGGREGATE_BACKEND``, else ``auto``.
+The backend is the ``backend`` argument (``auto`` when None). The layers of
+``training.layers`` pass their ``aggregation`` attribute, set for a whole model with
+``training.layers.use_aggregation`` (the ``training.aggregation`` setting).
 
 Precision: aggregation always runs in float32 (or float64 for float64 input). Half and
 bfloat16 inputs (e.g. under autocast) are upcast and the result is cast back to the input
@@ -30,17 +31,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 
 import torch
 
 from training.blocks import Block, CSRStructure
 
-__all__ = ["BACKEND_ENV", "BACKENDS", "aggregate", "edge_softmax", "resolve_backend"]
+__all__ = ["BACKENDS", "aggregate", "edge_softmax", "resolve_backend"]
 
 log = logging.getLogger(__name__)
 
-BACKEND_ENV = "GNNFLOW_AGGREGATE_BACKEND"
 BACKENDS = ("auto", "torch", "dgl")
 REDUCES = ("sum", "mean", "max")
 
@@ -52,7 +51,8 @@ def _dgl():
     """The dgl module, or None when it cannot be imported (result cached)."""
     global _dgl_module
     if _dgl_module is _UNSET:
-        os.environ.setdefault("DGLBACKEND", "pytorch")
+        import graphs  # noqa: F401  (sets DGLBACKEND before DGL is imported)
+
         try:
             import dgl
             import dgl.ops  # noqa: F401
@@ -68,19 +68,16 @@ def _dgl():
 
 def resolve_backend(backend: str | None, device: torch.device) -> str:
     """``"torch"`` or ``"dgl"``: the kernel ``aggregate`` will use for tensors on ``device``."""
-    name = backend or os.environ.get(BACKEND_ENV) or "auto"
+    name = backend or "auto"
     if name not in BACKENDS:
-        raise ValueError(
-            f"unknown aggregation backend {name!r} (from "
-            f"{'the backend argument' if backend else BACKEND_ENV}); use one of {BACKENDS}"
-        )
+        raise ValueError(f"unknown aggregation backend {name!r}; use one of {BACKENDS}")
     if name == "torch":
         return "torch"
     if name == "dgl":
         if _dgl() is None:
             raise ImportError(
                 "aggregation backend 'dgl' was requested but dgl cannot be imported; "
-                f"install dgl or set {BACKEND_ENV}=auto"
+                "install dgl or use the aggregation backend 'auto'"
             )
         return "dgl"
     return "dgl" if device.type == "cpu" and _dgl() is not None else "torch"
@@ -104,7 +101,7 @@ def aggregate(
             ``x``'s feature dims once trailing 1s are appended: ``[E]`` scales every feature
             of an edge, ``[E, heads]`` scales each head of ``[N, heads, F]`` features.
             Gradients flow into it.
-        backend: ``"auto"``, ``"torch"`` or ``"dgl"``; None reads ``GNNFLOW_AGGREGATE_BACKEND``.
+        backend: ``"auto"`` (also for None), ``"torch"`` or ``"dgl"``.
 
     Returns:
         ``[num_dst, *F]`` in ``x.dtype``.

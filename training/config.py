@@ -33,7 +33,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar, Union
+from typing import Any, ClassVar, TypeVar, Union
 
 import yaml
 
@@ -192,7 +192,7 @@ class TrainingConfig:
             "the best epoch is the one kept); 0 = off"
         },
     )
-    normalize: str = field(
+    feature_norm: str = field(
         default="row",
         metadata={
             "help": f"feature preprocessing, one of {FEATURE_NORMALIZATIONS}: row = divide each row by "
@@ -232,11 +232,13 @@ class TrainingConfig:
         default=1, metadata={"help": "epochs between checkpoints on rank 0 (always after the last)"}
     )
 
+    RENAMED_FIELDS: ClassVar[dict[str, str]] = {"normalize": "feature_norm"}
+
     def __post_init__(self) -> None:
         p = "training"
         for name, choices in (
             ("precision", PRECISIONS),
-            ("normalize", FEATURE_NORMALIZATIONS),
+            ("feature_norm", FEATURE_NORMALIZATIONS),
             ("profiler", PROFILERS),
             ("device", DEVICES),
             ("aggregation", AGGREGATIONS),
@@ -348,8 +350,12 @@ def config_from_dict(cls: type[T], data: Any, path: str = "") -> T:
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(known))
+    prefix = f"{path}." if path else ""
+    renamed = getattr(cls, "RENAMED_FIELDS", {})
+    for old in unknown:
+        if old in renamed:
+            raise ValueError(f"{prefix}{old} was renamed {prefix}{renamed[old]}; rename it in your config")
     if unknown:
-        prefix = f"{path}." if path else ""
         raise ValueError(
             f"unknown field{'s' if len(unknown) > 1 else ''} {', '.join(prefix + k for k in unknown)}; "
             f"known fields: {', '.join(known)}"

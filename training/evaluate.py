@@ -1,7 +1,8 @@
 """Full-graph evaluation: layer-wise inference over the normalized adjacency, no sampling.
 
 Validation and test accuracy (and the final predictions) come from running the model
-over the whole graph layer by layer (DGL's GraphSAGE examples' ``inference``): layer
+over the whole graph layer by layer (`training.layers.GNN.inference` and
+``inference_with_embeddings``, as DGL's GraphSAGE examples' ``inference``): layer
 ``l`` is computed for every node from layer ``l - 1``'s output of every node, over the
 full normalized adjacency Â (self loops included, weights used by GCN layers). That is
 exact (no sampling noise) and costs one pass over the edges per layer. With
@@ -28,25 +29,20 @@ import numpy as np
 import torch
 from torch import nn
 
-from training.blocks import Block, block_from_csr, slice_dst
+from training.blocks import Block, block_from_csr
 
-__all__ = ["EvalGraph", "StreamingEval", "accuracies", "full_graph_forward", "load_full_block", "row_block"]
+__all__ = ["EvalGraph", "StreamingEval", "accuracies", "load_full_block", "row_block"]
 
 
 def load_full_block(adjacency_dir: str | os.PathLike) -> Block:
     """The normalized adjacency CSR (indptr/indices/weights .npy) as a full-graph Block.
 
-    Â is symmetric for the default ``norm="both"`` on a symmetrized graph, so its CSR is
+    Â is symmetric for the default ``degree_norm="both"`` on a symmetrized graph, so its CSR is
     also the CSC over destinations that Block expects.
     """
-    d = Path(adjacency_dir)
-    arrays = []
-    for name in ("indptr", "indices", "weights"):
-        path = d / f"{name}.npy"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; materialize normalized_adjacency first")
-        arrays.append(np.load(path, allow_pickle=False))
-    return block_from_csr(*arrays)
+    from graphs.normalize import load_csr
+
+    return block_from_csr(*load_csr(adjacency_dir, mmap=False))
 
 
 @dataclass
@@ -65,44 +61,6 @@ class EvalGraph:
         if key not in self._on:
             self._on[key] = (self.block.to(device), self.x.to(device))
         return self._on[key]
-
-
-@torch.no_grad()
-def full_graph_forward(
-    model: nn.Module,
-    block: Block,
-    x: torch.Tensor,
-    batch_size: int = 0,
-    device: torch.device | str | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """(embeddings, logits) of every node, layer by layer, in eval mode.
-
-    ``model`` is a :class:`training.layers.GNN` (its ``layer(i, block, h)``). The
-    embeddings are the input of the last layer (the last hidden representation; the
-    input features for a one-layer model). With ``batch_size > 0`` each layer runs in
-    destination chunks of that size on ``device`` and is gathered on ``x``'s device.
-    """
-    was_training = model.training
-    model.eval()
-    try:
-        n = block.num_dst
-        device = torch.device(device) if device is not None else x.device
-        h = x
-        emb = x
-        if batch_size <= 0 or batch_size >= n:
-            blk = block.to(device)
-            h = h.to(device)
-            for layer in range(model.num_layers):
-                emb = h
-                h = model.layer(layer, blk, h)
-            return emb.to(x.device).float(), h.to(x.device).float()
-        chunks = [slice_dst(block, s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
-        for layer in range(model.num_layers):
-            emb = h
-            h = torch.cat([model.layer(layer, sub.to(device), h[src].to(device)).to(x.device) for sub, src in chunks])
-        return emb.float(), h.float()
-    finally:
-        model.train(was_training)
 
 
 def row_block(
@@ -188,6 +146,7 @@ class StreamingEval:
             model.train(was_training)
 
 
+@torch.no_grad()
 def accuracies(logits: torch.Tensor, labels: torch.Tensor, masks: dict[str, torch.Tensor]) -> dict[str, float]:
     """``{split}_acc`` for every split mask (NaN for an empty split)."""
     pred = logits.argmax(1).cpu()

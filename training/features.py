@@ -7,7 +7,7 @@ preprocessing to the gathered rows on the device (:class:`FeatureTransform`), so
 n x D is materialized on the ranks for training. Rank 0 builds the full matrix once for
 the full-graph inference (:func:`full_features`).
 
-Preprocessing (``training.normalize``):
+Preprocessing (``training.feature_norm``):
 
 - ``row``: every row divided by its L1 norm (all-zero rows stay zero); for the 0/1
   bag-of-words features of Cora/CiteSeer this is the row normalization of the Planetoid
@@ -102,11 +102,11 @@ def full_features(manifest: dict, shards_dir: str | os.PathLike) -> torch.Tensor
 
 
 class FeatureTransform:
-    """``training.normalize`` as a function of gathered feature rows (see module docstring)."""
+    """``training.feature_norm`` as a function of gathered feature rows (see module docstring)."""
 
     def __init__(self, kind: str, mean: torch.Tensor | None = None, std: torch.Tensor | None = None):
         if kind not in ("row", "standard", "none"):
-            raise ValueError(f"training.normalize={kind!r}: must be row, standard or none")
+            raise ValueError(f"training.feature_norm={kind!r}: must be row, standard or none")
         if kind == "standard" and (mean is None or std is None):
             raise ValueError("standard normalization needs the column mean and std")
         self.kind, self.mean, self.std = kind, mean, std

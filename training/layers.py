@@ -19,7 +19,9 @@ evaluation. Build it from a :class:`ModelConfig` with :func:`build_model`.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field, fields
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -30,6 +32,7 @@ from training.aggregate import aggregate, edge_softmax
 from training.blocks import Block, drop_edge_scale, drop_edges, slice_dst
 
 __all__ = [
+    "Aggregating",
     "CONVS",
     "GATConv",
     "GINConv",
@@ -40,6 +43,7 @@ __all__ = [
     "SAGEConv",
     "build_model",
     "sampled_edge_weight",
+    "use_aggregation",
 ]
 
 CONVS = ("sage", "sage_pool", "gcn", "gat", "gin")
@@ -51,7 +55,28 @@ def _per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     return values.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
 
 
-class SAGEConv(nn.Module):
+class Aggregating(nn.Module):
+    """A layer that aggregates over a block: ``aggregation`` is the `training.aggregate`
+    backend its aggregations use ("auto", "torch" or "dgl"; see `use_aggregation`)."""
+
+    aggregation: str = "auto"
+
+
+@contextlib.contextmanager
+def use_aggregation(model: nn.Module, backend: str):
+    """Within the block, every layer of `model` aggregates with `backend`; restored after."""
+    layers = [m for m in model.modules() if isinstance(m, Aggregating)]
+    old = [m.aggregation for m in layers]
+    for m in layers:
+        m.aggregation = backend
+    try:
+        yield
+    finally:
+        for m, name in zip(layers, old):
+            m.aggregation = name
+
+
+class SAGEConv(Aggregating):
     """GraphSAGE: ``fc_self(x_v) + fc_neigh(reduce_{u->v} x_u)`` (= ``dgl.nn.SAGEConv``).
 
     ``aggregator="mean"`` averages the neighbours; ``"pool"`` takes the element-wise max of
@@ -80,15 +105,21 @@ class SAGEConv(nn.Module):
     def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if self.aggregator == "pool":
             pooled = F.relu(self.fc_pool(x))
-            h_neigh = self.fc_neigh(aggregate(block, pooled, reduce="max", edge_weight=edge_weight))
+            h_neigh = self.fc_neigh(
+                aggregate(block, pooled, reduce="max", edge_weight=edge_weight, backend=self.aggregation)
+            )
         elif self.in_feats > self.out_feats:
-            h_neigh = aggregate(block, self.fc_neigh(x), reduce="mean", edge_weight=edge_weight)
+            h_neigh = aggregate(
+                block, self.fc_neigh(x), reduce="mean", edge_weight=edge_weight, backend=self.aggregation
+            )
         else:
-            h_neigh = self.fc_neigh(aggregate(block, x, reduce="mean", edge_weight=edge_weight))
+            h_neigh = self.fc_neigh(
+                aggregate(block, x, reduce="mean", edge_weight=edge_weight, backend=self.aggregation)
+            )
         return self.fc_self(x[: block.num_dst]) + h_neigh
 
 
-class GraphConv(nn.Module):
+class GraphConv(Aggregating):
     """GCN layer (Kipf & Welling) (= ``dgl.nn.GraphConv`` with ``allow_zero_in_degree=True``).
 
     ``norm="both"`` scales sources by ``out_degree^-1/2`` and destinations by
@@ -139,9 +170,9 @@ class GraphConv(nn.Module):
             x = x * _per_row(deg.rsqrt() if norm == "both" else deg.reciprocal(), x)
         # Multiply by W on the smaller side of the aggregation.
         if self.weight is not None and self.in_feats > self.out_feats:
-            h = aggregate(block, x @ self.weight, reduce="sum", edge_weight=edge_weight)
+            h = aggregate(block, x @ self.weight, reduce="sum", edge_weight=edge_weight, backend=self.aggregation)
         else:
-            h = aggregate(block, x, reduce="sum", edge_weight=edge_weight)
+            h = aggregate(block, x, reduce="sum", edge_weight=edge_weight, backend=self.aggregation)
             if self.weight is not None:
                 h = h @ self.weight
         if norm in ("right", "both"):
@@ -158,7 +189,7 @@ def _check_gcn_norm(norm: str) -> str:
     return norm
 
 
-class GATConv(nn.Module):
+class GATConv(Aggregating):
     """Graph attention (Veličković et al.) (= ``dgl.nn.GATConv``, ``allow_zero_in_degree=True``).
 
     Returns ``[num_dst, num_heads, out_feats]``. Attention logits
@@ -222,7 +253,7 @@ class GATConv(nn.Module):
         attn = self.attn_drop(edge_softmax(block, scores))
         if edge_weight is not None:
             attn = attn * edge_weight.view(-1, 1)
-        rst = aggregate(block, ft, reduce="sum", edge_weight=attn)  # [num_dst, heads, out]
+        rst = aggregate(block, ft, reduce="sum", edge_weight=attn, backend=self.aggregation)  # [num_dst, heads, out]
         if self.res_fc is not None:
             rst = rst + self.res_fc(h[:num_dst]).view(num_dst, -1, out)
         if self.bias is not None:
@@ -230,7 +261,7 @@ class GATConv(nn.Module):
         return rst
 
 
-class GINConv(nn.Module):
+class GINConv(Aggregating):
     """Graph isomorphism layer: ``apply_func((1 + eps) x_v + reduce_{u->v} x_u``).
 
     Equals ``dgl.nn.GINConv(apply_func, aggregator, init_eps, learn_eps)``. The default
@@ -259,7 +290,7 @@ class GINConv(nn.Module):
             self.register_buffer("eps", torch.tensor([float(init_eps)]))
 
     def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        neigh = aggregate(block, x, reduce=self.aggregator, edge_weight=edge_weight)
+        neigh = aggregate(block, x, reduce=self.aggregator, edge_weight=edge_weight, backend=self.aggregation)
         return self.apply_func((1 + self.eps) * x[: block.num_dst] + neigh)
 
 
@@ -287,7 +318,7 @@ class ModelConfig:
         default=False,
         metadata={"help": "add each hidden layer's input (linearly projected if widths differ)"},
     )
-    norm: str | None = field(
+    hidden_norm: str | None = field(
         default=None,
         metadata={"help": "normalization after each hidden layer: 'batch', 'layer' or None"},
     )
@@ -311,13 +342,15 @@ class ModelConfig:
         metadata={"help": "recompute each layer in backward instead of storing activations"},
     )
 
+    RENAMED_FIELDS: ClassVar[dict[str, str]] = {"norm": "hidden_norm"}
+
     def __post_init__(self) -> None:
-        if self.norm == "none":  # YAML-friendly spelling of None
-            self.norm = None
+        if self.hidden_norm == "none":  # YAML-friendly spelling of None
+            self.hidden_norm = None
         if self.conv not in CONVS:
             raise ValueError(f"model.conv={self.conv!r} is not one of {CONVS}")
-        if self.norm is not None and self.norm not in NORMS:
-            raise ValueError(f"model.norm={self.norm!r} is not one of {NORMS} or None")
+        if self.hidden_norm is not None and self.hidden_norm not in NORMS:
+            raise ValueError(f"model.hidden_norm={self.hidden_norm!r} is not one of {NORMS} or None")
         for name in ("hidden", "heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be at least 1")
@@ -341,7 +374,7 @@ class ModelConfig:
 class GNN(nn.Module):
     """A stack of ``num_layers`` graph convolutions for node classification.
 
-    Each hidden layer is ``dropout -> conv -> (+ residual) -> norm -> relu``; the last is
+    Each hidden layer is ``dropout -> conv -> (+ residual) -> hidden_norm -> relu``; the last is
     ``dropout -> conv`` and returns class logits. GAT hidden layers concatenate their
     ``heads`` heads of ``hidden // heads`` features; its output layer has one head.
     """
@@ -356,7 +389,7 @@ class GNN(nn.Module):
         *,
         dropout: float = 0.0,
         residual: bool = False,
-        norm: str | None = None,
+        hidden_norm: str | None = None,
         drop_edge: float = 0.0,
         heads: int = 1,
         attn_dropout: float = 0.0,
@@ -381,7 +414,7 @@ class GNN(nn.Module):
             self.convs.append(_make_conv(conv, d_in, d_out, 1 if last else heads, attn_dropout))
             if last:
                 continue
-            self.norms.append(_make_norm(norm, d_out))
+            self.norms.append(_make_norm(hidden_norm, d_out))
             if residual:
                 self.residuals.append(nn.Identity() if d_in == d_out else nn.Linear(d_in, d_out, bias=False))
         self.dropout = nn.Dropout(dropout)
@@ -441,13 +474,27 @@ class GNN(nn.Module):
         batch_size: int | None = None,
         device: torch.device | str | None = None,
     ) -> torch.Tensor:
-        """Logits of every node, computed layer by layer over the whole graph (no sampling).
+        """Logits of every node, computed layer by layer over the whole graph (no sampling);
+        see `inference_with_embeddings`."""
+        return self.inference_with_embeddings(full_block, x, batch_size, device)[1]
+
+    @torch.no_grad()
+    def inference_with_embeddings(
+        self,
+        full_block: Block,
+        x: torch.Tensor,
+        batch_size: int | None = None,
+        device: torch.device | str | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(embeddings, logits) of every node, computed layer by layer over the whole graph.
 
         ``full_block`` is the full graph (``num_src == num_dst``, e.g. the normalized
-        adjacency CSR with its weights). With ``batch_size`` each layer runs over
-        destination chunks of that size (:func:`training.blocks.slice_dst`), computed on
-        ``device`` (default: ``x``'s) and gathered on ``x``'s device, bounding the
-        memory of one step. Call ``model.eval()`` first, as for any evaluation.
+        adjacency CSR with its weights). The embeddings are the input of the last layer (the
+        last hidden representation; the input features for a one-layer model). With
+        ``batch_size`` (None or 0: all at once) each layer runs over destination chunks of
+        that size (:func:`training.blocks.slice_dst`), computed on ``device`` (default:
+        ``x``'s) and gathered on ``x``'s device, bounding the memory of one step. Call
+        ``model.eval()`` first, as for any evaluation.
         """
         if full_block.num_src != full_block.num_dst:
             raise ValueError(
@@ -456,18 +503,19 @@ class GNN(nn.Module):
             )
         n = full_block.num_dst
         device = torch.device(device) if device is not None else x.device
-        if batch_size is None or batch_size >= n:
+        h = emb = x
+        if not batch_size or batch_size >= n:
             block = full_block.to(device)
-            h = x.to(device)
+            h = h.to(device)
             for layer in range(self.num_layers):
+                emb = h
                 h = self.layer(layer, block, h)
-            return h.to(x.device)
+            return emb.to(x.device), h.to(x.device)
         chunks = [slice_dst(full_block, s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
-        h = x
         for layer in range(self.num_layers):
-            parts = [self.layer(layer, sub.to(device), h[src_ids].to(device)).to(x.device) for sub, src_ids in chunks]
-            h = torch.cat(parts)
-        return h
+            emb = h
+            h = torch.cat([self.layer(layer, sub.to(device), h[src].to(device)).to(x.device) for sub, src in chunks])
+        return emb, h
 
 
 def sampled_edge_weight(
@@ -518,15 +566,15 @@ def _make_conv(conv: str, d_in: int, d_out: int, heads: int, attn_dropout: float
     return GINConv(d_in, d_out)
 
 
-def _make_norm(norm: str | None, width: int) -> nn.Module:
+def _make_norm(hidden_norm: str | None, width: int) -> nn.Module:
     # Left in float32 on purpose: autocast runs batch/layer norm in float32 itself.
-    if norm is None:
+    if hidden_norm is None:
         return nn.Identity()
-    if norm == "batch":
+    if hidden_norm == "batch":
         return nn.BatchNorm1d(width)
-    if norm == "layer":
+    if hidden_norm == "layer":
         return nn.LayerNorm(width)
-    raise ValueError(f"norm={norm!r} is not one of {NORMS} or None")
+    raise ValueError(f"hidden_norm={hidden_norm!r} is not one of {NORMS} or None")
 
 
 def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
@@ -544,7 +592,7 @@ def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
         cfg.conv,
         dropout=cfg.dropout,
         residual=cfg.residual,
-        norm=cfg.norm,
+        hidden_norm=cfg.hidden_norm,
         drop_edge=cfg.drop_edge,
         heads=cfg.heads,
         attn_dropout=cfg.attn_dropout,

@@ -119,11 +119,9 @@ def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: to
 
 def plot_curves(rows: list[dict], path: str | os.PathLike) -> None:
     """curves.png: training loss (mean over ranks) and train/val/test accuracy per epoch."""
-    import matplotlib
+    from graphs.plotting import headless_pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = headless_pyplot()
     epochs = sorted({r["epoch"] for r in rows})
     loss = [np.mean([r["loss"] for r in rows if r["epoch"] == e]) for e in epochs]
     main = {r["epoch"]: r for r in rows if r["rank"] == 0}

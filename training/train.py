@@ -35,16 +35,21 @@ What one epoch does, on every rank r of R processes:
 When the last epoch is done (or early stopping fired), rank 0 writes the outputs
 (`training.outputs`) into the trained_model folder atomically and removes the work folder.
 A re-run with the same config and data resumes from the last checkpoint instead.
+
+Reading order (top to bottom): `train` sets up the process group; `_train` is the loop:
+`setup_run` builds the `Run` state once (shards' plan, features, model/DDP/optimizer/AMP,
+`resume` from a checkpoint, rank 0's `load_eval_graph`), then per epoch `train_epoch`
+(steps 1-3, `forward_backward` per minibatch), `evaluate_epoch` (step 4, rank 0),
+`save_run_checkpoint`; `finish_run` writes the outputs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import shutil
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -54,7 +59,6 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
 from graphs.storage import atomic_output_dir, peak_rss_bytes
-from training.aggregate import BACKEND_ENV
 from training.checkpoint import (
     CHECKPOINT_NAME,
     code_version,
@@ -67,9 +71,9 @@ from training.checkpoint import (
 from training.config import LRScheduleConfig, OptimizerConfig, RunConfig, TrainingConfig
 from training.data import FeatureRows, ShardStream, cross_entropy, read_manifest
 from training.distributed import DistInfo, all_gather_objects, broadcast_flag, init_distributed, shutdown
-from training.evaluate import EvalGraph, StreamingEval, accuracies, full_graph_forward, load_full_block
+from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
-from training.layers import build_model
+from training.layers import build_model, use_aggregation
 from training.outputs import model_file_state, plot_curves, write_json, write_metrics, write_predictions
 from training.precision import grad_scaler, resolve_precision
 from training.profiling import StepProfiler, nvtx_context
@@ -77,13 +81,13 @@ from training.report import Reporter, open_reporter
 
 __all__ = [
     "EpochHook",
+    "check_sampler_supports",
     "epoch_passes",
     "learning_rate",
     "make_optimizer",
     "replay_order_seed",
     "resolve_inputs",
     "resolve_num_layers",
-    "check_sampler_supports",
     "train",
     "training_epochs",
 ]
@@ -109,7 +113,110 @@ def train(cfg: RunConfig, *, on_epoch_end: EpochHook | None = None) -> dict | No
     return summary
 
 
+@dataclass(eq=False)
+class Run:
+    """Everything one training run holds, built once by `setup_run` (then read by every step).
+
+    Fixed for the run: the settings, the inputs and the shards' plan, the feature source
+    and transform, the model (``net`` is its DDP wrapper, or the model itself), optimizer,
+    precision and loss scaler, the checkpoint identity and rank 0's evaluation graph.
+    Changed as it goes: ``epoch`` progress (``start_epoch``, ``step``), ``history``,
+    ``best`` and ``stopped_early`` — exactly what a checkpoint stores.
+    """
+
+    cfg: RunConfig
+    info: DistInfo
+    report: Reporter
+    t_start: float
+    # inputs and the shards' plan
+    shards: Path
+    canonical: Path
+    adjacency: Path
+    manifest: dict
+    my_streams: list[int]
+    shard_epochs: int
+    epochs: int
+    per_stream: int
+    steps_per_epoch: int
+    total_steps: int
+    num_blocks: int
+    # features
+    stream_features: object
+    in_feats: int
+    num_classes: int
+    transform: FeatureTransform
+    # model, DDP, optimizer, AMP
+    model: torch.nn.Module
+    net: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    precision: object
+    scaler: object
+    # checkpoint identity
+    dver: str
+    key: str
+    work: Path
+    ckpt_path: Path
+    eval_graph: "InMemoryEval | StreamedEval | None" = None
+    # progress (restored from a checkpoint)
+    start_epoch: int = 0
+    step: int = 0
+    stopped_early: bool = False
+    history: list[dict] = field(default_factory=list)
+    best: dict = field(default_factory=lambda: {"epoch": -1, "val_acc": -1.0, "test_acc": float("nan"), "model": None})
+
+    @property
+    def device(self) -> torch.device:
+        return self.info.device
+
+    def now(self) -> float:
+        """perf_counter after a CUDA sync: accurate stage timings on GPUs."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter()
+
+
 def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: EpochHook | None) -> dict | None:
+    run = setup_run(cfg, info, report)
+    tcfg = cfg.training
+    profiling = info.is_main and tcfg.profiler == "torch" and run.start_epoch < run.epochs
+    profiler = StepProfiler(profiling, run.work / "profile", run.device)
+
+    # ------------------------------------------------------------------ the loop
+    with nvtx_context(tcfg.profiler, run.device):
+        for epoch in range(run.start_epoch, run.epochs):
+            if run.stopped_early:
+                break
+            t_epoch = run.now()
+            row = train_epoch(run, epoch, profiler)
+            stop = evaluate_epoch(run, epoch, row) if info.is_main else False
+            run.stopped_early = broadcast_flag(info, stop) and epoch < run.epochs - 1
+            row["epoch_seconds"] = run.now() - t_epoch
+            rows = all_gather_objects(info, row)
+            run.history.extend(rows)
+            if info.is_main:
+                report.info(_epoch_line(epoch, run.epochs, rows))
+                if run.stopped_early:
+                    report.info(f"early stopping: validation accuracy last improved at epoch {run.best['epoch']}")
+                if (epoch + 1) % tcfg.checkpoint_every == 0 or epoch == run.epochs - 1 or run.stopped_early:
+                    save_run_checkpoint(run, epoch)
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, rows)
+    profiler.close()
+
+    # ------------------------------------------------------------------ outputs (rank 0)
+    if not info.is_main:
+        return None
+    summary = finish_run(run)
+    report.materialization(_pipes_metadata(summary))
+    report.info(
+        f"done: best val {summary['best_val_acc']:.4f} (epoch {summary['best_epoch']}), "
+        f"test {summary['test_acc_at_best_val']:.4f}; outputs in {cfg.paths.out}"
+    )
+    return summary
+
+
+def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
+    """The run state: shards' plan, features, model/DDP/optimizer/AMP, resume, evaluation graph."""
     tcfg, device = cfg.training, info.device
     t_start = time.perf_counter()
 
@@ -134,6 +241,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     # trained, checkpointed and written to run.yaml. The run key (work folder) stays that of
     # the config as given, which the launcher computes too.
     given = cfg
+    num_blocks = int(manifest["num_layers"])
     cfg = replace(cfg, model=replace(cfg.model, num_layers=resolve_num_layers(cfg.model.num_layers, manifest, shards)))
     check_sampler_supports(cfg.model.conv, manifest, shards)
 
@@ -141,13 +249,14 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     if manifest.get("features") is not None:
         stream_features = "manifest"
         in_feats = int(manifest["feature_dim"])
-        stats = feature_chunks(manifest, shards) if tcfg.normalize == "standard" else iter(())
-        transform = FeatureTransform.fit(tcfg.normalize, stats)
+        stats = feature_chunks(manifest, shards) if tcfg.feature_norm == "standard" else iter(())
+        transform = FeatureTransform.fit(tcfg.feature_norm, stats)
     else:  # no features: one-hot log-degree buckets, from the adjacency's row lengths
-        indptr = np.load(Path(adjacency) / "indptr.npy", mmap_mode="r", allow_pickle=False)
-        stream_features = degree_features(indptr, tcfg.degree_buckets)
+        from graphs.normalize import load_csr
+
+        stream_features = degree_features(load_csr(adjacency).indptr, tcfg.degree_buckets)
         in_feats = tcfg.degree_buckets
-        transform = FeatureTransform.fit(tcfg.normalize, iter([stream_features]))
+        transform = FeatureTransform.fit(tcfg.feature_norm, iter([stream_features]))
     num_classes = int(manifest["num_classes"])
 
     # ------------------------------------------------------------------ model, DDP, optimizer, AMP
@@ -160,26 +269,41 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     precision = resolve_precision(tcfg.precision, device)
     scaler = grad_scaler(enabled=precision.loss_scaling)
 
-    # ------------------------------------------------------------------ checkpoint / resume
+    # ------------------------------------------------------------------ checkpoint identity
     dver = data_version(shards, canonical, adjacency)
     key = run_key(given.to_dict(), dver)
     work = work_dir_for(cfg.paths.out, key, cfg.paths.work)
-    ckpt_path = work / CHECKPOINT_NAME
-    state = load_checkpoint(ckpt_path)
-    history: list[dict] = []
-    best = {"epoch": -1, "val_acc": -1.0, "test_acc": float("nan"), "model": None}
-    start_epoch, step, stopped_early = 0, 0, False
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        if state["scaler"]:
-            scaler.load_state_dict(state["scaler"])
-        history, best = list(state["history"]), dict(state["best"])
-        start_epoch, step, stopped_early = state["epoch"] + 1, state["step"], state["stopped_early"]
-        if info.is_main:
-            report.info(f"resuming from {ckpt_path}: epochs 0..{state['epoch']} done, {step} steps")
-            if state["code_version"] != code_version():
-                report.warning(f"checkpoint written by {state['code_version']}, running {code_version()}")
+    run = Run(
+        cfg=cfg,
+        info=info,
+        report=report,
+        t_start=t_start,
+        shards=shards,
+        canonical=canonical,
+        adjacency=adjacency,
+        manifest=manifest,
+        my_streams=my_streams,
+        shard_epochs=shard_epochs,
+        epochs=epochs,
+        per_stream=per_stream,
+        steps_per_epoch=steps_per_epoch,
+        total_steps=total_steps,
+        num_blocks=num_blocks,
+        stream_features=stream_features,
+        in_feats=in_feats,
+        num_classes=num_classes,
+        transform=transform,
+        model=model,
+        net=net,
+        optimizer=optimizer,
+        precision=precision,
+        scaler=scaler,
+        dver=dver,
+        key=key,
+        work=work,
+        ckpt_path=work / CHECKPOINT_NAME,
+    )
+    resume(run)
 
     if info.is_main:
         report.info(
@@ -195,206 +319,297 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
                 f"{epochs} epochs over {shard_epochs} sampled epochs: epoch e replays sampled epoch e % {shard_epochs} "
                 "with its minibatches in a new seeded order per pass"
             )
+        run.eval_graph = load_eval_graph(run)
+    return run
 
-    # rank 0 evaluates on the full graph: in memory, or streamed in row chunks with eval_batch_size
-    eval_graph = None
-    if info.is_main:
-        eval_graph = _evaluator(tcfg, manifest, shards, canonical, adjacency, stream_features, transform, work, device)
 
-    def now() -> float:  # accurate stage timings on CUDA need a sync
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        return time.perf_counter()
+def resume(run: Run) -> None:
+    """Restore the model, optimizer, scaler and progress from the run's checkpoint, if any."""
+    state = load_checkpoint(run.ckpt_path)
+    if state is None:
+        return
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    if state["scaler"]:
+        run.scaler.load_state_dict(state["scaler"])
+    run.history, run.best = list(state["history"]), dict(state["best"])
+    run.start_epoch, run.step, run.stopped_early = state["epoch"] + 1, state["step"], state["stopped_early"]
+    if run.info.is_main:
+        run.report.info(f"resuming from {run.ckpt_path}: epochs 0..{state['epoch']} done, {run.step} steps")
+        if state["code_version"] != code_version():
+            run.report.warning(f"checkpoint written by {state['code_version']}, running {code_version()}")
 
-    def forward_backward(mb, minibatches_in_step: int, timing: dict):
-        """Loss of one minibatch, its gradient accumulated (scaled for fp16, averaged over the step)."""
-        t0 = now()
-        with record_function("forward"), precision.autocast():
-            blocks = model_blocks(mb.blocks, cfg.model.num_layers, bool(manifest.get("shared_block")))
-            x = transform(mb.x)[: blocks[0].num_src]
-            logits = net(blocks, x).float()
-            loss = cross_entropy(mb, logits)
-        t1 = now()
-        with record_function("backward"):
-            scaler.scale(loss / minibatches_in_step).backward()
-        t2 = now()
-        timing["forward"] += t1 - t0
-        timing["backward"] += t2 - t1
-        return loss, logits
 
-    profiling = info.is_main and tcfg.profiler == "torch" and start_epoch < epochs
-    profiler = StepProfiler(profiling, work / "profile", device)
+class InMemoryEval:
+    """Full-graph evaluation with Â and the transformed features held on rank 0 (moved once)."""
 
-    # ------------------------------------------------------------------ the loop
-    with nvtx_context(tcfg.profiler, device):
-        for epoch in range(start_epoch, epochs):
-            if stopped_early:
-                break
-            t_epoch = now()
-            # dropout/DropEdge randomness: a function of (seed, epoch, rank), so a resumed
-            # run draws exactly what an uninterrupted one would
-            torch.manual_seed(tcfg.seed * 1_000_003 + epoch * 1009 + info.rank)
-            if device.type == "cuda":
-                torch.cuda.reset_peak_memory_stats(device)
-            model.train()
-            streams = [
-                ShardStream(
-                    shards,
-                    r,
-                    epoch % shard_epochs,
-                    device,
-                    tcfg.prefetch,
-                    features=stream_features,
-                    verify=tcfg.verify_shards,
-                    manifest=manifest,
-                    order_seed=replay_order_seed(tcfg.seed, epoch, shard_epochs, r),
-                )
-                for r in my_streams
-            ]
-            iters = [iter(s) for s in streams]
-            timing = dict.fromkeys(("data", "forward", "backward", "update"), 0.0)
-            loss_sum = correct = seeds = minibatches = 0
-            lr = optimizer.param_groups[0]["lr"]
-            try:
-                with aggregation_backend(tcfg.aggregation):  # evaluation below keeps `auto`
-                    for s in range(steps_per_epoch):
-                        # one optimizer step: `accumulate` minibatches (fewer at the epoch's end) per stream
-                        micro = min(tcfg.accumulate, per_stream - s * tcfg.accumulate)
-                        sources = [it for _ in range(micro) for it in iters]
-                        for i, it in enumerate(sources):
-                            t0 = now()
-                            with record_function("data"):
-                                mb = next(it)
-                            timing["data"] += now() - t0
-                            # DDP all-reduces the gradients in the step's last backward only
-                            last = i == len(sources) - 1
-                            with contextlib.nullcontext() if last or net is model else net.no_sync():
-                                loss, logits = forward_backward(mb, len(sources), timing)
-                            loss_sum += float(loss.detach())
-                            minibatches += 1
-                            seeds += mb.num_seeds
-                            if mb.num_seeds:
-                                correct += int((logits.detach()[mb.seed_pos].argmax(1) == mb.labels).sum())
-                        t0 = now()
-                        with record_function("update"):
-                            lr = learning_rate(tcfg.lr_schedule, tcfg.optimizer.lr, step, steps_per_epoch, total_steps)
-                            for group in optimizer.param_groups:
-                                group["lr"] = lr
-                            if tcfg.gradient_clipping > 0:
-                                scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                                torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.gradient_clipping)
-                            scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
-                            scaler.update()
-                            optimizer.zero_grad(set_to_none=True)
-                        timing["update"] += now() - t0
-                        step += 1
-                        profiler.step()
-            finally:
-                for stream in streams:
-                    stream.close()
-            train_seconds = now() - t_epoch
-            row = {
-                "epoch": epoch,
-                "rank": info.rank,
-                "loss": loss_sum / max(minibatches, 1),
-                "minibatch_acc": correct / seeds if seeds else float("nan"),
-                "lr": lr,
-                "steps": steps_per_epoch,
-                "seeds": seeds,
-                "seeds_per_s": seeds / train_seconds if train_seconds > 0 else float("nan"),
-                "train_seconds": train_seconds,
-                "data_seconds": timing["data"],
-                "data_wait_share": timing["data"] / train_seconds if train_seconds > 0 else float("nan"),
-                "forward_seconds": timing["forward"],
-                "backward_seconds": timing["backward"],
-                "update_seconds": timing["update"],
-                "queue_wait_seconds": sum(s.wait_seconds for s in streams),
-                "peak_memory_mb": _peak_memory_mb(device),
-            }
+    def __init__(self, graph: EvalGraph, device: torch.device, batch_size: int):
+        self.graph, self.device, self.batch_size = graph, device, batch_size
+        self.labels, self.masks = graph.labels, graph.masks
 
-            # rank 0: full-graph evaluation, best model, early stopping
-            stop = False
-            if info.is_main:
-                if (epoch + 1) % tcfg.eval_every == 0 or epoch == epochs - 1:
-                    t0 = now()
-                    _, logits = eval_graph.forward(model)
-                    row.update(accuracies(logits, eval_graph.labels, eval_graph.masks))
-                    row["eval_seconds"] = now() - t0
-                    if row["val_acc"] > best["val_acc"]:
-                        best = {
-                            "epoch": epoch,
-                            "val_acc": row["val_acc"],
-                            "test_acc": row["test_acc"],
-                            "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-                        }
-                stop = bool(
-                    tcfg.early_stopping_patience
-                    and best["epoch"] >= 0
-                    and epoch - best["epoch"] >= tcfg.early_stopping_patience
-                )
-            stopped_early = broadcast_flag(info, stop) and epoch < epochs - 1
-            row["epoch_seconds"] = now() - t_epoch
-            rows = all_gather_objects(info, row)
-            history.extend(rows)
+    def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
+        """(embeddings, logits) of every node (the model left in eval mode)."""
+        block, x = self.graph.on(self.device)
+        model.eval()
+        emb, logits = model.inference_with_embeddings(block, x, self.batch_size)
+        return emb.float(), logits.float()
 
-            if info.is_main:
-                report.info(_epoch_line(epoch, epochs, rows))
-                if stopped_early:
-                    report.info(f"early stopping: validation accuracy last improved at epoch {best['epoch']}")
-                if (epoch + 1) % tcfg.checkpoint_every == 0 or epoch == epochs - 1 or stopped_early:
-                    save_checkpoint(
-                        ckpt_path,
-                        {
-                            "epoch": epoch,
-                            "step": step,
-                            "model": model.state_dict(),
-                            "optimizer": optimizer.state_dict(),
-                            "scaler": scaler.state_dict() if precision.loss_scaling else {},
-                            "best": best,
-                            "history": history,
-                            "stopped_early": stopped_early,
-                            "config": cfg.to_dict(),
-                            "run_key": key,
-                            "data_version": dver,
-                            "code_version": code_version(),
-                        },
+
+class StreamedEval:
+    """Full-graph evaluation streamed from the memory-mapped files (`training.evaluate.StreamingEval`)."""
+
+    def __init__(self, stream: StreamingEval, labels: torch.Tensor, masks: dict):
+        self.stream, self.labels, self.masks = stream, labels, masks
+
+    def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.stream.forward(model)
+
+
+def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
+    """Rank 0's evaluator: Â, the transformed features, labels and split masks in memory, or
+    (``eval_batch_size`` > 0) streamed in row chunks from the memory-mapped files."""
+    nodes = read_node_table(run.canonical)
+    manifest, tcfg = run.manifest, run.cfg.training
+    if tcfg.eval_batch_size:
+        features = FeatureRows(run.stream_features, manifest, run.shards)
+
+        def rows(ids: np.ndarray) -> torch.Tensor:  # compact codes decoded per chunk, then the run's transform
+            return run.transform(features.gather_host(ids, decode=True))
+
+        stream = StreamingEval(run.adjacency, rows, tcfg.eval_batch_size, run.work / "eval", run.device)
+        graph_n, evaluator = stream.n, StreamedEval(stream, nodes.labels, nodes.masks)
+    else:
+        x_full = full_features(manifest, run.shards) if manifest.get("features") is not None else run.stream_features
+        graph = EvalGraph(load_full_block(run.adjacency), run.transform(x_full), nodes.labels, nodes.masks)
+        graph_n, evaluator = graph.block.num_dst, InMemoryEval(graph, run.device, tcfg.eval_batch_size)
+    if not nodes.n == graph_n == int(manifest["n"]):
+        raise ValueError(
+            f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {graph_n}, "
+            f"shards {manifest['n']}; re-materialize the stale stage"
+        )
+    return evaluator
+
+
+def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
+    """Loss of one minibatch, its gradient accumulated (scaled for fp16, averaged over the step)."""
+    t0 = run.now()
+    with record_function("forward"), run.precision.autocast():
+        blocks = model_blocks(mb.blocks, run.cfg.model.num_layers, bool(run.manifest.get("shared_block")))
+        x = run.transform(mb.x)[: blocks[0].num_src]
+        logits = run.net(blocks, x).float()
+        loss = cross_entropy(mb, logits)
+    t1 = run.now()
+    with record_function("backward"):
+        run.scaler.scale(loss / minibatches_in_step).backward()
+    t2 = run.now()
+    timing["forward"] += t1 - t0
+    timing["backward"] += t2 - t1
+    return loss, logits
+
+
+def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
+    """One epoch of optimizer steps over this rank's streams; this rank's metric row."""
+    tcfg, info, device, model, optimizer = run.cfg.training, run.info, run.device, run.model, run.optimizer
+    t_epoch = run.now()
+    # dropout/DropEdge randomness: a function of (seed, epoch, rank), so a resumed
+    # run draws exactly what an uninterrupted one would
+    torch.manual_seed(tcfg.seed * 1_000_003 + epoch * 1009 + info.rank)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    model.train()
+    streams = [
+        ShardStream(
+            run.shards,
+            r,
+            epoch % run.shard_epochs,
+            device,
+            tcfg.prefetch,
+            features=run.stream_features,
+            verify=tcfg.verify_shards,
+            manifest=run.manifest,
+            order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
+        )
+        for r in run.my_streams
+    ]
+    iters = [iter(s) for s in streams]
+    timing = dict.fromkeys(("data", "forward", "backward", "update"), 0.0)
+    loss_sum = correct = seeds = minibatches = 0
+    lr = optimizer.param_groups[0]["lr"]
+    try:
+        with use_aggregation(model, tcfg.aggregation):  # evaluation keeps `auto`
+            for s in range(run.steps_per_epoch):
+                # one optimizer step: `accumulate` minibatches (fewer at the epoch's end) per stream
+                micro = min(tcfg.accumulate, run.per_stream - s * tcfg.accumulate)
+                sources = [it for _ in range(micro) for it in iters]
+                for i, it in enumerate(sources):
+                    t0 = run.now()
+                    with record_function("data"):
+                        mb = next(it)
+                    timing["data"] += run.now() - t0
+                    # DDP all-reduces the gradients in the step's last backward only
+                    last = i == len(sources) - 1
+                    with contextlib.nullcontext() if last or run.net is model else run.net.no_sync():
+                        loss, logits = forward_backward(run, mb, len(sources), timing)
+                    loss_sum += float(loss.detach())
+                    minibatches += 1
+                    seeds += mb.num_seeds
+                    if mb.num_seeds:
+                        correct += int((logits.detach()[mb.seed_pos].argmax(1) == mb.labels).sum())
+                t0 = run.now()
+                with record_function("update"):
+                    lr = learning_rate(
+                        tcfg.lr_schedule, tcfg.optimizer.lr, run.step, run.steps_per_epoch, run.total_steps
                     )
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, rows)
-    profiler.close()
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                    if tcfg.gradient_clipping > 0:
+                        run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+                        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.gradient_clipping)
+                    run.scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
+                    run.scaler.update()
+                    optimizer.zero_grad(set_to_none=True)
+                timing["update"] += run.now() - t0
+                run.step += 1
+                profiler.step()
+    finally:
+        for stream in streams:
+            stream.close()
+    train_seconds = run.now() - t_epoch
+    return {
+        "epoch": epoch,
+        "rank": info.rank,
+        "loss": loss_sum / max(minibatches, 1),
+        "minibatch_acc": correct / seeds if seeds else float("nan"),
+        "lr": lr,
+        "steps": run.steps_per_epoch,
+        "seeds": seeds,
+        "seeds_per_s": seeds / train_seconds if train_seconds > 0 else float("nan"),
+        "train_seconds": train_seconds,
+        "data_seconds": timing["data"],
+        "data_wait_share": timing["data"] / train_seconds if train_seconds > 0 else float("nan"),
+        "forward_seconds": timing["forward"],
+        "backward_seconds": timing["backward"],
+        "update_seconds": timing["update"],
+        "queue_wait_seconds": sum(s.wait_seconds for s in streams),
+        "peak_memory_mb": _peak_memory_mb(device),
+    }
 
-    # ------------------------------------------------------------------ outputs (rank 0)
-    if not info.is_main:
-        return None
+
+def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
+    """Rank 0: full-graph evaluation when due (accuracies into `row`), the best model so far;
+    returns whether early stopping should fire."""
+    tcfg = run.cfg.training
+    if (epoch + 1) % tcfg.eval_every == 0 or epoch == run.epochs - 1:
+        t0 = run.now()
+        _, logits = run.eval_graph.forward(run.model)  # eval mode: the next epoch's model.train() ends it
+        row.update(accuracies(logits, run.eval_graph.labels, run.eval_graph.masks))
+        row["eval_seconds"] = run.now() - t0
+        if row["val_acc"] > run.best["val_acc"]:
+            run.best = {
+                "epoch": epoch,
+                "val_acc": row["val_acc"],
+                "test_acc": row["test_acc"],
+                "model": {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()},
+            }
+    return bool(
+        tcfg.early_stopping_patience
+        and run.best["epoch"] >= 0
+        and epoch - run.best["epoch"] >= tcfg.early_stopping_patience
+    )
+
+
+def save_run_checkpoint(run: Run, epoch: int) -> None:
+    """Rank 0: the checkpoint a resumed run continues from after `epoch`."""
+    save_checkpoint(
+        run.ckpt_path,
+        {
+            "epoch": epoch,
+            "step": run.step,
+            "model": run.model.state_dict(),
+            "optimizer": run.optimizer.state_dict(),
+            "scaler": run.scaler.state_dict() if run.precision.loss_scaling else {},
+            "best": run.best,
+            "history": run.history,
+            "stopped_early": run.stopped_early,
+            "config": run.cfg.to_dict(),
+            "run_key": run.key,
+            "data_version": run.dver,
+            "code_version": code_version(),
+        },
+    )
+
+
+def finish_run(run: Run) -> dict:
+    """Rank 0: write the trained_model folder atomically (models, predictions, embeddings,
+    metrics, curves, summary), then drop the work folder; returns the summary."""
+    cfg, model, info, manifest, history = run.cfg, run.model, run.info, run.manifest, run.history
+    in_feats, num_classes, work = run.in_feats, run.num_classes, run.work
+    best = run.best
     if best["model"] is None:  # never evaluated (cannot happen with eval after the last epoch)
         best = {**best, "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
     last_epoch = max((r["epoch"] for r in history), default=-1)
-    summary = _finish(
-        cfg,
-        model,
-        best,
-        history,
-        eval_graph,
-        read_node_table(canonical).original_id,
-        work,
-        in_feats,
-        num_classes,
-        last_epoch,
-        epochs,
-        step,
-        manifest,
-        dver,
-        key,
-        stopped_early,
-        precision.note,
-        time.perf_counter() - t_start,
-        info,
-    )
-    report.materialization(_pipes_metadata(summary))
-    report.info(
-        f"done: best val {summary['best_val_acc']:.4f} (epoch {summary['best_epoch']}), "
-        f"test {summary['test_acc_at_best_val']:.4f}; outputs in {cfg.paths.out}"
-    )
+    original_id = read_node_table(run.canonical).original_id
+    seconds = time.perf_counter() - run.t_start
+    out = Path(cfg.paths.out)
+    model_cfg = asdict(cfg.model)
+    final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch)
+    model.load_state_dict(best["model"])
+    best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"])
+    emb, logits = run.eval_graph.forward(model)
+    final_row = next(r for r in reversed(history) if r["rank"] == 0 and "val_acc" in r)
+    main_rows = [r for r in history if r["rank"] == 0]
+    summary = {
+        "best_epoch": best["epoch"],
+        "best_val_acc": best["val_acc"],
+        "test_acc_at_best_val": best["test_acc"],
+        "final_epoch": last_epoch,
+        "final_train_acc": final_row["train_acc"],
+        "final_val_acc": final_row["val_acc"],
+        "final_test_acc": final_row["test_acc"],
+        "final_loss": float(np.mean([r["loss"] for r in history if r["epoch"] == last_epoch])),
+        "epochs_trained": last_epoch + 1,
+        "epochs_planned": run.epochs,
+        "sampled_epochs": run.shard_epochs,
+        "sampled_epoch_passes": epoch_passes(last_epoch + 1, run.shard_epochs),
+        "optimizer_steps": run.step,
+        "stopped_early": run.stopped_early,
+        "mean_epoch_seconds": float(np.mean([r["epoch_seconds"] for r in main_rows])),
+        "mean_train_seconds": float(np.mean([r["train_seconds"] for r in main_rows])),
+        "seeds_per_s": float(
+            np.mean([sum(r["seeds_per_s"] for r in history if r["epoch"] == e) for e in {r["epoch"] for r in history}])
+        ),
+        "data_wait_share": float(np.mean([r["data_wait_share"] for r in history])),
+        "peak_memory_mb": float(max(r["peak_memory_mb"] for r in history)),
+        "world_size": int(manifest["world_size"]),
+        "processes": info.world_size,
+        "batch_size": int(manifest["batch_size"]),
+        "accumulate": cfg.training.accumulate,
+        "global_batch": int(manifest["batch_size"]) * int(manifest["world_size"]) * cfg.training.accumulate,
+        "precision": run.precision.note,
+        "backend": info.backend or "none",
+        "device": str(info.device),
+        "nodes": int(manifest["n"]),
+        "num_classes": num_classes,
+        "in_feats": in_feats,
+        "seconds": seconds,
+        "run_key": run.key,
+        "data_version": run.dver,
+        "code_version": code_version(),
+    }
+    with atomic_output_dir(out) as tmp:
+        torch.save(final_state, tmp / "model_final.pt")
+        torch.save(best_state, tmp / "model_best.pt")
+        write_predictions(tmp / "predictions.parquet", original_id, logits)
+        np.save(tmp / "embeddings.npy", emb.cpu().numpy().astype(np.float32))
+        write_metrics(history, tmp / "metrics.parquet")
+        plot_curves(history, tmp / "curves.png")
+        cfg_out = replace(cfg, paths=replace(cfg.paths, work=str(work)))
+        cfg_out.to_yaml(tmp / "run.yaml")
+        if (work / "profile").is_dir():
+            shutil.copytree(work / "profile", tmp / "profile")
+            summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
+        write_json(tmp / "summary.json", summary)
+    shutil.rmtree(work, ignore_errors=True)
     return summary
 
 
@@ -440,8 +655,8 @@ def resolve_num_layers(num_layers: int, manifest: dict, shards: Path) -> int:
     return num_layers
 
 
-# Samplers whose blocks are not a uniform draw of neighbours: their edges carry correction
-# weights (importance: Â·c/(s·q); saint: Â/α) that only a weighted sum can use.
+# Samplers whose blocks are not a uniform draw of neighbours: their edges carry corrections
+# (importance c/(s·q), saint C_v/C_uv) that only a (weighted) sum or mean can use.
 NON_UNIFORM_SAMPLERS = ("importance", "saint")
 UNCORRECTABLE_CONVS = ("gat", "sage_pool")
 
@@ -465,53 +680,6 @@ def check_sampler_supports(conv: str, manifest: dict, shards: Path) -> None:
 def model_blocks(blocks: list, num_layers: int, shared_block: bool) -> list:
     """The blocks a ``num_layers``-layer model runs on: the stored ones, or the shared one repeated."""
     return [blocks[0]] * num_layers if shared_block else blocks
-
-
-class _InMemoryEval:
-    """Full-graph evaluation with Â and the features held on rank 0 (moved to the device once)."""
-
-    def __init__(self, graph: EvalGraph, device: torch.device, batch_size: int):
-        self.graph, self.device, self.batch_size = graph, device, batch_size
-        self.labels, self.masks = graph.labels, graph.masks
-
-    def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
-        block, x = self.graph.on(self.device)
-        return full_graph_forward(model, block, x, self.batch_size)
-
-
-class _StreamedEval:
-    """Full-graph evaluation streamed from the memory-mapped files (`training.evaluate.StreamingEval`)."""
-
-    def __init__(self, stream: StreamingEval, labels: torch.Tensor, masks: dict):
-        self.stream, self.labels, self.masks = stream, labels, masks
-
-    def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.stream.forward(model)
-
-
-def _evaluator(tcfg, manifest, shards, canonical, adjacency, stream_features, transform, work, device):
-    """Rank 0's evaluator: in memory, or (``eval_batch_size`` > 0) streamed in row chunks."""
-    nodes = read_node_table(canonical)
-    if tcfg.eval_batch_size:
-        features = FeatureRows(stream_features, manifest, shards)
-
-        def rows(ids: np.ndarray) -> torch.Tensor:  # INT8 rows decoded per chunk, then the run's transform
-            return transform(features.gather_host(ids, decode=True))
-
-        stream = StreamingEval(adjacency, rows, tcfg.eval_batch_size, work / "eval", device)
-        graph_n = stream.n
-        evaluator = _StreamedEval(stream, nodes.labels, nodes.masks)
-    else:
-        x_full = full_features(manifest, shards) if manifest.get("features") is not None else stream_features
-        graph = EvalGraph(load_full_block(adjacency), transform(x_full), nodes.labels, nodes.masks)
-        graph_n = graph.block.num_dst
-        evaluator = _InMemoryEval(graph, device, tcfg.eval_batch_size)
-    if not nodes.n == graph_n == int(manifest["n"]):
-        raise ValueError(
-            f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {graph_n}, "
-            f"shards {manifest['n']}; re-materialize the stale stage"
-        )
-    return evaluator
 
 
 def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
@@ -556,20 +724,6 @@ def learning_rate(sched: LRScheduleConfig, base_lr: float, step: int, steps_per_
     return base_lr * sched.gamma ** ((step // steps_per_epoch) // sched.step_epochs)
 
 
-@contextlib.contextmanager
-def aggregation_backend(name: str):
-    """Use kernel ``name`` for `training.aggregate` inside the block (its environment variable)."""
-    old = os.environ.get(BACKEND_ENV)
-    os.environ[BACKEND_ENV] = name
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(BACKEND_ENV, None)
-        else:
-            os.environ[BACKEND_ENV] = old
-
-
 def _peak_memory_mb(device: torch.device) -> float:
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -586,91 +740,6 @@ def _epoch_line(epoch: int, epochs: int, rows: list[dict]) -> str:
     if "val_acc" in main:
         line += f", train {main['train_acc']:.4f} val {main['val_acc']:.4f} test {main['test_acc']:.4f}"
     return line
-
-
-def _finish(
-    cfg,
-    model,
-    best,
-    history,
-    eval_graph,
-    original_id,
-    work,
-    in_feats,
-    num_classes,
-    last_epoch,
-    epochs,
-    step,
-    manifest,
-    dver,
-    key,
-    stopped_early,
-    precision_note,
-    seconds,
-    info,
-) -> dict:
-    """Write the trained_model folder atomically, then drop the work folder."""
-    out = Path(cfg.paths.out)
-    model_cfg = asdict(cfg.model)
-    final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch)
-    model.load_state_dict(best["model"])
-    best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"])
-    emb, logits = eval_graph.forward(model)
-    final_row = next(r for r in reversed(history) if r["rank"] == 0 and "val_acc" in r)
-    main_rows = [r for r in history if r["rank"] == 0]
-    summary = {
-        "best_epoch": best["epoch"],
-        "best_val_acc": best["val_acc"],
-        "test_acc_at_best_val": best["test_acc"],
-        "final_epoch": last_epoch,
-        "final_train_acc": final_row["train_acc"],
-        "final_val_acc": final_row["val_acc"],
-        "final_test_acc": final_row["test_acc"],
-        "final_loss": float(np.mean([r["loss"] for r in history if r["epoch"] == last_epoch])),
-        "epochs_trained": last_epoch + 1,
-        "epochs_planned": epochs,
-        "sampled_epochs": int(manifest["epochs"]),
-        "sampled_epoch_passes": epoch_passes(last_epoch + 1, int(manifest["epochs"])),
-        "optimizer_steps": step,
-        "stopped_early": stopped_early,
-        "mean_epoch_seconds": float(np.mean([r["epoch_seconds"] for r in main_rows])),
-        "mean_train_seconds": float(np.mean([r["train_seconds"] for r in main_rows])),
-        "seeds_per_s": float(
-            np.mean([sum(r["seeds_per_s"] for r in history if r["epoch"] == e) for e in {r["epoch"] for r in history}])
-        ),
-        "data_wait_share": float(np.mean([r["data_wait_share"] for r in history])),
-        "peak_memory_mb": float(max(r["peak_memory_mb"] for r in history)),
-        "world_size": int(manifest["world_size"]),
-        "processes": info.world_size,
-        "batch_size": int(manifest["batch_size"]),
-        "accumulate": cfg.training.accumulate,
-        "global_batch": int(manifest["batch_size"]) * int(manifest["world_size"]) * cfg.training.accumulate,
-        "precision": precision_note,
-        "backend": info.backend or "none",
-        "device": str(info.device),
-        "nodes": int(manifest["n"]),
-        "num_classes": num_classes,
-        "in_feats": in_feats,
-        "seconds": seconds,
-        "run_key": key,
-        "data_version": dver,
-        "code_version": code_version(),
-    }
-    with atomic_output_dir(out) as tmp:
-        torch.save(final_state, tmp / "model_final.pt")
-        torch.save(best_state, tmp / "model_best.pt")
-        write_predictions(tmp / "predictions.parquet", original_id, logits)
-        np.save(tmp / "embeddings.npy", emb.cpu().numpy().astype(np.float32))
-        write_metrics(history, tmp / "metrics.parquet")
-        plot_curves(history, tmp / "curves.png")
-        cfg_out = replace(cfg, paths=replace(cfg.paths, work=str(work)))
-        cfg_out.to_yaml(tmp / "run.yaml")
-        if (work / "profile").is_dir():
-            shutil.copytree(work / "profile", tmp / "profile")
-            summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
-        write_json(tmp / "summary.json", summary)
-    shutil.rmtree(work, ignore_errors=True)
-    return summary
 
 
 def _pipes_metadata(summary: dict) -> dict:

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.canonical import read_summary
+from graphs.normalize import load_csr
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -56,17 +57,7 @@ def load_shard_inputs(
         raise ValueError(f"{canonical / 'nodes.parquet'}: column 'node_id' is not 0..{n - 1} in order")
     labels = table.column("label").to_numpy().astype(np.int64)
     split = table.column("split").to_numpy(zero_copy_only=False).astype(str)
-    arrays = {}
-    for name in ("indptr", "indices", "weights"):
-        path = adjacency / f"{name}.npy"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; materialize normalized_adjacency first")
-        arrays[name] = np.load(path, mmap_mode="r", allow_pickle=False)
-    if len(arrays["indptr"]) != n + 1:
-        raise ValueError(
-            f"{adjacency / 'indptr.npy'}: {len(arrays['indptr']) - 1} rows but the canonical graph has {n} nodes; "
-            "re-materialize normalized_adjacency"
-        )
+    csr = load_csr(adjacency, n=n)
     cluster_id = None
     if partitions_dir is not None and (Path(partitions_dir) / "cluster_id.npy").is_file():
         cluster_id = np.load(Path(partitions_dir) / "cluster_id.npy", allow_pickle=False)
@@ -75,9 +66,9 @@ def load_shard_inputs(
     feats = canonical / "features.npy"
     return ShardInputs(
         n=n,
-        indptr=arrays["indptr"],
-        indices=arrays["indices"],
-        weights=arrays["weights"],
+        indptr=csr.indptr,
+        indices=csr.indices,
+        weights=csr.weights,
         labels=labels,
         train_nodes=train_nodes_of(labels, split),
         num_classes=int(summary.get("num_classes", int(labels.max()) + 1 if n else 0)),

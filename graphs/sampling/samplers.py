@@ -11,6 +11,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from graphs.quantize import csr_row_blocks
 from graphs.sampling.config import ShardConfig
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.schedule import (
@@ -107,10 +108,7 @@ class _Adjacency:
         self.diag = np.zeros(n, dtype=np.float32)
         has_diag = np.zeros(n, dtype=bool)
         parts_i, parts_w, counts = [], [], np.diff(np.asarray(indptr)).astype(np.int64)
-        r0 = 0
-        while r0 < n:
-            r1 = int(np.searchsorted(indptr, indptr[r0] + chunk, side="right")) - 1
-            r1 = min(n, max(r0 + 1, r1))
+        for r0, r1 in csr_row_blocks(indptr, chunk):
             a, b = int(indptr[r0]), int(indptr[r1])
             idx = np.asarray(indices[a:b], dtype=np.int64)
             w = np.asarray(weights[a:b], dtype=np.float32)
@@ -120,7 +118,6 @@ class _Adjacency:
             has_diag[rows[loop]] = True
             parts_i.append(idx[~loop])
             parts_w.append(w[~loop])
-            r0 = r1
         self.indices = np.concatenate(parts_i) if parts_i else np.empty(0, np.int64)
         self.weights = np.concatenate(parts_w) if parts_w else np.empty(0, np.float32)
         self.degree = counts - has_diag  # off-diagonal entries per row
