@@ -42,10 +42,16 @@ of quantized features. `open_features` gives the reader an `EncodedFeatures` eit
 its ``gather(nodes)`` takes a batch's compact rows, ``decode_gathered(_torch)`` decodes
 them (on the training device for CUDA), ``asinh`` undone.
 
-Extending the format: add the entry to `MINIBATCH_ENTRIES` / `BLOCK_ENTRIES` (with
-``required=False`` if older writers may lack it) or `MANIFEST_KEYS`, write it in
-`encode_minibatch` / the writer's manifest, read it in `decode_minibatch`, and bump
-`FORMAT_VERSION`.
+Extending the format (and bump `FORMAT_VERSION`):
+
+- a per-edge array of a block (e.g. a sampling correction stored on its own): add it to
+  `BLOCK_ENTRIES` with ``required=False`` and give the sampled block an attribute of that
+  name; `encode_minibatch` writes it when not None and `decode_minibatch` returns it in
+  ``StoredBlock.extra`` — no other change here;
+- a manifest fact (e.g. upstream content hashes): add it to `MANIFEST_KEYS` (required ones
+  are checked by `read_manifest`) and write it in the writer's manifest;
+- anything else per minibatch: add it to `MINIBATCH_ENTRIES`, `encode_minibatch` and
+  `decode_minibatch`.
 """
 
 from __future__ import annotations
@@ -53,7 +59,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -145,6 +151,11 @@ BLOCK_ENTRIES = {
     "weight_q": Entry("int8 [nnz] with weight encoding int8", required=False),
     "weight_scale": Entry("float32 [num_dst] with weight encoding int8: weight = q * scale[dst]", required=False),
 }
+
+# Block entries read and written by name above; any other optional entry of BLOCK_ENTRIES
+# (a per-edge array added later) is written from the sampled block's attribute of that
+# name when it is not None, and read back into ``StoredBlock.extra``.
+_BLOCK_CORE = ("num_src", "num_dst", "indptr", "indices", "weight", "weight_q", "weight_scale", "correction")
 
 
 @dataclass(frozen=True)
@@ -256,6 +267,10 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
             out[block_key(i, layer, "weight_scale")] = scale
         else:
             out[block_key(i, layer, "weight")] = b.weight
+        for name in BLOCK_ENTRIES:
+            value = None if name in _BLOCK_CORE else getattr(b, name, None)
+            if value is not None:
+                out[block_key(i, layer, name)] = np.asarray(value)
     return out
 
 
@@ -467,6 +482,8 @@ class StoredBlock:
     weight_q: np.ndarray | None = None
     weight_scale: np.ndarray | None = None
     correction: np.ndarray | None = None
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    """Optional entries of BLOCK_ENTRIES beyond the core ones, by name (see `_BLOCK_CORE`)."""
 
     def decoded_weight(self) -> np.ndarray:
         """float32 [nnz] edge weights (int8 decoded through `graphs.quantize`)."""
@@ -517,6 +534,11 @@ def decode_minibatch(arrays: dict[str, np.ndarray], i: int, num_blocks: int) -> 
                 weight_q=weight_q,
                 weight_scale=weight_scale,
                 correction=arrays[block_key(i, layer, "correction")],
+                extra={
+                    name: arrays[block_key(i, layer, name)]
+                    for name in BLOCK_ENTRIES
+                    if name not in _BLOCK_CORE and block_key(i, layer, name) in arrays
+                },
             )
         )
     return StoredMinibatch(

@@ -144,3 +144,16 @@ def test_shard_format_imports_neither_dgl_nor_torch():
     code = "import sys, graphs.shard_format; print(sorted(m for m in ('dgl', 'torch', 'dagster') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_new_optional_block_entry_travels_without_touching_the_reader(tmp_path, monkeypatch):
+    """How a later format change (a per-edge array beyond the core ones) goes through this module."""
+    monkeypatch.setitem(sf.BLOCK_ENTRIES, "edge_factor", sf.Entry("float32 [nnz] per-edge factor", required=False))
+    mb = _minibatch()
+    mb.blocks[0].edge_factor = np.array([1, 2, 3, 4, 5], np.float32)
+    size, digest = write_npz(tmp_path / "s.npz", sf.encode_shard([mb], "fp32"))
+    got = sf.decode_minibatch(
+        sf.read_shard(tmp_path, {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}), 0, 2
+    )
+    assert got.blocks[0].extra["edge_factor"].tolist() == [1, 2, 3, 4, 5]
+    assert got.blocks[1].extra == {}  # absent on block 1: not written, not read

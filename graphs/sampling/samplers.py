@@ -15,11 +15,10 @@ from graphs.quantize import csr_row_blocks
 from graphs.sampling.config import ShardConfig
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.schedule import (
-    _TAG_PRESAMPLE,
-    derive_seed,
     epoch_cluster_groups,
     epoch_seed_batches,
     minibatch_seed,
+    presample_seed,
 )
 from graphs.shard_format import (
     index_dtype,
@@ -432,7 +431,7 @@ class MinibatchSampler:
             pending = 0
 
         for i in range(presamples):
-            nodes, _, _, eid = self._saint_subgraph(derive_seed(cfg.seed, _TAG_PRESAMPLE, i))
+            nodes, _, _, eid = self._saint_subgraph(presample_seed(cfg.seed, i))
             sizes += len(nodes)
             pending_nodes.append(nodes)
             pending_edges.append(eid)

@@ -26,6 +26,11 @@ def minibatch_seed(seed: int, epoch: int, rank: int, index: int) -> int:
     return derive_seed(seed, _TAG_MINIBATCH, epoch, rank, index)
 
 
+def presample_seed(seed: int, index: int) -> int:
+    """The seed of pre-sampled subgraph `index` (GraphSAINT's normalization counts)."""
+    return derive_seed(seed, _TAG_PRESAMPLE, index)
+
+
 def epoch_seed_batches(train_nodes: np.ndarray, epoch: int, cfg: ShardConfig) -> list[list[np.ndarray]]:
     """[rank][minibatch] seed arrays of one epoch (see the module docstring).
 
