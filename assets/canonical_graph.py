@@ -55,6 +55,8 @@ def canonical_graph(
         "dropped_null_id": s["dropped_null_id"],
         "dropped_self_loop": s["dropped_self_loop"],
         "dropped_duplicate": s["dropped_duplicate"],
+        "combined_reverse_pairs": s["combined_reverse_pairs"],
+        "weighted": s["weighted"],
         "isolated_nodes": s["isolated_nodes"],
         "degree_max": s["degree_max"],
         "degree_mean": round(s["degree_mean"], 3),
@@ -68,6 +70,16 @@ def canonical_graph(
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
         "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
     }
+    if s["weighted"]:
+        metadata.update(
+            weight_combine=s["weight_combine"],
+            weight_files=len(s["weight_files"]),
+            weight_default_1_files=dg.MetadataValue.json(s["weight_default_1_files"]),
+            dropped_invalid_weight=s["dropped_invalid_weight"],
+            weight_min=s.get("weight_min", 0.0),
+            weight_max=s.get("weight_max", 0.0),
+            weight_mean=s.get("weight_mean", 0.0),
+        )
     return dg.MaterializeResult(metadata=metadata, check_results=[_check_edges(out, s["nodes"])])
 
 

@@ -12,6 +12,15 @@ Each layer's ``forward(block, x)`` takes the features of the block's *source* no
 the first ``num_dst`` source nodes, so a layer reads their own features as
 ``x[:num_dst]``.
 
+Edge weights: a sampled block carries Â's entries (``edge_weight``) and, apart, the
+sampler's correction (``correction``); :func:`sampled_edge_weight` applies both per layer
+type: GCN aggregates ``Â·c``, GIN scales its sum by ``c``, SAGE-mean takes the c-weighted
+mean ``Σ c x / Σ c`` (:func:`weighted_mean_weights`; a per-row factor such as uniform
+neighbour rescaling cancels), so each is the full-neighbourhood aggregation in expectation.
+With ``ModelConfig.edge_weights`` SAGE and GIN also weigh by Â's entries (``w = Â·c``): SAGE
+the weighted mean ``Σ w x / Σ w``, GIN the weighted sum (an unbiased estimate of ``(Â x)_v``).
+On a weighted graph Â carries the edge weight.
+
 :class:`GNN` stacks layers: ``forward(blocks, x)`` over sampled blocks (one per layer)
 for training, ``inference(full_block, x)`` layer by layer over the whole graph for
 evaluation. Build it from a :class:`ModelConfig` with :func:`build_model`.
@@ -43,6 +52,7 @@ __all__ = [
     "SAGEConv",
     "build_model",
     "sampled_edge_weight",
+    "weighted_mean_weights",
     "use_aggregation",
 ]
 
@@ -53,6 +63,16 @@ NORMS = ("batch", "layer")
 def _per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``values [N]`` shaped to broadcast over the rows of ``like [N, ...]``."""
     return values.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
+
+
+def weighted_mean_weights(block: Block, edge_weight: torch.Tensor) -> torch.Tensor:
+    """Per-edge multipliers that turn a mean (sum / in-degree) into the weighted mean
+    ``Σ w x / Σ w`` of each destination: ``w_vu · deg(v) / Σ_u w_vu`` (0 where a row's weights sum to 0)."""
+    dst = block.dst_ids()
+    w = edge_weight.to(torch.float32 if edge_weight.dtype in (torch.float16, torch.bfloat16) else edge_weight.dtype)
+    row_sum = torch.zeros(block.num_dst, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
+    scale = torch.where(row_sum > 0, block.in_degrees().to(w.dtype) / row_sum, torch.zeros_like(row_sum))
+    return w * scale[dst]
 
 
 class Aggregating(nn.Module):
@@ -330,6 +350,13 @@ class ModelConfig:
             "its expectation; sage (mean), gat (softmax) and sage_pool (max) aggregate over the kept edges"
         },
     )
+    edge_weights: bool = field(
+        default=False,
+        metadata={
+            "help": "sage/gin: aggregate with the block's edge weights (Â's entries, so a weighted graph's "
+            "weights, times the sampler's correction): sage a weighted mean, gin a weighted sum"
+        },
+    )
     gcn_edge_weight: bool = field(
         default=True,
         metadata={
@@ -394,6 +421,7 @@ class GNN(nn.Module):
         heads: int = 1,
         attn_dropout: float = 0.0,
         gcn_edge_weight: bool = True,
+        edge_weights: bool = False,
         activation_checkpointing: bool = False,
     ):
         super().__init__()
@@ -402,7 +430,7 @@ class GNN(nn.Module):
         if conv == "gat" and num_layers > 1 and hidden % heads:
             raise ValueError(f"GAT hidden={hidden} must be divisible by heads={heads}")
         self.conv, self.num_layers = conv, num_layers
-        self.drop_edge, self.gcn_edge_weight = drop_edge, gcn_edge_weight
+        self.drop_edge, self.gcn_edge_weight, self.edge_weights = drop_edge, gcn_edge_weight, edge_weights
         self.activation_checkpointing = activation_checkpointing
         dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
         self.convs = nn.ModuleList()
@@ -454,12 +482,12 @@ class GNN(nn.Module):
 
     def _conv(self, index: int, block: Block, h: torch.Tensor, edge_scale: torch.Tensor | None) -> torch.Tensor:
         conv = self.convs[index]
-        weight = sampled_edge_weight(self.conv, block, self.gcn_edge_weight, edge_scale)
+        weight = sampled_edge_weight(self.conv, block, self.gcn_edge_weight, edge_scale, self.edge_weights)
         if self.conv == "gcn":
             if weight is not None:
                 return conv(block, h, edge_weight=weight, norm="none")
             return conv(block, h)  # degree normalization over the (kept) edges: a mean, no scale
-        if self.conv in ("gin", "sage"):
+        if self.conv in ("gin", "sage", "sage_pool"):
             return conv(block, h, edge_weight=weight)
         if self.conv == "gat":
             out = conv(block, h)  # [num_dst, heads, out]
@@ -519,39 +547,49 @@ class GNN(nn.Module):
 
 
 def sampled_edge_weight(
-    conv: str, block: Block, gcn_edge_weight: bool = True, edge_scale: torch.Tensor | None = None
+    conv: str,
+    block: Block,
+    gcn_edge_weight: bool = True,
+    edge_scale: torch.Tensor | None = None,
+    edge_weights: bool = False,
 ) -> torch.Tensor | None:
     """The per-edge weights layer type ``conv`` aggregates with over ``block``.
 
     A sampled block carries ``correction`` (the inverse inclusion probability of each edge,
     `graphs.shard_format`); DropEdge passes ``edge_scale`` (1/(1-p) per kept edge). Both are
     applied the way each aggregation needs, so that the expected aggregation over the draws
-    equals the full-neighbourhood one (tests/test_sampling.py checks this per type):
+    equals the full-neighbourhood one (tests/test_sampling.py checks this per type). With
+    ``edge_weights`` (``ModelConfig.edge_weights``) SAGE and GIN also weigh by Â's entries.
 
     - ``gcn``: ``Â_vu · c_uv`` (· scale), a weighted sum; None with ``gcn_edge_weight`` off or
       no weights (the layer then normalizes by the block's degrees).
-    - ``gin``: ``c_uv`` (· scale): the sum scaled by the inverse inclusion probability.
-    - ``sage`` (mean): ``c_uv · deg(v) / Σ_u c_uv``, so the layer's mean (Σ w x / deg) is the
-      correction-weighted mean ``Σ c x / Σ c``; None without a correction (a plain mean).
-    - ``gat``, ``sage_pool``: None (a softmax ratio and a max have no unbiased form; training
-      refuses non-uniform samplers for them, `training.train.check_sampler_supports`).
+    - ``gin``: ``c_uv`` (· Â_vu with edge_weights) (· scale): the sum scaled by the inverse
+      inclusion probability.
+    - ``sage`` (mean): the weighted mean ``Σ c x / Σ c`` (c · Â with edge_weights) through
+      `weighted_mean_weights`; None with neither (a plain mean).
+    - ``gat``, ``sage_pool``: no correction (a softmax ratio and a max have no unbiased form;
+      training refuses non-uniform samplers for them, `training.train.check_sampler_supports`);
+      sage_pool weighs by Â's entries with edge_weights.
     """
     c = block.correction
+    w = block.edge_weight
     if conv == "gcn":
-        if not gcn_edge_weight or block.edge_weight is None:
+        if not gcn_edge_weight or w is None:
             return None
-        w = block.edge_weight if c is None else block.edge_weight * c
+        w = w if c is None else w * c
         return w if edge_scale is None else w * edge_scale
+    if conv == "sage_pool":  # a max: Â's weights when asked, no correction
+        return weighted_mean_weights(block, w) if edge_weights and w is not None else None
+    if conv not in ("gin", "sage"):
+        return None
+    base = w if edge_weights and w is not None else None
+    if c is not None:
+        base = c if base is None else base * c
     if conv == "gin":
-        if c is None:
-            return edge_scale
-        return c if edge_scale is None else c * edge_scale
-    if conv == "sage" and c is not None:
-        dst = block.dst_ids()
-        total = torch.zeros(block.num_dst, dtype=c.dtype, device=c.device).index_add_(0, dst, c)
-        deg = block.in_degrees().to(c.dtype)
-        return c * (deg / total.clamp(min=1e-12))[dst]
-    return None
+        if edge_scale is not None:
+            base = edge_scale if base is None else base * edge_scale
+        return base
+    return None if base is None else weighted_mean_weights(block, base)
 
 
 def _make_conv(conv: str, d_in: int, d_out: int, heads: int, attn_dropout: float) -> nn.Module:
@@ -597,5 +635,6 @@ def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
         heads=cfg.heads,
         attn_dropout=cfg.attn_dropout,
         gcn_edge_weight=cfg.gcn_edge_weight,
+        edge_weights=cfg.edge_weights,
         activation_checkpointing=cfg.activation_checkpointing,
     )

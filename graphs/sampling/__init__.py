@@ -44,12 +44,18 @@ a GCN layer over the block computes what full-graph inference over Â computes.
 Edge weights and corrections are stored apart: ``weight`` is Â's entry of each edge,
 ``correction`` the sampler's inverse inclusion probability (1 for self loops):
 ``neighbor`` ``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without
-replacement, so Σ Â·c x is an unbiased estimate of the row of Â·X; 1 without it),
-``importance`` and ``saint`` their corrections above (``c_u/(s·q_u)``, ``C_v/C_uv``),
+replacement, so Σ Â·c x is an unbiased estimate of the row of Â·X; 1 without it). With
+``neighbor_prob="weight"`` the fanout neighbours of v are drawn *with replacement* in
+proportion to ``Â_vu`` (DGL's ``prob``: heavy edges of a weighted graph are drawn more
+often), and each drawn edge gets the correction ``S_v / (Â_vu · draws(v))`` (``S_v`` = the
+off-diagonal row sum of Â; Hansen-Hurwitz: ``E[Â_vu c_vu x_u] = Σ_u Â_vu x_u / draws`` per
+draw) when ``neighbor_rescale``; a layer with fanout -1 takes every neighbour (correction 1).
+``importance`` and ``saint`` store their corrections above (``c_u/(s·q_u)``, ``C_v/C_uv``),
 ``cluster_gcn`` 1 (Â restricted to the subgraph). Each layer type applies the correction
-its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c, SAGE-mean the
-c-weighted mean; GAT and SAGE-pool refuse importance/saint shards). With
-``weight_encoding="int8"`` the weights are stored as per-destination symmetric INT8
+its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c (Â·c with
+``edge_weights``), SAGE-mean the c-weighted (Â·c-weighted) mean; GAT and SAGE-pool refuse
+importance/saint shards). With ``weight_encoding="int8"`` the weights are stored as
+per-destination symmetric INT8
 (`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
 destination; weight = q * scale[dst]); the correction stays FP32.
 
