@@ -82,6 +82,8 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
     def landing_sensor(context: dg.SensorEvaluationContext, storage: GnnflowStorage) -> dg.SensorResult:
         seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
         names = storage.landing_datasets()
+        for bad in storage.landing_folders_with_bad_names():
+            context.log.warning(f"ignored landing folder {bad!r}: not a valid dataset name (see validate_dataset_name)")
         new_partitions = unregistered_datasets(context.instance, names)
         runs = []
         current = {}
