@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,15 @@ from netns import two_hosts
 from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.partition import PartitionConfig, build_partitions
-from training.distdgl import DistDGLConfig, block_from_dgl, config_from_args, dgl_env, read_ip_config
+from training.distdgl import (
+    DistDGLConfig,
+    block_from_dgl,
+    config_from_args,
+    dgl_env,
+    model_for_fanouts,
+    read_ip_config,
+)
+from training.layers import ModelConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,6 +72,9 @@ def test_flags_become_dgls_environment(parts, tmp_path):
     assert "DGL_SERVER_ID" not in dgl_env(cfg, "trainer") and dgl_env(cfg, "trainer")["DGL_ROLE"] == "client"
     with pytest.raises(ValueError, match="lists 2 machines"):
         dgl_env(DistDGLConfig(ip_config=str(ip), part_config=str(parts["part_config"]), machine=2), "server")
+    assert model_for_fanouts(replace(cfg, fanouts="4,3,2")).num_layers == 3  # 0 (default): follow the fanouts
+    with pytest.raises(ValueError, match="samples 2 blocks"):
+        model_for_fanouts(replace(cfg, fanouts="4,4", model=ModelConfig(num_layers=3)))
     ip.write_text("10.0.0.1 30050\nnot-an-ip\n")
     with pytest.raises(ValueError, match="line 2: 'not-an-ip'"):
         read_ip_config(ip)

@@ -46,7 +46,7 @@ import ipaddress
 import json
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +55,16 @@ import torch
 from training.blocks import Block
 from training.layers import ModelConfig, build_model
 
-__all__ = ["DistDGLConfig", "block_from_dgl", "dgl_env", "read_ip_config", "run_server", "run_trainer"]
+__all__ = [
+    "DistDGLConfig",
+    "block_from_dgl",
+    "config_from_args",
+    "dgl_env",
+    "model_for_fanouts",
+    "read_ip_config",
+    "run_server",
+    "run_trainer",
+]
 
 ROLES = ("server", "trainer")
 
@@ -155,6 +164,19 @@ def block_from_dgl(block) -> Block:
     return Block(indptr.long(), indices.long(), block.num_src_nodes(), block.num_dst_nodes())
 
 
+def model_for_fanouts(cfg: DistDGLConfig) -> ModelConfig:
+    """The model config with one layer per sampled block (``model.num_layers`` 0: follow the fanouts)."""
+    layers = len(cfg.fanout_list)
+    if cfg.model.num_layers == 0:
+        return replace(cfg.model, num_layers=layers)
+    if cfg.model.num_layers != layers:
+        raise ValueError(
+            f"model.num_layers={cfg.model.num_layers} but fanouts={cfg.fanouts!r} samples {layers} blocks "
+            "(one per layer); pass matching --fanouts or --model-num-layers 0"
+        )
+    return cfg.model
+
+
 def run_server(cfg: DistDGLConfig) -> None:
     """Serve this machine's part until every trainer has finished (DGL exits the process)."""
     os.environ.update(dgl_env(cfg, "server"))
@@ -171,6 +193,7 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
     import torch.nn.functional as F
 
     ips = read_ip_config(cfg.ip_config)
+    model_cfg = model_for_fanouts(cfg)
     graph_name = json.loads(Path(cfg.part_config).read_text())["graph_name"]
     t0 = time.perf_counter()
     dgl.distributed.initialize(cfg.ip_config)
@@ -194,14 +217,16 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
         dist.all_reduce(count, op=dist.ReduceOp.MIN)
         seeds = seeds[: int(count)]
         labels = g.ndata["label"][seeds]
-        num_classes = int(torch.tensor(int(labels.max()) + 1))
-        num_classes_t = torch.tensor([num_classes])
-        dist.all_reduce(num_classes_t, op=dist.ReduceOp.MAX)
-        num_classes = int(num_classes_t)
+        # classes: 1 + the largest label any trainer's seeds carry
+        num_classes = torch.tensor([int(labels.max()) + 1 if len(labels) else 0])
+        dist.all_reduce(num_classes, op=dist.ReduceOp.MAX)
+        num_classes = int(num_classes)
+        if num_classes < 2:
+            raise ValueError(f"{cfg.part_config}: the training nodes carry {num_classes} classes; need at least 2")
         in_feats = int(g.ndata["feat"].shape[1])
 
         torch.manual_seed(cfg.seed)
-        model = build_model(cfg.model, in_feats, num_classes).to(device)
+        model = build_model(model_cfg, in_feats, num_classes).to(device)
         ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
         optim = torch.optim.Adam(ddp.parameters(), lr=cfg.lr)
         sampler = dgl.dataloading.NeighborSampler(cfg.fanout_list)
@@ -259,11 +284,11 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
             "epoch_loss_rank0": losses,
             "remote_input_share": float(totals[1] / max(float(totals[0]), 1.0)),
             "seconds": round(time.perf_counter() - t0, 3),
-            "config": {k: v for k, v in asdict(cfg).items() if k != "model"} | {"model": asdict(cfg.model)},
+            "config": {k: v for k, v in asdict(cfg).items() if k != "model"} | {"model": asdict(model_cfg)},
         }
         if rank == 0:
             state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-            torch.save({"state_dict": state, "model": asdict(cfg.model)}, out / "model_final.pt")
+            torch.save({"state_dict": state, "model": asdict(model_cfg)}, out / "model_final.pt")
             (out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
     finally:
