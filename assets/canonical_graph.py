@@ -9,9 +9,9 @@ materialization of the partition stays in place.
 import dagster as dg
 import duckdb
 
-from assets.common import GnnflowStorage, dataset_partitions, png_markdown
+from assets.common import LANDING_FINGERPRINT, GnnflowStorage, dataset_partitions, png_markdown
 from assets.config import dagster_config
-from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph
+from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph, landing_fingerprint
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
 
@@ -37,8 +37,10 @@ def canonical_graph(
     """Validated, deduplicated, relabelled (0..n-1) and symmetrized graph with labels, splits, features."""
     dataset = context.partition_key
     out = storage.asset_dir(dataset, "canonical_graph")
+    landing = storage.landing_dir(dataset)
+    fingerprint = landing_fingerprint(landing) if landing.is_dir() else ""  # of the files as read
     try:
-        s = build_canonical_graph(storage.landing_dir(dataset), out, config.to_dataclass())
+        s = build_canonical_graph(landing, out, config.to_dataclass())
     except InputError as exc:
         raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
     if s["split_generated"]:
@@ -46,6 +48,7 @@ def canonical_graph(
 
     metadata = {
         "path": dg.MetadataValue.path(str(out)),
+        LANDING_FINGERPRINT: fingerprint,
         "nodes": s["nodes"],
         "edges": s["edges"],
         "id_type": s["id_type"],

@@ -25,6 +25,10 @@ dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
 # them for unlabelled datasets).
 NEEDS_LABELS_TAG = "gnnflow/needs"
 
+# Metadata key of canonical_graph: the fingerprint of the landing files it ingested, which
+# the landing sensor compares with the files as they are now.
+LANDING_FINGERPRINT = "landing_fingerprint"
+
 DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 

@@ -33,6 +33,7 @@ plus O(n) arrays whatever the edge count.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -131,6 +132,32 @@ def edge_files_of(dataset_dir: str | os.PathLike) -> list[Path]:
 def is_dataset_folder(path: str | os.PathLike) -> bool:
     """Whether `path` is a folder holding edge files (see `edge_files_of`)."""
     return Path(path).is_dir() and bool(edge_files_of(path))
+
+
+READY_MARKER = "_SUCCESS"
+
+
+def landing_fingerprint(dataset_dir: str | os.PathLike) -> str:
+    """16 hex digits over the relative path, size and mtime of every Parquet file under a
+    landing folder: what canonical_graph records as `landing_fingerprint` and what the landing
+    sensor compares with, so files changed since the last ingest are noticed and nothing else."""
+    root = Path(dataset_dir)
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.parquet")):
+        st = p.stat()
+        h.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def landing_marked_ready(dataset_dir: str | os.PathLike) -> bool:
+    """Whether the folder holds a `_SUCCESS` marker at least as new as every Parquet file in it
+    (a copy that writes the marker last says "complete" without waiting for a second look)."""
+    root = Path(dataset_dir)
+    marker = root / READY_MARKER
+    if not marker.is_file():
+        return False
+    newest = max((p.stat().st_mtime_ns for p in root.rglob("*.parquet")), default=0)
+    return marker.stat().st_mtime_ns >= newest
 
 
 def has_training_labels(summary: dict) -> bool:
@@ -687,6 +714,8 @@ __all__ = [
     "edge_files_of",
     "has_training_labels",
     "is_dataset_folder",
+    "landing_fingerprint",
+    "landing_marked_ready",
     "edge_batches",
     "find_dataset_files",
     "read_summary",

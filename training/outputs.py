@@ -7,9 +7,10 @@ renamed into place as a whole (`graphs.storage.atomic_output_dir`):
                          "num_classes", "epoch"}: the parameters after the last epoch;
                          ``torch.load(path, weights_only=True)``, rebuilt by :func:`load_model`
     model_best.pt       the same for the epoch with the best validation accuracy
-    predictions.parquet node_id int64, original_id (the user's id, int64 or string),
-                        predicted int32, probabilities fixed_size_list<float32>[C]
-                        (softmax of the best model's full-graph logits), one row per node
+    predictions.parquet node_id (the user's id, as in the landing files: int64 or string; join
+                        on it), predicted int32, probabilities fixed_size_list<float32>[C]
+                        (softmax of the best model's full-graph logits), index int64 (gnnflow's
+                        internal 0..n-1 node index: the row of embeddings.npy), one row per node
     embeddings.npy      float32 [n, hidden]: the best model's last hidden layer (the input of
                         its output layer) for every node
     metrics.parquet     one row per epoch and rank: see ``METRIC_COLUMNS``
@@ -47,7 +48,7 @@ __all__ = [
 OUTPUT_FORMAT = 1
 
 METRIC_COLUMNS = {
-    "epoch": "0-based epoch",
+    "epoch": "epoch number, counted from 1 (as in the logs, summary.json and curves.png)",
     "rank": "DDP rank (evaluation columns are set on rank 0's rows only)",
     "loss": "mean training loss over the rank's minibatches",
     "minibatch_acc": "accuracy on the rank's seeds, from the training forward passes (dropout on)",
@@ -103,15 +104,19 @@ def write_metrics(rows: list[dict], path: str | os.PathLike) -> None:
 
 
 def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: torch.Tensor) -> None:
-    """predictions.parquet: node_id, original_id, predicted, probabilities."""
+    """predictions.parquet: node_id (the user's id), predicted, probabilities, index (internal).
+
+    The user's id keeps the name the landing layout gave it (`node_id`), so
+    ``predictions.merge(nodes, on="node_id")`` joins the right rows for integer and string
+    ids; the internal index is named `index`, which no input file uses."""
     probs = torch.softmax(logits.float(), dim=1).cpu().numpy().astype(np.float32)
     n, c = probs.shape
     table = pa.table(
         {
-            "node_id": pa.array(np.arange(n, dtype=np.int64)),
-            "original_id": original_id,
+            "node_id": original_id,
             "predicted": pa.array(probs.argmax(1).astype(np.int32)),
             "probabilities": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), c),
+            "index": pa.array(np.arange(n, dtype=np.int64)),
         }
     )
     pq.write_table(table, path)
@@ -122,12 +127,15 @@ def plot_curves(rows: list[dict], path: str | os.PathLike) -> None:
     from graphs.plotting import headless_pyplot
 
     plt = headless_pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     epochs = sorted({r["epoch"] for r in rows})
     loss = [np.mean([r["loss"] for r in rows if r["epoch"] == e]) for e in epochs]
     main = {r["epoch"]: r for r in rows if r["rank"] == 0}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     ax1.plot(epochs, loss, marker=".")
     ax1.set_xlabel("epoch")
+    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs, never 0.5
     ax1.set_ylabel("training loss")
     ax1.set_title("loss")
     for split in ("train", "val", "test"):
@@ -136,6 +144,7 @@ def plot_curves(rows: list[dict], path: str | os.PathLike) -> None:
         if pts:
             ax2.plot(*zip(*pts), marker=".", label=split)
     ax2.set_xlabel("epoch")
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2.set_ylabel("accuracy (full-graph inference)")
     ax2.set_title("accuracy")
     ax2.legend()

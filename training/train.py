@@ -151,7 +151,8 @@ class Run:
     step: int = 0
     stopped_early: bool = False
     history: list[dict] = field(default_factory=list)
-    best: dict = field(default_factory=lambda: {"epoch": -1, "val_acc": -1.0, "test_acc": float("nan"), "model": None})
+    # best["epoch"] counts from 1 like every epoch number a user sees (0 = not evaluated yet)
+    best: dict = field(default_factory=lambda: {"epoch": 0, "val_acc": -1.0, "test_acc": float("nan"), "model": None})
 
     @property
     def device(self) -> torch.device:
@@ -328,7 +329,7 @@ def resume(run: Run) -> None:
     run.history, run.best = list(state["history"]), dict(state["best"])
     run.start_epoch, run.step, run.stopped_early = state["epoch"] + 1, state["step"], state["stopped_early"]
     if run.info.is_main:
-        run.report.info(f"resuming from {run.ckpt_path}: epochs 0..{state['epoch']} done, {run.step} steps")
+        run.report.info(f"resuming from {run.ckpt_path}: epochs 1..{state['epoch'] + 1} done, {run.step} steps")
         if state["code_version"] != code_version():
             run.report.warning(f"checkpoint written by {state['code_version']}, running {code_version()}")
 
@@ -432,7 +433,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
             stream.close()
     train_seconds = run.now() - t_epoch
     return {
-        "epoch": epoch,
+        "epoch": epoch + 1,  # numbered from 1 in metrics, logs, summaries and plots
         "rank": info.rank,
         "loss": loss_sum / max(minibatches, 1),
         "minibatch_acc": correct / seeds if seeds else float("nan"),
@@ -464,15 +465,15 @@ def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
         row["eval_seconds"] = run.now() - t0
         if row["val_acc"] > run.best["val_acc"]:
             run.best = {
-                "epoch": epoch,
+                "epoch": epoch + 1,
                 "val_acc": row["val_acc"],
                 "test_acc": row["test_acc"],
                 "model": {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()},
             }
     return bool(
         tcfg.early_stopping_patience
-        and run.best["epoch"] >= 0
-        and epoch - run.best["epoch"] >= tcfg.early_stopping_patience
+        and run.best["epoch"] >= 1
+        and epoch + 1 - run.best["epoch"] >= tcfg.early_stopping_patience
     )
 
 
@@ -505,7 +506,7 @@ def finish_run(run: Run) -> dict:
     best = run.best
     if best["model"] is None:  # never evaluated (cannot happen with eval after the last epoch)
         best = {**best, "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
-    last_epoch = max((r["epoch"] for r in history), default=-1)
+    last_epoch = max((r["epoch"] for r in history), default=0)  # from 1
     original_id = read_node_table(run.canonical).original_id
     seconds = time.perf_counter() - run.t_start
     out = Path(cfg.paths.out)
@@ -527,7 +528,7 @@ def finish_run(run: Run) -> dict:
         "final_val_acc": final_row["val_acc"],
         "final_test_acc": final_row["test_acc"],
         "final_loss": float(np.mean([r["loss"] for r in history if r["epoch"] == last_epoch])),
-        "epochs_trained": last_epoch + 1,
+        "epochs_trained": last_epoch,
         "stopped_early": run.stopped_early,
         "mean_epoch_seconds": float(np.mean([r["epoch_seconds"] for r in main_rows])),
         "mean_train_seconds": float(np.mean([r["train_seconds"] for r in main_rows])),
