@@ -17,6 +17,7 @@ from pathlib import Path
 import dagster as dg
 
 from graphs.canonical import has_training_labels, is_dataset_folder
+from graphs.storage import dir_bytes
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
@@ -56,6 +57,19 @@ class GnnflowStorage(dg.ConfigurableResource):
             raise dg.Failure(description=f"dataset '{dataset}': no {asset} at {path}; materialize {asset} first")
         return path
 
+    def inference_model_dir(self, dataset: str) -> Path:
+        """The model folder that scores new data: `<dataset>/promoted/` when a model was
+        promoted, else `<dataset>/trained_model/`; fails the run, naming both, when neither
+        holds a model file."""
+        for name in ("promoted", "trained_model"):
+            path = self.asset_dir(dataset, name)
+            if (path / "model_best.pt").is_file():
+                return path
+        raise dg.Failure(
+            description=f"dataset '{dataset}': no model to score with in {self.asset_dir(dataset, 'promoted')} "
+            f"nor {self.asset_dir(dataset, 'trained_model')}; materialize trained_model first"
+        )
+
     def landing_dir(self, dataset: str) -> Path:
         return Path(self.landing).resolve() / dataset
 
@@ -94,3 +108,8 @@ def png_markdown(path: str | os.PathLike, alt: str) -> dg.MetadataValue:
     """An inline PNG for the Dagster UI's metadata panel."""
     data = base64.b64encode(Path(path).read_bytes()).decode()
     return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{data})")
+
+
+def disk_metadata(path: str | os.PathLike) -> dict:
+    """`disk_mb`: what the asset's folder takes on disk (its files' sizes), for the metadata panel."""
+    return {"disk_mb": round(dir_bytes(path) / 2**20, 1)}

@@ -256,7 +256,8 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
     assert np.load(out / "embeddings.npy").shape == (400, 16)
 
     # model files load with weights_only=True and reproduce the predictions
-    model = load_model(out / "model_best.pt")
+    model, model_cfg, preprocessing, *_ = load_model(out / "model_best.pt")
+    assert model_cfg.hidden == 16 and preprocessing.input == "features"
     from training.data import read_manifest
     from training.evaluate import load_full_block
     from training.features import full_features

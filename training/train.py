@@ -46,6 +46,7 @@ Reading order (top to bottom): `train` sets up the process group; `_train` is th
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import shutil
 import time
@@ -74,7 +75,7 @@ from training.distributed import DistInfo, all_gather_objects, broadcast_flag, i
 from training.evaluate import EvalGraph, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.layers import build_model, use_aggregation
-from training.outputs import model_file_state, plot_curves, write_json, write_metrics, write_predictions
+from training.outputs import Preprocessing, model_file_state, plot_curves, write_json, write_metrics, write_predictions
 from training.precision import grad_scaler, resolve_precision
 from training.profiling import StepProfiler, nvtx_context
 from training.report import Reporter, open_reporter
@@ -511,9 +512,10 @@ def finish_run(run: Run) -> dict:
     seconds = time.perf_counter() - run.t_start
     out = Path(cfg.paths.out)
     model_cfg = asdict(cfg.model)
-    final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch)
+    preprocessing = model_preprocessing(run)
+    final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch, preprocessing)
     model.load_state_dict(best["model"])
-    best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"])
+    best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"], preprocessing)
     block, x = run.eval_graph.on(info.device)
     model.eval()
     emb, logits = (t.float() for t in model.inference_with_embeddings(block, x, cfg.training.eval_batch_size))
@@ -571,6 +573,19 @@ def finish_run(run: Run) -> dict:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def model_preprocessing(run: Run) -> Preprocessing:
+    """How this run built the model's input (stored in the model files for inference on new data)."""
+    adjacency_summary = json.loads((run.adjacency / "summary.json").read_text())
+    return Preprocessing(
+        input="features" if run.stream_features == "manifest" else "degree",
+        feature_norm=run.transform.kind,
+        degree_buckets=run.cfg.training.degree_buckets,
+        degree_norm=str(adjacency_summary.get("degree_norm", "both")),
+        mean=run.transform.mean,
+        std=run.transform.std,
+    )
 
 
 def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
