@@ -9,11 +9,23 @@ materialization of the partition stays in place.
 import dagster as dg
 import duckdb
 
-from assets.common import LANDING_FINGERPRINT, GnnflowStorage, dataset_partitions, png_markdown
+from assets.common import LANDING_FINGERPRINT, GnnflowStorage, dataset_partitions, disk_metadata, png_markdown
 from assets.config import dagster_config
 from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph, landing_fingerprint
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
+
+# Every row the ingest drops or value it fills instead of failing: summary key -> what happened.
+# Each count is in the metadata; a non-zero one is also logged as a warning.
+FILLS_AND_DROPS = {
+    "dropped_null_id": "edge rows with a null src or dst dropped",
+    "dropped_self_loop": "self-loop edge rows dropped (their node is kept)",
+    "dropped_duplicate": "duplicate edge rows dropped",
+    "nodes_without_node_row": "nodes with no nodes.parquet row: label -1 (unknown), split 'other'",
+    "null_labels_as_unknown": "null labels in nodes.parquet read as -1 (unknown)",
+    "null_splits_as_other": "null splits in nodes.parquet read as 'other' (in no split)",
+    "nodes_without_features": "nodes with no features.parquet row: a feature row of zeros",
+}
 
 EDGES_VALID = "edges_valid"
 
@@ -43,6 +55,9 @@ def canonical_graph(
         s = build_canonical_graph(landing, out, config.to_dataclass())
     except InputError as exc:
         raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+    for key, what in FILLS_AND_DROPS.items():
+        if s.get(key):
+            context.log.warning(f"dataset '{dataset}': {s[key]} {what}")
     if s["split_generated"]:
         context.log.info("labels without a split column: made a seeded train/val/test split")
 
@@ -55,9 +70,7 @@ def canonical_graph(
         "symmetrized": s["symmetrized"],
         "input_rows": s["input_rows"],
         "input_files": s["input_files"],
-        "dropped_null_id": s["dropped_null_id"],
-        "dropped_self_loop": s["dropped_self_loop"],
-        "dropped_duplicate": s["dropped_duplicate"],
+        **{key: s.get(key, 0) for key in FILLS_AND_DROPS},
         "isolated_nodes": s["isolated_nodes"],
         "degree_max": s["degree_max"],
         "degree_mean": round(s["degree_mean"], 3),
@@ -69,6 +82,7 @@ def canonical_graph(
         "feature_dim": s.get("feature_dim", 0),
         "seconds": s["seconds"],
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
+        **disk_metadata(out),
         "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
     }
     return dg.MaterializeResult(metadata=metadata, check_results=[_check_edges(out, s["nodes"])])

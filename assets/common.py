@@ -111,5 +111,6 @@ def png_markdown(path: str | os.PathLike, alt: str) -> dg.MetadataValue:
 
 
 def disk_metadata(path: str | os.PathLike) -> dict:
-    """`disk_mb`: what the asset's folder takes on disk (its files' sizes), for the metadata panel."""
-    return {"disk_mb": round(dir_bytes(path) / 2**20, 1)}
+    """`disk_mb`: what the asset's folder takes on disk (its files' sizes, MiB to 3 significant
+    digits), the same key on every asset's metadata panel."""
+    return {"disk_mb": float(f"{dir_bytes(path) / 2**20:.3g}")}

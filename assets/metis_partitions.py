@@ -12,10 +12,9 @@ import json
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions, png_markdown
+from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, png_markdown
 from assets.config import dagster_config
 from graphs.partition import PartitionConfig, build_partitions, load_parts, partition_problems
-from graphs.storage import dir_bytes
 
 MetisPartitionsConfig = dagster_config(PartitionConfig, "MetisPartitionsConfig")
 
@@ -72,7 +71,7 @@ def metis_partitions(
         "seconds": dg.MetadataValue.json(s["seconds"]),
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
         "distdgl_config": s["distdgl_config"] or "not written",
-        "bytes": dir_bytes(out),
+        **disk_metadata(out),
         "partition_sizes": png_markdown(out / "partition_sizes.png", "core and halo nodes per part"),
     }
     return dg.MaterializeResult(metadata=metadata, check_results=check_partitions(out))

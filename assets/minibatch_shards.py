@@ -11,11 +11,10 @@ skipped with a message (nothing to train on), not failed.
 
 import dagster as dg
 
-from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, skip_without_labels
+from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, disk_metadata, skip_without_labels
 from assets.config import dagster_config
 from graphs.canonical import read_summary
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-from graphs.storage import dir_bytes
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
 
@@ -91,7 +90,7 @@ def minibatch_shards(
         "shard_files": sum(len(s["files"]) for s in m["streams"]),
         "sampled_edges": m["sampled_edges"],
         "seeds": m["seeds"],
-        "bytes_on_disk": dir_bytes(out),
+        **disk_metadata(out),
         "bytes_per_sampled_edge": m["bytes_per_sampled_edge"],
         "seconds": m["seconds"],
         "seeds_per_second": m["seeds_per_second"],

@@ -561,10 +561,18 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
     label = np.full(n, -1, dtype=np.int32)
     vocab = ["train", "val", "test", "other"]  # split names; codes index this list
     split = np.full(n, 3, dtype=np.int32)
-    facts = {"has_labels": False, "split_generated": False}
+    facts = {
+        "has_labels": False,
+        "split_generated": False,
+        "nodes_without_node_row": 0,
+        "null_labels_as_unknown": 0,
+        "null_splits_as_other": 0,
+    }
     if files.nodes is not None:
         t = pq.read_table(files.nodes)
         idx = relabel(t.column("node_id"))
+        # filled, not failed: nodes met only in edges get label -1 and split 'other'
+        facts["nodes_without_node_row"] = int(n - t.num_rows)
         if t.column("node_id").null_count:
             raise InputError(f"{files.nodes}: column 'node_id' has {t.column('node_id').null_count} null values")
         counts = np.bincount(idx, minlength=n)
@@ -572,6 +580,7 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
             dup = relabel.ids[int(np.flatnonzero(counts > 1)[0])].as_py()
             raise InputError(f"{files.nodes}: column 'node_id' repeats the id {dup!r}; one row per node")
         if "label" in t.column_names:
+            facts["null_labels_as_unknown"] = int(t.column("label").null_count)
             lab = t.column("label").to_numpy(zero_copy_only=False)
             lab = np.where(pd.isna(lab), -1, lab).astype(np.int64)
             bad = lab < -1
@@ -582,6 +591,7 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
             label[idx] = lab.astype(np.int32)
             facts["has_labels"] = bool((label >= 0).any())
         if "split" in t.column_names:
+            facts["null_splits_as_other"] = int(t.column("split").null_count)
             enc = t.column("split").cast(pa.string()).fill_null("other").combine_chunks().dictionary_encode()
             for word in enc.dictionary.to_pylist():
                 if word not in vocab:

@@ -191,3 +191,48 @@ def test_real_definitions_keep_label_stages_from_unlabelled_datasets():
         "metis_partitions",
         "compressed_graph",
     }
+
+
+def test_every_fill_and_drop_is_counted_in_metadata_and_logged(tmp_path, storage):
+    """Nothing silent: rows dropped and values filled by the ingest show with their counts."""
+    import logging
+
+    from assets.canonical_graph import FILLS_AND_DROPS
+
+    landing = tmp_path / "landing" / "filled"
+    write_edges(landing / "edges.parquet", [1, 2, 2, 3, 4, None], [2, 3, 3, 3, 5, 1])  # dup 2-3, loop 3-3, null
+    pq.write_table(
+        pa.table(
+            {
+                "node_id": [1, 2, 3],
+                "label": pa.array([0, None, 1], pa.int32()),
+                "split": pa.array(["train", None, "test"]),
+            }
+        ),
+        landing / "nodes.parquet",
+    )
+    feats = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(4, np.float32)), 2)
+    pq.write_table(pa.table({"node_id": [1, 2], "feat": feats}), landing / "features.parquet")
+    instance = _instance_with("filled")
+    result = dg.materialize(
+        [canonical_graph], partition_key="filled", instance=instance, resources={"storage": storage}
+    )
+    md = result.asset_materializations_for_node("canonical_graph")[0].metadata
+    counts = {k: md[k].value for k in FILLS_AND_DROPS}
+    assert counts == {
+        "dropped_null_id": 1,
+        "dropped_self_loop": 1,
+        "dropped_duplicate": 1,
+        "nodes_without_node_row": 2,  # 4 and 5 appear only in edges
+        "null_labels_as_unknown": 1,
+        "null_splits_as_other": 1,
+        "nodes_without_features": 3,  # 3, 4, 5
+    }
+    assert md["disk_mb"].value > 0
+    warnings = [
+        r.user_message
+        for r in instance.all_logs(result.run_id)
+        if r.level == logging.WARNING and r.user_message.startswith("dataset 'filled':")
+    ]
+    assert len(warnings) == len(FILLS_AND_DROPS)
+    assert "dataset 'filled': 3 nodes with no features.parquet row: a feature row of zeros" in warnings
