@@ -154,3 +154,9 @@ def test_bad_input_and_a_missing_dagster_home_end_with_the_cause(tmp_path, env):
     lost = _run(argv, no_home)
     assert lost.returncode != 0
     assert "DAGSTER_HOME is not set" in lost.stderr.strip().splitlines()[-1]
+
+
+def test_make_ui_takes_a_port():
+    dry = subprocess.run(["make", "-n", "ui", "PORT=3999"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3999" in dry.stdout
