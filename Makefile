@@ -54,7 +54,7 @@ ui: install $(DAGSTER_HOME)/dagster.yaml
 
 # Every benchmark at its default size (1M nodes / 10M edges where it applies); each prints
 # ours next to its baseline measured in the same run. Expect tens of minutes on 2 cores.
-BENCHES ?= ingest adjacency partition bloom compression sampling aggregate train_vs_dgl
+BENCHES ?= ingest adjacency partition bloom compression sampling aggregate train_vs_dgl weighted
 bench: install
 	for b in $(BENCHES); do echo "=== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py || exit 1; done
 

@@ -25,6 +25,8 @@ FILLS_AND_DROPS = {
     "null_labels_as_unknown": "null labels in nodes.parquet read as -1 (unknown)",
     "null_splits_as_other": "null splits in nodes.parquet read as 'other' (in no split)",
     "nodes_without_features": "nodes with no features.parquet row: a feature row of zeros",
+    "dropped_invalid_weight": "edge rows with a NaN, infinite, negative, zero or null weight dropped "
+    "(invalid_weights: drop)",
 }
 
 EDGES_VALID = "edges_valid"
@@ -71,6 +73,8 @@ def canonical_graph(
         "input_rows": s["input_rows"],
         "input_files": s["input_files"],
         **{key: s.get(key, 0) for key in FILLS_AND_DROPS},
+        "combined_reverse_pairs": s["combined_reverse_pairs"],
+        "weighted": s["weighted"],
         "isolated_nodes": s["isolated_nodes"],
         "degree_max": s["degree_max"],
         "degree_mean": round(s["degree_mean"], 3),
@@ -85,6 +89,16 @@ def canonical_graph(
         **disk_metadata(out),
         "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
     }
+    if s["weighted"]:
+        metadata.update(
+            weight_combine=s["weight_combine"],
+            weight_files=len(s["weight_files"]),
+            weight_default_1_files=dg.MetadataValue.json(s["weight_default_1_files"]),
+            dropped_invalid_weight=s["dropped_invalid_weight"],
+            weight_min=s.get("weight_min", 0.0),
+            weight_max=s.get("weight_max", 0.0),
+            weight_mean=s.get("weight_mean", 0.0),
+        )
     return dg.MaterializeResult(metadata=metadata, check_results=[_check_edges(out, s["nodes"])])
 
 

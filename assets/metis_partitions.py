@@ -51,10 +51,11 @@ def metis_partitions(
     out = storage.asset_dir(dataset, _ASSET)
     s = build_partitions(canonical, out, cfg, graph_name=dataset)
     metis, random = s["metis"], s["random"]
+    compared = (("weight_cut_ratio",) if s["weighted"] else ()) + _COMPARED
 
     table = (
         "| metric | METIS | random |\n|---|---|---|\n"
-        + "".join(f"| {name} | {metis[name]:.4g} | {random[name]:.4g} |\n" for name in _COMPARED)
+        + "".join(f"| {name} | {metis[name]:.4g} | {random[name]:.4g} |\n" for name in compared)
         + f"| peak_rss_mb | {metis['peak_rss_bytes'] / 2**20:.0f} | {random['peak_rss_bytes'] / 2**20:.0f} |\n"
     )
     metadata = {
@@ -64,8 +65,9 @@ def metis_partitions(
         "num_parts": s["num_parts"],
         "clusters": s["clusters"],
         "metis_vs_random": dg.MetadataValue.md(table),
-        **{f"metis_{name}": round(metis[name], 4) for name in _COMPARED},
-        **{f"random_{name}": round(random[name], 4) for name in _COMPARED},
+        "weighted": s["weighted"],
+        **{f"metis_{name}": round(metis[name], 4) for name in compared},
+        **{f"random_{name}": round(random[name], 4) for name in compared},
         "nodes_per_part": dg.MetadataValue.json(metis["nodes_per_part"]),
         "halo_per_part": dg.MetadataValue.json(metis["halo_per_part"]),
         "seconds": dg.MetadataValue.json(s["seconds"]),

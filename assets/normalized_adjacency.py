@@ -55,7 +55,8 @@ _ASSET = "normalized_adjacency"
 def normalized_adjacency(
     context: dg.AssetExecutionContext, config: NormalizedAdjacencyConfig, storage: GnnflowStorage
 ) -> dg.MaterializeResult:
-    """Â = D^-1/2 (A + I) D^-1/2 (or D^-1 (A + I)) as int64 indptr / int32 indices / float32 weights."""
+    """Â = D^-1/2 (A_w + sI) D^-1/2 (or D^-1 (A_w + sI)), weighted degrees when the graph is weighted,
+    as int64 indptr / int32 indices / float32 weights."""
     dataset = context.partition_key
     canonical = storage.upstream_dir(dataset, "canonical_graph")
     cfg = config.to_dataclass()
@@ -69,6 +70,8 @@ def normalized_adjacency(
         "nnz": s["nnz"],
         "degree_norm": s["degree_norm"],
         "add_self_loops": s["add_self_loops"],
+        "self_loop_weight": s["self_loop_weight"],
+        "weighted": s["weighted"],
         "index_dtype": s["index_dtype"],
         "isolated_nodes": s["isolated_nodes"],
         "max_row_length": s["max_row_length"],

@@ -2,7 +2,7 @@
 
 Input (a dataset folder in the landing layout):
     edges/*.parquet or edges.parquet   columns src, dst (all integer or all string ids),
-                                       optional weight (numeric; validated, not carried)
+                                       optional weight (any numeric type, per file)
     nodes.parquet      (optional)      node_id, optional label (int, -1/null = unknown),
                                        optional split (string)
     features.parquet   (optional)      node_id, feat (list of floats, one fixed width)
@@ -10,6 +10,7 @@ Input (a dataset folder in the landing layout):
 Output (written atomically into one folder, see `build_canonical_graph`):
     edges.parquet   src int64, dst int64; sorted by (src, dst); no self loops, no
                     duplicates; both directions present when symmetrized
+                    (+ weight float64 > 0 when any edge file has a weight column)
     nodes.parquet   node_id int64 (0..n-1), original_id (int64 or string, as given),
                     label int32 (-1 = unknown), split string (train/val/test/other)
     features.npy    float32 [n, D], row = node_id (only when features.parquet exists)
@@ -29,6 +30,21 @@ group is counting-sorted into rows by source (a numba kernel: O(keys) plus a sma
 per row, about 5x faster than sorting all keys) and deduplicated row by row. Because
 buckets are in source order, the output is globally sorted without a merge, and memory stays bounded by the sort budget
 plus O(n) arrays whatever the edge count.
+
+Weights (when any edge file has a ``weight`` column; files without one count as weight 1.0
+and are named in the summary). Every weight must be finite and > 0: NaN, infinite,
+negative, zero and null weights fail the stage naming each file and its count, or are
+dropped and counted with ``invalid_weights="drop"`` (their ids still become nodes, as
+for self loops). A float64 weight travels next to each key (``BYTES_PER_WEIGHTED_KEY``
+sizes the groups, so the sort budget still bounds memory; spilled buckets get a second
+file of weights). The rows reach the keys in input order (files in name order, rows in
+file order), the bucket and row counting sorts are stable and a row's keys are put in
+order of the neighbour alone, so each output edge sees its input rows in input order.
+They combine by ``weight_combine`` (`COMBINE_RULES`): duplicates of one (src, dst) and,
+when symmetrized, the rows of both directions u->v and v->u, which give one weight to
+both output edges. The summary counts the rows combined into duplicates
+(``dropped_duplicate``) and the undirected edges given in both directions
+(``combined_reverse_pairs``).
 """
 
 from __future__ import annotations
@@ -53,18 +69,24 @@ import pyarrow.parquet as pq
 from graphs.edge_keys import (
     _NO_LUT,
     BYTES_PER_KEY,
+    BYTES_PER_WEIGHTED_KEY,
     _dedupe_rows,
+    _dedupe_rows_weighted,
     _KeySpill,
     _map_inplace,
     _mirror,
+    _mirror_weighted,
     _repeat_rows,
     _warm_kernels,
+    _warm_weighted_kernels,
     key_shift,
 )
 from graphs.plotting import headless_pyplot
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
+COMBINE_RULES = ("sum", "max", "mean", "first")
+INVALID_WEIGHT_ACTIONS = ("error", "drop")
 
 
 class InputError(ValueError):
@@ -96,7 +118,26 @@ class CanonicalConfig:
         metadata={"help": "Share of labelled nodes put in 'val' by a generated split (the rest is 'test')."},
     )
 
+    weight_combine: str = field(
+        default="sum",
+        metadata={
+            "help": "How the weights of duplicate rows and of the two directions of a symmetrized edge "
+            f"combine: one of {COMBINE_RULES} ('first' = first in file-name, then row order)."
+        },
+    )
+    invalid_weights: str = field(
+        default="error",
+        metadata={
+            "help": "NaN, infinite, negative, zero or null weights: 'error' fails naming each file and "
+            "count; 'drop' drops those rows and counts them."
+        },
+    )
+
     def __post_init__(self) -> None:
+        if self.weight_combine not in COMBINE_RULES:
+            raise ValueError(f"weight_combine={self.weight_combine!r} is not one of {COMBINE_RULES}")
+        if self.invalid_weights not in INVALID_WEIGHT_ACTIONS:
+            raise ValueError(f"invalid_weights={self.invalid_weights!r} is not one of {INVALID_WEIGHT_ACTIONS}")
         if self.sort_budget_mb < 1:
             raise ValueError(f"sort_budget_mb must be >= 1, got {self.sort_budget_mb}")
         if self.batch_rows < 1:
@@ -219,7 +260,7 @@ def validate_inputs(files: DatasetFiles) -> str:
                 )
         if "weight" in schema.names:
             wt = schema.field("weight").type
-            if not (pa.types.is_floating(wt) or pa.types.is_integer(wt)):
+            if not (pa.types.is_floating(wt) or pa.types.is_integer(wt) or pa.types.is_decimal(wt)):
                 raise InputError(f"{path}: column 'weight' has type {wt}; expected a number")
     if files.nodes is not None:
         schema = _schema(files.nodes)
@@ -313,7 +354,9 @@ class _IdSpace:
         self.present = None if relabel is not None else np.zeros(size, dtype=bool)
 
     @classmethod
-    def plan(cls, con, kind, rows, min_id, max_id, nodes_sql, has_dropped_rows, where) -> "_IdSpace":
+    def plan(
+        cls, con, kind, rows, min_id, max_id, nodes_sql, has_dropped_rows, where, dropped_weight_sql=None
+    ) -> "_IdSpace":
         node_lo = node_hi = None
         node_rows = 0
         if nodes_sql is not None and kind == "int":
@@ -326,10 +369,16 @@ class _IdSpace:
             # of that is dense enough for a bitmap
             if span <= max(1 << 20, min(2 * (2 * rows + node_rows), cls.MAX_DENSE_SPAN)):
                 space = cls(span, None, lo)
-                if has_dropped_rows:  # ids met only in null-partner or self-loop rows are nodes too
+                if has_dropped_rows:  # ids met only in null-partner, self-loop (or invalid-weight) rows are nodes too
+                    dropped_weight = (
+                        f" UNION ALL SELECT src FROM raw_edges WHERE {dropped_weight_sql}"
+                        f" UNION ALL SELECT dst FROM raw_edges WHERE {dropped_weight_sql}"
+                        if dropped_weight_sql
+                        else ""
+                    )
                     extra = con.sql(
                         "SELECT src FROM raw_edges WHERE src IS NOT NULL AND (dst IS NULL OR src = dst) "
-                        "UNION ALL SELECT dst FROM raw_edges WHERE dst IS NOT NULL AND src IS NULL"
+                        "UNION ALL SELECT dst FROM raw_edges WHERE dst IS NOT NULL AND src IS NULL" + dropped_weight
                     ).fetchnumpy()["src"]
                     space.present[np.asarray(extra, dtype=np.int64) - lo] = True
                 if nodes_sql is not None:
@@ -384,6 +433,62 @@ def _sql_list(paths: list[Path]) -> str:
     return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
 
 
+# A row's weight is usable: not null, not NaN, not infinite, > 0 (NaN > 0 holds in DuckDB).
+VALID_WEIGHT_SQL = "coalesce(weight > 0 AND isfinite(weight), false)"
+KEPT_ROW_SQL = "src IS NOT NULL AND dst IS NOT NULL AND src <> dst"
+
+
+def _create_weighted_view(con, edge_files: list[Path], weighted: set[Path], sql_type: str) -> None:
+    """View raw_edges(src, dst, weight DOUBLE) over every edge file, in name order.
+
+    Files without a weight column give 1.0. Consecutive files of one kind are one
+    `read_parquet` relation (paths go through DuckDB's relation API, never into SQL text);
+    the views are joined with UNION ALL, which keeps file order under
+    preserve_insertion_order.
+    """
+    runs: list[tuple[bool, list[str]]] = []
+    for path in edge_files:
+        has = path in weighted
+        if runs and runs[-1][0] == has:
+            runs[-1][1].append(str(path))
+        else:
+            runs.append((has, [str(path)]))
+    parts = []
+    for i, (has, paths) in enumerate(runs):
+        con.read_parquet(paths, union_by_name=True).create_view(f"edge_files_{i}")
+        weight = "CAST(weight AS DOUBLE)" if has else "CAST(1.0 AS DOUBLE)"
+        parts.append(
+            f"SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst, {weight} AS weight "
+            f"FROM edge_files_{i}"
+        )
+    con.execute("CREATE VIEW raw_edges AS " + " UNION ALL ".join(parts))
+
+
+def _invalid_weight_counts(con, path: Path) -> dict[str, int]:
+    """Per kind, the rows of one file that would be edges but whose weight is unusable."""
+    con.read_parquet(str(path)).create_view("one_edge_file")
+    counts = con.sql(
+        "SELECT count(*) FILTER (WHERE isnan(w)), count(*) FILTER (WHERE isinf(w)), "
+        "count(*) FILTER (WHERE w < 0 AND isfinite(w)), count(*) FILTER (WHERE w = 0), "
+        "count(*) FILTER (WHERE w IS NULL) "
+        f"FROM (SELECT CAST(weight AS DOUBLE) AS w FROM one_edge_file WHERE {KEPT_ROW_SQL})"
+    ).fetchall()[0]
+    return dict(zip(("NaN", "infinite", "negative", "zero", "null"), (int(c) for c in counts)))
+
+
+def _refuse_invalid_weights(con, weighted_files: list[Path]) -> None:
+    problems = []
+    for path in weighted_files:
+        counts = _invalid_weight_counts(con, path)
+        if sum(counts.values()):
+            kinds = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
+            problems.append(f"{path}: column 'weight' has {sum(counts.values())} invalid values ({kinds})")
+    raise InputError(
+        "; ".join(problems) + ". Weights must be finite and > 0: fix the files, or set "
+        "invalid_weights='drop' to drop those rows (counted in the summary)"
+    )
+
+
 def build_canonical_graph(
     dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, cfg: CanonicalConfig | None = None
 ) -> dict:
@@ -398,49 +503,76 @@ def build_canonical_graph(
     files = find_dataset_files(dataset_dir)
     kind = validate_inputs(files)
     sql_type = "BIGINT" if kind == "int" else "VARCHAR"
+    weighted_files = [p for p in files.edge_files if "weight" in _schema(p).names]
+    weighted = bool(weighted_files)
 
     # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files.
-    warmup = threading.Thread(target=_warm_kernels, daemon=True)
+    warmup = threading.Thread(target=_warm_weighted_kernels if weighted else _warm_kernels, daemon=True)
     warmup.start()
     with atomic_output_dir(out_dir) as tmp:
         work = tmp / "_work"
         work.mkdir()
         con = _connect(cfg, work / "duckdb")
-        con.execute(
-            f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
-            f"FROM read_parquet({_sql_list(files.edge_files)}, union_by_name = true)"
-        )
-        rows, null_rows, self_loops, min_id, max_id = con.sql(
+        if weighted:
+            _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)
+        else:
+            con.execute(
+                f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
+                f"FROM read_parquet({_sql_list(files.edge_files)}, union_by_name = true)"
+            )
+        invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
+        rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
             "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
-            "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst)) "
-            "FROM raw_edges"
+            "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
+            f"{invalid_weight_sql} FROM raw_edges"
         ).fetchall()[0]
         if rows == 0:
             raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
+        invalid_weights = int(invalid[0]) if invalid else 0
+        if invalid_weights and cfg.invalid_weights == "error":
+            _refuse_invalid_weights(con, weighted_files)
+        dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if invalid_weights else None
         nodes_sql = (
             f"SELECT CAST(node_id AS {sql_type}) AS id FROM read_parquet({_sql_list([files.nodes])})"
             if files.nodes
             else None
         )
-        space = _IdSpace.plan(con, kind, rows, min_id, max_id, nodes_sql, null_rows + self_loops > 0, dataset_dir)
+        space = _IdSpace.plan(
+            con,
+            kind,
+            rows,
+            min_id,
+            max_id,
+            nodes_sql,
+            null_rows + self_loops + invalid_weights > 0,
+            dataset_dir,
+            dropped_weight_sql,
+        )
         n_space = space.size
 
         # Stream valid edges into id space, spill keys by source range. A symmetrized graph
         # whose keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
-        valid_rows = rows - null_rows - self_loops
+        valid_rows = rows - null_rows - self_loops - invalid_weights
         budget = cfg.sort_budget_mb << 20
-        half = cfg.symmetrize and valid_rows * 2 * BYTES_PER_KEY <= budget
+        per_key = BYTES_PER_WEIGHTED_KEY if weighted else BYTES_PER_KEY
+        half = cfg.symmetrize and valid_rows * 2 * per_key <= budget
         copies = 2 if cfg.symmetrize and not half else 1
-        groups = 1 if half else math.ceil(valid_rows * copies * BYTES_PER_KEY / budget)
-        spill = _KeySpill(n_space, groups, budget, work / "spill")
+        groups = 1 if half else math.ceil(valid_rows * copies * per_key / budget)
+        spill = _KeySpill(n_space, groups, budget, work / "spill", weighted)
         shift = key_shift(n_space)
-        reader = con.sql(
-            "SELECT src, dst FROM raw_edges WHERE src IS NOT NULL AND dst IS NOT NULL AND src <> dst"
-        ).to_arrow_reader(cfg.batch_rows)
+        if weighted:
+            # rows in input order, so 'first' and the order of float sums are deterministic
+            con.execute("SET preserve_insertion_order = true")
+            keep = f"{KEPT_ROW_SQL} AND {VALID_WEIGHT_SQL}" if invalid_weights else KEPT_ROW_SQL
+            reader = con.sql(f"SELECT src, dst, weight FROM raw_edges WHERE {keep}").to_arrow_reader(cfg.batch_rows)
+        else:
+            reader = con.sql(f"SELECT src, dst FROM raw_edges WHERE {KEPT_ROW_SQL}").to_arrow_reader(cfg.batch_rows)
         for batch in reader:
             s = space.locate(batch.column(0))
             d = space.locate(batch.column(1))
-            if half:  # flag = orientation, so distinct directed pairs stay countable
+            if weighted:
+                _add_weighted(spill, s, d, batch.column(2).to_numpy(), shift, half, cfg.symmetrize)
+            elif half:  # flag = orientation, so distinct directed pairs stay countable
                 lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
                 spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_)
             elif cfg.symmetrize:  # flag 1 = the reversed copy
@@ -467,6 +599,7 @@ def build_canonical_graph(
                 directed=not cfg.symmetrize,
                 lut=lut,
                 degree_ready=degree_ready,
+                combine=cfg.weight_combine,
             )
             try:
                 node_facts = _write_nodes(tmp, files, relabel, cfg)
@@ -478,7 +611,7 @@ def build_canonical_graph(
                     degree = degree[space.present] if lut is not None else degree
                     _plot_degrees(degree, tmp / "degree_distribution.png")
             finally:
-                _, distinct_input_pairs, edges_written = edges_job.result()
+                _, distinct_input_pairs, edges_written, weight_facts = edges_job.result()
         shutil.rmtree(work, ignore_errors=True)
 
         summary = {
@@ -492,6 +625,19 @@ def build_canonical_graph(
             "dropped_null_id": int(null_rows),
             "dropped_self_loop": int(self_loops),
             "dropped_duplicate": int(valid_rows - distinct_input_pairs),
+            "combined_reverse_pairs": int(distinct_input_pairs - edges_written // 2) if cfg.symmetrize else 0,
+            "weighted": weighted,
+            **(
+                {
+                    "weight_combine": cfg.weight_combine,
+                    "weight_files": [p.name for p in weighted_files],
+                    "weight_default_1_files": [p.name for p in files.edge_files if p not in weighted_files],
+                    "dropped_invalid_weight": invalid_weights,
+                    **weight_facts,
+                }
+                if weighted
+                else {}
+            ),
             "isolated_nodes": int(np.count_nonzero(degree == 0)),
             "degree_max": int(degree.max()),
             "degree_mean": float(degree.mean()),
@@ -505,10 +651,28 @@ def build_canonical_graph(
     return summary
 
 
-def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, directed: bool, lut, degree_ready) -> tuple:
+def _add_weighted(spill: _KeySpill, s, d, w, shift: int, half: bool, symmetrize: bool) -> None:
+    """Keys and weights of one batch of rows, in row order (see the module docstring)."""
+    if half:  # flag = orientation, so distinct directed pairs stay countable
+        lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
+        spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_, w)
+    elif symmetrize:  # flag 1 = the reversed copy, interleaved so each row's copies stay in row order
+        keys = np.empty(2 * len(s), dtype=np.int64)
+        keys[0::2] = (s << shift) | (d << 1)
+        keys[1::2] = (d << shift) | (s << 1) | 1
+        src = np.empty(2 * len(s), dtype=np.int64)
+        src[0::2], src[1::2] = s, d
+        spill.add(keys, src, np.repeat(w, 2))
+    else:
+        spill.add((s << shift) | (d << 1), s, w)
+
+
+def _write_edges(
+    spill: _KeySpill, path: Path, *, shift: int, half: bool, directed: bool, lut, degree_ready, combine: str
+) -> tuple:
     """Deduplicate each key group and append it to edges.parquet, sorted by (src, dst).
 
-    Returns (degree per id-space slot, distinct input pairs, edges written); the degrees
+    Returns (degree per id-space slot, distinct input pairs, edges written, weight facts); the degrees
     are also handed to the `degree_ready` future as soon as the last group is deduplicated,
     before its Parquet encoding ends. Encoding of group i overlaps the deduplication of
     group i+1 in a second thread.
@@ -518,7 +682,11 @@ def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, direct
     in_deg = np.zeros(n_space, dtype=np.int64) if directed else None
     distinct_input_pairs = 0
     edges_written = 0
-    schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())])
+    weighted = spill.weighted
+    rule = COMBINE_RULES.index(combine)
+    w_min, w_max, w_sum = np.inf, -np.inf, 0.0
+    fields = [("src", pa.int64()), ("dst", pa.int64())] + ([("weight", pa.float64())] if weighted else [])
+    schema = pa.schema(fields)
     # Sorted int64 ids delta-encode to a few bits each: about half the bytes of snappy and
     # twice its speed, with no general-purpose compression on top.
     writer = pq.ParquetWriter(
@@ -526,15 +694,25 @@ def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, direct
         schema,
         compression="none",
         use_dictionary=False,
-        column_encoding={"src": "DELTA_BINARY_PACKED", "dst": "DELTA_BINARY_PACKED"},
+        column_encoding={"src": "DELTA_BINARY_PACKED", "dst": "DELTA_BINARY_PACKED"}
+        | ({"weight": "PLAIN"} if weighted else {}),
     )
     with writer, ThreadPoolExecutor(max_workers=1) as pool:
         pending = None
-        for keys, lo, hi in spill.groups():
-            counts, dst, distinct = _dedupe_rows(keys, shift, lo, hi - lo, half)
+        for keys, weights, lo, hi in spill.groups():
+            if weighted:
+                counts, dst, weight, distinct = _dedupe_rows_weighted(keys, weights, shift, lo, hi - lo, half, rule)
+                del weights
+                if half:
+                    counts, dst, weight = _mirror_weighted(counts, dst, weight)
+                if len(weight):
+                    w_min, w_max = min(w_min, float(weight.min())), max(w_max, float(weight.max()))
+                    w_sum += float(weight.sum())
+            else:
+                counts, dst, distinct = _dedupe_rows(keys, shift, lo, hi - lo, half)
+                if half:
+                    counts, dst = _mirror(counts, dst)
             del keys
-            if half:
-                counts, dst = _mirror(counts, dst)
             distinct_input_pairs += distinct
             out_deg[lo:hi] = counts
             if in_deg is not None:
@@ -544,16 +722,22 @@ def _write_edges(spill: _KeySpill, path: Path, *, shift: int, half: bool, direct
             src = _repeat_rows(lo, counts, lut if lut is not None else _NO_LUT)
             if lut is not None:
                 _map_inplace(dst, lut)
-            table = pa.table({"src": src, "dst": dst}, schema=schema)
+            columns = {"src": src, "dst": dst} | ({"weight": weight} if weighted else {})
+            table = pa.table(columns, schema=schema)
             if pending is not None:
                 pending.result()
             pending = pool.submit(writer.write_table, table, row_group_size=1 << 20)
-            del counts, src, dst, table
+            del counts, src, dst, table, columns
         degree = out_deg if in_deg is None else out_deg + in_deg
         degree_ready.set_result(degree)
         if pending is not None:
             pending.result()
-    return degree, distinct_input_pairs, edges_written
+    weight_facts = (
+        {"weight_min": w_min, "weight_max": w_max, "weight_mean": w_sum / edges_written}
+        if weighted and edges_written
+        else {}
+    )
+    return degree, distinct_input_pairs, edges_written, weight_facts
 
 
 def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig) -> dict:
@@ -704,15 +888,18 @@ def read_summary(canonical_dir: str | os.PathLike) -> dict:
     return json.loads((Path(canonical_dir) / "summary.json").read_text())
 
 
-def edge_batches(canonical_dir: str | os.PathLike, batch_rows: int = 1 << 22):
+def edge_batches(canonical_dir: str | os.PathLike, batch_rows: int = 1 << 22, *, with_weight: bool = False):
     """Stream a canonical graph's edges.parquet: (src, dst) int64 arrays of up to `batch_rows`
-    edges, in the file's (src, dst) order; memory is one batch whatever the edge count."""
+    edges, in the file's (src, dst) order; memory is one batch whatever the edge count.
+    With `with_weight`, (src, dst, weight float64) of a weighted graph."""
     path = Path(canonical_dir) / "edges.parquet"
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
-        yield (
+    columns = ["src", "dst", "weight"] if with_weight else ["src", "dst"]
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns):
+        ids = (
             np.asarray(batch.column(0).to_numpy(), dtype=np.int64),
             np.asarray(batch.column(1).to_numpy(), dtype=np.int64),
         )
+        yield (*ids, np.asarray(batch.column(2).to_numpy(), dtype=np.float64)) if with_weight else ids
 
 
 __all__ = [

@@ -5,7 +5,8 @@ An edge (u, v) of a graph with n nodes is one int64 key ``(u << shift) | (v << 1
 to files) and yields groups within a memory budget; `_dedupe_rows` counting-sorts a group
 into rows by source and deduplicates each row; `_mirror` adds the reverse direction of a
 half-kept symmetrized graph; `_repeat_rows` / `_map_inplace` expand and relabel ids without
-the GIL. Used by `graphs.canonical` (see its docstring for how they fit together).
+the GIL. The ``_weighted`` variants carry a float64 weight per key and combine the weights
+of one edge by a rule (see `graphs.canonical`, "Weights"). Used by `graphs.canonical` (see its docstring for how they fit together).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import numpy as np
 # for v and one flag bit (so n < 2^31). Decoding is shifts and masks, no division.
 
 BYTES_PER_KEY = 40  # while deduplicating one group: key, row value, output src/dst, counts
+BYTES_PER_WEIGHTED_KEY = 72  # + the weight, its row-ordered copy, the combined output weight
 
 
 def key_shift(n: int) -> int:
@@ -30,42 +32,60 @@ def key_shift(n: int) -> int:
 
 
 class _KeySpill:
-    """Edge keys collected into fine source-range buckets, in memory or in files."""
+    """Edge keys (and, when weighted, a float64 weight per key) collected into fine
+    source-range buckets, in memory or in files."""
 
-    def __init__(self, n: int, groups: int, budget_bytes: int, spill_dir: Path):
+    def __init__(self, n: int, groups: int, budget_bytes: int, spill_dir: Path, weighted: bool = False):
         self.n = n
+        self.weighted = weighted
         self.num_buckets = 1 if groups <= 1 else min(n, 8 * groups)
         self.width = max(1, math.ceil(n / self.num_buckets))
-        self.budget_keys = max(1, budget_bytes // BYTES_PER_KEY)
+        self.budget_keys = max(1, budget_bytes // (BYTES_PER_WEIGHTED_KEY if weighted else BYTES_PER_KEY))
         self.in_memory = self.num_buckets == 1
         self.sizes = np.zeros(self.num_buckets, dtype=np.int64)
         self._chunks: list[np.ndarray] = []
+        self._weight_chunks: list[np.ndarray] = []
         self._files = []
+        self._weight_files = []
         if not self.in_memory:
             spill_dir.mkdir(parents=True, exist_ok=True)
             self._paths = [spill_dir / f"bucket-{b:06d}.bin" for b in range(self.num_buckets)]
             self._files = [open(p, "wb") for p in self._paths]
+            if weighted:
+                self._weight_paths = [spill_dir / f"bucket-{b:06d}.weight" for b in range(self.num_buckets)]
+                self._weight_files = [open(p, "wb") for p in self._weight_paths]
 
-    def add(self, keys: np.ndarray, src: np.ndarray) -> None:
+    def add(self, keys: np.ndarray, src: np.ndarray, weights: np.ndarray | None = None) -> None:
         if self.in_memory:
             self._chunks.append(keys)
+            if self.weighted:
+                self._weight_chunks.append(weights)
             self.sizes[0] += len(keys)
             return
-        keys, counts = _group_by_bucket(keys, src, self.width, self.num_buckets)
+        if self.weighted:
+            keys, weights, counts = _group_by_bucket_weighted(keys, weights, src, self.width, self.num_buckets)
+        else:
+            keys, counts = _group_by_bucket(keys, src, self.width, self.num_buckets)
         ends = np.cumsum(counts)
         starts = ends - counts
         for b in np.flatnonzero(counts):
             keys[starts[b] : ends[b]].tofile(self._files[b])
+            if self.weighted:
+                weights[starts[b] : ends[b]].tofile(self._weight_files[b])
         self.sizes += counts
 
     def groups(self):
-        """Yield (keys, lo, hi): the keys of sources lo..hi-1, consecutive ranges within the budget."""
+        """Yield (keys, weights or None, lo, hi): the keys of sources lo..hi-1, consecutive
+        ranges within the budget; keys of one bucket stay in the order they were added."""
         if self.in_memory:
             keys = np.concatenate(self._chunks) if self._chunks else np.empty(0, np.int64)
-            self._chunks = []
-            yield keys, 0, self.n
+            weights = None
+            if self.weighted:
+                weights = np.concatenate(self._weight_chunks) if self._weight_chunks else np.empty(0, np.float64)
+            self._chunks, self._weight_chunks = [], []
+            yield keys, weights, 0, self.n
             return
-        for f in self._files:
+        for f in self._files + self._weight_files:
             f.close()
         b = 0
         while b < self.num_buckets:
@@ -74,9 +94,14 @@ class _KeySpill:
                 total += self.sizes[e]
                 e += 1
             keys = np.concatenate([np.fromfile(self._paths[i], dtype=np.int64) for i in range(b, e)])
+            weights = None
+            if self.weighted:
+                weights = np.concatenate([np.fromfile(self._weight_paths[i], dtype=np.float64) for i in range(b, e)])
             for i in range(b, e):
                 self._paths[i].unlink()
-            yield keys, b * self.width, min(self.n, e * self.width)
+                if self.weighted:
+                    self._weight_paths[i].unlink()
+            yield keys, weights, b * self.width, min(self.n, e * self.width)
             b = e
 
 
@@ -95,6 +120,25 @@ def _group_by_bucket(keys, src, width, num_buckets):  # pragma: no cover - compi
         out[pos[b]] = keys[i]
         pos[b] += 1
     return out, counts
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_by_bucket_weighted(keys, weights, src, width, num_buckets):  # pragma: no cover - compiled
+    """`_group_by_bucket` carrying a weight per key (stable: keys keep their order per bucket)."""
+    counts = np.zeros(num_buckets, np.int64)
+    for i in range(len(src)):
+        counts[src[i] // width] += 1
+    pos = np.zeros(num_buckets, np.int64)
+    for b in range(1, num_buckets):
+        pos[b] = pos[b - 1] + counts[b - 1]
+    out = np.empty_like(keys)
+    out_w = np.empty_like(weights)
+    for i in range(len(src)):
+        b = src[i] // width
+        out[pos[b]] = keys[i]
+        out_w[pos[b]] = weights[i]
+        pos[b] += 1
+    return out, out_w, counts
 
 
 @numba.njit(cache=True, nogil=True)
@@ -140,6 +184,96 @@ def _dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover -
 
 
 @numba.njit(cache=True, nogil=True)
+def _dedupe_rows_weighted(keys, weights, shift, lo, rows, count_both_flags, rule):  # pragma: no cover - compiled
+    """`_dedupe_rows` with a weight per key, combined per (src, dst) by `rule`.
+
+    `rule` indexes COMBINE_RULES: 0 sum, 1 max, 2 mean, 3 first. The counting sort into
+    rows is stable and each row is sorted stably by neighbour alone (not the flag), so the
+    weights of one output edge are met in the order the keys were added: the order of the
+    input rows. Returns (counts, neighbours, combined float64 weights, distinct keys).
+    """
+    start = np.zeros(rows + 1, np.int64)
+    for i in range(len(keys)):
+        start[(keys[i] >> shift) - lo + 1] += 1
+    for r in range(rows):
+        start[r + 1] += start[r]
+    pos = start[:-1].copy()
+    mask = (np.int64(1) << shift) - 1
+    vals = np.empty(len(keys), np.int64)
+    ws = np.empty(len(keys), np.float64)
+    for i in range(len(keys)):
+        r = (keys[i] >> shift) - lo
+        vals[pos[r]] = keys[i] & mask
+        ws[pos[r]] = weights[i]
+        pos[r] += 1
+    counts = np.zeros(rows, np.int64)
+    out_w = np.empty(len(keys), np.float64)
+    distinct = 0
+    w = 0
+    for r in range(rows):
+        a, b = start[r], start[r + 1]
+        if b - a > 1:
+            order = np.argsort(vals[a:b] >> 1, kind="mergesort") + a
+            vals[a:b] = vals[order]
+            ws[a:b] = ws[order]
+        j = a
+        while j < b:
+            c = vals[j] >> 1
+            acc = ws[j]
+            seen0 = (vals[j] & 1) == 0
+            seen1 = not seen0
+            k = j + 1
+            while k < b and (vals[k] >> 1) == c:
+                if rule == 0 or rule == 2:
+                    acc += ws[k]
+                elif rule == 1:
+                    acc = max(acc, ws[k])
+                if vals[k] & 1:
+                    seen1 = True
+                else:
+                    seen0 = True
+                k += 1
+            if rule == 2:
+                acc /= k - j
+            vals[w] = c
+            out_w[w] = acc
+            w += 1
+            counts[r] += 1
+            distinct += int(seen0) + (int(seen1) if count_both_flags else 0)
+            j = k
+    return counts, vals[:w].copy(), out_w[:w].copy(), distinct
+
+
+@numba.njit(cache=True, nogil=True)
+def _mirror_weighted(upper_counts, upper, upper_w):  # pragma: no cover - compiled
+    """`_mirror` carrying each upper-triangle edge's weight to both of its directions."""
+    n = len(upper_counts)
+    deg = upper_counts.copy()
+    for j in range(len(upper)):
+        deg[upper[j]] += 1
+    pos = np.zeros(n, np.int64)
+    for x in range(1, n):
+        pos[x] = pos[x - 1] + deg[x - 1]
+    dst = np.empty(len(upper) * 2, np.int64)
+    out_w = np.empty(len(upper) * 2, np.float64)
+    j = 0
+    for u in range(n):
+        for _ in range(upper_counts[u]):
+            v = upper[j]
+            dst[pos[v]] = u
+            out_w[pos[v]] = upper_w[j]
+            pos[v] += 1
+            j += 1
+    j = 0
+    for u in range(n):
+        c = upper_counts[u]
+        dst[pos[u] : pos[u] + c] = upper[j : j + c]
+        out_w[pos[u] : pos[u] + c] = upper_w[j : j + c]
+        j += c
+    return deg, dst, out_w
+
+
+@numba.njit(cache=True, nogil=True)
 def _mirror(upper_counts, upper):  # pragma: no cover - compiled
     """Both directions, sorted, from the sorted upper triangle (u < v) of a symmetric graph.
 
@@ -180,6 +314,16 @@ def _warm_kernels() -> None:
     _repeat_rows(0, counts, _NO_LUT)
     _map_inplace(dst.copy(), np.arange(2, dtype=np.int64))
     _group_by_bucket(keys, np.array([0, 1], dtype=np.int64), 1, 2)
+
+
+def _warm_weighted_kernels() -> None:
+    """`_warm_kernels` plus the weighted kernels."""
+    _warm_kernels()  # the shared ones (_repeat_rows, _map_inplace)
+    keys = np.array([(0 << 2) | (1 << 1), (1 << 2) | (0 << 1) | 1], dtype=np.int64)
+    weights = np.ones(2, dtype=np.float64)
+    counts, dst, w, _ = _dedupe_rows_weighted(keys, weights, 2, 0, 2, True, 0)
+    _mirror_weighted(counts, dst, w)
+    _group_by_bucket_weighted(keys, weights, np.array([0, 1], dtype=np.int64), 1, 2)
 
 
 @numba.njit(cache=True, nogil=True)

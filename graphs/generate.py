@@ -23,6 +23,11 @@ Model (DC-SBM, Karrer & Newman 2011, sampled edge by edge like Chung-Lu)
   defaults a classifier on a node's own features is mediocre, while averaging over the
   1-hop neighbourhood (what a GNN layer does) removes most of the noise — see
   `demo_config` for measured figures.
+- Weights (only with `heavy_weight` > 0): edge files get a float64 `weight` column,
+  `heavy_weight` on intra-class rows and 1.0 on the others, so the class signal of the
+  graph lies in its heavy edges; with a low `homophily` the light edges are mostly
+  heterophilous noise that only a weighted pipeline can tell apart. `heavy_weight=1`
+  writes the column with every weight 1.0.
 - Splits: a random permutation puts exactly round(n * train_fraction) nodes in `train`,
   round(n * val_fraction) in `val`, the rest in `test`. Defaults 0.6 / 0.2 / 0.2.
 
@@ -143,6 +148,12 @@ class GenerateConfig:
 
     id_offset: int = field(default=0, metadata={"help": "Added to 0..n-1 to form the node ids written."})
 
+    heavy_weight: float = field(
+        default=0.0,
+        metadata={"help": "> 0: write a weight column, this on intra-class rows and 1.0 on others; 0: none."},
+    )
+    """> 0: write a weight column, this on intra-class rows and 1.0 on others; 0: none."""
+
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
             raise ValueError(f"GenerateConfig.{name}={getattr(self, name)!r}: {why}")
@@ -160,7 +171,14 @@ class GenerateConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                 fail(name, "must be an integer")
-        for name in ("homophily", "degree_exponent", "feature_noise", "train_fraction", "val_fraction"):
+        for name in (
+            "homophily",
+            "degree_exponent",
+            "feature_noise",
+            "train_fraction",
+            "val_fraction",
+            "heavy_weight",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
                 fail(name, "must be a number")
@@ -194,6 +212,8 @@ class GenerateConfig:
                 "val_fraction",
                 f"train_fraction + val_fraction must be <= 1 (got {self.train_fraction} + {self.val_fraction})",
             )
+        if self.heavy_weight < 0:
+            fail("heavy_weight", "must be >= 0 (0 = no weight column)")
         if self.num_edge_files < 1:
             fail("num_edge_files", "must be >= 1")
         if self.chunk_edges < 1:
@@ -394,7 +414,9 @@ def _write_nodes_and_features(model: _Model, config: GenerateConfig, out: Path, 
 
 def _write_edges(model: _Model, config: GenerateConfig, edge_dir: Path, bar: tqdm) -> dict:
     m, files, chunk = config.num_edges, config.num_edge_files, config.chunk_edges
-    schema = pa.schema([("src", pa.int64()), ("dst", pa.int64())], metadata=_schema_metadata(config))
+    weighted = config.heavy_weight > 0
+    fields = [("src", pa.int64()), ("dst", pa.int64())] + ([("weight", pa.float64())] if weighted else [])
+    schema = pa.schema(fields, metadata=_schema_metadata(config))
     intra = self_loops = 0
     cached: tuple[int, np.ndarray, np.ndarray] | None = None  # block cut by a file boundary
     for f in range(files):
@@ -412,9 +434,13 @@ def _write_edges(model: _Model, config: GenerateConfig, edge_dir: Path, bar: tqd
                     src[lo - c_start : hi - c_start] = cached[1][lo - b_start : hi - b_start]
                     dst[lo - c_start : hi - c_start] = cached[2][lo - b_start : hi - b_start]
                 offset = config.id_offset
-                intra += int(np.count_nonzero(model.labels[src - offset] == model.labels[dst - offset]))
+                same = model.labels[src - offset] == model.labels[dst - offset]
+                intra += int(np.count_nonzero(same))
                 self_loops += int(np.count_nonzero(src == dst))
-                writer.write_batch(pa.record_batch([pa.array(src), pa.array(dst)], schema=schema))
+                columns = [pa.array(src), pa.array(dst)]
+                if weighted:
+                    columns.append(pa.array(np.where(same, float(config.heavy_weight), 1.0)))
+                writer.write_batch(pa.record_batch(columns, schema=schema))
                 bar.update(c_stop - c_start)
     return {"intra_class_fraction": intra / m if m else float("nan"), "self_loops": self_loops}
 

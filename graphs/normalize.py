@@ -15,6 +15,14 @@ directed graph it equals GraphConv on the reversed graph. D_r counts the entries
 With `add_self_loops=False` the "+ I" is left out (and a node without edges gets an
 empty row).
 
+Weighted graphs (canonical edges.parquet with a ``weight`` column): A holds the edge
+weights (A_w), the self loop has weight ``self_loop_weight`` (s, default 1.0), and the
+degrees are weighted: D_r[i] = s + Σ_j w_ij (row sums of A_w + sI), D_c[j] = s + Σ_i w_ij,
+so Â = D_r^-1/2 (A_w + sI) D_c^-1/2 (or D_r^-1 (A_w + sI)); each entry is
+w_ij · D_r[i]^-1/2 · D_c[j]^-1/2. Since w_ij <= D_r[i] and w_ij <= D_c[j], every entry
+still lies in (0, 1] and λmax <= 1. With all weights 1 (and s = 1) Â equals the
+unweighted one bit for bit. The self-loop weight also applies to unweighted graphs.
+
 Files written (format version 1) into `<out_dir>/`:
     indptr.npy    int64   [n + 1]   row i is indices[indptr[i]:indptr[i+1]]
     indices.npy   int32   [nnz]     column ids, ascending within a row (int64 when n >= 2^31)
@@ -68,8 +76,14 @@ class AdjacencyConfig:
     power_iterations: int = field(
         default=50, metadata={"help": "Power-iteration steps of the largest-eigenvalue asset check."}
     )
+    self_loop_weight: float = field(
+        default=1.0,
+        metadata={"help": "Weight s of each added self loop (A_w + sI), counted in the weighted degree."},
+    )
 
     def __post_init__(self) -> None:
+        if not (np.isfinite(self.self_loop_weight) and self.self_loop_weight > 0):
+            raise ValueError(f"self_loop_weight must be finite and > 0, got {self.self_loop_weight}")
         if self.degree_norm not in NORMS:
             raise ValueError(f"degree_norm must be one of {NORMS}, got {self.degree_norm!r}")
         if self.batch_rows < 1:
@@ -128,19 +142,39 @@ def edge_degrees(
 
     For a symmetrized graph the in-degree is the out-degree (the same array is returned).
     """
+    counts, _ = _degrees(edges_path, n, symmetric, memory_limit, weighted=False)
+    return counts
+
+
+def weighted_degrees(
+    edges_path: str | os.PathLike, n: int, symmetric: bool, memory_limit: str = "2GB"
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """((out-count, in-count) int64, (out-weight sum, in-weight sum) float64), one DuckDB pass.
+
+    The counts size the CSR rows, the weight sums scale them. For a symmetrized graph the
+    in-arrays are the out-arrays.
+    """
+    return _degrees(edges_path, n, symmetric, memory_limit, weighted=True)
+
+
+def _degrees(edges_path, n: int, symmetric: bool, memory_limit: str, weighted: bool):
     import duckdb  # imported here: readers of the CSR (training) need only NumPy
 
-    con = duckdb.connect()
-    con.execute(f"SET memory_limit = '{memory_limit}'")
-    path = str(edges_path).replace("'", "''")
-    degrees = []
+    con = duckdb.connect(config={"memory_limit": memory_limit})
+    con.read_parquet(str(edges_path)).create_view("edges")  # the path goes through the relation API
+    counts, sums = [], []
+    weight_sum = ", sum(weight) AS wsum" if weighted else ""
     for col in ("src",) if symmetric else ("src", "dst"):
-        t = con.sql(f"SELECT {col} AS node, count(*) AS deg FROM read_parquet('{path}') GROUP BY {col}").fetchnumpy()
+        t = con.sql(f"SELECT {col} AS node, count(*) AS deg{weight_sum} FROM edges GROUP BY {col}").fetchnumpy()
         deg = np.zeros(n, dtype=np.int64)
         deg[t["node"]] = t["deg"]
-        degrees.append(deg)
+        counts.append(deg)
+        if weighted:
+            wsum = np.zeros(n, dtype=np.float64)
+            wsum[t["node"]] = t["wsum"]
+            sums.append(wsum)
     con.close()
-    return degrees[0], degrees[-1]
+    return (counts[0], counts[-1]), ((sums[0], sums[-1]) if weighted else None)
 
 
 def build_normalized_adjacency(
@@ -160,18 +194,24 @@ def build_normalized_adjacency(
     edges_path = canonical / "edges.parquet"
 
     symmetric = bool(facts.get("symmetrized", True))
-    out_deg, in_deg = edge_degrees(edges_path, n, symmetric, cfg.memory_limit)
+    weighted = bool(facts.get("weighted", False))
+    (out_deg, in_deg), sums = _degrees(edges_path, n, symmetric, cfg.memory_limit, weighted)
     if int(out_deg.sum()) != num_edges:
         raise ValueError(f"{edges_path}: holds {int(out_deg.sum())} edges but summary.json says {num_edges}")
     loop = 1 if cfg.add_self_loops else 0
+    loop_w = cfg.self_loop_weight if cfg.add_self_loops else 0.0
     row_len = out_deg + loop
+    # weighted degrees: weight sums (edge counts when unweighted) plus the self-loop weight
+    out_w, in_w = sums if weighted else (out_deg, in_deg)
+    row_deg = out_w.astype(np.float64) + loop_w
+    col_deg = in_w.astype(np.float64) + loop_w
     # Scale factors in float64; each weight is one product, rounded once to float32.
     with np.errstate(divide="ignore"):
         if cfg.degree_norm == "both":
-            row_scale = (row_len.astype(np.float64)) ** -0.5
-            col_scale = (in_deg + loop).astype(np.float64) ** -0.5
+            row_scale = row_deg**-0.5
+            col_scale = col_deg**-0.5
         else:
-            row_scale = 1.0 / row_len
+            row_scale = 1.0 / row_deg
             col_scale = None
     t_degrees = time.perf_counter() - t0
 
@@ -186,7 +226,8 @@ def build_normalized_adjacency(
 
         below_diag = np.zeros(n, dtype=np.int64)  # per row: edges whose column sorts before the self loop
         k = 0
-        for src, dst in edge_batches(canonical, cfg.batch_rows):
+        for batch in edge_batches(canonical, cfg.batch_rows, with_weight=weighted):
+            src, dst = batch[0], batch[1]
             pos = np.arange(k, k + len(src), dtype=np.int64)
             if loop and len(src):
                 before = dst < src
@@ -198,6 +239,8 @@ def build_normalized_adjacency(
                 pos += ~before
             indices[pos] = dst
             w = row_scale[src] * col_scale[dst] if col_scale is not None else row_scale[src]
+            if weighted:
+                w *= batch[2]
             weights[pos] = w
             k += len(src)
         if k != num_edges:
@@ -205,7 +248,8 @@ def build_normalized_adjacency(
         if loop:
             diag_pos = indptr[:-1] + below_diag
             indices[diag_pos] = np.arange(n, dtype=index_dtype)
-            weights[diag_pos] = row_scale * col_scale if col_scale is not None else row_scale
+            diag = row_scale * col_scale if col_scale is not None else row_scale
+            weights[diag_pos] = diag * loop_w if loop_w != 1.0 else diag
         for arr in (indptr, indices, weights):
             arr.flush()
         del indptr, indices, weights
@@ -219,6 +263,8 @@ def build_normalized_adjacency(
             "nnz": int(nnz),
             "degree_norm": cfg.degree_norm,
             "add_self_loops": cfg.add_self_loops,
+            "self_loop_weight": cfg.self_loop_weight,
+            "weighted": weighted,
             "symmetrized": symmetric,
             "index_dtype": np.dtype(index_dtype).name,
             "isolated_nodes": int(np.count_nonzero((out_deg == 0) & (in_deg == 0))),
@@ -338,6 +384,7 @@ __all__ = [
     "asymmetric_entries",
     "build_normalized_adjacency",
     "edge_degrees",
+    "weighted_degrees",
     "largest_eigenvalue",
     "load_csr",
     "weight_stats",

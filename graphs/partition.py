@@ -8,6 +8,16 @@ of p's in-edges, DGL's convention; for a symmetrized graph, simply the 1-hop nei
 of p that live elsewhere). Each part is then split into up to C clusters by METIS on its
 induced subgraph, for Cluster-GCN batching.
 
+Weighted graphs (canonical edges.parquet with a ``weight`` column): DGL's METIS call takes
+no edge weights, so the assignment and the clusters come from METIS itself through
+``pymetis`` (the same METIS 5 k-way, edge-cut objective) with integer edge weights
+(`metis_edge_weights`): ``max(1, round(w * S / w_max))`` with ``S = min(1000,
+2^30 // edges)`` — the heaviest edge gets S, every edge at least 1 (weights below
+w_max / (2S) all become 1), and the total stays below 2^30 so METIS's 32-bit sums cannot
+overflow. Heavy edges are then cut less; the summary adds the cut *weight* ratio
+(``weight_cut_ratio``) beside the edge-cut ratio for METIS and the random baseline.
+A directed weighted graph is partitioned on A + Aᵀ (as DGL's METIS symmetrizes).
+
 Files written (format version 1) into `<out_dir>/`:
     part_id.npy                  int32 [n]   part of every node, 0..k-1
     cluster_id.npy               int32 [n]   global cluster id p * C + c, c in 0..C-1
@@ -54,6 +64,8 @@ from graphs.canonical import edge_batches, read_summary
 from graphs.storage import atomic_output_dir, peak_rss_bytes
 
 FORMAT_VERSION = 1
+METIS_WEIGHT_SCALE = 1000  # integer METIS weight of the heaviest edge (see the module docstring)
+METIS_WEIGHT_TOTAL = 1 << 30  # bound on the sum of the integer weights
 
 
 @dataclass(kw_only=True)
@@ -109,6 +121,62 @@ def read_edges(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.nd
     if k != m:
         raise ValueError(f"{path}: holds {k} edges but summary.json says {m}")
     return n, src, dst
+
+
+def read_edge_weights(canonical_dir: str | os.PathLike) -> np.ndarray | None:
+    """float64 weight per edge of a weighted canonical graph (edges.parquet order), else None."""
+    canonical = Path(canonical_dir)
+    if not read_summary(canonical).get("weighted", False):
+        return None
+    return pq.read_table(canonical / "edges.parquet", columns=["weight"]).column(0).to_numpy()
+
+
+def metis_edge_weights(weight: np.ndarray) -> np.ndarray:
+    """int32 METIS edge weights ``max(1, round(w * S / w_max))``, S = min(1000, 2^30 // edges)."""
+    if len(weight) == 0:
+        return np.empty(0, dtype=np.int32)
+    scale = max(1, min(METIS_WEIGHT_SCALE, METIS_WEIGHT_TOTAL // len(weight)))
+    return np.maximum(1, np.rint(weight * (scale / float(weight.max())))).astype(np.int32)
+
+
+def metis_assign_weighted(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    weight: np.ndarray,
+    k: int,
+    balance_edges: bool = False,
+    symmetric: bool = False,
+) -> np.ndarray:
+    """int32 part id per node from METIS (pymetis) with integer edge weights from `weight`.
+
+    The CSR must have no self loops (canonical graphs have none). Unless `symmetric` says
+    it already is (a symmetrized canonical graph and its induced subgraphs), the graph is
+    made symmetric as A + Aᵀ when it is not. `balance_edges` weighs each node by its
+    degree + 1 (DGL's balance_edges uses the in-degree; + 1 keeps isolated nodes weighed).
+    """
+    import pymetis
+    import scipy.sparse as sp
+
+    n = len(indptr) - 1
+    if k == 1 or n == 0:
+        return np.zeros(n, dtype=np.int32)
+    if k >= n:
+        return np.arange(n, dtype=np.int32)
+    a = sp.csr_matrix((weight, indices, indptr), shape=(n, n))
+    if not symmetric and (a != a.T).nnz:
+        a = (a + a.T).tocsr()
+    a.sort_indices()
+    dtype = pymetis.zero_copy_dtype()  # METIS's idx_t: arrays of it are passed without a copy
+    vweights = (np.diff(a.indptr) + 1).astype(dtype) if balance_edges else None
+    with _quiet():
+        _, parts = pymetis.part_graph(
+            k,
+            pymetis.CSRAdjacency(a.indptr.astype(dtype), a.indices.astype(dtype)),
+            eweights=metis_edge_weights(a.data).astype(dtype),
+            vweights=vweights,
+            options=pymetis.Options(seed=0),
+        )
+    return np.asarray(parts, dtype=np.int32)
 
 
 def csr_indptr(src: np.ndarray, n: int) -> np.ndarray:
@@ -177,8 +245,16 @@ def core_and_halo(
     return cores, halos
 
 
-def partition_metrics(src: np.ndarray, dst: np.ndarray, part: np.ndarray, k: int, halos: list[np.ndarray]) -> dict:
-    """Edge-cut ratio, node and edge balance (max part / mean part), halo replication factor.
+def partition_metrics(
+    src: np.ndarray,
+    dst: np.ndarray,
+    part: np.ndarray,
+    k: int,
+    halos: list[np.ndarray],
+    weight: np.ndarray | None = None,
+) -> dict:
+    """Edge-cut ratio, node and edge balance (max part / mean part), halo replication factor;
+    with `weight`, also the cut weight over the total weight (``weight_cut_ratio``).
 
     An edge belongs to the part of its destination (DGL's rule), so "edges per part" is the
     in-degree sum of its core nodes.
@@ -186,9 +262,15 @@ def partition_metrics(src: np.ndarray, dst: np.ndarray, part: np.ndarray, k: int
     n, m = len(part), len(src)
     nodes = np.bincount(part, minlength=k)
     edges = np.bincount(part[dst], minlength=k)
-    cut = int(np.count_nonzero(part[src] != part[dst]))
+    is_cut = part[src] != part[dst]
+    cut = int(np.count_nonzero(is_cut))
     halo_sizes = np.array([len(h) for h in halos], dtype=np.int64)
+    weighted = {}
+    if weight is not None:
+        total = float(weight.sum())
+        weighted["weight_cut_ratio"] = float(weight[is_cut].sum()) / total if total else 0.0
     return {
+        **weighted,
         "edge_cut": cut,
         "edge_cut_ratio": cut / m if m else 0.0,
         "node_balance": float(nodes.max() / (n / k)) if n else 1.0,
@@ -200,8 +282,11 @@ def partition_metrics(src: np.ndarray, dst: np.ndarray, part: np.ndarray, k: int
     }
 
 
-def cluster_assign(graph, part: np.ndarray, cores: list[np.ndarray], clusters_per_part: int) -> np.ndarray:
-    """int32 global cluster id p * C + c: METIS into C clusters on each part's induced subgraph."""
+def cluster_assign(
+    graph, part: np.ndarray, cores: list[np.ndarray], clusters_per_part: int, weighted=None, symmetric: bool = False
+) -> np.ndarray:
+    """int32 global cluster id p * C + c: METIS into C clusters on each part's induced subgraph
+    (with integer edge weights when `weighted`, the graph's weights as a scipy CSR matrix, is given)."""
     import dgl
     import torch
 
@@ -215,6 +300,9 @@ def cluster_assign(graph, part: np.ndarray, cores: list[np.ndarray], clusters_pe
             sub = dgl.node_subgraph(graph, torch.from_numpy(core), store_ids=False)
             if sub.num_edges() == 0:  # METIS has nothing to cut: contiguous chunks
                 local = (np.arange(len(core)) * c // len(core)).astype(np.int32)
+            elif weighted is not None:
+                w_sub = weighted[core][:, core]
+                local = metis_assign_weighted(w_sub.indptr, w_sub.indices, w_sub.data, c, symmetric=symmetric)
             else:
                 local = metis_assign(sub, c)
         cluster[core] = p * C + local
@@ -326,6 +414,8 @@ def build_partitions(
     canonical = Path(canonical_dir)
     t0 = time.perf_counter()
     n, src, dst = read_edges(canonical)
+    weight = read_edge_weights(canonical)
+    symmetrized = bool(read_summary(canonical).get("symmetrized", True))
     indptr = csr_indptr(src, n)
     graph = dgl_graph(indptr, dst)
     seconds = {"load": time.perf_counter() - t0}
@@ -334,23 +424,31 @@ def build_partitions(
     random_part = random_assign(n, k, cfg.seed)
     seconds["random_assign"] = time.perf_counter() - t
     random_cores, random_halos = core_and_halo(src, dst, random_part, k)
-    random = partition_metrics(src, dst, random_part, k, random_halos)
+    random = partition_metrics(src, dst, random_part, k, random_halos, weight)
     random.update(seconds=round(seconds["random_assign"], 3), peak_rss_bytes=peak_rss_bytes())
     del random_cores, random_halos
 
     t = time.perf_counter()
-    part = metis_assign(graph, k, cfg.balance_edges)
+    if weight is not None:
+        part = metis_assign_weighted(indptr, dst, weight, k, cfg.balance_edges, symmetric=symmetrized)
+    else:
+        part = metis_assign(graph, k, cfg.balance_edges)
     seconds["metis_assign"] = time.perf_counter() - t
     metis_rss = peak_rss_bytes()
     t = time.perf_counter()
     cores, halos = core_and_halo(src, dst, part, k)
     seconds["halo"] = time.perf_counter() - t
-    metis = partition_metrics(src, dst, part, k, halos)
+    metis = partition_metrics(src, dst, part, k, halos, weight)
     metis.update(seconds=round(seconds["metis_assign"], 3), peak_rss_bytes=metis_rss)
     del src
 
     t = time.perf_counter()
-    cluster = cluster_assign(graph, part, cores, cfg.clusters_per_part)
+    weighted = None
+    if weight is not None:
+        import scipy.sparse as sp
+
+        weighted = sp.csr_matrix((weight, dst, indptr), shape=(n, n))
+    cluster = cluster_assign(graph, part, cores, cfg.clusters_per_part, weighted, symmetrized)
     seconds["clusters"] = time.perf_counter() - t
 
     with atomic_output_dir(out_dir) as tmp:
@@ -374,6 +472,7 @@ def build_partitions(
             "edges": int(len(dst)),
             "num_parts": k,
             "balance_edges": cfg.balance_edges,
+            "weighted": weight is not None,
             "clusters_per_part": cfg.clusters_per_part,
             "clusters": int(len(np.unique(cluster))),
             "graph_name": graph_name,

@@ -260,3 +260,125 @@ def test_real_datasets_match_networkx(tmp_path, shared_datasets, name):
         assert (s["train_nodes"], s["val_nodes"], s["test_nodes"]) == (140, 500, 1000)
         x = np.load(tmp_path / name / "features.npy", mmap_mode="r")
         assert x.shape == (2708, 1433)
+
+
+# ----------------------------------------------------------------------------- weights
+
+
+def write_weighted(path: Path, src, dst, weight, weight_type=pa.float64()) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(
+        pa.table({"src": pa.array(src), "dst": pa.array(dst), "weight": pa.array(weight, weight_type)}), path
+    )
+    return path
+
+
+def reference_weights(src, dst, weight, rule: str, symmetrize: bool):
+    """(src, dst, weight) rows combined with pandas in input order: the spec of weight_combine."""
+    import pandas as pd
+
+    keep = src != dst
+    src, dst, weight = src[keep], dst[keep], weight[keep]
+    if symmetrize:
+        a, b = np.minimum(src, dst), np.maximum(src, dst)
+    else:
+        a, b = src, dst
+    df = pd.DataFrame({"a": a, "b": b, "w": weight})
+    g = df.groupby(["a", "b"], sort=True)["w"].agg(rule).reset_index()
+    if symmetrize:
+        g = pd.concat([g, g.rename(columns={"a": "b", "b": "a"})]).sort_values(["a", "b"])
+    return g["a"].to_numpy(), g["b"].to_numpy(), g["w"].to_numpy()
+
+
+@pytest.mark.parametrize("rule", ["sum", "max", "mean", "first"])
+def test_weights_combine_on_every_path(tmp_path, rule):
+    # ids 0..n-1 as given (dense), so reference ids equal output ids
+    rng = np.random.default_rng(1)
+    n, m = 400, 30_000
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    weight = rng.integers(1, 1000, m) / 8.0  # exact binary fractions: sums are order-free
+    src[:2], dst[:2] = [0, n - 1], [n - 1, 0]  # every id occurs
+    write_weighted(tmp_path / "in" / "edges" / "0.parquet", src[: m // 2], dst[: m // 2], weight[: m // 2])
+    write_weighted(tmp_path / "in" / "edges" / "1.parquet", src[m // 2 :], dst[m // 2 :], weight[m // 2 :])
+    for symmetrize in (True, False):
+        ref = reference_weights(src, dst, weight, rule, symmetrize)
+        results = []
+        for budget in (1, 1024):  # spilled (both directions as keys) / in memory (half keys)
+            out = tmp_path / f"{symmetrize}-{budget}"
+            cfg = CanonicalConfig(symmetrize=symmetrize, sort_budget_mb=budget, batch_rows=3000, weight_combine=rule)
+            s = build_canonical_graph(tmp_path / "in", out, cfg)
+            t = pq.read_table(out / "edges.parquet")
+            assert t.schema.field("weight").type == pa.float64()
+            np.testing.assert_array_equal(t.column("src").to_numpy(), ref[0])
+            np.testing.assert_array_equal(t.column("dst").to_numpy(), ref[1])
+            np.testing.assert_allclose(t.column("weight").to_numpy(), ref[2], rtol=1e-12)
+            assert s["weighted"] and s["weight_combine"] == rule
+            assert s["weight_max"] == pytest.approx(ref[2].max())
+            results.append(t)
+        assert results[0].equals(results[1])  # bit-identical whatever the path
+
+
+def test_weight_combine_counts_reverse_pairs_and_first_is_input_order(tmp_path):
+    # rows: 0->1 (w 2), 1->0 (w 5), 0->1 (w 3), 2->1 (w 4): edge {0,1} from 3 rows, 2 directions
+    write_weighted(tmp_path / "in" / "edges.parquet", [0, 1, 0, 2], [1, 0, 1, 1], [2.0, 5.0, 3.0, 4.0])
+    expect = {"sum": 10.0, "max": 5.0, "mean": 10.0 / 3, "first": 2.0}
+    for rule, w01 in expect.items():
+        s = build_canonical_graph(tmp_path / "in", tmp_path / rule, CanonicalConfig(weight_combine=rule))
+        t = pq.read_table(tmp_path / rule / "edges.parquet")
+        assert list(zip(t.column("src").to_pylist(), t.column("dst").to_pylist())) == [(0, 1), (1, 0), (1, 2), (2, 1)]
+        assert t.column("weight").to_pylist() == pytest.approx([w01, w01, 4.0, 4.0])
+        assert s["dropped_duplicate"] == 1 and s["combined_reverse_pairs"] == 1
+
+
+def test_files_without_weight_count_as_one(tmp_path):
+    write_weighted(tmp_path / "in" / "edges" / "a.parquet", [0, 1], [1, 2], [4, 6], pa.int32())
+    write_edges(tmp_path / "in" / "edges" / "b.parquet", [2, 3], [3, 0])
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out", CanonicalConfig(symmetrize=False))
+    t = pq.read_table(tmp_path / "out" / "edges.parquet")
+    assert t.column("weight").to_pylist() == [4.0, 6.0, 1.0, 1.0]
+    assert s["weight_files"] == ["a.parquet"] and s["weight_default_1_files"] == ["b.parquet"]
+
+
+def test_unweighted_input_has_no_weight_column(tmp_path):
+    write_edges(tmp_path / "in" / "edges.parquet", [0, 1], [1, 2])
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out")
+    assert pq.read_table(tmp_path / "out" / "edges.parquet").column_names == ["src", "dst"]
+    assert s["weighted"] is False and "weight_combine" not in s
+
+
+def test_invalid_weights_refused_per_file_or_dropped(tmp_path):
+    write_weighted(tmp_path / "in" / "edges" / "a.parquet", [0, 1, 2, 3], [1, 2, 3, 3], [np.nan, 1.0, 0.0, -1.0])
+    write_weighted(tmp_path / "in" / "edges" / "b.parquet", [4, 5, 6], [5, 6, 0], [np.inf, -2.0, 1.5])
+    with pytest.raises(InputError) as err:
+        build_canonical_graph(tmp_path / "in", tmp_path / "out")
+    msg = str(err.value)
+    # the self loop 3->3 (weight -1) is dropped as a self loop, not counted as a bad weight
+    assert "a.parquet: column 'weight' has 2 invalid values (1 NaN, 1 zero)" in msg
+    assert "b.parquet: column 'weight' has 2 invalid values (1 infinite, 1 negative)" in msg
+    assert "invalid_weights='drop'" in msg
+    assert not (tmp_path / "out").exists()
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out", CanonicalConfig(invalid_weights="drop"))
+    t = pq.read_table(tmp_path / "out" / "edges.parquet")
+    assert list(zip(t.column("src").to_pylist(), t.column("dst").to_pylist())) == [(0, 6), (1, 2), (2, 1), (6, 0)]
+    assert s["dropped_invalid_weight"] == 4 and s["dropped_self_loop"] == 1
+    assert s["nodes"] == 7  # ids of dropped rows stay nodes
+
+
+def test_weight_settings_validated():
+    with pytest.raises(ValueError, match="weight_combine='median'"):
+        CanonicalConfig(weight_combine="median")
+    with pytest.raises(ValueError, match="invalid_weights='ignore'"):
+        CanonicalConfig(invalid_weights="ignore")
+
+
+def test_string_ids_with_decimal_weights(tmp_path):
+    from decimal import Decimal
+
+    path = tmp_path / "in" / "edges.parquet"
+    path.parent.mkdir(parents=True)
+    weight = pa.array([Decimal("1.50"), Decimal("2.50"), Decimal("4.00")], pa.decimal128(5, 2))
+    pq.write_table(pa.table({"src": ["b", "a", "b"], "dst": ["a", "b", "c"], "weight": weight}), path)
+    build_canonical_graph(tmp_path / "in", tmp_path / "out", CanonicalConfig(weight_combine="mean"))
+    t = pq.read_table(tmp_path / "out" / "edges.parquet")
+    assert read_edges(tmp_path / "out") == [(0, 1), (1, 0), (1, 2), (2, 1)]
+    assert t.column("weight").to_pylist() == [2.0, 2.0, 4.0, 4.0]

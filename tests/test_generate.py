@@ -265,3 +265,17 @@ def test_guide_table_lookup_equals_binary_search():
     model.guide = np.minimum(model.guide + 2, len(model.guide) - 1).astype(model.guide.dtype)
     u = rng.random(10_000) * cum[-1]
     assert np.array_equal(gen._draw_positions(model, u, None), np.searchsorted(cum, u, side="right"))
+
+
+def test_heavy_weight_marks_intra_class_rows_and_keeps_the_edges(small, tmp_path):
+    config, _, _, (edges, nodes, _) = small
+    generate_dataset(dataclasses.replace(config, heavy_weight=7.5), tmp_path / "w", progress=False)
+    e2, n2, _ = _read(tmp_path / "w")
+    assert e2.column_names == ["src", "dst", "weight"] and n2.equals(nodes)
+    assert e2.select(["src", "dst"]).equals(edges)  # same rows, only the weight column added
+    label = nodes["label"].to_numpy()
+    same = label[edges["src"].to_numpy()] == label[edges["dst"].to_numpy()]
+    np.testing.assert_array_equal(e2["weight"].to_numpy(), np.where(same, 7.5, 1.0))
+    assert "weight" not in edges.column_names
+    with pytest.raises(ValueError, match="heavy_weight"):
+        _small(heavy_weight=-1.0)

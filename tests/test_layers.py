@@ -43,6 +43,7 @@ from training.layers import (  # noqa: E402
     SAGEConv,
     build_model,
     use_aggregation,
+    weighted_mean_weights,
 )
 
 REPO = Path(__file__).resolve().parents[1]
@@ -478,6 +479,7 @@ def test_model_config_validation_and_build():
         "residual",
         "hidden_norm",
         "drop_edge",
+        "edge_weights",
         "gcn_edge_weight",
         "activation_checkpointing",
     }
@@ -554,3 +556,46 @@ def test_layers_run_without_dgl():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+# ------------------------------------------------------------------------- edge weights in sage / gin
+
+
+def test_weighted_mean_weights_hand_checked():
+    # dst 0 <- src 1 (w 1), src 2 (w 3); dst 1 <- src 3 (w 2); dst 2: no in-edges
+    block = Block(torch.tensor([0, 2, 3, 3]), torch.tensor([1, 2, 3]), num_src=4, num_dst=3)
+    w = weighted_mean_weights(block, torch.tensor([1.0, 3.0, 2.0]))
+    close(w, torch.tensor([0.5, 1.5, 1.0]))  # w * deg / row sum
+    x = torch.tensor([[0.0], [4.0], [8.0], [5.0]])
+    close(aggregate(block, x, reduce="mean", edge_weight=w), torch.tensor([[(4 + 24) / 4], [5.0], [0.0]]))
+
+
+@pytest.mark.parametrize("conv", ["sage", "sage_pool", "gin"])
+def test_sage_and_gin_use_edge_weights_only_when_asked(conv, backend):
+    blk = sampled_block()
+    block, _ = from_dgl(blk)
+    block.edge_weight = edge_weights(block.num_edges)
+    x = features(block.num_src, 6)
+    torch.manual_seed(0)
+    plain = GNN(6, 8, 3, 1, conv).eval()
+    weighted = GNN(6, 8, 3, 1, conv, edge_weights=True).eval()
+    weighted.load_state_dict(plain.state_dict())
+    layer = weighted.convs[0]
+    if conv == "gin":  # weighted sum: GINConv with the block's weights as they are
+        expect = layer(block, x, edge_weight=block.edge_weight)
+    else:  # weighted mean: Σ w x / Σ w, checked without the helper
+        dst = block.dst_ids()
+        w = block.edge_weight
+        row = torch.zeros(block.num_dst).index_add_(0, dst, w)
+        if conv == "sage":
+            msgs = layer.fc_neigh(x)[block.indices] * (w / row[dst])[:, None]
+            neigh = torch.zeros(block.num_dst, 3).index_add_(0, dst, msgs)
+            expect = layer.fc_self(x[: block.num_dst]) + neigh
+        else:
+            expect = layer(block, x, edge_weight=weighted_mean_weights(block, w))
+    close(weighted([block], x), expect)
+    assert not torch.allclose(weighted([block], x), plain([block], x))
+    # weights constant per destination row: the weighted mean is the plain mean
+    if conv != "gin":
+        block.edge_weight = torch.repeat_interleave(torch.rand(block.num_dst) + 0.5, block.in_degrees())
+        close(weighted([block], x), plain([block], x))

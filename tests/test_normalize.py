@@ -176,3 +176,104 @@ def test_config_validation():
         AdjacencyConfig(degree_norm="left")
     with pytest.raises(ValueError, match="batch_rows"):
         AdjacencyConfig(batch_rows=0)
+
+
+# ----------------------------------------------------------------------------- weighted graphs
+
+
+def canonical_weighted(tmp_path, name, weight_fn, n=250, m=1500, isolated=20, seed=3, symmetrize=True, combine="sum"):
+    """A canonical graph with a weight column (weights = weight_fn(rng, m)); last `isolated` nodes bare."""
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n - isolated, m), rng.integers(0, n - isolated, m)
+    landing = tmp_path / f"in-{name}"
+    landing.mkdir()
+    pq.write_table(pa.table({"src": src, "dst": dst, "weight": weight_fn(rng, m)}), landing / "edges.parquet")
+    pq.write_table(pa.table({"node_id": np.arange(n)}), landing / "nodes.parquet")
+    build_canonical_graph(landing, tmp_path / name, CanonicalConfig(symmetrize=symmetrize, weight_combine=combine))
+    return tmp_path / name
+
+
+def scipy_normalized(canonical, norm: str, loop_weight: float):
+    import scipy.sparse as sp
+
+    e = pq.read_table(canonical / "edges.parquet")
+    n = json.loads((canonical / "summary.json").read_text())["nodes"]
+    a = sp.csr_matrix((e["weight"].to_numpy(), (e["src"].to_numpy(), e["dst"].to_numpy())), shape=(n, n))
+    a = a + loop_weight * sp.identity(n, format="csr")
+    d_r = np.asarray(a.sum(axis=1)).ravel()
+    d_c = np.asarray(a.sum(axis=0)).ravel()
+    if norm == "both":
+        return sp.diags(d_r**-0.5) @ a @ sp.diags(d_c**-0.5)
+    return sp.diags(1.0 / d_r) @ a
+
+
+@pytest.mark.parametrize("symmetrize", [True, False])
+@pytest.mark.parametrize("norm", ["both", "right"])
+@pytest.mark.parametrize("loop_weight", [1.0, 2.5])
+def test_weighted_adjacency_equals_scipy_and_passes_the_checks(tmp_path, norm, symmetrize, loop_weight):
+    canonical = canonical_weighted(
+        tmp_path, "canonical", lambda rng, m: rng.lognormal(0.0, 1.5, m), symmetrize=symmetrize
+    )
+    cfg = AdjacencyConfig(degree_norm=norm, self_loop_weight=loop_weight, batch_rows=333)
+    s = build_normalized_adjacency(canonical, tmp_path / "adj", cfg)
+    assert s["weighted"] and s["self_loop_weight"] == loop_weight
+    csr = load_csr(tmp_path / "adj")
+    ref = scipy_normalized(canonical, norm, loop_weight).tocsr()
+    ref.sort_indices()
+    np.testing.assert_array_equal(np.asarray(csr.indptr), ref.indptr)
+    np.testing.assert_array_equal(np.asarray(csr.indices), ref.indices)
+    np.testing.assert_allclose(np.asarray(csr.weights), ref.data, rtol=1e-6, atol=0)
+    # the asset checks hold for weighted graphs
+    stats = weight_stats(csr)
+    assert stats["nonfinite"] == 0 and stats["outside_0_1"] == 0
+    if norm == "both" and symmetrize:
+        assert asymmetric_entries(csr) == 0
+    if symmetrize or norm == "right":
+        assert largest_eigenvalue(csr, 200) <= 1 + 1e-4
+
+
+def test_all_one_weights_equal_the_unweighted_adjacency(tmp_path):
+    # 'max' keeps duplicate and reverse rows at 1 ('sum' would give them 2, by design)
+    weighted = canonical_weighted(tmp_path, "w", lambda rng, m: np.ones(m), combine="max")
+    rng = np.random.default_rng(3)
+    n, m, isolated = 250, 1500, 20
+    src, dst = rng.integers(0, n - isolated, m), rng.integers(0, n - isolated, m)
+    write_edges(tmp_path / "in-u" / "edges.parquet", src, dst)
+    pq.write_table(pa.table({"node_id": np.arange(n)}), tmp_path / "in-u" / "nodes.parquet")
+    build_canonical_graph(tmp_path / "in-u", tmp_path / "u")
+    for norm in ("both", "right"):
+        build_normalized_adjacency(weighted, tmp_path / f"adj-w-{norm}", AdjacencyConfig(degree_norm=norm))
+        build_normalized_adjacency(tmp_path / "u", tmp_path / f"adj-u-{norm}", AdjacencyConfig(degree_norm=norm))
+        a, b = load_csr(tmp_path / f"adj-w-{norm}"), load_csr(tmp_path / f"adj-u-{norm}")
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_heavy_edges_get_larger_entries(tmp_path):
+    # path 0 - 1 - 2 with w(0,1) = 9, w(1,2) = 1: by hand, D = [10, 11, 2] with s = 1
+    landing = tmp_path / "in"
+    landing.mkdir()
+    pq.write_table(pa.table({"src": [0, 1], "dst": [1, 2], "weight": [9, 1]}), landing / "edges.parquet")
+    build_canonical_graph(landing, tmp_path / "c")
+    build_normalized_adjacency(tmp_path / "c", tmp_path / "a")
+    csr = load_csr(tmp_path / "a")
+    d = np.array([10.0, 11.0, 2.0])
+    expect = [1 / d[0], 9 / np.sqrt(d[0] * d[1]), 9 / np.sqrt(d[0] * d[1]), 1 / d[1], 1 / np.sqrt(d[1] * d[2])]
+    expect += [1 / np.sqrt(d[1] * d[2]), 1 / d[2]]
+    np.testing.assert_allclose(np.asarray(csr.weights), expect, rtol=1e-6)
+
+
+def test_self_loop_weight_validated():
+    with pytest.raises(ValueError, match="self_loop_weight"):
+        AdjacencyConfig(self_loop_weight=0.0)
+
+
+def test_asset_checks_pass_on_a_weighted_graph(tmp_path):
+    from assets.normalized_adjacency import check_adjacency
+
+    canonical = canonical_weighted(tmp_path, "c", lambda rng, m: rng.pareto(1.5, m) + 0.01)
+    cfg = AdjacencyConfig(self_loop_weight=0.5)
+    build_normalized_adjacency(canonical, tmp_path / "adj", cfg)
+    results = check_adjacency(tmp_path / "adj", cfg, symmetrized=True)
+    assert [r.passed for r in results] == [True] * 4
+    assert results[0].metadata["asymmetric_entries"].value == 0

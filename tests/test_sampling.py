@@ -517,3 +517,56 @@ def test_asset_skips_a_dataset_without_labels(tmp_path):
     meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
     assert meta["skipped"].value == "no labels"
     assert not (home / "plain" / "minibatch_shards").exists()
+
+
+# ----------------------------------------------------------------------------- weighted graphs
+
+
+@pytest.fixture(scope="module")
+def weighted_sbm(tmp_path_factory) -> dict:
+    """A 600-node DC-SBM graph, homophily 0.4, weight 8 on intra-class edge rows and 1 on the others."""
+    root = tmp_path_factory.mktemp("wsbm")
+    cfg = GenerateConfig(
+        num_nodes=600, num_edges=4000, feature_dim=16, num_classes=4, num_edge_files=1, heavy_weight=8.0, homophily=0.4
+    )
+    generate_dataset(cfg, root / "landing", progress=False)
+    d = _build(root / "home", root / "landing", clusters=30)
+    d["inputs"] = load_shard_inputs(d["canonical"], d["adjacency"], d["partitions"])
+    csr = load_csr(d["adjacency"])
+    a = np.zeros((d["n"], d["n"]))
+    a[np.repeat(np.arange(d["n"]), np.diff(csr.indptr)), csr.indices] = csr.weights
+    d["dense"] = a
+    return d
+
+
+def test_weight_proportional_neighbor_sampling_is_unbiased_and_prefers_heavy_edges(weighted_sbm):
+    d = weighted_sbm
+    a = d["dense"]
+    off = a - np.diag(np.diag(a))
+    cfg = ShardConfig(fanouts="3", neighbor_prob="weight", self_loops=False)
+    sampler = MinibatchSampler(d["inputs"], cfg)
+    x = np.random.default_rng(1).normal(1.0, 1.0, size=(d["n"], 3))
+    targets = d["inputs"].train_nodes[:24]
+    exact = off[targets] @ x
+    labels = d["inputs"].labels
+    trials, estimate, heavy_draws, draws = 3000, np.zeros_like(exact), 0, 0
+    for i in range(trials):
+        mb = sampler.sample_neighbor(targets, seed=i)
+        (b,) = mb.blocks
+        ids = mb.input_nodes
+        dst = np.repeat(np.arange(b.num_dst), np.diff(b.indptr))
+        np.add.at(estimate, dst, b.weight[:, None] * x[ids[b.indices]])
+        heavy_draws += int(np.count_nonzero(labels[ids[b.indices]] == labels[ids[dst]]))
+        draws += len(dst)
+        assert np.all(np.diff(b.indptr)[np.count_nonzero(off[targets], axis=1) > 0] == 3)  # with replacement
+    rel = np.linalg.norm(estimate / trials - exact) / np.linalg.norm(exact)
+    assert rel < 0.03
+    # share of same-class draws vs the share of same-class neighbours (uniform sampling)
+    nbr = off[targets] > 0
+    same = labels[targets][:, None] == labels[None, :]
+    assert heavy_draws / draws > (nbr & same).sum() / nbr.sum() + 0.2
+
+
+def test_neighbor_prob_validated():
+    with pytest.raises(ValueError, match="neighbor_prob='importance'"):
+        ShardConfig(neighbor_prob="importance")

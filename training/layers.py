@@ -12,6 +12,14 @@ Each layer's ``forward(block, x)`` takes the features of the block's *source* no
 the first ``num_dst`` source nodes, so a layer reads their own features as
 ``x[:num_dst]``.
 
+Edge weights: GCN multiplies each message by the block's edge weight (Â's entry times
+the sampler's correction) as it always did. With ``ModelConfig.edge_weights`` SAGE and GIN
+use them too: SAGE takes the weighted mean ``Σ_u w_vu x_u / Σ_u w_vu`` over each block
+row (:func:`weighted_mean_weights`; a per-row factor such as neighbour rescaling cancels,
+so it is the same estimator under uniform and weight-proportional sampling), GIN the
+weighted sum ``Σ_u w_vu x_u`` (an unbiased estimate of ``(Â x)_v`` under every sampler's
+correction). On a weighted graph ``w_vu`` carries the edge weight through Â.
+
 :class:`GNN` stacks layers: ``forward(blocks, x)`` over sampled blocks (one per layer)
 for training, ``inference(full_block, x)`` layer by layer over the whole graph for
 evaluation. Build it from a :class:`ModelConfig` with :func:`build_model`.
@@ -42,6 +50,7 @@ __all__ = [
     "NORMS",
     "SAGEConv",
     "build_model",
+    "weighted_mean_weights",
     "use_aggregation",
 ]
 
@@ -52,6 +61,16 @@ NORMS = ("batch", "layer")
 def _per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``values [N]`` shaped to broadcast over the rows of ``like [N, ...]``."""
     return values.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
+
+
+def weighted_mean_weights(block: Block, edge_weight: torch.Tensor) -> torch.Tensor:
+    """Per-edge multipliers that turn a mean (sum / in-degree) into the weighted mean
+    ``Σ w x / Σ w`` of each destination: ``w_vu · deg(v) / Σ_u w_vu`` (0 where a row's weights sum to 0)."""
+    dst = block.dst_ids()
+    w = edge_weight.to(torch.float32 if edge_weight.dtype in (torch.float16, torch.bfloat16) else edge_weight.dtype)
+    row_sum = torch.zeros(block.num_dst, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
+    scale = torch.where(row_sum > 0, block.in_degrees().to(w.dtype) / row_sum, torch.zeros_like(row_sum))
+    return w * scale[dst]
 
 
 class Aggregating(nn.Module):
@@ -318,6 +337,13 @@ class ModelConfig:
         default=0.0,
         metadata={"help": "DropEdge: fraction of each block's edges dropped per training step"},
     )
+    edge_weights: bool = field(
+        default=False,
+        metadata={
+            "help": "sage/gin: aggregate with the block's edge weights (Â's entries, so a weighted graph's "
+            "weights, times the sampler's correction): sage a weighted mean, gin a weighted sum"
+        },
+    )
     gcn_edge_weight: bool = field(
         default=True,
         metadata={
@@ -380,6 +406,7 @@ class GNN(nn.Module):
         heads: int = 1,
         attn_dropout: float = 0.0,
         gcn_edge_weight: bool = True,
+        edge_weights: bool = False,
         activation_checkpointing: bool = False,
     ):
         super().__init__()
@@ -388,7 +415,7 @@ class GNN(nn.Module):
         if conv == "gat" and num_layers > 1 and hidden % heads:
             raise ValueError(f"GAT hidden={hidden} must be divisible by heads={heads}")
         self.conv, self.num_layers = conv, num_layers
-        self.drop_edge, self.gcn_edge_weight = drop_edge, gcn_edge_weight
+        self.drop_edge, self.gcn_edge_weight, self.edge_weights = drop_edge, gcn_edge_weight, edge_weights
         self.activation_checkpointing = activation_checkpointing
         dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
         self.convs = nn.ModuleList()
@@ -438,6 +465,10 @@ class GNN(nn.Module):
         if self.conv == "gat":
             out = conv(block, h)  # [num_dst, heads, out]
             return out.mean(1) if index == self.num_layers - 1 else out.flatten(1)
+        if self.edge_weights and block.edge_weight is not None:
+            if self.conv == "gin":
+                return conv(block, h, edge_weight=block.edge_weight)
+            return conv(block, h, edge_weight=weighted_mean_weights(block, block.edge_weight))
         return conv(block, h)
 
     @torch.no_grad()
@@ -530,5 +561,6 @@ def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
         heads=cfg.heads,
         attn_dropout=cfg.attn_dropout,
         gcn_edge_weight=cfg.gcn_edge_weight,
+        edge_weights=cfg.edge_weights,
         activation_checkpointing=cfg.activation_checkpointing,
     )

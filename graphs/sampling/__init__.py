@@ -43,7 +43,13 @@ loop ``v -> v`` with weight ``Â_vv`` (first edge of each destination's segment)
 a GCN layer over the block computes what full-graph inference over Â computes.
 Edge weights: ``neighbor`` multiplies the sampled neighbour weights of v by
 ``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without replacement,
-so again an unbiased estimate of the row of Â·X); ``importance`` and ``saint`` apply their
+so again an unbiased estimate of the row of Â·X). With ``neighbor_prob="weight"`` the
+fanout neighbours of v are drawn *with replacement* in proportion to ``Â_vu`` (DGL's
+``prob``: heavy edges of a weighted graph are drawn more often), and each drawn edge gets
+the weight ``S_v / draws(v)`` (``S_v`` = the off-diagonal row sum of Â; Hansen-Hurwitz:
+``E[Â_vu / p_u] = Σ_u Â_vu x_u`` with ``p_u = Â_vu / S_v``) when ``neighbor_rescale``, so
+the block's aggregation is again an unbiased estimate of the row of Â·X; a layer with
+fanout -1 takes every neighbour with Â's weights. ``importance`` and ``saint`` apply their
 corrections above; ``cluster_gcn`` uses Â restricted to the subgraph. With
 ``weight_encoding="int8"`` the final weights are stored as per-destination symmetric INT8
 (`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per

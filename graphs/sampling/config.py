@@ -11,6 +11,7 @@ from graphs.shard_format import (
 
 SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
 SAINT_MODES = ("node", "edge", "walk")
+NEIGHBOR_PROBS = ("uniform", "weight")
 
 
 # ----------------------------------------------------------------------------- config
@@ -64,6 +65,13 @@ class ShardConfig:
         default=True,
         metadata={"help": "neighbor: scale sampled weights by deg/sampled so the aggregation is unbiased."},
     )
+    neighbor_prob: str = field(
+        default="uniform",
+        metadata={
+            "help": "neighbor: 'uniform' (without replacement) or 'weight' (with replacement, in proportion "
+            "to Â's entries, so heavy edges of a weighted graph are drawn more often; unbiased by S_v / draws)."
+        },
+    )
     importance_nodes: int = field(
         default=2048, metadata={"help": "importance: nodes drawn (with replacement) per layer."}
     )
@@ -102,6 +110,8 @@ class ShardConfig:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if self.seed < 0:
             raise ValueError(f"seed={self.seed} must be >= 0")
+        if self.neighbor_prob not in NEIGHBOR_PROBS:
+            raise ValueError(f"neighbor_prob={self.neighbor_prob!r} is not one of {NEIGHBOR_PROBS}")
         if self.weight_encoding not in WEIGHT_ENCODINGS:
             raise ValueError(f"weight_encoding={self.weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
         if self.feature_encoding == "int8":

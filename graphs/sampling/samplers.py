@@ -131,8 +131,16 @@ class _Adjacency:
     def num_edges(self) -> int:
         return len(self.indices)
 
-    def dgl_graph(self):
-        """DGL graph with edge u -> v per off-diagonal entry Â[v, u]; edge id = off-diagonal position."""
+    @property
+    def row_sums(self) -> np.ndarray:
+        """float64 [n]: the sum of each row's off-diagonal entries of Â (S_v)."""
+        cum = np.concatenate([[0.0], np.cumsum(self.weights, dtype=np.float64)])
+        return cum[self.indptr[1:]] - cum[self.indptr[:-1]]
+
+    def dgl_graph(self, prob: bool = False):
+        """DGL graph with edge u -> v per off-diagonal entry Â[v, u]; edge id = off-diagonal position.
+
+        With `prob`, edge feature ``"prob"`` holds Â's entries (DGL's sampling probabilities)."""
         if self._dgl_graph is None:
             import dgl
             import torch
@@ -144,6 +152,10 @@ class _Adjacency:
                 ),
                 num_nodes=self.n,
             )
+        if prob and "prob" not in self._dgl_graph.edata:
+            import torch
+
+            self._dgl_graph.edata["prob"] = torch.from_numpy(self.weights)
         return self._dgl_graph
 
     def neighbours(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -168,19 +180,24 @@ def _single_threaded_dgl():
         set_num_threads(old)
 
 
-def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict):
+def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict, prob: str | None = None):
     """DGL's fused neighbour sampling, layer by layer from the seeds outwards.
 
     The same loop as ``dgl.dataloading.NeighborSampler.sample_blocks`` runs on a CPU graph
     when DGL has more than one thread (``g.sample_neighbors_fused``: sampling and block
     construction in one C++ call); called here with one thread, where it is reproducible.
-    `mapping` is DGL's reusable global-to-local id buffer. Returns (input_nodes, blocks).
+    `mapping` is DGL's reusable global-to-local id buffer. With `prob` (an edge feature
+    name) neighbours are drawn with replacement in proportion to it, except in layers with
+    fanout -1 (every neighbour). Returns (input_nodes, blocks).
     """
     import dgl
 
     blocks = []
     for fanout in reversed(fanouts):
-        block = g.sample_neighbors_fused(seeds, fanout, edge_dir="in", mapping=mapping)
+        weighted = prob is not None and fanout != -1
+        block = g.sample_neighbors_fused(
+            seeds, fanout, edge_dir="in", prob=prob if weighted else None, replace=weighted, mapping=mapping
+        )
         seeds = block.srcdata[dgl.NID]
         blocks.insert(0, block)
     return seeds, blocks
@@ -205,6 +222,7 @@ class MinibatchSampler:
         self._scratch = np.full(inputs.n, -1, dtype=np.int64)  # global -> local id, reset after use
         self.saint_info: dict = {}
         self._dgl_mapping: dict = {}
+        self._row_sums: np.ndarray | None = None
         if cfg.sampler == "cluster_gcn":
             if inputs.cluster_id is None:
                 raise ValueError("sampler='cluster_gcn' needs cluster_id.npy from metis_partitions")
@@ -278,19 +296,31 @@ class MinibatchSampler:
         import dgl
         import torch
 
+        by_weight = self.cfg.neighbor_prob == "weight"
         with _single_threaded_dgl():
             dgl.seed(seed)
             input_nodes, dgl_blocks = dgl_neighbor_blocks(
-                self.adj.dgl_graph(), torch.from_numpy(seeds), self.cfg.fanout_list, self._dgl_mapping
+                self.adj.dgl_graph(prob=by_weight),
+                torch.from_numpy(seeds),
+                self.cfg.fanout_list,
+                self._dgl_mapping,
+                prob="prob" if by_weight else None,
             )
         input_nodes = input_nodes.numpy()
         blocks = []
-        for b in dgl_blocks:
+        for b, fanout in zip(dgl_blocks, self.cfg.fanout_list):
             indptr, src, local_eid = (t.numpy() for t in b.adj_tensors("csc"))
             eid = b.edata[dgl.EID].numpy()[local_eid]  # positions in the off-diagonal CSR of Â
             dst_global = input_nodes[: b.num_dst_nodes()]
             weight = self.adj.weights[eid]
-            if self.cfg.neighbor_rescale:  # deg(v) / sampled(v): unbiased for the row of Â·X
+            if by_weight and fanout != -1:
+                if self.cfg.neighbor_rescale:  # S_v / draws(v) per drawn edge: unbiased for the row of Â·X
+                    if self._row_sums is None:
+                        self._row_sums = self.adj.row_sums
+                    sampled = np.diff(indptr)
+                    factor = (self._row_sums[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
+                    weight = np.repeat(factor, sampled)
+            elif self.cfg.neighbor_rescale:  # deg(v) / sampled(v): unbiased for the row of Â·X
                 sampled = np.diff(indptr)
                 factor = (self.adj.degree[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
                 weight *= np.repeat(factor, sampled)
