@@ -23,9 +23,10 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-$(DAGSTER_HOME)/dagster.yaml:
+# instance settings (telemetry off; one queued run per dataset partition): pipelines/dagster.yaml
+$(DAGSTER_HOME)/dagster.yaml: pipelines/dagster.yaml
 	mkdir -p $(DAGSTER_HOME)
-	printf 'telemetry:\n  enabled: false\n' > $@
+	cp pipelines/dagster.yaml $@
 
 lint: install
 	$(BIN)/ruff check .

@@ -6,10 +6,20 @@ log-log degree plot. Bad input fails the run with the file and column named; the
 materialization of the partition stays in place.
 """
 
+from pathlib import Path
+
 import dagster as dg
 import duckdb
+import pyarrow.parquet as pq
 
-from assets.common import LANDING_FINGERPRINT, GnnflowStorage, dataset_partitions, disk_metadata, png_markdown
+from assets.common import (
+    LANDING_FINGERPRINT,
+    GnnflowStorage,
+    dataset_partitions,
+    disk_metadata,
+    png_markdown,
+    refuse_failed_checks,
+)
 from assets.config import dagster_config
 from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph, landing_fingerprint
 
@@ -41,7 +51,8 @@ EDGES_VALID = "edges_valid"
             EDGES_VALID,
             asset="canonical_graph",
             description="edges.parquet is sorted by (src, dst), has no duplicates or self loops, "
-            "and every id is in 0..n-1 (re-read from the written file).",
+            "and every id is in 0..n-1 (re-read from the written files before they are published).",
+            blocking=True,
         )
     ],
 )
@@ -49,23 +60,29 @@ def canonical_graph(
     context: dg.AssetExecutionContext, config: CanonicalGraphConfig, storage: GnnflowStorage
 ) -> dg.MaterializeResult:
     """Validated, deduplicated, relabelled (0..n-1) and symmetrized graph with labels, splits, features."""
-    dataset = context.partition_key
-    out = storage.asset_dir(dataset, "canonical_graph")
+    dataset = storage.dataset(context)
     landing = storage.landing_dir(dataset)
-    fingerprint = landing_fingerprint(landing) if landing.is_dir() else ""  # of the files as read
-    try:
-        s = build_canonical_graph(landing, out, config.to_dataclass())
-    except InputError as exc:
-        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+    with storage.lock(dataset, context.log.info), storage.publishing(dataset, "canonical_graph") as out:
+        fingerprint = landing_fingerprint(landing) if landing.is_dir() else ""  # of the files as read
+        try:
+            s = build_canonical_graph(landing, out, config.to_dataclass())
+        except InputError as exc:
+            raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+        check = check_edges(out)
+        refuse_failed_checks(dataset, "canonical_graph", [check])
+        metadata = _metadata(s, out)
+        metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, "canonical_graph")))
+        metadata[LANDING_FINGERPRINT] = fingerprint
     for key, what in FILLS_AND_DROPS.items():
         if s.get(key):
             context.log.warning(f"dataset '{dataset}': {s[key]} {what}")
     if s["split_generated"]:
         context.log.info("labels without a split column: made a seeded train/val/test split")
+    return dg.MaterializeResult(metadata=metadata, check_results=[check])
 
+
+def _metadata(s: dict, out: Path) -> dict:
     metadata = {
-        "path": dg.MetadataValue.path(str(out)),
-        LANDING_FINGERPRINT: fingerprint,
         "nodes": s["nodes"],
         "edges": s["edges"],
         "id_type": s["id_type"],
@@ -99,19 +116,22 @@ def canonical_graph(
             weight_max=s.get("weight_max", 0.0),
             weight_mean=s.get("weight_mean", 0.0),
         )
-    return dg.MaterializeResult(metadata=metadata, check_results=[_check_edges(out, s["nodes"])])
+    return metadata
 
 
-def _check_edges(out, n: int) -> dg.AssetCheckResult:
+def check_edges(out: Path) -> dg.AssetCheckResult:
+    """The edges_valid check, on the files in `out` (n counted from its nodes.parquet)."""
+    n = pq.ParquetFile(out / "nodes.parquet").metadata.num_rows
     con = duckdb.connect()
-    bad_order, self_loops, out_of_range = con.sql(
-        f"""
+    bad_order, self_loops, out_of_range = con.execute(
+        """
         SELECT count(*) FILTER (WHERE ps IS NOT NULL AND (src, dst) <= (ps, pd)),
                count(*) FILTER (WHERE src = dst),
-               count(*) FILTER (WHERE src < 0 OR dst < 0 OR src >= {n} OR dst >= {n})
+               count(*) FILTER (WHERE src < 0 OR dst < 0 OR src >= $n OR dst >= $n)
         FROM (SELECT src, dst, lag(src) OVER w AS ps, lag(dst) OVER w AS pd
-              FROM read_parquet('{out / "edges.parquet"}', file_row_number = true) WINDOW w AS (ORDER BY file_row_number))
-        """
+              FROM read_parquet($path, file_row_number = true) WINDOW w AS (ORDER BY file_row_number))
+        """,
+        {"n": n, "path": str(out / "edges.parquet")},
     ).fetchall()[0]
     con.close()
     return dg.AssetCheckResult(

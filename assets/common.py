@@ -1,6 +1,14 @@
 """What every asset shares: the `dataset` partitions, the storage resource, metadata helpers.
 
-The storage resource says where datasets land and where each stage writes its files.
+The storage resource says where datasets land and where each stage writes its files, and
+carries the stage protocol every asset follows:
+
+    dataset = storage.dataset(context)                  # the validated partition key
+    with storage.lock(dataset, context.log.info):       # one writer per dataset (fcntl)
+        with storage.publishing(dataset, ASSET) as out: # a temporary sibling folder
+            build_x(..., out, cfg)                      # the library writes its files
+            checks = check_x(out, ...)                  # checks re-read those files
+            refuse_failed_checks(dataset, ASSET, checks)  # nothing is published on a failure
 
 Picked per deployment by environment variables (the only knobs a deployment needs):
   GNNFLOW_HOME     root of materialized files, default ./.gnnflow
@@ -10,14 +18,22 @@ Picked per deployment by environment variables (the only knobs a deployment need
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
-import re
 from pathlib import Path
+from typing import Callable, Iterator, Sequence
 
 import dagster as dg
 
 from graphs.canonical import has_training_labels, is_dataset_folder
-from graphs.storage import dir_bytes
+from graphs.storage import (
+    DatasetNameError,
+    dataset_lock,
+    dir_bytes,
+    is_valid_dataset_name,
+    staged_output,
+    validate_dataset_name,
+)
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
@@ -29,8 +45,6 @@ NEEDS_LABELS_TAG = "gnnflow/needs"
 # Metadata key of canonical_graph: the fingerprint of the landing files it ingested, which
 # the landing sensor compares with the files as they are now.
 LANDING_FINGERPRINT = "landing_fingerprint"
-
-DATASET_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 
 
 class GnnflowStorage(dg.ConfigurableResource):
@@ -46,9 +60,34 @@ class GnnflowStorage(dg.ConfigurableResource):
             landing=os.environ.get("GNNFLOW_LANDING", "landing"),
         )
 
+    def dataset(self, context: dg.AssetExecutionContext) -> str:
+        """The run's partition key, refused (failing the run, naming it) unless a valid dataset name."""
+        try:
+            return validate_dataset_name(context.partition_key)
+        except DatasetNameError as exc:
+            raise dg.Failure(description=str(exc)) from exc
+
+    def dataset_dir(self, dataset: str) -> Path:
+        """<GNNFLOW_HOME>/<dataset>/ (the name validated first)."""
+        return Path(self.home).resolve() / validate_dataset_name(dataset)
+
     def asset_dir(self, dataset: str, asset: str) -> Path:
         """<GNNFLOW_HOME>/<dataset>/<asset>/"""
-        return Path(self.home).resolve() / dataset / asset
+        return self.dataset_dir(dataset) / asset
+
+    @contextlib.contextmanager
+    def lock(self, dataset: str, log: Callable[[str], None] | None = None) -> Iterator[Path]:
+        """Hold the dataset's write lock (`graphs.storage.dataset_lock`) for the block; stale
+        temporaries of earlier killed runs of this dataset are removed once it is held."""
+        with dataset_lock(self.dataset_dir(dataset), log=log) as lock_file:
+            yield lock_file
+
+    @contextlib.contextmanager
+    def publishing(self, dataset: str, asset: str) -> Iterator[Path]:
+        """A temporary sibling of the asset's folder (not yet created) that replaces it when
+        the block ends without an exception; on any exception the old folder stays."""
+        with staged_output(self.asset_dir(dataset, asset)) as tmp:
+            yield tmp
 
     def upstream_dir(self, dataset: str, asset: str) -> Path:
         """An upstream asset's folder; fails the run, naming it, when it was never materialized."""
@@ -71,20 +110,26 @@ class GnnflowStorage(dg.ConfigurableResource):
         )
 
     def landing_dir(self, dataset: str) -> Path:
-        return Path(self.landing).resolve() / dataset
+        return Path(self.landing).resolve() / validate_dataset_name(dataset)
 
-    def landing_datasets(self) -> list[str]:
-        """Sub-folders of the landing folder that hold edge files and have a valid name."""
+    def _landing_folders(self) -> list[Path]:
+        """Sub-folders of the landing folder that hold edge files (temporaries excluded)."""
         root = Path(self.landing)
         if not root.is_dir():
             return []
-        names = []
-        for sub in sorted(root.iterdir()):
-            if not sub.is_dir() or not DATASET_NAME.match(sub.name):
-                continue
-            if is_dataset_folder(sub):
-                names.append(sub.name)
-        return names
+        return [
+            sub
+            for sub in sorted(root.iterdir())
+            if sub.is_dir() and not sub.name.startswith(".") and is_dataset_folder(sub)
+        ]
+
+    def landing_datasets(self) -> list[str]:
+        """Sub-folders of the landing folder that hold edge files and have a valid name."""
+        return [sub.name for sub in self._landing_folders() if is_valid_dataset_name(sub.name)]
+
+    def landing_folders_with_bad_names(self) -> list[str]:
+        """Landing sub-folders with edge files whose name is not a valid dataset name (ignored)."""
+        return [sub.name for sub in self._landing_folders() if not is_valid_dataset_name(sub.name)]
 
 
 def skip_without_labels(
@@ -104,13 +149,32 @@ def skip_without_labels(
     )
 
 
+def refuse_failed_checks(dataset: str, asset: str, checks: Sequence[dg.AssetCheckResult]) -> None:
+    """Fail the run (so nothing is published) when a correctness check evaluated on the new
+    files failed, naming each failed check with its metadata. Checks of severity WARN (quality,
+    e.g. METIS beating a random partition) are reported, never refused."""
+    failed = [c for c in checks if not c.passed and c.severity != dg.AssetCheckSeverity.WARN]
+    if not failed:
+        return
+
+    def values(c: dg.AssetCheckResult) -> str:
+        return ", ".join(f"{k}={getattr(v, 'value', v)}" for k, v in (c.metadata or {}).items())
+
+    detail = "; ".join(f"{c.check_name} ({values(c)})" for c in failed)
+    raise dg.Failure(
+        description=f"dataset '{dataset}': {asset} not published, a check failed on the new files: {detail}; "
+        "the previous materialization is unchanged",
+        metadata={"failed_checks": [c.check_name for c in failed]},
+    )
+
+
 def png_markdown(path: str | os.PathLike, alt: str) -> dg.MetadataValue:
     """An inline PNG for the Dagster UI's metadata panel."""
     data = base64.b64encode(Path(path).read_bytes()).decode()
     return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{data})")
 
 
-def disk_metadata(path: str | os.PathLike) -> dict:
-    """`disk_mb`: what the asset's folder takes on disk (its files' sizes, MiB to 3 significant
-    digits), the same key on every asset's metadata panel."""
-    return {"disk_mb": float(f"{dir_bytes(path) / 2**20:.3g}")}
+def disk_metadata(folder: str | os.PathLike) -> dict:
+    """`disk_mb`: what the asset's (staged) folder takes on disk, its files' sizes in MiB to 3
+    significant digits; the same key on every asset's metadata panel."""
+    return {"disk_mb": float(f"{dir_bytes(folder) / 2**20:.3g}")}

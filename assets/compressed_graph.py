@@ -4,7 +4,8 @@ Calls `graphs.compress.build_compressed_graph` (see that module for the files, d
 shapes) on the canonical graph, the normalized adjacency and the METIS parts, and reports
 bytes before / after and reconstruction errors per tensor, the trade-off of every feature
 encoding, the Bloom filters' bits per edge and measured false-positive rate, and the
-compression ratio of the whole asset. Two asset checks re-read the written files: no Bloom
+compression ratio of the whole asset. Two blocking asset checks re-read the written files
+before they are published: no Bloom
 filter rejects a sampled true edge, and every dequantized value is within half a
 quantization step of the original. A dataset without features still gets compressed
 weights and edge sets. Accuracy loss is measured in benchmarks/compression.py, not here.
@@ -13,7 +14,7 @@ weights and edge sets. Accuracy loss is measured in benchmarks/compression.py, n
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions, disk_metadata
+from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
 from graphs.compress import CompressConfig, build_compressed_graph, verify_compressed_graph
 
@@ -37,6 +38,7 @@ _INPUTS = ("canonical_graph", "normalized_adjacency", "metis_partitions")
             asset=_ASSET,
             description="Sampled true edges (check_edges, all "
             "when fewer) are accepted, in both directions, by the filters of both endpoints' parts.",
+            blocking=True,
         ),
         dg.AssetCheckSpec(
             WITHIN_BOUND,
@@ -44,6 +46,7 @@ _INPUTS = ("canonical_graph", "normalized_adjacency", "metis_partitions")
             description="Dequantized features (per column) and edge "
             "weights (per row) are within scale / 2 (+ float32 rounding) of the originals; "
             "bit-packed features decode exactly.",
+            blocking=True,
         ),
     ],
 )
@@ -51,16 +54,19 @@ def compressed_graph(
     context: dg.AssetExecutionContext, config: CompressedGraphConfig, storage: GnnflowStorage
 ) -> dg.MaterializeResult:
     """Quantized node features and edge weights plus one Bloom filter of incident edges per METIS part."""
-    dataset = context.partition_key
-    inputs = {name: storage.upstream_dir(dataset, name) for name in _INPUTS}
+    dataset = storage.dataset(context)
     cfg = config.to_dataclass()
-    out = storage.asset_dir(dataset, _ASSET)
-    try:
-        s = build_compressed_graph(*inputs.values(), out, cfg)
-    except ValueError as exc:  # e.g. feature_encoding='binary' on continuous features
-        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
-    checks = check_compressed_graph(out, inputs, cfg)
-    return dg.MaterializeResult(metadata=_metadata(out, s), check_results=checks)
+    with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
+        inputs = {name: storage.upstream_dir(dataset, name) for name in _INPUTS}
+        try:
+            s = build_compressed_graph(*inputs.values(), out, cfg)
+        except ValueError as exc:  # e.g. feature_encoding='binary' on continuous features
+            raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+        checks = check_compressed_graph(out, inputs, cfg)
+        refuse_failed_checks(dataset, _ASSET, checks)
+        metadata = _metadata(out, s)
+    metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, _ASSET)))
+    return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
 
 def _metadata(out, s: dict) -> dict:
@@ -84,7 +90,6 @@ def _metadata(out, s: dict) -> dict:
         )
         table += f"| {name} | {enc} | {before:,} | {after:,} | {1 - after / before:.1%} | {err} |\n" if before else ""
     metadata = {
-        "path": dg.MetadataValue.path(str(out)),
         "nodes": s["nodes"],
         "edges": s["edges"],
         "feature_encoding": s["feature_encoding"] or "none (no features)",

@@ -9,9 +9,19 @@ takes its world size and batch size from the manifest. A dataset without labels 
 skipped with a message (nothing to train on), not failed.
 """
 
+import json
+from pathlib import Path
+
 import dagster as dg
 
-from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, disk_metadata, skip_without_labels
+from assets.common import (
+    NEEDS_LABELS_TAG,
+    GnnflowStorage,
+    dataset_partitions,
+    disk_metadata,
+    refuse_failed_checks,
+    skip_without_labels,
+)
 from assets.config import dagster_config
 from graphs.canonical import read_summary
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
@@ -37,11 +47,13 @@ _ASSET = "minibatch_shards"
             description="Every (epoch, rank) stream holds the same number "
             "of minibatches (unequal step counts hang DDP); for neighbor/importance each epoch's "
             "seeds over all ranks number exactly the training nodes.",
+            blocking=True,
         ),
         dg.AssetCheckSpec(
             FILES_INTACT,
             asset=_ASSET,
             description="Every shard file the manifest lists exists with the byte size the manifest records.",
+            blocking=True,
         ),
     ],
 )
@@ -49,31 +61,36 @@ def minibatch_shards(
     context: dg.AssetExecutionContext, config: MinibatchShardsConfig, storage: GnnflowStorage
 ) -> dg.MaterializeResult:
     """Sampled minibatch blocks (neighbor / importance / Cluster-GCN / GraphSAINT) written as shards per rank."""
-    dataset = context.partition_key
-    canonical = storage.upstream_dir(dataset, "canonical_graph")
-    adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
-    partitions = storage.asset_dir(dataset, "metis_partitions")
-    compressed = storage.asset_dir(dataset, "compressed_graph")
+    dataset = storage.dataset(context)
     cfg = config.to_dataclass()
-    skipped = skip_without_labels(context, read_summary(canonical), "sample for training", [BALANCED, FILES_INTACT])
-    if skipped is not None:
-        return skipped
-    if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
-        raise dg.Failure(
-            description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
-            "materialize metis_partitions first"
-        )
-    out = storage.asset_dir(dataset, _ASSET)
-    try:
-        inputs = load_shard_inputs(
-            canonical,
-            adjacency,
-            partitions if partitions.is_dir() else None,
-            compressed if compressed.is_dir() else None,
-        )
-        m = write_minibatch_shards(inputs, out, cfg, log=context.log.info)
-    except (ValueError, FileNotFoundError) as exc:
-        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+    with storage.lock(dataset, context.log.info):
+        canonical = storage.upstream_dir(dataset, "canonical_graph")
+        adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
+        partitions = storage.asset_dir(dataset, "metis_partitions")
+        compressed = storage.asset_dir(dataset, "compressed_graph")
+        skipped = skip_without_labels(context, read_summary(canonical), "sample for training", [BALANCED, FILES_INTACT])
+        if skipped is not None:
+            return skipped
+        if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
+            raise dg.Failure(
+                description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
+                "materialize metis_partitions first"
+            )
+        with storage.publishing(dataset, _ASSET) as out:
+            try:
+                inputs = load_shard_inputs(
+                    canonical,
+                    adjacency,
+                    partitions if partitions.is_dir() else None,
+                    compressed if compressed.is_dir() else None,
+                )
+                m = write_minibatch_shards(inputs, out, cfg, log=context.log.info)
+            except (ValueError, FileNotFoundError) as exc:
+                raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+            checks = check_shards(out)
+            refuse_failed_checks(dataset, _ASSET, checks)
+            disk = disk_metadata(out)
+        out = storage.asset_dir(dataset, _ASSET)
 
     metadata = {
         "path": dg.MetadataValue.path(str(out)),
@@ -90,7 +107,7 @@ def minibatch_shards(
         "shard_files": sum(len(s["files"]) for s in m["streams"]),
         "sampled_edges": m["sampled_edges"],
         "seeds": m["seeds"],
-        **disk_metadata(out),
+        **disk,
         "bytes_per_sampled_edge": m["bytes_per_sampled_edge"],
         "seconds": m["seconds"],
         "seeds_per_second": m["seeds_per_second"],
@@ -100,11 +117,12 @@ def minibatch_shards(
     if "saint" in m:
         metadata["saint_presamples"] = m["saint"]["presamples"]
         metadata["saint_mean_subgraph_nodes"] = m["saint"]["mean_subgraph_nodes"]
-    return dg.MaterializeResult(metadata=metadata, check_results=check_shards(out, m))
+    return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
 
-def check_shards(out, manifest: dict) -> list[dg.AssetCheckResult]:
-    """The two asset checks, evaluated on the manifest and the files in `out`."""
+def check_shards(out: Path) -> list[dg.AssetCheckResult]:
+    """The two asset checks, evaluated on the manifest.json and the shard files in `out`."""
+    manifest = json.loads((out / "manifest.json").read_text())
     counts = sorted({s["minibatches"] for s in manifest["streams"]})
     balanced = len(counts) == 1
     meta = {"minibatches_per_stream": counts}

@@ -1,7 +1,7 @@
 """normalized_adjacency: the GCN propagation matrix Â of the canonical graph as CSR arrays.
 
 Calls `graphs.normalize.build_normalized_adjacency` (see that module for the files, dtypes
-and the streaming build) and evaluates four asset checks on the written files: Â is
+and the streaming build) and evaluates four blocking asset checks on the written files before publishing them: Â is
 symmetric (for degree_norm='both' on a symmetrized graph), has no NaN/inf, every weight lies in
 (0, 1], and its largest eigenvalue, estimated by power iteration, is at most 1 + 1e-4.
 """
@@ -9,7 +9,7 @@ symmetric (for degree_norm='both' on a symmetrized graph), has no NaN/inf, every
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions, disk_metadata
+from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
 from graphs.normalize import (
     AdjacencyConfig,
@@ -41,14 +41,16 @@ _ASSET = "normalized_adjacency"
             SYMMETRIC,
             asset=_ASSET,
             description="Â equals its transpose (entries and weights); applies to degree_norm='both' on a symmetrized graph.",
+            blocking=True,
         ),
-        dg.AssetCheckSpec(FINITE, asset=_ASSET, description="No weight is NaN or infinite."),
-        dg.AssetCheckSpec(WEIGHTS_IN_RANGE, asset=_ASSET, description="Every weight lies in (0, 1]."),
+        dg.AssetCheckSpec(FINITE, asset=_ASSET, description="No weight is NaN or infinite.", blocking=True),
+        dg.AssetCheckSpec(WEIGHTS_IN_RANGE, asset=_ASSET, description="Every weight lies in (0, 1].", blocking=True),
         dg.AssetCheckSpec(
             SPECTRAL_RADIUS,
             asset=_ASSET,
             description="The largest eigenvalue of Â, estimated "
             f"by power iteration, is at most 1 + {EIGENVALUE_TOLERANCE:g}.",
+            blocking=True,
         ),
     ],
 )
@@ -57,14 +59,16 @@ def normalized_adjacency(
 ) -> dg.MaterializeResult:
     """Â = D^-1/2 (A_w + sI) D^-1/2 (or D^-1 (A_w + sI)), weighted degrees when the graph is weighted,
     as int64 indptr / int32 indices / float32 weights."""
-    dataset = context.partition_key
-    canonical = storage.upstream_dir(dataset, "canonical_graph")
+    dataset = storage.dataset(context)
     cfg = config.to_dataclass()
-    out = storage.asset_dir(dataset, _ASSET)
-    s = build_normalized_adjacency(canonical, out, cfg)
-    checks = check_adjacency(out, cfg, s["symmetrized"])
+    with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
+        canonical = storage.upstream_dir(dataset, "canonical_graph")
+        s = build_normalized_adjacency(canonical, out, cfg)
+        checks = check_adjacency(out, cfg, s["symmetrized"])
+        refuse_failed_checks(dataset, _ASSET, checks)
+        disk = disk_metadata(out)
     metadata = {
-        "path": dg.MetadataValue.path(str(out)),
+        "path": dg.MetadataValue.path(str(storage.asset_dir(dataset, _ASSET))),
         "nodes": s["nodes"],
         "edges": s["edges"],
         "nnz": s["nnz"],
@@ -79,7 +83,7 @@ def normalized_adjacency(
         "degree_seconds": s["degree_seconds"],
         "edges_per_second": s["edges_per_second"],
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
-        **disk_metadata(out),
+        **disk,
     }
     return dg.MaterializeResult(metadata=metadata, check_results=checks)
 

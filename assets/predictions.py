@@ -28,7 +28,12 @@ MODEL_FILE = "model_best.pt"
 )
 def predictions(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg.MaterializeResult:
     """Predicted class and class probabilities of every node, from the promoted (else latest) model."""
-    dataset = context.partition_key
+    dataset = storage.dataset(context)
+    with storage.lock(dataset, context.log.info):
+        return _score(context, storage, dataset)
+
+
+def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
     canonical = storage.upstream_dir(dataset, "canonical_graph")
     adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
     summary = read_summary(canonical)
@@ -39,10 +44,12 @@ def predictions(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> d
         return dg.MaterializeResult(metadata={"skipped": "no labels and no trained model"})
     model_dir = storage.inference_model_dir(dataset)
     out = storage.asset_dir(dataset, _ASSET)
-    try:
-        s = predict(model_dir / MODEL_FILE, canonical, adjacency, out)
-    except ValueError as exc:
-        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
+    with storage.publishing(dataset, _ASSET) as staged:
+        try:
+            s = predict(model_dir / MODEL_FILE, canonical, adjacency, staged)
+        except ValueError as exc:
+            raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
+        disk = disk_metadata(staged)
     trained_nodes = _nodes_at_training(model_dir)
     new_nodes = s["nodes"] - trained_nodes if trained_nodes is not None else None
     context.log.info(
@@ -58,7 +65,7 @@ def predictions(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> d
         "feature_input": s["feature_input"],
         "feature_norm": s["feature_norm"],
         "seconds": s["seconds"],
-        **disk_metadata(out),
+        **disk,
         "preview": dg.MetadataValue.md(_preview(out / "predictions.parquet")),
     }
     return dg.MaterializeResult(metadata=metadata)

@@ -43,20 +43,16 @@ def _ours(landing: str, out: str, memory_limit: str, budget_mb: int, queue, code
 
 
 def _bare(landing: str, out: str, memory_limit: str, queue) -> None:
-    import duckdb
-
+    from graphs import duck
     from graphs.storage import peak_rss_bytes
 
     Path(out).mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
-    con = duckdb.connect()
-    con.execute(f"SET memory_limit = '{memory_limit}'")
-    con.execute(f"SET temp_directory = '{out}/tmp'")
-    con.execute(
-        f"COPY (SELECT DISTINCT src, dst FROM read_parquet('{landing}/edges/*.parquet')) "
-        f"TO '{out}/edges.parquet' (FORMAT parquet)"
-    )
-    rows = con.sql(f"SELECT count(*) FROM read_parquet('{out}/edges.parquet')").fetchall()[0][0]
+    con = duck.connect(memory_limit, temp_directory=f"{out}/tmp")
+    con.execute("SET preserve_insertion_order = true")  # as in a plain DuckDB session
+    # COPY (SELECT DISTINCT src, dst FROM read_parquet(...)) TO ..., with the paths as arguments
+    con.read_parquet(f"{landing}/edges/*.parquet").select("src, dst").distinct().write_parquet(f"{out}/edges.parquet")
+    rows = con.execute("SELECT count(*) FROM read_parquet(?)", [f"{out}/edges.parquet"]).fetchall()[0][0]
     queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "rows_out": rows})
 
 
@@ -100,7 +96,7 @@ def main() -> None:
         print(f"generated {landing} in {time.perf_counter() - t:.1f} s")
     import duckdb
 
-    rows = duckdb.sql(f"SELECT count(*) FROM read_parquet('{landing}/edges/*.parquet')").fetchall()[0][0]
+    rows = duckdb.execute("SELECT count(*) FROM read_parquet(?)", [f"{landing}/edges/*.parquet"]).fetchall()[0][0]
 
     # The same edge files without nodes/features: our edge work alone against the same query.
     edges_only = work / f"edges-only-{args.nodes}-{args.edges}"

@@ -66,6 +66,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphs import duck
 from graphs.edge_keys import (
     _NO_LUT,
     BYTES_PER_KEY,
@@ -82,9 +83,10 @@ from graphs.edge_keys import (
     key_shift,
 )
 from graphs.plotting import headless_pyplot
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
+MAX_LABEL = 2**31 - 2  # labels are stored as int32 (and -1 = unknown)
 COMBINE_RULES = ("sum", "max", "mean", "first")
 INVALID_WEIGHT_ACTIONS = ("error", "drop")
 
@@ -144,6 +146,7 @@ class CanonicalConfig:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0, got {self.threads}")
+        self.memory_limit = duck.check_memory_size(self.memory_limit)
         if not (0 < self.train_fraction and 0 <= self.val_fraction and self.train_fraction + self.val_fraction <= 1):
             raise ValueError(
                 f"train_fraction={self.train_fraction} and val_fraction={self.val_fraction} must be "
@@ -420,17 +423,7 @@ class _IdSpace:
 
 
 def _connect(cfg: CanonicalConfig, temp_dir: Path) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect()
-    con.execute(f"SET memory_limit = '{cfg.memory_limit}'")
-    con.execute(f"SET temp_directory = '{temp_dir}'")
-    con.execute("SET preserve_insertion_order = false")
-    if cfg.threads:
-        con.execute(f"SET threads = {int(cfg.threads)}")
-    return con
-
-
-def _sql_list(paths: list[Path]) -> str:
-    return "[" + ", ".join("'" + str(p).replace("'", "''") + "'" for p in paths) + "]"
+    return duck.connect(cfg.memory_limit, threads=cfg.threads, temp_directory=temp_dir)
 
 
 # A row's weight is usable: not null, not NaN, not infinite, > 0 (NaN > 0 holds in DuckDB).
@@ -516,9 +509,11 @@ def build_canonical_graph(
         if weighted:
             _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)
         else:
+            # file paths enter through the relation API, never as SQL text
+            con.read_parquet([str(p) for p in files.edge_files], union_by_name=True).create_view("edge_files")
             con.execute(
                 f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
-                f"FROM read_parquet({_sql_list(files.edge_files)}, union_by_name = true)"
+                "FROM edge_files"
             )
         invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
         rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
@@ -532,11 +527,10 @@ def build_canonical_graph(
         if invalid_weights and cfg.invalid_weights == "error":
             _refuse_invalid_weights(con, weighted_files)
         dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if invalid_weights else None
-        nodes_sql = (
-            f"SELECT CAST(node_id AS {sql_type}) AS id FROM read_parquet({_sql_list([files.nodes])})"
-            if files.nodes
-            else None
-        )
+        nodes_sql = None
+        if files.nodes:
+            con.read_parquet(str(files.nodes)).create_view("node_file")
+            nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
         space = _IdSpace.plan(
             con,
             kind,
@@ -647,7 +641,7 @@ def build_canonical_graph(
             "seconds": round(time.perf_counter() - t0, 3),
             "peak_rss_bytes": peak_rss_bytes(),
         }
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_summary(tmp, summary)
     return summary
 
 
@@ -767,10 +761,11 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
             facts["null_labels_as_unknown"] = int(t.column("label").null_count)
             lab = t.column("label").to_numpy(zero_copy_only=False)
             lab = np.where(pd.isna(lab), -1, lab).astype(np.int64)
-            bad = lab < -1
+            bad = (lab < -1) | (lab > MAX_LABEL)
             if bad.any():
                 raise InputError(
-                    f"{files.nodes}: column 'label' has value {lab[bad][0]}; labels are >= 0, or -1 for unknown"
+                    f"{files.nodes}: column 'label' has value {lab[bad][0]}; labels are 0..{MAX_LABEL}, "
+                    "or -1 for unknown"
                 )
             label[idx] = lab.astype(np.int32)
             facts["has_labels"] = bool((label >= 0).any())
@@ -858,6 +853,13 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
             raise InputError(f"{path}: column 'node_id' repeats an id; one feature row per node")
         seen[idx] = True
         rows = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(idx), dim)
+        finite = np.isfinite(rows).all(axis=1)
+        if not finite.all():
+            row = int(np.flatnonzero(~finite)[0])
+            raise InputError(
+                f"{path}: column 'feat' of node_id {ids[row].as_py()!r} holds a NaN or infinite value "
+                "(or one beyond float32's range); features must be finite"
+            )
         if ascending and len(idx) and idx[-1] - idx[0] + 1 == len(idx):
             out[idx[0] : idx[-1] + 1] = rows  # rows in node order: one contiguous write
         else:

@@ -125,7 +125,7 @@ from graphs.quantize import (
     quantize_int8_rows_csr,
     unpack_binary,
 )
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 __all__ = [
     "FORMAT_VERSION",
@@ -609,7 +609,7 @@ def build_compressed_graph(
             "peak_rss_bytes": peak_rss_bytes(),
         }
         (tmp / "manifest.json").write_text(json.dumps(_manifest(tmp, summary, cfg), indent=2))
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_summary(tmp, summary)
     return summary
 
 

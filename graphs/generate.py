@@ -58,7 +58,8 @@ Files written (format version 1; each file's Parquet schema metadata holds
   n x feature_dim matrix never sits in memory.
 
 `out_dir` is replaced atomically: everything is written into a temporary sibling folder
-that is renamed into place only when complete.
+that is renamed into place only when complete. A non-empty `out_dir` that the generator
+did not write (e.g. the whole landing folder) is refused, never replaced.
 
 Usage::
 
@@ -445,14 +446,51 @@ def _write_edges(model: _Model, config: GenerateConfig, edge_dir: Path, bar: tqd
     return {"intra_class_fraction": intra / m if m else float("nan"), "self_loops": self_loops}
 
 
+_GENERATED_ENTRIES = {"edges", "nodes.parquet", "features.parquet"}
+
+
+def check_replaceable(out_dir: str | os.PathLike) -> None:
+    """FileExistsError unless `out_dir` is absent, empty, or a dataset this generator wrote.
+
+    A generated dataset holds only edges/part-*.parquet, nodes.parquet and features.parquet,
+    and its nodes.parquet carries the `gnnflow.generate` schema metadata; anything else (a
+    landing folder of several datasets, a user's own data) is never replaced.
+    """
+    out = Path(out_dir)
+    if not out.exists():
+        return
+    if not out.is_dir():
+        raise FileExistsError(f"{out}: exists and is not a folder; choose a new --out")
+    entries = {p.name for p in out.iterdir()}
+    if not entries:
+        return
+    ours = entries <= _GENERATED_ENTRIES and (out / "nodes.parquet").is_file()
+    if ours:
+        try:
+            ours = b"gnnflow.generate" in (pq.read_schema(out / "nodes.parquet").metadata or {})
+        except Exception:  # not Parquet: not ours
+            ours = False
+    if ours and (out / "edges").is_dir():
+        ours = all(p.name.startswith("part-") and p.suffix == ".parquet" for p in (out / "edges").iterdir())
+    if not ours:
+        raise FileExistsError(
+            f"{out}: is not empty and was not written by the generator ({', '.join(sorted(entries)[:5])}"
+            f"{', ...' if len(entries) > 5 else ''}); refusing to replace it; choose a new or empty --out"
+        )
+
+
 def generate_dataset(config: GenerateConfig, out_dir: str | os.PathLike, *, progress: bool = True) -> dict:
     """Sample a DC-SBM graph and write it to `out_dir` (replaced atomically).
+
+    `out_dir` must be absent, empty, or an earlier output of this function
+    (`check_replaceable`); anything else raises FileExistsError before a file is written.
 
     Returns a summary: `path`, `nodes`, `edge_rows`, `edge_files`, `bytes` (on disk),
     `seconds` (whole run: nodes, features and edges), `edges_per_second` (edge_rows /
     seconds), `intra_class_fraction` (measured on the rows written),
     `self_loops`.
     """
+    check_replaceable(out_dir)
     t0 = time.perf_counter()
     model = _build_model(config)
     with atomic_output_dir(out_dir) as tmp:

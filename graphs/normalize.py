@@ -42,7 +42,6 @@ is O(n) plus one batch, whatever the edge count.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -52,7 +51,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs import duck
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
 NORMS = ("both", "right")
@@ -90,6 +90,7 @@ class AdjacencyConfig:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
         if self.power_iterations < 1:
             raise ValueError(f"power_iterations must be >= 1, got {self.power_iterations}")
+        self.memory_limit = duck.check_memory_size(self.memory_limit)
 
 
 class CSR(NamedTuple):
@@ -158,9 +159,7 @@ def weighted_degrees(
 
 
 def _degrees(edges_path, n: int, symmetric: bool, memory_limit: str, weighted: bool):
-    import duckdb  # imported here: readers of the CSR (training) need only NumPy
-
-    con = duckdb.connect(config={"memory_limit": memory_limit})
+    con = duck.connect(memory_limit)  # duckdb imported there, lazily: CSR readers need only NumPy
     con.read_parquet(str(edges_path)).create_view("edges")  # the path goes through the relation API
     counts, sums = [], []
     weight_sum = ", sum(weight) AS wsum" if weighted else ""
@@ -275,7 +274,7 @@ def build_normalized_adjacency(
             "edges_per_second": round(num_edges / seconds) if seconds > 0 else 0,
             "peak_rss_bytes": peak_rss_bytes(),
         }
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_summary(tmp, summary)
     return summary
 
 

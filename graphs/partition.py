@@ -61,7 +61,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.canonical import edge_batches, read_summary
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
 METIS_WEIGHT_SCALE = 1000  # integer METIS weight of the heaviest edge (see the module docstring)
@@ -200,7 +200,13 @@ def dgl_graph(indptr: np.ndarray, indices: np.ndarray):
 
 
 def metis_assign(graph, k: int, balance_edges: bool = False) -> np.ndarray:
-    """int32 part id per node from DGL's METIS; `graph` is a DGLGraph or (indptr, indices)."""
+    """int32 part id per node from DGL's METIS; `graph` is a DGLGraph or (indptr, indices).
+
+    Not reproducible run to run: the METIS in DGL 2.1 (called with its on-disk option) gives
+    different, equally valid assignments for the same graph across calls and processes, so
+    this stage is the one whose files are not byte-identical for the same inputs; every
+    stage downstream is, given the same metis_partitions folder.
+    """
     import dgl
 
     if isinstance(graph, tuple):
@@ -483,7 +489,7 @@ def build_partitions(
             "total_seconds": round(time.perf_counter() - t0, 3),
             "peak_rss_bytes": peak_rss_bytes(),
         }
-        (tmp / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_summary(tmp, summary)
     return summary
 
 

@@ -92,12 +92,15 @@ __all__ = [
     "read_shard",
     "shard_relpath",
     "stream_record",
+    "upstream_hashes",
+    "verify_upstream",
     "write_manifest",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version of the files this code writes (2: features referenced from compressed_graph in
-any of its encodings and with its transform; ``weight_encoding`` in the manifest)."""
+any of its encodings and with its transform; ``weight_encoding`` in the manifest; 3: the
+SHA-256 of every upstream file read (``upstream``), run statistics moved to run_stats.json)."""
 SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
 """Version of the files this code reads (only its own: a format change re-samples)."""
 
@@ -184,10 +187,13 @@ MANIFEST_KEYS = {
     "seeds": ManifestKey("loss nodes over all minibatches"),
     "bytes": ManifestKey("bytes of all shard files"),
     "bytes_per_sampled_edge": ManifestKey("bytes / sampled_edges"),
-    "seconds": ManifestKey("wall time of sampling and writing"),
-    "seeds_per_second": ManifestKey("seeds / seconds"),
-    "sampled_edges_per_second": ManifestKey("sampled_edges / seconds"),
-    "peak_rss_bytes": ManifestKey("peak resident memory of the writing process"),
+    # run statistics (seconds, seeds_per_second, sampled_edges_per_second, peak_rss_bytes) are
+    # returned by write_minibatch_shards and kept in run_stats.json (graphs.storage.write_summary),
+    # so the manifest, and the training data version over it, does not change with timing
+    "upstream": ManifestKey(
+        "list of {stage, path, sha256}: every upstream file the shards and training read (path relative to"
+        " the manifest's folder); read_manifest(verify_upstream=True) refuses a mismatch, naming the stage"
+    ),
     "saint": ManifestKey("saint only: presamples N, mean subgraph nodes", required=False),
     "inputs": ManifestKey("paths (relative) of the canonical, adjacency, partition and compressed folders used"),
 }
@@ -320,10 +326,61 @@ def _load_compressed(compressed_dir: Path | None, what: str) -> EncodedFeatures 
 
 
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
-    """Write `manifest` (checked against `MANIFEST_KEYS`) as the folder's manifest.json."""
+    """Write `manifest` (checked against `MANIFEST_KEYS`) as the folder's manifest.json; its run
+    statistics (seconds, rates, peak RSS) go to run_stats.json beside it."""
+    from graphs.storage import split_run_stats, write_summary
+
     path = Path(folder) / MANIFEST_NAME
-    check_manifest(manifest, path)
-    path.write_text(json.dumps(manifest, indent=1))
+    check_manifest(split_run_stats(manifest)[0], path)
+    write_summary(folder, manifest, MANIFEST_NAME)
+
+
+# The files of each upstream stage that the shards reference or training reads (besides the
+# shard files themselves, hashed in `streams`). compressed_graph's feature files are named by
+# graphs.compress (FEATURE_FILES, SCALES_FILE) and hashed when the features are referenced.
+UPSTREAM_FILES = {
+    "canonical_graph": ("nodes.parquet", "features.npy"),
+    "normalized_adjacency": ("indptr.npy", "indices.npy", "weights.npy"),
+}
+
+
+def upstream_hashes(folder: str | os.PathLike, inputs: dict[str, Path], features: dict | None) -> list[dict]:
+    """``[{stage, path, sha256}]`` of every upstream file the shards depend on: `inputs` maps a
+    stage name to its folder, `features` is the manifest's features entry, paths are stored
+    relative to `folder` (where the manifest lives)."""
+    from graphs.storage import file_sha256
+
+    files = []
+    for stage, names in UPSTREAM_FILES.items():
+        if stage in inputs:
+            files += [(stage, Path(inputs[stage]) / name) for name in names]
+    if features is not None and features["encoding"] == "compressed":
+        from graphs.compress import FEATURE_FILES, SCALES_FILE
+
+        # lexically: `folder` may not exist yet (a first write), and '..' must not need it to
+        compressed = Path(os.path.normpath(Path(folder) / features["path"]))
+        names = (MANIFEST_NAME, FEATURE_FILES[features["codes"]], SCALES_FILE)
+        files += [("compressed_graph", compressed / name) for name in names]
+    return [
+        {"stage": stage, "path": os.path.relpath(path, folder), "sha256": file_sha256(path)}
+        for stage, path in files
+        if path.is_file()
+    ]
+
+
+def verify_upstream(manifest: dict, root: str | os.PathLike) -> None:
+    """ShardError naming the stage to re-run when an upstream file recorded in the manifest is
+    missing or no longer has the recorded SHA-256 (a stage was re-materialized after the shards)."""
+    from graphs.storage import file_sha256
+
+    for entry in manifest["upstream"]:
+        path = Path(os.path.normpath(Path(root).resolve() / entry["path"]))
+        if not path.is_file() or file_sha256(path) != entry["sha256"]:
+            what = "is missing" if not path.is_file() else "changed"
+            raise ShardError(
+                f"{path} {what} since minibatch_shards was materialized from it: {entry['stage']} was "
+                f"re-materialized; re-materialize minibatch_shards so the shards match {entry['stage']}"
+            )
 
 
 # ----------------------------------------------------------------------------- reading
@@ -345,8 +402,9 @@ def check_manifest(manifest: Any, path: str | os.PathLike) -> dict:
     return manifest
 
 
-def read_manifest(asset_dir: str | os.PathLike) -> dict:
-    """The manifest.json of a minibatch_shards folder (version and required keys checked)."""
+def read_manifest(asset_dir: str | os.PathLike, verify_upstream_files: bool = False) -> dict:
+    """The manifest.json of a minibatch_shards folder (version and required keys checked; with
+    `verify_upstream_files`, also every recorded upstream file's SHA-256, see `verify_upstream`)."""
     path = Path(asset_dir) / MANIFEST_NAME
     try:
         manifest = json.loads(path.read_text())
@@ -354,7 +412,10 @@ def read_manifest(asset_dir: str | os.PathLike) -> dict:
         raise ShardError(f"{path}: no manifest; materialize minibatch_shards first") from None
     except (OSError, ValueError) as exc:
         raise ShardError(f"{path}: cannot be read as JSON ({exc}); re-materialize minibatch_shards") from exc
-    return check_manifest(manifest, path)
+    check_manifest(manifest, path)
+    if verify_upstream_files:
+        verify_upstream(manifest, asset_dir)
+    return manifest
 
 
 def stream_record(manifest: dict, epoch: int, rank: int) -> dict:

@@ -1,19 +1,249 @@
-"""Atomic output folders and small file helpers shared by every stage.
+"""Output folders, dataset names and the per-dataset lock shared by every stage.
 
-A stage writes all of its files into a temporary sibling of its final folder and only
-renames it into place when everything is written, so a failed or killed run never leaves
-a half-written folder and never touches the previous materialization.
+Three rules every writer follows (used by the assets through `assets.common`, and by
+`training` directly):
+
+- `validate_dataset_name` is the one check a dataset name passes before it becomes any
+  path: a letter or digit, then letters, digits, `_`, `.`, `-`; no `..`, no `/`, no quotes,
+  not empty, at most 128 characters.
+- `dataset_lock(folder)` takes an exclusive `fcntl.flock` on `<folder>/.lock` (the dataset's
+  folder under GNNFLOW_HOME) for the duration of a write, so two runs of one dataset never
+  write at once, whether launched in-process by the CLI or by a run worker. A process started
+  by the lock's holder (the trained_model asset's torchrun ranks) runs under its ancestor's
+  lock instead of waiting for it. The holder writes its pid into the file; the kernel drops
+  the lock when the holder dies, so a killed run never leaves a lock behind. Once the lock
+  is held, `clean_stale_temporaries` removes what killed runs of that dataset left.
+- `staged_output(final)` / `atomic_output_dir(final)`: every file is written into a
+  temporary sibling `.<name>.tmp-<tag>`, which replaces `final` as a whole only when
+  complete (and, for `staged_output`, only when the caller's checks passed). On Linux the
+  swap is one `renameat2(RENAME_EXCHANGE)`, so readers see the old or the new folder and
+  never no folder; elsewhere it is two renames.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
+import fcntl
 import hashlib
 import os
+import re
 import shutil
+import threading
+import time
 import uuid
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
+
+DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+LOCK_NAME = ".lock"
+_TEMP_MARKERS = (".tmp-", ".old-")
+
+
+class DatasetNameError(ValueError):
+    """A dataset name that cannot be used as a folder name."""
+
+
+def validate_dataset_name(name: object) -> str:
+    """`name` when it is a safe dataset folder name, else DatasetNameError saying why.
+
+    Allowed: a letter or digit first, then letters, digits, `_`, `.`, `-` (at most 128
+    characters), and no `..` anywhere. Everything else (empty, `/`, `\\`, quotes, spaces,
+    a leading dot, control characters) is refused before the name reaches any path.
+    """
+    if not isinstance(name, str) or not name:
+        raise DatasetNameError(f"dataset name {name!r} is empty or not a string")
+    if ".." in name or not DATASET_NAME.fullmatch(name):
+        raise DatasetNameError(
+            f"dataset name {name!r} is not allowed: use 1-128 letters, digits, '_', '.', '-', starting with a "
+            "letter or digit, without '..' (it becomes a folder name)"
+        )
+    return name
+
+
+def is_valid_dataset_name(name: object) -> bool:
+    try:
+        validate_dataset_name(name)
+    except DatasetNameError:
+        return False
+    return True
+
+
+# ----------------------------------------------------------------------------- the lock
+
+
+class DatasetLockTimeout(TimeoutError):
+    """The dataset lock was not free within the wait allowed."""
+
+
+_held = threading.local()  # per thread: lock file -> times held (re-entrant within a thread)
+
+
+def _ancestors() -> set[int]:
+    """Pids of this process's ancestors (Linux /proc; empty elsewhere)."""
+    pids, pid = set(), os.getppid()
+    while pid > 1 and pid not in pids:
+        pids.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            break
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return pids
+
+
+def _holder(lock_file: Path) -> int | None:
+    try:
+        text = lock_file.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+@contextlib.contextmanager
+def dataset_lock(
+    folder: str | os.PathLike, *, timeout_s: float | None = None, log: Callable[[str], None] | None = None
+) -> Iterator[Path]:
+    """Hold the exclusive lock `<folder>/.lock` for the duration of the block.
+
+    Waits for another holder (logging once who holds it), at most `timeout_s` seconds
+    when given (DatasetLockTimeout then). Re-entrant within a thread; a descendant of the
+    holder (e.g. a torchrun rank of the training asset) proceeds under the holder's lock.
+    Yields the lock file's path.
+    """
+    root = Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    lock_file = root / LOCK_NAME
+    key = str(lock_file.resolve())
+    held = _held.__dict__.setdefault("counts", {})
+    if held.get(key):
+        held[key] += 1
+        try:
+            yield lock_file
+        finally:
+            held[key] -= 1
+        return
+    fd = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o644)
+    acquired = False
+    try:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        told = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                acquired = True
+                break
+            except BlockingIOError:
+                holder = _holder(lock_file)
+                if holder is not None and holder in _ancestors():
+                    break  # our parent run holds it for us
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise DatasetLockTimeout(
+                        f"{root}: another run (pid {holder}) is writing this dataset; gave up after {timeout_s:g} s"
+                    ) from None
+                if log is not None and not told:
+                    log(f"{root}: another run (pid {holder}) is writing this dataset; waiting for it to finish")
+                    told = True
+                time.sleep(0.2)
+        if acquired:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, str(os.getpid()).encode(), 0)
+            clean_stale_temporaries(root)
+        held[key] = 1
+        try:
+            yield lock_file
+        finally:
+            held.pop(key, None)
+    finally:
+        if acquired:
+            os.ftruncate(fd, 0)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def clean_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
+    """Remove `.<name>.tmp-*` / `.<name>.old-*` folders and files left directly under
+    `folder` by killed runs; call only while holding the folder's lock. Returns what was removed."""
+    removed = []
+    root = Path(folder)
+    if not root.is_dir():
+        return removed
+    for p in root.iterdir():
+        if p.name.startswith(".") and any(m in p.name for m in _TEMP_MARKERS):
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            removed.append(p)
+    return removed
+
+
+# ----------------------------------------------------------------------------- publishing
+
+_RENAME_EXCHANGE = 2
+_AT_FDCWD = -100
+_renameat2 = None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Atomically swap two existing paths (Linux renameat2); False when unsupported."""
+    global _renameat2
+    if _renameat2 is None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            _renameat2 = libc.renameat2
+            _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+        except (OSError, AttributeError):
+            _renameat2 = False
+    if not _renameat2:
+        return False
+    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(a))
+
+
+def publish_dir(staging: str | os.PathLike, final: str | os.PathLike) -> None:
+    """Put the complete folder `staging` in the place of `final` (which may not exist)."""
+    staging, final = Path(staging), Path(final)
+    if final.exists() and _exchange(staging, final):
+        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous version
+        return
+    old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
+    if final.exists():
+        os.replace(final, old)
+    os.replace(staging, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def staging_dir_for(final: str | os.PathLike) -> Path:
+    """A fresh, not yet created temporary sibling `.<name>.tmp-<tag>` of `final`."""
+    final = Path(final)
+    return final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
+
+
+@contextlib.contextmanager
+def staged_output(final_dir: str | os.PathLike) -> Iterator[Path]:
+    """Yield the path of a temporary sibling of `final_dir` (not created: a library writer
+    creates it); when the block ends without an exception it replaces `final_dir`.
+
+    The caller checks the files in the block (raising to refuse them); on any exception the
+    temporary folder is removed and `final_dir` is left untouched.
+    """
+    final = Path(final_dir)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = staging_dir_for(final)
+    try:
+        yield tmp
+        if not tmp.is_dir():
+            raise FileNotFoundError(f"{tmp}: nothing was written to publish as {final}")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    publish_dir(tmp, final)
 
 
 @contextlib.contextmanager
@@ -21,24 +251,54 @@ def atomic_output_dir(final_dir: str | os.PathLike) -> Iterator[Path]:
     """Yield a fresh temporary folder; on success it replaces `final_dir` as a whole.
 
     On an exception the temporary folder is removed and `final_dir` is left untouched.
-    The swap is two renames (old out of the way, new into place), so readers see either
-    the old or the new folder, never a mix.
     """
-    final = Path(final_dir)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tag = uuid.uuid4().hex[:8]
-    tmp = final.with_name(f".{final.name}.tmp-{tag}")
-    tmp.mkdir()
-    try:
+    with staged_output(final_dir) as tmp:
+        tmp.mkdir()
         yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = final.with_name(f".{final.name}.old-{tag}")
-    if final.exists():
-        os.replace(final, old)
-    os.replace(tmp, final)
-    shutil.rmtree(old, ignore_errors=True)
+
+
+# ----------------------------------------------------------------------------- summaries
+
+RUN_STATS_NAME = "run_stats.json"
+
+
+def is_run_statistic(key: str) -> bool:
+    """Keys that measure a run rather than describe its output: seconds, rates, peak memory."""
+    return key == "seconds" or key.endswith(("_seconds", "_per_second", "_per_s", "rss_bytes"))
+
+
+def split_run_stats(obj):
+    """(content, statistics) of a summary: nested dicts (and dicts in lists) split by
+    `is_run_statistic`, each part keeping the nesting; statistics None when there are none."""
+    if isinstance(obj, dict):
+        content, stats = {}, {}
+        for k, v in obj.items():
+            if is_run_statistic(k):
+                stats[k] = v
+                continue
+            c, st = split_run_stats(v)
+            content[k] = c
+            if st is not None:
+                stats[k] = st
+        return content, stats or None
+    if isinstance(obj, list) and any(isinstance(v, dict) for v in obj):
+        parts = [split_run_stats(v) for v in obj]
+        stats = [st for _, st in parts]
+        return [c for c, _ in parts], stats if any(st is not None for st in stats) else None
+    return obj, None
+
+
+def write_summary(folder: str | os.PathLike, summary: dict, name: str = "summary.json") -> None:
+    """Write `summary` as `<folder>/<name>` without its run statistics, and those statistics
+    (seconds, rates, peak RSS) as `<folder>/run_stats.json`: the content file, and so every
+    hash or data version over it, is then the same for the same inputs and settings."""
+    import json
+
+    folder = Path(folder)
+    content, stats = split_run_stats(summary)
+    (folder / name).write_text(json.dumps(content, indent=2))
+    if stats is not None:
+        (folder / RUN_STATS_NAME).write_text(json.dumps(stats, indent=2))
 
 
 def dir_bytes(path: str | os.PathLike) -> int:

@@ -106,7 +106,16 @@ def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) ->
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     from graphs import generate
+    from graphs.storage import DatasetNameError, validate_dataset_name
+
+    try:  # the folder's name becomes the dataset's partition key
+        validate_dataset_name(Path(args.out).name)
+    except DatasetNameError as exc:
+        print(f"gnnflow generate: --out {args.out}: {exc}", file=sys.stderr)
+        return 2
 
     base = generate.demo_config() if args.preset == "demo" else None
     overrides = {
@@ -115,7 +124,11 @@ def _cmd_generate(args: argparse.Namespace) -> int:
         if getattr(args, f.name) is not None
     }
     config = dataclasses.replace(base, **overrides) if base else generate.GenerateConfig(**overrides)
-    summary = generate.generate_dataset(config, args.out, progress=not args.quiet)
+    try:
+        summary = generate.generate_dataset(config, args.out, progress=not args.quiet)
+    except FileExistsError as exc:
+        print(f"gnnflow generate: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(summary, indent=2, default=str))
     return 0
 
@@ -137,6 +150,8 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
         print(
             f"landing folder {storage.landing}: {len(names)} dataset(s); newly registered: {', '.join(new) or 'none'}"
         )
+        for bad in storage.landing_folders_with_bad_names():
+            print(f"ignored landing folder {bad!r}: not a valid dataset name", file=sys.stderr)
     known = instance.get_dynamic_partitions(dataset_partitions.name)
     print("registered dataset partitions: " + (", ".join(sorted(known)) or "none"))
     return 0

@@ -12,12 +12,15 @@ import dagster as dg
 
 from assets.common import GnnflowStorage, dataset_partitions
 from graphs.canonical import has_training_labels, read_summary
+from graphs.storage import is_valid_dataset_name
 
 
 def labelled_datasets(instance: dg.DagsterInstance, storage: GnnflowStorage) -> list[str]:
     """Registered dataset partitions whose canonical_graph summary says it has training labels."""
     names = []
     for name in instance.get_dynamic_partitions(dataset_partitions.name):
+        if not is_valid_dataset_name(name):  # a key added by hand that cannot be a folder
+            continue
         folder = storage.asset_dir(name, "canonical_graph")
         if not (folder / "summary.json").is_file():
             continue

@@ -101,6 +101,8 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
         pending: dict[str, str] = dict(state.get("pending", {})) if isinstance(state, dict) else {}
         requested: dict[str, str] = dict(state.get("requested", {})) if isinstance(state, dict) else {}
         names = storage.landing_datasets()
+        for bad in storage.landing_folders_with_bad_names():
+            context.log.warning(f"ignored landing folder {bad!r}: not a valid dataset name (see validate_dataset_name)")
         new_partitions = unregistered_datasets(context.instance, names)
         runs, waiting = [], []
         for name in names:

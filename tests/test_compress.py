@@ -72,6 +72,7 @@ def test_files_dtypes_and_manifest(small):
             "weight_scales.npy",
             "manifest.json",
             "summary.json",
+            "run_stats.json",
         ]
         + [f"bloom/part-{p}.bloom" for p in range(K)]
     )

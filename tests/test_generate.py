@@ -190,10 +190,11 @@ def test_id_offset_shifts_every_id(small, tmp_path):
 def test_replaces_out_dir_atomically(small, tmp_path, monkeypatch):
     config = small[0]
     out = tmp_path / "ds"
-    out.mkdir()
-    (out / "stale.txt").write_text("old")
-    generate_dataset(config, out, progress=False)
-    assert not (out / "stale.txt").exists() and (out / "nodes.parquet").exists()
+    out.mkdir()  # an empty folder may be written into
+    generate_dataset(dataclasses.replace(config, seed=3), out, progress=False)
+    first = (out / "nodes.parquet").read_bytes()
+    generate_dataset(config, out, progress=False)  # its own earlier output is replaced
+    assert (out / "nodes.parquet").read_bytes() != first
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
 
     def boom(*args, **kwargs):

@@ -167,7 +167,7 @@ def test_neighbor_shards_cover_train_nodes_once_per_epoch(sbm, tmp_path):
             for b, nxt in zip(mb.blocks, mb.blocks[1:]):
                 assert b.num_dst == nxt.num_src
     assert m["bytes"] == sum(f["bytes"] for s in m["streams"] for f in s["files"])
-    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "epoch=1", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "epoch=1", "manifest.json", "run_stats.json"]
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
@@ -304,7 +304,7 @@ def test_shards_are_deterministic_and_a_rewrite_replaces_them(sbm, tmp_path):
     _, c = _shards(sbm, tmp_path / "b", sampler="saint", epochs=2, seed=1)
     assert digests(c) != digests(b)
     out, _ = _shards(sbm, tmp_path / "b", sampler="neighbor", epochs=1)
-    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json", "run_stats.json"]
 
 
 def _compressed(sbm, out: Path, **kw) -> Path:
@@ -353,7 +353,7 @@ def test_compressed_features_are_referenced_with_one_layout(sbm, tmp_path):
     compressed = _compressed(sbm, tmp_path / "compressed_graph")
     out, m = _compressed_shards(sbm, tmp_path, compressed, epochs=1)
     assert (out / m["features"]["path"]).resolve() == compressed.resolve()
-    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json"]  # nothing copied
+    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json", "run_stats.json"]  # nothing copied
     feats = load_features(compressed)
     for mb in ShardStream(out, 0, 0):
         want = feats.decode_rows_torch(mb.input_nodes.numpy())

@@ -56,18 +56,41 @@ CHECKPOINT_FORMAT = 2  # 2: epochs in `best` and `history` counted from 1
 CHECKPOINT_NAME = "checkpoint.pt"
 
 # TrainingConfig fields that do not change what is trained (excluded from the run key).
-_NOT_IN_KEY = ("profiler", "prefetch", "verify_shards", "checkpoint_every", "eval_batch_size", "device", "aggregation")
+_NOT_IN_KEY = (
+    "profiler",
+    "prefetch",
+    "verify_shards",
+    "checkpoint_every",
+    "eval_batch_size",
+    "device",
+    "aggregation",
+    "dist_timeout_s",
+)
 
 
 def data_version(shards: str | os.PathLike, canonical: str | os.PathLike, adjacency: str | os.PathLike) -> str:
-    """16 hex digits over the shards' manifest.json and the canonical/adjacency summary.json.
+    """16 hex digits over the shards' manifest.json, the canonical/adjacency summary.json and,
+    when the shards name one, compressed_graph's manifest.json and summary.json.
 
-    The manifest lists every shard file's SHA-256, and each summary is rewritten by every
-    materialization of its stage, so any new input data gives a new version.
+    The manifest lists every shard file's SHA-256; the summaries hold what their stage wrote
+    (run statistics live apart, in run_stats.json), so a re-run of any upstream stage that
+    gives the same files keeps the version, and checkpoints stay resumable.
     """
+    shards = Path(shards)
+    manifest = shards / "manifest.json"
+    paths = {
+        "shards/manifest.json": manifest,
+        "canonical/summary.json": Path(canonical) / "summary.json",
+        "adjacency/summary.json": Path(adjacency) / "summary.json",
+    }
+    named = json.loads(manifest.read_text()).get("inputs", {}) if manifest.is_file() else {}
+    if "compressed_graph" in named:
+        compressed = shards / named["compressed_graph"]
+        paths["compressed/manifest.json"] = compressed / "manifest.json"
+        paths["compressed/summary.json"] = compressed / "summary.json"
     h = hashlib.sha256()
-    for path in (Path(shards) / "manifest.json", Path(canonical) / "summary.json", Path(adjacency) / "summary.json"):
-        h.update(path.name.encode())
+    for role, path in paths.items():
+        h.update(role.encode())
         h.update(path.read_bytes() if path.is_file() else b"<missing>")
     return h.hexdigest()[:16]
 

@@ -209,6 +209,13 @@ class TrainingConfig:
     checkpoint_every: int = field(
         default=1, metadata={"help": "epochs between checkpoints on rank 0 (always after the last)"}
     )
+    dist_timeout_s: int = field(
+        default=1800,
+        metadata={
+            "help": "seconds a rank waits in a collective (or to join the process group) before the run fails "
+            "naming the missing rank; longer than rank 0's slowest evaluation"
+        },
+    )
 
     RENAMED_FIELDS: ClassVar[dict[str, str]] = {"normalize": "feature_norm"}
 
@@ -223,7 +230,7 @@ class TrainingConfig:
         ):
             if getattr(self, name) not in choices:
                 _fail(f"{p}.{name}", getattr(self, name), f"must be one of {choices}")
-        for name in ("accumulate", "eval_every", "degree_buckets", "checkpoint_every"):
+        for name in ("accumulate", "eval_every", "degree_buckets", "checkpoint_every", "dist_timeout_s"):
             if getattr(self, name) < 1:
                 _fail(f"{p}.{name}", getattr(self, name), "must be >= 1")
         for name in ("epochs", "eval_batch_size", "early_stopping_patience", "seed", "prefetch"):

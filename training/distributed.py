@@ -15,6 +15,7 @@ rank takes the same number of steps.
 
 from __future__ import annotations
 
+import datetime
 import gc
 import os
 from dataclasses import dataclass
@@ -53,8 +54,13 @@ def pick_device(setting: str, local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def init_distributed(device_setting: str = "auto") -> DistInfo:
-    """Join torchrun's process group (when launched by torchrun) and pick the device."""
+def init_distributed(device_setting: str, timeout_s: float) -> DistInfo:
+    """Join torchrun's process group (when launched by torchrun) and pick the device.
+
+    `timeout_s` bounds joining the group and every collective: a rank that stops answering
+    (hung, or dead without torchrun noticing) fails the others after that long, with the
+    missing rank named in gloo's/NCCL's error. (A rank that dies under torchrun makes the
+    launcher stop the others at once and name it: "Root Cause ... rank: N".)"""
     if "WORLD_SIZE" not in os.environ or "RANK" not in os.environ:
         return DistInfo(0, 1, 0, pick_device(device_setting, 0), None)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
@@ -64,7 +70,7 @@ def init_distributed(device_setting: str = "auto") -> DistInfo:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, init_method="env://")
+        dist.init_process_group(backend=backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout_s))
     return DistInfo(rank, world, local_rank, device, backend)
 
 

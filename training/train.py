@@ -48,6 +48,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -59,7 +60,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes
 from training.checkpoint import (
     CHECKPOINT_NAME,
     code_version,
@@ -92,14 +93,19 @@ def train(cfg: RunConfig, *, on_epoch_end: EpochHook | None = None) -> dict | No
     (rows: every rank's metric rows of that epoch); an exception it raises ends the run
     like a kill would, leaving the checkpoint to resume from.
     """
-    info = init_distributed(cfg.training.device)
-    try:
-        with open_reporter(info.is_main) as report:
-            summary = _train(cfg, info, report, on_epoch_end)
-    except BaseException:
-        shutdown(info, clean=False)
-        raise
-    shutdown(info)
+    # Rank 0 holds the dataset's write lock (the folder holding paths.out) for the whole run,
+    # before anything is read; the other ranks wait for it in the process group's rendezvous.
+    # Launched by the trained_model asset, the ranks run under the asset's lock.
+    is_rank0 = int(os.environ.get("RANK", "0")) == 0
+    with dataset_lock(Path(cfg.paths.out).resolve().parent) if is_rank0 else contextlib.nullcontext():
+        info = init_distributed(cfg.training.device, cfg.training.dist_timeout_s)
+        try:
+            with open_reporter(info.is_main) as report:
+                summary = _train(cfg, info, report, on_epoch_end)
+        except BaseException:
+            shutdown(info, clean=False)
+            raise
+        shutdown(info)
     return summary
 
 
@@ -213,7 +219,9 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
 
     # ------------------------------------------------------------------ inputs and shards
     shards, canonical, adjacency = resolve_inputs(cfg)
-    manifest = read_manifest(shards)
+    # with verify_shards, also every upstream file the shards were cut from: a stage re-run
+    # since then (same shapes, new values) is refused, naming it, instead of trained on silently
+    manifest = read_manifest(shards, verify_upstream_files=tcfg.verify_shards)
     W = int(manifest["world_size"])
     if W % info.world_size:
         raise ValueError(

@@ -25,6 +25,7 @@ from graphs.shard_format import (
     encode_shard,
     features_entry,
     shard_relpath,
+    upstream_hashes,
     write_manifest,
 )
 from graphs.storage import atomic_output_dir, peak_rss_bytes
@@ -174,6 +175,18 @@ def write_minibatch_shards(
                 if path is not None
             },
         }
+        manifest["upstream"] = upstream_hashes(
+            final,
+            {
+                name: path
+                for name, path in (
+                    ("canonical_graph", inputs.canonical_dir),
+                    ("normalized_adjacency", inputs.adjacency_dir),
+                )
+                if path is not None
+            },
+            features,
+        )
         if cfg.sampler == "saint":
             manifest["saint"] = sampler.saint_info
         if per_rank != counts.pop():
