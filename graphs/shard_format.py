@@ -195,6 +195,12 @@ MANIFEST_KEYS = {
         " the manifest's folder); read_manifest(verify_upstream=True) refuses a mismatch, naming the stage"
     ),
     "saint": ManifestKey("saint only: presamples N, mean subgraph nodes", required=False),
+    "placement": ManifestKey(
+        "with METIS parts only: {mode: random | partition, rank_of_part, remote_row_share_mean / _max / _total:"
+        " share of gathered feature rows (input nodes) in another rank's parts, per step and overall}; streams"
+        " then also carry gathered_rows and remote_rows",
+        required=False,
+    ),
     "inputs": ManifestKey("paths (relative) of the canonical, adjacency, partition and compressed folders used"),
 }
 

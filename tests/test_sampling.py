@@ -496,6 +496,8 @@ def test_asset_materializes_on_cora_with_metadata_and_checks(shared_datasets, tm
     meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
     assert meta["train_nodes"].value == 140
     assert meta["minibatches_per_rank_per_epoch"].value == 3  # 70 seeds per rank, batches of <= 32
+    # parts present (here a random 2-way split): the remote feature-row share is measured, ~1/2
+    assert meta["placement"].value == "random" and 0.3 < meta["remote_feature_row_share"].value < 0.7
     assert meta["disk_mb"].value > 0 and meta["sampled_edges"].value > 0
     assert all(c.passed for c in result.get_asset_check_evaluations())
     m = read_manifest(home / "cora" / "minibatch_shards")

@@ -313,6 +313,7 @@ def unwrap_dagster_run_config(data: Any) -> Any:
         block = data["ops"]["trained_model"]["config"] or {}
     except (KeyError, TypeError):
         raise ValueError("a Dagster run config needs ops: trained_model: config: {model, training}") from None
+    block = {k: v for k, v in block.items() if k != "launch"}  # the launcher's (training.launch), not the run's
     return {**block, **{k: v for k, v in data.items() if k not in ("ops", "resources", "execution", "loggers")}}
 
 

@@ -72,7 +72,14 @@ from training.checkpoint import (
 )
 from training.config import LRScheduleConfig, OptimizerConfig, RunConfig
 from training.data import ShardStream, cross_entropy, read_manifest
-from training.distributed import DistInfo, all_gather_objects, broadcast_flag, init_distributed, shutdown
+from training.distributed import (
+    DistInfo,
+    all_gather_objects,
+    broadcast_flag,
+    init_distributed,
+    shutdown,
+    state_digest,
+)
 from training.evaluate import EvalGraph, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.layers import build_model, use_aggregation
@@ -199,11 +206,13 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             if on_epoch_end is not None:
                 on_epoch_end(epoch, rows)
     profiler.close()
+    # every rank's final model state: DDP keeps the replicas identical, on one node or many
+    replicas = all_gather_objects(info, state_digest(run.model))
 
     # ------------------------------------------------------------------ outputs (rank 0)
     if not info.is_main:
         return None
-    summary = finish_run(run)
+    summary = finish_run(run, replicas)
     report.materialization(_pipes_metadata(summary))
     report.info(
         f"done: best val {summary['best_val_acc']:.4f} (epoch {summary['best_epoch']}), "
@@ -507,9 +516,10 @@ def save_run_checkpoint(run: Run, epoch: int) -> None:
     )
 
 
-def finish_run(run: Run) -> dict:
+def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
     """Rank 0: write the trained_model folder atomically (models, predictions, embeddings,
-    metrics, curves, summary), then drop the work folder; returns the summary."""
+    metrics, curves, summary), then drop the work folder; returns the summary.
+    `replicas`: every rank's `state_digest` of its final model, in rank order."""
     cfg, model, info, manifest, history = run.cfg, run.model, run.info, run.manifest, run.history
     in_feats, num_classes, work = run.in_feats, run.num_classes, run.work
     best = run.best
@@ -561,6 +571,8 @@ def finish_run(run: Run) -> dict:
         "seconds": seconds,
         "run_key": run.key,
         "data_version": run.dver,
+        "replica_sha256": list(replicas or []),
+        "replicas_identical": len(set(replicas or [])) <= 1,
         "code_version": code_version(),
     }
     with atomic_output_dir(out) as tmp:

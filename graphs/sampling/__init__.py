@@ -61,6 +61,16 @@ of ceil(T/W) or floor(T/W) nodes, so every training node is a seed exactly once 
 epoch. Each rank's part is cut into the same number ``B = ceil(ceil(T/W) / batch_size)``
 of minibatches whose sizes differ by at most one (none larger than ``batch_size``): equal
 step counts across ranks (unequal counts hang DDP) with nothing dropped or repeated.
+With ``placement="partition"`` the shares keep those sizes, but rank r fills its share first
+with its own training nodes: the nodes of the METIS parts (metis_partitions' ``part_id.npy``)
+assigned to r (`ranks_of_parts`: parts in decreasing order of training nodes, each to the
+least-loaded rank, since METIS balances nodes and not training nodes); the surplus of ranks
+owning more than their share fills the others' gaps (`schedule._place_on_owners`). So step
+counts and batch sizes are exactly those of ``random``, DDP's gradient weighting is
+unchanged, and most sampled neighbours (hence feature rows) are in the rank's own parts.
+Whenever the parts are given (and number at least W), the writer measures per step the
+share of gathered feature rows (``input_nodes``) owned by another rank (manifest
+``placement``), under either placement.
 ``cluster_gcn``: the clusters are permuted per epoch and cut into W·B groups of near-equal
 size (B = ceil(K / (cluster_batch · W)) per rank), so every cluster is used once per
 epoch. ``saint``: W·B independent subgraphs per epoch, B = ``saint_subgraphs`` or, when 0,
@@ -90,7 +100,7 @@ Usage::
     manifest = write_minibatch_shards(inputs, home / "cora/minibatch_shards", ShardConfig())
 """
 
-from graphs.sampling.config import SAINT_MODES, SAMPLERS, ShardConfig
+from graphs.sampling.config import PLACEMENTS, SAINT_MODES, SAMPLERS, ShardConfig
 from graphs.sampling.inputs import ShardInputs, load_shard_inputs, train_nodes_of
 from graphs.sampling.samplers import (
     MinibatchSampler,
@@ -100,11 +110,19 @@ from graphs.sampling.samplers import (
     insert_self_loops,
     segment_positions,
 )
-from graphs.sampling.schedule import derive_seed, epoch_cluster_groups, epoch_seed_batches, minibatch_seed
+from graphs.sampling.schedule import (
+    derive_seed,
+    epoch_cluster_groups,
+    epoch_seed_batches,
+    minibatch_seed,
+    ranks_of_parts,
+    remote_rows,
+)
 from graphs.sampling.writer import write_minibatch_shards
 
 __all__ = [
     "MinibatchSampler",
+    "PLACEMENTS",
     "SAINT_MODES",
     "SAMPLERS",
     "SampledBlock",
@@ -118,6 +136,8 @@ __all__ = [
     "insert_self_loops",
     "load_shard_inputs",
     "minibatch_seed",
+    "ranks_of_parts",
+    "remote_rows",
     "segment_positions",
     "train_nodes_of",
     "write_minibatch_shards",

@@ -11,6 +11,7 @@ from graphs.shard_format import (
 
 SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
 SAINT_MODES = ("node", "edge", "walk")
+PLACEMENTS = ("random", "partition")
 NEIGHBOR_PROBS = ("uniform", "weight")
 
 
@@ -44,6 +45,16 @@ class ShardConfig:
     epochs: int = field(default=3, metadata={"help": "Epochs of shards to write."})
     world_size: int = field(default=2, metadata={"help": "DDP ranks W; one shard stream per rank and epoch."})
     seed: int = field(default=0, metadata={"help": "Seed of every random draw (shards are deterministic)."})
+    placement: str = field(
+        default="random",
+        metadata={
+            "help": f"How seeds go to ranks, one of {PLACEMENTS}: 'random' cuts a permutation of the training "
+            "nodes into W parts; 'partition' gives rank r the training nodes of the METIS parts assigned to it "
+            "(metis_partitions' part_id.npy; parts go to ranks balancing training nodes), moving only the "
+            "surplus over an equal share to other ranks, so step counts and batch sizes stay those of 'random'. "
+            "neighbor and importance samplers."
+        },
+    )
     minibatches_per_shard: int = field(default=8, metadata={"help": "Minibatches per shard file."})
     weight_encoding: str = field(
         default="fp32",
@@ -121,6 +132,13 @@ class ShardConfig:
             )
         if self.feature_encoding not in FEATURE_ENCODINGS:
             raise ValueError(f"feature_encoding={self.feature_encoding!r} is not one of {FEATURE_ENCODINGS}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement={self.placement!r} is not one of {PLACEMENTS}")
+        if self.placement == "partition" and self.sampler not in ("neighbor", "importance"):
+            raise ValueError(
+                f"placement='partition' places seed nodes; sampler={self.sampler!r} draws whole subgraphs "
+                "(use sampler 'neighbor' or 'importance', or placement 'random')"
+            )
         if self.saint_mode not in SAINT_MODES:
             raise ValueError(f"saint_mode={self.saint_mode!r} is not one of {SAINT_MODES}")
         if self.saint_coverage <= 0:

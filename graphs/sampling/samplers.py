@@ -19,6 +19,7 @@ from graphs.sampling.schedule import (
     epoch_seed_batches,
     minibatch_seed,
     presample_seed,
+    ranks_of_parts,
 )
 from graphs.shard_format import (
     index_dtype,
@@ -223,6 +224,16 @@ class MinibatchSampler:
         self.saint_info: dict = {}
         self._dgl_mapping: dict = {}
         self._row_sums: np.ndarray | None = None
+        # rank owning each node's METIS part: places seeds (placement='partition') and measures
+        # remote feature rows under either placement (None without parts, or fewer parts than ranks)
+        self.rank_of_node: np.ndarray | None = None
+        self.rank_of_part: np.ndarray | None = None
+        if inputs.part_id is not None and (cfg.placement == "partition" or inputs.part_id.max() + 1 >= cfg.world_size):
+            part_id = np.asarray(inputs.part_id, dtype=np.int64)
+            self.rank_of_part = ranks_of_parts(part_id, inputs.train_nodes, cfg.world_size)
+            self.rank_of_node = self.rank_of_part[part_id]
+        if cfg.placement == "partition" and self.rank_of_node is None:
+            raise ValueError("placement='partition' needs part_id.npy from metis_partitions")
         if cfg.sampler == "cluster_gcn":
             if inputs.cluster_id is None:
                 raise ValueError("sampler='cluster_gcn' needs cluster_id.npy from metis_partitions")
@@ -242,7 +253,7 @@ class MinibatchSampler:
     def minibatches_per_rank(self) -> int:
         cfg = self.cfg
         if cfg.sampler in ("neighbor", "importance"):
-            return len(epoch_seed_batches(self.inputs.train_nodes, 0, cfg)[0])
+            return len(epoch_seed_batches(self.inputs.train_nodes, 0, cfg, self._placed_ranks())[0])
         if cfg.sampler == "cluster_gcn":
             return len(epoch_cluster_groups(self._cluster_ids, 0, cfg)[0])
         return self._saint_per_rank
@@ -250,7 +261,7 @@ class MinibatchSampler:
     def epoch(self, epoch: int) -> Iterator[tuple[int, int, SampledMinibatch]]:
         cfg = self.cfg
         if cfg.sampler in ("neighbor", "importance"):
-            schedule = epoch_seed_batches(self.inputs.train_nodes, epoch, cfg)
+            schedule = epoch_seed_batches(self.inputs.train_nodes, epoch, cfg, self._placed_ranks())
             fn = self.sample_neighbor if cfg.sampler == "neighbor" else self.sample_importance
         elif cfg.sampler == "cluster_gcn":
             schedule = epoch_cluster_groups(self._cluster_ids, epoch, cfg)
@@ -261,6 +272,9 @@ class MinibatchSampler:
         for rank, items in enumerate(schedule):
             for index, item in enumerate(items):
                 yield rank, index, fn(item, minibatch_seed(cfg.seed, epoch, rank, index))
+
+    def _placed_ranks(self) -> np.ndarray | None:
+        return self.rank_of_node if self.cfg.placement == "partition" else None
 
     # ---- helpers
 
