@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 from graphs.shard_format import (
     FEATURE_ENCODINGS,
@@ -10,6 +11,9 @@ from graphs.shard_format import (
 )
 
 SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
+# the automatic per-rank batch size (ShardConfig.batch_size = 0): see `auto_batch_size`
+AUTO_BATCH_MAX = 1024
+AUTO_MINIBATCHES = 4
 SAINT_MODES = ("node", "edge", "walk")
 PLACEMENTS = ("random", "partition")
 NEIGHBOR_PROBS = ("uniform", "weight")
@@ -32,15 +36,20 @@ class ShardConfig:
 
     sampler: str = field(default="neighbor", metadata={"help": f"Sampler, one of {SAMPLERS}."})
     fanouts: str = field(
-        default="15,10,5",
+        default="10,10",
         metadata={
             "help": "Neighbours sampled per node for each layer, input layer first (DGL's order); "
-            "-1 = all. Its length is the number of layers for every sampler."
+            "-1 = all. Its length is the number of layers for every sampler (and the model's, by default)."
         },
     )
     batch_size: int = field(
-        default=1024,
-        metadata={"help": "Seeds per minibatch per rank (upper bound), neighbor and importance samplers."},
+        default=0,
+        metadata={
+            "help": "Seeds per minibatch per rank (upper bound), neighbor and importance samplers; "
+            f"0 = automatic: min({AUTO_BATCH_MAX}, ceil(T / (W x {AUTO_MINIBATCHES}))) for T training nodes "
+            f"and W ranks, so a small graph still gets {AUTO_MINIBATCHES} optimizer steps per sampled epoch "
+            f"and a large one minibatches of at most {AUTO_BATCH_MAX}. The manifest records the resolved value."
+        },
     )
     epochs: int = field(default=3, metadata={"help": "Epochs of shards to write."})
     world_size: int = field(default=2, metadata={"help": "DDP ranks W; one shard stream per rank and epoch."})
@@ -74,7 +83,10 @@ class ShardConfig:
     )
     neighbor_rescale: bool = field(
         default=True,
-        metadata={"help": "neighbor: scale sampled weights by deg/sampled so the aggregation is unbiased."},
+        metadata={
+            "help": "neighbor: store the correction deg/sampled per sampled edge (1 when off), so each "
+            "layer type's aggregation is unbiased (training.layers.sampled_edge_weight)."
+        },
     )
     neighbor_prob: str = field(
         default="uniform",
@@ -107,8 +119,9 @@ class ShardConfig:
         fanouts = _ints(self.fanouts, "fanouts")
         if not fanouts or any(f == 0 or f < -1 for f in fanouts):
             raise ValueError(f"fanouts={self.fanouts!r}: need at least one layer, each > 0 or -1 (all)")
+        if self.batch_size < 0:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1, or 0 (automatic)")
         for name in (
-            "batch_size",
             "epochs",
             "world_size",
             "minibatches_per_shard",
@@ -153,3 +166,16 @@ class ShardConfig:
     @property
     def num_layers(self) -> int:
         return len(self.fanout_list)
+
+
+def auto_batch_size(train_nodes: int, world_size: int) -> int:
+    """``min(AUTO_BATCH_MAX, ceil(T / (W * AUTO_MINIBATCHES)))`` (at least 1): the per-rank
+    batch of ``ShardConfig.batch_size = 0``, giving a small graph several steps per epoch."""
+    return max(1, min(AUTO_BATCH_MAX, math.ceil(train_nodes / (world_size * AUTO_MINIBATCHES))))
+
+
+def resolve_batch_size(cfg: ShardConfig, train_nodes: int) -> ShardConfig:
+    """``cfg`` with ``batch_size`` resolved (0 = `auto_batch_size`)."""
+    if cfg.batch_size:
+        return cfg
+    return replace(cfg, batch_size=auto_batch_size(train_nodes, cfg.world_size))

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from graphs.sampling.config import ShardConfig
+from graphs.sampling.config import ShardConfig, resolve_batch_size
 
 # ----------------------------------------------------------------------------- seeds
 
@@ -88,6 +88,7 @@ def epoch_seed_batches(
     w, t = cfg.world_size, len(train_nodes)
     if t < w:
         raise ValueError(f"{t} training nodes cannot be split over world_size={w} ranks; lower world_size")
+    cfg = resolve_batch_size(cfg, t)
     rng = np.random.default_rng(derive_seed(cfg.seed, _TAG_EPOCH, epoch))
     perm = rng.permutation(np.asarray(train_nodes, dtype=np.int64))
     if rank_of_node is None:

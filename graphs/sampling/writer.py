@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from graphs.npzio import write_npz
-from graphs.sampling.config import ShardConfig
+from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.samplers import (
     MinibatchSampler,
@@ -85,7 +85,7 @@ def write_minibatch_shards(
     Returns the manifest (also written as manifest.json). A previous materialization in
     `out_dir` is replaced as a whole, only once everything is written.
     """
-    cfg = cfg or ShardConfig()
+    cfg = resolve_batch_size(cfg or ShardConfig(), len(inputs.train_nodes))
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     final = Path(out_dir).resolve()
