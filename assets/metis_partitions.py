@@ -13,7 +13,7 @@ import dagster as dg
 import numpy as np
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions, png_markdown, refuse_failed_checks
+from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, png_markdown, refuse_failed_checks
 from assets.config import dagster_config
 from graphs.canonical import edge_batches, read_summary
 from graphs.partition import (
@@ -23,7 +23,6 @@ from graphs.partition import (
     partition_problems,
     random_assign,
 )
-from graphs.storage import dir_bytes
 
 MetisPartitionsConfig = dagster_config(PartitionConfig, "MetisPartitionsConfig")
 
@@ -93,7 +92,7 @@ def _metadata(out, s: dict) -> dict:
         "seconds": dg.MetadataValue.json(s["seconds"]),
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
         "distdgl_config": s["distdgl_config"] or "not written",
-        "bytes": dir_bytes(out),
+        **disk_metadata(out),
         "partition_sizes": png_markdown(out / "partition_sizes.png", "core and halo nodes per part"),
     }
 

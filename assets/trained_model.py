@@ -39,7 +39,14 @@ import dagster as dg
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, png_markdown, skip_without_labels
+from assets.common import (
+    NEEDS_LABELS_TAG,
+    GnnflowStorage,
+    dataset_partitions,
+    disk_metadata,
+    png_markdown,
+    skip_without_labels,
+)
 from assets.config import dagster_config
 from graphs.canonical import read_summary
 from training.checkpoint import data_version, run_key, work_dir_for
@@ -204,6 +211,7 @@ def trained_model(
             **extra,
             "path": dg.MetadataValue.path(str(out)),
             "processes": nproc,
+            **disk_metadata(out),
             "launch": " ".join(command),
             "curves": png_markdown(out / "curves.png", "training curves"),
         }
