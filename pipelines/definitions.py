@@ -10,9 +10,14 @@ from assets.compressed_graph import compressed_graph
 from assets.metis_partitions import metis_partitions
 from assets.minibatch_shards import minibatch_shards
 from assets.normalized_adjacency import normalized_adjacency
+from assets.predictions import predictions
 from assets.trained_model import trained_model
+from pipelines.cli import summarize_failures_at_exit, warn_if_dagster_home_missing
 from pipelines.schedules import make_retrain_schedule
 from pipelines.sensors import make_landing_sensor
+
+warn_if_dagster_home_missing()
+summarize_failures_at_exit()
 
 ALL_ASSETS = [
     canonical_graph,
@@ -41,9 +46,16 @@ train_job = dg.define_asset_job(
     description="Train the GNN from a dataset's minibatch shards (trained_model).",
 )
 
+predict_job = dg.define_asset_job(
+    "predict",
+    selection=dg.AssetSelection.assets(canonical_graph, normalized_adjacency, predictions),
+    description="Score a dataset's current landing files with its promoted (else latest) trained model, "
+    "without retraining: canonical_graph, normalized_adjacency, then predictions.",
+)
+
 defs = dg.Definitions(
-    assets=ALL_ASSETS,
-    jobs=[pipeline_job, ingest_job, train_job],
+    assets=[*ALL_ASSETS, predictions],
+    jobs=[pipeline_job, ingest_job, train_job, predict_job],
     schedules=[make_retrain_schedule(train_job)],
     sensors=[make_landing_sensor(ALL_ASSETS)],
     resources={"storage": GnnflowStorage.from_env()},
