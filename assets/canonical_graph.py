@@ -14,9 +14,12 @@ import pyarrow.parquet as pq
 
 from assets.common import GnnflowStorage, dataset_partitions, png_markdown, refuse_failed_checks
 from assets.config import dagster_config
+from assets.settings import register_config
 from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
+_ASSET = "canonical_graph"
+register_config(_ASSET, CanonicalGraphConfig)
 
 EDGES_VALID = "edges_valid"
 
@@ -40,6 +43,7 @@ def canonical_graph(
 ) -> dg.MaterializeResult:
     """Validated, deduplicated, relabelled (0..n-1) and symmetrized graph with labels, splits, features."""
     dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     with storage.lock(dataset, context.log.info), storage.publishing(dataset, "canonical_graph") as out:
         try:
             s = build_canonical_graph(storage.landing_dir(dataset), out, config.to_dataclass())
@@ -51,6 +55,7 @@ def canonical_graph(
         metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, "canonical_graph")))
     if s["split_generated"]:
         context.log.info("labels without a split column: made a seeded train/val/test split")
+    metadata.update(config_metadata)
     return dg.MaterializeResult(metadata=metadata, check_results=[check])
 
 

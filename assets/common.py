@@ -21,10 +21,19 @@ import base64
 import contextlib
 import os
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import dagster as dg
 
+from assets.settings import (
+    SETTINGS_FILE,
+    SettingsError,
+    config_metadata,
+    explicit_run_config,
+    read_settings_file,
+    registered_configs,
+    resolve,
+)
 from graphs.canonical import has_training_labels, is_dataset_folder
 from graphs.storage import DatasetNameError, dataset_lock, is_valid_dataset_name, staged_output, validate_dataset_name
 
@@ -77,6 +86,28 @@ class GnnflowStorage(dg.ConfigurableResource):
         the block ends without an exception; on any exception the old folder stays."""
         with staged_output(self.asset_dir(dataset, asset)) as tmp:
             yield tmp
+
+    def settings_file(self, dataset: str) -> Path:
+        """landing/<dataset>/gnnflow.yaml (see `assets.settings`)."""
+        return self.landing_dir(dataset) / SETTINGS_FILE
+
+    def settings(
+        self, context: dg.AssetExecutionContext, dataset: str, asset: str, config: dg.Config
+    ) -> tuple[Any, dict[str, dg.MetadataValue]]:
+        """The asset's effective config (explicit run config > landing/<dataset>/gnnflow.yaml >
+        defaults) and metadata entries recording it; an invalid settings file fails the run,
+        naming the file and the key."""
+        path = self.settings_file(dataset)
+        try:
+            blocks = read_settings_file(path, registered_configs())
+            effective, provenance = resolve(
+                type(config), asset, explicit_run_config(context.run.run_config, asset), blocks.get(asset, {}), path
+            )
+        except SettingsError as exc:
+            raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+        if provenance["from_file"]:
+            context.log.info(f"{asset}: {', '.join(provenance['from_file'])} from {path}")
+        return effective, config_metadata(effective, provenance)
 
     def upstream_dir(self, dataset: str, asset: str) -> Path:
         """An upstream asset's folder; fails the run, naming it, when it was never materialized."""

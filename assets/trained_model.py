@@ -40,6 +40,7 @@ from pydantic import Field
 
 from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, png_markdown, skip_without_labels
 from assets.config import dagster_config
+from assets.settings import register_config
 from graphs.canonical import read_summary
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
@@ -65,8 +66,15 @@ class TrainedModelConfig(dg.Config):
         default_factory=TrainedModelTrainingConfig, description=_RUN_HELP["training"]
     )
 
+    def to_dataclass(self) -> tuple[ModelConfig, TrainingConfig]:
+        """The `model` and `training` dataclasses (validated by their `__post_init__`)."""
+        return self.model.to_dataclass(), self.training.to_dataclass()
+
     def to_run_config(self, paths: PathsConfig) -> RunConfig:
         return RunConfig(model=self.model.to_dataclass(), training=self.training.to_dataclass(), paths=paths)
+
+
+register_config(_ASSET, TrainedModelConfig)
 
 
 def torchrun_command(nproc: int, config_path: str | os.PathLike) -> list[str]:
@@ -126,6 +134,7 @@ def trained_model(
 ) -> dg.MaterializeResult:
     """GNN trained with torchrun DDP from the minibatch shards: models, predictions, metrics, curves, traces."""
     dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     # the torchrun ranks take the same lock; as descendants of this process they run under it
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
@@ -147,6 +156,7 @@ def trained_model(
             "processes": nproc,
             "launch": " ".join(command),
             "curves": png_markdown(out / "curves.png", "training curves"),
+            **config_metadata,
         }
         if (out / "profile" / "trace.json").is_file():
             metadata["profiler_trace"] = dg.MetadataValue.path(str(out / "profile" / "trace.json"))
