@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
+import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -109,6 +112,54 @@ class GnnflowStorage(dg.ConfigurableResource):
             context.log.info(f"{asset}: {', '.join(provenance['from_file'])} from {path}")
         return effective, config_metadata(effective, provenance)
 
+    # ------------------------------------------------------------ model versions, promotion
+    # <dataset>/trained_model/ is always the newest model (existing readers keep working);
+    # every finished training is also kept as <dataset>/model_versions/<version>/ (hard links),
+    # and <dataset>/promoted is a symlink to the version the promotion asset accepted.
+
+    def versions_dir(self, dataset: str) -> Path:
+        return self.dataset_dir(dataset) / "model_versions"
+
+    def promoted_dir(self, dataset: str) -> Path:
+        """<GNNFLOW_HOME>/<dataset>/promoted (a symlink into model_versions/, absent before the first promotion)."""
+        return self.dataset_dir(dataset) / "promoted"
+
+    def record_model_version(self, dataset: str, run_id: str) -> str:
+        """Keep the current trained_model/ as model_versions/<UTC time>-<run id>/ and write its
+        name to trained_model/version.json. The files are hard links where the filesystem
+        allows (training replaces trained_model/ as a whole, never a file in place) made
+        read-only, so a writer that did rewrite one in place would fail, not alter a version."""
+        model = self.asset_dir(dataset, "trained_model")
+        version = f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{run_id[:8]}"
+        record = json.dumps({"version": version, "run_id": run_id})
+        with staged_output(self.versions_dir(dataset) / version) as tmp:
+            shutil.copytree(model, tmp, copy_function=_link_or_copy)
+            (tmp / "version.json").write_text(record)
+            for f in tmp.rglob("*"):  # shared inodes: an in-place writer now fails instead of altering a version
+                if f.is_file():
+                    f.chmod(0o444)
+        staged = model / f".version.json.tmp-{os.getpid()}"
+        staged.write_text(record)
+        os.replace(staged, model / "version.json")
+        return version
+
+    def model_version(self, folder: Path) -> str | None:
+        """The version name recorded in a model folder (None for one trained before versioning)."""
+        path = folder / "version.json"
+        return json.loads(path.read_text())["version"] if path.is_file() else None
+
+    def promote(self, dataset: str, version: str) -> Path:
+        """Point <dataset>/promoted at model_versions/<version> (an atomic symlink replace)."""
+        target = self.versions_dir(dataset) / validate_dataset_name(version)
+        if not (target / "predictions.parquet").is_file():
+            raise FileNotFoundError(f"{target}: no such model version")
+        link = self.promoted_dir(dataset)
+        tmp = link.with_name(f".promoted.tmp-{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(target, link.parent), tmp)
+        os.replace(tmp, link)
+        return link
+
     def upstream_dir(self, dataset: str, asset: str) -> Path:
         """An upstream asset's folder; fails the run, naming it, when it was never materialized."""
         path = self.asset_dir(dataset, asset)
@@ -137,6 +188,13 @@ class GnnflowStorage(dg.ConfigurableResource):
     def landing_folders_with_bad_names(self) -> list[str]:
         """Landing sub-folders with edge files whose name is not a valid dataset name (ignored)."""
         return [sub.name for sub in self._landing_folders() if not is_valid_dataset_name(sub.name)]
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def skip_without_labels(

@@ -23,7 +23,9 @@ serves `python -m training --config run.yaml` and `dagster asset materialize -c 
 
 Checkpoints go to a work folder next to the asset folder (keyed by config and data
 version); a run that dies is resumed by the next materialization, and only a finished
-run replaces `<GNNFLOW_HOME>/<dataset>/trained_model/` (files: `training.outputs`). With
+run replaces `<GNNFLOW_HOME>/<dataset>/trained_model/` (files: `training.outputs`), which is
+also kept as `<dataset>/model_versions/<version>/` (see `GnnflowStorage.record_model_version`;
+the `evaluation` and `promotion` assets decide whether it becomes `<dataset>/promoted`). With
 `training.profiler: nsys` the command is wrapped in `nsys profile` when `nsys` is on the
 PATH; otherwise the metadata says why it was skipped. A dataset without labels is skipped.
 """
@@ -160,6 +162,7 @@ def trained_model(
         }
         if (out / "profile" / "trace.json").is_file():
             metadata["profiler_trace"] = dg.MetadataValue.path(str(out / "profile" / "trace.json"))
+        metadata["version"] = storage.record_model_version(dataset, context.run_id)
     return dg.MaterializeResult(metadata=metadata, check_results=[check])
 
 

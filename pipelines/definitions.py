@@ -7,6 +7,7 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage
 from assets.compressed_graph import compressed_graph
+from assets.evaluation import evaluation, promotion
 from assets.metis_partitions import metis_partitions
 from assets.minibatch_shards import minibatch_shards
 from assets.normalized_adjacency import normalized_adjacency
@@ -21,6 +22,8 @@ ALL_ASSETS = [
     compressed_graph,
     minibatch_shards,
     trained_model,
+    evaluation,
+    promotion,
 ]
 
 pipeline_job = dg.define_asset_job(
@@ -38,7 +41,7 @@ ingest_job = dg.define_asset_job(
 train_job = dg.define_asset_job(
     "train",
     selection=dg.AssetSelection.groups("training"),
-    description="Train the GNN from a dataset's minibatch shards (trained_model).",
+    description="Train the GNN from a dataset's minibatch shards, evaluate it, promote it when not worse (trained_model, evaluation, promotion).",
 )
 
 defs = dg.Definitions(

@@ -113,3 +113,29 @@ def classification_report(
         out["roc_auc"] = roc_auc(y_true, scores)
         out["pr_auc"] = average_precision(y_true, scores)
     return out
+
+
+def node_classification_report(nodes, predictions, split: str = "test") -> dict:
+    """`classification_report` of a predictions table (node_id, predicted, probabilities) against
+    the canonical nodes table (node_id, label, split), over the labelled nodes of `split`.
+
+    Both are pyarrow tables; rows are matched by node_id (not by position)."""
+    node_id = np.asarray(nodes.column("node_id").to_numpy(), dtype=np.int64)
+    label = np.asarray(nodes.column("label").fill_null(-1).to_numpy(), dtype=np.int64)
+    in_split = np.asarray(nodes.column("split").to_numpy(zero_copy_only=False)) == split
+    keep = in_split & (label >= 0)
+    pred_id = np.asarray(predictions.column("node_id").to_numpy(), dtype=np.int64)
+    order = np.argsort(pred_id, kind="stable")
+    pos = np.searchsorted(pred_id[order], node_id[keep])
+    pos = np.minimum(pos, max(pred_id.size - 1, 0))
+    found = pred_id.size > 0 and (pred_id[order][pos] == node_id[keep]).all()
+    if not found:
+        raise ValueError(f"predictions lack {int(keep.sum())} '{split}' nodes of the canonical graph")
+    rows = order[pos]
+    probs = predictions.column("probabilities").combine_chunks()
+    width = probs.type.list_size
+    matrix = np.asarray(probs.flatten().to_numpy(), dtype=np.float64).reshape(-1, width)[rows]
+    y_pred = np.asarray(predictions.column("predicted").to_numpy(), dtype=np.int64)[rows]
+    y_true = label[keep]
+    num_classes = max(width, int(y_true.max()) + 1 if y_true.size else 0)
+    return classification_report(y_true, y_pred, num_classes, matrix[:, 1] if width == 2 else None)
