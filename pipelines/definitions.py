@@ -44,10 +44,23 @@ train_job = dg.define_asset_job(
     description="Train the GNN from a dataset's minibatch shards, evaluate it, promote it when not worse (trained_model, evaluation, promotion).",
 )
 
+preprocess_job = dg.define_asset_job(
+    "preprocess",
+    selection=dg.AssetSelection.assets(minibatch_shards).upstream(),
+    description="Everything before training: canonical_graph through minibatch_shards.",
+)
+
+retrain_job = dg.define_asset_job(
+    "retrain",
+    selection=dg.AssetSelection.assets(minibatch_shards).downstream(),
+    description="New samples onwards: minibatch_shards, trained_model, evaluation, promotion "
+    "(what the retraining schedule runs).",
+)
+
 defs = dg.Definitions(
     assets=ALL_ASSETS,
-    jobs=[pipeline_job, ingest_job, train_job],
-    schedules=[make_retrain_schedule(train_job)],
+    jobs=[pipeline_job, ingest_job, train_job, preprocess_job, retrain_job],
+    schedules=[make_retrain_schedule(retrain_job)],
     sensors=[make_landing_sensor(ALL_ASSETS)],
     resources={"storage": GnnflowStorage.from_env()},
 )
