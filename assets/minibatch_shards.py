@@ -74,6 +74,11 @@ def minibatch_shards(
         skipped = skip_without_labels(context, read_summary(canonical), "sample for training", [BALANCED, FILES_INTACT])
         if skipped is not None:
             return skipped
+        if cfg.placement == "partition" and not (partitions / "part_id.npy").is_file():
+            raise dg.Failure(
+                description=f"dataset '{dataset}': placement 'partition' needs {partitions / 'part_id.npy'}; "
+                "materialize metis_partitions first"
+            )
         if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
             raise dg.Failure(
                 description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
@@ -117,6 +122,10 @@ def minibatch_shards(
         "sampled_edges_per_second": m["sampled_edges_per_second"],
         "peak_rss_mb": round(m["peak_rss_bytes"] / 2**20, 1),
     }
+    metadata["placement"] = cfg.placement
+    if "placement" in m:
+        metadata["remote_feature_row_share"] = m["placement"]["remote_row_share_mean"]
+        metadata["rank_of_part"] = str(m["placement"]["rank_of_part"])
     if "saint" in m:
         metadata["saint_presamples"] = m["saint"]["presamples"]
         metadata["saint_mean_subgraph_nodes"] = m["saint"]["mean_subgraph_nodes"]

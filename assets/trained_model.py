@@ -4,7 +4,9 @@ The asset runs exactly
 
     torchrun --standalone --nproc-per-node W -m training --config <work folder>/run.yaml
 
-as a subprocess with `dagster.PipesSubprocessClient`: the training logs stream into the
+(or, with ``launch.nnodes`` N > 1, the multi-node command of `training.launch` with the
+rendezvous settings of the ``launch`` block: this node is node 0, hosting the rendezvous,
+and the metadata and the log give the command to run on each other node) as a subprocess with `dagster.PipesSubprocessClient`: the training logs stream into the
 run's compute logs, rank 0 forwards its progress lines and reports the final metrics over
 dagster-pipes (`training.report`), and this function adds the curves, the file paths and
 an asset check. W (processes) is the shards' world size, and the batch size is theirs too
@@ -33,7 +35,6 @@ PATH; otherwise the metadata says why it was skipped. A dataset without labels i
 import json
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -47,6 +48,7 @@ from graphs.canonical import read_summary
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError, read_manifest
+from training.launch import LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
 
 _ASSET = "trained_model"
@@ -56,6 +58,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 _RUN_HELP = {f: RunConfig.__dataclass_fields__[f].metadata["help"] for f in ("model", "training")}
 TrainedModelModelConfig = dagster_config(ModelConfig, "TrainedModelModelConfig")
 TrainedModelTrainingConfig = dagster_config(TrainingConfig, "TrainedModelTrainingConfig")
+TrainedModelLaunchConfig = dagster_config(LaunchConfig, "TrainedModelLaunchConfig")
 
 
 class TrainedModelConfig(dg.Config):
@@ -67,10 +70,13 @@ class TrainedModelConfig(dg.Config):
     training: TrainedModelTrainingConfig = Field(  # type: ignore[valid-type]
         default_factory=TrainedModelTrainingConfig, description=_RUN_HELP["training"]
     )
+    launch: TrainedModelLaunchConfig = Field(  # type: ignore[valid-type]
+        default_factory=TrainedModelLaunchConfig, description=(LaunchConfig.__doc__ or "").strip()
+    )
 
-    def to_dataclass(self) -> tuple[ModelConfig, TrainingConfig]:
-        """The `model` and `training` dataclasses (validated by their `__post_init__`)."""
-        return self.model.to_dataclass(), self.training.to_dataclass()
+    def to_dataclass(self) -> tuple[ModelConfig, TrainingConfig, LaunchConfig]:
+        """The `model`, `training` and `launch` dataclasses (validated by their `__post_init__`)."""
+        return self.model.to_dataclass(), self.training.to_dataclass(), self.launch.to_dataclass()
 
     def to_run_config(self, paths: PathsConfig) -> RunConfig:
         return RunConfig(model=self.model.to_dataclass(), training=self.training.to_dataclass(), paths=paths)
@@ -79,15 +85,21 @@ class TrainedModelConfig(dg.Config):
 register_config(_ASSET, TrainedModelConfig)
 
 
-def torchrun_command(nproc: int, config_path: str | os.PathLike) -> list[str]:
-    """``torchrun --standalone --nproc-per-node N -m training --config PATH`` (this venv's torchrun)."""
-    exe = Path(sys.executable).with_name("torchrun")
-    launcher = [str(exe)] if exe.is_file() else [sys.executable, "-m", "torch.distributed.run"]
-    return [*launcher, "--standalone", f"--nproc-per-node={nproc}", "-m", "training", "--config", str(config_path)]
-
-
-def process_count(world_size: int, device: str) -> int:
-    """Processes to launch: the shards' world size, or on GPUs its largest divisor <= the GPU count."""
+def process_count(world_size: int, device: str, launch: LaunchConfig | None = None) -> int:
+    """Processes to launch per node: ``launch.nproc_per_node`` when set, else the shards' world size
+    over the nodes, or on GPUs its largest divisor <= the GPU count; nodes x processes must divide
+    the world size (each process then reads several streams)."""
+    launch = launch or LaunchConfig()
+    if launch.nproc_per_node or launch.nnodes > 1:
+        nproc = launch.nproc_per_node or world_size // launch.nnodes
+        total = nproc * launch.nnodes
+        if nproc < 1 or world_size % total:
+            raise dg.Failure(
+                description=f"launch: {launch.nnodes} node(s) x {nproc} process(es) = {total} does not divide the "
+                f"shards' world_size={world_size}; re-materialize minibatch_shards with world_size a multiple "
+                f"of {launch.nnodes * max(nproc, 1)}, or change launch.nproc_per_node"
+            )
+        return nproc
     if device == "cpu":
         return world_size
     import torch
@@ -98,6 +110,37 @@ def process_count(world_size: int, device: str) -> int:
             raise dg.Failure(description="training.device='cuda' but no GPU is visible")
         return world_size
     return max(d for d in range(1, world_size + 1) if world_size % d == 0 and d <= gpus)
+
+
+def k8s_pipes_run(launch: LaunchConfig, nproc: int, run_yaml: Path, env: dict, home: Path) -> tuple[object, dict]:
+    """``(PipesK8sClient(), run kwargs)`` for ``launch.runner='k8s'``: one pod from ``launch.k8s_image``
+    running the same torchrun command, with the claim ``launch.k8s_volume_claim`` mounted at
+    `home` (GNNFLOW_HOME) so run.yaml, the shards and the outputs are at the paths they have here.
+    Single node (several GPUs in the pod); many nodes on Kubernetes: deploy/k8s/torchrun-indexed-job.yaml."""
+    try:
+        from dagster_k8s import PipesK8sClient
+    except ImportError as exc:
+        raise dg.Failure(description="launch.runner='k8s' needs dagster-k8s: pip install -e '.[scaleout]'") from exc
+    if launch.nnodes > 1:
+        raise dg.Failure(
+            description="launch.runner='k8s' runs one pod (one node); for several nodes apply "
+            "deploy/k8s/torchrun-indexed-job.yaml with the same torchrun command"
+        )
+    container: dict = {"name": "dagster-pipes-execution", "working_dir": "/app"}
+    if launch.k8s_gpus:
+        container["resources"] = {"limits": {"nvidia.com/gpu": launch.k8s_gpus}}
+    pod: dict = {"containers": [container]}
+    if launch.k8s_volume_claim:
+        container["volume_mounts"] = [{"name": "gnnflow-home", "mount_path": str(home)}]
+        pod["volumes"] = [{"name": "gnnflow-home", "persistent_volume_claim": {"claim_name": launch.k8s_volume_claim}}]
+    kwargs = {
+        "image": launch.k8s_image,
+        "command": torchrun_command(nproc, run_yaml, launch, executable="torchrun"),
+        "namespace": launch.k8s_namespace,
+        "env": env,
+        "base_pod_spec": pod,
+    }
+    return PipesK8sClient(), kwargs
 
 
 def nsys_wrap(command: list[str], report: Path) -> tuple[list[str], str]:
@@ -186,19 +229,36 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
     run_yaml = work / "run.yaml"
     cfg.to_yaml(run_yaml)
 
-    nproc = process_count(int(manifest["world_size"]), cfg.training.device)
-    command = torchrun_command(nproc, run_yaml)
+    try:
+        launch = config.launch.to_dataclass()
+    except ValueError as exc:
+        raise dg.Failure(description=f"trained_model config: {exc}") from exc
+    nproc = process_count(int(manifest["world_size"]), cfg.training.device, launch)
+    command = torchrun_command(nproc, run_yaml, launch)
     extra: dict = {}
+    if launch.nnodes > 1:
+        extra["launch_other_nodes"] = other_node_command(nproc, run_yaml, launch)
+        context.log.info(
+            f"launch.nnodes={launch.nnodes}: this node hosts the rendezvous at {launch.rdzv_endpoint}; on each of "
+            f"the other {launch.nnodes - 1} node(s) run (same files at the same paths): "
+            f"{extra['launch_other_nodes']}"
+        )
     if cfg.training.profiler == "nsys":
         command, extra["nsys"] = nsys_wrap(command, work / "nsys" / "trained_model")
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
     context.log.info(f"launching: {' '.join(command)}")
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc))}
-    result = (
-        dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
-        .run(context=context, command=command, env=env)
-        .get_materialize_result()
-    )
+    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc)), **launch_env(launch)}
+    extra["launch_nodes"] = launch.nnodes
+    if launch.runner == "k8s":
+        client, kwargs = k8s_pipes_run(launch, nproc, run_yaml, env, Path(storage.home).resolve())
+        context.log.info(f"launch.runner=k8s: pod from {launch.k8s_image} in namespace {launch.k8s_namespace}")
+        result = client.run(context=context, **kwargs).get_materialize_result()
+    else:
+        result = (
+            dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
+            .run(context=context, command=command, env=env)
+            .get_materialize_result()
+        )
     return result, command, nproc, work, extra
 
 

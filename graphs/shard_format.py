@@ -29,6 +29,10 @@ nodes are the first ``num_dst`` source nodes, and block ``l``'s destinations are
 every block. Edge weights are stored in one of `WEIGHT_ENCODINGS`: ``fp32`` (``weight``)
 or ``int8`` (``weight_q`` int8 per edge and ``weight_scale`` float32 per destination,
 symmetric per row: weight = q * scale[dst], `graphs.quantize.quantize_int8_rows_csr`).
+The weights are Â's entries; the sampler's correction (inverse inclusion probability) is
+stored on its own (``correction``, FP32), so each layer type applies it its own way
+(`training.layers.sampled_edge_weight`: GCN Â·c, GIN c, SAGE-mean the c-weighted mean).
+Version 3 split the correction out of the weights (version 2 stored Â·c as ``weight``).
 
 Features are not copied into the shards: the manifest's ``features`` entry
 (`features_entry`) names either the canonical graph's FP32 ``features.npy`` or the
@@ -140,7 +144,13 @@ BLOCK_ENTRIES = {
     "num_dst": Entry("int64 scalar"),
     "indptr": Entry("int32 [num_dst + 1] CSC over the destination nodes (int64 if nnz >= 2^31)"),
     "indices": Entry("int32 [nnz] local source index (int64 if num_src >= 2^31)"),
-    "weight": Entry("float32 [nnz] with weight encoding fp32", required=False),
+    "correction": Entry(
+        "float32 [nnz] sampling correction per edge (1 for self loops and unsampled edges): neighbor "
+        "deg(v)/sampled(v) (1 without neighbor_rescale), importance c_u/(s q_u), saint C_v/C_uv, cluster_gcn 1"
+    ),
+    "weight": Entry(
+        "float32 [nnz] Â's entry per edge (without the correction) with weight encoding fp32", required=False
+    ),
     "weight_q": Entry("int8 [nnz] with weight encoding int8", required=False),
     "weight_scale": Entry("float32 [num_dst] with weight encoding int8: weight = q * scale[dst]", required=False),
 }
@@ -148,7 +158,7 @@ BLOCK_ENTRIES = {
 # Block entries read and written by name above; any other optional entry of BLOCK_ENTRIES
 # (a per-edge array added later) is written from the sampled block's attribute of that
 # name when it is not None, and read back into ``StoredBlock.extra``.
-_BLOCK_CORE = ("num_src", "num_dst", "indptr", "indices", "weight", "weight_q", "weight_scale")
+_BLOCK_CORE = ("num_src", "num_dst", "indptr", "indices", "weight", "weight_q", "weight_scale", "correction")
 
 
 @dataclass(frozen=True)
@@ -195,6 +205,12 @@ MANIFEST_KEYS = {
         " the manifest's folder); read_manifest(verify_upstream=True) refuses a mismatch, naming the stage"
     ),
     "saint": ManifestKey("saint only: presamples N, mean subgraph nodes", required=False),
+    "placement": ManifestKey(
+        "with METIS parts only: {mode: random | partition, rank_of_part, remote_row_share_mean / _max / _total:"
+        " share of gathered feature rows (input nodes) in another rank's parts, per step and overall}; streams"
+        " then also carry gathered_rows and remote_rows",
+        required=False,
+    ),
     "inputs": ManifestKey("paths (relative) of the canonical, adjacency, partition and compressed folders used"),
 }
 
@@ -234,7 +250,7 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
 
     `mb` has ``input_nodes``, ``seeds``, ``seed_pos``, ``labels``, ``loss_weight`` (or
     None) and ``blocks``, each block with ``indptr``, ``indices``, ``num_src``,
-    ``num_dst`` and ``weight`` (float32 per edge) — `graphs.sampling.SampledMinibatch`.
+    ``num_dst``, ``weight`` and ``correction`` (float32 per edge) — `graphs.sampling.SampledMinibatch`.
     """
     if weight_encoding not in WEIGHT_ENCODINGS:
         raise ValueError(f"weight encoding {weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
@@ -254,6 +270,7 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
         out[block_key(i, layer, "num_dst")] = np.int64(b.num_dst)
         out[block_key(i, layer, "indptr")] = b.indptr.astype(index_dtype(int(b.indptr[-1]) + 1), copy=False)
         out[block_key(i, layer, "indices")] = b.indices
+        out[block_key(i, layer, "correction")] = np.asarray(b.correction, dtype=np.float32)
         if weight_encoding == "int8":
             from graphs.quantize import quantize_int8_rows_csr
 
@@ -531,6 +548,7 @@ class StoredBlock:
     weight: np.ndarray | None = None
     weight_q: np.ndarray | None = None
     weight_scale: np.ndarray | None = None
+    correction: np.ndarray | None = None
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     """Optional entries of BLOCK_ENTRIES beyond the core ones, by name (see `_BLOCK_CORE`)."""
 
@@ -582,6 +600,7 @@ def decode_minibatch(arrays: dict[str, np.ndarray], i: int, num_blocks: int) -> 
                 weight=weight,
                 weight_q=weight_q,
                 weight_scale=weight_scale,
+                correction=arrays[block_key(i, layer, "correction")],
                 extra={
                     name: arrays[block_key(i, layer, name)]
                     for name in BLOCK_ENTRIES

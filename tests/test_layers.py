@@ -27,6 +27,7 @@ from training.blocks import (  # noqa: E402
     Block,
     block_from_csr,
     csr_matrix,
+    drop_edge_scale,
     drop_edges,
     mask_edges,
     remove_self_loops,
@@ -417,6 +418,88 @@ def test_mask_and_drop_edges():
     assert drop_edges(big, 0.0) is big
 
 
+def _dropedge_draws(block, x, p, draws, seed=0):
+    """``draws`` independent DropEdge draws at once: ``block`` (num_src == num_dst = N) copied
+    ``draws`` times as one block-diagonal block, dropped once; returns it, its features
+    (``x`` repeated) and a reshape of a result to ``[draws, N, ...]``."""
+    n, e = block.num_dst, block.num_edges
+    indptr = torch.cat(
+        [torch.zeros(1, dtype=torch.int64), (block.indptr[1:] + e * torch.arange(draws).view(-1, 1)).flatten()]
+    )
+    indices = (block.indices + n * torch.arange(draws).view(-1, 1)).flatten()
+    weight = None if block.edge_weight is None else block.edge_weight.repeat(draws)
+    big = Block(indptr, indices, n * draws, n * draws, weight)
+    dropped = drop_edges(big, p, generator=torch.Generator().manual_seed(seed))
+    return dropped, x.repeat(draws, 1), lambda out: out.view(draws, n, *out.shape[1:])
+
+
+def test_drop_edge_keeps_the_expected_sum_and_weighted_sum():
+    # a 40-node graph with self loops and positive weights (Â-like); features in [0, 1]
+    gen = torch.Generator().manual_seed(1)
+    n, deg, p, draws = 40, 6, 0.4, 4000
+    nbrs = (torch.arange(n).view(-1, 1) + torch.randint(1, n, (n, deg), generator=gen)) % n  # no self loops
+    indices = torch.cat([torch.arange(n).view(-1, 1), nbrs], 1).flatten()  # self loop first
+    weight = torch.rand(indices.numel(), generator=gen) + 0.5
+    block = Block(torch.arange(0, n * (deg + 1) + 1, deg + 1), indices, n, n, weight)
+    x = torch.rand(n, 3, generator=gen)
+    full_sum = aggregate(block, x, reduce="sum", backend="torch")  # GIN's sum (no weights)
+    full_weighted = aggregate(block, x, reduce="sum", edge_weight=weight, backend="torch")  # GCN over Â
+    d, xs, per_draw = _dropedge_draws(block, x, p, draws)
+    assert int((d.indices == d.dst_ids()).sum()) == n * draws  # every self loop survives
+    assert abs(d.num_edges / (n * draws) - 1 - deg * (1 - p)) < 0.05  # and a (1-p) share of the others
+    scale = drop_edge_scale(d, p)
+    sums = per_draw(aggregate(d, xs, reduce="sum", edge_weight=scale, backend="torch"))
+    weighted = per_draw(aggregate(d, xs, reduce="sum", edge_weight=d.edge_weight * scale, backend="torch"))
+    unscaled = per_draw(aggregate(d, xs, reduce="sum", edge_weight=d.edge_weight, backend="torch"))
+    # tolerance: 4 standard errors of the mean over the draws (at most ~0.05 per entry here)
+    for got, want in ((sums, full_sum), (weighted, full_weighted)):
+        stderr = got.std(0) / draws**0.5
+        assert ((got.mean(0) - want).abs() <= 4 * stderr + 1e-6).all()
+    # without 1/(1-p) the neighbours' share shrinks to (1-p): far outside that tolerance
+    loops = aggregate(block, x, reduce="sum", edge_weight=weight * (block.indices == block.dst_ids()), backend="torch")
+    torch.testing.assert_close(unscaled.mean(0), loops + (1 - p) * (full_weighted - loops), atol=0.1, rtol=0)
+    assert (unscaled.mean(0) - full_weighted).abs().mean() > 1.0
+
+
+def test_drop_edge_mean_is_over_the_kept_edges():
+    # destinations 0..29 average neighbours among 30..89 (no self loops: exchangeable edges);
+    # given that something was kept, the mean over the kept edges has the full mean as expectation
+    gen = torch.Generator().manual_seed(2)
+    n, deg, p, draws = 90, 5, 0.3, 4000
+    indices = torch.randint(30, n, (30 * deg,), generator=gen)
+    indptr = torch.cat([torch.arange(0, 30 * deg + 1, deg), torch.full((n - 30,), 30 * deg)])
+    block = Block(indptr, indices, n, n)
+    x = torch.rand(n, 2, generator=gen)
+    full = aggregate(block, x, reduce="mean", backend="torch")[:30]
+    d, xs, per_draw = _dropedge_draws(block, x, p, draws, seed=5)
+    means = per_draw(aggregate(d, xs, reduce="mean", backend="torch"))[:, :30]
+    some = per_draw(d.in_degrees() > 0)[:, :30, None].float()
+    expected = (means * some).sum(0) / some.sum(0)
+    # tolerance 0.02: about 4 standard errors (features in [0, 1], 5 neighbours, 4000 draws)
+    torch.testing.assert_close(expected, full, atol=0.02, rtol=0)
+
+
+def test_gnn_drop_edge_scales_gin_and_gcn_only():
+    # with every non-loop edge dropped at p -> the sage mean sees only the self loop, gin's sum
+    # sees the self loop scaled by 1 (not 1/(1-p)); checked through GNN.forward in training mode
+    g, dinv = symmetric_graph()
+    ids = torch.arange(g.num_nodes())
+    full = weighted_block(g, dinv, ids, ids)
+    loops = Block(full.indptr, full.indices, full.num_src, full.num_dst, full.edge_weight)
+    feats = features(g.num_nodes(), 10)
+    for conv in ("gin", "gcn"):
+        torch.manual_seed(0)
+        model = GNN(10, 8, 3, 1, conv, drop_edge=0.5).train()
+        torch.manual_seed(7)
+        out = model([loops], feats)
+        torch.manual_seed(7)
+        dropped = drop_edges(loops, 0.5)
+        scale = drop_edge_scale(dropped, 0.5)
+        want = model.eval().layer(0, dropped, feats, scale)
+        close(out, want)
+        assert not torch.allclose(out, model.layer(0, dropped, feats))  # the scale changed it
+
+
 def test_remove_self_loops_and_slice_dst():
     # 0 <- 0, 1 ; 1 <- 1, 2 ; 2 <- 0
     block = block_from_csr(np.array([0, 2, 4, 5]), np.array([0, 1, 1, 2, 0]))
@@ -453,7 +536,7 @@ def test_model_trains_under_bf16_autocast(conv):
     full = weighted_block(g, dinv, ids, ids)
     feats = features(g.num_nodes(), 10)
     torch.manual_seed(0)
-    model = build_model(ModelConfig(conv=conv, hidden=8, hidden_norm="batch", heads=2), 10, 3)
+    model = build_model(ModelConfig(conv=conv, hidden=8, num_layers=2, hidden_norm="batch", heads=2), 10, 3)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logits = model([full, full], feats)
     loss = torch.nn.functional.cross_entropy(logits.float(), torch.arange(g.num_nodes()) % 3)
@@ -530,7 +613,7 @@ def test_layers_run_without_dgl():
         full = block_from_csr(torch.tensor([0, 2, 3, 5]), torch.tensor([0, 1, 1, 2, 0]))
         x = torch.randn(3, 4)
         for conv in ("sage", "sage_pool", "gcn", "gat", "gin"):
-            model = build_model(ModelConfig(conv=conv, hidden=4, heads=2), 4, 2).eval()
+            model = build_model(ModelConfig(conv=conv, hidden=4, num_layers=2, heads=2), 4, 2).eval()
             out = model([full, full], x)
             assert torch.allclose(out, model.inference(full, x))
         assert aggregate(full, x, reduce="mean").shape == (3, 4)

@@ -2,6 +2,7 @@
 partition, the landing sensor registers partitions and selects stages by labels."""
 
 import json
+from pathlib import Path
 
 import dagster as dg
 import numpy as np
@@ -194,3 +195,21 @@ def test_real_definitions_keep_label_stages_from_unlabelled_datasets():
         "metis_partitions",
         "compressed_graph",
     }
+
+
+@pytest.mark.parametrize("recipe", sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml")))
+def test_every_recipe_is_a_valid_run_config_of_the_pipeline(recipe):
+    import yaml
+
+    from graphs.sampling import ShardConfig
+    from training.config import RunConfig
+
+    data = yaml.safe_load(recipe.read_text())
+    result = dg.validate_run_config(defs.resolve_job_def("gnnflow_pipeline"), data)  # what `-c` is checked against
+    assert (
+        result["ops"]["trained_model"]["config"]["model"]["conv"]
+        == data["ops"]["trained_model"]["config"]["model"]["conv"]
+    )
+    ShardConfig(**data["ops"]["minibatch_shards"]["config"])  # and the library configs accept it
+    cfg = RunConfig.from_dict({**data, "paths": {"shards": "s", "out": "o"}})
+    assert cfg.model.conv == data["ops"]["trained_model"]["config"]["model"]["conv"]

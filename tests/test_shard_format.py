@@ -23,6 +23,7 @@ def _minibatch(loss_weight=None):
         num_src=5,
         num_dst=3,
         weight=np.array([0.5, -0.25, 1.0, 0.125, 2.0], np.float32),
+        correction=np.array([1.0, 2.5, 1.0, 1.0, 3.0], np.float32),
     )
     b1 = SimpleNamespace(
         indptr=np.array([0, 1, 3], np.int64),
@@ -30,6 +31,7 @@ def _minibatch(loss_weight=None):
         num_src=3,
         num_dst=2,
         weight=np.array([0.3, 0.6, -0.9], np.float32),
+        correction=np.array([1.0, 1.0, 4.0], np.float32),
     )
     return SimpleNamespace(
         input_nodes=np.array([7, 2, 9, 11, 4], np.int64),
@@ -73,6 +75,7 @@ def test_encode_then_read_back_through_a_file(tmp_path, encoding):
         assert stored.indptr.tolist() == orig.indptr.tolist()
         assert stored.indices.tolist() == orig.indices.tolist()
         assert (stored.num_src, stored.num_dst) == (orig.num_src, orig.num_dst)
+        assert np.array_equal(stored.correction, orig.correction)  # FP32, on its own, whatever the weights' encoding
         w = stored.decoded_weight()
         if encoding == "fp32":
             assert stored.weight_q is None and np.array_equal(w, orig.weight)
@@ -144,13 +147,13 @@ def test_shard_format_imports_neither_dgl_nor_torch():
 
 
 def test_a_new_optional_block_entry_travels_without_touching_the_reader(tmp_path, monkeypatch):
-    """How a later format change (e.g. a per-edge sampling correction) goes through this module."""
-    monkeypatch.setitem(sf.BLOCK_ENTRIES, "correction", sf.Entry("float32 [nnz] per-edge factor", required=False))
+    """How a later format change (a per-edge array beyond the core ones) goes through this module."""
+    monkeypatch.setitem(sf.BLOCK_ENTRIES, "edge_factor", sf.Entry("float32 [nnz] per-edge factor", required=False))
     mb = _minibatch()
-    mb.blocks[0].correction = np.array([1, 2, 3, 4, 5], np.float32)
+    mb.blocks[0].edge_factor = np.array([1, 2, 3, 4, 5], np.float32)
     size, digest = write_npz(tmp_path / "s.npz", sf.encode_shard([mb], "fp32"))
     got = sf.decode_minibatch(
         sf.read_shard(tmp_path, {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}), 0, 2
     )
-    assert got.blocks[0].extra["correction"].tolist() == [1, 2, 3, 4, 5]
+    assert got.blocks[0].extra["edge_factor"].tolist() == [1, 2, 3, 4, 5]
     assert got.blocks[1].extra == {}  # absent on block 1: not written, not read

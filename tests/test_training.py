@@ -24,10 +24,19 @@ from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 from training import precision as precision_mod
 from training.checkpoint import CHECKPOINT_NAME, load_checkpoint
-from training.config import LRScheduleConfig, RunConfig
+from training.config import LRScheduleConfig, RunConfig, TrainingConfig
+from training.data import ShardStream, read_manifest
 from training.features import FeatureTransform, degree_features
 from training.outputs import load_model
-from training.train import learning_rate, train
+from training.train import (
+    check_sampler_supports,
+    epoch_passes,
+    learning_rate,
+    replay_order_seed,
+    resolve_num_layers,
+    train,
+    training_epochs,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 ID_OFFSET = 1000
@@ -252,11 +261,10 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
 
     # model files load with weights_only=True and reproduce the predictions
     model = load_model(out / "model_best.pt")
-    from training.data import read_manifest
     from training.evaluate import load_full_block
     from training.features import full_features
 
-    x = full_features(read_manifest(sbm["w2"]["shards"]), sbm["w2"]["shards"])
+    x = FeatureTransform.fit("row", iter(()))(full_features(read_manifest(sbm["w2"]["shards"]), sbm["w2"]["shards"]))
     logits = model.inference(load_full_block(sbm["w2"]["adjacency"]), x)
     assert (logits.argmax(1).numpy() == pred.predicted.to_numpy()).all()
 
@@ -297,6 +305,70 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_o
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5)
     assert resumed["final_test_acc"] == pytest.approx(full["final_test_acc"])
+
+
+def test_automatic_budget_floors_the_steps_and_caps_the_epochs():
+    auto = TrainingConfig(min_steps=400, max_epochs=200)
+    assert training_epochs(auto, 3, 1) == 200  # one step per epoch: capped by max_epochs
+    assert training_epochs(auto, 3, 4) == 100  # ceil(400 / 4)
+    assert training_epochs(auto, 3, 30) == 14  # ceil(400 / 30)
+    assert training_epochs(auto, 3, 500) == 3  # never fewer epochs than the shards hold
+    assert training_epochs(TrainingConfig(epochs=7), 3, 1) == 7  # an explicit count wins
+    assert epoch_passes(7, 3) == [3, 2, 2] and epoch_passes(2, 3) == [1, 1, 0]
+    # first pass in stored order; replays get a seed per (seed, epoch, stream), all different
+    assert replay_order_seed(0, 2, 3, 0) is None
+    seeds = {replay_order_seed(s, e, 3, r) for s in (0, 1) for e in (3, 4) for r in (0, 1)}
+    assert None not in seeds and len(seeds) == 8 and replay_order_seed(0, 3, 3, 0) == replay_order_seed(0, 3, 3, 0)
+
+
+def test_a_replayed_epoch_reads_every_minibatch_once_in_a_new_order(sbm):
+    shards = sbm["w1"]["shards"]
+
+    def seeds_of(order_seed):
+        with ShardStream(shards, 0, 0, prefetch=0, order_seed=order_seed) as stream:
+            return [tuple(mb.seeds.tolist()) for mb in stream]
+
+    stored, again = seeds_of(None), seeds_of(None)
+    first, second, first_again = seeds_of(11), seeds_of(12), seeds_of(11)
+    assert stored == again and first == first_again  # deterministic
+    assert len(stored) == 5  # 240 training nodes in minibatches of <= 48
+    for order in (first, second):
+        assert sorted(order) == sorted(stored)  # the same minibatches, each once
+    assert len({tuple(stored), tuple(first), tuple(second)}) == 3  # in three different orders
+
+
+def test_automatic_budget_replays_the_shards_and_reports_it(sbm, tmp_path):
+    # W=1 shards: 2 sampled epochs of 5 minibatches; floor of 12 steps -> ceil(12 / 5) = 3 epochs
+    s = train(_run_config(sbm["w1"]["shards"], tmp_path / "out", epochs=0, min_steps=12, early_stopping_patience=0))
+    assert s["epochs_planned"] == 3 and s["epochs_trained"] == 3 and s["optimizer_steps"] == 15
+    assert s["sampled_epochs"] == 2 and s["sampled_epoch_passes"] == [2, 1]
+
+
+def test_num_layers_follows_the_shards_and_a_mismatch_is_an_error(sbm, tmp_path):
+    shards = sbm["w1"]["shards"]
+    manifest = read_manifest(shards)
+    assert resolve_num_layers(0, manifest, shards) == 2 == manifest["num_layers"]
+    with pytest.raises(ValueError, match=r"model.num_layers=3 .* holds 2 sampled blocks"):
+        resolve_num_layers(3, manifest, shards)
+    with pytest.raises(ValueError, match=r"model.num_layers=1 "):
+        resolve_num_layers(1, manifest, shards)
+    assert resolve_num_layers(5, {**manifest, "shared_block": True}, shards) == 5  # cluster_gcn / saint
+    cfg = _run_config(shards, tmp_path / "out", epochs=1)
+    cfg.model.num_layers = 0
+    train(cfg)
+    assert load_model(tmp_path / "out" / "model_best.pt").num_layers == 2
+    assert "num_layers: 2" in (tmp_path / "out" / "run.yaml").read_text()
+
+
+def test_gat_and_sage_pool_refuse_non_uniform_samplers(tmp_path):
+    for sampler in ("importance", "saint"):
+        for conv in ("gat", "sage_pool"):
+            with pytest.raises(ValueError, match=rf"model.conv='{conv}' cannot be trained on '{sampler}' shards"):
+                check_sampler_supports(conv, {"sampler": sampler}, tmp_path)
+        for conv in ("sage", "gcn", "gin"):
+            check_sampler_supports(conv, {"sampler": sampler}, tmp_path)
+    for sampler in ("neighbor", "cluster_gcn"):
+        check_sampler_supports("gat", {"sampler": sampler}, tmp_path)
 
 
 def test_early_stopping_stops_every_rank_when_validation_stalls(sbm, tmp_path):
@@ -397,7 +469,7 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
             # DDP with gradient accumulation (no_sync), CPU bf16 autocast, clipping, checkpointing
             "trained_model": {
                 "config": {
-                    "model": {"hidden": 16, "num_layers": 2, "activation_checkpointing": True},
+                    "model": {"hidden": 16, "activation_checkpointing": True},  # 2 layers: the shards' count
                     "training": {
                         "epochs": 8,
                         "optimizer": {"lr": 0.05},
@@ -423,6 +495,7 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
     assert md["backend"].value == "gloo"  # reported by rank 0 over dagster-pipes
     assert md["global_batch"].value == 48 * 2 * 2 and md["precision"].value.startswith("CPU: mixed_float16")
     assert 0 < md["best_val_acc"].value <= 1 and md["epochs_trained"].value == 8
+    assert md["sampled_epochs"].value == 2 and md["sampled_epoch_passes"].value == "4,4"  # replayed 4 times each
     assert md["curves"].value.startswith("![training curves](data:image/png;base64,")
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     evals = {c.check_name: c for c in result.get_asset_check_evaluations()}
@@ -431,6 +504,8 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
     metrics = pq.read_table(out / "metrics.parquet").to_pandas()
     assert sorted(zip(metrics.epoch, metrics["rank"])) == [(e, r) for e in range(8) for r in (0, 1)]
     assert (out / "profile" / "trace.json").is_file()
+    assert "num_layers: 2" in (out / "run.yaml").read_text()
+    assert not list(out.parent.glob(".trained_model.work-*"))  # the launcher and the run used one work folder
 
 
 def test_asset_skips_a_dataset_without_labels(tmp_path):
@@ -484,3 +559,64 @@ def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
             requests = schedule(ctx)
     assert [(r.partition_key, r.run_key) for r in requests] == [("labelled", "labelled:2026-01-04T03:00")]
     assert defs.resolve_job_def("train").partitions_def == dataset_partitions
+
+
+@pytest.mark.parametrize("encoding", ["fp32", "int8"])
+def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, tmp_path, encoding):
+    from training.data import FeatureRows
+    from training.evaluate import StreamingEval, load_full_block, row_block
+    from training.features import full_features
+    from training.layers import ModelConfig, build_model
+
+    d = sbm["w1"]
+    if encoding == "int8":  # shards naming compressed_graph's INT8 codes (one part: its Bloom filters are unused)
+        from graphs.compress import CompressConfig, build_compressed_graph
+
+        part = tmp_path / "one_part"
+        part.mkdir()
+        np.save(part / "part_id.npy", np.zeros(400, dtype=np.int32))
+        compressed = tmp_path / "compressed_graph"
+        cfg = CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False)
+        build_compressed_graph(d["canonical"], d["adjacency"], part, compressed, cfg)
+        inputs = load_shard_inputs(d["canonical"], d["adjacency"], None, compressed)
+        shard_cfg = ShardConfig(fanouts="5,5", batch_size=48, epochs=1, world_size=1, feature_encoding="compressed")
+        d = {**d, "shards": tmp_path / "int8_shards"}
+        write_minibatch_shards(inputs, d["shards"], shard_cfg)
+    shards = d["shards"]
+    manifest = read_manifest(shards)
+    transform = FeatureTransform.fit("row", iter(()))
+    torch.manual_seed(0)
+    for conv in ("sage", "gcn", "gat"):
+        model = build_model(ModelConfig(conv=conv, hidden=16, num_layers=2, heads=2), 16, 4)
+        model.eval()
+        emb_mem, logits_mem = model.inference_with_embeddings(
+            load_full_block(d["adjacency"]), transform(full_features(manifest, shards))
+        )
+        features = FeatureRows("manifest", manifest, shards)
+        seen = []
+
+        def rows(ids, features=features, seen=seen):
+            seen.append(len(ids))
+            return transform(features.gather_host(ids, decode=True))
+
+        # 32 destination rows per chunk: far less than the 400 x 16 feature matrix at a time
+        stream = StreamingEval(d["adjacency"], rows, 32, tmp_path / conv, "cpu")
+        emb, logits = stream.forward(model)
+        assert max(seen) < 400 and len(seen) == 13  # ceil(400 / 32) chunks of the input layer
+        torch.testing.assert_close(logits, logits_mem, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(emb, emb_mem, atol=1e-5, rtol=1e-4)
+        assert (logits.argmax(1) == logits_mem.argmax(1)).all()
+        assert (tmp_path / conv / "layer1.npy").is_file()
+
+    # a row block reads only its rows: destinations first, then the other neighbours ascending
+    indptr, indices = np.array([0, 2, 3, 5, 6]), np.array([1, 3, 0, 2, 0, 3])
+    block, src = row_block(indptr, indices, None, 1, 3)
+    assert src.tolist() == [1, 2, 0] and block.indices.tolist() == [2, 1, 2] and block.indptr.tolist() == [0, 1, 3]
+
+
+def test_training_with_streamed_evaluation_matches_in_memory_evaluation(sbm, tmp_path):
+    a = train(_run_config(sbm["w1"]["shards"], tmp_path / "a", epochs=2))
+    b = train(_run_config(sbm["w1"]["shards"], tmp_path / "b", epochs=2, eval_batch_size=50))
+    assert a["best_val_acc"] == b["best_val_acc"] and a["test_acc_at_best_val"] == b["test_acc_at_best_val"]
+    pa_, pb = (pq.read_table(tmp_path / x / "predictions.parquet").to_pandas() for x in "ab")
+    assert (pa_.predicted == pb.predicted).all()

@@ -7,7 +7,10 @@ flow graph) stored in CSC form over its destination nodes:
   ``indptr[v]:indptr[v + 1]``;
 - ``indices`` int64 ``[num_edges]``: the local source index (``0..num_src-1``) of each edge;
 - ``edge_weight`` float32 ``[num_edges]`` or None (e.g. the normalized adjacency weights
-  of ``D^-1/2 (A + I) D^-1/2``).
+  of ``D^-1/2 (A + I) D^-1/2``);
+- ``correction`` float32 ``[num_edges]`` or None: a sampled block's per-edge sampling
+  correction (inverse inclusion probability, `graphs.shard_format`), which each layer type
+  applies in its own way (`training.layers.sampled_edge_weight`); None on a full graph.
 
 As in DGL, the destination nodes are also the first ``num_dst`` source nodes, so a layer
 reads the destination nodes' own features as ``x[:num_dst]``. A full graph is a Block
@@ -32,6 +35,7 @@ __all__ = [
     "CSRStructure",
     "block_from_csr",
     "csr_matrix",
+    "drop_edge_scale",
     "drop_edges",
     "mask_edges",
     "remove_self_loops",
@@ -48,6 +52,7 @@ class Block:
     num_src: int
     num_dst: int
     edge_weight: torch.Tensor | None = None
+    correction: torch.Tensor | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -66,6 +71,10 @@ class Block:
             raise ValueError(
                 f"Block has num_dst={self.num_dst} > num_src={self.num_src}; destination "
                 "nodes must be the first num_dst source nodes"
+            )
+        if self.correction is not None and self.correction.shape[0] != self.indices.shape[0]:
+            raise ValueError(
+                f"Block correction has {self.correction.shape[0]} entries but the block has {self.indices.shape[0]} edges"
             )
         if self.edge_weight is not None and self.edge_weight.shape[0] != self.indices.shape[0]:
             raise ValueError(
@@ -89,11 +98,11 @@ class Block:
     def to(self, device, non_blocking: bool = False) -> "Block":
         """The same block on ``device``: ``self`` (cache kept) when already there, else a
         new Block with an empty cache."""
-        tensors = (self.indptr, self.indices, self.edge_weight)
+        tensors = (self.indptr, self.indices, self.edge_weight, self.correction)
         moved = [None if t is None else t.to(device, non_blocking=non_blocking) for t in tensors]
         if all(m is t for m, t in zip(moved, tensors)):
             return self
-        return Block(moved[0], moved[1], self.num_src, self.num_dst, moved[2])
+        return Block(moved[0], moved[1], self.num_src, self.num_dst, moved[2], moved[3])
 
     def in_degrees(self) -> torch.Tensor:
         """int64 ``[num_dst]``: number of in-edges of each destination node."""
@@ -215,15 +224,30 @@ def mask_edges(block: Block, keep: torch.Tensor) -> Block:
     indptr = torch.zeros_like(block.indptr)
     torch.cumsum(kept_per_dst, 0, out=indptr[1:])
     weight = None if block.edge_weight is None else block.edge_weight[keep]
-    return Block(indptr, block.indices[keep], block.num_src, block.num_dst, weight)
+    correction = None if block.correction is None else block.correction[keep]
+    return Block(indptr, block.indices[keep], block.num_src, block.num_dst, weight, correction)
 
 
 def drop_edges(block: Block, p: float, generator: torch.Generator | None = None) -> Block:
-    """DropEdge: a new Block keeping each edge independently with probability ``1 - p``."""
+    """DropEdge: a new Block keeping each edge other than a self loop with probability ``1 - p``.
+
+    Self loops ``v -> v`` are always kept (a node never loses its own features). For a sum
+    or weighted aggregation multiply the kept edges by :func:`drop_edge_scale` to keep its
+    expectation; a mean (or softmax, or max) over the kept edges needs nothing more.
+    """
     if p <= 0.0:
         return block
-    keep = torch.rand(block.num_edges, device=block.device, generator=generator) >= p
+    keep = (torch.rand(block.num_edges, device=block.device, generator=generator) >= p) | (
+        block.indices == block.dst_ids()
+    )
     return mask_edges(block, keep)
+
+
+def drop_edge_scale(block: Block, p: float) -> torch.Tensor:
+    """float32 ``[num_edges]`` of a block after :func:`drop_edges` with rate ``p``: ``1 / (1 - p)``
+    per kept edge, 1 per self loop (always kept), so ``E[Σ_kept scale_uv w_uv x_u] = Σ_u w_uv x_u``."""
+    loop = block.indices == block.dst_ids()
+    return torch.where(loop, 1.0, 1.0 / (1.0 - p)).to(torch.float32)
 
 
 def remove_self_loops(block: Block) -> Block:

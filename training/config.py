@@ -135,9 +135,23 @@ class TrainingConfig:
     epochs: int = field(
         default=0,
         metadata={
-            "help": "epochs to train; 0 = the shards' epochs. More than the shards hold reuses "
-            "them cyclically (epoch e reads shard epoch e % E)"
+            "help": "epochs to train; 0 = the automatic budget: min(max_epochs, max(E, ceil(min_steps / S))) "
+            "with E the shards' sampled epochs and S = ceil(M / accumulate) optimizer steps per epoch (M "
+            "minibatches per rank and epoch), ended earlier by early_stopping_patience. More epochs than the "
+            "shards hold replay them: epoch e reads sampled epoch e % E, its minibatches in a new seeded order "
+            "per pass"
         },
+    )
+    min_steps: int = field(
+        default=400,
+        metadata={
+            "help": "automatic budget (epochs=0): train at least this many optimizer steps (replaying the "
+            "shards as needed), so a small graph with one step per epoch still converges"
+        },
+    )
+    max_epochs: int = field(
+        default=200,
+        metadata={"help": "automatic budget (epochs=0): at most this many epochs"},
     )
     precision: str = field(
         default="fp32",
@@ -164,14 +178,22 @@ class TrainingConfig:
     )
     eval_batch_size: int = field(
         default=0,
-        metadata={"help": "destination nodes per chunk of the layer-wise full-graph inference; 0 = all at once"},
+        metadata={
+            "help": "0 = rank 0 holds Â and the features in memory for the full-graph evaluation; > 0 = "
+            "stream it: each layer runs over chunks of this many destination rows read from the memory-mapped "
+            "Â and feature files (INT8 decoded per chunk), its output written to a memory-mapped file, so "
+            "device memory is bounded by one chunk (training.evaluate.StreamingEval)"
+        },
     )
     early_stopping_patience: int = field(
-        default=0,
-        metadata={"help": "stop when validation accuracy has not improved for this many epochs; 0 = off"},
+        default=50,
+        metadata={
+            "help": "stop when validation accuracy has not improved for this many epochs (the model of "
+            "the best epoch is the one kept); 0 = off"
+        },
     )
     feature_norm: str = field(
-        default="none",
+        default="row",
         metadata={
             "help": f"feature preprocessing, one of {FEATURE_NORMALIZATIONS}: row = divide each row by "
             "its L1 norm (the Planetoid recipe), standard = zero mean / unit variance per column"
@@ -230,7 +252,15 @@ class TrainingConfig:
         ):
             if getattr(self, name) not in choices:
                 _fail(f"{p}.{name}", getattr(self, name), f"must be one of {choices}")
-        for name in ("accumulate", "eval_every", "degree_buckets", "checkpoint_every", "dist_timeout_s"):
+        for name in (
+            "accumulate",
+            "eval_every",
+            "degree_buckets",
+            "checkpoint_every",
+            "dist_timeout_s",
+            "min_steps",
+            "max_epochs",
+        ):
             if getattr(self, name) < 1:
                 _fail(f"{p}.{name}", getattr(self, name), "must be >= 1")
         for name in ("epochs", "eval_batch_size", "early_stopping_patience", "seed", "prefetch"):
@@ -313,6 +343,7 @@ def unwrap_dagster_run_config(data: Any) -> Any:
         block = data["ops"]["trained_model"]["config"] or {}
     except (KeyError, TypeError):
         raise ValueError("a Dagster run config needs ops: trained_model: config: {model, training}") from None
+    block = {k: v for k, v in block.items() if k != "launch"}  # the launcher's (training.launch), not the run's
     return {**block, **{k: v for k, v in data.items() if k not in ("ops", "resources", "execution", "loggers")}}
 
 

@@ -65,6 +65,7 @@ from graphs.shard_format import (
 from training.blocks import Block
 
 __all__ = [
+    "FeatureRows",
     "MiniBatch",
     "SUPPORTED_FORMAT_VERSION",
     "ShardError",
@@ -113,12 +114,14 @@ def cross_entropy(mb: MiniBatch, logits: torch.Tensor) -> torch.Tensor:
 # ----------------------------------------------------------------------------- features
 
 
-class _Features:
+class FeatureRows:
     """Where the input nodes' feature rows come from, and how they are decoded.
 
-    From the manifest: an `graphs.quantize.EncodedFeatures` (`graphs.shard_format.open_features`:
-    canonical FP32, or compressed_graph's codes with their transform), gathered compact in
-    the prefetch thread and decoded there (CPU) or on the device (CUDA).
+    ``source``: "manifest", None, or an [n, D] array/tensor. From the manifest: an
+    `graphs.quantize.EncodedFeatures` (`graphs.shard_format.open_features`: canonical FP32,
+    or compressed_graph's codes with their transform), gathered compact in the prefetch
+    thread and decoded there (CPU) or on the device (CUDA). ``gather_host(ids, decode=True)``
+    reads just the rows ``ids`` (what the streamed evaluation uses).
     """
 
     def __init__(self, source, manifest: dict, root: Path):
@@ -185,7 +188,7 @@ class _HostBatch:
     seed_pos: torch.Tensor
     labels: torch.Tensor
     loss_weight: torch.Tensor | None
-    blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale)
+    blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale, correction)
     x: torch.Tensor | None
 
 
@@ -209,6 +212,10 @@ class ShardStream:
             [n, D] array/tensor (e.g. preprocessed features; a CUDA tensor is gathered on
             the device).
         verify: check each file's SHA-256 against the manifest (its size is always checked).
+        order_seed: None reads the minibatches in their stored order; an integer shuffles
+            them (the files in a permuted order, each file's minibatches permuted too, both
+            drawn from this seed) so that a replayed epoch is not the same sequence of steps.
+            Each file is still read once.
     """
 
     def __init__(
@@ -222,6 +229,7 @@ class ShardStream:
         features="manifest",
         verify: bool = True,
         manifest: dict | None = None,
+        order_seed: int | None = None,
     ):
         if prefetch < 0:
             raise ValueError(f"prefetch={prefetch} must be >= 0")
@@ -229,10 +237,11 @@ class ShardStream:
         self.manifest = manifest if manifest is not None else read_manifest(self.root)
         self.record = stream_record(self.manifest, epoch, rank)
         self.rank, self.epoch, self.prefetch, self.verify = rank, epoch, prefetch, verify
+        self.order_seed = order_seed
         self.device = torch.device(device)
         self.pin = self.device.type == "cuda" and torch.cuda.is_available()
         self.decode_on_host = self.device.type == "cpu"
-        self.features = _Features(features, self.manifest, self.root)
+        self.features = FeatureRows(features, self.manifest, self.root)
         self.num_layers = int(self.manifest["num_layers"])
         self.shared_block = bool(self.manifest["shared_block"])
         self.wait_seconds = 0.0
@@ -264,12 +273,18 @@ class ShardStream:
 
     def _host_batches(self) -> Iterator[_HostBatch]:
         index = 0
-        for record in self.record["files"]:
+        files = self.record["files"]
+        rng = None if self.order_seed is None else np.random.default_rng(self.order_seed)
+        file_order = range(len(files)) if rng is None else rng.permutation(len(files))
+        for f in file_order:
+            record = files[f]
             t0 = time.perf_counter()
             arrays = read_shard(self.root, record, self.verify)
             self.bytes_read += record["bytes"]
             self.load_seconds += time.perf_counter() - t0
-            for i in range(int(arrays["minibatches"])):
+            count = int(arrays["minibatches"])
+            for i in range(count) if rng is None else rng.permutation(count):
+                i = int(i)
                 t0 = time.perf_counter()
                 try:
                     host = self._host_batch(arrays, i, index)
@@ -295,7 +310,9 @@ class ShardStream:
                 weight = t(b.decoded_weight())
             else:  # moved as INT8 (a quarter of the bytes), decoded on the device
                 weight_q, scale = t(b.weight_q), t(b.weight_scale)
-            blocks.append((long(b.indptr), long(b.indices), b.num_src, b.num_dst, weight, weight_q, scale))
+            blocks.append(
+                (long(b.indptr), long(b.indices), b.num_src, b.num_dst, weight, weight_q, scale, t(b.correction))
+            )
         nodes = mb.input_nodes.astype(np.int64, copy=False)
         host = _HostBatch(
             index=index,
@@ -320,7 +337,7 @@ class ShardStream:
             return None if x is None else x.to(dev, non_blocking=nb)
 
         blocks = []
-        for indptr, indices, num_src, num_dst, weight, weight_q, scale in h.blocks:
+        for indptr, indices, num_src, num_dst, weight, weight_q, scale, correction in h.blocks:
             indptr, indices = mv(indptr), mv(indices)
             if weight_q is not None:
                 weight = mv(weight_q).to(torch.float32) * torch.repeat_interleave(
@@ -328,7 +345,7 @@ class ShardStream:
                 )
             else:
                 weight = mv(weight)
-            blocks.append(Block(indptr, indices, num_src, num_dst, weight))
+            blocks.append(Block(indptr, indices, num_src, num_dst, weight, mv(correction)))
         if self.shared_block:
             blocks = blocks * self.num_layers  # one object: its cached structure is shared
         input_nodes = mv(h.input_nodes)
@@ -408,6 +425,6 @@ def _pinned(h: _HostBatch) -> _HostBatch:
         seed_pos=pin(h.seed_pos),
         labels=pin(h.labels),
         loss_weight=pin(h.loss_weight),
-        blocks=[(pin(a), pin(b), c, d, pin(e), pin(f), pin(g)) for a, b, c, d, e, f, g in h.blocks],
+        blocks=[(pin(a), pin(b), c, d, pin(e), pin(f), pin(g), pin(k)) for a, b, c, d, e, f, g, k in h.blocks],
         x=pin(h.x),
     )

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import datetime
 import gc
+import hashlib
 import os
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-__all__ = ["DistInfo", "all_gather_objects", "broadcast_flag", "init_distributed", "shutdown"]
+__all__ = ["DistInfo", "all_gather_objects", "broadcast_flag", "init_distributed", "shutdown", "state_digest"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +109,14 @@ def all_gather_objects(info: DistInfo, obj) -> list:
     out = [None] * info.world_size
     dist.all_gather_object(out, obj)
     return out
+
+
+def state_digest(module: torch.nn.Module) -> str:
+    """SHA-256 of a module's state (names, dtypes, shapes, bytes in order): DDP replicas that
+    stayed in sync have equal digests on every rank, on every node."""
+    h = hashlib.sha256()
+    for name, t in module.state_dict().items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()

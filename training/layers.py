@@ -12,13 +12,14 @@ Each layer's ``forward(block, x)`` takes the features of the block's *source* no
 the first ``num_dst`` source nodes, so a layer reads their own features as
 ``x[:num_dst]``.
 
-Edge weights: GCN multiplies each message by the block's edge weight (Â's entry times
-the sampler's correction) as it always did. With ``ModelConfig.edge_weights`` SAGE and GIN
-use them too: SAGE takes the weighted mean ``Σ_u w_vu x_u / Σ_u w_vu`` over each block
-row (:func:`weighted_mean_weights`; a per-row factor such as neighbour rescaling cancels,
-so it is the same estimator under uniform and weight-proportional sampling), GIN the
-weighted sum ``Σ_u w_vu x_u`` (an unbiased estimate of ``(Â x)_v`` under every sampler's
-correction). On a weighted graph ``w_vu`` carries the edge weight through Â.
+Edge weights: a sampled block carries Â's entries (``edge_weight``) and, apart, the
+sampler's correction (``correction``); :func:`sampled_edge_weight` applies both per layer
+type: GCN aggregates ``Â·c``, GIN scales its sum by ``c``, SAGE-mean takes the c-weighted
+mean ``Σ c x / Σ c`` (:func:`weighted_mean_weights`; a per-row factor such as uniform
+neighbour rescaling cancels), so each is the full-neighbourhood aggregation in expectation.
+With ``ModelConfig.edge_weights`` SAGE and GIN also weigh by Â's entries (``w = Â·c``): SAGE
+the weighted mean ``Σ w x / Σ w``, GIN the weighted sum (an unbiased estimate of ``(Â x)_v``).
+On a weighted graph Â carries the edge weight.
 
 :class:`GNN` stacks layers: ``forward(blocks, x)`` over sampled blocks (one per layer)
 for training, ``inference(full_block, x)`` layer by layer over the whole graph for
@@ -37,7 +38,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from training.aggregate import aggregate, edge_softmax
-from training.blocks import Block, drop_edges, slice_dst
+from training.blocks import Block, drop_edge_scale, drop_edges, slice_dst
 
 __all__ = [
     "Aggregating",
@@ -50,6 +51,7 @@ __all__ = [
     "NORMS",
     "SAGEConv",
     "build_model",
+    "sampled_edge_weight",
     "weighted_mean_weights",
     "use_aggregation",
 ]
@@ -321,7 +323,14 @@ class ModelConfig:
 
     conv: str = field(default="sage", metadata={"help": f"layer type, one of {CONVS}"})
     hidden: int = field(default=256, metadata={"help": "hidden width (all heads together for GAT)"})
-    num_layers: int = field(default=2, metadata={"help": "message-passing layers; one sampled block per layer"})
+    num_layers: int = field(
+        default=0,
+        metadata={
+            "help": "message-passing layers; 0 = the shards' blocks per minibatch (one per fanout). "
+            "With neighbor/importance shards any other value must equal that count; cluster_gcn and saint "
+            "shards hold one block that serves any number of layers"
+        },
+    )
     dropout: float = field(default=0.5, metadata={"help": "dropout on each layer's input features (incl. the first)"})
     attn_dropout: float = field(default=0.0, metadata={"help": "GAT attention dropout"})
     heads: int = field(default=4, metadata={"help": "GAT heads of hidden layers (output: 1)"})
@@ -335,7 +344,11 @@ class ModelConfig:
     )
     drop_edge: float = field(
         default=0.0,
-        metadata={"help": "DropEdge: fraction of each block's edges dropped per training step"},
+        metadata={
+            "help": "DropEdge: fraction p of each block's edges dropped per training step (self loops kept); "
+            "for gin (sum) and gcn over edge weights the kept edges count 1/(1-p), so the aggregation keeps "
+            "its expectation; sage (mean), gat (softmax) and sage_pool (max) aggregate over the kept edges"
+        },
     )
     edge_weights: bool = field(
         default=False,
@@ -365,13 +378,15 @@ class ModelConfig:
             raise ValueError(f"model.conv={self.conv!r} is not one of {CONVS}")
         if self.hidden_norm is not None and self.hidden_norm not in NORMS:
             raise ValueError(f"model.hidden_norm={self.hidden_norm!r} is not one of {NORMS} or None")
-        for name in ("hidden", "num_layers", "heads"):
+        for name in ("hidden", "heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be at least 1")
+        if self.num_layers < 0:
+            raise ValueError(f"model.num_layers={self.num_layers} must be >= 0 (0 = follow the shards)")
         for name in ("dropout", "attn_dropout", "drop_edge"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be in [0, 1)")
-        if self.conv == "gat" and self.num_layers > 1 and self.hidden % self.heads:
+        if self.conv == "gat" and self.num_layers != 1 and self.hidden % self.heads:
             raise ValueError(
                 f"model.hidden={self.hidden} must be divisible by model.heads={self.heads} "
                 "for conv='gat' (each head gets hidden / heads features)"
@@ -438,37 +453,45 @@ class GNN(nn.Module):
             raise ValueError(f"got {len(blocks)} blocks for a {self.num_layers}-layer model")
         h = x
         for layer, block in enumerate(blocks):
+            scale = None
             if self.training and self.drop_edge > 0:
                 block = drop_edges(block, self.drop_edge)
+                # sums (GIN) and weighted sums (GCN over Â) keep their expectation when the kept
+                # edges count 1/(1-p); means, attention softmax and max run over the kept edges
+                if self.conv in ("gin", "gcn"):
+                    scale = drop_edge_scale(block, self.drop_edge)
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
-                h = checkpoint(self.layer, layer, block, h, use_reentrant=False)
+                h = checkpoint(self.layer, layer, block, h, scale, use_reentrant=False)
             else:
-                h = self.layer(layer, block, h)
+                h = self.layer(layer, block, h, scale)
         return h
 
-    def layer(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
-        """Layer ``index`` on one block: features of its sources -> of its destinations."""
+    def layer(self, index: int, block: Block, h: torch.Tensor, edge_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """Layer ``index`` on one block: features of its sources -> of its destinations.
+
+        ``edge_scale`` (per edge; DropEdge's 1/(1-p)) multiplies the messages of sum and
+        weighted-sum layers (gin, gcn); the other layers ignore it.
+        """
         last = index == self.num_layers - 1
-        out = self._conv(index, block, self.dropout(h))
+        out = self._conv(index, block, self.dropout(h), edge_scale)
         if last:
             return out
         if self.residuals is not None:
             out = out + self.residuals[index](h[: block.num_dst])
         return F.relu(self.norms[index](out))
 
-    def _conv(self, index: int, block: Block, h: torch.Tensor) -> torch.Tensor:
+    def _conv(self, index: int, block: Block, h: torch.Tensor, edge_scale: torch.Tensor | None) -> torch.Tensor:
         conv = self.convs[index]
+        weight = sampled_edge_weight(self.conv, block, self.gcn_edge_weight, edge_scale, self.edge_weights)
         if self.conv == "gcn":
-            if self.gcn_edge_weight and block.edge_weight is not None:
-                return conv(block, h, edge_weight=block.edge_weight, norm="none")
-            return conv(block, h)
+            if weight is not None:
+                return conv(block, h, edge_weight=weight, norm="none")
+            return conv(block, h)  # degree normalization over the (kept) edges: a mean, no scale
+        if self.conv in ("gin", "sage", "sage_pool"):
+            return conv(block, h, edge_weight=weight)
         if self.conv == "gat":
             out = conv(block, h)  # [num_dst, heads, out]
             return out.mean(1) if index == self.num_layers - 1 else out.flatten(1)
-        if self.edge_weights and block.edge_weight is not None:
-            if self.conv == "gin":
-                return conv(block, h, edge_weight=block.edge_weight)
-            return conv(block, h, edge_weight=weighted_mean_weights(block, block.edge_weight))
         return conv(block, h)
 
     @torch.no_grad()
@@ -523,6 +546,52 @@ class GNN(nn.Module):
         return emb, h
 
 
+def sampled_edge_weight(
+    conv: str,
+    block: Block,
+    gcn_edge_weight: bool = True,
+    edge_scale: torch.Tensor | None = None,
+    edge_weights: bool = False,
+) -> torch.Tensor | None:
+    """The per-edge weights layer type ``conv`` aggregates with over ``block``.
+
+    A sampled block carries ``correction`` (the inverse inclusion probability of each edge,
+    `graphs.shard_format`); DropEdge passes ``edge_scale`` (1/(1-p) per kept edge). Both are
+    applied the way each aggregation needs, so that the expected aggregation over the draws
+    equals the full-neighbourhood one (tests/test_sampling.py checks this per type). With
+    ``edge_weights`` (``ModelConfig.edge_weights``) SAGE and GIN also weigh by Â's entries.
+
+    - ``gcn``: ``Â_vu · c_uv`` (· scale), a weighted sum; None with ``gcn_edge_weight`` off or
+      no weights (the layer then normalizes by the block's degrees).
+    - ``gin``: ``c_uv`` (· Â_vu with edge_weights) (· scale): the sum scaled by the inverse
+      inclusion probability.
+    - ``sage`` (mean): the weighted mean ``Σ c x / Σ c`` (c · Â with edge_weights) through
+      `weighted_mean_weights`; None with neither (a plain mean).
+    - ``gat``, ``sage_pool``: no correction (a softmax ratio and a max have no unbiased form;
+      training refuses non-uniform samplers for them, `training.train.check_sampler_supports`);
+      sage_pool weighs by Â's entries with edge_weights.
+    """
+    c = block.correction
+    w = block.edge_weight
+    if conv == "gcn":
+        if not gcn_edge_weight or w is None:
+            return None
+        w = w if c is None else w * c
+        return w if edge_scale is None else w * edge_scale
+    if conv == "sage_pool":  # a max: Â's weights when asked, no correction
+        return weighted_mean_weights(block, w) if edge_weights and w is not None else None
+    if conv not in ("gin", "sage"):
+        return None
+    base = w if edge_weights and w is not None else None
+    if c is not None:
+        base = c if base is None else base * c
+    if conv == "gin":
+        if edge_scale is not None:
+            base = edge_scale if base is None else base * edge_scale
+        return base
+    return None if base is None else weighted_mean_weights(block, base)
+
+
 def _make_conv(conv: str, d_in: int, d_out: int, heads: int, attn_dropout: float) -> nn.Module:
     if conv == "sage":
         return SAGEConv(d_in, d_out, "mean")
@@ -548,6 +617,11 @@ def _make_norm(hidden_norm: str | None, width: int) -> nn.Module:
 
 def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
     """The :class:`GNN` described by ``cfg`` for ``in_feats`` inputs and ``num_classes``."""
+    if cfg.num_layers < 1:
+        raise ValueError(
+            f"model.num_layers={cfg.num_layers}: resolve it against the shards first "
+            "(training.train.resolve_num_layers; 0 means 'the shards' block count')"
+        )
     return GNN(
         in_feats,
         cfg.hidden,

@@ -69,10 +69,17 @@ from training.checkpoint import (
     save_checkpoint,
     work_dir_for,
 )
-from training.config import LRScheduleConfig, OptimizerConfig, RunConfig
-from training.data import ShardStream, cross_entropy, read_manifest
-from training.distributed import DistInfo, all_gather_objects, broadcast_flag, init_distributed, shutdown
-from training.evaluate import EvalGraph, accuracies, load_full_block
+from training.config import LRScheduleConfig, OptimizerConfig, RunConfig, TrainingConfig
+from training.data import FeatureRows, ShardStream, cross_entropy, read_manifest
+from training.distributed import (
+    DistInfo,
+    all_gather_objects,
+    broadcast_flag,
+    init_distributed,
+    shutdown,
+    state_digest,
+)
+from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.layers import build_model, use_aggregation
 from training.outputs import model_file_state, plot_curves, write_json, write_metrics, write_predictions
@@ -80,7 +87,18 @@ from training.precision import grad_scaler, resolve_precision
 from training.profiling import StepProfiler, nvtx_context
 from training.report import Reporter, open_reporter
 
-__all__ = ["EpochHook", "learning_rate", "make_optimizer", "resolve_inputs", "train"]
+__all__ = [
+    "EpochHook",
+    "check_sampler_supports",
+    "epoch_passes",
+    "learning_rate",
+    "make_optimizer",
+    "replay_order_seed",
+    "resolve_inputs",
+    "resolve_num_layers",
+    "train",
+    "training_epochs",
+]
 
 EpochHook = Callable[[int, list], None]
 
@@ -151,7 +169,7 @@ class Run:
     key: str
     work: Path
     ckpt_path: Path
-    eval_graph: EvalGraph | None = None
+    eval_graph: "InMemoryEval | StreamedEval | None" = None
     # progress (restored from a checkpoint)
     start_epoch: int = 0
     step: int = 0
@@ -197,11 +215,13 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             if on_epoch_end is not None:
                 on_epoch_end(epoch, rows)
     profiler.close()
+    # every rank's final model state: DDP keeps the replicas identical, on one node or many
+    replicas = all_gather_objects(info, state_digest(run.model))
 
     # ------------------------------------------------------------------ outputs (rank 0)
     if not info.is_main:
         return None
-    summary = finish_run(run)
+    summary = finish_run(run, replicas)
     report.materialization(_pipes_metadata(summary))
     report.info(
         f"done: best val {summary['best_val_acc']:.4f} (epoch {summary['best_epoch']}), "
@@ -229,25 +249,18 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         )
     my_streams = list(range(info.rank, W, info.world_size))
     shard_epochs = int(manifest["epochs"])
-    epochs = tcfg.epochs or shard_epochs
     per_stream = int(manifest["minibatches_per_epoch_per_rank"])
     steps_per_epoch = math.ceil(per_stream / tcfg.accumulate)
+    epochs = training_epochs(tcfg, shard_epochs, steps_per_epoch)
     total_steps = epochs * steps_per_epoch
 
-    # The shards decide how many blocks a minibatch has; a model with fewer layers runs on
-    # the last blocks (the ones nearest to the seeds), one with more cannot run.
+    # The shards own the layer count (one block per layer); the resolved count is what is
+    # trained, checkpointed and written to run.yaml. The run key (work folder) stays that of
+    # the config as given, which the launcher computes too.
+    given = cfg
     num_blocks = int(manifest["num_layers"])
-    if cfg.model.num_layers > num_blocks:
-        raise ValueError(
-            f"model.num_layers={cfg.model.num_layers} but the shards hold {num_blocks} blocks per minibatch "
-            f"(fanouts {manifest['settings'].get('fanouts')}); lower model.num_layers or re-sample with more fanouts"
-        )
-    if cfg.model.num_layers < num_blocks and info.is_main and not manifest.get("shared_block"):
-        report.warning(
-            f"model.num_layers={cfg.model.num_layers} < {num_blocks} blocks per minibatch: training on the last "
-            f"{cfg.model.num_layers} blocks (the first {num_blocks - cfg.model.num_layers} were sampled for nothing; "
-            "match the shards' fanouts to the model)"
-        )
+    cfg = replace(cfg, model=replace(cfg.model, num_layers=resolve_num_layers(cfg.model.num_layers, manifest, shards)))
+    check_sampler_supports(cfg.model.conv, manifest, shards)
 
     # ------------------------------------------------------------------ features
     if manifest.get("features") is not None:
@@ -275,7 +288,7 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
 
     # ------------------------------------------------------------------ checkpoint identity
     dver = data_version(shards, canonical, adjacency)
-    key = run_key(cfg.to_dict(), dver)
+    key = run_key(given.to_dict(), dver)
     work = work_dir_for(cfg.paths.out, key, cfg.paths.work)
     run = Run(
         cfg=cfg,
@@ -319,7 +332,10 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
             f"backend {info.backend or 'none'}; work folder {work}"
         )
         if epochs > shard_epochs:
-            report.info(f"epochs beyond {shard_epochs} reuse the shards: epoch e reads shard epoch e % {shard_epochs}")
+            report.info(
+                f"{epochs} epochs over {shard_epochs} sampled epochs: epoch e replays sampled epoch e % {shard_epochs} "
+                "with its minibatches in a new seeded order per pass"
+            )
         run.eval_graph = load_eval_graph(run)
     return run
 
@@ -341,25 +357,61 @@ def resume(run: Run) -> None:
             run.report.warning(f"checkpoint written by {state['code_version']}, running {code_version()}")
 
 
-def load_eval_graph(run: Run) -> EvalGraph:
-    """Rank 0's full graph for evaluation: Â, the transformed features, labels and split masks."""
+class InMemoryEval:
+    """Full-graph evaluation with Â and the transformed features held on rank 0 (moved once)."""
+
+    def __init__(self, graph: EvalGraph, device: torch.device, batch_size: int):
+        self.graph, self.device, self.batch_size = graph, device, batch_size
+        self.labels, self.masks = graph.labels, graph.masks
+
+    def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
+        """(embeddings, logits) of every node (the model left in eval mode)."""
+        block, x = self.graph.on(self.device)
+        model.eval()
+        emb, logits = model.inference_with_embeddings(block, x, self.batch_size)
+        return emb.float(), logits.float()
+
+
+class StreamedEval:
+    """Full-graph evaluation streamed from the memory-mapped files (`training.evaluate.StreamingEval`)."""
+
+    def __init__(self, stream: StreamingEval, labels: torch.Tensor, masks: dict):
+        self.stream, self.labels, self.masks = stream, labels, masks
+
+    def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.stream.forward(model)
+
+
+def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
+    """Rank 0's evaluator: Â, the transformed features, labels and split masks in memory, or
+    (``eval_batch_size`` > 0) streamed in row chunks from the memory-mapped files."""
     nodes = read_node_table(run.canonical)
-    manifest = run.manifest
-    x_full = full_features(manifest, run.shards) if manifest.get("features") is not None else run.stream_features
-    eval_graph = EvalGraph(load_full_block(run.adjacency), run.transform(x_full), nodes.labels, nodes.masks)
-    if not nodes.n == eval_graph.block.num_dst == int(manifest["n"]):
+    manifest, tcfg = run.manifest, run.cfg.training
+    if tcfg.eval_batch_size:
+        features = FeatureRows(run.stream_features, manifest, run.shards)
+
+        def rows(ids: np.ndarray) -> torch.Tensor:  # compact codes decoded per chunk, then the run's transform
+            return run.transform(features.gather_host(ids, decode=True))
+
+        stream = StreamingEval(run.adjacency, rows, tcfg.eval_batch_size, run.work / "eval", run.device)
+        graph_n, evaluator = stream.n, StreamedEval(stream, nodes.labels, nodes.masks)
+    else:
+        x_full = full_features(manifest, run.shards) if manifest.get("features") is not None else run.stream_features
+        graph = EvalGraph(load_full_block(run.adjacency), run.transform(x_full), nodes.labels, nodes.masks)
+        graph_n, evaluator = graph.block.num_dst, InMemoryEval(graph, run.device, tcfg.eval_batch_size)
+    if not nodes.n == graph_n == int(manifest["n"]):
         raise ValueError(
-            f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {eval_graph.block.num_dst}, "
+            f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {graph_n}, "
             f"shards {manifest['n']}; re-materialize the stale stage"
         )
-    return eval_graph
+    return evaluator
 
 
 def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
     """Loss of one minibatch, its gradient accumulated (scaled for fp16, averaged over the step)."""
     t0 = run.now()
     with record_function("forward"), run.precision.autocast():
-        blocks = mb.blocks[run.num_blocks - run.cfg.model.num_layers :]
+        blocks = model_blocks(mb.blocks, run.cfg.model.num_layers, bool(run.manifest.get("shared_block")))
         x = run.transform(mb.x)[: blocks[0].num_src]
         logits = run.net(blocks, x).float()
         loss = cross_entropy(mb, logits)
@@ -392,6 +444,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
             features=run.stream_features,
             verify=tcfg.verify_shards,
             manifest=run.manifest,
+            order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
         )
         for r in run.my_streams
     ]
@@ -465,9 +518,7 @@ def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
     tcfg = run.cfg.training
     if (epoch + 1) % tcfg.eval_every == 0 or epoch == run.epochs - 1:
         t0 = run.now()
-        block, x = run.eval_graph.on(run.device)
-        run.model.eval()  # the next epoch's model.train() turns training mode back on
-        logits = run.model.inference(block, x, tcfg.eval_batch_size).float()
+        _, logits = run.eval_graph.forward(run.model)  # eval mode: the next epoch's model.train() ends it
         row.update(accuracies(logits, run.eval_graph.labels, run.eval_graph.masks))
         row["eval_seconds"] = run.now() - t0
         if row["val_acc"] > run.best["val_acc"]:
@@ -505,9 +556,10 @@ def save_run_checkpoint(run: Run, epoch: int) -> None:
     )
 
 
-def finish_run(run: Run) -> dict:
+def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
     """Rank 0: write the trained_model folder atomically (models, predictions, embeddings,
-    metrics, curves, summary), then drop the work folder; returns the summary."""
+    metrics, curves, summary), then drop the work folder; returns the summary.
+    `replicas`: every rank's `state_digest` of its final model, in rank order."""
     cfg, model, info, manifest, history = run.cfg, run.model, run.info, run.manifest, run.history
     in_feats, num_classes, work = run.in_feats, run.num_classes, run.work
     best = run.best
@@ -521,9 +573,7 @@ def finish_run(run: Run) -> dict:
     final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch)
     model.load_state_dict(best["model"])
     best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"])
-    block, x = run.eval_graph.on(info.device)
-    model.eval()
-    emb, logits = (t.float() for t in model.inference_with_embeddings(block, x, cfg.training.eval_batch_size))
+    emb, logits = run.eval_graph.forward(model)
     final_row = next(r for r in reversed(history) if r["rank"] == 0 and "val_acc" in r)
     main_rows = [r for r in history if r["rank"] == 0]
     summary = {
@@ -536,6 +586,10 @@ def finish_run(run: Run) -> dict:
         "final_test_acc": final_row["test_acc"],
         "final_loss": float(np.mean([r["loss"] for r in history if r["epoch"] == last_epoch])),
         "epochs_trained": last_epoch + 1,
+        "epochs_planned": run.epochs,
+        "sampled_epochs": run.shard_epochs,
+        "sampled_epoch_passes": epoch_passes(last_epoch + 1, run.shard_epochs),
+        "optimizer_steps": run.step,
         "stopped_early": run.stopped_early,
         "mean_epoch_seconds": float(np.mean([r["epoch_seconds"] for r in main_rows])),
         "mean_train_seconds": float(np.mean([r["train_seconds"] for r in main_rows])),
@@ -558,6 +612,8 @@ def finish_run(run: Run) -> dict:
         "seconds": seconds,
         "run_key": run.key,
         "data_version": run.dver,
+        "replica_sha256": list(replicas or []),
+        "replicas_identical": len(set(replicas or [])) <= 1,
         "code_version": code_version(),
     }
     with atomic_output_dir(out) as tmp:
@@ -578,6 +634,72 @@ def finish_run(run: Run) -> dict:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def training_epochs(tcfg: TrainingConfig, shard_epochs: int, steps_per_epoch: int) -> int:
+    """Epochs to run: ``training.epochs``, or when 0 the automatic budget
+    ``min(max_epochs, max(shard_epochs, ceil(min_steps / steps_per_epoch)))`` (see its help)."""
+    if tcfg.epochs:
+        return tcfg.epochs
+    return min(tcfg.max_epochs, max(shard_epochs, math.ceil(tcfg.min_steps / max(steps_per_epoch, 1))))
+
+
+def epoch_passes(epochs: int, shard_epochs: int) -> list[int]:
+    """How often each sampled epoch is read when ``epochs`` epochs run (epoch e reads e % E)."""
+    return [len(range(k, epochs, shard_epochs)) for k in range(shard_epochs)]
+
+
+def replay_order_seed(seed: int, epoch: int, shard_epochs: int, stream: int) -> int | None:
+    """The minibatch-order seed of ``epoch``'s read of ``stream``: None (stored order) on the
+    first pass over the sampled epochs, a seed derived from (seed, epoch, stream) on replays."""
+    if epoch < shard_epochs:
+        return None
+    return int(np.random.SeedSequence([seed, epoch, stream, 0x5EED]).generate_state(1)[0])
+
+
+def resolve_num_layers(num_layers: int, manifest: dict, shards: Path) -> int:
+    """The model's layer count: ``num_layers``, or the shards' block count when 0.
+
+    Neighbour-sampled shards hold one block per layer, so a different count is an error;
+    cluster_gcn / saint shards hold one block that serves any number of layers.
+    """
+    num_blocks = int(manifest["num_layers"])
+    if num_layers == 0:
+        return num_blocks
+    if not manifest.get("shared_block") and num_layers != num_blocks:
+        raise ValueError(
+            f"model.num_layers={num_layers} but {shards / 'manifest.json'} holds {num_blocks} sampled blocks per "
+            f"minibatch (fanouts {manifest['settings'].get('fanouts')!r}, one per layer); set model.num_layers to 0 "
+            f"(follow the shards) or re-materialize minibatch_shards with {num_layers} fanouts"
+        )
+    return num_layers
+
+
+# Samplers whose blocks are not a uniform draw of neighbours: their edges carry corrections
+# (importance c/(s·q), saint C_v/C_uv) that only a (weighted) sum or mean can use.
+NON_UNIFORM_SAMPLERS = ("importance", "saint")
+UNCORRECTABLE_CONVS = ("gat", "sage_pool")
+
+
+def check_sampler_supports(conv: str, manifest: dict, shards: Path) -> None:
+    """Refuse a layer whose aggregation cannot use the sampler's correction weights.
+
+    GAT (a softmax ratio of attention scores) and SAGE-pool (an element-wise max) have no
+    unbiased form over a non-uniform sample: their result would silently differ from the
+    full-graph one the model is evaluated with.
+    """
+    sampler = manifest.get("sampler")
+    if conv in UNCORRECTABLE_CONVS and sampler in NON_UNIFORM_SAMPLERS:
+        raise ValueError(
+            f"model.conv={conv!r} cannot be trained on {sampler!r} shards ({shards / 'manifest.json'}): a "
+            f"{'softmax attention' if conv == 'gat' else 'max'} aggregation has no correction for that sampler's "
+            "non-uniform draws; use sampler neighbor or cluster_gcn, or a sage/gcn/gin layer"
+        )
+
+
+def model_blocks(blocks: list, num_layers: int, shared_block: bool) -> list:
+    """The blocks a ``num_layers``-layer model runs on: the stored ones, or the shared one repeated."""
+    return [blocks[0]] * num_layers if shared_block else blocks
 
 
 def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
@@ -641,5 +763,8 @@ def _epoch_line(epoch: int, epochs: int, rows: list[dict]) -> str:
 
 
 def _pipes_metadata(summary: dict) -> dict:
-    """The summary's numbers and strings (what dagster-pipes reports as metadata)."""
-    return {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+    """The summary's numbers and strings (what dagster-pipes reports as metadata); lists of
+    numbers (``sampled_epoch_passes``) as comma-separated text."""
+    out = {k: v for k, v in summary.items() if isinstance(v, (int, float, str, bool))}
+    out.update({k: ",".join(map(str, v)) for k, v in summary.items() if isinstance(v, list) and k != "profile"})
+    return out

@@ -41,19 +41,23 @@ position in those off-diagonal arrays). Each block then gets every destination's
 loop ``v -> v`` with weight ``Â_vv`` (first edge of each destination's segment) when
 ``self_loops`` is on and Â has a diagonal: the fanout counts real neighbours only, and
 a GCN layer over the block computes what full-graph inference over Â computes.
-Edge weights: ``neighbor`` multiplies the sampled neighbour weights of v by
-``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without replacement,
-so again an unbiased estimate of the row of Â·X). With ``neighbor_prob="weight"`` the
-fanout neighbours of v are drawn *with replacement* in proportion to ``Â_vu`` (DGL's
-``prob``: heavy edges of a weighted graph are drawn more often), and each drawn edge gets
-the weight ``S_v / draws(v)`` (``S_v`` = the off-diagonal row sum of Â; Hansen-Hurwitz:
-``E[Â_vu / p_u] = Σ_u Â_vu x_u`` with ``p_u = Â_vu / S_v``) when ``neighbor_rescale``, so
-the block's aggregation is again an unbiased estimate of the row of Â·X; a layer with
-fanout -1 takes every neighbour with Â's weights. ``importance`` and ``saint`` apply their
-corrections above; ``cluster_gcn`` uses Â restricted to the subgraph. With
-``weight_encoding="int8"`` the final weights are stored as per-destination symmetric INT8
+Edge weights and corrections are stored apart: ``weight`` is Â's entry of each edge,
+``correction`` the sampler's inverse inclusion probability (1 for self loops):
+``neighbor`` ``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without
+replacement, so Σ Â·c x is an unbiased estimate of the row of Â·X; 1 without it). With
+``neighbor_prob="weight"`` the fanout neighbours of v are drawn *with replacement* in
+proportion to ``Â_vu`` (DGL's ``prob``: heavy edges of a weighted graph are drawn more
+often), and each drawn edge gets the correction ``S_v / (Â_vu · draws(v))`` (``S_v`` = the
+off-diagonal row sum of Â; Hansen-Hurwitz: ``E[Â_vu c_vu x_u] = Σ_u Â_vu x_u / draws`` per
+draw) when ``neighbor_rescale``; a layer with fanout -1 takes every neighbour (correction 1).
+``importance`` and ``saint`` store their corrections above (``c_u/(s·q_u)``, ``C_v/C_uv``),
+``cluster_gcn`` 1 (Â restricted to the subgraph). Each layer type applies the correction
+its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c (Â·c with
+``edge_weights``), SAGE-mean the c-weighted (Â·c-weighted) mean; GAT and SAGE-pool refuse
+importance/saint shards). With ``weight_encoding="int8"`` the weights are stored as
+per-destination symmetric INT8
 (`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
-destination; weight = q * scale[dst]).
+destination; weight = q * scale[dst]); the correction stays FP32.
 
 Seeds per epoch (``neighbor`` and ``importance``): the training nodes (split "train",
 label >= 0) are permuted with a seed per epoch and cut into W contiguous, disjoint parts
@@ -61,6 +65,16 @@ of ceil(T/W) or floor(T/W) nodes, so every training node is a seed exactly once 
 epoch. Each rank's part is cut into the same number ``B = ceil(ceil(T/W) / batch_size)``
 of minibatches whose sizes differ by at most one (none larger than ``batch_size``): equal
 step counts across ranks (unequal counts hang DDP) with nothing dropped or repeated.
+With ``placement="partition"`` the shares keep those sizes, but rank r fills its share first
+with its own training nodes: the nodes of the METIS parts (metis_partitions' ``part_id.npy``)
+assigned to r (`ranks_of_parts`: parts in decreasing order of training nodes, each to the
+least-loaded rank, since METIS balances nodes and not training nodes); the surplus of ranks
+owning more than their share fills the others' gaps (`schedule._place_on_owners`). So step
+counts and batch sizes are exactly those of ``random``, DDP's gradient weighting is
+unchanged, and most sampled neighbours (hence feature rows) are in the rank's own parts.
+Whenever the parts are given (and number at least W), the writer measures per step the
+share of gathered feature rows (``input_nodes``) owned by another rank (manifest
+``placement``), under either placement.
 ``cluster_gcn``: the clusters are permuted per epoch and cut into W·B groups of near-equal
 size (B = ceil(K / (cluster_batch · W)) per rank), so every cluster is used once per
 epoch. ``saint``: W·B independent subgraphs per epoch, B = ``saint_subgraphs`` or, when 0,
@@ -79,9 +93,8 @@ version, manifest schema) is defined once for this writer and the reader (`train
 No feature file is written here: the manifest names the canonical ``features.npy``
 (``feature_encoding="fp32"``) or compressed_graph's codes and scales (``"compressed"``).
 
-Edge weights with ``weight_encoding="int8"`` are quantized per block row here, from Â's FP32
-weights times the sampler's correction; compressed_graph's per-row INT8 of Â is not the
-source because the corrections change each row's scale anyway.
+Edge weights with ``weight_encoding="int8"`` are quantized per block row here, from the
+block's FP32 weights (Â's entries of the sampled edges, self loops included).
 
 Usage::
 
@@ -90,7 +103,16 @@ Usage::
     manifest = write_minibatch_shards(inputs, home / "cora/minibatch_shards", ShardConfig())
 """
 
-from graphs.sampling.config import SAINT_MODES, SAMPLERS, ShardConfig
+from graphs.sampling.config import (
+    AUTO_BATCH_MAX,
+    AUTO_MINIBATCHES,
+    PLACEMENTS,
+    SAINT_MODES,
+    SAMPLERS,
+    ShardConfig,
+    auto_batch_size,
+    resolve_batch_size,
+)
 from graphs.sampling.inputs import ShardInputs, load_shard_inputs, train_nodes_of
 from graphs.sampling.samplers import (
     MinibatchSampler,
@@ -100,17 +122,28 @@ from graphs.sampling.samplers import (
     insert_self_loops,
     segment_positions,
 )
-from graphs.sampling.schedule import derive_seed, epoch_cluster_groups, epoch_seed_batches, minibatch_seed
+from graphs.sampling.schedule import (
+    derive_seed,
+    epoch_cluster_groups,
+    epoch_seed_batches,
+    minibatch_seed,
+    ranks_of_parts,
+    remote_rows,
+)
 from graphs.sampling.writer import write_minibatch_shards
 
 __all__ = [
+    "AUTO_BATCH_MAX",
+    "AUTO_MINIBATCHES",
     "MinibatchSampler",
+    "PLACEMENTS",
     "SAINT_MODES",
     "SAMPLERS",
     "SampledBlock",
     "SampledMinibatch",
     "ShardConfig",
     "ShardInputs",
+    "auto_batch_size",
     "derive_seed",
     "dgl_neighbor_blocks",
     "epoch_cluster_groups",
@@ -118,6 +151,9 @@ __all__ = [
     "insert_self_loops",
     "load_shard_inputs",
     "minibatch_seed",
+    "ranks_of_parts",
+    "remote_rows",
+    "resolve_batch_size",
     "segment_positions",
     "train_nodes_of",
     "write_minibatch_shards",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 
 from graphs.shard_format import (
     FEATURE_ENCODINGS,
@@ -10,7 +11,11 @@ from graphs.shard_format import (
 )
 
 SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
+# the automatic per-rank batch size (ShardConfig.batch_size = 0): see `auto_batch_size`
+AUTO_BATCH_MAX = 1024
+AUTO_MINIBATCHES = 4
 SAINT_MODES = ("node", "edge", "walk")
+PLACEMENTS = ("random", "partition")
 NEIGHBOR_PROBS = ("uniform", "weight")
 
 
@@ -31,19 +36,34 @@ class ShardConfig:
 
     sampler: str = field(default="neighbor", metadata={"help": f"Sampler, one of {SAMPLERS}."})
     fanouts: str = field(
-        default="15,10,5",
+        default="10,10",
         metadata={
             "help": "Neighbours sampled per node for each layer, input layer first (DGL's order); "
-            "-1 = all. Its length is the number of layers for every sampler."
+            "-1 = all. Its length is the number of layers for every sampler (and the model's, by default)."
         },
     )
     batch_size: int = field(
-        default=1024,
-        metadata={"help": "Seeds per minibatch per rank (upper bound), neighbor and importance samplers."},
+        default=0,
+        metadata={
+            "help": "Seeds per minibatch per rank (upper bound), neighbor and importance samplers; "
+            f"0 = automatic: min({AUTO_BATCH_MAX}, ceil(T / (W x {AUTO_MINIBATCHES}))) for T training nodes "
+            f"and W ranks, so a small graph still gets {AUTO_MINIBATCHES} optimizer steps per sampled epoch "
+            f"and a large one minibatches of at most {AUTO_BATCH_MAX}. The manifest records the resolved value."
+        },
     )
     epochs: int = field(default=3, metadata={"help": "Epochs of shards to write."})
     world_size: int = field(default=2, metadata={"help": "DDP ranks W; one shard stream per rank and epoch."})
     seed: int = field(default=0, metadata={"help": "Seed of every random draw (shards are deterministic)."})
+    placement: str = field(
+        default="random",
+        metadata={
+            "help": f"How seeds go to ranks, one of {PLACEMENTS}: 'random' cuts a permutation of the training "
+            "nodes into W parts; 'partition' gives rank r the training nodes of the METIS parts assigned to it "
+            "(metis_partitions' part_id.npy; parts go to ranks balancing training nodes), moving only the "
+            "surplus over an equal share to other ranks, so step counts and batch sizes stay those of 'random'. "
+            "neighbor and importance samplers."
+        },
+    )
     minibatches_per_shard: int = field(default=8, metadata={"help": "Minibatches per shard file."})
     weight_encoding: str = field(
         default="fp32",
@@ -63,7 +83,10 @@ class ShardConfig:
     )
     neighbor_rescale: bool = field(
         default=True,
-        metadata={"help": "neighbor: scale sampled weights by deg/sampled so the aggregation is unbiased."},
+        metadata={
+            "help": "neighbor: store the correction deg/sampled per sampled edge (1 when off), so each "
+            "layer type's aggregation is unbiased (training.layers.sampled_edge_weight)."
+        },
     )
     neighbor_prob: str = field(
         default="uniform",
@@ -96,8 +119,9 @@ class ShardConfig:
         fanouts = _ints(self.fanouts, "fanouts")
         if not fanouts or any(f == 0 or f < -1 for f in fanouts):
             raise ValueError(f"fanouts={self.fanouts!r}: need at least one layer, each > 0 or -1 (all)")
+        if self.batch_size < 0:
+            raise ValueError(f"batch_size={self.batch_size} must be >= 1, or 0 (automatic)")
         for name in (
-            "batch_size",
             "epochs",
             "world_size",
             "minibatches_per_shard",
@@ -121,6 +145,13 @@ class ShardConfig:
             )
         if self.feature_encoding not in FEATURE_ENCODINGS:
             raise ValueError(f"feature_encoding={self.feature_encoding!r} is not one of {FEATURE_ENCODINGS}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"placement={self.placement!r} is not one of {PLACEMENTS}")
+        if self.placement == "partition" and self.sampler not in ("neighbor", "importance"):
+            raise ValueError(
+                f"placement='partition' places seed nodes; sampler={self.sampler!r} draws whole subgraphs "
+                "(use sampler 'neighbor' or 'importance', or placement 'random')"
+            )
         if self.saint_mode not in SAINT_MODES:
             raise ValueError(f"saint_mode={self.saint_mode!r} is not one of {SAINT_MODES}")
         if self.saint_coverage <= 0:
@@ -135,3 +166,16 @@ class ShardConfig:
     @property
     def num_layers(self) -> int:
         return len(self.fanout_list)
+
+
+def auto_batch_size(train_nodes: int, world_size: int) -> int:
+    """``min(AUTO_BATCH_MAX, ceil(T / (W * AUTO_MINIBATCHES)))`` (at least 1): the per-rank
+    batch of ``ShardConfig.batch_size = 0``, giving a small graph several steps per epoch."""
+    return max(1, min(AUTO_BATCH_MAX, math.ceil(train_nodes / (world_size * AUTO_MINIBATCHES))))
+
+
+def resolve_batch_size(cfg: ShardConfig, train_nodes: int) -> ShardConfig:
+    """``cfg`` with ``batch_size`` resolved (0 = `auto_batch_size`)."""
+    if cfg.batch_size:
+        return cfg
+    return replace(cfg, batch_size=auto_batch_size(train_nodes, cfg.world_size))

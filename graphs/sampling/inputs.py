@@ -29,6 +29,7 @@ class ShardInputs:
     feature_dim: int
     features_path: Path | None = None
     cluster_id: np.ndarray | None = None
+    part_id: np.ndarray | None = None  # METIS part of every node (metis_partitions), when given
     canonical_dir: Path | None = None
     adjacency_dir: Path | None = None
     partitions_dir: Path | None = None
@@ -46,7 +47,7 @@ def load_shard_inputs(
     partitions_dir: str | os.PathLike | None = None,
     compressed_dir: str | os.PathLike | None = None,
 ) -> ShardInputs:
-    """Read the canonical graph's labels/splits, Â's CSR and (if given) the METIS clusters;
+    """Read the canonical graph's labels/splits, Â's CSR and (if given) the METIS parts and clusters;
     `compressed_dir` (compressed_graph, optional) supplies the features for feature_encoding='compressed'."""
     canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
     summary = read_summary(canonical)
@@ -63,6 +64,11 @@ def load_shard_inputs(
         cluster_id = np.load(Path(partitions_dir) / "cluster_id.npy", allow_pickle=False)
         if len(cluster_id) != n:
             raise ValueError(f"{Path(partitions_dir) / 'cluster_id.npy'}: {len(cluster_id)} entries, expected {n}")
+    part_id = None
+    if partitions_dir is not None and (Path(partitions_dir) / "part_id.npy").is_file():
+        part_id = np.load(Path(partitions_dir) / "part_id.npy", allow_pickle=False)
+        if len(part_id) != n:
+            raise ValueError(f"{Path(partitions_dir) / 'part_id.npy'}: {len(part_id)} entries, expected {n}")
     feats = canonical / "features.npy"
     return ShardInputs(
         n=n,
@@ -75,6 +81,7 @@ def load_shard_inputs(
         feature_dim=int(summary.get("feature_dim", 0)),
         features_path=feats if feats.is_file() else None,
         cluster_id=cluster_id,
+        part_id=part_id,
         canonical_dir=canonical,
         adjacency_dir=adjacency,
         partitions_dir=Path(partitions_dir) if partitions_dir is not None else None,

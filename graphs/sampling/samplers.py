@@ -19,6 +19,7 @@ from graphs.sampling.schedule import (
     epoch_seed_batches,
     minibatch_seed,
     presample_seed,
+    ranks_of_parts,
 )
 from graphs.shard_format import (
     index_dtype,
@@ -35,7 +36,8 @@ class SampledBlock:
     indices: np.ndarray  # int32/int64 [nnz], local source index
     num_src: int
     num_dst: int
-    weight: np.ndarray  # float32 [nnz]
+    weight: np.ndarray  # float32 [nnz], Â's entries
+    correction: np.ndarray  # float32 [nnz], the sampling correction (1 for self loops)
 
     @property
     def num_edges(self) -> int:
@@ -223,6 +225,16 @@ class MinibatchSampler:
         self.saint_info: dict = {}
         self._dgl_mapping: dict = {}
         self._row_sums: np.ndarray | None = None
+        # rank owning each node's METIS part: places seeds (placement='partition') and measures
+        # remote feature rows under either placement (None without parts, or fewer parts than ranks)
+        self.rank_of_node: np.ndarray | None = None
+        self.rank_of_part: np.ndarray | None = None
+        if inputs.part_id is not None and (cfg.placement == "partition" or inputs.part_id.max() + 1 >= cfg.world_size):
+            part_id = np.asarray(inputs.part_id, dtype=np.int64)
+            self.rank_of_part = ranks_of_parts(part_id, inputs.train_nodes, cfg.world_size)
+            self.rank_of_node = self.rank_of_part[part_id]
+        if cfg.placement == "partition" and self.rank_of_node is None:
+            raise ValueError("placement='partition' needs part_id.npy from metis_partitions")
         if cfg.sampler == "cluster_gcn":
             if inputs.cluster_id is None:
                 raise ValueError("sampler='cluster_gcn' needs cluster_id.npy from metis_partitions")
@@ -242,7 +254,7 @@ class MinibatchSampler:
     def minibatches_per_rank(self) -> int:
         cfg = self.cfg
         if cfg.sampler in ("neighbor", "importance"):
-            return len(epoch_seed_batches(self.inputs.train_nodes, 0, cfg)[0])
+            return len(epoch_seed_batches(self.inputs.train_nodes, 0, cfg, self._placed_ranks())[0])
         if cfg.sampler == "cluster_gcn":
             return len(epoch_cluster_groups(self._cluster_ids, 0, cfg)[0])
         return self._saint_per_rank
@@ -250,7 +262,7 @@ class MinibatchSampler:
     def epoch(self, epoch: int) -> Iterator[tuple[int, int, SampledMinibatch]]:
         cfg = self.cfg
         if cfg.sampler in ("neighbor", "importance"):
-            schedule = epoch_seed_batches(self.inputs.train_nodes, epoch, cfg)
+            schedule = epoch_seed_batches(self.inputs.train_nodes, epoch, cfg, self._placed_ranks())
             fn = self.sample_neighbor if cfg.sampler == "neighbor" else self.sample_importance
         elif cfg.sampler == "cluster_gcn":
             schedule = epoch_cluster_groups(self._cluster_ids, epoch, cfg)
@@ -261,6 +273,9 @@ class MinibatchSampler:
         for rank, items in enumerate(schedule):
             for index, item in enumerate(items):
                 yield rank, index, fn(item, minibatch_seed(cfg.seed, epoch, rank, index))
+
+    def _placed_ranks(self) -> np.ndarray | None:
+        return self.rank_of_node if self.cfg.placement == "partition" else None
 
     # ---- helpers
 
@@ -279,15 +294,24 @@ class MinibatchSampler:
         return seeds, pos, self.inputs.labels[seeds].astype(np.int64)
 
     def _block(
-        self, indptr: np.ndarray, src: np.ndarray, weight: np.ndarray, num_src: int, dst_global: np.ndarray
+        self,
+        indptr: np.ndarray,
+        src: np.ndarray,
+        weight: np.ndarray,
+        num_src: int,
+        dst_global: np.ndarray,
+        correction: np.ndarray | None = None,
     ) -> SampledBlock:
         """Block from a CSC over the destinations (`dst_global` = their global ids), plus
-        self loops when configured."""
+        self loops (correction 1) when configured. `correction` None = 1 everywhere."""
         src = src.astype(index_dtype(num_src), copy=False)
         weight = weight.astype(np.float32, copy=False)
+        correction = np.ones(len(weight), np.float32) if correction is None else correction.astype(np.float32)
         if self.add_loops:
+            num_dst = len(indptr) - 1
+            _, _, correction = insert_self_loops(indptr, src, correction, np.ones(num_dst, np.float32))
             indptr, src, weight = insert_self_loops(indptr, src, weight, self.adj.diag[dst_global])
-        return SampledBlock(indptr, src, int(num_src), len(indptr) - 1, weight)
+        return SampledBlock(indptr, src, int(num_src), len(indptr) - 1, weight, correction)
 
     # ---- neighbor
 
@@ -313,18 +337,19 @@ class MinibatchSampler:
             eid = b.edata[dgl.EID].numpy()[local_eid]  # positions in the off-diagonal CSR of Â
             dst_global = input_nodes[: b.num_dst_nodes()]
             weight = self.adj.weights[eid]
+            correction = None
             if by_weight and fanout != -1:
-                if self.cfg.neighbor_rescale:  # S_v / draws(v) per drawn edge: unbiased for the row of Â·X
+                if self.cfg.neighbor_rescale:  # S_v / (Â_vu · draws(v)) per drawn edge (Hansen-Hurwitz)
                     if self._row_sums is None:
                         self._row_sums = self.adj.row_sums
                     sampled = np.diff(indptr)
                     factor = (self._row_sums[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
-                    weight = np.repeat(factor, sampled)
-            elif self.cfg.neighbor_rescale:  # deg(v) / sampled(v): unbiased for the row of Â·X
+                    correction = np.repeat(factor, sampled) / np.maximum(weight, np.float32(1e-30))
+            elif self.cfg.neighbor_rescale:  # deg(v) / sampled(v): the inverse inclusion probability
                 sampled = np.diff(indptr)
                 factor = (self.adj.degree[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
-                weight *= np.repeat(factor, sampled)
-            blocks.append(self._block(indptr, src, weight, b.num_src_nodes(), dst_global))
+                correction = np.repeat(factor, sampled)
+            blocks.append(self._block(indptr, src, weight, b.num_src_nodes(), dst_global, correction))
         out_seeds, pos, labels = self._labelled(input_nodes[: blocks[-1].num_dst], seeds_only=True)
         return SampledMinibatch(input_nodes.astype(np.int64), blocks, out_seeds, pos, labels)
 
@@ -344,11 +369,12 @@ class MinibatchSampler:
                 q /= q.sum()
                 draws = np.bincount(rng.choice(len(cand), size=s, p=q), minlength=len(cand))
                 keep = draws[inv] > 0
-                weight = (w[keep] * (draws[inv[keep]] / (s * q[inv[keep]]))).astype(np.float32)
+                weight = w[keep].astype(np.float32)
+                correction = (draws[inv[keep]] / (s * q[inv[keep]])).astype(np.float32)
                 picked = cand[draws > 0]
             else:
                 keep = np.zeros(0, dtype=bool)
-                weight = np.empty(0, dtype=np.float32)
+                weight = correction = np.empty(0, dtype=np.float32)
                 picked = np.empty(0, dtype=np.int64)
             self._local_ids(dst_nodes)
             new = picked[self._scratch[picked] < 0]
@@ -357,7 +383,7 @@ class MinibatchSampler:
             src_local = self._scratch[nbr[keep]]
             self._reset_local(src_nodes)
             indptr = _indptr(np.bincount(owner[keep], minlength=len(dst_nodes)))  # owner is ascending
-            blocks.append(self._block(indptr, src_local, weight, len(src_nodes), dst_nodes))
+            blocks.append(self._block(indptr, src_local, weight, len(src_nodes), dst_nodes, correction))
             dst_nodes = src_nodes
         blocks.reverse()
         out_seeds, pos, labels = self._labelled(np.asarray(seeds, dtype=np.int64), seeds_only=True)
@@ -386,6 +412,7 @@ class MinibatchSampler:
             m,
             m,
             np.asarray(adj.full_weights[pos[keep]], dtype=np.float32),
+            np.ones(int(keep.sum()), dtype=np.float32),  # an induced subgraph: nothing sampled per edge
         )
 
     def sample_clusters(self, cluster_group: np.ndarray) -> SampledMinibatch:
@@ -476,8 +503,9 @@ class MinibatchSampler:
             src, dst, eid = src[order], dst[order], eid[order]
         nodes = nodes.astype(np.int64)
         # Â_vu / α_uv with α_uv = C_uv / C_v
-        weight = (self.adj.weights[eid] * (self._node_count[nodes[dst]] / self._edge_count[eid])).astype(np.float32)
-        block = self._block(_indptr(np.bincount(dst, minlength=len(nodes))), src, weight, len(nodes), nodes)
+        weight = self.adj.weights[eid].astype(np.float32)
+        correction = (self._node_count[nodes[dst]] / self._edge_count[eid]).astype(np.float32)
+        block = self._block(_indptr(np.bincount(dst, minlength=len(nodes))), src, weight, len(nodes), nodes, correction)
         seeds, pos, labels = self._labelled(nodes, seeds_only=False)
         loss_weight = (self._presamples / (self._node_count[seeds] * len(self.inputs.train_nodes))).astype(np.float32)
         return SampledMinibatch(nodes, [block], seeds, pos, labels, loss_weight)

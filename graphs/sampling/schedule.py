@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from graphs.sampling.config import ShardConfig
+from graphs.sampling.config import ShardConfig, resolve_batch_size
 
 # ----------------------------------------------------------------------------- seeds
 
@@ -31,18 +31,70 @@ def presample_seed(seed: int, index: int) -> int:
     return derive_seed(seed, _TAG_PRESAMPLE, index)
 
 
-def epoch_seed_batches(train_nodes: np.ndarray, epoch: int, cfg: ShardConfig) -> list[list[np.ndarray]]:
+def ranks_of_parts(part_id: np.ndarray, train_nodes: np.ndarray, world_size: int) -> np.ndarray:
+    """Rank of every METIS part (int64 [k]): parts in decreasing order of training nodes, each
+    to the rank holding the fewest training nodes so far (longest-processing-time greedy).
+
+    METIS balances nodes, not training nodes, so this evens the ranks' own seed counts; a
+    loop over parts (k is the number of machines or trainers, not nodes).
+    """
+    part_id = np.asarray(part_id)
+    k = int(part_id.max()) + 1 if len(part_id) else 0
+    if k < world_size:
+        raise ValueError(
+            f"placement='partition' needs at least one METIS part per rank: {k} parts for world_size={world_size}; "
+            "set metis_partitions num_parts to a multiple of world_size"
+        )
+    per_part = np.bincount(part_id[np.asarray(train_nodes, dtype=np.int64)], minlength=k)
+    owner = np.empty(k, dtype=np.int64)
+    load = np.zeros(world_size, dtype=np.int64)
+    for p in np.argsort(-per_part, kind="stable").tolist():
+        r = int(np.argmin(load))
+        owner[p] = r
+        load[r] += per_part[p]
+    return owner
+
+
+def _place_on_owners(perm: np.ndarray, owner: np.ndarray, world_size: int) -> list[np.ndarray]:
+    """Rank shares of `perm` with the sizes of ``np.array_split(perm, W)``: rank r keeps its own
+    nodes (owner == r) in permuted order up to its share; the surplus of every rank, in
+    permuted order, fills the other ranks' gaps."""
+    t = len(perm)
+    quota = np.full(world_size, t // world_size, dtype=np.int64)
+    quota[: t % world_size] += 1
+    order = np.argsort(owner, kind="stable")  # grouped by rank, permuted order kept within a rank
+    grouped_owner = owner[order]
+    own_counts = np.bincount(owner, minlength=world_size)
+    starts = np.concatenate([[0], np.cumsum(own_counts)[:-1]])
+    position = np.arange(t, dtype=np.int64) - starts[grouped_owner]
+    keep = np.zeros(t, dtype=bool)
+    keep[order] = position < quota[grouped_owner]
+    surplus = perm[~keep]  # permuted order
+    gaps = quota - np.minimum(own_counts, quota)
+    fill = np.split(surplus, np.cumsum(gaps)[:-1])
+    return [np.concatenate([perm[keep & (owner == r)], fill[r]]) for r in range(world_size)]
+
+
+def epoch_seed_batches(
+    train_nodes: np.ndarray, epoch: int, cfg: ShardConfig, rank_of_node: np.ndarray | None = None
+) -> list[list[np.ndarray]]:
     """[rank][minibatch] seed arrays of one epoch (see the module docstring).
 
     Disjoint across ranks, covering every training node exactly once; every rank gets the
     same number of minibatches, sizes within one of each other and at most batch_size.
+    With `rank_of_node` (int [n], the rank owning each node's part; ``placement='partition'``), a rank
+    takes its own training nodes first (`_place_on_owners`); the shares' sizes are unchanged.
     """
     w, t = cfg.world_size, len(train_nodes)
     if t < w:
         raise ValueError(f"{t} training nodes cannot be split over world_size={w} ranks; lower world_size")
+    cfg = resolve_batch_size(cfg, t)
     rng = np.random.default_rng(derive_seed(cfg.seed, _TAG_EPOCH, epoch))
     perm = rng.permutation(np.asarray(train_nodes, dtype=np.int64))
-    parts = np.array_split(perm, w)
+    if rank_of_node is None:
+        parts = np.array_split(perm, w)
+    else:
+        parts = [rng.permutation(p) for p in _place_on_owners(perm, np.asarray(rank_of_node)[perm], w)]
     batches = math.ceil(len(parts[0]) / cfg.batch_size)
     if len(parts[-1]) < batches:
         raise ValueError(
@@ -50,6 +102,11 @@ def epoch_seed_batches(train_nodes: np.ndarray, epoch: int, cfg: ShardConfig) ->
             f"({batches}); raise batch_size"
         )
     return [np.array_split(p, batches) for p in parts]
+
+
+def remote_rows(input_nodes: np.ndarray, rank_of_node: np.ndarray, rank: int) -> int:
+    """How many of a minibatch's gathered feature rows (`input_nodes`) live in another rank's parts."""
+    return int(np.count_nonzero(rank_of_node[input_nodes] != rank))
 
 
 def epoch_cluster_groups(cluster_ids: np.ndarray, epoch: int, cfg: ShardConfig) -> list[list[np.ndarray]]:

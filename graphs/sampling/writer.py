@@ -14,12 +14,13 @@ from typing import Callable
 import numpy as np
 
 from graphs.npzio import write_npz
-from graphs.sampling.config import ShardConfig
+from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.samplers import (
     MinibatchSampler,
     SampledMinibatch,
 )
+from graphs.sampling.schedule import remote_rows
 from graphs.shard_format import (
     FORMAT_VERSION,
     encode_shard,
@@ -84,13 +85,15 @@ def write_minibatch_shards(
     Returns the manifest (also written as manifest.json). A previous materialization in
     `out_dir` is replaced as a whole, only once everything is written.
     """
-    cfg = cfg or ShardConfig()
+    cfg = resolve_batch_size(cfg or ShardConfig(), len(inputs.train_nodes))
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     final = Path(out_dir).resolve()
     sampler = MinibatchSampler(inputs, cfg, log)
     per_rank = sampler.minibatches_per_rank()
     streams = []
+    measure = sampler.rank_of_node is not None  # remote feature rows, per step
+    step_shares: list[float] = []
     with atomic_output_dir(final) as tmp:
         shape = (inputs.n, inputs.feature_dim)
         features = features_entry(cfg.feature_encoding, shape, final, inputs.features_path, inputs.compressed_dir)
@@ -101,6 +104,9 @@ def write_minibatch_shards(
                     r: {"epoch": epoch, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
                     for r in range(cfg.world_size)
                 }
+                if measure:
+                    for s in stats.values():
+                        s["gathered_rows"] = s["remote_rows"] = 0
                 pending: dict[int, list[SampledMinibatch]] = {r: [] for r in range(cfg.world_size)}
 
                 def emit(rank: int) -> None:
@@ -119,6 +125,11 @@ def write_minibatch_shards(
                     s["minibatches"] += 1
                     s["seeds"] += len(mb.seeds)
                     s["sampled_edges"] += mb.num_edges
+                    if measure:
+                        remote = remote_rows(mb.input_nodes, sampler.rank_of_node, rank)
+                        s["gathered_rows"] += len(mb.input_nodes)
+                        s["remote_rows"] += remote
+                        step_shares.append(remote / max(len(mb.input_nodes), 1))
                     pending[rank].append(mb)
                     if len(pending[rank]) == cfg.minibatches_per_shard:
                         emit(rank)
@@ -189,6 +200,17 @@ def write_minibatch_shards(
         )
         if cfg.sampler == "saint":
             manifest["saint"] = sampler.saint_info
+        if measure:
+            gathered = sum(s["gathered_rows"] for s in streams)
+            manifest["placement"] = {
+                "mode": cfg.placement,
+                "rank_of_part": sampler.rank_of_part.tolist(),
+                "remote_row_share_mean": round(float(np.mean(step_shares)), 4) if step_shares else 0.0,
+                "remote_row_share_max": round(float(np.max(step_shares)), 4) if step_shares else 0.0,
+                "remote_row_share_total": round(sum(s["remote_rows"] for s in streams) / gathered, 4)
+                if gathered
+                else 0.0,
+            }
         if per_rank != counts.pop():
             raise AssertionError(f"planned {per_rank} minibatches per rank, wrote {streams[0]['minibatches']}")
         write_manifest(tmp, manifest)
