@@ -2,8 +2,6 @@
 `dagster asset materialize -m pipelines.definitions --select ... --partition NAME` load `defs`.
 """
 
-import os
-
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
@@ -65,9 +63,4 @@ defs = dg.Definitions(
     schedules=[make_retrain_schedule(retrain_job)],
     sensors=[make_landing_sensor(ALL_ASSETS)],
     resources={"storage": GnnflowStorage.from_env()},
-    # the console shows INFO and up (one line per stage with its figures); every event,
-    # DEBUG included, still goes to the run's event log in the UI. GNNFLOW_LOG_LEVEL=DEBUG for all.
-    loggers={
-        "console": dg.colored_console_logger.configured({"log_level": os.environ.get("GNNFLOW_LOG_LEVEL", "INFO")})
-    },
 )
