@@ -104,7 +104,7 @@ class GnnflowStorage(dg.ConfigurableResource):
         try:
             blocks = read_settings_file(path, registered_configs())
             effective, provenance = resolve(
-                type(config), asset, explicit_run_config(context.run.run_config, asset), blocks.get(asset, {}), path
+                type(config), asset, _explicit(context, asset, config), blocks.get(asset, {}), path
             )
         except SettingsError as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
@@ -188,6 +188,16 @@ class GnnflowStorage(dg.ConfigurableResource):
     def landing_folders_with_bad_names(self) -> list[str]:
         """Landing sub-folders with edge files whose name is not a valid dataset name (ignored)."""
         return [sub.name for sub in self._landing_folders() if not is_valid_dataset_name(sub.name)]
+
+
+def _explicit(context: dg.AssetExecutionContext, asset: str, config: dg.Config) -> dict:
+    """What the run set explicitly for `asset`: the run's raw config; when the asset function is
+    called directly (no run, as in unit tests), the fields set when `config` was constructed."""
+    try:
+        run_config = context.run.run_config
+    except dg.DagsterInvariantViolationError:
+        return config.model_dump(exclude_unset=True)
+    return explicit_run_config(run_config, asset)
 
 
 def _link_or_copy(src: str, dst: str) -> None:

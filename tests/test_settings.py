@@ -170,6 +170,7 @@ def _sensor_then_schedule(tmp_path, storage, folder, instance):
     )
     (req,) = requests
     assert req.partition_key == "tiny"
+    assert explicit_run_config(req.run_config, "canonical_graph") == {}
     blocks = read_settings_file(storage.settings_file("tiny"), registered_configs())
     cfg, prov = resolve(
         TrainedModelConfig,
@@ -179,10 +180,10 @@ def _sensor_then_schedule(tmp_path, storage, folder, instance):
         storage.settings_file("tiny"),
     )
     assert cfg.training.epochs == 2 and prov["from_file"] == ["training.epochs"]
-    done = dg.materialize(
+    done = dg.materialize(  # the request's config minus its minibatch_shards seed (not in this one-asset job)
         [canonical_graph],
         partition_key=req.partition_key,
-        run_config=req.run_config,
+        run_config={"ops": {k: v for k, v in (req.run_config.get("ops") or {}).items() if k == "canonical_graph"}},
         tags=req.tags,
         instance=instance,
         resources={"storage": storage},
