@@ -11,6 +11,7 @@ export GNNFLOW_HOME    ?= $(CURDIR)/.gnnflow
 export GNNFLOW_LANDING ?= $(CURDIR)/landing
 
 DEMO ?= demo
+PORT ?= 3000
 
 .PHONY: install test lint fmt demo ui bench clean
 
@@ -47,10 +48,10 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster asset materialize -m pipelines.definitions --select '*' --partition $(DEMO)
 	@echo
 	@echo "demo done: results under $(GNNFLOW_HOME)/$(DEMO)/ (one folder per asset);"
-	@echo "run history in $(DAGSTER_HOME); browse both with 'make ui' at http://127.0.0.1:3000"
+	@echo "run history in $(DAGSTER_HOME); browse both with 'make ui' at http://127.0.0.1:$(PORT) (make ui PORT=N for another port)"
 
 ui: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(PORT)
 
 # Every benchmark at its default size (1M nodes / 10M edges where it applies); each prints
 # ours next to its baseline measured in the same run. Expect tens of minutes on 2 cores.

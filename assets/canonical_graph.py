@@ -12,14 +12,35 @@ import dagster as dg
 import duckdb
 import pyarrow.parquet as pq
 
-from assets.common import GnnflowStorage, dataset_partitions, png_markdown, refuse_failed_checks
+from assets.common import (
+    LANDING_FINGERPRINT,
+    GnnflowStorage,
+    dataset_partitions,
+    disk_metadata,
+    png_markdown,
+    refuse_failed_checks,
+)
 from assets.config import dagster_config
 from assets.settings import register_config
-from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph
+from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph, landing_fingerprint
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
 _ASSET = "canonical_graph"
 register_config(_ASSET, CanonicalGraphConfig)
+
+# Every row the ingest drops or value it fills instead of failing: summary key -> what happened.
+# Each count is in the metadata; a non-zero one is also logged as a warning.
+FILLS_AND_DROPS = {
+    "dropped_null_id": "edge rows with a null src or dst dropped",
+    "dropped_self_loop": "self-loop edge rows dropped (their node is kept)",
+    "dropped_duplicate": "duplicate edge rows dropped",
+    "nodes_without_node_row": "nodes with no nodes.parquet row: label -1 (unknown), split 'other'",
+    "null_labels_as_unknown": "null labels in nodes.parquet read as -1 (unknown)",
+    "null_splits_as_other": "null splits in nodes.parquet read as 'other' (in no split)",
+    "nodes_without_features": "nodes with no features.parquet row: a feature row of zeros",
+    "dropped_invalid_weight": "edge rows with a NaN, infinite, negative, zero or null weight dropped "
+    "(invalid_weights: drop)",
+}
 
 EDGES_VALID = "edges_valid"
 
@@ -44,15 +65,21 @@ def canonical_graph(
     """Validated, deduplicated, relabelled (0..n-1) and symmetrized graph with labels, splits, features."""
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
+    landing = storage.landing_dir(dataset)
     with storage.lock(dataset, context.log.info), storage.publishing(dataset, "canonical_graph") as out:
+        fingerprint = landing_fingerprint(landing) if landing.is_dir() else ""  # of the files as read
         try:
-            s = build_canonical_graph(storage.landing_dir(dataset), out, config.to_dataclass())
+            s = build_canonical_graph(landing, out, config.to_dataclass())
         except InputError as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
         check = check_edges(out)
         refuse_failed_checks(dataset, "canonical_graph", [check])
         metadata = _metadata(s, out)
         metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, "canonical_graph")))
+        metadata[LANDING_FINGERPRINT] = fingerprint
+    for key, what in FILLS_AND_DROPS.items():
+        if s.get(key):
+            context.log.warning(f"dataset '{dataset}': {s[key]} {what}")
     if s["split_generated"]:
         context.log.info("labels without a split column: made a seeded train/val/test split")
     metadata.update(config_metadata)
@@ -67,9 +94,7 @@ def _metadata(s: dict, out: Path) -> dict:
         "symmetrized": s["symmetrized"],
         "input_rows": s["input_rows"],
         "input_files": s["input_files"],
-        "dropped_null_id": s["dropped_null_id"],
-        "dropped_self_loop": s["dropped_self_loop"],
-        "dropped_duplicate": s["dropped_duplicate"],
+        **{key: s.get(key, 0) for key in FILLS_AND_DROPS},
         "combined_reverse_pairs": s["combined_reverse_pairs"],
         "weighted": s["weighted"],
         "isolated_nodes": s["isolated_nodes"],
@@ -83,6 +108,7 @@ def _metadata(s: dict, out: Path) -> dict:
         "feature_dim": s.get("feature_dim", 0),
         "seconds": s["seconds"],
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
+        **disk_metadata(out),
         "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
     }
     if s["weighted"]:

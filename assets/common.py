@@ -38,7 +38,14 @@ from assets.settings import (
     resolve,
 )
 from graphs.canonical import has_training_labels, is_dataset_folder
-from graphs.storage import DatasetNameError, dataset_lock, is_valid_dataset_name, staged_output, validate_dataset_name
+from graphs.storage import (
+    DatasetNameError,
+    dataset_lock,
+    dir_bytes,
+    is_valid_dataset_name,
+    staged_output,
+    validate_dataset_name,
+)
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
@@ -46,6 +53,10 @@ dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
 # Tag on assets that only make sense for a dataset with labels (the landing sensor skips
 # them for unlabelled datasets).
 NEEDS_LABELS_TAG = "gnnflow/needs"
+
+# Metadata key of canonical_graph: the fingerprint of the landing files it ingested, which
+# the landing sensor compares with the files as they are now.
+LANDING_FINGERPRINT = "landing_fingerprint"
 
 
 class GnnflowStorage(dg.ConfigurableResource):
@@ -167,6 +178,19 @@ class GnnflowStorage(dg.ConfigurableResource):
             raise dg.Failure(description=f"dataset '{dataset}': no {asset} at {path}; materialize {asset} first")
         return path
 
+    def inference_model_dir(self, dataset: str) -> Path:
+        """The model folder that scores new data: `<dataset>/promoted/` when a model was
+        promoted, else `<dataset>/trained_model/`; fails the run, naming both, when neither
+        holds a model file."""
+        for name in ("promoted", "trained_model"):
+            path = self.asset_dir(dataset, name)
+            if (path / "model_best.pt").is_file():
+                return path
+        raise dg.Failure(
+            description=f"dataset '{dataset}': no model to score with in {self.asset_dir(dataset, 'promoted')} "
+            f"nor {self.asset_dir(dataset, 'trained_model')}; materialize trained_model first"
+        )
+
     def landing_dir(self, dataset: str) -> Path:
         return Path(self.landing).resolve() / validate_dataset_name(dataset)
 
@@ -247,3 +271,9 @@ def png_markdown(path: str | os.PathLike, alt: str) -> dg.MetadataValue:
     """An inline PNG for the Dagster UI's metadata panel."""
     data = base64.b64encode(Path(path).read_bytes()).decode()
     return dg.MetadataValue.md(f"![{alt}](data:image/png;base64,{data})")
+
+
+def disk_metadata(folder: str | os.PathLike) -> dict:
+    """`disk_mb`: what the asset's (staged) folder takes on disk, its files' sizes in MiB to 3
+    significant digits; the same key on every asset's metadata panel."""
+    return {"disk_mb": float(f"{dir_bytes(folder) / 2**20:.3g}")}

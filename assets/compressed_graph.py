@@ -14,11 +14,10 @@ weights and edge sets. Accuracy loss is measured in benchmarks/compression.py, n
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions, refuse_failed_checks
+from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
 from assets.settings import register_config
 from graphs.compress import CompressConfig, build_compressed_graph, verify_compressed_graph
-from graphs.storage import dir_bytes
 
 CompressedGraphConfig = dagster_config(CompressConfig, "CompressedGraphConfig")
 
@@ -115,7 +114,7 @@ def _metadata(out, s: dict) -> dict:
         "bloom_bytes_vs_int64_pairs": round(b["bytes_after"] / b["bytes_before"], 4) if b["bytes_before"] else 0.0,
         "seconds": s["seconds"],
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
-        "bytes_on_disk": dir_bytes(out),
+        **disk_metadata(out),
     }
     if f:
         trade = (

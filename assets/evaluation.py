@@ -39,7 +39,7 @@ register_config(_PROMOTION, PromotionRunConfig)
 
 def _report(canonical: Path, model: Path) -> dict:
     nodes = pq.read_table(canonical / "nodes.parquet", columns=["node_id", "label", "split"])
-    predictions = pq.read_table(model / "predictions.parquet", columns=["node_id", "predicted", "probabilities"])
+    predictions = pq.read_table(model / "predictions.parquet")
     try:
         return node_classification_report(nodes, predictions, "test")
     except ValueError as exc:

@@ -18,6 +18,7 @@ from assets.common import (
     NEEDS_LABELS_TAG,
     GnnflowStorage,
     dataset_partitions,
+    disk_metadata,
     refuse_failed_checks,
     skip_without_labels,
 )
@@ -25,7 +26,6 @@ from assets.config import dagster_config
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-from graphs.storage import dir_bytes
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
 
@@ -97,7 +97,7 @@ def minibatch_shards(
                 raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
             checks = check_shards(out)
             refuse_failed_checks(dataset, _ASSET, checks)
-            size = dir_bytes(out)
+            disk = disk_metadata(out)
         out = storage.asset_dir(dataset, _ASSET)
 
     metadata = {
@@ -115,7 +115,7 @@ def minibatch_shards(
         "shard_files": sum(len(s["files"]) for s in m["streams"]),
         "sampled_edges": m["sampled_edges"],
         "seeds": m["seeds"],
-        "bytes_on_disk": size,
+        **disk,
         "bytes_per_sampled_edge": m["bytes_per_sampled_edge"],
         "seconds": m["seconds"],
         "seeds_per_second": m["seeds_per_second"],

@@ -9,7 +9,7 @@ symmetric (for degree_norm='both' on a symmetrized graph), has no NaN/inf, every
 import dagster as dg
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions, refuse_failed_checks
+from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
 from assets.settings import register_config
 from graphs.normalize import (
@@ -20,7 +20,6 @@ from graphs.normalize import (
     load_csr,
     weight_stats,
 )
-from graphs.storage import dir_bytes
 
 NormalizedAdjacencyConfig = dagster_config(AdjacencyConfig, "NormalizedAdjacencyConfig")
 
@@ -70,7 +69,7 @@ def normalized_adjacency(
         s = build_normalized_adjacency(canonical, out, cfg)
         checks = check_adjacency(out, cfg, s["symmetrized"])
         refuse_failed_checks(dataset, _ASSET, checks)
-        size = dir_bytes(out)
+        disk = disk_metadata(out)
     metadata = {
         "path": dg.MetadataValue.path(str(storage.asset_dir(dataset, _ASSET))),
         "nodes": s["nodes"],
@@ -87,7 +86,7 @@ def normalized_adjacency(
         "degree_seconds": s["degree_seconds"],
         "edges_per_second": s["edges_per_second"],
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
-        "bytes": size,
+        **disk,
     }
     metadata.update(config_metadata)
     return dg.MaterializeResult(metadata=metadata, check_results=checks)

@@ -41,7 +41,14 @@ import dagster as dg
 import pyarrow.parquet as pq
 from pydantic import Field
 
-from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, png_markdown, skip_without_labels
+from assets.common import (
+    NEEDS_LABELS_TAG,
+    GnnflowStorage,
+    dataset_partitions,
+    disk_metadata,
+    png_markdown,
+    skip_without_labels,
+)
 from assets.config import dagster_config
 from assets.settings import register_config
 from graphs.canonical import read_summary
@@ -152,6 +159,24 @@ def nsys_wrap(command: list[str], report: Path) -> tuple[list[str], str]:
     return wrapped, f"profiled with nsys; report {report}.nsys-rep, copied to profile/nsys/"
 
 
+def nsys_dir_for(work: Path) -> Path:
+    """Where nsys writes its report: a sibling of the work folder, not inside it — rank 0
+    removes the work folder when training succeeds, before nsys (the parent of the ranks)
+    writes its report at exit."""
+    return work.parent / f"{work.name}.nsys"
+
+
+def keep_nsys_report(nsys_dir: Path, out: Path) -> list[str]:
+    """Move nsys's report files into `<out>/profile/nsys/` and remove `nsys_dir`; the names kept."""
+    if not nsys_dir.is_dir():
+        return []
+    kept = sorted(p.name for p in nsys_dir.iterdir() if p.is_file())
+    if kept:
+        shutil.copytree(nsys_dir, out / "profile" / "nsys", dirs_exist_ok=True)
+    shutil.rmtree(nsys_dir, ignore_errors=True)
+    return kept
+
+
 def _threads_per_process(nproc: int) -> str:
     return str(max(1, (os.cpu_count() or 1) // nproc))
 
@@ -191,14 +216,13 @@ def trained_model(
         result, command, nproc, work, extra = _launch(context, config, storage, dataset, canonical, shards)
         out = storage.asset_dir(dataset, _ASSET)
         check = check_accuracy(out, canonical)
-        if (work / "nsys").is_dir():  # nsys writes its report after the processes exit
-            shutil.copytree(work / "nsys", out / "profile" / "nsys", dirs_exist_ok=True)
-            shutil.rmtree(work, ignore_errors=True)
+        keep_nsys_report(nsys_dir_for(work), out)
         metadata = {
             **result.metadata,
             **extra,
             "path": dg.MetadataValue.path(str(out)),
             "processes": nproc,
+            **disk_metadata(out),
             "launch": " ".join(command),
             "curves": png_markdown(out / "curves.png", "training curves"),
             **config_metadata,
@@ -244,7 +268,8 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
             f"{extra['launch_other_nodes']}"
         )
     if cfg.training.profiler == "nsys":
-        command, extra["nsys"] = nsys_wrap(command, work / "nsys" / "trained_model")
+        nsys_dir_for(work).mkdir(exist_ok=True)
+        command, extra["nsys"] = nsys_wrap(command, nsys_dir_for(work) / "trained_model")
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
     context.log.info(f"launching: {' '.join(command)}")
     env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc)), **launch_env(launch)}

@@ -1,23 +1,27 @@
-"""Partition benchmark: our METIS step vs calling DGL directly, DistDGL writing, METIS vs random.
+"""Partition benchmark: our METIS (pymetis on a streamed CSR) vs DGL's METIS called directly,
+each side in its own fresh process for its peak RSS; the whole stage; DistDGL writing.
 
     .venv/bin/python benchmarks/partition.py --nodes 1000000 --edges 10000000
-    .venv/bin/python benchmarks/partition.py --nodes 200000 --edges 2000000 --parts 8
+    .venv/bin/python benchmarks/partition.py --nodes 200000 --edges 2000000 --parts 8 --distdgl
 
-Generates the graph and its canonical form once (cached under --work, shared with
-benchmarks/adjacency.py), loads the canonical edges, and times in this one process:
-  dgl     `dgl.metis_partition_assignment(g, k)` on a DGL graph built beforehand;
-  ours    `graphs.partition.metis_assign((indptr, indices), k)`, which builds the DGL graph
-          from the CSR arrays itself and returns int32 numpy (target: <= 1.15x dgl);
-  random  the seeded hash baseline, and the edge-cut / balance / halo metrics of both;
-  distdgl writing DGL's partition format from our assignment (`write_distdgl`) vs DGL's
-          own `partition_graph(part_method="metis")`, which runs METIS again.
-Before all that, the whole stage (`build_partitions`: METIS, halos, clusters, DistDGL
-files) runs in a fresh child process for its wall time and peak RSS.
+The generated graph and its canonical form are built once in a child process (cached under
+--work, shared with benchmarks/adjacency.py), so this parent never holds the graph and the
+children it spawns do not inherit a large peak RSS (Linux keeps a process's peak across
+fork and exec). Then, each in a fresh spawned child that does nothing else first:
+  dgl     load the canonical edges, build the DGL graph, `dgl.metis_partition_assignment(g, k)`
+          (what a DGL user calls); its time is the METIS call alone;
+  ours    `read_csr` (streamed idx_t CSR) and `metis_assign_csr` (pymetis, seeded); its time
+          is the METIS call alone (target <= 1.15x dgl), edge cut within 1.05x of dgl's;
+  stage   the whole `build_partitions` (METIS, halos, clusters, metrics; DistDGL off);
+  distdgl (with --distdgl) `write_distdgl` from our assignment, DGL's own partition writer.
+Each child reports seconds, peak RSS and the RSS it had before loading the graph.
+Timings on a shared machine are noisy: compare the ratios of one run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import time
@@ -25,29 +29,81 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _child import run_in_child  # benchmarks/_child.py
-from adjacency import canonical_graph_for  # noqa: E402  (same graph cache as the adjacency benchmark)
+
+
+def _build(nodes: int, edges: int, work: str, landing: str | None, queue) -> None:
+    from adjacency import canonical_graph_for  # same graph cache as the adjacency benchmark
+
+    queue.put({"canonical": str(canonical_graph_for(nodes, edges, Path(work), Path(landing) if landing else None))})
+
+
+def _cut(indptr, indices, part) -> int:
+    from graphs.partition import csr_metrics
+
+    return int(csr_metrics(indptr, indices, part, int(part.max()) + 1, [])["edge_cut"])
+
+
+def _dgl(canonical: str, k: int, queue) -> None:
+    import contextlib
+    import io
+
+    import dgl
+
+    from graphs.partition import csr_indptr, dgl_graph, read_edges
+    from graphs.storage import peak_rss_bytes
+
+    base = peak_rss_bytes()
+    t = time.perf_counter()
+    n, src, dst = read_edges(canonical)
+    indptr = csr_indptr(src, n)
+    del src
+    g = dgl_graph(indptr, dst)
+    t_load = time.perf_counter() - t
+    t = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        part = dgl.metis_partition_assignment(g, k)
+    seconds = time.perf_counter() - t
+    rss = peak_rss_bytes()
+    part = part.numpy().astype("int32")
+    queue.put({"seconds": seconds, "load": t_load, "rss": rss, "base": base, "cut": _cut(indptr, dst, part)})
+
+
+def _ours(canonical: str, k: int, queue) -> None:
+    from graphs.partition import metis_assign_csr, read_csr
+    from graphs.storage import peak_rss_bytes
+
+    base = peak_rss_bytes()
+    t = time.perf_counter()
+    n, indptr, indices = read_csr(canonical)
+    t_load = time.perf_counter() - t
+    t = time.perf_counter()
+    part = metis_assign_csr(indptr, indices, k, symmetric=True, seed=0)
+    seconds = time.perf_counter() - t
+    rss = peak_rss_bytes()
+    queue.put({"seconds": seconds, "load": t_load, "rss": rss, "base": base, "cut": _cut(indptr, indices, part)})
 
 
 def _stage(canonical: str, out: str, k: int, queue) -> None:
-    import dgl  # noqa: F401  (import outside the timing, as in the asset process)
-
     from graphs.partition import PartitionConfig, build_partitions
     from graphs.storage import peak_rss_bytes
 
     base = peak_rss_bytes()
     t = time.perf_counter()
-    s = build_partitions(canonical, out, PartitionConfig(num_parts=k), "bench")
+    s = build_partitions(canonical, out, PartitionConfig(num_parts=k, write_distdgl=False), "bench")
     queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "base": base, "steps": s["seconds"]})
 
 
-def _best(fn, repeat: int):
-    best, value = None, None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        value = fn()
-        dt = time.perf_counter() - t
-        best = dt if best is None else min(best, dt)
-    return best, value
+def _distdgl(canonical: str, out: str, k: int, queue) -> None:
+    from graphs.partition import dgl_graph, metis_assign_csr, read_csr, write_distdgl
+    from graphs.storage import peak_rss_bytes
+
+    base = peak_rss_bytes()
+    n, indptr, indices = read_csr(canonical)
+    part = metis_assign_csr(indptr, indices, k, symmetric=True)
+    before = peak_rss_bytes()
+    t = time.perf_counter()
+    write_distdgl(dgl_graph(indptr, indices), part, k, out, "bench")
+    queue.put({"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "base": base, "before": before})
 
 
 def main() -> None:
@@ -57,102 +113,69 @@ def main() -> None:
     ap.add_argument("--landing", type=Path, help="use this landing folder instead of a generated graph")
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--work", type=Path, default=Path("bench_out/graphs"))
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each METIS variant; the best time is kept")
-    ap.add_argument("--skip-native", action="store_true", help="skip DGL's own partition_graph (re-runs METIS)")
+    ap.add_argument("--skip-dgl", action="store_true", help="skip DGL's METIS (e.g. where it does not fit)")
+    ap.add_argument("--distdgl", action="store_true", help="also time the DistDGL export from our assignment")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
 
-    import contextlib
-    import io
-
-    import dgl
-    import numpy as np
-
-    from graphs.partition import (
-        core_and_halo,
-        csr_indptr,
-        dgl_graph,
-        metis_assign,
-        partition_metrics,
-        random_assign,
-        read_edges,
-        write_distdgl,
-    )
-    from graphs.storage import peak_rss_bytes
-
     work = args.work.resolve()
-    canonical = canonical_graph_for(args.nodes, args.edges, work, args.landing)
+    landing = str(args.landing.resolve()) if args.landing else None
+    canonical = run_in_child(_build, args.nodes, args.edges, str(work), landing)["canonical"]
+    facts = json.loads((Path(canonical) / "summary.json").read_text())
     k = args.parts
 
-    # The child first: on Linux a spawned child inherits its parent's peak RSS reading.
+    rows = {"ours": run_in_child(_ours, canonical, k)}
+    if not args.skip_dgl:
+        rows["dgl"] = run_in_child(_dgl, canonical, k)
     stage_out = work / "partition-stage"
     shutil.rmtree(stage_out, ignore_errors=True)
-    stage = run_in_child(_stage, str(canonical), str(stage_out), k)
+    stage = run_in_child(_stage, canonical, str(stage_out), k)
     shutil.rmtree(stage_out, ignore_errors=True)
+    distdgl = None
+    if args.distdgl:
+        out = work / "partition-distdgl"
+        shutil.rmtree(out, ignore_errors=True)
+        distdgl = run_in_child(_distdgl, canonical, str(out), k)
+        shutil.rmtree(out, ignore_errors=True)
 
-    t = time.perf_counter()
-    n, src, dst = read_edges(canonical)
-    indptr = csr_indptr(src, n)
-    t_load = time.perf_counter() - t
-    g = dgl_graph(indptr, dst)
-    with contextlib.redirect_stdout(io.StringIO()):
-        t_dgl, dgl_part = _best(lambda: dgl.metis_partition_assignment(g, k), args.repeat)
-    t_ours, part = _best(lambda: metis_assign((indptr, dst), k), args.repeat)
-    same = bool(np.array_equal(dgl_part.numpy(), part))
-
-    t_random, random_part = _best(lambda: random_assign(n, k, 0), 1)
-    t = time.perf_counter()
-    halos = core_and_halo(src, dst, part, k)[1]
-    t_halo = time.perf_counter() - t
-    metis = partition_metrics(src, dst, part, k, halos)
-    random = partition_metrics(src, dst, random_part, k, core_and_halo(src, dst, random_part, k)[1])
-
-    # each writer gets a freshly built graph, so neither inherits the other's cached formats
-    out = work / "partition-distdgl"
-    shutil.rmtree(out, ignore_errors=True)
-    t = time.perf_counter()
-    write_distdgl(dgl_graph(indptr, dst), part, k, out / "ours", "bench")
-    t_write = time.perf_counter() - t
-    t_native = None
-    if not args.skip_native:
-        t = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()):
-            dgl.distributed.partition_graph(
-                dgl_graph(indptr, dst), "bench", k, str(out / "native"), part_method="metis"
-            )
-        t_native = time.perf_counter() - t
-    shutil.rmtree(out, ignore_errors=True)
-    rss_main = peak_rss_bytes()
-
-    print(
-        f"\ngraph: {n:,} nodes, {len(dst):,} "
-        f"canonical (directed) edges, k = {k} parts; edges loaded + CSR in {t_load:.2f} s"
-    )
-    print(f"{'METIS assignment':<52}{'seconds':>9}")
-    print(f"{'dgl.metis_partition_assignment (graph prebuilt)':<52}{t_dgl:>9.2f}")
-    print(f"{'ours metis_assign (builds graph from CSR, int32)':<52}{t_ours:>9.2f}")
-    print(f"ratio ours / dgl: {t_ours / t_dgl:.3f} (target <= 1.15); same assignment: {same}")
-    print(f"\n{'metric':<22}{'METIS':>12}{'random':>12}")
-    for name in ("edge_cut_ratio", "node_balance", "edge_balance", "halo_replication"):
-        print(f"{name:<22}{metis[name]:>12.4f}{random[name]:>12.4f}")
-    print(f"{'assign seconds':<22}{t_ours:>12.2f}{t_random:>12.3f}")
-    print(
-        f"edge-cut ratio METIS / random: {metis['edge_cut_ratio'] / random['edge_cut_ratio']:.3f}; "
-        f"halos computed in {t_halo:.2f} s"
-    )
-    print("\nDistDGL format")
-    print(f"{'ours: write_distdgl from our assignment':<52}{t_write:>9.2f} s")
-    if t_native is not None:
+    gb = 2**30
+    print(f"\ngraph: {facts['nodes']:,} nodes, {facts['edges']:,} canonical (directed) edges, k = {k} parts")
+    print("| METIS | load s | METIS s | peak RSS GB | RSS above imports GB | edge cut |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    names = {"ours": "ours: read_csr + metis_assign_csr (pymetis)", "dgl": "DGL: dgl.metis_partition_assignment"}
+    for name, r in rows.items():
         print(
-            f"{'DGL partition_graph(part_method=metis)':<52}{t_native:>9.2f} s"
-            f"  = {t_native / t_dgl:.2f}x the assignment alone; ours saves {t_native - t_write:.1f} s"
+            f"| {names[name]} | {r['load']:.2f} | {r['seconds']:.2f} | {r['rss'] / gb:.2f} | "
+            f"{(r['rss'] - r['base']) / gb:.2f} | {r['cut']:,} |"
         )
-    print(f"peak RSS of this process: {rss_main / 2**30:.2f} GB")
+    result = {"nodes": facts["nodes"], "edges": facts["edges"], "parts": k, **rows, "stage": stage}
+    if "dgl" in rows:
+        ours, dgl = rows["ours"], rows["dgl"]
+        ratios = {
+            "time": ours["seconds"] / dgl["seconds"],
+            "cut": ours["cut"] / max(dgl["cut"], 1),
+            "rss": ours["rss"] / dgl["rss"],
+            "rss_above_imports": (ours["rss"] - ours["base"]) / max(dgl["rss"] - dgl["base"], 1),
+        }
+        result["ratios"] = ratios
+        print(
+            f"ours / DGL: METIS time {ratios['time']:.3f} (target <= 1.15), edge cut {ratios['cut']:.3f} "
+            f"(target <= 1.05), peak RSS {ratios['rss']:.3f} ({ratios['rss_above_imports']:.3f} above imports)"
+        )
     steps = ", ".join(f"{name} {v:.2f}" for name, v in stage["steps"].items())
     print(
-        f"\nwhole stage build_partitions (fresh process): {stage['seconds']:.2f} s, peak RSS "
-        f"{stage['rss'] / 2**30:.2f} GB ({(stage['rss'] - stage['base']) / 2**30:.2f} GB above imports)"
+        f"\nwhole stage build_partitions, DistDGL off (fresh process): {stage['seconds']:.2f} s, peak RSS "
+        f"{stage['rss'] / gb:.2f} GB ({(stage['rss'] - stage['base']) / gb:.2f} GB above imports); steps (s): {steps}"
     )
-    print(f"  steps (s): {steps}")
+    if distdgl is not None:
+        result["distdgl"] = distdgl
+        print(
+            f"DistDGL export (write_distdgl, DGL's writer): {distdgl['seconds']:.2f} s, peak RSS "
+            f"{distdgl['rss'] / gb:.2f} GB vs {distdgl['before'] / gb:.2f} GB with the CSR and parts alone"
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2))
 
 
 if __name__ == "__main__":

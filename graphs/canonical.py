@@ -49,6 +49,7 @@ both output edges. The summary counts the rows combined into duplicates
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -175,6 +176,32 @@ def edge_files_of(dataset_dir: str | os.PathLike) -> list[Path]:
 def is_dataset_folder(path: str | os.PathLike) -> bool:
     """Whether `path` is a folder holding edge files (see `edge_files_of`)."""
     return Path(path).is_dir() and bool(edge_files_of(path))
+
+
+READY_MARKER = "_SUCCESS"
+
+
+def landing_fingerprint(dataset_dir: str | os.PathLike) -> str:
+    """16 hex digits over the relative path, size and mtime of every Parquet file under a
+    landing folder: what canonical_graph records as `landing_fingerprint` and what the landing
+    sensor compares with, so files changed since the last ingest are noticed and nothing else."""
+    root = Path(dataset_dir)
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*.parquet")):
+        st = p.stat()
+        h.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:16]
+
+
+def landing_marked_ready(dataset_dir: str | os.PathLike) -> bool:
+    """Whether the folder holds a `_SUCCESS` marker at least as new as every Parquet file in it
+    (a copy that writes the marker last says "complete" without waiting for a second look)."""
+    root = Path(dataset_dir)
+    marker = root / READY_MARKER
+    if not marker.is_file():
+        return False
+    newest = max((p.stat().st_mtime_ns for p in root.rglob("*.parquet")), default=0)
+    return marker.stat().st_mtime_ns >= newest
 
 
 def has_training_labels(summary: dict) -> bool:
@@ -712,10 +739,18 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
     label = np.full(n, -1, dtype=np.int32)
     vocab = ["train", "val", "test", "other"]  # split names; codes index this list
     split = np.full(n, 3, dtype=np.int32)
-    facts = {"has_labels": False, "split_generated": False}
+    facts = {
+        "has_labels": False,
+        "split_generated": False,
+        "nodes_without_node_row": 0,
+        "null_labels_as_unknown": 0,
+        "null_splits_as_other": 0,
+    }
     if files.nodes is not None:
         t = pq.read_table(files.nodes)
         idx = relabel(t.column("node_id"))
+        # filled, not failed: nodes met only in edges get label -1 and split 'other'
+        facts["nodes_without_node_row"] = int(n - t.num_rows)
         if t.column("node_id").null_count:
             raise InputError(f"{files.nodes}: column 'node_id' has {t.column('node_id').null_count} null values")
         counts = np.bincount(idx, minlength=n)
@@ -723,6 +758,7 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
             dup = relabel.ids[int(np.flatnonzero(counts > 1)[0])].as_py()
             raise InputError(f"{files.nodes}: column 'node_id' repeats the id {dup!r}; one row per node")
         if "label" in t.column_names:
+            facts["null_labels_as_unknown"] = int(t.column("label").null_count)
             lab = t.column("label").to_numpy(zero_copy_only=False)
             lab = np.where(pd.isna(lab), -1, lab).astype(np.int64)
             bad = (lab < -1) | (lab > MAX_LABEL)
@@ -734,6 +770,7 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
             label[idx] = lab.astype(np.int32)
             facts["has_labels"] = bool((label >= 0).any())
         if "split" in t.column_names:
+            facts["null_splits_as_other"] = int(t.column("split").null_count)
             enc = t.column("split").cast(pa.string()).fill_null("other").combine_chunks().dictionary_encode()
             for word in enc.dictionary.to_pylist():
                 if word not in vocab:
@@ -876,6 +913,8 @@ __all__ = [
     "edge_files_of",
     "has_training_labels",
     "is_dataset_folder",
+    "landing_fingerprint",
+    "landing_marked_ready",
     "edge_batches",
     "find_dataset_files",
     "read_summary",

@@ -1,22 +1,27 @@
 """METIS partitions of a canonical graph: part per node, 1-hop halos, Cluster-GCN clusters,
 and DGL's distributed partition format — with a seeded random partition as the baseline.
 
-The assignment is DGL's METIS (`dgl.metis_partition_assignment`), run on the canonical
-edges without self loops. Every node belongs to exactly one part (its *core* nodes); the
-*halo* of part p is the set of nodes outside p with an edge into p's core (the sources
-of p's in-edges, DGL's convention; for a symmetrized graph, simply the 1-hop neighbours
-of p that live elsewhere). Each part is then split into up to C clusters by METIS on its
-induced subgraph, for Cluster-GCN batching.
+The assignment is METIS 5 k-way (edge-cut objective) called through ``pymetis`` on an
+idx_t CSR streamed straight from the canonical edges (`read_csr`: the sorted dst column
+is the adjacency, the row pointers come from per-batch counts, so no src array and no
+DGL graph exist), seeded with the config's seed: the same inputs and settings give
+byte-identical files in every process. (DGL 2.1's `dgl.metis_partition_assignment`,
+kept as `metis_assign` for comparison, is not reproducible across calls, and builds
+several whole-graph copies.) Every node belongs to exactly one part (its *core* nodes);
+the *halo* of part p is the set of nodes outside p with an edge into p's core (the
+sources of p's in-edges, DGL's convention; for a symmetrized graph, simply the 1-hop
+neighbours of p that live elsewhere), computed from the CSR in chunks (`csr_halos`).
+Each part is then split into up to C clusters by seeded METIS on its induced subgraph,
+cut out of the CSR one part at a time (`csr_clusters`), for Cluster-GCN batching. A
+directed graph is partitioned on A + Aᵀ (as DGL's METIS symmetrizes).
 
-Weighted graphs (canonical edges.parquet with a ``weight`` column): DGL's METIS call takes
-no edge weights, so the assignment and the clusters come from METIS itself through
-``pymetis`` (the same METIS 5 k-way, edge-cut objective) with integer edge weights
-(`metis_edge_weights`): ``max(1, round(w * S / w_max))`` with ``S = min(1000,
-2^30 // edges)`` — the heaviest edge gets S, every edge at least 1 (weights below
-w_max / (2S) all become 1), and the total stays below 2^30 so METIS's 32-bit sums cannot
-overflow. Heavy edges are then cut less; the summary adds the cut *weight* ratio
-(``weight_cut_ratio``) beside the edge-cut ratio for METIS and the random baseline.
-A directed weighted graph is partitioned on A + Aᵀ (as DGL's METIS symmetrizes).
+Weighted graphs (canonical edges.parquet with a ``weight`` column): the same call with
+integer edge weights (`metis_edge_weights`): ``max(1, round(w * S / w_max))`` with
+``S = min(1000, 2^30 // edges)`` — the heaviest edge gets S, every edge at least 1
+(weights below w_max / (2S) all become 1), and the total stays below 2^30 so METIS's
+32-bit sums cannot overflow. Heavy edges are then cut less; the summary adds the cut
+*weight* ratio (``weight_cut_ratio``) beside the edge-cut ratio for METIS and the random
+baseline.
 
 Files written (format version 1) into `<out_dir>/`:
     part_id.npy                  int32 [n]   part of every node, 0..k-1
@@ -34,6 +39,12 @@ Files written (format version 1) into `<out_dir>/`:
 The DistDGL folder is what `dgl.distributed.load_partition(json, p)` and DistDGL's
 `DistGraph` read; node data `feat` (canonical features.npy), `label` (int64) and
 `train_mask`/`val_mask`/`test_mask` are included when the canonical graph has them.
+
+Memory: the CSR is 8 bytes per directed edge (idx_t is int64 in pymetis's wheels, so an
+int32 copy would only be widened again), METIS adds its own coarsening copies; the
+DistDGL export (`write_distdgl`, on by default) builds a DGL graph over the same arrays
+and DGL's `partition_graph` then holds several whole-graph copies (its reshuffling and
+halo subgraphs): switch it off for graphs near the memory limit.
 
 Why the DistDGL files come from our assignment: DGL 2.1's `partition_graph` accepts no
 precomputed assignment; with part_method="metis" it runs METIS again (about 2.3x the
@@ -79,7 +90,9 @@ class PartitionConfig:
     clusters_per_part: int = field(
         default=8, metadata={"help": "Cluster-GCN clusters C per part (METIS on the part's induced subgraph)."}
     )
-    seed: int = field(default=0, metadata={"help": "Seed of the random (hash) baseline partition."})
+    seed: int = field(
+        default=0, metadata={"help": "Seed of METIS (parts and clusters) and of the random (hash) baseline partition."}
+    )
     write_distdgl: bool = field(
         default=True, metadata={"help": "Also write DGL's distributed partition format under distdgl/."}
     )
@@ -154,29 +167,7 @@ def metis_assign_weighted(
     made symmetric as A + Aᵀ when it is not. `balance_edges` weighs each node by its
     degree + 1 (DGL's balance_edges uses the in-degree; + 1 keeps isolated nodes weighed).
     """
-    import pymetis
-    import scipy.sparse as sp
-
-    n = len(indptr) - 1
-    if k == 1 or n == 0:
-        return np.zeros(n, dtype=np.int32)
-    if k >= n:
-        return np.arange(n, dtype=np.int32)
-    a = sp.csr_matrix((weight, indices, indptr), shape=(n, n))
-    if not symmetric and (a != a.T).nnz:
-        a = (a + a.T).tocsr()
-    a.sort_indices()
-    dtype = pymetis.zero_copy_dtype()  # METIS's idx_t: arrays of it are passed without a copy
-    vweights = (np.diff(a.indptr) + 1).astype(dtype) if balance_edges else None
-    with _quiet():
-        _, parts = pymetis.part_graph(
-            k,
-            pymetis.CSRAdjacency(a.indptr.astype(dtype), a.indices.astype(dtype)),
-            eweights=metis_edge_weights(a.data).astype(dtype),
-            vweights=vweights,
-            options=pymetis.Options(seed=0),
-        )
-    return np.asarray(parts, dtype=np.int32)
+    return metis_assign_csr(indptr, indices, k, balance_edges, symmetric, weight=weight)
 
 
 def csr_indptr(src: np.ndarray, n: int) -> np.ndarray:
@@ -184,6 +175,214 @@ def csr_indptr(src: np.ndarray, n: int) -> np.ndarray:
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
     return indptr
+
+
+def metis_idx_dtype() -> np.dtype:
+    """METIS's idx_t as built into pymetis (int64 in the PyPI wheels): CSR arrays of this
+    dtype reach METIS without a copy."""
+    import pymetis
+
+    return np.dtype(pymetis.zero_copy_dtype())
+
+
+def read_csr(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarray]:
+    """(n, indptr, indices) of a canonical graph in METIS's idx_t, streamed from edges.parquet.
+
+    The edges are sorted by (src, dst), so `indices` is the dst column and `indptr` comes from
+    per-batch counts of src: no src array and no Arrow table is ever whole in memory; the
+    peak is the CSR itself plus one batch.
+    """
+    canonical = Path(canonical_dir)
+    facts = read_summary(canonical)
+    n, m = int(facts["nodes"]), int(facts["edges"])
+    path = canonical / "edges.parquet"
+    dtype = metis_idx_dtype()
+    counts = np.zeros(n + 1, dtype=dtype)
+    indices = np.empty(m, dtype=dtype)
+    k, last = 0, -1
+    for s, d in edge_batches(canonical):
+        if not len(s):
+            continue
+        if k + len(s) > m:
+            raise ValueError(f"{path}: holds more than the {m} edges summary.json gives")
+        if s[0] < last or (len(s) > 1 and np.any(s[1:] < s[:-1])):
+            raise ValueError(f"{path}: src is not sorted ascending (re-materialize canonical_graph)")
+        if s[-1] >= n or d.min() < 0 or d.max() >= n:
+            raise ValueError(f"{path}: node ids outside 0..{n - 1} (summary.json gives {n} nodes)")
+        counts[s[0] + 1 : s[-1] + 2] += np.bincount(s - s[0])
+        indices[k : k + len(s)] = d
+        k, last = k + len(s), s[-1]
+    if k != m:
+        raise ValueError(f"{path}: holds {k} edges but summary.json says {m}")
+    np.cumsum(counts, out=counts)
+    return n, counts, indices
+
+
+def _row_chunks(indptr: np.ndarray, edges_per_chunk: int = 1 << 22):
+    """(row0, row1) ranges of the CSR holding about `edges_per_chunk` edges each."""
+    n = len(indptr) - 1
+    m = int(indptr[-1])
+    cuts = np.searchsorted(indptr, np.arange(0, m, edges_per_chunk, dtype=np.int64), side="right") - 1
+    bounds = np.unique(np.concatenate([[0], np.clip(cuts, 0, n), [n]]))
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+
+
+def _csr_edges(indptr: np.ndarray, indices: np.ndarray, edges_per_chunk: int = 1 << 22):
+    """(edge slice, src, dst) of the CSR in chunks, src rebuilt per chunk only."""
+    for r0, r1 in _row_chunks(indptr, edges_per_chunk):
+        e0, e1 = int(indptr[r0]), int(indptr[r1])
+        if e1 == e0:
+            continue
+        src = np.repeat(np.arange(r0, r1, dtype=np.int64), np.diff(indptr[r0 : r1 + 1]))
+        yield slice(e0, e1), src, indices[e0:e1]
+
+
+def metis_assign_csr(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    k: int,
+    balance_edges: bool = False,
+    symmetric: bool = False,
+    weight: np.ndarray | None = None,
+    seed: int = 0,
+) -> np.ndarray:
+    """int32 part id per node from METIS 5 k-way (pymetis, edge-cut objective, seeded).
+
+    Deterministic: the same CSR, k and seed give the same assignment in every process. The
+    CSR must have no self loops (canonical graphs have none). Unless `symmetric` says it
+    already is, it is made symmetric as A + Aᵀ when it is not (as DGL's METIS does).
+    `weight` (float per edge) becomes integer METIS edge weights (`metis_edge_weights`).
+    `balance_edges` weighs each node by its degree + 1 (DGL's balance_edges uses the
+    in-degree; + 1 keeps isolated nodes weighed). A symmetric CSR already in METIS's idx_t
+    (`read_csr`) is handed over without a copy.
+    """
+    import pymetis
+
+    n = len(indptr) - 1
+    if k == 1 or n == 0:
+        return np.zeros(n, dtype=np.int32)
+    if k >= n:
+        return np.arange(n, dtype=np.int32)
+    dtype = metis_idx_dtype()
+    if not symmetric:
+        import scipy.sparse as sp
+
+        data = weight if weight is not None else np.ones(len(indices), dtype=np.float32)
+        a = sp.csr_matrix((data, indices, indptr), shape=(n, n))
+        if (a != a.T).nnz:
+            a = (a + a.T).tocsr()
+            a.sort_indices()
+            indptr, indices = a.indptr, a.indices
+            weight = a.data if weight is not None else None
+        del a
+    xadj, adjncy = np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype)
+    vweights = (np.diff(xadj) + 1).astype(dtype) if balance_edges else None
+    eweights = metis_edge_weights(weight).astype(dtype) if weight is not None else None
+    with _quiet():
+        _, parts = pymetis.part_graph(
+            k,
+            pymetis.CSRAdjacency(xadj, adjncy),
+            eweights=eweights,
+            vweights=vweights,
+            options=pymetis.Options(seed=int(seed)),
+        )
+    return np.asarray(parts, dtype=np.int32)
+
+
+def csr_halos(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, k: int, budget_bytes: int = 1 << 28):
+    """Per part: ascending core node ids and ascending halo node ids (int64), from the CSR
+    in chunks. The halo of part p: nodes outside p with an edge into p's core (the sources of
+    its in-edges). Marks go into a bool [parts, n] table for as many parts at a time as fit
+    in `budget_bytes`, one pass over the edges per group."""
+    n = len(part)
+    order = np.argsort(part, kind="stable")
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=k))])
+    cores = [order[bounds[p] : bounds[p + 1]].astype(np.int64) for p in range(k)]
+    del order
+    halos: list[np.ndarray] = []
+    group = max(1, min(k, budget_bytes // max(n, 1)))
+    for p0 in range(0, k, group):
+        p1 = min(k, p0 + group)
+        mark = np.zeros((p1 - p0, n), dtype=bool)
+        for _, src, dst in _csr_edges(indptr, indices):
+            ps, pd = part[src], part[dst]
+            sel = (ps != pd) & (pd >= p0) & (pd < p1)
+            mark[pd[sel] - p0, src[sel]] = True
+        halos.extend(np.flatnonzero(row).astype(np.int64) for row in mark)
+        del mark
+    return cores, halos
+
+
+def csr_metrics(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    part: np.ndarray,
+    k: int,
+    halos: list[np.ndarray],
+    weight: np.ndarray | None = None,
+) -> dict:
+    """`partition_metrics` over the CSR in chunks (no whole src array)."""
+    n, m = len(part), len(indices)
+    nodes = np.bincount(part, minlength=k)
+    edges = np.zeros(k, dtype=np.int64)
+    cut, cut_weight = 0, 0.0
+    for sl, src, dst in _csr_edges(indptr, indices):
+        pd = part[dst]
+        edges += np.bincount(pd, minlength=k)
+        is_cut = part[src] != pd
+        cut += int(np.count_nonzero(is_cut))
+        if weight is not None:
+            cut_weight += float(weight[sl][is_cut].sum())
+    return _metrics(n, m, k, nodes, edges, cut, halos, cut_weight, weight)
+
+
+def induced_csr(
+    indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, local: np.ndarray, weight: np.ndarray | None = None
+):
+    """(indptr, indices, weight or None) of the subgraph induced by ascending `nodes`, ids
+    local 0..len-1. `local` is an int64 [n] scratch array of -1 (left as it was found)."""
+    local[nodes] = np.arange(len(nodes), dtype=np.int64)
+    starts = np.asarray(indptr[nodes], dtype=np.int64)
+    counts = np.asarray(indptr[nodes + 1], dtype=np.int64) - starts
+    total = int(counts.sum())
+    first = np.cumsum(counts) - counts  # position of each row's first edge in the gathered list
+    offs = np.repeat(starts - first, counts) + np.arange(total, dtype=np.int64)
+    nbr = local[indices[offs]]
+    keep = nbr >= 0
+    rows = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)[keep]
+    sub_indptr = np.zeros(len(nodes) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=len(nodes)), out=sub_indptr[1:])
+    local[nodes] = -1
+    return sub_indptr, nbr[keep], (weight[offs][keep] if weight is not None else None)
+
+
+def csr_clusters(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    cores: list[np.ndarray],
+    clusters_per_part: int,
+    weight: np.ndarray | None = None,
+    symmetric: bool = False,
+    seed: int = 0,
+) -> np.ndarray:
+    """int32 global cluster id p * C + c: seeded METIS into C clusters on each part's induced
+    subgraph, cut out of the CSR one part at a time (a part without inner edges: contiguous chunks)."""
+    C = clusters_per_part
+    n = len(indptr) - 1
+    cluster = np.empty(n, dtype=np.int32)
+    local = np.full(n, -1, dtype=np.int64)
+    for p, core in enumerate(cores):
+        c = min(C, len(core))
+        if c <= 1:
+            local_part = np.zeros(len(core), dtype=np.int32)
+        else:
+            sub_ptr, sub_idx, sub_w = induced_csr(indptr, indices, core, local, weight)
+            if len(sub_idx) == 0:
+                local_part = (np.arange(len(core)) * c // len(core)).astype(np.int32)
+            else:
+                local_part = metis_assign_csr(sub_ptr, sub_idx, c, symmetric=symmetric, weight=sub_w, seed=seed)
+        cluster[core] = p * C + local_part
+    return cluster
 
 
 def dgl_graph(indptr: np.ndarray, indices: np.ndarray):
@@ -270,11 +469,17 @@ def partition_metrics(
     edges = np.bincount(part[dst], minlength=k)
     is_cut = part[src] != part[dst]
     cut = int(np.count_nonzero(is_cut))
+    cut_weight = float(weight[is_cut].sum()) if weight is not None else None
+    return _metrics(n, m, k, nodes, edges, cut, halos, cut_weight, weight)
+
+
+def _metrics(n, m, k, nodes, edges, cut, halos, cut_weight, weight) -> dict:
+    """The metrics dict of `partition_metrics` and `csr_metrics` (one owner of its keys)."""
     halo_sizes = np.array([len(h) for h in halos], dtype=np.int64)
     weighted = {}
     if weight is not None:
         total = float(weight.sum())
-        weighted["weight_cut_ratio"] = float(weight[is_cut].sum()) / total if total else 0.0
+        weighted["weight_cut_ratio"] = cut_weight / total if total else 0.0
     return {
         **weighted,
         "edge_cut": cut,
@@ -286,33 +491,6 @@ def partition_metrics(
         "edges_per_part": edges.tolist(),
         "halo_per_part": halo_sizes.tolist(),
     }
-
-
-def cluster_assign(
-    graph, part: np.ndarray, cores: list[np.ndarray], clusters_per_part: int, weighted=None, symmetric: bool = False
-) -> np.ndarray:
-    """int32 global cluster id p * C + c: METIS into C clusters on each part's induced subgraph
-    (with integer edge weights when `weighted`, the graph's weights as a scipy CSR matrix, is given)."""
-    import dgl
-    import torch
-
-    C = clusters_per_part
-    cluster = np.empty(len(part), dtype=np.int32)
-    for p, core in enumerate(cores):
-        c = min(C, len(core))
-        if c <= 1:
-            local = np.zeros(len(core), dtype=np.int32)
-        else:
-            sub = dgl.node_subgraph(graph, torch.from_numpy(core), store_ids=False)
-            if sub.num_edges() == 0:  # METIS has nothing to cut: contiguous chunks
-                local = (np.arange(len(core)) * c // len(core)).astype(np.int32)
-            elif weighted is not None:
-                w_sub = weighted[core][:, core]
-                local = metis_assign_weighted(w_sub.indptr, w_sub.indices, w_sub.data, c, symmetric=symmetric)
-            else:
-                local = metis_assign(sub, c)
-        cluster[core] = p * C + local
-    return cluster
 
 
 def partition_problems(part: np.ndarray, k: int, cores: list[np.ndarray]) -> list[str]:
@@ -413,48 +591,35 @@ def build_partitions(
 
     Returns the summary dict (also summary.json) with "metis" and "random" metrics side by side.
     """
-    import dgl  # noqa: F401  (imported before the clock starts: ~3 s the first time)
-
     cfg = cfg or PartitionConfig()
     k = cfg.num_parts
     canonical = Path(canonical_dir)
     t0 = time.perf_counter()
-    n, src, dst = read_edges(canonical)
+    n, indptr, indices = read_csr(canonical)
     weight = read_edge_weights(canonical)
     symmetrized = bool(read_summary(canonical).get("symmetrized", True))
-    indptr = csr_indptr(src, n)
-    graph = dgl_graph(indptr, dst)
     seconds = {"load": time.perf_counter() - t0}
 
     t = time.perf_counter()
     random_part = random_assign(n, k, cfg.seed)
     seconds["random_assign"] = time.perf_counter() - t
-    random_cores, random_halos = core_and_halo(src, dst, random_part, k)
-    random = partition_metrics(src, dst, random_part, k, random_halos, weight)
+    random_halos = csr_halos(indptr, indices, random_part, k)[1]
+    random = csr_metrics(indptr, indices, random_part, k, random_halos, weight)
     random.update(seconds=round(seconds["random_assign"], 3), peak_rss_bytes=peak_rss_bytes())
-    del random_cores, random_halos
+    del random_halos, random_part
 
     t = time.perf_counter()
-    if weight is not None:
-        part = metis_assign_weighted(indptr, dst, weight, k, cfg.balance_edges, symmetric=symmetrized)
-    else:
-        part = metis_assign(graph, k, cfg.balance_edges)
+    part = metis_assign_csr(indptr, indices, k, cfg.balance_edges, symmetrized, weight=weight, seed=cfg.seed)
     seconds["metis_assign"] = time.perf_counter() - t
     metis_rss = peak_rss_bytes()
     t = time.perf_counter()
-    cores, halos = core_and_halo(src, dst, part, k)
+    cores, halos = csr_halos(indptr, indices, part, k)
     seconds["halo"] = time.perf_counter() - t
-    metis = partition_metrics(src, dst, part, k, halos, weight)
+    metis = csr_metrics(indptr, indices, part, k, halos, weight)
     metis.update(seconds=round(seconds["metis_assign"], 3), peak_rss_bytes=metis_rss)
-    del src
 
     t = time.perf_counter()
-    weighted = None
-    if weight is not None:
-        import scipy.sparse as sp
-
-        weighted = sp.csr_matrix((weight, dst, indptr), shape=(n, n))
-    cluster = cluster_assign(graph, part, cores, cfg.clusters_per_part, weighted, symmetrized)
+    cluster = csr_clusters(indptr, indices, cores, cfg.clusters_per_part, weight, symmetrized, cfg.seed)
     seconds["clusters"] = time.perf_counter() - t
 
     with atomic_output_dir(out_dir) as tmp:
@@ -466,16 +631,18 @@ def build_partitions(
             np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
         if cfg.write_distdgl:
             t = time.perf_counter()
+            graph = dgl_graph(indptr, indices)  # only here: DGL's writer needs the whole graph
             for name, values in _node_data(canonical, n).items():
                 graph.ndata[name] = values
             orig_nids = write_distdgl(graph, part, k, tmp / "distdgl", graph_name)
             np.save(tmp / "distdgl" / "orig_nids.npy", orig_nids)
+            del graph, orig_nids
             seconds["distdgl_write"] = time.perf_counter() - t
         _plot_sizes(metis, random, tmp / "partition_sizes.png")
         summary = {
             "format_version": FORMAT_VERSION,
             "nodes": n,
-            "edges": int(len(dst)),
+            "edges": int(len(indices)),
             "num_parts": k,
             "balance_edges": cfg.balance_edges,
             "weighted": weight is not None,
@@ -529,7 +696,13 @@ __all__ = [
     "FORMAT_VERSION",
     "PartitionConfig",
     "build_partitions",
-    "cluster_assign",
+    "csr_clusters",
+    "csr_halos",
+    "csr_metrics",
+    "induced_csr",
+    "metis_assign_csr",
+    "metis_idx_dtype",
+    "read_csr",
     "core_and_halo",
     "csr_indptr",
     "dgl_graph",

@@ -13,10 +13,82 @@ every landing sub-folder as a partition of the Dagster instance in $DAGSTER_HOME
 from __future__ import annotations
 
 import argparse
+import atexit
 import dataclasses
 import json
+import os
 import sys
+import time
 import typing
+from datetime import datetime, timezone
+from pathlib import Path
+
+DAGSTER_HOME_MISSING = (
+    "DAGSTER_HOME is not set, so Dagster uses a throw-away instance that knows no dataset partitions "
+    "and keeps no run history; export DAGSTER_HOME=$PWD/.dagster_home (the one the Makefile, make demo and "
+    "make ui use) and run `gnnflow datasets sync` before the dagster command"
+)
+
+
+def warn_if_dagster_home_missing() -> None:
+    """In the `dagster` CLI without DAGSTER_HOME: say so as the last line the user sees.
+
+    The CLI then runs against an ephemeral instance and fails with a partition error that does
+    not mention DAGSTER_HOME; an exit handler prints the cause after Dagster's own output."""
+    if os.environ.get("DAGSTER_HOME") or Path(sys.argv[0]).name not in ("dagster", "dagster-daemon"):
+        return
+    atexit.register(lambda: print(f"gnnflow: {DAGSTER_HOME_MISSING}", file=sys.stderr))
+
+
+def failure_causes(instance, since: float) -> list[str]:
+    """One line per failed step of the runs created after `since` (a timestamp): the asset,
+    the dataset and the cause (a `dagster.Failure`'s description, which names the file and
+    column for bad input; else the innermost error's first line)."""
+    import dagster as dg
+
+    lines = []
+    runs = instance.get_runs(
+        filters=dg.RunsFilter(
+            statuses=[dg.DagsterRunStatus.FAILURE], created_after=datetime.fromtimestamp(since, tz=timezone.utc)
+        )
+    )
+    for run in runs:
+        for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
+            event = record.dagster_event
+            data = event.step_failure_data
+            if data.user_failure_data is not None and data.user_failure_data.description:
+                cause = data.user_failure_data.description
+            else:
+                err = data.error
+                while err is not None and err.cause is not None:
+                    err = err.cause
+                cause = err.message.strip().splitlines()[0] if err is not None else "unknown error"
+            where = f" ({run.tags['dagster/partition']})" if "dagster/partition" in run.tags else ""
+            lines.append(f"{event.step_key}{where} failed: {cause}")
+    return lines
+
+
+def summarize_failures_at_exit() -> None:
+    """In `dagster asset materialize` / `dagster job execute`: after Dagster's "Materialization
+    failed" and its tracebacks, print each failed step's one-line cause as the last lines."""
+    if Path(sys.argv[0]).name != "dagster" or not os.environ.get("DAGSTER_HOME"):
+        return
+    if not ({"materialize", "execute"} & set(sys.argv[1:3])):
+        return
+    since = time.time()
+
+    def report() -> None:
+        import dagster as dg
+
+        try:
+            with dg.DagsterInstance.get() as instance:
+                lines = failure_causes(instance, since)
+        except Exception:  # never mask Dagster's own exit with ours
+            return
+        for line in lines:
+            print(f"gnnflow: {line}", file=sys.stderr)
+
+    atexit.register(report)
 
 
 def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) -> None:
@@ -67,6 +139,9 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
     from assets.common import GnnflowStorage, dataset_partitions
     from pipelines.sensors import register_datasets
 
+    if not os.environ.get("DAGSTER_HOME"):
+        print(f"gnnflow datasets: {DAGSTER_HOME_MISSING}", file=sys.stderr)
+        return 2
     storage = GnnflowStorage.from_env()
     instance = dg.DagsterInstance.get()
     if args.action == "sync":

@@ -11,9 +11,14 @@ from assets.evaluation import evaluation, promotion
 from assets.metis_partitions import metis_partitions
 from assets.minibatch_shards import minibatch_shards
 from assets.normalized_adjacency import normalized_adjacency
+from assets.predictions import predictions
 from assets.trained_model import trained_model
+from pipelines.cli import summarize_failures_at_exit, warn_if_dagster_home_missing
 from pipelines.schedules import make_retrain_schedule
 from pipelines.sensors import make_landing_sensor
+
+warn_if_dagster_home_missing()
+summarize_failures_at_exit()
 
 ALL_ASSETS = [
     canonical_graph,
@@ -52,14 +57,23 @@ preprocess_job = dg.define_asset_job(
 
 retrain_job = dg.define_asset_job(
     "retrain",
-    selection=dg.AssetSelection.assets(minibatch_shards).downstream(),
+    # predictions (the predict job) is left out: it does not wait for promotion, so in this job it
+    # could score with the model that promotion is about to replace
+    selection=dg.AssetSelection.assets(minibatch_shards).downstream() - dg.AssetSelection.assets(predictions),
     description="New samples onwards: minibatch_shards, trained_model, evaluation, promotion "
     "(what the retraining schedule runs).",
 )
 
+predict_job = dg.define_asset_job(
+    "predict",
+    selection=dg.AssetSelection.assets(canonical_graph, normalized_adjacency, predictions),
+    description="Score a dataset's current landing files with its promoted (else latest) trained model, "
+    "without retraining: canonical_graph, normalized_adjacency, then predictions.",
+)
+
 defs = dg.Definitions(
-    assets=ALL_ASSETS,
-    jobs=[pipeline_job, ingest_job, train_job, preprocess_job, retrain_job],
+    assets=[*ALL_ASSETS, predictions],
+    jobs=[pipeline_job, ingest_job, train_job, preprocess_job, retrain_job, predict_job],
     schedules=[make_retrain_schedule(retrain_job)],
     sensors=[make_landing_sensor(ALL_ASSETS)],
     resources={"storage": GnnflowStorage.from_env()},

@@ -1,14 +1,25 @@
 """The landing sensor: every landing sub-folder becomes a `dataset` partition, and a change
-to its files requests a run of the stages that dataset can feed.
+to its files requests a run of the stages that dataset can feed, once the files are stable.
 
-A dataset whose nodes.parquet holds no labels gets the preprocessing stages only; assets
-tagged `gnnflow/needs: labels` (sampling for training, training) are left out for it.
-The cursor keeps one fingerprint (names, sizes, mtimes of its Parquet files) per dataset.
+What counts as a change: the landing files' fingerprint (`graphs.canonical.landing_fingerprint`:
+names, sizes, mtimes of the Parquet files) differs from the one recorded in the metadata of the
+dataset's latest canonical_graph materialization in the instance (`landing_fingerprint`),
+whoever launched it (`make demo`, a CLI run with tuned settings, the UI). A dataset whose
+files were ingested as they are requests nothing, even the first time the sensor sees it.
+
+When it is stable: a changed fingerprint is requested once it is the same on two
+consecutive ticks (the sensor runs every 30 s), or at once when the folder holds a
+`_SUCCESS` marker newer than every Parquet file (write it last when copying). A file still
+being copied changes size or mtime between ticks, so its dataset waits.
+
+The cursor holds, per dataset, the fingerprint seen at the previous tick (`pending`) and the
+fingerprint last requested (`requested`, so a failed run is not relaunched every tick; the
+next change of the files is). A dataset whose nodes.parquet holds no labels gets the
+preprocessing stages only; assets tagged `gnnflow/needs: labels` are left out for it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 from typing import Sequence
@@ -17,16 +28,21 @@ import dagster as dg
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
+from assets.common import LANDING_FINGERPRINT, NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
+from graphs.canonical import landing_fingerprint, landing_marked_ready
+
+INGEST_ASSET = dg.AssetKey("canonical_graph")
 
 
-def folder_fingerprint(folder: Path) -> str:
-    """Hash of the relative path, size and mtime of every Parquet file under `folder`."""
-    h = hashlib.sha256()
-    for p in sorted(folder.rglob("*.parquet")):
-        st = p.stat()
-        h.update(f"{p.relative_to(folder)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
+def ingested_fingerprint(instance: dg.DagsterInstance, dataset: str) -> str | None:
+    """The `landing_fingerprint` recorded by the dataset's latest canonical_graph materialization."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=INGEST_ASSET, asset_partitions=[dataset]), limit=1
+    ).records
+    if not records:
+        return None
+    entry = records[0].asset_materialization.metadata.get(LANDING_FINGERPRINT)
+    return None if entry is None else str(entry.value)
 
 
 def dataset_has_labels(folder: Path) -> bool:
@@ -77,35 +93,56 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
         target=every,
         minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description="Registers landing sub-folders as dataset partitions and runs the pipeline when their files change.",
+        description="Registers landing sub-folders as dataset partitions and runs the pipeline for a dataset "
+        "whose files differ from the ones its latest canonical_graph ingested, once they are stable.",
     )
     def landing_sensor(context: dg.SensorEvaluationContext, storage: GnnflowStorage) -> dg.SensorResult:
-        seen: dict[str, str] = json.loads(context.cursor) if context.cursor else {}
+        state = json.loads(context.cursor) if context.cursor else {}
+        pending: dict[str, str] = dict(state.get("pending", {})) if isinstance(state, dict) else {}
+        requested: dict[str, str] = dict(state.get("requested", {})) if isinstance(state, dict) else {}
         names = storage.landing_datasets()
         for bad in storage.landing_folders_with_bad_names():
             context.log.warning(f"ignored landing folder {bad!r}: not a valid dataset name (see validate_dataset_name)")
         new_partitions = unregistered_datasets(context.instance, names)
-        runs = []
-        current = {}
+        runs, waiting = [], []
         for name in names:
             folder = storage.landing_dir(name)
-            fp = folder_fingerprint(folder)
-            current[name] = fp
-            if seen.get(name) == fp:
+            fp = landing_fingerprint(folder)
+            if fp == ingested_fingerprint(context.instance, name):
+                pending.pop(name, None)
+                requested.pop(name, None)
                 continue
+            if requested.get(name) == fp:  # already asked for these files; their run decides
+                continue
+            if not (landing_marked_ready(folder) or pending.get(name) == fp):
+                pending[name] = fp
+                waiting.append(name)
+                continue
+            pending.pop(name, None)
+            requested[name] = fp
             labelled = dataset_has_labels(folder)
             selection = every if labelled else [k for k in every if k not in needs_labels]
             context.log.info(
-                f"dataset '{name}' changed ({'with' if labelled else 'without'} labels): "
+                f"dataset '{name}' changed since its last ingest ({'with' if labelled else 'without'} labels): "
                 f"requesting {', '.join(k.to_user_string() for k in selection)}"
             )
             runs.append(dg.RunRequest(run_key=f"{name}:{fp}", partition_key=name, asset_selection=selection))
+        for name in list(pending):
+            if name not in names:
+                del pending[name]
         requests = [dataset_partitions.build_add_request(new_partitions)] if new_partitions else []
+        if waiting:
+            context.log.info(f"waiting for the files of {', '.join(waiting)} to stay unchanged until the next tick")
+        skip = None
+        if not runs and not requests:
+            skip = (
+                f"files still changing: {', '.join(waiting)}" if waiting else "every landing folder is as last ingested"
+            )
         return dg.SensorResult(
             run_requests=runs,
             dynamic_partitions_requests=requests,
-            cursor=json.dumps(current, sort_keys=True),
-            skip_reason=None if runs or requests else "no landing folder changed",
+            cursor=json.dumps({"pending": pending, "requested": requested}, sort_keys=True),
+            skip_reason=skip,
         )
 
     return landing_sensor

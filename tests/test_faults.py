@@ -118,7 +118,7 @@ def test_training_killed_mid_epoch_resumes_from_its_checkpoint(dataset, tmp_path
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "resuming from" in again.stdout
     epochs = pq.read_table(out / "metrics.parquet").column("epoch").to_pylist()
-    assert sorted(set(epochs)) == list(range(16)) and len(epochs) == 16  # each epoch once, none lost
+    assert sorted(set(epochs)) == list(range(1, 17)) and len(epochs) == 16  # each epoch once (from 1), none lost
     assert list(out.parent.glob(".trained_model.work-*")) == []  # the finished run removed its work folder
 
 

@@ -18,15 +18,18 @@ from graphs.canonical import build_canonical_graph
 from graphs.partition import (
     PartitionConfig,
     build_partitions,
-    cluster_assign,
     core_and_halo,
+    csr_clusters,
+    csr_halos,
     csr_indptr,
-    dgl_graph,
+    csr_metrics,
     load_parts,
     metis_assign,
+    metis_assign_csr,
     partition_metrics,
     partition_problems,
     random_assign,
+    read_csr,
     read_edges,
 )
 from tests.conftest import write_edges
@@ -162,7 +165,7 @@ def test_cluster_assign_small_parts_get_fewer_clusters():
     n = 13
     part = np.array([0] * 10 + [1] * 3, dtype=np.int32)
     cores, _ = core_and_halo(src, dst, part, 2)
-    cluster = cluster_assign(dgl_graph(csr_indptr(src, n), dst), part, cores, 4)
+    cluster = csr_clusters(csr_indptr(src, n), dst, cores, 4, symmetric=True)
     assert set(np.unique(cluster[:10])) <= {0, 1, 2, 3} and len(np.unique(cluster[:10])) == 4
     assert sorted(cluster[10:].tolist()) == [4, 5, 6]
 
@@ -191,6 +194,52 @@ def test_distdgl_format_round_trips(planted):
         np.testing.assert_array_equal(node_feats["_N/feat"].numpy(), feat[core_in_order])
         assert {"_N/train_mask", "_N/val_mask", "_N/test_mask"} <= set(node_feats)
     assert sum(len(c) for c in cores) == s["nodes"]
+
+
+def test_read_csr_and_chunked_halos_match_the_edge_arrays(planted):
+    canonical, _, parts = planted
+    n, src, dst = read_edges(canonical)
+    n2, indptr, indices = read_csr(canonical)
+    assert n2 == n and np.array_equal(indptr, csr_indptr(src, n)) and np.array_equal(indices, dst)
+    part = np.load(parts / "part_id.npy")
+    cores, halos = core_and_halo(src, dst, part, 4)
+    # tiny budget: one part per pass over the edges; same answer as the whole-array version
+    cores2, halos2 = csr_halos(indptr, indices, part, 4, budget_bytes=1)
+    assert all(np.array_equal(a, b) for a, b in zip(cores, cores2, strict=True))
+    assert all(np.array_equal(a, b) for a, b in zip(halos, halos2, strict=True))
+    w = np.linspace(0.1, 1.0, len(dst))
+    assert csr_metrics(indptr, indices, part, 4, halos2, w) == partition_metrics(src, dst, part, 4, halos, w)
+
+
+def test_metis_csr_is_deterministic_and_cuts_like_dgl(planted):
+    canonical, block, parts = planted
+    n, indptr, indices = read_csr(canonical)
+    ours = metis_assign_csr(indptr, indices, 4, symmetric=True, seed=3)
+    assert np.array_equal(ours, metis_assign_csr(indptr, indices, 4, symmetric=True, seed=3))
+    src = np.repeat(np.arange(n), np.diff(indptr))
+    dgl_part = metis_assign((indptr, indices), 4)
+    cut_ours = np.count_nonzero(ours[src] != ours[indices])
+    cut_dgl = np.count_nonzero(dgl_part[src] != dgl_part[indices])
+    assert cut_ours <= 1.05 * cut_dgl + 4
+    # a directed CSR is partitioned as A + A^T: the same parts as the symmetrized graph's
+    upper = src < indices
+    d_ptr = csr_indptr(src[upper], n)
+    assert np.array_equal(metis_assign_csr(d_ptr, indices[upper], 4, seed=3), ours)
+
+
+def test_two_runs_of_the_stage_give_identical_files(tmp_path):
+    import hashlib
+
+    planted_landing(tmp_path / "landing", seed=5)
+    build_canonical_graph(tmp_path / "landing", tmp_path / "canonical")
+    digests = []
+    for run in ("a", "b"):
+        cfg = PartitionConfig(num_parts=4, clusters_per_part=4, write_distdgl=False, seed=1)
+        build_partitions(tmp_path / "canonical", tmp_path / run, cfg, "same")
+        files = sorted(p for p in (tmp_path / run).rglob("*") if p.is_file() and p.name != "run_stats.json")
+        digests.append({str(p.relative_to(tmp_path / run)): hashlib.sha256(p.read_bytes()).hexdigest() for p in files})
+    assert "part_id.npy" in digests[0] and "cluster_id.npy" in digests[0] and "summary.json" in digests[0]
+    assert digests[0] == digests[1]
 
 
 def test_metis_assign_edge_cases():

@@ -99,22 +99,19 @@ def test_landing_sensor_registers_and_selects_by_labels(tmp_path, storage):
     sensor = make_landing_sensor(assets)
     instance = dg.DagsterInstance.ephemeral()
     ctx = dg.build_sensor_context(instance=instance, resources={"storage": storage})
-    result = sensor(ctx)
-    assert [list(r.partition_keys) for r in result.dynamic_partitions_requests] == [["labelled", "plain"]]
+    first = sensor(ctx)
+    # new folders are registered at once; their runs wait one tick for the files to settle
+    assert [list(r.partition_keys) for r in first.dynamic_partitions_requests] == [["labelled", "plain"]]
+    assert first.run_requests == []
+    instance.add_dynamic_partitions(dataset_partitions.name, ["labelled", "plain"])
+    result = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"storage": storage}))
     by_key = {r.partition_key: {k.to_user_string() for k in r.asset_selection} for r in result.run_requests}
     assert by_key == {"labelled": {"canonical_graph", "needs_labels_stage"}, "plain": {"canonical_graph"}}
-    cursor = json.loads(result.cursor)
-    assert set(cursor) == {"labelled", "plain"}
+    assert result.dynamic_partitions_requests == []
 
-    # unchanged files: no new runs; a changed file: one run for that dataset only
-    instance.add_dynamic_partitions(dataset_partitions.name, ["labelled", "plain"])
+    # the same files again: nothing new is requested (the runs asked for are pending)
     again = sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor, resources={"storage": storage}))
     assert again.run_requests == [] and again.dynamic_partitions_requests == []
-    write_edges(tmp_path / "landing" / "plain" / "edges.parquet", [1, 2, 5], [2, 3, 1])
-    third = sensor(dg.build_sensor_context(instance=instance, cursor=result.cursor, resources={"storage": storage}))
-    assert [r.partition_key for r in third.run_requests] == ["plain"]
-    assert third.run_requests[0].run_key.startswith("plain:")
-    assert third.run_requests[0].run_key != f"plain:{cursor['plain']}"
 
 
 def test_register_datasets_adds_only_new_partitions(tmp_path, storage):
@@ -195,6 +192,52 @@ def test_real_definitions_keep_label_stages_from_unlabelled_datasets():
         "metis_partitions",
         "compressed_graph",
     }
+
+
+def test_every_fill_and_drop_is_counted_in_metadata_and_logged(tmp_path, storage):
+    """Nothing silent: rows dropped and values filled by the ingest show with their counts."""
+    import logging
+
+    from assets.canonical_graph import FILLS_AND_DROPS
+
+    landing = tmp_path / "landing" / "filled"
+    write_edges(landing / "edges.parquet", [1, 2, 2, 3, 4, None], [2, 3, 3, 3, 5, 1])  # dup 2-3, loop 3-3, null
+    pq.write_table(
+        pa.table(
+            {
+                "node_id": [1, 2, 3],
+                "label": pa.array([0, None, 1], pa.int32()),
+                "split": pa.array(["train", None, "test"]),
+            }
+        ),
+        landing / "nodes.parquet",
+    )
+    feats = pa.FixedSizeListArray.from_arrays(pa.array(np.ones(4, np.float32)), 2)
+    pq.write_table(pa.table({"node_id": [1, 2], "feat": feats}), landing / "features.parquet")
+    instance = _instance_with("filled")
+    result = dg.materialize(
+        [canonical_graph], partition_key="filled", instance=instance, resources={"storage": storage}
+    )
+    md = result.asset_materializations_for_node("canonical_graph")[0].metadata
+    counts = {k: md[k].value for k in FILLS_AND_DROPS}
+    assert counts == {
+        "dropped_null_id": 1,
+        "dropped_self_loop": 1,
+        "dropped_duplicate": 1,
+        "nodes_without_node_row": 2,  # 4 and 5 appear only in edges
+        "null_labels_as_unknown": 1,
+        "null_splits_as_other": 1,
+        "nodes_without_features": 3,  # 3, 4, 5
+        "dropped_invalid_weight": 0,  # no weight column
+    }
+    assert md["disk_mb"].value > 0
+    warnings = [
+        r.user_message
+        for r in instance.all_logs(result.run_id)
+        if r.level == logging.WARNING and r.user_message.startswith("dataset 'filled':")
+    ]
+    assert len(warnings) == sum(1 for v in counts.values() if v)
+    assert "dataset 'filled': 3 nodes with no features.parquet row: a feature row of zeros" in warnings
 
 
 @pytest.mark.parametrize("recipe", sorted((Path(__file__).resolve().parents[1] / "recipes").glob("*.yaml")))

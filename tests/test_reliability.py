@@ -129,7 +129,11 @@ def test_sensor_and_sync_ignore_badly_named_landing_folders(tmp_path):
     assert storage.landing_datasets() == ["good"]
     assert storage.landing_folders_with_bad_names() == ["bad name"]
     sensor = make_landing_sensor([canonical_graph])
-    result = sensor(dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), resources={"storage": storage}))
+    instance = dg.DagsterInstance.ephemeral()
+    first = sensor(dg.build_sensor_context(instance=instance, resources={"storage": storage}))
+    assert [list(r.partition_keys) for r in first.dynamic_partitions_requests] == [["good"]]
+    # the run comes once the files stayed the same for a tick (tests/test_landing_sensor.py)
+    result = sensor(dg.build_sensor_context(instance=instance, cursor=first.cursor, resources={"storage": storage}))
     assert [r.partition_key for r in result.run_requests] == ["good"]
 
 

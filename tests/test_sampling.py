@@ -501,7 +501,7 @@ def test_asset_materializes_on_cora_with_metadata_and_checks(shared_datasets, tm
     assert meta["minibatches_per_rank_per_epoch"].value == 3  # 70 seeds per rank, batches of <= 32
     # parts present (here a random 2-way split): the remote feature-row share is measured, ~1/2
     assert meta["placement"].value == "random" and 0.3 < meta["remote_feature_row_share"].value < 0.7
-    assert meta["bytes_on_disk"].value > 0 and meta["sampled_edges"].value > 0
+    assert meta["disk_mb"].value > 0 and meta["sampled_edges"].value > 0
     assert all(c.passed for c in result.get_asset_check_evaluations())
     m = read_manifest(home / "cora" / "minibatch_shards")
     assert (m["world_size"], m["batch_size"], m["num_classes"], m["feature_dim"]) == (2, 32, 7, 1433)

@@ -3,6 +3,8 @@ precedence explicit run config > file > defaults, the effective config in the me
 runs requested by the landing sensor and the retraining schedule reading the file."""
 
 import datetime
+import os
+import time
 
 import dagster as dg
 import pyarrow as pa
@@ -137,6 +139,10 @@ def test_bad_settings_file_fails_the_run_naming_file_and_key(tmp_path, storage):
 def test_sensor_and_schedule_requested_runs_use_the_file(tmp_path, storage):
     folder = _landing(tmp_path)
     _write(folder, "ops:\n  canonical_graph:\n    config: {symmetrize: false}\n")
+    marker = folder / "_SUCCESS"  # the copy is complete: the sensor requests at its first tick
+    marker.touch()
+    later = time.time() + 5
+    os.utime(marker, (later, later))
     with dg.instance_for_test() as instance:
         _sensor_then_schedule(tmp_path, storage, folder, instance)
 

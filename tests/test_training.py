@@ -249,9 +249,14 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
     # predictions: every original id once, probabilities sum to 1, predicted = argmax
     pred = pq.read_table(out / "predictions.parquet").to_pandas()
     nodes = pq.read_table(sbm["w2"]["canonical"] / "nodes.parquet").to_pandas()
-    assert sorted(pred.original_id) == list(range(ID_OFFSET, ID_OFFSET + 400))
-    joined = pred.merge(nodes, on="original_id", suffixes=("", "_c"))
-    assert (joined.node_id == joined.node_id_c).all()
+    assert list(pred.columns) == ["node_id", "predicted", "probabilities", "index"]
+    assert sorted(pred.node_id) == list(range(ID_OFFSET, ID_OFFSET + 400))  # the user's ids, not 0..n-1
+    # the user's join: their node table (landing nodes.parquet) on node_id
+    landing_nodes = pq.read_table(sbm["landing"] / "nodes.parquet").to_pandas()
+    user_join = pred.merge(landing_nodes, on="node_id")
+    assert len(user_join) == 400
+    joined = pred.merge(nodes, left_on="index", right_on="node_id", suffixes=("", "_c"))
+    assert (joined.node_id == joined.original_id).all()
     probs = np.stack(pred.probabilities.to_numpy())
     assert probs.shape == (400, 4) and np.allclose(probs.sum(1), 1, atol=1e-5)
     assert (probs.argmax(1) == pred.predicted).all()
@@ -260,7 +265,9 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
     assert np.load(out / "embeddings.npy").shape == (400, 16)
 
     # model files load with weights_only=True and reproduce the predictions
-    model = load_model(out / "model_best.pt")
+    model, model_cfg, preprocessing, *_ = load_model(out / "model_best.pt")
+    assert model_cfg.hidden == 16 and preprocessing.input == "features"
+    from training.data import read_manifest
     from training.evaluate import load_full_block
     from training.features import full_features
 
@@ -269,7 +276,7 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
     assert (logits.argmax(1).numpy() == pred.predicted.to_numpy()).all()
 
     metrics = pq.read_table(out / "metrics.parquet").to_pandas()
-    assert metrics.epoch.tolist() == [0, 1, 2] and (metrics["rank"] == 0).all()
+    assert metrics.epoch.tolist() == [1, 2, 3] and (metrics["rank"] == 0).all()
     assert metrics.val_acc.isna().tolist() == [True, False, False]  # eval_every=2, and after the last
     assert (metrics.data_wait_share.between(0, 1)).all() and (metrics.seeds == 400 * 0.6).all()
 
@@ -299,7 +306,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_o
     resumed = train(cfg, on_epoch_end=lambda epoch, rows: seen.append(epoch))
     assert seen == [2, 3]  # epochs 0 and 1 were not repeated
     metrics = pq.read_table(out / "metrics.parquet").to_pandas()
-    assert metrics.epoch.tolist() == [0, 1, 2, 3]
+    assert metrics.epoch.tolist() == [1, 2, 3, 4]
     a = torch.load(tmp_path / "a" / "trained_model" / "model_final.pt", weights_only=True)["state_dict"]
     b = torch.load(out / "model_final.pt", weights_only=True)["state_dict"]
     for k in a:
@@ -356,7 +363,7 @@ def test_num_layers_follows_the_shards_and_a_mismatch_is_an_error(sbm, tmp_path)
     cfg = _run_config(shards, tmp_path / "out", epochs=1)
     cfg.model.num_layers = 0
     train(cfg)
-    assert load_model(tmp_path / "out" / "model_best.pt").num_layers == 2
+    assert load_model(tmp_path / "out" / "model_best.pt").model.num_layers == 2
     assert "num_layers: 2" in (tmp_path / "out" / "run.yaml").read_text()
 
 
@@ -372,14 +379,14 @@ def test_gat_and_sage_pool_refuse_non_uniform_samplers(tmp_path):
 
 
 def test_early_stopping_stops_every_rank_when_validation_stalls(sbm, tmp_path):
-    # a learning rate too small to change any prediction: validation accuracy never improves after epoch 0
+    # a learning rate too small to change any prediction: validation accuracy never improves after epoch 1
     s = train(
         _run_config(
             sbm["w1"]["shards"], tmp_path / "out", epochs=10, early_stopping_patience=2, optimizer={"lr": 1e-12}
         )
     )
-    assert s["stopped_early"] and s["epochs_trained"] == 3 and s["best_epoch"] == 0
-    assert pq.read_table(tmp_path / "out" / "metrics.parquet").column("epoch").to_pylist() == [0, 1, 2]
+    assert s["stopped_early"] and s["epochs_trained"] == 3 and s["best_epoch"] == 1
+    assert pq.read_table(tmp_path / "out" / "metrics.parquet").column("epoch").to_pylist() == [1, 2, 3]
 
 
 def test_training_runs_with_dgl_unimportable(sbm, tmp_path):
@@ -502,7 +509,7 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
     assert checks["test_accuracy_above_majority_class"], evals["test_accuracy_above_majority_class"].metadata
     out = tmp_path / "home" / "landing" / "trained_model"
     metrics = pq.read_table(out / "metrics.parquet").to_pandas()
-    assert sorted(zip(metrics.epoch, metrics["rank"])) == [(e, r) for e in range(8) for r in (0, 1)]
+    assert sorted(zip(metrics.epoch, metrics["rank"])) == [(e, r) for e in range(1, 9) for r in (0, 1)]
     assert (out / "profile" / "trace.json").is_file()
     assert "num_layers: 2" in (out / "run.yaml").read_text()
     assert not list(out.parent.glob(".trained_model.work-*"))  # the launcher and the run used one work folder

@@ -8,7 +8,7 @@ shards' manifest and the canonical/adjacency summaries). So re-running the same 
 on the same data resumes; changing either starts a fresh folder. A finished run moves its
 outputs into the trained_model folder atomically and removes its work folder.
 
-``checkpoint.pt`` (format version 1), written by rank 0 after every ``checkpoint_every``
+``checkpoint.pt`` (format version 2), written by rank 0 after every ``checkpoint_every``
 epochs, atomically (temporary file + rename), and read with ``torch.load(...,
 weights_only=True)`` — so it holds only tensors and plain containers of str/int/float/
 bool/None:
@@ -19,8 +19,9 @@ bool/None:
     model           state dict of the (unwrapped) model
     optimizer       optimizer state dict
     scaler          GradScaler state dict ({} when loss scaling is off)
-    best            {epoch, val_acc, test_acc, model: state dict} (epoch -1 before any evaluation)
-    history         list of metric rows (dicts of numbers), every rank's
+    best            {epoch, val_acc, test_acc, model: state dict} (epoch counted from 1 as in the
+                    metrics; 0 before any evaluation)
+    history         list of metric rows (dicts of numbers, epochs from 1), every rank's
     stopped_early   bool
     config          the RunConfig as a dict
     run_key, data_version, code_version   str
@@ -51,7 +52,7 @@ __all__ = [
     "work_dir_for",
 ]
 
-CHECKPOINT_FORMAT = 1
+CHECKPOINT_FORMAT = 2  # 2: epochs in `best` and `history` counted from 1
 CHECKPOINT_NAME = "checkpoint.pt"
 
 # TrainingConfig fields that do not change what is trained (excluded from the run key).

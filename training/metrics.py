@@ -116,15 +116,18 @@ def classification_report(
 
 
 def node_classification_report(nodes, predictions, split: str = "test") -> dict:
-    """`classification_report` of a predictions table (node_id, predicted, probabilities) against
+    """`classification_report` of a predictions table (index, predicted, probabilities) against
     the canonical nodes table (node_id, label, split), over the labelled nodes of `split`.
 
-    Both are pyarrow tables; rows are matched by node_id (not by position)."""
+    Both are pyarrow tables; rows are matched by the internal index (`index` in predictions,
+    `node_id` in the canonical nodes), not by position."""
     node_id = np.asarray(nodes.column("node_id").to_numpy(), dtype=np.int64)
     label = np.asarray(nodes.column("label").fill_null(-1).to_numpy(), dtype=np.int64)
     in_split = np.asarray(nodes.column("split").to_numpy(zero_copy_only=False)) == split
     keep = in_split & (label >= 0)
-    pred_id = np.asarray(predictions.column("node_id").to_numpy(), dtype=np.int64)
+    # the internal index: `index` (node_id is then the user's id), else node_id of older files
+    key = "index" if "index" in predictions.column_names else "node_id"
+    pred_id = np.asarray(predictions.column(key).to_numpy(), dtype=np.int64)
     order = np.argsort(pred_id, kind="stable")
     pos = np.searchsorted(pred_id[order], node_id[keep])
     pos = np.minimum(pos, max(pred_id.size - 1, 0))

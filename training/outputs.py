@@ -1,15 +1,19 @@
 """The trained_model folder: what a finished run writes, and how to load it back.
 
-Files (format version 1), written by rank 0 into a temporary sibling of the folder and
+Files (format version 2), written by rank 0 into a temporary sibling of the folder and
 renamed into place as a whole (`graphs.storage.atomic_output_dir`):
 
     model_final.pt      {"format_version", "state_dict", "model_config" (dict), "in_feats",
-                         "num_classes", "epoch"}: the parameters after the last epoch;
-                         ``torch.load(path, weights_only=True)``, rebuilt by :func:`load_model`
+                         "num_classes", "epoch" (from 1), "preprocessing" (see
+                         :class:`Preprocessing`: the feature input and its normalization
+                         statistics)}: the parameters after the last epoch and everything
+                         inference on new data needs; tensors and plain values only, so
+                         ``torch.load(path, weights_only=True)``; rebuilt by :func:`load_model`
     model_best.pt       the same for the epoch with the best validation accuracy
-    predictions.parquet node_id int64, original_id (the user's id, int64 or string),
-                        predicted int32, probabilities fixed_size_list<float32>[C]
-                        (softmax of the best model's full-graph logits), one row per node
+    predictions.parquet node_id (the user's id, as in the landing files: int64 or string; join
+                        on it), predicted int32, probabilities fixed_size_list<float32>[C]
+                        (softmax of the best model's full-graph logits), index int64 (gnnflow's
+                        internal 0..n-1 node index: the row of embeddings.npy), one row per node
     embeddings.npy      float32 [n, hidden]: the best model's last hidden layer (the input of
                         its output layer) for every node
     metrics.parquet     one row per epoch and rank: see ``METRIC_COLUMNS``
@@ -24,7 +28,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -36,6 +42,8 @@ from training.layers import GNN, ModelConfig, build_model
 __all__ = [
     "METRIC_COLUMNS",
     "OUTPUT_FORMAT",
+    "LoadedModel",
+    "Preprocessing",
     "load_model",
     "model_file_state",
     "plot_curves",
@@ -44,10 +52,10 @@ __all__ = [
     "write_predictions",
 ]
 
-OUTPUT_FORMAT = 1
+OUTPUT_FORMAT = 2  # 2: model files carry their preprocessing; epochs from 1
 
 METRIC_COLUMNS = {
-    "epoch": "0-based epoch",
+    "epoch": "epoch number, counted from 1 (as in the logs, summary.json and curves.png)",
     "rank": "DDP rank (evaluation columns are set on rank 0's rows only)",
     "loss": "mean training loss over the rank's minibatches",
     "minibatch_acc": "accuracy on the rank's seeds, from the training forward passes (dropout on)",
@@ -71,7 +79,56 @@ METRIC_COLUMNS = {
 }
 
 
-def model_file_state(model: GNN, model_cfg: dict, in_feats: int, num_classes: int, epoch: int) -> dict:
+@dataclass
+class Preprocessing:
+    """What turns a dataset into the model's input, as at training time.
+
+    ``input``: ``features`` (canonical_graph's ``features.npy``) or ``degree`` (one-hot
+    log-degree buckets of the normalized adjacency, ``degree_buckets`` wide, for datasets
+    without features); then ``feature_norm`` (``row`` / ``standard`` / ``none``) with the
+    column ``mean`` and ``std`` computed at training time for ``standard``; ``degree_norm`` is the
+    normalization of Â the model was trained over (normalized_adjacency's setting).
+    """
+
+    input: str
+    feature_norm: str
+    degree_buckets: int
+    degree_norm: str
+    mean: torch.Tensor | None = None
+    std: torch.Tensor | None = None
+
+    def transform(self):
+        """The :class:`training.features.FeatureTransform` with the stored statistics."""
+        from training.features import FeatureTransform
+
+        return FeatureTransform(self.feature_norm, self.mean, self.std)
+
+    def to_state(self) -> dict:
+        """Plain values and tensors (what ``torch.load(weights_only=True)`` reads back)."""
+        return {
+            "input": self.input,
+            "feature_norm": self.feature_norm,
+            "degree_buckets": int(self.degree_buckets),
+            "degree_norm": self.degree_norm,
+            "mean": None if self.mean is None else self.mean.detach().cpu().float(),
+            "std": None if self.std is None else self.std.detach().cpu().float(),
+        }
+
+
+class LoadedModel(NamedTuple):
+    """What :func:`load_model` returns: the model (eval mode), its config, its preprocessing."""
+
+    model: GNN
+    config: ModelConfig
+    preprocessing: Preprocessing
+    in_feats: int
+    num_classes: int
+    epoch: int
+
+
+def model_file_state(
+    model: GNN, model_cfg: dict, in_feats: int, num_classes: int, epoch: int, preprocessing: Preprocessing
+) -> dict:
     """The dict stored in model_*.pt (tensors and plain values only)."""
     return {
         "format_version": OUTPUT_FORMAT,
@@ -80,15 +137,35 @@ def model_file_state(model: GNN, model_cfg: dict, in_feats: int, num_classes: in
         "in_feats": int(in_feats),
         "num_classes": int(num_classes),
         "epoch": int(epoch),
+        "preprocessing": preprocessing.to_state(),
     }
 
 
-def load_model(path: str | os.PathLike, map_location="cpu") -> GNN:
-    """A model_final.pt / model_best.pt file as a ready :class:`GNN` (eval mode)."""
+def load_model(path: str | os.PathLike, map_location="cpu") -> LoadedModel:
+    """A model_final.pt / model_best.pt file: ``model, config, preprocessing, in_feats, num_classes, epoch``.
+
+    ``model`` is a ready :class:`GNN` in eval mode; ``config`` its :class:`ModelConfig`;
+    ``preprocessing`` how to build its input from a dataset (:class:`Preprocessing`). Loaded
+    with ``weights_only=True``: the file holds tensors and plain values only.
+    """
+    path = Path(path)
     state = torch.load(path, map_location=map_location, weights_only=True)
-    model = build_model(ModelConfig(**state["model_config"]), state["in_feats"], state["num_classes"])
+    if state.get("format_version") != OUTPUT_FORMAT:
+        raise ValueError(
+            f"{path}: model file format {state.get('format_version')!r}, this code reads {OUTPUT_FORMAT}; "
+            "re-materialize trained_model"
+        )
+    config = ModelConfig(**state["model_config"])
+    model = build_model(config, state["in_feats"], state["num_classes"])
     model.load_state_dict(state["state_dict"])
-    return model.eval()
+    return LoadedModel(
+        model.eval(),
+        config,
+        Preprocessing(**state["preprocessing"]),
+        int(state["in_feats"]),
+        int(state["num_classes"]),
+        int(state["epoch"]),
+    )
 
 
 def write_metrics(rows: list[dict], path: str | os.PathLike) -> None:
@@ -103,15 +180,19 @@ def write_metrics(rows: list[dict], path: str | os.PathLike) -> None:
 
 
 def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: torch.Tensor) -> None:
-    """predictions.parquet: node_id, original_id, predicted, probabilities."""
+    """predictions.parquet: node_id (the user's id), predicted, probabilities, index (internal).
+
+    The user's id keeps the name the landing layout gave it (`node_id`), so
+    ``predictions.merge(nodes, on="node_id")`` joins the right rows for integer and string
+    ids; the internal index is named `index`, which no input file uses."""
     probs = torch.softmax(logits.float(), dim=1).cpu().numpy().astype(np.float32)
     n, c = probs.shape
     table = pa.table(
         {
-            "node_id": pa.array(np.arange(n, dtype=np.int64)),
-            "original_id": original_id,
+            "node_id": original_id,
             "predicted": pa.array(probs.argmax(1).astype(np.int32)),
             "probabilities": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), c),
+            "index": pa.array(np.arange(n, dtype=np.int64)),
         }
     )
     pq.write_table(table, path)
@@ -122,12 +203,15 @@ def plot_curves(rows: list[dict], path: str | os.PathLike) -> None:
     from graphs.plotting import headless_pyplot
 
     plt = headless_pyplot()
+    from matplotlib.ticker import MaxNLocator
+
     epochs = sorted({r["epoch"] for r in rows})
     loss = [np.mean([r["loss"] for r in rows if r["epoch"] == e]) for e in epochs]
     main = {r["epoch"]: r for r in rows if r["rank"] == 0}
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
     ax1.plot(epochs, loss, marker=".")
     ax1.set_xlabel("epoch")
+    ax1.xaxis.set_major_locator(MaxNLocator(integer=True))  # whole epochs, never 0.5
     ax1.set_ylabel("training loss")
     ax1.set_title("loss")
     for split in ("train", "val", "test"):
@@ -136,6 +220,7 @@ def plot_curves(rows: list[dict], path: str | os.PathLike) -> None:
         if pts:
             ax2.plot(*zip(*pts), marker=".", label=split)
     ax2.set_xlabel("epoch")
+    ax2.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax2.set_ylabel("accuracy (full-graph inference)")
     ax2.set_title("accuracy")
     ax2.legend()

@@ -46,6 +46,7 @@ Reading order (top to bottom): `train` sets up the process group; `_train` is th
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -82,7 +83,7 @@ from training.distributed import (
 from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.layers import build_model, use_aggregation
-from training.outputs import model_file_state, plot_curves, write_json, write_metrics, write_predictions
+from training.outputs import Preprocessing, model_file_state, plot_curves, write_json, write_metrics, write_predictions
 from training.precision import grad_scaler, resolve_precision
 from training.profiling import StepProfiler, nvtx_context
 from training.report import Reporter, open_reporter
@@ -175,7 +176,8 @@ class Run:
     step: int = 0
     stopped_early: bool = False
     history: list[dict] = field(default_factory=list)
-    best: dict = field(default_factory=lambda: {"epoch": -1, "val_acc": -1.0, "test_acc": float("nan"), "model": None})
+    # best["epoch"] counts from 1 like every epoch number a user sees (0 = not evaluated yet)
+    best: dict = field(default_factory=lambda: {"epoch": 0, "val_acc": -1.0, "test_acc": float("nan"), "model": None})
 
     @property
     def device(self) -> torch.device:
@@ -352,7 +354,7 @@ def resume(run: Run) -> None:
     run.history, run.best = list(state["history"]), dict(state["best"])
     run.start_epoch, run.step, run.stopped_early = state["epoch"] + 1, state["step"], state["stopped_early"]
     if run.info.is_main:
-        run.report.info(f"resuming from {run.ckpt_path}: epochs 0..{state['epoch']} done, {run.step} steps")
+        run.report.info(f"resuming from {run.ckpt_path}: epochs 1..{state['epoch'] + 1} done, {run.step} steps")
         if state["code_version"] != code_version():
             run.report.warning(f"checkpoint written by {state['code_version']}, running {code_version()}")
 
@@ -493,7 +495,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
             stream.close()
     train_seconds = run.now() - t_epoch
     return {
-        "epoch": epoch,
+        "epoch": epoch + 1,  # numbered from 1 in metrics, logs, summaries and plots
         "rank": info.rank,
         "loss": loss_sum / max(minibatches, 1),
         "minibatch_acc": correct / seeds if seeds else float("nan"),
@@ -523,15 +525,15 @@ def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
         row["eval_seconds"] = run.now() - t0
         if row["val_acc"] > run.best["val_acc"]:
             run.best = {
-                "epoch": epoch,
+                "epoch": epoch + 1,
                 "val_acc": row["val_acc"],
                 "test_acc": row["test_acc"],
                 "model": {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()},
             }
     return bool(
         tcfg.early_stopping_patience
-        and run.best["epoch"] >= 0
-        and epoch - run.best["epoch"] >= tcfg.early_stopping_patience
+        and run.best["epoch"] >= 1
+        and epoch + 1 - run.best["epoch"] >= tcfg.early_stopping_patience
     )
 
 
@@ -565,14 +567,15 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
     best = run.best
     if best["model"] is None:  # never evaluated (cannot happen with eval after the last epoch)
         best = {**best, "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
-    last_epoch = max((r["epoch"] for r in history), default=-1)
+    last_epoch = max((r["epoch"] for r in history), default=0)  # from 1
     original_id = read_node_table(run.canonical).original_id
     seconds = time.perf_counter() - run.t_start
     out = Path(cfg.paths.out)
     model_cfg = asdict(cfg.model)
-    final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch)
+    preprocessing = model_preprocessing(run)
+    final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch, preprocessing)
     model.load_state_dict(best["model"])
-    best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"])
+    best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"], preprocessing)
     emb, logits = run.eval_graph.forward(model)
     final_row = next(r for r in reversed(history) if r["rank"] == 0 and "val_acc" in r)
     main_rows = [r for r in history if r["rank"] == 0]
@@ -585,10 +588,10 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         "final_val_acc": final_row["val_acc"],
         "final_test_acc": final_row["test_acc"],
         "final_loss": float(np.mean([r["loss"] for r in history if r["epoch"] == last_epoch])),
-        "epochs_trained": last_epoch + 1,
+        "epochs_trained": last_epoch,
         "epochs_planned": run.epochs,
         "sampled_epochs": run.shard_epochs,
-        "sampled_epoch_passes": epoch_passes(last_epoch + 1, run.shard_epochs),
+        "sampled_epoch_passes": epoch_passes(last_epoch, run.shard_epochs),
         "optimizer_steps": run.step,
         "stopped_early": run.stopped_early,
         "mean_epoch_seconds": float(np.mean([r["epoch_seconds"] for r in main_rows])),
@@ -634,6 +637,19 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def model_preprocessing(run: Run) -> Preprocessing:
+    """How this run built the model's input (stored in the model files for inference on new data)."""
+    adjacency_summary = json.loads((run.adjacency / "summary.json").read_text())
+    return Preprocessing(
+        input="features" if run.stream_features == "manifest" else "degree",
+        feature_norm=run.transform.kind,
+        degree_buckets=run.cfg.training.degree_buckets,
+        degree_norm=str(adjacency_summary.get("degree_norm", "both")),
+        mean=run.transform.mean,
+        std=run.transform.std,
+    )
 
 
 def training_epochs(tcfg: TrainingConfig, shard_epochs: int, steps_per_epoch: int) -> int:

@@ -1,0 +1,162 @@
+"""The README's command-line section, run as written against a temporary DAGSTER_HOME.
+
+Reproduces the trap first: a backfill queued with `-m pipelines.definitions` named a code
+location the daemon serving `workspace.yaml` does not have, so its runs failed with
+DagsterCodeLocationNotFoundError. Here every README command of that section runs verbatim
+(only `.venv/bin/` becomes this interpreter's folder): `gnnflow datasets sync`, one asset for
+one partition, a job backfill over two datasets executed by `dagster-daemon run` (started
+for the test, its process group killed at teardown), and the files of each dataset are
+checked. Bad input and a missing DAGSTER_HOME end with a line that says what is wrong.
+"""
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import dagster as dg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import write_edges
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def readme_commands() -> list[str]:
+    """Every command line of the README's bash blocks (comments dropped)."""
+    text = (ROOT / "README.md").read_text()
+    lines = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+        for line in block.splitlines():
+            line = line.split("  #")[0].strip()
+            if line:
+                lines.append(line)
+    return lines
+
+
+def readme_command(prefix: str) -> list[str]:
+    """The one README command starting with `prefix`, as argv with `.venv/bin/` -> this venv."""
+    found = [c for c in readme_commands() if c.startswith(prefix)]
+    assert found, f"the README has no command starting with {prefix!r}"
+    argv = shlex.split(found[0])
+    argv[0] = str(BIN / Path(argv[0]).name) if argv[0].startswith(".venv/bin/") else argv[0]
+    return argv
+
+
+@pytest.fixture
+def env(tmp_path):
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    landing = tmp_path / "landing"
+    write_edges(landing / "mydata" / "edges.parquet", [10, 11, 12, 13], [11, 12, 13, 10])
+    write_edges(landing / "otherdata" / "edges" / "0.parquet", ["a", "b"], ["b", "c"], pa.string())
+    return {
+        **os.environ,
+        "DAGSTER_HOME": str(home),
+        "GNNFLOW_HOME": str(tmp_path / "gnnflow"),
+        "GNNFLOW_LANDING": str(landing),
+    }
+
+
+def _run(argv, env, timeout=300):
+    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def daemon():
+    """Start `dagster-daemon run` (the README's command) in its own process group; kill it after."""
+    procs = []
+
+    def start(env, log: Path):
+        argv = readme_command(".venv/bin/dagster-daemon run")
+        with open(log, "w") as f:
+            procs.append(
+                subprocess.Popen(argv, env=env, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+            )
+        return procs[-1]
+
+    yield start
+    for p in procs:
+        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                p.wait(wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+def test_readme_cli_section_runs_as_written(tmp_path, env, daemon):
+    sync = _run(readme_command(".venv/bin/gnnflow datasets sync"), env)
+    assert sync.returncode == 0, sync.stderr
+    assert "newly registered: mydata, otherdata" in sync.stdout
+
+    # one asset, one partition: in the shell's process, nothing else running
+    one = _run(
+        readme_command(".venv/bin/dagster asset materialize -m pipelines.definitions --select canonical_graph"), env
+    )
+    assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
+    gnn = Path(env["GNNFLOW_HOME"])
+    assert pq.read_table(gnn / "mydata" / "canonical_graph" / "edges.parquet").num_rows == 8
+    assert not (gnn / "otherdata").exists()
+
+    # the backfill: queued under the UI's code location, executed by the daemon
+    stop = _run([str(BIN / "dagster"), "sensor", "stop", "landing_sensor", "-w", "workspace.yaml"], env)
+    assert stop.returncode == 0, stop.stderr[-2000:]  # the test checks the backfill's runs alone
+    backfill = _run(readme_command(".venv/bin/dagster job backfill"), env)
+    assert backfill.returncode == 0, backfill.stderr[-3000:]
+    daemon(env, tmp_path / "daemon.log")
+    deadline = time.time() + 420
+    with dg.instance_for_test(temp_dir=env["DAGSTER_HOME"]) as instance:
+        while True:
+            runs = [r for r in instance.get_runs() if "dagster/backfill" in r.tags]
+            if len(runs) == 2 and all(r.is_finished for r in runs):
+                break
+            assert time.time() < deadline, (runs, (tmp_path / "daemon.log").read_text()[-4000:])
+            time.sleep(2)
+        assert {r.tags["dagster/partition"]: r.status for r in runs} == {
+            "mydata": dg.DagsterRunStatus.SUCCESS,
+            "otherdata": dg.DagsterRunStatus.SUCCESS,
+        }, (tmp_path / "daemon.log").read_text()[-4000:]
+        assert {r.job_name for r in runs} == {"ingest"}
+        assert {r.remote_job_origin.location_name for r in runs} == {"gnnflow"}
+    assert pq.read_table(gnn / "mydata" / "canonical_graph" / "edges.parquet").num_rows == 8
+    nodes = pq.read_table(gnn / "otherdata" / "canonical_graph" / "nodes.parquet")
+    assert nodes.column("original_id").to_pylist() == ["a", "b", "c"]
+
+
+def test_bad_input_and_a_missing_dagster_home_end_with_the_cause(tmp_path, env):
+    pq.write_table(
+        pa.table({"src": [1, 2], "dst": [2.5, 3.0]}), Path(env["GNNFLOW_LANDING"]) / "mydata" / "edges.parquet"
+    )
+    assert _run(readme_command(".venv/bin/gnnflow datasets sync"), env).returncode == 0
+    argv = readme_command(".venv/bin/dagster asset materialize -m pipelines.definitions --select canonical_graph")
+    bad = _run(argv, env)
+    assert bad.returncode != 0
+    last = bad.stderr.strip().splitlines()[-1]
+    assert last.startswith("gnnflow: canonical_graph (mydata) failed:"), last
+    assert "edges.parquet: column 'dst' has type double" in last
+
+    no_home = {k: v for k, v in env.items() if k != "DAGSTER_HOME"}
+    sync = _run(readme_command(".venv/bin/gnnflow datasets sync"), no_home)
+    assert sync.returncode == 2 and "DAGSTER_HOME is not set" in sync.stderr
+    lost = _run(argv, no_home)
+    assert lost.returncode != 0
+    assert "DAGSTER_HOME is not set" in lost.stderr.strip().splitlines()[-1]
+
+
+def test_make_ui_takes_a_port():
+    dry = subprocess.run(["make", "-n", "ui", "PORT=3999"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert dry.returncode == 0, dry.stderr
+    assert "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3999" in dry.stdout

@@ -1,0 +1,120 @@
+"""Scoring a dataset with a trained model, without retraining.
+
+The model file (``model_best.pt`` of a trained_model or promoted folder, see
+`training.outputs`) holds the weights, the model config and the preprocessing it was trained
+with. :func:`predict` rebuilds the model's input for the dataset as it is now (canonical_graph
+and normalized_adjacency re-materialized from the updated landing files, so nodes that
+arrived since training are scored too), applies the stored preprocessing (the same feature
+normalization statistics, not new ones) and runs full-graph layer-wise inference::
+
+    python -m training.predict --model .gnnflow/mydata/trained_model/model_best.pt \\
+        --canonical .gnnflow/mydata/canonical_graph --adjacency .gnnflow/mydata/normalized_adjacency \\
+        --out /tmp/mydata-predictions
+
+Files written into ``out`` (atomically): ``predictions.parquet`` (the trained_model
+layout: ``node_id`` = the user's id, ``predicted``, ``probabilities``, ``index``) and
+``summary.json`` (the model file used, node and class counts, seconds).
+
+Features come from canonical_graph's FP32 ``features.npy`` (a model trained from
+compressed_graph's codes saw their decoded approximation of the same values).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from graphs.storage import atomic_output_dir
+from training.evaluate import load_full_block
+from training.features import degree_features, read_node_table
+from training.outputs import load_model, write_json, write_predictions
+
+__all__ = ["predict"]
+
+
+def model_input(preprocessing, canonical: Path, adjacency: Path, in_feats: int) -> torch.Tensor:
+    """The float32 [n, in_feats] input the stored preprocessing builds from these folders."""
+    if preprocessing.input == "degree":
+        from graphs.normalize import load_csr
+
+        x = degree_features(load_csr(adjacency).indptr, preprocessing.degree_buckets)
+    else:
+        path = canonical / "features.npy"
+        if not path.is_file():
+            raise ValueError(
+                f"{path}: missing, but the model was trained on node features; give the dataset a "
+                "features.parquet with the same columns as at training time"
+            )
+        x = torch.from_numpy(np.array(np.load(path, mmap_mode="r"), dtype=np.float32))
+    if x.shape[1] != in_feats:
+        raise ValueError(
+            f"{canonical}: the dataset's model input has {x.shape[1]} columns, the model was trained on {in_feats}"
+        )
+    return preprocessing.transform()(x)
+
+
+def predict(
+    model_path: str | os.PathLike,
+    canonical_dir: str | os.PathLike,
+    adjacency_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    batch_size: int = 0,
+) -> dict:
+    """Predictions of the model file for every node of the dataset; returns the summary."""
+    t0 = time.perf_counter()
+    canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
+    loaded = load_model(model_path)
+    adj_norm = json.loads((adjacency / "summary.json").read_text()).get("degree_norm", "both")
+    if adj_norm != loaded.preprocessing.degree_norm:
+        raise ValueError(
+            f"{adjacency}: degree_norm={adj_norm!r}, the model was trained over degree_norm="
+            f"{loaded.preprocessing.degree_norm!r}; re-materialize normalized_adjacency with that setting"
+        )
+    nodes = read_node_table(canonical)
+    block = load_full_block(adjacency)
+    if block.num_dst != nodes.n:
+        raise ValueError(
+            f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {block.num_dst}; "
+            "re-materialize normalized_adjacency"
+        )
+    x = model_input(loaded.preprocessing, canonical, adjacency, loaded.in_feats)
+    logits = loaded.model.inference(block, x, batch_size or None).float()
+    counts = np.bincount(logits.argmax(1).numpy(), minlength=loaded.num_classes)
+    summary = {
+        "model": str(Path(model_path).resolve()),
+        "model_epoch": loaded.epoch,
+        "nodes": int(nodes.n),
+        "num_classes": loaded.num_classes,
+        "predicted_per_class": [int(c) for c in counts],
+        "feature_input": loaded.preprocessing.input,
+        "feature_norm": loaded.preprocessing.feature_norm,
+        "seconds": round(time.perf_counter() - t0, 3),
+    }
+    with atomic_output_dir(out_dir) as tmp:
+        write_predictions(tmp / "predictions.parquet", nodes.original_id, logits)
+        write_json(tmp / "summary.json", summary)
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.predict", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="model_best.pt or model_final.pt of a trained_model folder")
+    parser.add_argument("--canonical", required=True, help="the dataset's canonical_graph folder")
+    parser.add_argument("--adjacency", required=True, help="the dataset's normalized_adjacency folder")
+    parser.add_argument("--out", required=True, help="folder to write predictions.parquet and summary.json into")
+    parser.add_argument("--batch-size", type=int, default=0, help="destination nodes per inference chunk (0: all)")
+    args = parser.parse_args(argv)
+    summary = predict(args.model, args.canonical, args.adjacency, args.out, batch_size=args.batch_size)
+    print(f"{summary['nodes']} nodes scored with {summary['model']}: {Path(args.out) / 'predictions.parquet'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
