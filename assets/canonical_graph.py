@@ -21,9 +21,12 @@ from assets.common import (
     refuse_failed_checks,
 )
 from assets.config import dagster_config
+from assets.settings import register_config
 from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph, landing_fingerprint
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
+_ASSET = "canonical_graph"
+register_config(_ASSET, CanonicalGraphConfig)
 
 # Every row the ingest drops or value it fills instead of failing: summary key -> what happened.
 # Each count is in the metadata; a non-zero one is also logged as a warning.
@@ -61,6 +64,7 @@ def canonical_graph(
 ) -> dg.MaterializeResult:
     """Validated, deduplicated, relabelled (0..n-1) and symmetrized graph with labels, splits, features."""
     dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     landing = storage.landing_dir(dataset)
     with storage.lock(dataset, context.log.info), storage.publishing(dataset, "canonical_graph") as out:
         fingerprint = landing_fingerprint(landing) if landing.is_dir() else ""  # of the files as read
@@ -78,6 +82,7 @@ def canonical_graph(
             context.log.warning(f"dataset '{dataset}': {s[key]} {what}")
     if s["split_generated"]:
         context.log.info("labels without a split column: made a seeded train/val/test split")
+    metadata.update(config_metadata)
     return dg.MaterializeResult(metadata=metadata, check_results=[check])
 
 

@@ -19,12 +19,24 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import datetime
+import json
 import os
+import shutil
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import dagster as dg
 
+from assets.settings import (
+    SETTINGS_FILE,
+    SettingsError,
+    config_metadata,
+    explicit_run_config,
+    read_settings_file,
+    registered_configs,
+    resolve,
+)
 from graphs.canonical import has_training_labels, is_dataset_folder
 from graphs.storage import (
     DatasetNameError,
@@ -89,6 +101,76 @@ class GnnflowStorage(dg.ConfigurableResource):
         with staged_output(self.asset_dir(dataset, asset)) as tmp:
             yield tmp
 
+    def settings_file(self, dataset: str) -> Path:
+        """landing/<dataset>/gnnflow.yaml (see `assets.settings`)."""
+        return self.landing_dir(dataset) / SETTINGS_FILE
+
+    def settings(
+        self, context: dg.AssetExecutionContext, dataset: str, asset: str, config: dg.Config
+    ) -> tuple[Any, dict[str, dg.MetadataValue]]:
+        """The asset's effective config (explicit run config > landing/<dataset>/gnnflow.yaml >
+        defaults) and metadata entries recording it; an invalid settings file fails the run,
+        naming the file and the key."""
+        path = self.settings_file(dataset)
+        try:
+            blocks = read_settings_file(path, registered_configs())
+            effective, provenance = resolve(
+                type(config), asset, _explicit(context, asset, config), blocks.get(asset, {}), path
+            )
+        except SettingsError as exc:
+            raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+        if provenance["from_file"]:
+            context.log.info(f"{asset}: {', '.join(provenance['from_file'])} from {path}")
+        return effective, config_metadata(effective, provenance)
+
+    # ------------------------------------------------------------ model versions, promotion
+    # <dataset>/trained_model/ is always the newest model (existing readers keep working);
+    # every finished training is also kept as <dataset>/model_versions/<version>/ (hard links),
+    # and <dataset>/promoted is a symlink to the version the promotion asset accepted.
+
+    def versions_dir(self, dataset: str) -> Path:
+        return self.dataset_dir(dataset) / "model_versions"
+
+    def promoted_dir(self, dataset: str) -> Path:
+        """<GNNFLOW_HOME>/<dataset>/promoted (a symlink into model_versions/, absent before the first promotion)."""
+        return self.dataset_dir(dataset) / "promoted"
+
+    def record_model_version(self, dataset: str, run_id: str) -> str:
+        """Keep the current trained_model/ as model_versions/<UTC time>-<run id>/ and write its
+        name to trained_model/version.json. The files are hard links where the filesystem
+        allows (training replaces trained_model/ as a whole, never a file in place) made
+        read-only, so a writer that did rewrite one in place would fail, not alter a version."""
+        model = self.asset_dir(dataset, "trained_model")
+        version = f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{run_id[:8]}"
+        record = json.dumps({"version": version, "run_id": run_id})
+        with staged_output(self.versions_dir(dataset) / version) as tmp:
+            shutil.copytree(model, tmp, copy_function=_link_or_copy)
+            (tmp / "version.json").write_text(record)
+            for f in tmp.rglob("*"):  # shared inodes: an in-place writer now fails instead of altering a version
+                if f.is_file():
+                    f.chmod(0o444)
+        staged = model / f".version.json.tmp-{os.getpid()}"
+        staged.write_text(record)
+        os.replace(staged, model / "version.json")
+        return version
+
+    def model_version(self, folder: Path) -> str | None:
+        """The version name recorded in a model folder (None for one trained before versioning)."""
+        path = folder / "version.json"
+        return json.loads(path.read_text())["version"] if path.is_file() else None
+
+    def promote(self, dataset: str, version: str) -> Path:
+        """Point <dataset>/promoted at model_versions/<version> (an atomic symlink replace)."""
+        target = self.versions_dir(dataset) / validate_dataset_name(version)
+        if not (target / "predictions.parquet").is_file():
+            raise FileNotFoundError(f"{target}: no such model version")
+        link = self.promoted_dir(dataset)
+        tmp = link.with_name(f".promoted.tmp-{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        os.symlink(os.path.relpath(target, link.parent), tmp)
+        os.replace(tmp, link)
+        return link
+
     def upstream_dir(self, dataset: str, asset: str) -> Path:
         """An upstream asset's folder; fails the run, naming it, when it was never materialized."""
         path = self.asset_dir(dataset, asset)
@@ -130,6 +212,23 @@ class GnnflowStorage(dg.ConfigurableResource):
     def landing_folders_with_bad_names(self) -> list[str]:
         """Landing sub-folders with edge files whose name is not a valid dataset name (ignored)."""
         return [sub.name for sub in self._landing_folders() if not is_valid_dataset_name(sub.name)]
+
+
+def _explicit(context: dg.AssetExecutionContext, asset: str, config: dg.Config) -> dict:
+    """What the run set explicitly for `asset`: the run's raw config; when the asset function is
+    called directly (no run, as in unit tests), the fields set when `config` was constructed."""
+    try:
+        run_config = context.run.run_config
+    except dg.DagsterInvariantViolationError:
+        return config.model_dump(exclude_unset=True)
+    return explicit_run_config(run_config, asset)
+
+
+def _link_or_copy(src: str, dst: str) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
 
 
 def skip_without_labels(

@@ -16,6 +16,7 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
+from assets.settings import register_config
 from graphs.compress import CompressConfig, build_compressed_graph, verify_compressed_graph
 
 CompressedGraphConfig = dagster_config(CompressConfig, "CompressedGraphConfig")
@@ -24,6 +25,7 @@ NO_FALSE_NEGATIVES = "bloom_no_false_negatives"
 WITHIN_BOUND = "dequantization_within_bound"
 
 _ASSET = "compressed_graph"
+register_config(_ASSET, CompressedGraphConfig)
 _INPUTS = ("canonical_graph", "normalized_adjacency", "metis_partitions")
 
 
@@ -55,6 +57,7 @@ def compressed_graph(
 ) -> dg.MaterializeResult:
     """Quantized node features and edge weights plus one Bloom filter of incident edges per METIS part."""
     dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
     with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
         inputs = {name: storage.upstream_dir(dataset, name) for name in _INPUTS}
@@ -66,6 +69,7 @@ def compressed_graph(
         refuse_failed_checks(dataset, _ASSET, checks)
         metadata = _metadata(out, s)
     metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, _ASSET)))
+    metadata.update(config_metadata)
     return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, png_markdown, refuse_failed_checks
 from assets.config import dagster_config
+from assets.settings import register_config
 from graphs.canonical import edge_batches, read_summary
 from graphs.partition import (
     PartitionConfig,
@@ -30,6 +31,7 @@ ONE_PART_PER_NODE = "every_node_in_one_part"
 BEATS_RANDOM = "metis_cut_below_random"
 
 _ASSET = "metis_partitions"
+register_config(_ASSET, MetisPartitionsConfig)
 _COMPARED = ("edge_cut_ratio", "node_balance", "edge_balance", "halo_replication", "seconds")
 
 
@@ -58,6 +60,7 @@ def metis_partitions(
 ) -> dg.MaterializeResult:
     """K METIS parts (core + 1-hop halo per part), C clusters per part, DistDGL partition files."""
     dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
     with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
         canonical = storage.upstream_dir(dataset, "canonical_graph")
@@ -66,6 +69,7 @@ def metis_partitions(
         refuse_failed_checks(dataset, _ASSET, checks)
         metadata = _metadata(out, s)
     metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, _ASSET)))
+    metadata.update(config_metadata)
     return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
 

@@ -23,6 +23,7 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 
@@ -32,6 +33,7 @@ BALANCED = "equal_minibatches_per_rank"
 FILES_INTACT = "files_match_manifest"
 
 _ASSET = "minibatch_shards"
+register_config(_ASSET, MinibatchShardsConfig)
 
 
 @dg.asset(
@@ -62,6 +64,7 @@ def minibatch_shards(
 ) -> dg.MaterializeResult:
     """Sampled minibatch blocks (neighbor / importance / Cluster-GCN / GraphSAINT) written as shards per rank."""
     dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
@@ -126,6 +129,7 @@ def minibatch_shards(
     if "saint" in m:
         metadata["saint_presamples"] = m["saint"]["presamples"]
         metadata["saint_mean_subgraph_nodes"] = m["saint"]["mean_subgraph_nodes"]
+    metadata.update(config_metadata)
     return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
 

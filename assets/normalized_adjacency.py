@@ -11,6 +11,7 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
+from assets.settings import register_config
 from graphs.normalize import (
     AdjacencyConfig,
     asymmetric_entries,
@@ -29,6 +30,7 @@ SPECTRAL_RADIUS = "largest_eigenvalue_at_most_1"
 EIGENVALUE_TOLERANCE = 1e-4
 
 _ASSET = "normalized_adjacency"
+register_config(_ASSET, NormalizedAdjacencyConfig)
 
 
 @dg.asset(
@@ -60,6 +62,7 @@ def normalized_adjacency(
     """Â = D^-1/2 (A_w + sI) D^-1/2 (or D^-1 (A_w + sI)), weighted degrees when the graph is weighted,
     as int64 indptr / int32 indices / float32 weights."""
     dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
     with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
         canonical = storage.upstream_dir(dataset, "canonical_graph")
@@ -85,6 +88,7 @@ def normalized_adjacency(
         "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
         **disk,
     }
+    metadata.update(config_metadata)
     return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
 

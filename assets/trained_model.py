@@ -25,7 +25,9 @@ serves `python -m training --config run.yaml` and `dagster asset materialize -c 
 
 Checkpoints go to a work folder next to the asset folder (keyed by config and data
 version); a run that dies is resumed by the next materialization, and only a finished
-run replaces `<GNNFLOW_HOME>/<dataset>/trained_model/` (files: `training.outputs`). With
+run replaces `<GNNFLOW_HOME>/<dataset>/trained_model/` (files: `training.outputs`), which is
+also kept as `<dataset>/model_versions/<version>/` (see `GnnflowStorage.record_model_version`;
+the `evaluation` and `promotion` assets decide whether it becomes `<dataset>/promoted`). With
 `training.profiler: nsys` the command is wrapped in `nsys profile` when `nsys` is on the
 PATH; otherwise the metadata says why it was skipped. A dataset without labels is skipped.
 """
@@ -48,6 +50,7 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.settings import register_config
 from graphs.canonical import read_summary
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
@@ -78,8 +81,15 @@ class TrainedModelConfig(dg.Config):
         default_factory=TrainedModelLaunchConfig, description=(LaunchConfig.__doc__ or "").strip()
     )
 
+    def to_dataclass(self) -> tuple[ModelConfig, TrainingConfig, LaunchConfig]:
+        """The `model`, `training` and `launch` dataclasses (validated by their `__post_init__`)."""
+        return self.model.to_dataclass(), self.training.to_dataclass(), self.launch.to_dataclass()
+
     def to_run_config(self, paths: PathsConfig) -> RunConfig:
         return RunConfig(model=self.model.to_dataclass(), training=self.training.to_dataclass(), paths=paths)
+
+
+register_config(_ASSET, TrainedModelConfig)
 
 
 def process_count(world_size: int, device: str, launch: LaunchConfig | None = None) -> int:
@@ -194,6 +204,7 @@ def trained_model(
 ) -> dg.MaterializeResult:
     """GNN trained with torchrun DDP from the minibatch shards: models, predictions, metrics, curves, traces."""
     dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     # the torchrun ranks take the same lock; as descendants of this process they run under it
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
@@ -214,9 +225,11 @@ def trained_model(
             **disk_metadata(out),
             "launch": " ".join(command),
             "curves": png_markdown(out / "curves.png", "training curves"),
+            **config_metadata,
         }
         if (out / "profile" / "trace.json").is_file():
             metadata["profiler_trace"] = dg.MetadataValue.path(str(out / "profile" / "trace.json"))
+        metadata["version"] = storage.record_model_version(dataset, context.run_id)
     return dg.MaterializeResult(metadata=metadata, check_results=[check])
 
 

@@ -7,6 +7,7 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage
 from assets.compressed_graph import compressed_graph
+from assets.evaluation import evaluation, promotion
 from assets.metis_partitions import metis_partitions
 from assets.minibatch_shards import minibatch_shards
 from assets.normalized_adjacency import normalized_adjacency
@@ -26,6 +27,8 @@ ALL_ASSETS = [
     compressed_graph,
     minibatch_shards,
     trained_model,
+    evaluation,
+    promotion,
 ]
 
 pipeline_job = dg.define_asset_job(
@@ -43,7 +46,22 @@ ingest_job = dg.define_asset_job(
 train_job = dg.define_asset_job(
     "train",
     selection=dg.AssetSelection.groups("training"),
-    description="Train the GNN from a dataset's minibatch shards (trained_model).",
+    description="Train the GNN from a dataset's minibatch shards, evaluate it, promote it when not worse (trained_model, evaluation, promotion).",
+)
+
+preprocess_job = dg.define_asset_job(
+    "preprocess",
+    selection=dg.AssetSelection.assets(minibatch_shards).upstream(),
+    description="Everything before training: canonical_graph through minibatch_shards.",
+)
+
+retrain_job = dg.define_asset_job(
+    "retrain",
+    # predictions (the predict job) is left out: it does not wait for promotion, so in this job it
+    # could score with the model that promotion is about to replace
+    selection=dg.AssetSelection.assets(minibatch_shards).downstream() - dg.AssetSelection.assets(predictions),
+    description="New samples onwards: minibatch_shards, trained_model, evaluation, promotion "
+    "(what the retraining schedule runs).",
 )
 
 predict_job = dg.define_asset_job(
@@ -55,8 +73,8 @@ predict_job = dg.define_asset_job(
 
 defs = dg.Definitions(
     assets=[*ALL_ASSETS, predictions],
-    jobs=[pipeline_job, ingest_job, train_job, predict_job],
-    schedules=[make_retrain_schedule(train_job)],
+    jobs=[pipeline_job, ingest_job, train_job, preprocess_job, retrain_job, predict_job],
+    schedules=[make_retrain_schedule(retrain_job)],
     sensors=[make_landing_sensor(ALL_ASSETS)],
     resources={"storage": GnnflowStorage.from_env()},
 )

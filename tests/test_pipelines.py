@@ -185,7 +185,7 @@ def test_real_definitions_keep_label_stages_from_unlabelled_datasets():
     from pipelines.sensors import split_by_labels
 
     every, needs = split_by_labels(ALL_ASSETS)
-    assert {k.to_user_string() for k in needs} == {"minibatch_shards", "trained_model"}
+    assert {k.to_user_string() for k in needs} == {"minibatch_shards", "trained_model", "evaluation", "promotion"}
     assert {k.to_user_string() for k in every} - {k.to_user_string() for k in needs} == {
         "canonical_graph",
         "normalized_adjacency",

@@ -332,6 +332,7 @@ def test_correctness_checks_block_and_quality_checks_only_warn():
         "equal_minibatches_per_rank": True,
         "files_match_manifest": True,
         "test_accuracy_above_majority_class": False,
+        "not_worse_than_promoted": False,
     }
 
 

@@ -554,7 +554,7 @@ def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
     shutil.copytree(sbm["w1"]["canonical"], home / "labelled" / "canonical_graph")
     (home / "plain" / "canonical_graph").mkdir(parents=True)
     (home / "plain" / "canonical_graph" / "summary.json").write_text(json.dumps({"has_labels": False}))
-    schedule = defs.resolve_schedule_def("retrain_weekly")
+    schedule = defs.resolve_schedule_def("retrain_schedule")
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     with dg.instance_for_test() as instance:  # schedule contexts need a persistent instance
         instance.add_dynamic_partitions(dataset_partitions.name, ["labelled", "plain", "not-built"])
@@ -564,7 +564,7 @@ def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
             scheduled_execution_time=datetime.datetime(2026, 1, 4, 3),
         ) as ctx:
             requests = schedule(ctx)
-    assert [(r.partition_key, r.run_key) for r in requests] == [("labelled", "labelled:2026-01-04")]
+    assert [(r.partition_key, r.run_key) for r in requests] == [("labelled", "labelled:2026-01-04T03:00")]
     assert defs.resolve_job_def("train").partitions_def == dataset_partitions
 
 

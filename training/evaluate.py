@@ -1,6 +1,6 @@
 """Full-graph evaluation: layer-wise inference over the normalized adjacency, no sampling.
 
-Validation and test accuracy (and the final predictions) come from running the model
+Validation and test accuracy (`training.metrics.accuracy`; the final predictions) come from running the model
 over the whole graph layer by layer (`training.layers.GNN.inference` and
 ``inference_with_embeddings``, as DGL's GraphSAGE examples' ``inference``): layer
 ``l`` is computed for every node from layer ``l - 1``'s output of every node, over the
@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from training import metrics
 from training.blocks import Block, block_from_csr
 
 __all__ = ["EvalGraph", "StreamingEval", "accuracies", "load_full_block", "row_block"]
@@ -154,6 +155,5 @@ def accuracies(logits: torch.Tensor, labels: torch.Tensor, masks: dict[str, torc
     out = {}
     for name, mask in masks.items():
         m = mask.cpu()
-        total = int(m.sum())
-        out[f"{name}_acc"] = float((pred[m] == labels[m]).sum()) / total if total else float("nan")
+        out[f"{name}_acc"] = metrics.accuracy(labels[m].numpy(), pred[m].numpy())
     return out

@@ -1,0 +1,191 @@
+"""evaluation and promotion: test metrics of the newest model, and the gate that moves `promoted`.
+
+`evaluation` scores `trained_model/predictions.parquet` (the newest model) on the canonical
+graph's labelled test nodes with `training.metrics` (accuracy, macro precision/recall/F1,
+per-class precision/recall/F1, the confusion matrix, and ROC-AUC / PR-AUC for two classes),
+scores the promoted model (`<dataset>/promoted/`) the same way, and writes
+
+    <GNNFLOW_HOME>/<dataset>/evaluation/metrics.json          {"candidate": {...}, "promoted": {...} | null}
+    <GNNFLOW_HOME>/<dataset>/evaluation/confusion_matrix.png
+
+`promotion` then applies `training.promotion.decide` (headline metric, margin; its run config
+or the dataset's gnnflow.yaml) and, when the new model passes, points `<dataset>/promoted`
+at its `model_versions/<version>/` folder. A retrain that is worse shows in the UI as a
+failed (warning) `promotion` check with the reason, and the promoted model stays.
+"""
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow.parquet as pq
+
+from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, png_markdown, skip_without_labels
+from assets.config import dagster_config
+from assets.settings import register_config
+from graphs.canonical import read_summary
+from training.metrics import node_classification_report
+from training.promotion import PromotionConfig, decide
+
+_EVALUATION = "evaluation"
+_PROMOTION = "promotion"
+NOT_WORSE = "not_worse_than_promoted"
+HEADLINES = ("accuracy", "macro_f1", "macro_precision", "macro_recall", "roc_auc", "pr_auc")
+
+PromotionRunConfig = dagster_config(PromotionConfig, "PromotionRunConfig")
+register_config(_PROMOTION, PromotionRunConfig)
+
+
+def _report(canonical: Path, model: Path) -> dict:
+    nodes = pq.read_table(canonical / "nodes.parquet", columns=["node_id", "label", "split"])
+    predictions = pq.read_table(model / "predictions.parquet")
+    try:
+        return node_classification_report(nodes, predictions, "test")
+    except ValueError as exc:
+        raise dg.Failure(description=f"{model / 'predictions.parquet'}: {exc}") from exc
+
+
+def plot_confusion(cm: np.ndarray, path: Path) -> None:
+    """A small confusion-matrix heat map (row-normalized colours, counts written for <= 12 classes)."""
+    from graphs.plotting import headless_pyplot
+
+    plt = headless_pyplot()
+    c = cm.shape[0]
+    side = min(2.5 + 0.25 * c, 6.0)
+    fig, ax = plt.subplots(figsize=(side, side))
+    rows = cm.sum(1, keepdims=True)
+    ax.imshow(np.divide(cm, rows, out=np.zeros(cm.shape), where=rows > 0), cmap="Blues", vmin=0, vmax=1)
+    if c <= 12:
+        for i, j in zip(*np.nonzero(cm)):
+            ax.text(j, i, str(cm[i, j]), ha="center", va="center", fontsize=7)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title("test confusion matrix")
+    fig.tight_layout()
+    fig.savefig(path, dpi=60)
+    plt.close(fig)
+
+
+def _rounded(report: dict) -> dict:
+    return {k: round(report[k], 4) for k in HEADLINES if k in report}
+
+
+@dg.asset(
+    partitions_def=dataset_partitions,
+    deps=["trained_model"],
+    group_name="training",
+    kinds={"numpy"},
+    tags={NEEDS_LABELS_TAG: "labels"},
+)
+def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg.MaterializeResult:
+    """Test metrics of the newest model and of the promoted one (training.metrics), confusion matrix."""
+    dataset = storage.dataset(context)
+    with storage.lock(dataset, context.log.info):
+        canonical = storage.upstream_dir(dataset, "canonical_graph")
+        skipped = skip_without_labels(context, read_summary(canonical), "evaluate", [])
+        if skipped is not None:
+            return skipped
+        model = storage.upstream_dir(dataset, "trained_model")
+        candidate = _report(canonical, model)
+        promoted_dir = storage.promoted_dir(dataset)
+        promoted = _report(canonical, promoted_dir) if (promoted_dir / "predictions.parquet").is_file() else None
+        record = {
+            "candidate": {"version": storage.model_version(model), **candidate},
+            "promoted": None if promoted is None else {"version": storage.model_version(promoted_dir), **promoted},
+        }
+        with storage.publishing(dataset, _EVALUATION) as out:
+            out.mkdir()
+            (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True))
+            plot_confusion(np.asarray(candidate["confusion_matrix"]), out / "confusion_matrix.png")
+        out = storage.asset_dir(dataset, _EVALUATION)
+    pc = candidate["per_class"]
+    table = "| class | precision | recall | F1 | support |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
+        f"| {k} | {p:.3f} | {r:.3f} | {f:.3f} | {s} |"
+        for k, (p, r, f, s) in enumerate(zip(pc["precision"], pc["recall"], pc["f1"], pc["support"]))
+    )
+    metadata: dict = {
+        "path": dg.MetadataValue.path(str(out)),
+        "version": record["candidate"]["version"] or "unversioned",
+        "test_nodes": candidate["rows"],
+        **_rounded(candidate),
+        "per_class": dg.MetadataValue.md(table),
+        "confusion_matrix": png_markdown(out / "confusion_matrix.png", "confusion matrix"),
+    }
+    if promoted is not None:
+        metadata["promoted_version"] = record["promoted"]["version"] or "unversioned"
+        metadata.update({f"promoted_{k}": v for k, v in _rounded(promoted).items()})
+        metadata["accuracy_change_points"] = round((candidate["accuracy"] - promoted["accuracy"]) * 100, 2)
+    context.log.info(
+        f"evaluation: test accuracy {candidate['accuracy']:.4f}, macro-F1 {candidate['macro_f1']:.4f}"
+        + ("" if promoted is None else f" (promoted model: {promoted['accuracy']:.4f})")
+    )
+    return dg.MaterializeResult(metadata=metadata)
+
+
+@dg.asset(
+    partitions_def=dataset_partitions,
+    deps=[evaluation],
+    group_name="training",
+    tags={NEEDS_LABELS_TAG: "labels"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            NOT_WORSE,
+            asset=_PROMOTION,
+            description="The newest model's headline test metric did not drop by more than the margin "
+            "below the promoted model's (a warning: the promoted model stays in place).",
+        )
+    ],
+)
+def promotion(
+    context: dg.AssetExecutionContext, config: PromotionRunConfig, storage: GnnflowStorage
+) -> dg.MaterializeResult:
+    """Moves <dataset>/promoted to the newest model version unless its headline metric dropped by more than the margin."""
+    dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _PROMOTION, config)
+    cfg = config.to_dataclass()
+    with storage.lock(dataset, context.log.info):
+        summary = read_summary(storage.upstream_dir(dataset, "canonical_graph"))
+        skipped = skip_without_labels(context, summary, "promote", [NOT_WORSE])
+        if skipped is not None:
+            return skipped
+        metrics_file = storage.asset_dir(dataset, _EVALUATION) / "metrics.json"
+        if not metrics_file.is_file():
+            raise dg.Failure(
+                description=f"dataset '{dataset}': no evaluation at {metrics_file.parent}; materialize evaluation first"
+            )
+        record = json.loads(metrics_file.read_text())
+        candidate, promoted = record["candidate"], record["promoted"]
+        version = candidate["version"]
+        if version is None:
+            raise dg.Failure(
+                description=f"dataset '{dataset}': the trained_model was written before model versions existed; "
+                "re-materialize trained_model"
+            )
+        ok, why = decide(candidate[cfg.metric], None if promoted is None else promoted[cfg.metric], cfg)
+        if ok:
+            storage.promote(dataset, version)
+        current = (
+            storage.model_version(storage.promoted_dir(dataset)) if storage.promoted_dir(dataset).exists() else None
+        )
+    context.log.info(
+        f"promotion: {'promoted' if ok else 'kept the promoted model'} {version if ok else current}: {why}"
+    )
+    metadata = {
+        "promoted": ok,
+        "reason": why,
+        "candidate_version": version,
+        "promoted_version": current or "none",
+        "metric": cfg.metric,
+        "candidate_value": round(candidate[cfg.metric], 4),
+        **config_metadata,
+    }
+    if promoted is not None:
+        metadata["previous_value"] = round(promoted[cfg.metric], 4)
+    check = dg.AssetCheckResult(
+        check_name=NOT_WORSE,
+        passed=ok,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"reason": why, "margin": cfg.margin},
+    )
+    return dg.MaterializeResult(metadata=metadata, check_results=[check])

@@ -1,0 +1,144 @@
+"""Classification metrics, NumPy only (no DGL, no torch, no sklearn): the one metrics module.
+
+Training (`training.evaluate.accuracies`) and the `evaluation` asset both compute through
+these functions; later tasks (link prediction, imbalanced classes) add theirs here.
+
+    y_true   int array (n,), class ids 0..C-1 (rows with a negative label are the caller's to drop)
+    y_pred   int array (n,), predicted class ids
+    scores   float array (n,) for binary problems: the score of the positive class (1)
+
+Conventions: a metric of an empty input is NaN; a class's precision (recall) with no
+predicted (true) members is 0, and macro averages run over the classes present in `y_true`
+or `y_pred` (so an absent class neither helps nor hurts). ROC-AUC is the probability that a
+random positive outscores a random negative (ties count one half), computed from average
+ranks in O(n log n); PR-AUC is average precision (the step-wise area under the
+precision-recall curve, sklearn's definition), NaN when one class is absent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "accuracy",
+    "average_precision",
+    "classification_report",
+    "confusion_matrix",
+    "per_class",
+    "roc_auc",
+]
+
+
+def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
+    """Share of rows where the prediction equals the label (NaN for no rows)."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    return float((y_true == y_pred).mean()) if y_true.size else float("nan")
+
+
+def confusion_matrix(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> np.ndarray:
+    """(C, C) int64 counts, rows = true class, columns = predicted class."""
+    y_true = np.asarray(y_true, dtype=np.int64)
+    y_pred = np.asarray(y_pred, dtype=np.int64)
+    if y_true.size and (min(y_true.min(), y_pred.min()) < 0 or max(y_true.max(), y_pred.max()) >= num_classes):
+        raise ValueError(f"class ids must lie in 0..{num_classes - 1}")
+    flat = np.bincount(y_true * num_classes + y_pred, minlength=num_classes * num_classes)
+    return flat.reshape(num_classes, num_classes)
+
+
+def per_class(cm: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-class precision, recall, F1 and support (true count) from a confusion matrix."""
+    tp = np.diag(cm).astype(np.float64)
+    predicted = cm.sum(0).astype(np.float64)
+    support = cm.sum(1)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    recall = np.divide(tp, support, out=np.zeros_like(tp), where=support > 0)
+    denom = precision + recall
+    f1 = np.divide(2 * precision * recall, denom, out=np.zeros_like(tp), where=denom > 0)
+    return {"precision": precision, "recall": recall, "f1": f1, "support": support}
+
+
+def roc_auc(y_true: np.ndarray, scores: np.ndarray) -> float:
+    """Area under the ROC curve of binary labels (1 = positive) by the rank-sum statistic."""
+    y_true = np.asarray(y_true).astype(bool)
+    scores = np.asarray(scores, dtype=np.float64)
+    pos, neg = int(y_true.sum()), int((~y_true).sum())
+    if pos == 0 or neg == 0:
+        return float("nan")
+    order = np.argsort(scores, kind="mergesort")
+    sorted_scores = scores[order]
+    # average rank (1-based) of each group of tied scores
+    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
+    ends = np.r_[starts[1:], scores.size]
+    avg = (starts + ends + 1) / 2.0
+    ranks = np.empty(scores.size)
+    ranks[order] = np.repeat(avg, ends - starts)
+    return float((ranks[y_true].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+
+
+def average_precision(y_true: np.ndarray, scores: np.ndarray) -> float:
+    """PR-AUC as average precision: sum over score thresholds of (recall step) x precision."""
+    y_true = np.asarray(y_true).astype(bool)
+    scores = np.asarray(scores, dtype=np.float64)
+    pos = int(y_true.sum())
+    if pos == 0 or pos == y_true.size:
+        return float("nan")
+    order = np.argsort(-scores, kind="mergesort")
+    s, t = scores[order], y_true[order]
+    last = np.r_[s[1:] != s[:-1], True]  # the last row of each group of tied scores
+    tp = np.cumsum(t)[last]
+    fp = np.cumsum(~t)[last]
+    precision = tp / (tp + fp)
+    recall_step = np.diff(np.r_[0, tp]) / pos
+    return float((recall_step * precision).sum())
+
+
+def classification_report(
+    y_true: np.ndarray, y_pred: np.ndarray, num_classes: int, scores: np.ndarray | None = None
+) -> dict:
+    """accuracy, macro precision/recall/F1, per-class lists, the confusion matrix and, for two
+    classes with `scores` (positive-class probability), ROC-AUC and PR-AUC."""
+    cm = confusion_matrix(y_true, y_pred, num_classes)
+    pc = per_class(cm)
+    present = (pc["support"] > 0) | (cm.sum(0) > 0)
+    out = {
+        "rows": int(cm.sum()),
+        "accuracy": accuracy(y_true, y_pred),
+        "macro_precision": float(pc["precision"][present].mean()) if present.any() else float("nan"),
+        "macro_recall": float(pc["recall"][present].mean()) if present.any() else float("nan"),
+        "macro_f1": float(pc["f1"][present].mean()) if present.any() else float("nan"),
+        "per_class": {k: v.tolist() for k, v in pc.items()},
+        "confusion_matrix": cm.tolist(),
+    }
+    if num_classes == 2 and scores is not None:
+        out["roc_auc"] = roc_auc(y_true, scores)
+        out["pr_auc"] = average_precision(y_true, scores)
+    return out
+
+
+def node_classification_report(nodes, predictions, split: str = "test") -> dict:
+    """`classification_report` of a predictions table (index, predicted, probabilities) against
+    the canonical nodes table (node_id, label, split), over the labelled nodes of `split`.
+
+    Both are pyarrow tables; rows are matched by the internal index (`index` in predictions,
+    `node_id` in the canonical nodes), not by position."""
+    node_id = np.asarray(nodes.column("node_id").to_numpy(), dtype=np.int64)
+    label = np.asarray(nodes.column("label").fill_null(-1).to_numpy(), dtype=np.int64)
+    in_split = np.asarray(nodes.column("split").to_numpy(zero_copy_only=False)) == split
+    keep = in_split & (label >= 0)
+    # the internal index: `index` (node_id is then the user's id), else node_id of older files
+    key = "index" if "index" in predictions.column_names else "node_id"
+    pred_id = np.asarray(predictions.column(key).to_numpy(), dtype=np.int64)
+    order = np.argsort(pred_id, kind="stable")
+    pos = np.searchsorted(pred_id[order], node_id[keep])
+    pos = np.minimum(pos, max(pred_id.size - 1, 0))
+    found = pred_id.size > 0 and (pred_id[order][pos] == node_id[keep]).all()
+    if not found:
+        raise ValueError(f"predictions lack {int(keep.sum())} '{split}' nodes of the canonical graph")
+    rows = order[pos]
+    probs = predictions.column("probabilities").combine_chunks()
+    width = probs.type.list_size
+    matrix = np.asarray(probs.flatten().to_numpy(), dtype=np.float64).reshape(-1, width)[rows]
+    y_pred = np.asarray(predictions.column("predicted").to_numpy(), dtype=np.int64)[rows]
+    y_true = label[keep]
+    num_classes = max(width, int(y_true.max()) + 1 if y_true.size else 0)
+    return classification_report(y_true, y_pred, num_classes, matrix[:, 1] if width == 2 else None)
