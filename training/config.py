@@ -37,6 +37,7 @@ from typing import Any, ClassVar, TypeVar, Union
 
 import yaml
 
+from training.imbalance import SELECT_BY
 from training.layers import ModelConfig
 
 __all__ = [
@@ -220,6 +221,29 @@ class TrainingConfig:
             "SAGE step on the demo graph). Full-graph inference always uses auto (DGL on CPU when importable)"
         },
     )
+    class_weighted_loss: bool = field(
+        default=False,
+        metadata={
+            "help": "imbalanced classes: weight each training node's loss by T / (C x T_c) of its class "
+            "(training.imbalance); pair with minibatch_shards seed_weighting: class_balanced"
+        },
+    )
+    select_by: str = field(
+        default="val_acc",
+        metadata={
+            "help": f"what picks the best model (kept, and early stopping's yardstick), one of {SELECT_BY}; "
+            "val_macro_f1 for imbalanced classes, where accuracy rewards predicting the majority class"
+        },
+    )
+    node_grad_stats: bool = field(
+        default=False,
+        metadata={
+            "help": "adaptive sampling's feedback: record the norm of the loss gradient w.r.t. each input node's "
+            "features and write node_grad_norm.npz into the trained_model folder, which minibatch_shards with "
+            "neighbor_prob: adaptive reads on the next materialization (training.node_stats); one extra "
+            "gradient through the first layer per step"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seed of parameter init and dropout (per epoch and rank)"})
     device: str = field(default="auto", metadata={"help": f"one of {DEVICES}; auto = cuda when available, else cpu"})
     prefetch: int = field(
@@ -249,6 +273,7 @@ class TrainingConfig:
             ("profiler", PROFILERS),
             ("device", DEVICES),
             ("aggregation", AGGREGATIONS),
+            ("select_by", SELECT_BY),
         ):
             if getattr(self, name) not in choices:
                 _fail(f"{p}.{name}", getattr(self, name), f"must be one of {choices}")

@@ -100,14 +100,18 @@ class MiniBatch:
         return self.seeds.numel()
 
 
-def cross_entropy(mb: MiniBatch, logits: torch.Tensor) -> torch.Tensor:
-    """The minibatch's training loss from the logits of the last block's destination nodes."""
+def cross_entropy(mb: MiniBatch, logits: torch.Tensor, class_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The minibatch's training loss from the logits of the last block's destination nodes;
+    `class_weight` [C] (training.imbalance) makes it the class-weighted mean."""
     if mb.num_seeds == 0:
         return logits.sum() * 0.0
     out = logits[mb.seed_pos]
+    weight = None if class_weight is None else class_weight.to(out.device, out.dtype)
     if mb.loss_weight is None:
-        return torch.nn.functional.cross_entropy(out, mb.labels)
+        return torch.nn.functional.cross_entropy(out, mb.labels, weight=weight)
     per_node = torch.nn.functional.cross_entropy(out, mb.labels, reduction="none")
+    if weight is not None:  # SAINT's unbiasing weights times the class weights
+        per_node = per_node * weight[mb.labels]
     return (per_node * mb.loss_weight.to(per_node.dtype)).sum()
 
 

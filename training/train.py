@@ -82,7 +82,9 @@ from training.distributed import (
 )
 from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
+from training.imbalance import class_weights, selection_score
 from training.layers import build_model, use_aggregation
+from training.node_stats import NodeGradStats
 from training.outputs import Preprocessing, model_file_state, plot_curves, write_json, write_metrics, write_predictions
 from training.precision import grad_scaler, resolve_precision
 from training.profiling import StepProfiler, nvtx_context
@@ -171,6 +173,9 @@ class Run:
     work: Path
     ckpt_path: Path
     eval_graph: "InMemoryEval | StreamedEval | None" = None
+    # imbalanced classes and adaptive sampling (None when off; training.imbalance, training.node_stats)
+    class_weight: torch.Tensor | None = None
+    grad_stats: NodeGradStats | None = None
     # progress (restored from a checkpoint)
     start_epoch: int = 0
     step: int = 0
@@ -217,6 +222,8 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             if on_epoch_end is not None:
                 on_epoch_end(epoch, rows)
     profiler.close()
+    if run.grad_stats is not None:  # every rank's counts, summed (rank 0 writes them)
+        run.grad_stats.all_reduce(info.initialized, info.backend, run.device)
     # every rank's final model state: DDP keeps the replicas identical, on one node or many
     replicas = all_gather_objects(info, state_digest(run.model))
 
@@ -322,6 +329,11 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         work=work,
         ckpt_path=work / CHECKPOINT_NAME,
     )
+    if tcfg.class_weighted_loss:
+        nodes = read_node_table(canonical)
+        run.class_weight = class_weights(nodes.labels, nodes.masks["train"], num_classes).to(device)
+    if tcfg.node_grad_stats:
+        run.grad_stats = NodeGradStats(int(manifest["n"]))
     resume(run)
 
     if info.is_main:
@@ -415,11 +427,15 @@ def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
     with record_function("forward"), run.precision.autocast():
         blocks = model_blocks(mb.blocks, run.cfg.model.num_layers, bool(run.manifest.get("shared_block")))
         x = run.transform(mb.x)[: blocks[0].num_src]
+        if run.grad_stats is not None:
+            x = run.grad_stats.watch(x)
         logits = run.net(blocks, x).float()
-        loss = cross_entropy(mb, logits)
+        loss = cross_entropy(mb, logits, run.class_weight)
     t1 = run.now()
     with record_function("backward"):
         run.scaler.scale(loss / minibatches_in_step).backward()
+    if run.grad_stats is not None:  # the minibatch loss's own gradient: undo the loss scale and the 1/M
+        run.grad_stats.record(x, mb.input_nodes, run.scaler.get_scale() / minibatches_in_step)
     t2 = run.now()
     timing["forward"] += t1 - t0
     timing["backward"] += t2 - t1
@@ -522,9 +538,11 @@ def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
         t0 = run.now()
         _, logits = run.eval_graph.forward(run.model)  # eval mode: the next epoch's model.train() ends it
         row.update(accuracies(logits, run.eval_graph.labels, run.eval_graph.masks))
+        score = selection_score(tcfg.select_by, row, logits, run.eval_graph.labels, run.eval_graph.masks["val"])
         row["eval_seconds"] = run.now() - t0
-        if row["val_acc"] > run.best["val_acc"]:
+        if score > run.best.get("score", run.best["val_acc"]):
             run.best = {
+                "score": score,
                 "epoch": epoch + 1,
                 "val_acc": row["val_acc"],
                 "test_acc": row["test_acc"],
@@ -631,6 +649,8 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         if (work / "profile").is_dir():
             shutil.copytree(work / "profile", tmp / "profile")
             summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
+        if run.grad_stats is not None:
+            summary["node_grad_stats"] = run.grad_stats.write(tmp)
         write_json(tmp / "summary.json", summary)
     shutil.rmtree(work, ignore_errors=True)
     return summary

@@ -29,7 +29,7 @@ from graphs.shard_format import (
     upstream_hashes,
     write_manifest,
 )
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes
 
 # ----------------------------------------------------------------------------- shard files
 
@@ -200,6 +200,10 @@ def write_minibatch_shards(
         )
         if cfg.sampler == "saint":
             manifest["saint"] = sampler.saint_info
+        if sampler.adaptive_info:
+            manifest["adaptive"] = sampler.adaptive_info
+            if inputs.node_scores_path is not None:
+                manifest["adaptive"]["node_scores_sha256"] = file_sha256(inputs.node_scores_path)
         if measure:
             gathered = sum(s["gathered_rows"] for s in streams)
             manifest["placement"] = {
