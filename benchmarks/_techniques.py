@@ -59,7 +59,13 @@ def shards(graph: dict, name: str, node_scores: Path | None = None, **cfg) -> tu
 
 
 def _train_child(cfg: dict, canonical: str, q) -> None:
+    # one intra-op thread (torch and DGL's OpenMP): on a machine shared by many jobs, threads
+    # spinning for a core they do not get made every step ~10x slower, for both arms alike
+    os.environ["OMP_NUM_THREADS"] = "1"
     import pyarrow.parquet as pq
+    import torch
+
+    torch.set_num_threads(1)
 
     from training.config import RunConfig
     from training.metrics import node_classification_report
@@ -75,6 +81,7 @@ def _train_child(cfg: dict, canonical: str, q) -> None:
         report = node_classification_report(nodes, pq.read_table(out / "predictions.parquet"))
     q.put(
         {
+            "peak_rss_mb": vm_hwm_mb(),
             "summary": summary,
             "val_acc": [float(v) for v in hist["val_acc"]],
             "train_seconds": [float(v) for v in hist["train_seconds"]],
@@ -83,12 +90,23 @@ def _train_child(cfg: dict, canonical: str, q) -> None:
     )
 
 
+def vm_hwm_mb() -> float:
+    """This process's peak RSS in MB from /proc/self/status (VmHWM). Unlike getrusage's
+    ru_maxrss, which Linux carries across execve (a spawned child starts with its parent's
+    peak), VmHWM belongs to the process's own address space, so each run's figure is its own."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("/proc/self/status has no VmHWM line (not Linux?)")
+
+
 def train_run(shard_dir: Path, out: Path, model: dict, training: dict, canonical: Path | None = None) -> dict:
-    """One training run in a fresh child: {summary, val_acc per epoch, train_seconds per epoch,
-    report (training.metrics.node_classification_report of the test split, when `canonical`)}."""
+    """One training run in a fresh child: {peak_rss_mb (`vm_hwm_mb`), summary, val_acc per epoch,
+    train_seconds per epoch, report (training.metrics.node_classification_report of the test
+    split, when `canonical`)}."""
     cfg = {
         "model": model,
-        "training": {"profiler": "none", **training},
+        "training": {"profiler": "none", "checkpoint_every": 100_000, **training},  # no per-epoch checkpoint I/O
         "paths": {"shards": str(shard_dir), "out": str(out)},
     }
     return run_in_child(_train_child, cfg, str(canonical) if canonical is not None else "")

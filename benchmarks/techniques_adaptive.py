@@ -82,7 +82,7 @@ def rows(args) -> list[dict]:
         }
         epochs = {arm: [e for _, e in reach[arm] if e] for arm in runs}
         acc = {arm: [r["summary"]["test_acc_at_best_val"] for r in rs] for arm, rs in runs.items()}
-        mem = {arm: max(r["summary"]["peak_memory_mb"] for r in rs) for arm, rs in runs.items()}
+        mem = {arm: max(r["peak_rss_mb"] for r in rs) for arm, rs in runs.items()}
         reached = {arm: sum(1 for t, _ in reach[arm] if np.isfinite(t)) for arm in runs}
         ratio = np.mean(secs["on"]) / np.mean(secs["off"])
         out.append(

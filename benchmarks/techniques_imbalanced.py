@@ -98,8 +98,8 @@ def rows(args) -> list[dict]:
                 "acc_off": _fmt(m_off),
                 "time_on": float(np.mean([r["summary"]["seconds"] for r in on])),
                 "time_off": float(np.mean([r["summary"]["seconds"] for r in base])),
-                "mem_on": max(r["summary"]["peak_memory_mb"] for r in on),
-                "mem_off": max(r["summary"]["peak_memory_mb"] for r in base),
+                "mem_on": max(r["peak_rss_mb"] for r in on),
+                "mem_off": max(r["peak_rss_mb"] for r in base),
                 "verdict": f"PR-AUC {verdict(pr_on, pr_off)}; ROC-AUC {verdict(roc_on, roc_off)}",
                 "notes": f"mean of {seeds} seeds; 'off' = uniform seeds, unweighted loss, best model by validation "
                 "macro-F1 (the last row: that selection against the default, by validation accuracy)",

@@ -5,8 +5,8 @@ default 100,000, and 10 edge rows per node; 8 classes, the generator's defaults 
 ``--quick``: 3,000 nodes), made canonical, normalized and METIS-partitioned (4 parts x 32
 Cluster-GCN clusters) by the pipeline's functions. Three sets of shards (W = 1, 3 sampled
 epochs), each trained with the default model (GraphSAGE-mean 2 x 256, whose aggregation applies
-each sampler's correction) for the same number of epochs (8; ``--quick`` 3), --seeds seeds
-(default 1), one child process per run:
+each sampler's correction) and the default budget (at least 400 optimizer steps, early
+stopping; ``--quick``: 3 epochs), --seeds seeds (default 1), one child process per run:
 
 - neighbour (off, the default sampler): fanouts 10,10, batch 1024 seeds;
 - Cluster-GCN: ``cluster_batch`` 8 of the 128 clusters per minibatch (the induced subgraph);
@@ -14,8 +14,8 @@ each sampler's correction) for the same number of epochs (8; ``--quick`` 3), --s
 
 One epoch = one pass over the data (every training node a seed once; every cluster once;
 n / subgraph-size subgraphs). Time = mean training seconds per epoch (evaluation excluded),
-memory = the run's peak RSS (its own process; it includes torch and rank 0's full-graph
-evaluation, the same for every sampler), accuracy = test accuracy of the best-on-validation
+memory = the run's peak RSS (VmHWM of its own process; it includes torch and rank 0's
+full-graph evaluation, the same for every sampler), accuracy = test accuracy of the best-on-validation
 model.
 """
 
@@ -34,32 +34,40 @@ SAMPLERS = {
 }
 
 
+def _epochs(runs: list[dict]) -> str:
+    return "/".join(str(r["summary"]["epochs_trained"]) for r in runs)
+
+
+def _total(runs: list[dict]) -> float:
+    return float(np.mean([sum(r["train_seconds"]) for r in runs]))
+
+
 def rows(args) -> list[dict]:
     nodes = 3000 if args.quick else (args.nodes or 100_000)
     seeds = args.seeds or 1
-    epochs = 3 if args.quick else 8
+    epochs = 3 if args.quick else 0  # 0: the default budget (>= 400 optimizer steps, early stopping)
     name = f"generated-{nodes}"
     landing = generated(
         Path(args.work) / "subgraph" / f"landing-{name}", num_nodes=nodes, num_edges=10 * nodes, num_edge_files=1
     )
     graph = build(landing, Path(args.work) / "subgraph" / name, partitions=True)
-    results = {}
+    results, steps = {}, {}
     for label, cfg in SAMPLERS.items():
         extra = {"saint_budget": min(cfg.get("saint_budget", 0), nodes // 5)} if label == "saint" else {}
         shard_dir, manifest = shards(graph, f"shards-{label}", world_size=1, epochs=3, **{**cfg, **extra})
-        results[label] = []
+        results[label], steps[label] = [], manifest["minibatches_per_epoch_per_rank"]
         for seed in range(seeds):
             run = train_run(
                 shard_dir,
                 graph["home"] / "runs" / f"{label}-{seed}",
                 {},
-                {"epochs": epochs, "seed": seed, "early_stopping_patience": 0},
+                {"epochs": epochs, "seed": seed},
             )
             results[label].append(run)
             s = run["summary"]
             print(
                 f"  subgraph {label} seed {seed}: test {s['test_acc_at_best_val']:.4f}, "
-                f"{s['mean_train_seconds']:.2f} s/epoch, peak {s['peak_memory_mb']:.0f} MB, "
+                f"{s['mean_train_seconds']:.2f} s/epoch x {s['epochs_trained']}, peak {run['peak_rss_mb']:.0f} MB, "
                 f"{manifest['minibatches_per_epoch_per_rank']} minibatches/epoch",
                 flush=True,
             )
@@ -79,10 +87,12 @@ def rows(args) -> list[dict]:
                 "acc_off": acc_off,
                 "time_on": t_on,
                 "time_off": t_off,
-                "mem_on": max(r["summary"]["peak_memory_mb"] for r in on),
-                "mem_off": max(r["summary"]["peak_memory_mb"] for r in off),
+                "mem_on": max(r["peak_rss_mb"] for r in on),
+                "mem_off": max(r["peak_rss_mb"] for r in off),
                 "verdict": f"accuracy {verdict(acc_on, acc_off)}; epoch time {t_on / t_off:.2f}x",
-                "notes": f"time = training seconds per epoch (one pass over the data), {epochs} epochs, {seeds} seed(s)",
+                "notes": f"time = training seconds per epoch (one pass over the data); {seeds} seed(s); epochs "
+                f"trained {_epochs(on)} vs {_epochs(off)}, total training seconds {_total(on):.0f} vs {_total(off):.0f}; "
+                f"minibatches per epoch {steps[label]} vs {steps['neighbor']}",
             }
         )
     return out
