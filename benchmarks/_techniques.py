@@ -109,7 +109,14 @@ def train_run(shard_dir: Path, out: Path, model: dict, training: dict, canonical
         "training": {"profiler": "none", "checkpoint_every": 100_000, **training},  # no per-epoch checkpoint I/O
         "paths": {"shards": str(shard_dir), "out": str(out)},
     }
-    return run_in_child(_train_child, cfg, str(canonical) if canonical is not None else "")
+    done = out.parent / f"{out.name}.result.json"  # a finished run of the same config is reused
+    if done.is_file() and (out / "summary.json").is_file():
+        cached = json.loads(done.read_text())
+        if cached.get("config") == cfg:
+            return cached["result"]
+    result = run_in_child(_train_child, cfg, str(canonical) if canonical is not None else "")
+    done.write_text(json.dumps({"config": cfg, "result": result}))
+    return result
 
 
 def seconds_to_target(val_acc: list[float], train_seconds: list[float], target: float) -> tuple[float, int]:
