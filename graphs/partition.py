@@ -72,6 +72,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.canonical import edge_batches, read_summary
+from graphs.coarsen import row_chunks
 from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
@@ -96,6 +97,14 @@ class PartitionConfig:
     write_distdgl: bool = field(
         default=True, metadata={"help": "Also write DGL's distributed partition format under distdgl/."}
     )
+    metis_max_edges: int = field(
+        default=40_000_000,
+        metadata={
+            "help": "Most directed edges METIS is given (it holds ~100 bytes per edge): a larger graph, "
+            "or part for the clusters, is first coarsened by size-constrained label propagation and "
+            "the result refined (graphs/coarsen.py); 0 = no limit."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.num_parts < 1:
@@ -104,6 +113,8 @@ class PartitionConfig:
             raise ValueError(f"clusters_per_part must be >= 1, got {self.clusters_per_part}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.metis_max_edges < 0:
+            raise ValueError(f"metis_max_edges must be >= 0 (0 = no limit), got {self.metis_max_edges}")
 
 
 # ----------------------------------------------------------------------------- graph
@@ -218,13 +229,7 @@ def read_csr(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.ndar
     return n, counts, indices
 
 
-def _row_chunks(indptr: np.ndarray, edges_per_chunk: int = 1 << 22):
-    """(row0, row1) ranges of the CSR holding about `edges_per_chunk` edges each."""
-    n = len(indptr) - 1
-    m = int(indptr[-1])
-    cuts = np.searchsorted(indptr, np.arange(0, m, edges_per_chunk, dtype=np.int64), side="right") - 1
-    bounds = np.unique(np.concatenate([[0], np.clip(cuts, 0, n), [n]]))
-    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+_row_chunks = row_chunks  # (row0, row1) ranges of the CSR holding about 4M edges each
 
 
 def _csr_edges(indptr: np.ndarray, indices: np.ndarray, edges_per_chunk: int = 1 << 22):
@@ -245,6 +250,7 @@ def metis_assign_csr(
     symmetric: bool = False,
     weight: np.ndarray | None = None,
     seed: int = 0,
+    max_edges: int = 0,
 ) -> np.ndarray:
     """int32 part id per node from METIS 5 k-way (pymetis, edge-cut objective, seeded).
 
@@ -254,7 +260,8 @@ def metis_assign_csr(
     `weight` (float per edge) becomes integer METIS edge weights (`metis_edge_weights`).
     `balance_edges` weighs each node by its degree + 1 (DGL's balance_edges uses the
     in-degree; + 1 keeps isolated nodes weighed). A symmetric CSR already in METIS's idx_t
-    (`read_csr`) is handed over without a copy.
+    (`read_csr`) is handed over without a copy. With `max_edges` > 0, a graph of more directed
+    edges is coarsened first and METIS partitions the coarse graph (`graphs.coarsen`).
     """
     import pymetis
 
@@ -275,6 +282,13 @@ def metis_assign_csr(
             indptr, indices = a.indptr, a.indices
             weight = a.data if weight is not None else None
         del a
+    if max_edges and len(indices) > max_edges:
+        from graphs.coarsen import Level, metis_levels
+
+        vweight = np.diff(np.asarray(indptr, dtype=np.int64)) + 1 if balance_edges else np.ones(n, dtype=np.int64)
+        eweight = metis_edge_weights(weight).astype(np.int64) if weight is not None else None
+        level = Level(np.asarray(indptr, dtype=np.int64), indices, eweight, vweight)
+        return metis_levels(level, k, max_edges, seed)
     xadj, adjncy = np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype)
     vweights = (np.diff(xadj) + 1).astype(dtype) if balance_edges else None
     eweights = metis_edge_weights(weight).astype(dtype) if weight is not None else None
@@ -364,9 +378,11 @@ def csr_clusters(
     weight: np.ndarray | None = None,
     symmetric: bool = False,
     seed: int = 0,
+    max_edges: int = 0,
 ) -> np.ndarray:
     """int32 global cluster id p * C + c: seeded METIS into C clusters on each part's induced
-    subgraph, cut out of the CSR one part at a time (a part without inner edges: contiguous chunks)."""
+    subgraph, cut out of the CSR one part at a time (a part without inner edges: contiguous chunks);
+    `max_edges` as in `metis_assign_csr`."""
     C = clusters_per_part
     n = len(indptr) - 1
     cluster = np.empty(n, dtype=np.int32)
@@ -380,7 +396,9 @@ def csr_clusters(
             if len(sub_idx) == 0:
                 local_part = (np.arange(len(core)) * c // len(core)).astype(np.int32)
             else:
-                local_part = metis_assign_csr(sub_ptr, sub_idx, c, symmetric=symmetric, weight=sub_w, seed=seed)
+                local_part = metis_assign_csr(
+                    sub_ptr, sub_idx, c, symmetric=symmetric, weight=sub_w, seed=seed, max_edges=max_edges
+                )
         cluster[core] = p * C + local_part
     return cluster
 
@@ -609,7 +627,9 @@ def build_partitions(
     del random_halos, random_part
 
     t = time.perf_counter()
-    part = metis_assign_csr(indptr, indices, k, cfg.balance_edges, symmetrized, weight=weight, seed=cfg.seed)
+    part = metis_assign_csr(
+        indptr, indices, k, cfg.balance_edges, symmetrized, weight=weight, seed=cfg.seed, max_edges=cfg.metis_max_edges
+    )
     seconds["metis_assign"] = time.perf_counter() - t
     metis_rss = peak_rss_bytes()
     t = time.perf_counter()
@@ -619,7 +639,9 @@ def build_partitions(
     metis.update(seconds=round(seconds["metis_assign"], 3), peak_rss_bytes=metis_rss)
 
     t = time.perf_counter()
-    cluster = csr_clusters(indptr, indices, cores, cfg.clusters_per_part, weight, symmetrized, cfg.seed)
+    cluster = csr_clusters(
+        indptr, indices, cores, cfg.clusters_per_part, weight, symmetrized, cfg.seed, cfg.metis_max_edges
+    )
     seconds["clusters"] = time.perf_counter() - t
 
     with atomic_output_dir(out_dir) as tmp:
@@ -646,6 +668,7 @@ def build_partitions(
             "num_parts": k,
             "balance_edges": cfg.balance_edges,
             "weighted": weight is not None,
+            "metis_coarsened": bool(cfg.metis_max_edges and len(indices) > cfg.metis_max_edges),
             "clusters_per_part": cfg.clusters_per_part,
             "clusters": int(len(np.unique(cluster))),
             "graph_name": graph_name,
