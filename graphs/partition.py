@@ -32,7 +32,7 @@ Files written (format version 1) into `<out_dir>/`:
     part-{p}/halo_nodes.npy      int64 [h_p] ascending node ids outside p with an edge into p
     distdgl/<graph_name>.json    DGL distributed partition config (with write_distdgl)
     distdgl/part{p}/             graph.dgl, node_feat.dgl, edge_feat.dgl per part
-    distdgl/orig_nids.npy        int64 [n]   DGL's reshuffled node id -> canonical node id
+    distdgl/orig_nids.npy        int64 [n]   reshuffled node id -> canonical node id
     partition_sizes.png          core and halo sizes per part, METIS vs random
     summary.json                 metrics for "metis" and "random", timings, settings
 
@@ -41,20 +41,22 @@ The DistDGL folder is what `dgl.distributed.load_partition(json, p)` and DistDGL
 `train_mask`/`val_mask`/`test_mask` are included when the canonical graph has them.
 
 Memory: the CSR is 8 bytes per directed edge (idx_t is int64 in pymetis's wheels, so an
-int32 copy would only be widened again), METIS adds its own coarsening copies; the
-DistDGL export (`write_distdgl`, on by default) builds a DGL graph over the same arrays
-and DGL's `partition_graph` then holds several whole-graph copies (its reshuffling and
-halo subgraphs): switch it off for graphs near the memory limit.
+int32 copy would only be widened again); METIS adds ~90-130 bytes per edge of its own
+(its weighted copy and one per coarsening level), so a graph of more than
+`metis_max_edges` directed edges (default 40M) is first coarsened by size-constrained label
+propagation and METIS partitions the coarse graph (`graphs.coarsen`: the partition is
+projected back and refined; cut within 1.00x of METIS on the whole graph at 20M edges,
+BENCHMARKS.md). The DistDGL export is written part by part from the CSR and our
+assignment (`graphs.distdgl_format.write_distdgl_parts`: one int64 edge id per edge plus
+one part's edges at a time, features memory-mapped), in DGL's format.
 
-Why the DistDGL files come from our assignment: DGL 2.1's `partition_graph` accepts no
-precomputed assignment; with part_method="metis" it runs METIS again (about 2.3x the
-assignment alone in total), and "random" ignores METIS altogether. It looks the
-function up as the module attribute `dgl.distributed.partition.metis_partition_assignment`
+`write_distdgl` (kept for comparison and tests) has DGL 2.1's own `partition_graph` write
+the same files instead; it holds several whole-graph copies. DGL's `partition_graph`
+accepts no precomputed assignment (with part_method="metis" it runs METIS again); it looks
+the function up as the module attribute `dgl.distributed.partition.metis_partition_assignment`
 at call time, so `write_distdgl` substitutes that attribute, for the duration of one call,
-with a function that returns our assignment — every file is still written by DGL's own
-code (reshuffling, halo subgraphs, partition book), and the substitution is checked to
-have been called. This relies on the dgl==2.1.0 pin; a DGL that no longer makes the call
-fails loudly instead of silently re-partitioning.
+with a function that returns our assignment, and checks that it was called (a DGL that no
+longer makes the call fails loudly instead of silently re-partitioning).
 """
 
 from __future__ import annotations
@@ -578,21 +580,24 @@ def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, g
     return orig_nids.numpy().astype(np.int64)
 
 
-def _node_data(canonical: Path, n: int) -> dict:
-    """Node tensors for the DistDGL graph: feat, label, train/val/test masks (when present)."""
-    import torch
-
+def _node_data(canonical: Path, n: int) -> dict[str, np.ndarray]:
+    """Node arrays for the DistDGL parts: feat (memory-mapped), label, train/val/test masks
+    (when present)."""
     data = {}
     if (canonical / "features.npy").is_file():
-        data["feat"] = torch.from_numpy(np.load(canonical / "features.npy", allow_pickle=False))
+        data["feat"] = np.load(canonical / "features.npy", mmap_mode="r", allow_pickle=False)
     nodes = pq.read_table(canonical / "nodes.parquet", columns=["label", "split"])
     label = nodes.column("label").to_numpy().astype(np.int64)
     if (label >= 0).any():
-        data["label"] = torch.from_numpy(label)
+        data["label"] = label
         split = nodes.column("split").to_numpy(zero_copy_only=False)
         for name in ("train", "val", "test"):
-            data[f"{name}_mask"] = torch.from_numpy(split == name)
-    assert all(len(v) == n for v in data.values())
+            data[f"{name}_mask"] = split == name
+    for name, values in data.items():
+        if len(values) != n:
+            raise ValueError(
+                f"{canonical}: {name} has {len(values)} rows for {n} nodes; re-materialize canonical_graph"
+            )
     return data
 
 
@@ -652,13 +657,14 @@ def build_partitions(
             np.save(tmp / f"part-{p}" / "core_nodes.npy", cores[p])
             np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
         if cfg.write_distdgl:
+            from graphs.distdgl_format import write_distdgl_parts
+
             t = time.perf_counter()
-            graph = dgl_graph(indptr, indices)  # only here: DGL's writer needs the whole graph
-            for name, values in _node_data(canonical, n).items():
-                graph.ndata[name] = values
-            orig_nids = write_distdgl(graph, part, k, tmp / "distdgl", graph_name)
+            orig_nids = write_distdgl_parts(
+                indptr, indices, part, k, tmp / "distdgl", graph_name, _node_data(canonical, n)
+            )
             np.save(tmp / "distdgl" / "orig_nids.npy", orig_nids)
-            del graph, orig_nids
+            del orig_nids
             seconds["distdgl_write"] = time.perf_counter() - t
         _plot_sizes(metis, random, tmp / "partition_sizes.png")
         summary = {
