@@ -89,3 +89,19 @@ def test_bad_settings_are_refused():
         TieredFeatures(enc, hot_rows=2)
     with pytest.raises(ValueError, match=">= 0"):
         TieredFeatures(enc, warm_rows=-1)
+
+
+def test_degree_policy_keeps_the_highest_degree_rows_after_the_hot_ones():
+    enc, x = _fp32(n=8)
+    degree = np.array([5, 1, 9, 7, 2, 8, 0, 3])
+    cache = TieredFeatures(enc, warm_rows=2, hot_rows=1, degree=degree, warm_policy="degree")
+    assert cache.hot_nodes.tolist() == [2]
+    assert cache.cached_nodes().tolist() == [3, 5]  # next highest degrees, filled up front
+    nodes = np.array([0, 1, 2, 3, 5, 6])
+    np.testing.assert_array_equal(cache.gather(nodes).numpy(), x[nodes])
+    assert cache.cached_nodes().tolist() == [3, 5]  # misses are never inserted
+    assert (cache.stats.hot_hits, cache.stats.warm_hits, cache.stats.cold_reads) == (1, 2, 3)
+    with pytest.raises(ValueError, match="warm_policy"):
+        TieredFeatures(enc, warm_rows=2, warm_policy="fifo")
+    with pytest.raises(ValueError, match="degree"):
+        TieredFeatures(enc, warm_rows=2, warm_policy="degree")

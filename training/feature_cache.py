@@ -6,11 +6,15 @@ A minibatch's input nodes are looked up hot tier first, then warm, then cold:
 - **cold**: the feature file itself (`graphs.quantize.EncodedFeatures` over a memory map:
   canonical ``features.npy`` or compressed_graph's codes), read with ``np.take`` in
   ascending node order;
-- **warm**: ``warm_rows`` rows in one preallocated CPU array with a slot per row; every
-  row read from cold is inserted, evicting the least recently used slots (recency counts
-  gathers: all rows of one gather share a time stamp, and a gather never evicts the rows it
-  hits itself); each gather's misses are inserted in ascending node order, at most as many
-  as there are slots it does not use;
+- **warm**: ``warm_rows`` rows in one preallocated CPU array with a slot per row, kept by
+  one of two policies (``warm_policy``):
+  ``lru``: every row read from cold is inserted, evicting the least recently used slots
+  (recency counts gathers: all rows of one gather share a time stamp, and a gather never
+  evicts the rows it hits itself); each gather's misses are inserted in ascending node
+  order, at most as many as there are slots it does not use;
+  ``degree``: the ``warm_rows`` highest-degree nodes after the hot ones, filled once and
+  never evicted (neighbour sampling reads a node in proportion to its degree, so this is
+  the best static choice for it; measured in BENCHMARKS.md against LRU);
 - **hot**: the ``hot_rows`` nodes of highest degree (ties: lower id first), their rows copied
   once to ``device`` (a CUDA device in training; the CPU works too, e.g. in tests).
 
@@ -38,7 +42,17 @@ import torch
 
 from graphs.quantize import EncodedFeatures
 
-__all__ = ["CacheStats", "TieredFeatures", "hot_nodes"]
+__all__ = ["WARM_POLICIES", "CacheStats", "TieredFeatures", "hot_nodes"]
+
+WARM_POLICIES = ("lru", "degree")
+
+
+def _unique(nodes) -> tuple[np.ndarray, np.ndarray | None]:
+    """(ascending unique ids, inverse or None when `nodes` already is ascending and unique)."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    if len(nodes) < 2 or bool(np.all(nodes[1:] > nodes[:-1])):
+        return nodes, None
+    return np.unique(nodes, return_inverse=True)
 
 
 @dataclass
@@ -75,11 +89,19 @@ class TieredFeatures:
         hot_rows: int = 0,
         degree: np.ndarray | None = None,
         device: str | torch.device = "cpu",
+        warm_policy: str = "lru",
     ):
         if warm_rows < 0 or hot_rows < 0:
             raise ValueError(f"warm_rows and hot_rows must be >= 0, got {warm_rows} and {hot_rows}")
-        if hot_rows and (degree is None or len(degree) != encoded.num_rows):
-            raise ValueError(f"hot_rows={hot_rows} needs the degree of each of the {encoded.num_rows} nodes")
+        if warm_policy not in WARM_POLICIES:
+            raise ValueError(f"warm_policy={warm_policy!r}: must be one of {WARM_POLICIES}")
+        needs_degree = hot_rows or (warm_rows and warm_policy == "degree")
+        if needs_degree and (degree is None or len(degree) != encoded.num_rows):
+            raise ValueError(
+                f"hot_rows={hot_rows} / warm_policy={warm_policy!r} needs the degree of each of the "
+                f"{encoded.num_rows} nodes"
+            )
+        self.warm_policy = warm_policy
         self.encoded = encoded
         self.device = torch.device(device)
         codes = encoded.codes
@@ -103,6 +125,14 @@ class TieredFeatures:
         self._last_used = np.full(capacity, -1, dtype=np.int64)
         self._rows = np.empty((capacity, *self._row_shape), dtype=self._dtype)
         self._tick = 0
+        if capacity and warm_policy == "degree":
+            ranked = np.argsort(-np.asarray(degree, dtype=np.int64), kind="stable")
+            if len(hot):
+                ranked = ranked[self._hot_slot[ranked] < 0]
+            fill = np.sort(ranked[:capacity]).astype(np.int64)
+            self._node_of[: len(fill)] = fill
+            self._slot_of[fill] = np.arange(len(fill))
+            self._rows[: len(fill)] = np.take(self._cold, fill, axis=0)
 
     # ------------------------------------------------------------------ lookups
 
@@ -116,16 +146,15 @@ class TieredFeatures:
     def gather_codes(self, nodes: np.ndarray) -> np.ndarray:
         """Compact rows of `nodes` (any order, duplicates allowed) from the warm and cold tiers
         only, on the CPU: what a host-side reader uses when there is no hot tier."""
-        unique, inverse = np.unique(np.asarray(nodes, dtype=np.int64), return_inverse=True)
+        unique, inverse = _unique(nodes)
         with self._lock:
             self.stats.requested += len(unique)
             rows = self._warm_or_cold(unique)
-        return rows[inverse]
+        return rows if inverse is None else rows[inverse]
 
     def gather(self, nodes: np.ndarray) -> torch.Tensor:
         """float32 [len(nodes), D] rows of `nodes` on the device, decoded."""
-        nodes = np.asarray(nodes, dtype=np.int64)
-        unique, inverse = np.unique(nodes, return_inverse=True)
+        unique, inverse = _unique(nodes)
         with self._lock:
             self.stats.requested += len(unique)
             if self._hot_slot is not None:
@@ -142,27 +171,31 @@ class TieredFeatures:
             ]
         if len(host):
             out[torch.from_numpy(np.flatnonzero(~is_hot)).to(self.device)] = torch.from_numpy(host).to(self.device)
-        return self.encoded.decode_gathered_torch(out)[torch.from_numpy(inverse).to(self.device)]
+        out = self.encoded.decode_gathered_torch(out)
+        return out if inverse is None else out[torch.from_numpy(inverse).to(self.device)]
 
     def _warm_or_cold(self, unique: np.ndarray) -> np.ndarray:
         """Compact rows of ascending unique `unique` from the warm tier or the cold file
         (inserting the cold ones, LRU); caller holds the lock and counts `requested`."""
-        out = np.empty((len(unique), *self._row_shape), dtype=self._dtype)
         if not self.capacity:
-            out[:] = np.take(self._cold, unique, axis=0)
             self.stats.cold_reads += len(unique)
-            return out
+            return np.take(self._cold, unique, axis=0)
         self._tick += 1
         slot = self._slot_of[unique]
         hit = slot >= 0
         hit_slots = slot[hit]
-        self._last_used[hit_slots] = self._tick
-        out[hit] = self._rows[hit_slots]
-        miss = unique[~hit]
+        # one gather from the warm rows for every position (misses read slot 0), then the misses
+        # written over: the hit path is a single np.take
+        out = np.take(self._rows, np.maximum(slot, 0), axis=0)
+        miss_at = np.flatnonzero(~hit)
+        miss = unique[miss_at]
         miss_rows = np.take(self._cold, miss, axis=0)
-        out[~hit] = miss_rows
+        out[miss_at] = miss_rows
         self.stats.warm_hits += len(hit_slots)
         self.stats.cold_reads += len(miss)
+        if self.warm_policy != "lru":
+            return out
+        self._last_used[hit_slots] = self._tick
         count = min(len(miss), self.capacity - len(hit_slots))
         if count > 0:
             if count < self.capacity:
