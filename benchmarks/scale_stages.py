@@ -70,6 +70,7 @@ def _stage(name: str, nodes: int, edges: int, root: str, queue) -> None:
 
 
 STAGES = ("generate", "canonical_graph", "normalized_adjacency", "metis_partitions")
+SCOPE = "library function in a fresh spawned process (no Dagster, no asset checks)"
 
 
 def upsert(records: list[dict], path: Path = RESULTS) -> None:
@@ -100,6 +101,7 @@ def main() -> None:
             raise SystemExit(f"--stages: unknown stage {name!r}; choose from {STAGES}")
         r = run_in_child(_stage, name, args.nodes, args.edges, str(root))
         rec = {"stage": name, "edges": args.edges, "nodes": args.nodes, **r, "machine": machine(), "date": date}
+        rec["scope"] = SCOPE
         rec["wall_s"] = round(rec["wall_s"], 2)
         records.append(rec)
         print(f"{name}: {rec['wall_s']:.1f} s, peak RSS {rec['peak_rss_bytes'] / 2**30:.2f} GiB", flush=True)
