@@ -50,6 +50,7 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from training.checkpoint import data_version, run_key, work_dir_for
@@ -229,8 +230,9 @@ def trained_model(
         }
         if (out / "profile" / "trace.json").is_file():
             metadata["profiler_trace"] = dg.MetadataValue.path(str(out / "profile" / "trace.json"))
-        metadata["version"] = storage.record_model_version(dataset, context.run_id)
-    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+        metadata["version"] = storage.record_model_version(dataset, context.run.run_id)
+    headline = ("test_acc_at_best_val", "best_val_acc", "best_epoch", "epochs_trained", "seconds", "version")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=[check])
 
 
 def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: Path, shards: Path):
