@@ -50,6 +50,7 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.pipes_messages import WholeLineMessageReader
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
@@ -282,7 +283,7 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
         result = client.run(context=context, **kwargs).get_materialize_result()
     else:
         result = (
-            dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
+            dg.PipesSubprocessClient(cwd=str(REPO_ROOT), message_reader=WholeLineMessageReader())
             .run(context=context, command=command, env=env)
             .get_materialize_result()
         )

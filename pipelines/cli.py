@@ -128,6 +128,7 @@ def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) ->
 def _cmd_generate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from assets.reporting import rounded
     from graphs import generate
     from graphs.storage import DatasetNameError, validate_dataset_name
 
@@ -149,7 +150,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     except FileExistsError as exc:
         print(f"gnnflow generate: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(summary, indent=2, default=str))
+    print(json.dumps(rounded(summary), default=str))  # one line, numbers to 4 significant digits
     return 0
 
 

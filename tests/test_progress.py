@@ -88,3 +88,48 @@ def test_the_dagster_notices_are_filtered_by_message_only():
         warnings.warn("Parameter `other` of function `X` is currently in beta", dg.BetaWarning, stacklevel=1)
     assert dg.AssetKey("trained_model") in keys
     assert [str(w.message) for w in caught] == ["Parameter `other` of function `X` is currently in beta"]
+
+
+def test_the_makefile_filter_matches_the_superseded_notice_of_asset_materialize():
+    """`make demo` exports PYTHONWARNINGS to hide `dagster asset materialize`'s notice that `dg launch`
+    supersedes it (printed before project code loads); the filter must match Dagster's message."""
+    import re
+    from pathlib import Path
+
+    from click.testing import CliRunner
+    from dagster._cli.asset import asset_materialize_command
+
+    makefile = (Path(__file__).resolve().parents[1] / "Makefile").read_text()
+    (option,) = re.findall(r"^demo: export PYTHONWARNINGS := (.+)$", makefile, flags=re.M)
+    args = ["-m", "no_such_module_for_this_test", "--select", "x"]
+    for filtered in (False, True):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if filtered:
+                warnings._setoption(option)  # what Python does with PYTHONWARNINGS at start-up
+            CliRunner().invoke(asset_materialize_command, args)  # warns, then fails to load the module
+        notices = [w for w in caught if issubclass(w.category, dg.SupersessionWarning)]
+        assert len(notices) == (0 if filtered else 1), [str(w.message) for w in caught]
+
+
+def test_the_pipes_reader_waits_for_the_rest_of_a_line_written_in_two_parts(tmp_path):
+    from assets.pipes_messages import whole_lines
+
+    path = tmp_path / "messages"
+    path.write_text('{"method": "log", "params": {"message": "epoch 1/')  # the writer is mid-line
+    calls = []
+
+    def should_stop():  # called whenever the reader has caught up with the file
+        calls.append(len(calls))
+        if len(calls) == 1:
+            with open(path, "a") as f:
+                f.write('14"}}\n{"method": "closed"}\n{"method": "cut')
+        return len(calls) > 1
+
+    lines = list(whole_lines(path, should_stop, poll_s=0))
+    assert [line.rstrip("\n") for line in lines[:2]] == [
+        '{"method": "log", "params": {"message": "epoch 1/14"}}',
+        '{"method": "closed"}',
+    ]
+    assert lines[2] == '{"method": "cut'  # a writer that died mid-line: its rest, once the session ended
+    assert len(calls) == 2

@@ -528,6 +528,8 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path, capfd):
     assert md["backend"].value == "gloo"  # reported by rank 0 over dagster-pipes
     assert md["global_batch"].value == 48 * 2 * 2 and md["precision"].value.startswith("CPU: mixed_float16")
     assert 0 < md["best_val_acc"].value <= 1 and md["epochs_trained"].value == 8
+    for key in ("seconds", "best_val_acc", "seeds_per_s"):  # reported over pipes, rounded like every metadata float
+        assert md[key].value == float(f"{md[key].value:.4g}"), (key, md[key].value)
     assert md["sampled_epochs"].value == 2 and md["sampled_epoch_passes"].value == "4,4"  # replayed 4 times each
     assert md["curves"].value.startswith("![training curves](data:image/png;base64,")
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
