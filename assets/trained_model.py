@@ -6,10 +6,10 @@ The asset runs exactly
 
 (or, with ``launch.nnodes`` N > 1, the multi-node command of `training.launch` with the
 rendezvous settings of the ``launch`` block: this node is node 0, hosting the rendezvous,
-and the metadata and the log give the command to run on each other node) as a subprocess with `dagster.PipesSubprocessClient`: the training logs stream into the
-run's compute logs, rank 0 forwards its progress lines and reports the final metrics over
-dagster-pipes (`training.report`), and this function adds the curves, the file paths and
-an asset check. W (processes) is the shards' world size, and the batch size is theirs too
+and the metadata and the log give the command to run on each other node) as a subprocess with `dagster.PipesSubprocessClient`: the processes' own output streams into
+the run's compute logs, rank 0 sends its progress lines (to the event log only, so each shows
+once) and the final metrics over dagster-pipes (`training.report`; read a whole line at a time,
+`assets.pipes_messages`), and this function adds the curves, the file paths and an asset check. W (processes) is the shards' world size, and the batch size is theirs too
 (the minibatch_shards stage owns sampling); on GPUs W is lowered to the largest divisor of
 the world size that fits the visible GPUs (every process then reads several streams, see
 `training.train`). Everything else is this asset's run config, whose `model` and
