@@ -345,6 +345,21 @@ def test_a_replayed_epoch_reads_every_minibatch_once_in_a_new_order(sbm):
     assert len({tuple(stored), tuple(first), tuple(second)}) == 3  # in three different orders
 
 
+def test_a_feature_cache_serves_the_same_rows_and_hits_on_the_next_epoch(sbm):
+    from training.data import FeatureRows
+
+    shards = sbm["w1"]["shards"]
+    with ShardStream(shards, 0, 0, prefetch=0) as stream:
+        plain = [mb.x for mb in stream]
+    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache_share=1.0)
+    for _ in range(2):  # the second pass finds every row in the cache
+        with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
+            cached = [mb.x for mb in stream]
+        assert len(cached) == len(plain) and all(torch.equal(a, b) for a, b in zip(plain, cached, strict=True))
+    stats = rows.cache.stats
+    assert stats.cold_reads > 0 and stats.warm_hits >= stats.requested // 2
+
+
 def test_automatic_budget_replays_the_shards_and_reports_it(sbm, tmp_path):
     # W=1 shards: 2 sampled epochs of 5 minibatches; floor of 12 steps -> ceil(12 / 5) = 3 epochs
     s = train(_run_config(sbm["w1"]["shards"], tmp_path / "out", epochs=0, min_steps=12, early_stopping_patience=0))

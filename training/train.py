@@ -172,6 +172,7 @@ class Run:
     work: Path
     ckpt_path: Path
     eval_graph: "InMemoryEval | StreamedEval | None" = None
+    feature_rows: FeatureRows | None = None  # shared by the streams when training.feature_cache > 0
     # progress (restored from a checkpoint)
     start_epoch: int = 0
     step: int = 0
@@ -325,6 +326,11 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         key=key,
         work=work,
         ckpt_path=work / CHECKPOINT_NAME,
+        feature_rows=(
+            FeatureRows("manifest", manifest, shards, cache_share=tcfg.feature_cache)
+            if tcfg.feature_cache > 0 and isinstance(stream_features, str)
+            else None
+        ),
     )
     resume(run)
 
@@ -447,7 +453,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
             epoch % run.shard_epochs,
             device,
             tcfg.prefetch,
-            features=run.stream_features,
+            features=run.feature_rows if run.feature_rows is not None else run.stream_features,
             verify=tcfg.verify_shards,
             manifest=run.manifest,
             order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
