@@ -1,0 +1,70 @@
+"""Log-log slope of each stage's time against the edge count, from results at several scales.
+
+    .venv/bin/python benchmarks/slopes.py          # benchmarks/results/*.json (+ scale_stages.json)
+
+Reads every `benchmarks/results/<scale>.json` written by `make bench SCALE=...` (our side of
+each record measured in seconds, at that scale's edge rows) and, when it exists,
+`benchmarks/results/scale_stages.json` (the 100M-edge run's per-stage records: stage,
+edges, nodes, wall_s, peak_rss_bytes, machine, date). For every stage measured at two or
+more sizes it prints the seconds per size and the least-squares slope of log(seconds)
+against log(edges) (`harness.slope`): 1.0 is linear growth; the goal is <= 1.05. A stage
+too quick to time at the small size (under --min-seconds) is left out of the fit there:
+its fixed start-up costs would flatten the slope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import harness  # benchmarks/harness.py
+
+GOAL = 1.05
+
+
+def stage_points(results_dir: Path) -> dict[str, dict[int, float]]:
+    """stage -> {edges: seconds (ours)} over every results file of `results_dir`."""
+    points: dict[str, dict[int, float]] = {}
+    for path in sorted(results_dir.glob("*.json")):
+        if path.name == "scale_stages.json":
+            for r in json.loads(path.read_text()):
+                points.setdefault(f"{r['stage']} (scale run)", {})[int(r["edges"])] = float(r["wall_s"])
+            continue
+        results = harness.read_results(path)
+        for d in results["records"]:
+            if d["metric"].startswith("seconds") and d["edges"]:
+                points.setdefault(d["stage"], {})[int(d["edges"])] = float(d["ours"])
+    return points
+
+
+def slope_table(points: dict[str, dict[int, float]], min_seconds: float = 0.5) -> list[dict]:
+    rows = []
+    for stage, by_size in points.items():
+        usable = [(e, s) for e, s in sorted(by_size.items()) if s >= min_seconds]
+        if len({e for e, _ in usable}) < 2:
+            continue
+        rows.append({"stage": stage, "points": sorted(by_size.items()), "slope": harness.slope(usable)})
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", type=Path, default=harness.RESULTS_DIR)
+    ap.add_argument("--min-seconds", type=float, default=0.5)
+    args = ap.parse_args()
+    rows = slope_table(stage_points(args.results), args.min_seconds)
+    if not rows:
+        print(f"no stage measured at two sizes under {args.results}", file=sys.stderr)
+        return 1
+    print(f"| stage | seconds at edges | log-log slope | goal <= {GOAL} |")
+    print("| --- | --- | --- | --- |")
+    for r in rows:
+        pts = ", ".join(f"{s:.2f} s @ {e:,}" for e, s in r["points"])
+        print(f"| {r['stage']} | {pts} | {r['slope']:.3f} | {'yes' if r['slope'] <= GOAL else 'no'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
