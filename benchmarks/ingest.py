@@ -42,6 +42,7 @@ import harness  # noqa: E402  (benchmarks/harness.py)
 from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
 ID_KINDS = ("dense", "sparse", "string")
+TARGET_ROWS = 10_000_000  # the issue's <= 2.0x is set at 1M nodes / 10M edge rows (fixed costs dominate below)
 SPARSE_ID_RANGE = 10**12
 
 
@@ -51,11 +52,18 @@ def _ours(landing: str, out: str, memory_limit: str, budget_mb: int, queue, code
     from graphs.canonical import CanonicalConfig, build_canonical_graph
     from graphs.storage import peak_rss_bytes
 
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _cpu_seconds()
     s = build_canonical_graph(landing, out, CanonicalConfig(memory_limit=memory_limit, sort_budget_mb=budget_mb))
-    queue.put(
-        {"seconds": time.perf_counter() - t, "rss": peak_rss_bytes(), "rows_out": s["edges"], "nodes": s["nodes"]}
-    )
+    seconds, cpu = time.perf_counter() - t, _cpu_seconds() - c
+    queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": s["edges"], "nodes": s["nodes"]})
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process, all threads (less sensitive to a loaded machine than wall time)."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _rows_of(path: str) -> int:
@@ -69,13 +77,13 @@ def _bare(landing: str, out: str, memory_limit: str, queue) -> None:
     from graphs.storage import peak_rss_bytes
 
     Path(out).mkdir(parents=True, exist_ok=True)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _cpu_seconds()
     con = duck.connect(memory_limit, temp_directory=f"{out}/tmp")  # ours's settings, threads included
     # COPY (SELECT DISTINCT src, dst FROM read_parquet(...)) TO ..., with the paths as arguments
     con.read_parquet(f"{landing}/edges/*.parquet").select("src, dst").distinct().write_parquet(f"{out}/edges.parquet")
     con.close()
-    seconds = time.perf_counter() - t
-    queue.put({"seconds": seconds, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
+    seconds, cpu = time.perf_counter() - t, _cpu_seconds() - c
+    queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
 
 
 def _bare_weighted(landing: str, out: str, memory_limit: str, queue) -> None:
@@ -83,13 +91,13 @@ def _bare_weighted(landing: str, out: str, memory_limit: str, queue) -> None:
     from graphs.storage import peak_rss_bytes
 
     Path(out).mkdir(parents=True, exist_ok=True)
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _cpu_seconds()
     con = duck.connect(memory_limit, temp_directory=f"{out}/tmp")
     edges = con.read_parquet(f"{landing}/edges/*.parquet")  # paths through the relation API
     edges.aggregate("src, dst, sum(weight) AS weight", "src, dst").write_parquet(f"{out}/edges.parquet")
     con.close()
-    seconds = time.perf_counter() - t
-    queue.put({"seconds": seconds, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
+    seconds, cpu = time.perf_counter() - t, _cpu_seconds() - c
+    queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
 
 
 def _ours_baseline(landing: str, out: str, memory_limit: str, budget_mb: int, code: str, queue) -> None:
@@ -107,7 +115,8 @@ def _generate(nodes: int, edges: int, landing: str, weighted: str, queue) -> Non
         generate_dataset(scale_config(nodes, edges, seed=0), landing, progress=False)
         print(f"generated {landing} in {time.perf_counter() - t:.1f} s", flush=True)
     if weighted and not Path(weighted).exists():
-        generate_dataset(dataclasses.replace(scale_config(nodes, edges, seed=0), heavy_weight=5.0), weighted)
+        weighted_config = dataclasses.replace(scale_config(nodes, edges, seed=0), heavy_weight=5.0)
+        generate_dataset(weighted_config, weighted, progress=False)
     queue.put({})
 
 
@@ -215,7 +224,7 @@ def main() -> None:
         results["ours_baseline_code"] = best_of(_ours_baseline, dense, args.memory_limit, args.sort_budget_mb, code)
 
     print(f"\ninput: {rows:,} edge rows, {args.nodes:,} nodes requested, files in {work}")
-    print(f"{'variant':<52}{'seconds':>9}{'in rows/s':>14}{'rows out':>14}{'peak RSS':>11}")
+    print(f"{'variant':<52}{'seconds':>9}{'CPU s':>8}{'in rows/s':>14}{'rows out':>14}{'peak RSS':>11}")
     labels = {
         "bare": "bare DuckDB COPY SELECT DISTINCT",
         "ours": "ours (relabel+symmetrize+dedupe+sort+stats)",
@@ -228,14 +237,15 @@ def main() -> None:
         base, _, kind = name.partition("/")
         label = labels[base] + (f", {kind} ids" if kind else "")
         print(
-            f"{label:<52}{r['seconds']:>9.2f}{rows / r['seconds']:>14,.0f}{r['rows_out']:>14,}"
+            f"{label:<52}{r['seconds']:>9.2f}{r['cpu']:>8.2f}{rows / r['seconds']:>14,.0f}{r['rows_out']:>14,}"
             f"{r['rss'] / 2**30:>9.2f} GB"
         )
     records = []
     for kind in kinds:
         o, e, b = results[f"ours/{kind}"], results[f"ours_edges_only/{kind}"], results[f"bare/{kind}"]
         print(
-            f"{kind} ids: ours / bare {o['seconds'] / b['seconds']:.2f} (target <= 2.0), edges alone "
+            f"{kind} ids: ours / bare {o['seconds'] / b['seconds']:.2f} (target <= 2.0; CPU seconds "
+            f"{o['cpu'] / b['cpu']:.2f}), edges alone "
             f"{e['seconds'] / b['seconds']:.2f}; peak RSS ours {o['rss'] / 2**30:.2f} GB, bare {b['rss'] / 2**30:.2f} GB"
         )
         common = {"benchmark": "ingest", "metric": "seconds", "nodes": args.nodes, "edges": rows}
@@ -246,12 +256,16 @@ def main() -> None:
                 ours=o["seconds"],
                 peer=b["seconds"],
                 peer_name="bare DuckDB SELECT DISTINCT",
-                max_ratio=2.0,
+                max_ratio=2.0 if rows >= TARGET_ROWS else None,
                 ours_rss_bytes=o["rss"],
                 peer_rss_bytes=b["rss"],
-                notes="ours also relabels, symmetrizes, sorts, writes nodes, features and degree stats"
-                if kind == kinds[0]
-                else "",
+                notes=f"CPU seconds ours / bare {o['cpu'] / b['cpu']:.2f}"
+                + ("" if rows >= TARGET_ROWS else f"; the <= 2.0 target is set at {TARGET_ROWS:,} edge rows")
+                + (
+                    "; ours also relabels, symmetrizes, sorts, writes nodes, features and degree stats"
+                    if kind == kinds[0]
+                    else ""
+                ),
             ),
             harness.Record(
                 **common,
