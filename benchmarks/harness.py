@@ -70,7 +70,7 @@ SCALES: dict[str, Scale] = {
     "small": Scale(
         nodes=100_000,
         edges=1_000_000,
-        accuracy_parts="defaults,cora",
+        accuracy_parts="defaults",
         accuracy_seeds=1,
         train_epochs=2,
         train_repeat=1,
@@ -131,7 +131,7 @@ def bench_args(name: str, scale: str) -> list[str]:
     shared = {"ingest": "gen", "sampling": "gen", "adjacency": "graphs", "partition": "graphs", "accuracy": "accuracy"}
     work = ["--work", f"bench_out/{scale}/{shared.get(name, name)}"]
     args = {
-        "ingest": size + ["--ids", "dense,sparse,string"],
+        "ingest": size + ["--ids", "dense,sparse,string"] + (["--no-weighted"] if scale == "tiny" else []),
         "adjacency": size,
         "partition": size + (["--skip-dgl"] if scale == "large" else []),
         "sampling": size + ["--epochs", "1"],

@@ -26,9 +26,16 @@ HERE = Path(__file__).resolve().parent
 
 
 def run_scale(
-    scale: str, names: list[str], out_dir: Path, *, python: str = sys.executable, cwd: Path | None = None
+    scale: str,
+    names: list[str],
+    out_dir: Path,
+    *,
+    merge: bool = False,
+    python: str = sys.executable,
+    cwd: Path | None = None,
 ) -> tuple[Path, Path, dict]:
-    """Run `names` at `scale`; return the json path, the Markdown path and the per-benchmark status."""
+    """Run `names` at `scale`; return the json path, the Markdown path and the per-benchmark status.
+    With `merge`, the records of other benchmarks in an earlier results file of this scale stay."""
     machine = harness.machine()
     date = harness.utc_now()
     records: list[harness.Record] = []
@@ -46,6 +53,13 @@ def run_scale(
                 status[name]["returncode"] = rc = -1
                 print(f"benchmarks/{name}.py wrote no records", file=sys.stderr)
             records += got if rc == 0 else []
+    previous = Path(out_dir) / f"{scale}.json"
+    if merge and previous.is_file():  # keep the other benchmarks' records of an earlier run at this scale
+        before = harness.read_results(previous)
+        kept = [harness.Record.from_dict(d) for d in before["records"] if d["benchmark"] not in names]
+        records = kept + records
+        status = {k: v for k, v in before["benchmarks"].items() if k not in names} | status
+        machine, date = before["machine"], f"{before['date']} (and {date} for {', '.join(names)})"
     json_path, md_path = harness.write_results(
         scale, records, status, out_dir=out_dir, machine_facts=machine, date=date
     )
@@ -55,14 +69,19 @@ def run_scale(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--scale", default="small", choices=sorted(harness.SCALES))
-    ap.add_argument("--only", default="", help="comma-separated benchmarks (default: all of harness.BENCHMARKS)")
+    ap.add_argument(
+        "--only",
+        default="",
+        help="comma-separated benchmarks (default: all of harness.BENCHMARKS); the results file keeps the "
+        "other benchmarks' records from its last run",
+    )
     ap.add_argument("--out", type=Path, default=harness.RESULTS_DIR)
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n] or list(harness.BENCHMARKS)
     for n in names:
         if n not in harness.BENCHMARKS:
             ap.error(f"unknown benchmark {n!r}; one of {', '.join(harness.BENCHMARKS)}")
-    json_path, md_path, status = run_scale(args.scale, names, args.out)
+    json_path, md_path, status = run_scale(args.scale, names, args.out, merge=bool(args.only))
     print()
     print(md_path.read_text())
     print(f"written: {json_path}, {md_path}")
