@@ -21,7 +21,10 @@ How it scales (the 100M-edge path): DuckDB reads every edge file out of core and
 streams the rows as Arrow batches; it also computes the sorted set of distinct ids
 (a hash aggregate, then an ORDER BY of n values, never of the edges). Each batch is
 relabelled with a vectorised lookup (a dense table when the ids are dense integers, a
-pandas hash index otherwise) and turned into int64 keys ``src << s | dst << 1 | flag``
+pandas hash index or, for strings, Arrow's hash set otherwise). Sparse integer and string
+ids of edge rows that fit the sort budget skip the DISTINCT and the lookups: one scan,
+and one Arrow dictionary encoding of every endpoint whose codes are renumbered in sorted
+id order (`_IdSpace.factorize`). Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
 (flag 1 marks the reversed copy added by symmetrization). When the keys of a symmetrized
 graph fit the sort budget only the (min, max) orientation is kept and the reverse
 direction is produced after deduplication (`_mirror`), halving the work. Keys are spilled into fine
