@@ -170,12 +170,17 @@ def main() -> None:
                 ours=o["seconds"],
                 peer=s["seconds"],
                 peer_name="scipy.sparse",
-                max_ratio=1.0,
+                max_ratio=harness.target_at(args.edges, 1.0),
                 ours_rss_bytes=o["rss"],
                 peer_rss_bytes=s["rss"],
                 nodes=facts["nodes"],
                 edges=args.edges,
-                notes=f"{m:,} canonical directed edges; same indptr and indices, max weight difference {diff:.1e}",
+                notes=f"{m:,} canonical directed edges; same indptr and indices, max weight difference {diff:.1e}"
+                + (
+                    ""
+                    if args.edges >= harness.TARGET_EDGES
+                    else f"; the <= 1.0 target is set at {harness.TARGET_EDGES:,} rows"
+                ),
             )
         ],
     )
