@@ -174,6 +174,10 @@ class Record:
     min_ratio: float | None = field(default=None, metadata={"help": "Target: ours / peer at least this."})
     ours_rss_bytes: int | None = field(default=None, metadata={"help": "Our peak RSS, own child process."})
     peer_rss_bytes: int | None = field(default=None, metadata={"help": "The peer's peak RSS, own child process."})
+    ours_cpu_seconds: float | None = field(
+        default=None, metadata={"help": "Our user + system CPU seconds (all threads): steadier than wall time."}
+    )
+    peer_cpu_seconds: float | None = field(default=None, metadata={"help": "The peer's CPU seconds, likewise."})
     nodes: int | None = field(default=None, metadata={"help": "Nodes of the input graph."})
     edges: int | None = field(default=None, metadata={"help": "Edges of the input (the scale's edge rows)."})
     notes: str = field(default="", metadata={"help": "Anything a reader needs to read the figure right."})
@@ -270,6 +274,14 @@ def describe_machine(m: dict) -> str:
         f"{m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB RAM, {m['system']}; "
         f"load average {' '.join(str(x) for x in m['load_average'])} at the start"
     )
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far, all threads."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def utc_now() -> str:

@@ -51,18 +51,10 @@ def _ours(landing: str, out: str, memory_limit: str, budget_mb: int, queue, code
     from graphs.canonical import CanonicalConfig, build_canonical_graph
     from graphs.storage import peak_rss_bytes
 
-    t, c = time.perf_counter(), _cpu_seconds()
+    t, c = time.perf_counter(), harness.cpu_seconds()
     s = build_canonical_graph(landing, out, CanonicalConfig(memory_limit=memory_limit, sort_budget_mb=budget_mb))
-    seconds, cpu = time.perf_counter() - t, _cpu_seconds() - c
+    seconds, cpu = time.perf_counter() - t, harness.cpu_seconds() - c
     queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": s["edges"], "nodes": s["nodes"]})
-
-
-def _cpu_seconds() -> float:
-    """User + system CPU seconds of this process, all threads (less sensitive to a loaded machine than wall time)."""
-    import resource
-
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def _rows_of(path: str) -> int:
@@ -76,12 +68,12 @@ def _bare(landing: str, out: str, memory_limit: str, queue) -> None:
     from graphs.storage import peak_rss_bytes
 
     Path(out).mkdir(parents=True, exist_ok=True)
-    t, c = time.perf_counter(), _cpu_seconds()
+    t, c = time.perf_counter(), harness.cpu_seconds()
     con = duck.connect(memory_limit, temp_directory=f"{out}/tmp")  # ours's settings, threads included
     # COPY (SELECT DISTINCT src, dst FROM read_parquet(...)) TO ..., with the paths as arguments
     con.read_parquet(f"{landing}/edges/*.parquet").select("src, dst").distinct().write_parquet(f"{out}/edges.parquet")
     con.close()
-    seconds, cpu = time.perf_counter() - t, _cpu_seconds() - c
+    seconds, cpu = time.perf_counter() - t, harness.cpu_seconds() - c
     queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
 
 
@@ -90,12 +82,12 @@ def _bare_weighted(landing: str, out: str, memory_limit: str, queue) -> None:
     from graphs.storage import peak_rss_bytes
 
     Path(out).mkdir(parents=True, exist_ok=True)
-    t, c = time.perf_counter(), _cpu_seconds()
+    t, c = time.perf_counter(), harness.cpu_seconds()
     con = duck.connect(memory_limit, temp_directory=f"{out}/tmp")
     edges = con.read_parquet(f"{landing}/edges/*.parquet")  # paths through the relation API
     edges.aggregate("src, dst, sum(weight) AS weight", "src, dst").write_parquet(f"{out}/edges.parquet")
     con.close()
-    seconds, cpu = time.perf_counter() - t, _cpu_seconds() - c
+    seconds, cpu = time.perf_counter() - t, harness.cpu_seconds() - c
     queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
 
 
@@ -258,6 +250,8 @@ def main() -> None:
                 max_ratio=harness.target_at(rows, 2.0),
                 ours_rss_bytes=o["rss"],
                 peer_rss_bytes=b["rss"],
+                ours_cpu_seconds=o["cpu"],
+                peer_cpu_seconds=b["cpu"],
                 notes=f"CPU seconds ours / bare {o['cpu'] / b['cpu']:.2f}"
                 + (
                     ""
@@ -278,6 +272,8 @@ def main() -> None:
                 peer_name="bare DuckDB SELECT DISTINCT",
                 ours_rss_bytes=e["rss"],
                 peer_rss_bytes=b["rss"],
+                ours_cpu_seconds=e["cpu"],
+                peer_cpu_seconds=b["cpu"],
             ),
         ]
     if "ours_weighted" in results:
@@ -293,6 +289,8 @@ def main() -> None:
                 peer_name="bare DuckDB GROUP BY sum(weight)",
                 ours_rss_bytes=w["rss"],
                 peer_rss_bytes=bw["rss"],
+                ours_cpu_seconds=w["cpu"],
+                peer_cpu_seconds=bw["cpu"],
                 nodes=args.nodes,
                 edges=rows,
             )
