@@ -208,8 +208,8 @@ class Record:
 
     @property
     def target(self) -> str:
-        parts = ([f">= {self.min_ratio:g}"] if self.min_ratio is not None else []) + (
-            [f"<= {self.max_ratio:g}"] if self.max_ratio is not None else []
+        parts = ([f">= {self.min_ratio:.3g}"] if self.min_ratio is not None else []) + (
+            [f"<= {self.max_ratio:.3g}"] if self.max_ratio is not None else []
         )
         return " and ".join(parts)
 
@@ -296,6 +296,12 @@ def _gb(v: int | None) -> str:
     return "—" if v is None else f"{v / 2**30:.2f}"
 
 
+def _cpu(r: Record) -> str:
+    if r.ours_cpu_seconds is None or not r.peer_cpu_seconds:
+        return "—"
+    return f"{r.ours_cpu_seconds:.2f} / {r.peer_cpu_seconds:.2f} ({r.ours_cpu_seconds / r.peer_cpu_seconds:.2f})"
+
+
 def markdown(results: dict) -> str:
     """The results table: stage, ours, peer, ratio, target, peak RSS ours / peer, size."""
     lines = [
@@ -303,8 +309,9 @@ def markdown(results: dict) -> str:
         "",
         f"Machine: {describe_machine(results['machine'])}.",
         "",
-        "| stage | metric | ours | peer | ratio ours/peer | target | peak RSS GB ours / peer | nodes / edges |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| stage | metric | ours | peer | ratio ours/peer | target | peak RSS GB ours / peer | nodes / edges "
+        "| CPU s ours / peer |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for d in results["records"]:
         r = Record.from_dict(d)
@@ -314,7 +321,7 @@ def markdown(results: dict) -> str:
         ratio = "—" if r.ratio is None else f"{r.ratio:.3f}{mark}"
         lines.append(
             f"| {r.stage} | {r.metric} | {_num(r.ours)} | {peer} | {ratio} | "
-            f"{r.target or '—'} | {_gb(r.ours_rss_bytes)} / {_gb(r.peer_rss_bytes)} | {size} |"
+            f"{r.target or '—'} | {_gb(r.ours_rss_bytes)} / {_gb(r.peer_rss_bytes)} | {size} | {_cpu(r)} |"
         )
     failed = [n for n, b in results["benchmarks"].items() if b["returncode"] != 0]
     if failed:
@@ -350,6 +357,13 @@ def write_results(
     json_path.write_text(json.dumps(results, indent=1) + "\n")
     md_path.write_text(markdown(results))
     return json_path, md_path
+
+
+def render(path: str | os.PathLike) -> Path:
+    """Rewrite the Markdown table next to a results json from the json (after a format change)."""
+    md = Path(path).with_suffix(".md")
+    md.write_text(markdown(read_results(path)))
+    return md
 
 
 def read_results(path: str | os.PathLike) -> dict:
