@@ -73,7 +73,9 @@ def main() -> int:
         c = cpu.get(r["stage"])
         cpts = ", ".join(f"{s:.2f}" for _, s in c["points"]) if c else "—"
         cslope = f"{c['slope']:.3f}" if c else "—"
-        best = min(r["slope"], c["slope"]) if c else r["slope"]
+        # the verdict reads the growth between the two largest sizes (fixed costs flatten the small end)
+        wall = r["steps"][-1] if r["steps"] else r["slope"]
+        best = min(wall, c["steps"][-1] if c["steps"] else c["slope"]) if c else wall
         steps = f" ({', '.join(f'{x:.2f}' for x in r['steps'])})" if len(r["steps"]) > 1 else ""
         print(
             f"| {r['stage']} | {pts} | {r['slope']:.3f}{steps} | {cpts} | {cslope} | "
