@@ -212,7 +212,10 @@ def main() -> None:
         results["ours_weighted"] = best_of(_ours, weighted, args.memory_limit, args.sort_budget_mb)
     if args.baseline_code:
         code = str(Path(args.baseline_code).resolve())
-        results["ours_baseline_code"] = best_of(_ours_baseline, dense, args.memory_limit, args.sort_budget_mb, code)
+        for kind in kinds:
+            results[f"ours_baseline_code/{kind}"] = best_of(
+                _ours_baseline, landings[kind], args.memory_limit, args.sort_budget_mb, code
+            )
 
     print(f"\ninput: {rows:,} edge rows, {args.nodes:,} nodes requested, files in {work}")
     print(f"{'variant':<52}{'seconds':>9}{'CPU s':>8}{'in rows/s':>14}{'rows out':>14}{'peak RSS':>11}")
@@ -295,13 +298,12 @@ def main() -> None:
                 edges=rows,
             )
         )
-    if "ours_baseline_code" in results:
-        b = results["ours_baseline_code"]
-        u = results["ours/dense"] if "ours/dense" in results else None
-        if u:
-            print(
-                f"unweighted ours / baseline code: time {u['seconds'] / b['seconds']:.2f}, RSS {u['rss'] / b['rss']:.2f}"
-            )
+    for kind in kinds if args.baseline_code else []:
+        b, u = results[f"ours_baseline_code/{kind}"], results[f"ours/{kind}"]
+        print(
+            f"{kind} ids, ours / baseline code: time {u['seconds'] / b['seconds']:.2f}, CPU seconds "
+            f"{u['cpu'] / b['cpu']:.2f} ({u['cpu']:.2f} vs {b['cpu']:.2f}), peak RSS {u['rss'] / b['rss']:.2f}"
+        )
     harness.emit(args.record, records)
 
 
