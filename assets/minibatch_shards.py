@@ -23,6 +23,7 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
@@ -120,7 +121,7 @@ def minibatch_shards(
         "seconds": m["seconds"],
         "seeds_per_second": m["seeds_per_second"],
         "sampled_edges_per_second": m["sampled_edges_per_second"],
-        "peak_rss_mb": round(m["peak_rss_bytes"] / 2**20, 1),
+        "peak_rss_mb": m["peak_rss_bytes"] / 2**20,
     }
     metadata["placement"] = cfg.placement
     if "placement" in m:
@@ -130,7 +131,8 @@ def minibatch_shards(
         metadata["saint_presamples"] = m["saint"]["presamples"]
         metadata["saint_mean_subgraph_nodes"] = m["saint"]["mean_subgraph_nodes"]
     metadata.update(config_metadata)
-    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+    headline = ("sampler", "epochs", "world_size", "minibatches_per_rank_per_epoch", "sampled_edges", "seconds")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=checks)
 
 
 def check_shards(out: Path) -> list[dg.AssetCheckResult]:

@@ -78,7 +78,13 @@ def test_write_results_json_and_markdown(tmp_path):
     assert "2026-12-01 05:00 UTC" in text and "Test CPU, 2 cores, 24 GiB RAM" in text
     row = next(line for line in text.splitlines() if line.startswith("| normalized adjacency"))
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[2] == "0.8" and cells[3] == "1.6 (scipy.sparse)" and cells[4] == "0.500 ✓" and cells[5] == "<= 1" and cells[8] == "—"
+    assert (
+        cells[2] == "0.8"
+        and cells[3] == "1.6 (scipy.sparse)"
+        and cells[4] == "0.500 ✓"
+        and cells[5] == "<= 1"
+        and cells[8] == "—"
+    )
     assert cells[6] == "1.00 / 2.00" and cells[7] == "1,000 / 10,000"
 
 

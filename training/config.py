@@ -225,6 +225,14 @@ class TrainingConfig:
     prefetch: int = field(
         default=2, metadata={"help": "minibatches read ahead by each shard stream's background thread"}
     )
+    feature_cache: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of the feature rows (0..1) each rank keeps in an LRU cache in CPU memory between the "
+            "memory-mapped feature file and the minibatches (training/feature_cache.py; compact INT8 codes "
+            "when compressed features are chosen); 0 = off, every row is read from the file's mapping"
+        },
+    )
     verify_shards: bool = field(
         default=True, metadata={"help": "check every shard file's SHA-256 against the manifest"}
     )
@@ -266,6 +274,8 @@ class TrainingConfig:
         for name in ("epochs", "eval_batch_size", "early_stopping_patience", "seed", "prefetch"):
             if getattr(self, name) < 0:
                 _fail(f"{p}.{name}", getattr(self, name), "must be >= 0")
+        if not 0.0 <= self.feature_cache <= 1.0:
+            _fail(f"{p}.feature_cache", self.feature_cache, "must be a share of the rows in [0, 1]")
         if self.gradient_clipping < 0:
             _fail(f"{p}.gradient_clipping", self.gradient_clipping, "must be >= 0 (0 = off)")
 

@@ -60,6 +60,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
+from graphs.progress import Progress
 from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes
 from training.checkpoint import (
     CHECKPOINT_NAME,
@@ -171,6 +172,7 @@ class Run:
     work: Path
     ckpt_path: Path
     eval_graph: "InMemoryEval | StreamedEval | None" = None
+    feature_rows: FeatureRows | None = None  # shared by the streams when training.feature_cache > 0
     # progress (restored from a checkpoint)
     start_epoch: int = 0
     step: int = 0
@@ -195,6 +197,9 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     tcfg = cfg.training
     profiling = info.is_main and tcfg.profiler == "torch" and run.start_epoch < run.epochs
     profiler = StepProfiler(profiling, run.work / "profile", run.device)
+    # percent of the epochs and time left, with the latest epoch's figures, every few seconds (and at the
+    # end; early stopping may end sooner)
+    progress = Progress("epoch", run.epochs, report.info, start=run.start_epoch)
 
     # ------------------------------------------------------------------ the loop
     with nvtx_context(tcfg.profiler, run.device):
@@ -209,7 +214,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             rows = all_gather_objects(info, row)
             run.history.extend(rows)
             if info.is_main:
-                report.info(_epoch_line(epoch, run.epochs, rows))
+                progress.advance(detail=_epoch_line(rows))
                 if run.stopped_early:
                     report.info(f"early stopping: validation accuracy last improved at epoch {run.best['epoch']}")
                 if (epoch + 1) % tcfg.checkpoint_every == 0 or epoch == run.epochs - 1 or run.stopped_early:
@@ -321,6 +326,11 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         key=key,
         work=work,
         ckpt_path=work / CHECKPOINT_NAME,
+        feature_rows=(
+            FeatureRows("manifest", manifest, shards, cache_share=tcfg.feature_cache)
+            if tcfg.feature_cache > 0 and isinstance(stream_features, str)
+            else None
+        ),
     )
     resume(run)
 
@@ -443,7 +453,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
             epoch % run.shard_epochs,
             device,
             tcfg.prefetch,
-            features=run.stream_features,
+            features=run.feature_rows if run.feature_rows is not None else run.stream_features,
             verify=tcfg.verify_shards,
             manifest=run.manifest,
             order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
@@ -766,10 +776,11 @@ def _peak_memory_mb(device: torch.device) -> float:
     return peak_rss_bytes() / 2**20
 
 
-def _epoch_line(epoch: int, epochs: int, rows: list[dict]) -> str:
+def _epoch_line(rows: list[dict]) -> str:
+    """An epoch's figures over every rank (after the progress part, `graphs.progress`)."""
     main = rows[0]
     line = (
-        f"epoch {epoch + 1}/{epochs}: loss {np.mean([r['loss'] for r in rows]):.4f}, "
+        f"loss {np.mean([r['loss'] for r in rows]):.4f}, "
         f"{sum(r['seeds_per_s'] for r in rows):.0f} seeds/s, {max(r['train_seconds'] for r in rows):.2f} s "
         f"(data wait {max(r['data_wait_share'] for r in rows):.0%})"
     )

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from graphs.npzio import write_npz
+from graphs.progress import Progress
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.samplers import (
@@ -98,6 +99,7 @@ def write_minibatch_shards(
         shape = (inputs.n, inputs.feature_dim)
         features = features_entry(cfg.feature_encoding, shape, final, inputs.features_path, inputs.compressed_dir)
         writer = _ShardWriter(tmp)
+        progress = Progress("sampling", per_rank * cfg.world_size * cfg.epochs, log, unit="minibatches")
         try:
             for epoch in range(cfg.epochs):
                 stats = {
@@ -133,10 +135,10 @@ def write_minibatch_shards(
                     pending[rank].append(mb)
                     if len(pending[rank]) == cfg.minibatches_per_shard:
                         emit(rank)
+                    progress.advance()
                 for rank in range(cfg.world_size):
                     emit(rank)
                 streams.extend(stats.values())
-                log(f"epoch {epoch}: {sum(s['minibatches'] for s in stats.values())} minibatches sampled")
         finally:
             writer.close()
         for s in streams:
