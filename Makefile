@@ -57,11 +57,14 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 ui: install $(DAGSTER_HOME)/dagster.yaml
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(PORT)
 
-# Every benchmark at its default size (1M nodes / 10M edges where it applies); each prints
-# ours next to its baseline measured in the same run. Expect tens of minutes on 2 cores.
-BENCHES ?= ingest adjacency partition bloom compression sampling aggregate train_vs_dgl weighted
+# Every benchmark at one scale (SCALE=small|medium|large, sizes in benchmarks/harness.py), each
+# side in its own child process; writes benchmarks/results/$(SCALE).json and .md (ours, peer,
+# ratio, peak RSS). small: a few minutes on 2 cores; medium (1M nodes / 10M edges): tens of
+# minutes; large (10M / 100M): hours. ONLY=ingest,adjacency runs a subset.
+SCALE ?= small
+ONLY  ?=
 bench: install
-	for b in $(BENCHES); do echo "=== benchmarks/$$b.py"; $(BIN)/python benchmarks/$$b.py || exit 1; done
+	$(BIN)/python benchmarks/run.py --scale $(SCALE) $(if $(ONLY),--only $(ONLY))
 
 clean:
 	rm -rf $(GNNFLOW_HOME) $(DAGSTER_HOME)

@@ -63,6 +63,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 # this checkout's packages, whatever checkout the venv's editable install points at
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import harness  # noqa: E402  (benchmarks/harness.py)
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,6 +345,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--work", default="bench_out/accuracy")
     ap.add_argument("--datasets", default=str(DATASETS), help="folder holding cora/ and citeseer/")
+    ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
     parts = set(args.parts.split(","))
     work = Path(args.work).resolve()
@@ -499,6 +501,53 @@ def main() -> None:
         print(f"{label:34s} {len(accs):4d}  {fmt(accs):>24s}  {note}")
     work.mkdir(parents=True, exist_ok=True)
     (work / "results.json").write_text(json.dumps(results, indent=1))
+    harness.emit(args.record, accuracy_records(results, args.seeds))
+
+
+# (ours, peer or None, stage, peer name, note on the target): every comparison a part can make
+COMPARISONS = (
+    ("cora_defaults", None, "Cora, defaults (no run config)", "", "target >= 81.0"),
+    ("citeseer_defaults", None, "CiteSeer, defaults (no run config)", "", "target >= 70.0"),
+    (
+        "generated_defaults",
+        "generated_dgl_sage",
+        "generated 4k graph, defaults",
+        "DGL GraphSAGE example",
+        "within 1 point",
+    ),
+    ("cora_recipe", "cora_dgl_gat", "Cora, recipes/cora.yaml", "DGL GAT example", "target >= 82.5 and >= DGL"),
+    ("citeseer_recipe", "citeseer_dgl_gat", "CiteSeer, recipes/citeseer.yaml", "DGL GAT example", "target >= 71.5"),
+    ("cora", None, "Cora, GCN (Planetoid recipe)", "", "target >= 81.0 (Kipf & Welling: 81.5)"),
+    ("citeseer", None, "CiteSeer, GCN (Planetoid recipe)", "", "target >= 70.0 (Kipf & Welling: 70.3)"),
+    ("cora_int8", "cora", "Cora, GCN, INT8 features", "ours FP32", "within 0.5 points"),
+    ("cora_int8_w", "cora", "Cora, GCN, INT8 features + weights", "ours FP32", ""),
+    ("cora_ddp2", "cora", "Cora, GCN, DDP 2 ranks", "ours 1 rank", "within 0.5 points"),
+    ("demo_gnn", "demo_mlp", "demo graph, GraphSAGE", "MLP on features alone", "GNN >= MLP + 10 points"),
+    ("demo_gnn_int8", "demo_gnn", "demo graph, GraphSAGE, INT8 features", "ours FP32", "within 0.5 points"),
+)
+
+
+def accuracy_records(results: dict[str, list[float]], seeds: int) -> list:
+    """One harness record per comparison whose figures this run measured (mean over the seeds)."""
+    records = []
+    for ours, peer, stage, peer_name, target in COMPARISONS:
+        if ours not in results or (peer is not None and peer not in results):
+            continue
+        o = 100 * float(np.mean(results[ours]))
+        p = None if peer is None else 100 * float(np.mean(results[peer]))
+        diff = "" if p is None else f"{o - p:+.2f} points; "
+        records.append(
+            harness.Record(
+                benchmark="accuracy",
+                stage=stage,
+                metric=f"test accuracy % (mean of {seeds} seeds)",
+                ours=o,
+                peer=p,
+                peer_name=peer_name,
+                notes=f"{diff}{target}",
+            )
+        )
+    return records
 
 
 if __name__ == "__main__":

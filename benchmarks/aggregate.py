@@ -14,12 +14,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 import warnings
+from pathlib import Path
 
 import torch
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+
+import harness  # noqa: E402  (benchmarks/harness.py)
 
 from training.aggregate import aggregate  # noqa: E402
 from training.blocks import Block  # noqa: E402
@@ -50,6 +55,7 @@ def main() -> None:
     parser.add_argument("--edges", type=int, default=900_000)
     parser.add_argument("--feats", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = parser.parse_args()
 
     block = random_block(args.nodes, args.edges)
@@ -95,6 +101,25 @@ def main() -> None:
     print(
         f"torch.sparse.mm with torch's own backward: forward+backward {plain_ms:.1f} ms "
         f"({plain_ms / ours_fb:.2f}x the cached-transpose torch path)"
+    )
+    harness.emit(
+        args.record,
+        [
+            harness.Record(
+                benchmark="aggregate",
+                stage=f"mean aggregation {name}, {args.feats} features",
+                metric="ms (best)",
+                ours=ours,
+                peer=dgl_ms,
+                peer_name="DGL fused CPU kernel",
+                nodes=args.nodes,
+                edges=args.edges,
+                notes="ours = the plain-torch path (training/ uses DGL's kernel on CPU when importable)"
+                if name == "forward"
+                else "",
+            )
+            for name, (ours, dgl_ms) in rows.items()
+        ],
     )
 
 

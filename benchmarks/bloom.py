@@ -23,11 +23,17 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from graphs.bloom import BloomFilter, measured_fpr
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
+
+import harness  # noqa: E402  (benchmarks/harness.py)
+
+from graphs.bloom import BloomFilter, measured_fpr  # noqa: E402
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
@@ -105,6 +111,7 @@ def main() -> None:
     ap.add_argument("--fpr", type=float, default=0.01)
     ap.add_argument("--fpr-queries", type=int, default=1_000_000)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
     n = args.edges
 
@@ -165,6 +172,27 @@ def main() -> None:
         f"   ({args.fpr_queries:,} random non-edges; target {args.fpr})"
     )
     print(f"{'measured / target':24s}{fpr_ours / args.fpr:>12.3f}{fpr_ref / args.fpr:>11.3f}")
+    common = {"benchmark": "bloom", "metric": "seconds (best)", "peer_name": "classic Bloom filter, NumPy"}
+    size = {"nodes": args.nodes, "edges": n}
+    harness.emit(
+        args.record,
+        [
+            harness.Record(**common, **size, stage=f"Bloom filter {name.split(' (')[0]}", ours=ob, peer=rb)
+            for name, ob, _, rb, _ in rows
+        ]
+        + [
+            harness.Record(
+                benchmark="bloom",
+                stage="Bloom filter false-positive rate",
+                metric="measured FPR",
+                ours=fpr_ours,
+                peer=fpr_ref,
+                peer_name="classic Bloom filter, NumPy",
+                notes=f"target {args.fpr}; {ours.bits_per_item:.2f} vs {ref.m / n:.2f} bits per edge",
+                **size,
+            )
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -52,7 +52,9 @@ import warnings
 from pathlib import Path
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 
+import harness  # noqa: E402  (benchmarks/harness.py)
 import numpy as np  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 import torch  # noqa: E402
@@ -421,6 +423,7 @@ def main() -> None:
         help="torch threads; 1 by default: on a shared 2-core machine more threads run slower",
     )
     ap.add_argument("--work", type=Path, default=Path("bench_out/compression"))
+    ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -442,6 +445,22 @@ def main() -> None:
     print_table(rows)
     print_verdicts(rows)
     print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    records = []
+    for r in rows:
+        if r["features"] == "int8" and r["weights"] == "int8":
+            ref = _reference(rows, r)
+            records.append(
+                harness.Record(
+                    benchmark="compression",
+                    stage=f"{r['dataset']}: GCN on the INT8 compressed graph",
+                    metric=f"test accuracy % (mean of {args.seeds} seeds)",
+                    ours=r["mean"],
+                    peer=ref["mean"],
+                    peer_name="the same GCN on FP32",
+                    notes=f"drop {r['drop']:+.2f} points (target <= 0.5); asset {r['asset_ratio']:.2f}x smaller",
+                )
+            )
+    harness.emit(args.record, records)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 os.environ.setdefault("DGLBACKEND", "pytorch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import harness  # noqa: E402  (benchmarks/harness.py)
 import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +78,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=10000, help="nodes of the generated graph (8 edges per node)")
     ap.add_argument("--seeds", type=int, default=2)
     ap.add_argument("--work", default="bench_out/placement")
+    ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
 
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
@@ -140,6 +142,28 @@ def main() -> None:
             f"{a.mean():.2f} ± {a.std():.2f} |"
         )
     (work / "results.json").write_text(json.dumps([list(map(str, r)) for r in rows], indent=1))
+    records = []
+    for name in args.graphs.split(","):
+        by = {r[2]: r for r in rows if r[0] == name}
+        rand, part = by["random"], by["partition"]
+        common = {"benchmark": "placement", "nodes": part[1], "peer_name": "random placement"}
+        records += [
+            harness.Record(
+                **common,
+                stage=f"{name}: remote feature rows per step, seeds by METIS part (W = {w}, k = {k})",
+                metric="remote row share",
+                ours=part[6],
+                peer=rand[6],
+            ),
+            harness.Record(
+                **common,
+                stage=f"{name}: test accuracy, seeds by METIS part (W = {w}, k = {k})",
+                metric=f"test accuracy % (mean of {args.seeds} seeds)",
+                ours=100 * float(np.mean(part[7])),
+                peer=100 * float(np.mean(rand[7])),
+            ),
+        ]
+    harness.emit(args.record, records)
 
 
 if __name__ == "__main__":

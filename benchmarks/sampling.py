@@ -18,6 +18,12 @@ sampler with --fanouts, --batch-size seeds per rank and W = --world-size ranks:
     against DGL's DataLoader sampling the same epoch online with the features prefetched
     (`prefetch_node_feats`). Target: at least 3x faster.
 (c) bytes on disk per sampled edge, with fp32 and with int8 edge weights.
+
+Fairness: the inputs are built in a child of their own; each timed side (ours writing,
+DGL at each thread setting, ours reading, DGL online) runs in a fresh child that did
+nothing else first, so its peak RSS is its own; the input files are read once before each,
+so every side starts from the same warm page cache. DGL's graph and loader are built
+before its clock starts.
 """
 
 from __future__ import annotations
@@ -25,13 +31,17 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's packages
 
+import harness  # noqa: E402  (benchmarks/harness.py)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
 
 def prepare(args) -> tuple[Path, Path]:
@@ -92,6 +102,74 @@ def run_dgl(loader, epochs: int, threads: int | None = None) -> dict:
     return {"seconds": seconds, "seeds": seeds, "edges": edges, "threads": threads or old}
 
 
+def _prepare(args, queue) -> None:
+    can, adj = prepare(args)
+    queue.put({"can": str(can), "adj": str(adj)})
+
+
+def _warm(*folders: Path) -> None:
+    for folder in folders:
+        for p in sorted(Path(folder).rglob("*")):
+            if p.is_file():
+                with open(p, "rb") as f:
+                    while f.read(1 << 24):
+                        pass
+
+
+def _ours_write(can: str, adj: str, out: str, cfg_kw: dict, queue) -> None:
+    from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+    from graphs.storage import peak_rss_bytes
+
+    inputs = load_shard_inputs(can, adj)
+    t = time.perf_counter()
+    m = write_minibatch_shards(inputs, Path(out), ShardConfig(**cfg_kw))
+    seconds = time.perf_counter() - t
+    keep = ("seeds", "sampled_edges", "bytes", "bytes_per_sampled_edge")
+    queue.put({"seconds": seconds, "rss": peak_rss_bytes(), **{k: m[k] for k in keep}})
+
+
+def train_nodes(can: Path) -> np.ndarray:
+    """The training nodes our shards sample (`graphs.sampling.inputs.train_nodes_of`)."""
+    import pyarrow.parquet as pq
+
+    from graphs.sampling.inputs import train_nodes_of
+
+    t = pq.read_table(can / "nodes.parquet", columns=["label", "split"])
+    return train_nodes_of(
+        t.column("label").to_numpy().astype(np.int64), t.column("split").to_numpy(zero_copy_only=False).astype(str)
+    )
+
+
+def _dgl_sample(can: str, fanouts: list[int], batch: int, epochs: int, threads: int, feats: bool, queue) -> None:
+    import dgl  # noqa: F401  (imported before the clock starts: several seconds the first time)
+
+    from graphs.storage import peak_rss_bytes
+
+    train = train_nodes(Path(can))
+    loader = dgl_loader(Path(can), train, fanouts, batch, features=feats)
+    r = run_dgl(loader, epochs, threads=threads or None)
+    queue.put(r | {"rss": peak_rss_bytes()})
+
+
+def _ours_read(out: str, world_size: int, queue) -> None:
+    from graphs.storage import peak_rss_bytes
+    from training.data import ShardStream
+
+    t = time.perf_counter()
+    seeds = edges = 0
+    wait = 0.0
+    for rank in range(world_size):
+        stream = ShardStream(out, rank, 0, "cpu", prefetch=2)
+        for mb in stream:
+            seeds += mb.num_seeds
+            edges += sum(b.num_edges for b in mb.blocks)
+            assert mb.x.shape[0] == mb.blocks[0].num_src
+        wait += stream.wait_seconds
+    queue.put(
+        {"seconds": time.perf_counter() - t, "seeds": seeds, "edges": edges, "wait": wait, "rss": peak_rss_bytes()}
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nodes", type=int, default=1_000_000)
@@ -103,86 +181,68 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--keep", action="store_true", help="keep the shards after the run")
+    ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
 
-    import dgl  # noqa: F401  (imported before any clock starts: several seconds the first time)
+    paths = run_in_child(_prepare, args)
+    can, adj = Path(paths["can"]), Path(paths["adj"])
+    from graphs.canonical import read_summary
 
-    from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-    from training.data import ShardStream
-
-    can, adj = prepare(args)
-    inputs = load_shard_inputs(can, adj)
+    facts = read_summary(can)
     fanouts = [int(f) for f in args.fanouts.split(",")]
-    train = inputs.train_nodes
     print(
-        f"graph: {inputs.n:,} nodes, {int(inputs.indptr[-1]) - inputs.n:,} directed edges, "
-        f"{len(train):,} training nodes; fanouts {fanouts}, batch {args.batch_size}/rank, "
+        f"graph: {facts['nodes']:,} nodes, {facts['edges']:,} directed edges, "
+        f"{facts['train_nodes']:,} training nodes; fanouts {fanouts}, batch {args.batch_size}/rank, "
         f"W={args.world_size}, {args.epochs} epoch(s); {torch.get_num_threads()} torch threads"
     )
 
     # (a) writing shards vs DGL's DataLoader without writing
     out = Path(args.work).resolve() / "shards"
-    cfg = ShardConfig(
-        sampler="neighbor",
-        fanouts=args.fanouts,
-        batch_size=args.batch_size,
-        epochs=args.epochs,
-        world_size=args.world_size,
-    )
-    t = time.perf_counter()
-    m = write_minibatch_shards(inputs, out, cfg)
-    ours_write = time.perf_counter() - t
-    loader = dgl_loader(can, train, fanouts, args.batch_size, features=False)
-    base_default = run_dgl(loader, args.epochs)
-    base_one = run_dgl(loader, args.epochs, threads=1)
+    cfg = {
+        "sampler": "neighbor",
+        "fanouts": args.fanouts,
+        "batch_size": args.batch_size,
+        "epochs": args.epochs,
+        "world_size": args.world_size,
+    }
+    _warm(can, adj)
+    m = run_in_child(_ours_write, str(can), str(adj), str(out), cfg)
+    ours_write = m["seconds"]
+    _warm(can)
+    base_default = run_in_child(_dgl_sample, str(can), fanouts, args.batch_size, args.epochs, 0, False)
+    _warm(can)
+    base_one = run_in_child(_dgl_sample, str(can), fanouts, args.batch_size, args.epochs, 1, False)
     base = min(base_default, base_one, key=lambda r: r["seconds"])
-    del loader
 
     # (b) reading shards (+ blocks + features) vs sampling online with features
-    t = time.perf_counter()
-    read_seeds = read_edges = 0
-    wait = 0.0
-    for rank in range(args.world_size):
-        stream = ShardStream(out, rank, 0, "cpu", prefetch=2)
-        for mb in stream:
-            read_seeds += mb.num_seeds
-            read_edges += sum(b.num_edges for b in mb.blocks)
-            assert mb.x.shape[0] == mb.blocks[0].num_src
-        wait += stream.wait_seconds
-    ours_read = time.perf_counter() - t
-    loader = dgl_loader(can, train, fanouts, args.batch_size, features=True)
-    online = run_dgl(loader, 1, threads=base["threads"])  # DGL's faster thread setting from (a)
-    del loader
+    _warm(out, can / "features.npy")
+    read = run_in_child(_ours_read, str(out), args.world_size)
+    ours_read = read["seconds"]
+    _warm(can)
+    online = run_in_child(_dgl_sample, str(can), fanouts, args.batch_size, 1, base["threads"], True)
 
     # (c) int8 edge weights: bytes only (one epoch)
     out8 = Path(args.work).resolve() / "shards-int8"
-    m8 = write_minibatch_shards(
-        inputs,
-        out8,
-        ShardConfig(
-            sampler="neighbor",
-            fanouts=args.fanouts,
-            batch_size=args.batch_size,
-            epochs=1,
-            world_size=args.world_size,
-            weight_encoding="int8",
-        ),
-    )
+    m8 = run_in_child(_ours_write, str(can), str(adj), str(out8), cfg | {"epochs": 1, "weight_encoding": "int8"})
     if not args.keep:
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(out8, ignore_errors=True)
 
     e = args.epochs
+    gb = 2**30
     print()
     print("(a) sampling all epochs, all ranks")
-    print(f"{'':<44}{'seconds':>9}{'seeds/s':>12}{'edges/s':>14}")
+    print(f"{'':<44}{'seconds':>9}{'seeds/s':>12}{'edges/s':>14}{'peak RSS':>11}")
     print(
         f"{'ours: sample + write shards (1 thread+writer)':<44}{ours_write:>9.1f}{m['seeds'] / ours_write:>12,.0f}"
-        f"{m['sampled_edges'] / ours_write:>14,.0f}"
+        f"{m['sampled_edges'] / ours_write:>14,.0f}{m['rss'] / gb:>8.2f} GB"
     )
     for r in (base_default, base_one):
         label = f"DGL DataLoader, no writing, {r['threads']} thread(s)"
-        print(f"{label:<44}{r['seconds']:>9.1f}{r['seeds'] / r['seconds']:>12,.0f}{r['edges'] / r['seconds']:>14,.0f}")
+        print(
+            f"{label:<44}{r['seconds']:>9.1f}{r['seeds'] / r['seconds']:>12,.0f}{r['edges'] / r['seconds']:>14,.0f}"
+            f"{r['rss'] / gb:>8.2f} GB"
+        )
     print(f"ratio ours / faster DGL (time for the same seeds): {ours_write / base['seconds']:.2f}   (target <= 1.3)")
     print(
         f"  seeds: ours {m['seeds']:,}, DGL {base['seeds']:,}; sampled edges: ours {m['sampled_edges']:,} "
@@ -191,22 +251,53 @@ def main() -> None:
     print()
     print("(b) one epoch, every rank: blocks + input features ready in torch")
     print(
-        f"{'ours: ShardStream (sha256, npz, blocks, feats)':<44}{ours_read:>9.1f}{read_seeds / ours_read:>12,.0f}"
-        f"{read_edges / ours_read:>14,.0f}"
+        f"{'ours: ShardStream (sha256, npz, blocks, feats)':<44}{ours_read:>9.1f}{read['seeds'] / ours_read:>12,.0f}"
+        f"{read['edges'] / ours_read:>14,.0f}{read['rss'] / gb:>8.2f} GB"
     )
     label = f"DGL DataLoader online + feats, {online['threads']} thread(s)"
     print(
         f"{label:<44}{online['seconds']:>9.1f}"
         f"{online['seeds'] / online['seconds']:>12,.0f}{online['edges'] / online['seconds']:>14,.0f}"
+        f"{online['rss'] / gb:>8.2f} GB"
     )
     print(
         f"speed-up reading / online sampling: {online['seconds'] / ours_read:.2f}x   (target >= 3)"
-        f"; time blocked on the prefetch queue {wait:.1f} s"
+        f"; time blocked on the prefetch queue {read['wait']:.1f} s"
     )
     print()
     print("(c) bytes on disk per sampled edge (incl. node ids, indptr, labels, npz headers)")
     print(f"  fp32 weights: {m['bytes_per_sampled_edge']:.2f} B/edge, {m['bytes'] / 2**30:.2f} GiB for {e} epoch(s)")
     print(f"  int8 weights: {m8['bytes_per_sampled_edge']:.2f} B/edge, {m8['bytes'] / 2**30:.2f} GiB for 1 epoch")
+    common = {"benchmark": "sampling", "nodes": facts["nodes"], "edges": args.edges}
+    harness.emit(
+        args.record,
+        [
+            harness.Record(
+                **common,
+                stage=f"shard writing, fanouts {args.fanouts}",
+                metric="seconds",
+                ours=ours_write,
+                peer=base["seconds"],
+                peer_name=f"DGL DataLoader sampling, {base['threads']} thread(s), no writing",
+                max_ratio=1.3,
+                ours_rss_bytes=m["rss"],
+                peer_rss_bytes=base["rss"],
+                notes=f"{args.world_size} ranks x {e} epoch(s); ours samples, weighs and writes npz + SHA-256",
+            ),
+            harness.Record(
+                **common,
+                stage=f"shard reading vs online sampling, fanouts {args.fanouts}",
+                metric="seconds per epoch",
+                ours=ours_read,
+                peer=online["seconds"],
+                peer_name="DGL DataLoader online + prefetched features",
+                max_ratio=1 / 3,
+                ours_rss_bytes=read["rss"],
+                peer_rss_bytes=online["rss"],
+                notes="target: reading at least 3x faster (ratio <= 0.333)",
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ epochs many times over: OpenMP threads spin badly when oversubscribed). Accuracy
 full-graph inference (DGL: ``SAGEConv`` on the whole graph; ours: layer-wise inference over
 the normalized adjacency's structure). The ratio ours / DGL is printed twice: reading
 shards only, and with the shard-writing time divided over the epochs added. Target: at
-most 1.0x at equal accuracy (within 0.5 points).
+most 1.0x at equal accuracy (within 0.5 points). Each run of each side is a fresh child
+process (peak RSS its own; the graph is prepared in a child too), so neither side inherits
+the other's allocator state or warm caches beyond the shared page cache.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 # this checkout's packages, whatever checkout the venv's editable install points at
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import harness  # noqa: E402  (benchmarks/harness.py)
 import numpy as np  # noqa: E402
+from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
 
 def prepare(args) -> tuple[Path, Path]:
@@ -59,6 +63,23 @@ def prepare(args) -> tuple[Path, Path]:
     if not (adj / "summary.json").exists():
         build_normalized_adjacency(can, adj)
     return can, adj
+
+
+def _prepare(args, queue) -> None:
+    can, adj = prepare(args)
+    queue.put({"can": str(can), "adj": str(adj)})
+
+
+def _in_child(side: str, can: str, adj: str, args, queue) -> None:
+    """One run of one side in this fresh process; its peak RSS with it."""
+    import torch
+
+    from graphs.storage import peak_rss_bytes
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    r = run_dgl(Path(can), args) if side == "dgl" else run_ours(Path(can), Path(adj), args)
+    queue.put(r | {"rss": peak_rss_bytes()})
 
 
 # ----------------------------------------------------------------------------- DGL baseline
@@ -209,6 +230,7 @@ def main() -> None:
     )
     ap.add_argument("--repeat", type=int, default=2, help="alternating DGL / ours runs; medians over all epochs")
     ap.add_argument("--keep", action="store_true", help="keep our shards and outputs under --work/ours")
+    ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
     if args.threads:  # before torch and DGL start their OpenMP pools
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -218,7 +240,8 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     args.fanout_list = [int(f) for f in args.fanouts.split(",")]
 
-    can, adj = prepare(args)
+    paths = run_in_child(_prepare, args)
+    can, adj = paths["can"], paths["adj"]
     print(
         f"graph: {args.nodes} nodes, {args.edges} edge rows; fanouts {args.fanouts}, batch {args.batch_size}, "
         f"{args.epochs} epochs, SAGE {len(args.fanout_list)}x{args.hidden}, torch threads {torch.get_num_threads()}, "
@@ -226,8 +249,8 @@ def main() -> None:
     )
     runs = {"dgl": [], "ours": []}
     for _ in range(args.repeat):  # alternate, so a burst of load on a shared machine hits both sides
-        runs["dgl"].append(run_dgl(can, args))
-        runs["ours"].append(run_ours(can, adj, args))
+        runs["dgl"].append(run_in_child(_in_child, "dgl", can, adj, args))
+        runs["ours"].append(run_in_child(_in_child, "ours", can, adj, args))
 
     def epochs_of(name):
         return [s for r in runs[name] for s in r["epoch_seconds"]]
@@ -263,6 +286,45 @@ def main() -> None:
         f"{(o_min + shard_seconds / args.epochs) / d_min:.2f}x best epochs"
     )
     print(f"accuracy difference ours - DGL:                 {100 * (o_acc - d_acc):+.2f} points (target within 0.5)")
+    o_rss = max(r["rss"] for r in runs["ours"])
+    d_rss = max(r["rss"] for r in runs["dgl"])
+    model = f"SAGE {len(args.fanout_list)}x{args.hidden}, fanouts {args.fanouts}"
+    common = {"benchmark": "train_vs_dgl", "nodes": args.nodes, "edges": args.edges}
+    harness.emit(
+        args.record,
+        [
+            harness.Record(
+                **common,
+                stage=f"training epoch from shards, {model}",
+                metric="seconds per epoch (median)",
+                ours=o_epoch,
+                peer=d_epoch,
+                peer_name="DGL DataLoader + SAGEConv",
+                max_ratio=1.0,
+                ours_rss_bytes=o_rss,
+                peer_rss_bytes=d_rss,
+                notes=f"{args.epochs} epochs x {args.repeat} alternating runs; batch {args.batch_size}",
+            ),
+            harness.Record(
+                **common,
+                stage=f"training epoch, shard writing amortized, {model}",
+                metric="seconds per epoch (median)",
+                ours=amortized,
+                peer=d_epoch,
+                peer_name="DGL DataLoader + SAGEConv",
+                notes=f"shard writing {shard_seconds:.1f} s divided over {args.epochs} epochs",
+            ),
+            harness.Record(
+                **common,
+                stage=f"test accuracy, {model}",
+                metric="test accuracy %",
+                ours=100 * o_acc,
+                peer=100 * d_acc,
+                peer_name="DGL DataLoader + SAGEConv",
+                notes=f"ours - DGL = {100 * (o_acc - d_acc):+.2f} points (target: within 0.5)",
+            ),
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -36,6 +36,7 @@ from pathlib import Path
 os.environ.setdefault("DGLBACKEND", "pytorch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import harness  # noqa: E402  (benchmarks/harness.py)
 import numpy as np  # noqa: E402
 
 from benchmarks.accuracy import fmt, seeds_runs  # noqa: E402
@@ -84,6 +85,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--parts", default="gcn,sage")
     ap.add_argument("--work", default="bench_out/weighted")
+    ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
 
     from graphs.generate import GenerateConfig, generate_dataset
@@ -148,6 +150,23 @@ def main() -> None:
         print(f"{label:38s} {len(accs):4d}  {fmt(accs):>24s}  [{per_seed}]  {note}")
     work.mkdir(parents=True, exist_ok=True)
     (work / "results.json").write_text(json.dumps({**results, "adjacency_digests": adj, "at": time.time()}, indent=1))
+    harness.emit(
+        args.record,
+        [
+            harness.Record(
+                benchmark="weighted",
+                stage=f"{conv.upper()} on a graph whose classes show in heavy edges, weighted pipeline",
+                metric=f"test accuracy % (mean of {args.seeds} seeds)",
+                ours=100 * float(np.mean(results[f"{conv}_weighted"])),
+                peer=100 * float(np.mean(results[f"{conv}_unweighted"])),
+                peer_name="the unweighted pipeline",
+                nodes=args.nodes,
+                edges=args.edges,
+            )
+            for conv in ("gcn", "sage")
+            if f"{conv}_weighted" in results
+        ],
+    )
 
 
 if __name__ == "__main__":

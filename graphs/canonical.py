@@ -21,7 +21,10 @@ How it scales (the 100M-edge path): DuckDB reads every edge file out of core and
 streams the rows as Arrow batches; it also computes the sorted set of distinct ids
 (a hash aggregate, then an ORDER BY of n values, never of the edges). Each batch is
 relabelled with a vectorised lookup (a dense table when the ids are dense integers, a
-pandas hash index otherwise) and turned into int64 keys ``src << s | dst << 1 | flag``
+pandas hash index or, for strings, Arrow's hash set otherwise). Sparse integer and string
+ids of edge rows that fit the sort budget skip the DISTINCT and the lookups: one scan,
+and one Arrow dictionary encoding of every endpoint whose codes are renumbered in sorted
+id order (`_IdSpace.factorize`). Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
 (flag 1 marks the reversed copy added by symmetrization). When the keys of a symmetrized
 graph fit the sort budget only the (min, max) orientation is kept and the reverse
 direction is produced after deduplication (`_mirror`), halving the work. Keys are spilled into fine
@@ -64,6 +67,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graphs import duck
@@ -320,11 +324,15 @@ class Relabeler:
                 self._lut[arr - self._lo] = np.arange(self.n, dtype=np.int64)
             else:
                 self._index = pd.Index(arr)
-        else:
-            self._index = pd.Index(sorted_ids.to_numpy(zero_copy_only=False))
+        # string ids are looked up by Arrow's hash set (no Python object per value)
 
     def __call__(self, values: pa.Array | np.ndarray) -> np.ndarray:
         """New ids (int64) of `values`; -1 where a value is not a known id."""
+        if self._lut is None and self._index is None:
+            if not isinstance(values, (pa.Array, pa.ChunkedArray)):
+                values = pa.array(values)
+            found = pc.index_in(values.cast(self.ids.type), value_set=self.ids).fill_null(-1)
+            return np.asarray(found.to_numpy(), dtype=np.int64)
         if isinstance(values, (pa.Array, pa.ChunkedArray)):
             values = values.to_numpy(zero_copy_only=False)
         if self._lut is not None:
@@ -357,9 +365,8 @@ class _IdSpace:
         self.present = None if relabel is not None else np.zeros(size, dtype=bool)
 
     @classmethod
-    def plan(
-        cls, con, kind, rows, min_id, max_id, nodes_sql, has_dropped_rows, where, dropped_weight_sql=None
-    ) -> "_IdSpace":
+    def dense_bounds(cls, con, kind, rows, min_id, max_id, nodes_sql) -> tuple[int, int] | None:
+        """(smallest id, span) when the ids are integers dense enough for a bitmap, else None."""
         node_lo = node_hi = None
         node_rows = 0
         if nodes_sql is not None and kind == "int":
@@ -371,23 +378,32 @@ class _IdSpace:
             # at most 2 ids per edge row and 1 per node row: a span within a small multiple
             # of that is dense enough for a bitmap
             if span <= max(1 << 20, min(2 * (2 * rows + node_rows), cls.MAX_DENSE_SPAN)):
-                space = cls(span, None, lo)
-                if has_dropped_rows:  # ids met only in null-partner, self-loop (or invalid-weight) rows are nodes too
-                    dropped_weight = (
-                        f" UNION ALL SELECT src FROM raw_edges WHERE {dropped_weight_sql}"
-                        f" UNION ALL SELECT dst FROM raw_edges WHERE {dropped_weight_sql}"
-                        if dropped_weight_sql
-                        else ""
-                    )
-                    extra = con.sql(
-                        "SELECT src FROM raw_edges WHERE src IS NOT NULL AND (dst IS NULL OR src = dst) "
-                        "UNION ALL SELECT dst FROM raw_edges WHERE dst IS NOT NULL AND src IS NULL" + dropped_weight
-                    ).fetchnumpy()["src"]
-                    space.present[np.asarray(extra, dtype=np.int64) - lo] = True
-                if nodes_sql is not None:
-                    node_ids = con.sql(f"SELECT id FROM ({nodes_sql}) WHERE id IS NOT NULL").fetchnumpy()["id"]
-                    space.present[np.asarray(node_ids, dtype=np.int64) - lo] = True
-                return space
+                return lo, span
+        return None
+
+    @classmethod
+    def plan(cls, con, dense, nodes_sql, has_dropped_rows, where, dropped_weight_sql=None) -> "_IdSpace":
+        """The dense space of `dense_bounds` (ids met only in dropped rows and nodes.parquet
+        marked present), else 0..n-1 over DuckDB's sorted DISTINCT of every id."""
+        if dense is not None:
+            lo, span = dense
+            space = cls(span, None, lo)
+            if has_dropped_rows:  # ids met only in null-partner, self-loop (or invalid-weight) rows are nodes too
+                dropped_weight = (
+                    f" UNION ALL SELECT src FROM raw_edges WHERE {dropped_weight_sql}"
+                    f" UNION ALL SELECT dst FROM raw_edges WHERE {dropped_weight_sql}"
+                    if dropped_weight_sql
+                    else ""
+                )
+                extra = con.sql(
+                    "SELECT src FROM raw_edges WHERE src IS NOT NULL AND (dst IS NULL OR src = dst) "
+                    "UNION ALL SELECT dst FROM raw_edges WHERE dst IS NOT NULL AND src IS NULL" + dropped_weight
+                ).fetchnumpy()["src"]
+                space.present[np.asarray(extra, dtype=np.int64) - lo] = True
+            if nodes_sql is not None:
+                node_ids = con.sql(f"SELECT id FROM ({nodes_sql}) WHERE id IS NOT NULL").fetchnumpy()["id"]
+                space.present[np.asarray(node_ids, dtype=np.int64) - lo] = True
+            return space
         union = f" UNION {nodes_sql}" if nodes_sql else ""
         ids = con.sql(
             f"SELECT id FROM (SELECT src AS id FROM raw_edges UNION SELECT dst FROM raw_edges{union}) "
@@ -399,6 +415,52 @@ class _IdSpace:
         if len(ids) > 2**31 - 1:
             raise InputError(f"{where}: {len(ids)} nodes exceed the 2^31-1 supported by the int64 edge keys")
         return cls(len(ids), Relabeler(ids))
+
+    @classmethod
+    def factorize(cls, con, nodes_sql, where) -> tuple["_IdSpace", np.ndarray, np.ndarray]:
+        """Sparse or string ids of edge files that fit in memory: one scan, one hash pass.
+
+        Every row's (src, dst) is read once, in file order, and Arrow's hash dictionary
+        encoding (together with the node file's ids) gives each distinct id a code; the
+        codes are then renumbered in sorted order of the ids. This replaces a DISTINCT +
+        ORDER BY over every endpoint and a second scan looked up id by id (string ids no
+        longer become Python objects per row). Returns the space (0..n-1, sorted ids) and
+        the new src and dst of every row (-1 where the id is null).
+        """
+        table = con.sql("SELECT src, dst FROM raw_edges").to_arrow_table()
+        rows = table.num_rows
+        chunks = table.column(0).chunks + table.column(1).chunks
+        if nodes_sql is not None:
+            chunks += con.sql(f"SELECT id FROM ({nodes_sql})").to_arrow_table().column(0).chunks
+        del table
+        column = pc.dictionary_encode(pa.chunked_array(chunks))
+        del chunks
+        # Arrow encodes a chunked array with one memo table: every chunk holds the same final
+        # dictionary (the same buffers). Unifying would re-encode every chunk (~10x the encoding).
+        shared = {tuple(b.address if b is not None else 0 for b in c.dictionary.buffers()) for c in column.chunks}
+        if len(shared) > 1:
+            column = pa.table({"code": column}).unify_dictionaries().column(0)
+        dictionary = column.chunk(0).dictionary if column.num_chunks else pa.array([])
+        if len(dictionary) == 0:
+            raise InputError(f"{where}: every edge row has a null id; no nodes to build")
+        if len(dictionary) > 2**31 - 1:
+            raise InputError(f"{where}: {len(dictionary)} nodes exceed the 2^31-1 supported by the int64 edge keys")
+        order = pc.sort_indices(dictionary).to_numpy()
+        rank = np.empty(len(order), dtype=np.int64)
+        rank[order] = np.arange(len(order), dtype=np.int64)
+        codes = np.empty(2 * rows, dtype=np.int64)
+        at = 0
+        for chunk in column.chunks:
+            take = min(len(chunk), 2 * rows - at)
+            if take <= 0:
+                break
+            idx = chunk.indices.slice(0, take)
+            codes[at : at + take] = rank[idx.fill_null(0).to_numpy()] if idx.null_count else rank[idx.to_numpy()]
+            if idx.null_count:
+                codes[at : at + take][np.asarray(idx.is_null())] = -1
+            at += take
+        del column
+        return cls(len(order), Relabeler(dictionary.take(pa.array(order)))), codes[:rows], codes[rows:]
 
     def locate(self, values: pa.Array) -> np.ndarray:
         """Positions of edge endpoints in this space (marking them present when dense)."""
@@ -531,30 +593,34 @@ def build_canonical_graph(
         if files.nodes:
             con.read_parquet(str(files.nodes)).create_view("node_file")
             nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
-        space = _IdSpace.plan(
-            con,
-            kind,
-            rows,
-            min_id,
-            max_id,
-            nodes_sql,
-            null_rows + self_loops + invalid_weights > 0,
-            dataset_dir,
-            dropped_weight_sql,
-        )
+        valid_rows = rows - null_rows - self_loops - invalid_weights
+        budget = cfg.sort_budget_mb << 20
+        codes = None  # (src, dst) of every row in the final id space, when factorized in memory
+        dense = _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
+        if dense is None and not weighted and rows * 2 * BYTES_PER_KEY <= budget:
+            space, *codes = _IdSpace.factorize(con, nodes_sql, dataset_dir)
+        else:
+            has_dropped = null_rows + self_loops + invalid_weights > 0
+            space = _IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
         n_space = space.size
 
         # Stream valid edges into id space, spill keys by source range. A symmetrized graph
         # whose keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
-        valid_rows = rows - null_rows - self_loops - invalid_weights
-        budget = cfg.sort_budget_mb << 20
         per_key = BYTES_PER_WEIGHTED_KEY if weighted else BYTES_PER_KEY
         half = cfg.symmetrize and valid_rows * 2 * per_key <= budget
         copies = 2 if cfg.symmetrize and not half else 1
         groups = 1 if half else math.ceil(valid_rows * copies * per_key / budget)
         spill = _KeySpill(n_space, groups, budget, work / "spill", weighted)
         shift = key_shift(n_space)
-        if weighted:
+        if codes is not None:  # ids already final: keep rows with both ids and no self loop
+            src_codes, dst_codes = codes
+            for start in range(0, len(src_codes), cfg.batch_rows):
+                s, d = src_codes[start : start + cfg.batch_rows], dst_codes[start : start + cfg.batch_rows]
+                kept = (s >= 0) & (d >= 0) & (s != d)
+                _add_unweighted(spill, s[kept], d[kept], shift, half, cfg.symmetrize)
+            del codes, src_codes, dst_codes
+            reader = ()
+        elif weighted:
             # rows in input order, so 'first' and the order of float sums are deterministic
             con.execute("SET preserve_insertion_order = true")
             keep = f"{KEPT_ROW_SQL} AND {VALID_WEIGHT_SQL}" if invalid_weights else KEPT_ROW_SQL
@@ -566,15 +632,8 @@ def build_canonical_graph(
             d = space.locate(batch.column(1))
             if weighted:
                 _add_weighted(spill, s, d, batch.column(2).to_numpy(), shift, half, cfg.symmetrize)
-            elif half:  # flag = orientation, so distinct directed pairs stay countable
-                lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
-                spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_)
-            elif cfg.symmetrize:  # flag 1 = the reversed copy
-                spill.add(
-                    np.concatenate([(s << shift) | (d << 1), (d << shift) | (s << 1) | 1]), np.concatenate([s, d])
-                )
             else:
-                spill.add((s << shift) | (d << 1), s)
+                _add_unweighted(spill, s, d, shift, half, cfg.symmetrize)
         con.close()
         relabel, lut = space.finish()
         warmup.join()
@@ -643,6 +702,17 @@ def build_canonical_graph(
         }
         write_summary(tmp, summary)
     return summary
+
+
+def _add_unweighted(spill: _KeySpill, s, d, shift: int, half: bool, symmetrize: bool) -> None:
+    """Keys of one batch of rows (see the module docstring)."""
+    if half:  # flag = orientation, so distinct directed pairs stay countable
+        lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
+        spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_)
+    elif symmetrize:  # flag 1 = the reversed copy
+        spill.add(np.concatenate([(s << shift) | (d << 1), (d << shift) | (s << 1) | 1]), np.concatenate([s, d]))
+    else:
+        spill.add((s << shift) | (d << 1), s)
 
 
 def _add_weighted(spill: _KeySpill, s, d, w, shift: int, half: bool, symmetrize: bool) -> None:

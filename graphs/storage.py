@@ -318,7 +318,19 @@ def file_sha256(path: str | os.PathLike, chunk: int = 1 << 20) -> str:
 
 
 def peak_rss_bytes() -> int:
-    """Peak resident set size of this process so far (Linux ru_maxrss is in KiB)."""
+    """Peak resident set size of this process image so far, in bytes.
+
+    Linux's VmHWM (/proc/self/status), which starts afresh at exec; ru_maxrss (the fallback
+    elsewhere, in KiB) also counts the peak of the parent a child was forked from, so a stage
+    run as a subprocess of a large process would report the parent's memory as its own.
+    """
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

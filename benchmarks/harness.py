@@ -1,0 +1,384 @@
+"""The one owner of benchmark scales and of the result-record schema.
+
+    make bench SCALE=small                      # = .venv/bin/python benchmarks/run.py --scale small
+    .venv/bin/python benchmarks/run.py --scale medium --only ingest,adjacency
+
+Scales (`SCALES`): the generated graph of every graph benchmark (nodes, edge rows before
+ingest symmetrizes and deduplicates) and the workload of the others (accuracy parts and
+seeds, training epochs, aggregation size), per scale. `bench_args(name, scale)` is the
+command line each benchmark script runs with; nothing else writes a size.
+
+Records (`Record`): one row of the results table, one comparison of ours against its peer
+measured in the same run: the stage, the metric (seconds, seconds per epoch, test accuracy
+%, ...), our value, the peer's value and name, ratio = ours / peer, the target bound on
+the ratio, both sides' peak RSS (each side in a child that did nothing else first, see
+`benchmarks/_child.py`), and the input size. A benchmark script given ``--record FILE``
+appends its records there as JSON lines (`emit`); `benchmarks/run.py` collects them and
+writes, via `write_results`:
+
+    benchmarks/results/<scale>.json   {"schema_version", "scale", "sizes", "machine", "date",
+                                       "benchmarks": {name: {"seconds", "returncode"}},
+                                       "records": [Record as dict, ...]}
+    benchmarks/results/<scale>.md     the same records as a Markdown table, machine and date on top
+
+Per-stage cost growth: `slopes(points)` fits log(seconds) against log(edges) between sizes
+(`benchmarks/slopes.py` reads the result files and 13a's `scale_stages.json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCHEMA_VERSION = 1
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scale:
+    """The workload of every benchmark at one scale."""
+
+    nodes: int = field(metadata={"help": "Nodes of the generated graph (graph benchmarks)."})
+    edges: int = field(metadata={"help": "Edge rows of the generated graph, before symmetrizing and dedupe."})
+    accuracy_parts: str = field(metadata={"help": "benchmarks/accuracy.py --parts at this scale."})
+    accuracy_seeds: int = field(metadata={"help": "Training seeds per accuracy figure."})
+    train_epochs: int = field(metadata={"help": "Epochs of each side of benchmarks/train_vs_dgl.py."})
+    train_repeat: int = field(metadata={"help": "Alternating DGL / ours runs of benchmarks/train_vs_dgl.py."})
+    compression_datasets: str = field(metadata={"help": "benchmarks/compression.py --datasets, comma-separated."})
+    placement_graphs: str = field(metadata={"help": "benchmarks/placement.py --graphs."})
+
+
+SCALES: dict[str, Scale] = {
+    # for the harness's own test: seconds, every benchmark's code path
+    "tiny": Scale(
+        nodes=3_000,
+        edges=30_000,
+        accuracy_parts="cora",
+        accuracy_seeds=1,
+        train_epochs=1,
+        train_repeat=1,
+        compression_datasets="cora",
+        placement_graphs="cora",
+    ),
+    # a few minutes on 2 cores
+    "small": Scale(
+        nodes=100_000,
+        edges=1_000_000,
+        accuracy_parts="defaults",
+        accuracy_seeds=1,
+        train_epochs=2,
+        train_repeat=1,
+        compression_datasets="cora",
+        placement_graphs="cora",
+    ),
+    # the issue's 1M nodes / 10M edge rows
+    "medium": Scale(
+        nodes=1_000_000,
+        edges=10_000_000,
+        accuracy_parts="defaults,recipes,cora,citeseer,int8",
+        accuracy_seeds=3,
+        train_epochs=3,
+        train_repeat=2,
+        compression_datasets="cora,citeseer,heavy",
+        placement_graphs="cora,generated",
+    ),
+    # 10M nodes / 100M edge rows: hours, and more memory than some peers fit in
+    "large": Scale(
+        nodes=10_000_000,
+        edges=100_000_000,
+        accuracy_parts="defaults,recipes,cora,citeseer,int8,ddp,demo",
+        accuracy_seeds=5,
+        train_epochs=1,
+        train_repeat=1,
+        compression_datasets="demo,heavy,cora,citeseer",
+        placement_graphs="cora,generated",
+    ),
+}
+
+# The benchmarks `benchmarks/run.py` runs, in this order (scripts benchmarks/<name>.py).
+BENCHMARKS = (
+    "ingest",
+    "adjacency",
+    "partition",
+    "sampling",
+    "train_vs_dgl",
+    "aggregate",
+    "bloom",
+    "accuracy",
+    "compression",
+    "weighted",
+    "placement",
+)
+
+
+# The issue's ratio targets for ingest and adjacency are set at 1M nodes / 10M edge rows; below
+# that, fixed costs (imports, kernel loading, the degree plot) dominate a sub-second peer.
+TARGET_EDGES = 10_000_000
+
+
+def target_at(edges: int, bound: float) -> float | None:
+    """`bound` when the input is as large as the targets are set for, else None (no target)."""
+    return bound if edges >= TARGET_EDGES else None
+
+
+def scale_of(name: str) -> Scale:
+    if name not in SCALES:
+        raise ValueError(f"unknown scale {name!r}; one of {sorted(SCALES)}")
+    return SCALES[name]
+
+
+def bench_args(name: str, scale: str) -> list[str]:
+    """The command line of benchmarks/<name>.py at `scale` (without --record)."""
+    s = scale_of(name=scale)
+    size = ["--nodes", str(s.nodes), "--edges", str(s.edges)]
+    # ingest and sampling share one generated graph, adjacency and partition another
+    shared = {"ingest": "gen", "sampling": "gen", "adjacency": "graphs", "partition": "graphs", "accuracy": "accuracy"}
+    work = ["--work", f"bench_out/{scale}/{shared.get(name, name)}"]
+    args = {
+        "ingest": size + ["--ids", "dense,sparse,string"] + (["--no-weighted"] if scale == "tiny" else []),
+        "adjacency": size,
+        "partition": size + (["--skip-dgl"] if scale == "large" else []),
+        "sampling": size + ["--epochs", "1"],
+        "train_vs_dgl": ["--nodes", str(min(s.nodes, 1_000_000)), "--edges", str(min(s.edges, 10_000_000))]
+        + ["--epochs", str(s.train_epochs), "--repeat", str(s.train_repeat), "--fanouts", "15,10,5", "--hidden", "256"],
+        "aggregate": ["--nodes", str(max(s.nodes // 10, 1000)), "--edges", str(max(s.edges * 9 // 10, 9000))],
+        "bloom": ["--nodes", str(s.nodes), "--edges", str(s.edges), "--fpr-queries", str(min(s.edges, 1_000_000))],
+        "accuracy": ["--parts", s.accuracy_parts, "--seeds", str(s.accuracy_seeds)],
+        "compression": ["--datasets", *s.compression_datasets.split(","), "--seeds", str(s.accuracy_seeds)]
+        + ["--fpr-queries", str(min(s.edges, 1_000_000))],
+        "weighted": ["--seeds", str(s.accuracy_seeds)] + (["--parts", "gcn"] if s.accuracy_seeds == 1 else []),
+        "placement": ["--graphs", s.placement_graphs, "--seeds", str(s.accuracy_seeds)],
+    }
+    if name not in args:
+        raise ValueError(f"unknown benchmark {name!r}; one of {BENCHMARKS}")
+    return args[name] + ([] if name in ("aggregate", "bloom") else work)
+
+
+@dataclass(kw_only=True)
+class Record:
+    """One comparison, ours against a peer measured in the same run."""
+
+    benchmark: str = field(metadata={"help": "The script, benchmarks/<benchmark>.py."})
+    stage: str = field(metadata={"help": "What was measured, e.g. 'ingest, sparse int64 ids'."})
+    metric: str = field(metadata={"help": "Unit of ours/peer: 'seconds', 'seconds per epoch', 'test accuracy %'."})
+    ours: float = field(metadata={"help": "Our value."})
+    peer: float | None = field(metadata={"help": "The peer's value, measured in the same run; None: no peer."})
+    peer_name: str = field(metadata={"help": "The peer, e.g. 'bare DuckDB SELECT DISTINCT' ('' without one)."})
+    max_ratio: float | None = field(default=None, metadata={"help": "Target: ours / peer at most this."})
+    min_ratio: float | None = field(default=None, metadata={"help": "Target: ours / peer at least this."})
+    ours_rss_bytes: int | None = field(default=None, metadata={"help": "Our peak RSS, own child process."})
+    peer_rss_bytes: int | None = field(default=None, metadata={"help": "The peer's peak RSS, own child process."})
+    ours_cpu_seconds: float | None = field(
+        default=None, metadata={"help": "Our user + system CPU seconds (all threads): steadier than wall time."}
+    )
+    peer_cpu_seconds: float | None = field(default=None, metadata={"help": "The peer's CPU seconds, likewise."})
+    nodes: int | None = field(default=None, metadata={"help": "Nodes of the input graph."})
+    edges: int | None = field(default=None, metadata={"help": "Edges of the input (the scale's edge rows)."})
+    notes: str = field(default="", metadata={"help": "Anything a reader needs to read the figure right."})
+
+    def __post_init__(self) -> None:
+        for name in ("ours", "peer"):
+            v = getattr(self, name)
+            if (v is not None or name == "ours") and (not isinstance(v, (int, float)) or not math.isfinite(v)):
+                raise ValueError(f"Record {self.stage!r}: {name}={v!r} is not a finite number")
+        if self.peer == 0:
+            raise ValueError(f"Record {self.stage!r}: peer value 0 leaves no ratio")
+        if self.peer is None and (self.max_ratio is not None or self.min_ratio is not None):
+            raise ValueError(f"Record {self.stage!r}: a ratio target needs a peer value")
+
+    @property
+    def ratio(self) -> float | None:
+        """ours / peer (None without a peer)."""
+        return None if self.peer is None else self.ours / self.peer
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the ratio meets its target; None without one."""
+        if self.ratio is None or (self.max_ratio is None and self.min_ratio is None):
+            return None
+        return (self.max_ratio is None or self.ratio <= self.max_ratio) and (
+            self.min_ratio is None or self.ratio >= self.min_ratio
+        )
+
+    @property
+    def target(self) -> str:
+        parts = ([f">= {self.min_ratio:.3g}"] if self.min_ratio is not None else []) + (
+            [f"<= {self.max_ratio:.3g}"] if self.max_ratio is not None else []
+        )
+        return " and ".join(parts)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self) | {"ratio": self.ratio, "target": self.target, "met": self.met}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Record":
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(d) - names - {"ratio", "target", "met"}
+        if unknown:
+            raise ValueError(f"record has unknown keys {sorted(unknown)}")
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def emit(path: str | os.PathLike | None, records: list[Record]) -> None:
+    """Append `records` to `path` as JSON lines (nothing when `path` is None)."""
+    if path is None:
+        return
+    with open(path, "a") as f:
+        for r in records:
+            f.write(json.dumps(r.to_dict()) + "\n")
+
+
+def read_records(path: str | os.PathLike) -> list[Record]:
+    p = Path(path)
+    if not p.is_file():
+        return []
+    return [Record.from_dict(json.loads(line)) for line in p.read_text().splitlines() if line.strip()]
+
+
+def machine() -> dict:
+    """The machine the figures come from (and how loaded it was when asked)."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+                break
+    except OSError:
+        pass
+    return {
+        "cpu": model or platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "memory_bytes": mem,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "python": platform.python_version(),
+        "system": f"{platform.system()} {platform.release()}",
+    }
+
+
+def describe_machine(m: dict) -> str:
+    return (
+        f"{m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB RAM, {m['system']}; "
+        f"load average {' '.join(str(x) for x in m['load_average'])} at the start"
+    )
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far, all threads."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _num(v: float) -> str:
+    return f"{v:.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+
+
+def _gb(v: int | None) -> str:
+    return "—" if v is None else f"{v / 2**30:.2f}"
+
+
+def _cpu(r: Record) -> str:
+    if r.ours_cpu_seconds is None or not r.peer_cpu_seconds:
+        return "—"
+    return f"{r.ours_cpu_seconds:.2f} / {r.peer_cpu_seconds:.2f} ({r.ours_cpu_seconds / r.peer_cpu_seconds:.2f})"
+
+
+def markdown(results: dict) -> str:
+    """The results table: stage, ours, peer, ratio, target, peak RSS ours / peer, size."""
+    lines = [
+        f"### `make bench SCALE={results['scale']}` — {results['date']}",
+        "",
+        f"Machine: {describe_machine(results['machine'])}.",
+        "",
+        "| stage | metric | ours | peer | ratio ours/peer | target | peak RSS GB ours / peer | nodes / edges "
+        "| CPU s ours / peer |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in results["records"]:
+        r = Record.from_dict(d)
+        mark = {True: " ✓", False: " ✗", None: ""}[r.met]
+        size = f"{r.nodes:,} / {r.edges:,}" if r.nodes is not None and r.edges is not None else "—"
+        peer = "—" if r.peer is None else f"{_num(r.peer)} ({r.peer_name})"
+        ratio = "—" if r.ratio is None else f"{r.ratio:.3f}{mark}"
+        lines.append(
+            f"| {r.stage} | {r.metric} | {_num(r.ours)} | {peer} | {ratio} | "
+            f"{r.target or '—'} | {_gb(r.ours_rss_bytes)} / {_gb(r.peer_rss_bytes)} | {size} | {_cpu(r)} |"
+        )
+    failed = [n for n, b in results["benchmarks"].items() if b["returncode"] != 0]
+    if failed:
+        lines += ["", f"Benchmarks that failed (no records): {', '.join(failed)}."]
+    notes = [f"- {Record.from_dict(d).stage}: {d['notes']}" for d in results["records"] if d.get("notes")]
+    if notes:
+        lines += ["", "Notes:", *notes]
+    return "\n".join(lines) + "\n"
+
+
+def write_results(
+    scale: str,
+    records: list[Record],
+    benchmarks: dict[str, dict],
+    *,
+    out_dir: str | os.PathLike = RESULTS_DIR,
+    machine_facts: dict | None = None,
+    date: str | None = None,
+) -> tuple[Path, Path]:
+    """Write <out_dir>/<scale>.json and <scale>.md; return both paths."""
+    results = {
+        "schema_version": SCHEMA_VERSION,
+        "scale": scale,
+        "sizes": dataclasses.asdict(scale_of(scale)),
+        "machine": machine_facts or machine(),
+        "date": date or utc_now(),
+        "benchmarks": benchmarks,
+        "records": [r.to_dict() for r in records],
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / f"{scale}.json", out / f"{scale}.md"
+    json_path.write_text(json.dumps(results, indent=1) + "\n")
+    md_path.write_text(markdown(results))
+    return json_path, md_path
+
+
+def render(path: str | os.PathLike) -> Path:
+    """Rewrite the Markdown table next to a results json from the json (after a format change)."""
+    md = Path(path).with_suffix(".md")
+    md.write_text(markdown(read_results(path)))
+    return md
+
+
+def read_results(path: str | os.PathLike) -> dict:
+    results = json.loads(Path(path).read_text())
+    if results.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema_version {results.get('schema_version')!r}, expected {SCHEMA_VERSION}")
+    results["records"] = [Record.from_dict(d).to_dict() for d in results["records"]]
+    return results
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of log(seconds) against log(edges) over (edges, seconds) points."""
+    pts = [(math.log(e), math.log(s)) for e, s in points if e > 0 and s > 0]
+    if len({x for x, _ in pts}) < 2:
+        raise ValueError("a slope needs seconds at two or more sizes")
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
