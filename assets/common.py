@@ -34,10 +34,12 @@ from assets.settings import (
     config_metadata,
     explicit_run_config,
     read_settings_file,
+    read_task,
     registered_configs,
     resolve,
 )
 from graphs.canonical import has_training_labels, is_dataset_folder
+from graphs.edge_split import LINK_PREDICTION
 from graphs.storage import (
     DatasetNameError,
     dataset_lock,
@@ -177,6 +179,19 @@ class GnnflowStorage(dg.ConfigurableResource):
         if not (path / "summary.json").is_file():
             raise dg.Failure(description=f"dataset '{dataset}': no {asset} at {path}; materialize {asset} first")
         return path
+
+    def task(self, dataset: str) -> str:
+        """The dataset's task (`task:` of its gnnflow.yaml; node_classification by default);
+        an invalid settings file fails the run, naming the file and the key."""
+        try:
+            return read_task(self.settings_file(dataset))
+        except SettingsError as exc:
+            raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+
+    def graph_dir(self, dataset: str) -> Path:
+        """The graph that message passing sees, in the canonical layout: edge_split's (held-out
+        edges removed) for link prediction, else canonical_graph's."""
+        return self.upstream_dir(dataset, "edge_split" if self.task(dataset) == LINK_PREDICTION else "canonical_graph")
 
     def inference_model_dir(self, dataset: str) -> Path:
         """The model folder that scores new data: `<dataset>/promoted/` when a model was

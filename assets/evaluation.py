@@ -12,6 +12,11 @@ scores the promoted model (`<dataset>/promoted/`) the same way, and writes
 or the dataset's gnnflow.yaml) and, when the new model passes, points `<dataset>/promoted`
 at its `model_versions/<version>/` folder. A retrain that is worse shows in the UI as a
 failed (warning) `promotion` check with the reason, and the promoted model stays.
+
+Link prediction (gnnflow.yaml ``task: link_prediction``): `evaluation` recomputes ROC-AUC,
+MRR and Hits@10/50/100 of trained_model's model on edge_split's validation and test edges
+against its fixed negatives (`training.link.evaluate_saved`) into metrics.json and the
+metadata; `promotion` does not apply and says so.
 """
 
 import json
@@ -26,6 +31,7 @@ from assets.config import dagster_config
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
+from graphs.edge_split import LINK_PREDICTION
 from training.metrics import node_classification_report
 from training.promotion import PromotionConfig, decide
 
@@ -82,6 +88,8 @@ def _headlines(report: dict) -> dict:
 def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg.MaterializeResult:
     """Test metrics of the newest model and of the promoted one (training.metrics), confusion matrix."""
     dataset = storage.dataset(context)
+    if storage.task(dataset) == LINK_PREDICTION:
+        return _evaluate_link_prediction(context, storage, dataset)
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
         skipped = skip_without_labels(context, read_summary(canonical), "evaluate", [])
@@ -121,6 +129,38 @@ def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg
     return stage_result(context, _EVALUATION, metadata, headline=headline)
 
 
+def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
+    """task: link_prediction: ROC-AUC, MRR and Hits@K of trained_model's model.pt on edge_split's
+    validation and test edges against its fixed negatives, recomputed (`training.link.evaluate_saved`)."""
+    from training.link import evaluate_saved
+
+    with storage.lock(dataset, context.log.info):
+        model = storage.upstream_dir(dataset, "trained_model")
+        split = storage.upstream_dir(dataset, "edge_split")
+        adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
+        shards = storage.asset_dir(dataset, "minibatch_shards")
+        try:
+            reports = evaluate_saved(model, shards, split, adjacency)
+        except (ValueError, FileNotFoundError, KeyError) as exc:
+            raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from exc
+        record = {"task": LINK_PREDICTION, "candidate": reports, "promoted": None}
+        with storage.publishing(dataset, _EVALUATION) as out:
+            out.mkdir()
+            (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True))
+        out = storage.asset_dir(dataset, _EVALUATION)
+    test = reports["test"]
+    context.log.info(
+        f"evaluation: test ROC-AUC {test['auc']:.4f}, MRR {test['mrr']:.4f}, Hits@50 {test['hits@50']:.4f} "
+        f"({test['positives']} held-out edges against {test['negatives']} fixed negatives)"
+    )
+    metadata = {"path": dg.MetadataValue.path(str(out)), "task": LINK_PREDICTION}
+    for which, r in reports.items():
+        metadata.update({f"{which}_{k}": round(v, 4) for k, v in r.items() if isinstance(v, float)})
+    metadata["test_edges"] = test["positives"]
+    metadata["eval_negatives"] = test["negatives"]
+    return dg.MaterializeResult(metadata=metadata)
+
+
 @dg.asset(
     partitions_def=dataset_partitions,
     deps=[evaluation],
@@ -142,6 +182,13 @@ def promotion(
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _PROMOTION, config)
     cfg = config.to_dataclass()
+    if storage.task(dataset) == LINK_PREDICTION:
+        why = "link prediction: promotion compares node-classification metrics; not applied"
+        context.log.info(f"promotion: {why}")
+        return dg.MaterializeResult(
+            metadata={"promoted": False, "reason": why},
+            check_results=[dg.AssetCheckResult(check_name=NOT_WORSE, passed=True, metadata={"skipped": why})],
+        )
     with storage.lock(dataset, context.log.info):
         summary = read_summary(storage.upstream_dir(dataset, "canonical_graph"))
         skipped = skip_without_labels(context, summary, "promote", [NOT_WORSE])

@@ -6,7 +6,10 @@ METIS clusters, and with feature_encoding 'compressed' compressed_graph's featur
 (referenced by the manifest, not copied).
 trained_model reads the shards with `training.data.ShardStream` and
 takes its world size and batch size from the manifest. A dataset without labels is
-skipped with a message (nothing to train on), not failed.
+skipped with a message (nothing to train on), not failed — unless its task is link
+prediction: then edge-seed shards of edge_split's message-passing graph are written
+(`graphs.sampling.link.write_link_shards`), negatives rejected by compressed_graph's Bloom
+filters, and the metadata counts the rejected candidates.
 """
 
 import json
@@ -26,8 +29,10 @@ from assets.config import dagster_config
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
+from graphs.edge_split import LINK_PREDICTION
 from graphs.node_scores import NODE_SCORES_NAME
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.sampling.link import write_link_shards
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
 
@@ -73,9 +78,13 @@ def minibatch_shards(
         adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
         partitions = storage.asset_dir(dataset, "metis_partitions")
         compressed = storage.asset_dir(dataset, "compressed_graph")
-        skipped = skip_without_labels(context, read_summary(canonical), "sample for training", [BALANCED, FILES_INTACT])
-        if skipped is not None:
-            return skipped
+        link = storage.task(dataset) == LINK_PREDICTION
+        if not link:
+            skipped = skip_without_labels(
+                context, read_summary(canonical), "sample for training", [BALANCED, FILES_INTACT]
+            )
+            if skipped is not None:
+                return skipped
         if cfg.placement == "partition" and not (partitions / "part_id.npy").is_file():
             raise dg.Failure(
                 description=f"dataset '{dataset}': placement 'partition' needs {partitions / 'part_id.npy'}; "
@@ -97,13 +106,16 @@ def minibatch_shards(
         with storage.publishing(dataset, _ASSET) as out:
             try:
                 inputs = load_shard_inputs(
-                    canonical,
+                    storage.graph_dir(dataset) if link else canonical,
                     adjacency,
                     partitions if partitions.is_dir() else None,
                     compressed if compressed.is_dir() else None,
                     node_scores=scores,
                 )
-                m = write_minibatch_shards(inputs, out, cfg, log=context.log.info)
+                if link:  # edge-seed minibatches; negatives rejected by compressed_graph's Bloom filters
+                    m = write_link_shards(inputs, out, cfg, canonical_dir=canonical, log=context.log.info)
+                else:
+                    m = write_minibatch_shards(inputs, out, cfg, log=context.log.info)
             except (ValueError, FileNotFoundError) as exc:
                 raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
             checks = check_shards(out)
@@ -143,6 +155,16 @@ def minibatch_shards(
     if "saint" in m:
         metadata["saint_presamples"] = m["saint"]["presamples"]
         metadata["saint_mean_subgraph_nodes"] = m["saint"]["mean_subgraph_nodes"]
+    if "link" in m:
+        ns = m["link"]["negative_sampling"]
+        metadata.update(
+            task=LINK_PREDICTION,
+            seed_edges=m["link"]["seed_edges"],
+            negative_filter=m["link"]["negative_filter"],
+            negative_candidates=ns["candidates"],
+            negatives_rejected_as_edge=ns["rejected_as_edge"],
+            negative_rejection_rate=round(ns["rejection_rate"], 6),
+        )
     metadata.update(config_metadata)
     headline = ("sampler", "epochs", "world_size", "minibatches_per_rank_per_epoch", "sampled_edges", "seconds")
     return stage_result(context, _ASSET, metadata, headline=headline, check_results=checks)
@@ -154,7 +176,7 @@ def check_shards(out: Path) -> list[dg.AssetCheckResult]:
     counts = sorted({s["minibatches"] for s in manifest["streams"]})
     balanced = len(counts) == 1
     meta = {"minibatches_per_stream": counts}
-    if manifest["sampler"] in ("neighbor", "importance"):
+    if manifest["sampler"] in ("neighbor", "importance") and manifest.get("task") != LINK_PREDICTION:
         per_epoch = {}
         for s in manifest["streams"]:
             per_epoch[s["epoch"]] = per_epoch.get(s["epoch"], 0) + s["seeds"]

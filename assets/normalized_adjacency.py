@@ -1,5 +1,10 @@
 """normalized_adjacency: the GCN propagation matrix Â of the canonical graph as CSR arrays.
 
+For a link-prediction dataset (gnnflow.yaml ``task: link_prediction``) this step first
+materializes the ``edge_split`` asset (`assets.edge_split`; the same step, so node
+classification gains no step) and builds Â from its message-passing graph, so no held-out
+edge is ever aggregated over.
+
 Calls `graphs.normalize.build_normalized_adjacency` (see that module for the files, dtypes
 and the streaming build) and evaluates four blocking asset checks on the written files before publishing them: Â is
 symmetric (for degree_norm='both' on a symmetrized graph), has no NaN/inf, every weight lies in
@@ -11,8 +16,16 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
+from assets.edge_split import (
+    SPLIT_ASSET,
+    SPLIT_CHECK_SPEC,
+    SPLIT_DESCRIPTION,
+    materialize_edge_split,
+    skipped_check,
+)
 from assets.reporting import stage_result
 from assets.settings import register_config
+from graphs.edge_split import LINK_PREDICTION
 from graphs.normalize import (
     AdjacencyConfig,
     asymmetric_entries,
@@ -34,12 +47,30 @@ _ASSET = "normalized_adjacency"
 register_config(_ASSET, NormalizedAdjacencyConfig)
 
 
-@dg.asset(
+@dg.multi_asset(
+    name=_ASSET,
     partitions_def=dataset_partitions,
-    deps=[canonical_graph],
-    group_name="preprocess",
-    kinds={"numpy"},
+    specs=[
+        # link prediction's split: produced by this step (one step, so node classification's
+        # default path gains none), skipped for node classification and when unchanged
+        dg.AssetSpec(
+            SPLIT_ASSET,
+            deps=[canonical_graph],
+            group_name="preprocess",
+            kinds={"numpy"},
+            skippable=True,
+            description=SPLIT_DESCRIPTION,
+        ),
+        dg.AssetSpec(
+            _ASSET,
+            deps=[canonical_graph, SPLIT_ASSET],
+            group_name="preprocess",
+            kinds={"numpy"},
+            description="Â = D^-1/2 (A_w + sI) D^-1/2 (or D^-1 (A_w + sI)) of the message-passing graph as CSR arrays.",
+        ),
+    ],
     check_specs=[
+        SPLIT_CHECK_SPEC,
         dg.AssetCheckSpec(
             SYMMETRIC,
             asset=_ASSET,
@@ -57,16 +88,19 @@ register_config(_ASSET, NormalizedAdjacencyConfig)
         ),
     ],
 )
-def normalized_adjacency(
-    context: dg.AssetExecutionContext, config: NormalizedAdjacencyConfig, storage: GnnflowStorage
-) -> dg.MaterializeResult:
+def normalized_adjacency(context: dg.AssetExecutionContext, config: NormalizedAdjacencyConfig, storage: GnnflowStorage):
     """Â = D^-1/2 (A_w + sI) D^-1/2 (or D^-1 (A_w + sI)), weighted degrees when the graph is weighted,
-    as int64 indptr / int32 indices / float32 weights."""
+    as int64 indptr / int32 indices / float32 weights; for link prediction first edge_split."""
+    dataset = storage.dataset(context)
+    if storage.task(dataset) == LINK_PREDICTION:
+        yield materialize_edge_split(context, storage, dataset)
+    else:
+        yield skipped_check("node classification: no edges are held out")
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
     with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
-        canonical = storage.upstream_dir(dataset, "canonical_graph")
+        canonical = storage.graph_dir(dataset)  # edge_split's message-passing graph for link prediction
         s = build_normalized_adjacency(canonical, out, cfg)
         checks = check_adjacency(out, cfg, s["symmetrized"])
         refuse_failed_checks(dataset, _ASSET, checks)
@@ -90,9 +124,11 @@ def normalized_adjacency(
         **disk,
     }
     metadata.update(config_metadata)
-    return stage_result(
+    result = stage_result(
         context, _ASSET, metadata, headline=("nodes", "nnz", "degree_norm", "seconds"), check_results=checks
     )
+    # a multi-asset step names the asset each result is for
+    yield dg.MaterializeResult(asset_key=_ASSET, metadata=result.metadata, check_results=result.check_results)
 
 
 def check_adjacency(out, cfg: AdjacencyConfig, symmetrized: bool) -> list[dg.AssetCheckResult]:
@@ -100,21 +136,29 @@ def check_adjacency(out, cfg: AdjacencyConfig, symmetrized: bool) -> list[dg.Ass
     csr = load_csr(out)
     if cfg.degree_norm == "both" and symmetrized:
         bad = asymmetric_entries(csr)
-        symmetric = dg.AssetCheckResult(check_name=SYMMETRIC, passed=bad == 0, metadata={"asymmetric_entries": bad})
+        symmetric = dg.AssetCheckResult(
+            asset_key=_ASSET, check_name=SYMMETRIC, passed=bad == 0, metadata={"asymmetric_entries": bad}
+        )
     else:
         why = (
             "degree_norm='right' is row-normalized" if cfg.degree_norm != "both" else "the canonical graph is directed"
         )
-        symmetric = dg.AssetCheckResult(check_name=SYMMETRIC, passed=True, metadata={"applies": False, "why": why})
+        symmetric = dg.AssetCheckResult(
+            asset_key=_ASSET, check_name=SYMMETRIC, passed=True, metadata={"applies": False, "why": why}
+        )
     w = weight_stats(csr)
-    finite = dg.AssetCheckResult(check_name=FINITE, passed=w["nonfinite"] == 0, metadata={"nonfinite": w["nonfinite"]})
+    finite = dg.AssetCheckResult(
+        asset_key=_ASSET, check_name=FINITE, passed=w["nonfinite"] == 0, metadata={"nonfinite": w["nonfinite"]}
+    )
     in_range = dg.AssetCheckResult(
+        asset_key=_ASSET,
         check_name=WEIGHTS_IN_RANGE,
         passed=w["outside_0_1"] == 0 and w["nonfinite"] == 0,
         metadata={"outside_0_1": w["outside_0_1"], "min": w["min"], "max": w["max"]},
     )
     lam = largest_eigenvalue(csr, cfg.power_iterations)
     radius = dg.AssetCheckResult(
+        asset_key=_ASSET,
         check_name=SPECTRAL_RADIUS,
         passed=bool(lam <= 1 + EIGENVALUE_TOLERANCE),
         metadata={"largest_eigenvalue": lam, "power_iterations": cfg.power_iterations},

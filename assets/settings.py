@@ -18,6 +18,17 @@ and CLI runs, the landing sensor, the retraining schedule and backfills all see 
     2. the dataset's gnnflow.yaml
     3. the defaults of the stage's config dataclass
 
+One more top-level key, ``task``, says what the dataset is trained for:
+``node_classification`` (the default) or ``link_prediction`` (`graphs.edge_split.TASKS`).
+It is not an asset's setting because it changes the asset graph's behaviour upstream: with
+link prediction, edge_split holds out edges and its message-passing graph feeds
+normalized_adjacency and the shards (`GnnflowStorage.task`, README "Link prediction")::
+
+    task: link_prediction
+    ops:
+      edge_split:
+        config: {val_fraction: 0.05, test_fraction: 0.1}
+
 "Explicit" is read from the run's raw config (`context.run.run_config`, what was submitted,
 before Dagster fills in defaults), so a default never hides a value from the file. The
 effective settings and which keys came from where go into each materialization's metadata.
@@ -38,6 +49,8 @@ from typing import Any, Mapping
 import dagster as dg
 import pydantic
 import yaml
+
+from graphs.edge_split import DEFAULT_TASK, TASKS
 
 SETTINGS_FILE = "gnnflow.yaml"
 MAX_SETTINGS_BYTES = 1 << 20
@@ -80,9 +93,12 @@ def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dic
         return {}
     if not isinstance(doc, dict):
         raise SettingsError(f"{path}: expected a mapping with an 'ops' key, got {type(doc).__name__}")
-    unknown = [k for k in doc if k != "ops"]
+    unknown = [k for k in doc if k not in ("ops", "task")]
     if unknown:
-        raise SettingsError(f"{path}: key {unknown[0]!r} is not allowed; settings go under 'ops.<asset>.config'")
+        raise SettingsError(
+            f"{path}: key {unknown[0]!r} is not allowed; settings go under 'ops.<asset>.config' (and 'task')"
+        )
+    _check_task(doc.get("task", DEFAULT_TASK), path)
     ops = doc.get("ops") or {}
     if not isinstance(ops, dict):
         raise SettingsError(f"{path}: key 'ops' must be a mapping of asset names, got {type(ops).__name__}")
@@ -104,6 +120,22 @@ def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dic
         _check_keys(assets[name], config, f"{where}.config", path)
         blocks[name] = config
     return blocks
+
+
+def _check_task(task: Any, path: Path) -> str:
+    if task not in TASKS:
+        raise SettingsError(f"{path}: key 'task': {task!r} is not one of {', '.join(TASKS)}")
+    return task
+
+
+def read_task(path: Path) -> str:
+    """The dataset's task from its gnnflow.yaml (`DEFAULT_TASK` without a file or key);
+    the file is read and checked as in `read_settings_file`."""
+    if not path.is_file():
+        return DEFAULT_TASK
+    read_settings_file(path, registered_configs())
+    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    return _check_task(doc.get("task", DEFAULT_TASK), path)
 
 
 def _check_keys(cls: type[pydantic.BaseModel], block: dict, where: str, path: Path) -> None:

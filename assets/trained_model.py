@@ -30,6 +30,12 @@ also kept as `<dataset>/model_versions/<version>/` (see `GnnflowStorage.record_m
 the `evaluation` and `promotion` assets decide whether it becomes `<dataset>/promoted`). With
 `training.profiler: nsys` the command is wrapped in `nsys profile` when `nsys` is on the
 PATH; otherwise the metadata says why it was skipped. A dataset without labels is skipped.
+
+Link prediction (the dataset's gnnflow.yaml ``task: link_prediction``): the model is
+trained in this process by `training.link.train_link` from the edge-seed shards (the
+``model`` block is the encoder, the ``link`` block the scorer, learning rate and epochs),
+and evaluated on edge_split's held-out edges; metadata holds test/val ROC-AUC, MRR and
+Hits@K, the files are `training.link`'s (model.pt, metrics.parquet, summary.json).
 """
 
 import json
@@ -54,11 +60,13 @@ from assets.pipes_messages import WholeLineMessageReader
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
+from graphs.edge_split import LINK_PREDICTION
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError, read_manifest
 from training.launch import LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
+from training.link import LinkTrainConfig
 
 _ASSET = "trained_model"
 BEATS_MAJORITY = "test_accuracy_above_majority_class"
@@ -68,6 +76,7 @@ _RUN_HELP = {f: RunConfig.__dataclass_fields__[f].metadata["help"] for f in ("mo
 TrainedModelModelConfig = dagster_config(ModelConfig, "TrainedModelModelConfig")
 TrainedModelTrainingConfig = dagster_config(TrainingConfig, "TrainedModelTrainingConfig")
 TrainedModelLaunchConfig = dagster_config(LaunchConfig, "TrainedModelLaunchConfig")
+TrainedModelLinkConfig = dagster_config(LinkTrainConfig, "TrainedModelLinkConfig")
 
 
 class TrainedModelConfig(dg.Config):
@@ -81,6 +90,10 @@ class TrainedModelConfig(dg.Config):
     )
     launch: TrainedModelLaunchConfig = Field(  # type: ignore[valid-type]
         default_factory=TrainedModelLaunchConfig, description=(LaunchConfig.__doc__ or "").strip()
+    )
+    link: TrainedModelLinkConfig = Field(  # type: ignore[valid-type]
+        default_factory=TrainedModelLinkConfig,
+        description="link prediction only (task: link_prediction): " + (LinkTrainConfig.__doc__ or "").strip(),
     )
 
     def to_dataclass(self) -> tuple[ModelConfig, TrainingConfig, LaunchConfig]:
@@ -211,6 +224,8 @@ def trained_model(
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
         shards = storage.asset_dir(dataset, "minibatch_shards")
+        if storage.task(dataset) == LINK_PREDICTION:
+            return _train_link_prediction(context, config, storage, dataset, config_metadata)
         summary = read_summary(canonical)
         skipped = skip_without_labels(context, summary, "train on", [BEATS_MAJORITY])
         if skipped is not None:
@@ -234,6 +249,42 @@ def trained_model(
         metadata["version"] = storage.record_model_version(dataset, context.run.run_id)
     headline = ("test_acc_at_best_val", "best_val_acc", "best_epoch", "epochs_trained", "seconds", "version")
     return stage_result(context, _ASSET, metadata, headline=headline, check_results=[check])
+
+
+def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: str, config_metadata: dict):
+    """task: link_prediction: `training.link.train_link` in this process (not torchrun), from the
+    edge-seed shards; the check is then test ROC-AUC above 0.5 (random scoring)."""
+    from training.link import train_link
+
+    split = storage.upstream_dir(dataset, "edge_split")
+    adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
+    shards = storage.asset_dir(dataset, "minibatch_shards")
+    try:
+        model_cfg, link_cfg = config.model.to_dataclass(), config.link.to_dataclass()
+        with storage.publishing(dataset, _ASSET) as out:
+            s = train_link(shards, split, adjacency, out, link_cfg, model_cfg, log=context.log.info)
+    except (ValueError, ShardError) as exc:
+        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+    out = storage.asset_dir(dataset, _ASSET)
+    test, val = s["test"], s["val"]
+    metadata = {
+        "task": LINK_PREDICTION,
+        "path": dg.MetadataValue.path(str(out)),
+        "epochs": s["epochs"],
+        "epoch_seconds_median": round(sorted(s["epoch_seconds"])[len(s["epoch_seconds"]) // 2], 3),
+        **{f"test_{k}": round(v, 4) for k, v in test.items() if isinstance(v, float)},
+        **{f"val_{k}": round(v, 4) for k, v in val.items() if isinstance(v, float) and k != "loss"},
+        "metrics": dg.MetadataValue.path(str(out / "metrics.parquet")),
+        **disk_metadata(out),
+        **config_metadata,
+    }
+    check = dg.AssetCheckResult(
+        check_name=BEATS_MAJORITY,
+        passed=bool(test["auc"] > 0.5),
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"task": LINK_PREDICTION, "test_auc": test["auc"], "random_scoring_auc": 0.5},
+    )
+    return dg.MaterializeResult(metadata=metadata, check_results=[check])
 
 
 def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: Path, shards: Path):

@@ -50,6 +50,9 @@ Extending the format (and bump `FORMAT_VERSION`):
   ``StoredBlock.extra`` — no other change here;
 - a manifest fact (e.g. upstream content hashes): add it to `MANIFEST_KEYS` (required ones
   are checked by `read_manifest`) and write it in the writer's manifest;
+- an optional per-minibatch array (link prediction's ``pos_pairs`` / ``neg_pairs``): add it
+  to `MINIBATCH_ENTRIES` with ``required=False`` and give the sampled minibatch an attribute
+  of that name; it is written when not None and read into ``StoredMinibatch.extra``;
 - anything else per minibatch: add it to `MINIBATCH_ENTRIES`, `encode_minibatch` and
   `decode_minibatch`.
 """
@@ -101,10 +104,12 @@ __all__ = [
     "write_manifest",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Version of the files this code writes (2: features referenced from compressed_graph in
 any of its encodings and with its transform; ``weight_encoding`` in the manifest; 3: the
-SHA-256 of every upstream file read (``upstream``), run statistics moved to run_stats.json)."""
+SHA-256 of every upstream file read (``upstream``), run statistics moved to run_stats.json;
+4: link-prediction shards: ``pos_pairs`` / ``neg_pairs`` per minibatch, ``task`` and ``link``
+in the manifest)."""
 SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
 """Version of the files this code reads (only its own: a format change re-samples)."""
 
@@ -137,7 +142,18 @@ MINIBATCH_ENTRIES = {
     ),
     "labels": Entry("int64 [S]"),
     "loss_weight": Entry("float32 [S] per-seed loss weight (saint)", required=False),
+    "pos_pairs": Entry(
+        "int64 [2, P] link prediction: positive pairs (row 0 source, row 1 destination) as positions among "
+        "the last block's destination nodes",
+        required=False,
+    ),
+    "neg_pairs": Entry("int64 [2, Q] link prediction: negative pairs, positions as pos_pairs", required=False),
 }
+
+# Minibatch entries read and written by name; any other optional entry of MINIBATCH_ENTRIES is
+# written from the sampled minibatch's attribute of that name when it is not None, and read
+# back into ``StoredMinibatch.extra``.
+_MINIBATCH_CORE = ("input_nodes", "seeds", "seed_pos", "labels", "loss_weight")
 
 BLOCK_ENTRIES = {
     "num_src": Entry("int64 scalar"),
@@ -212,6 +228,16 @@ MANIFEST_KEYS = {
         required=False,
     ),
     "inputs": ManifestKey("paths (relative) of the canonical, adjacency, partition and compressed folders used"),
+    "task": ManifestKey(
+        "node_classification (absent: the same) or link_prediction (minibatches carry pos_pairs / neg_pairs; the"
+        " seeds are the pairs' endpoints, labels -1)",
+        required=False,
+    ),
+    "link": ManifestKey(
+        "link prediction only: seed edges, negatives per positive, negative filter and distribution, the"
+        " negative sampler's rejection counts, the edge_split folder",
+        required=False,
+    ),
 }
 
 
@@ -265,6 +291,10 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
     }
     if mb.loss_weight is not None:
         out[minibatch_key(i, "loss_weight")] = np.asarray(mb.loss_weight, dtype=np.float32)
+    for name in MINIBATCH_ENTRIES:
+        value = None if name in _MINIBATCH_CORE else getattr(mb, name, None)
+        if value is not None:
+            out[minibatch_key(i, name)] = np.asarray(value, dtype=np.int64)
     for layer, b in enumerate(mb.blocks):
         out[block_key(i, layer, "num_src")] = np.int64(b.num_src)
         out[block_key(i, layer, "num_dst")] = np.int64(b.num_dst)
@@ -571,6 +601,8 @@ class StoredMinibatch:
     labels: np.ndarray
     loss_weight: np.ndarray | None
     blocks: list[StoredBlock]
+    extra: dict[str, np.ndarray] = field(default_factory=dict)
+    """Optional entries of MINIBATCH_ENTRIES beyond the core ones (link prediction's pairs)."""
 
 
 def decode_minibatch(arrays: dict[str, np.ndarray], i: int, num_blocks: int) -> StoredMinibatch:
@@ -615,4 +647,9 @@ def decode_minibatch(arrays: dict[str, np.ndarray], i: int, num_blocks: int) -> 
         labels=arrays[minibatch_key(i, "labels")],
         loss_weight=optional(minibatch_key(i, "loss_weight")),
         blocks=blocks,
+        extra={
+            name: arrays[minibatch_key(i, name)]
+            for name in MINIBATCH_ENTRIES
+            if name not in _MINIBATCH_CORE and minibatch_key(i, name) in arrays
+        },
     )

@@ -29,7 +29,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from assets.common import LANDING_FINGERPRINT, NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
+from assets.settings import SETTINGS_FILE, SettingsError, read_task
 from graphs.canonical import landing_fingerprint, landing_marked_ready
+from graphs.edge_split import DEFAULT_TASK, LINK_PREDICTION
 
 INGEST_ASSET = dg.AssetKey("canonical_graph")
 
@@ -58,6 +60,15 @@ def dataset_has_labels(folder: Path) -> bool:
         return True  # unreadable: let the run fail with the ingest stage's clear message
     top = pc.max(labels).as_py()
     return top is not None and top >= 0
+
+
+def dataset_task(folder: Path) -> str:
+    """The landing folder's gnnflow.yaml `task:` (link prediction trains without node labels);
+    the default when the file is unreadable (the run then fails naming the file and key)."""
+    try:
+        return read_task(folder / SETTINGS_FILE)
+    except SettingsError:
+        return DEFAULT_TASK
 
 
 def split_by_labels(assets: Sequence[dg.AssetsDefinition]) -> tuple[list[dg.AssetKey], list[dg.AssetKey]]:
@@ -120,7 +131,7 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
                 continue
             pending.pop(name, None)
             requested[name] = fp
-            labelled = dataset_has_labels(folder)
+            labelled = dataset_has_labels(folder) or dataset_task(folder) == LINK_PREDICTION
             selection = every if labelled else [k for k in every if k not in needs_labels]
             context.log.info(
                 f"dataset '{name}' changed since its last ingest ({'with' if labelled else 'without'} labels): "

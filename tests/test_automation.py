@@ -21,12 +21,19 @@ def _keys(job_name):
 
 def test_jobs_cover_their_stages_and_old_names_still_resolve():
     assert _keys("preprocess") == sorted(
-        ["canonical_graph", "normalized_adjacency", "metis_partitions", "compressed_graph", "minibatch_shards"]
+        [
+            "canonical_graph",
+            "edge_split",  # link prediction's split, an asset of the normalized_adjacency step
+            "normalized_adjacency",
+            "metis_partitions",
+            "compressed_graph",
+            "minibatch_shards",
+        ]
     )
     assert _keys("retrain") == sorted(["minibatch_shards", "trained_model", "evaluation", "promotion"])
     assert _keys("train") == sorted(["trained_model", "evaluation", "promotion"])
     assert _keys("ingest") == ["canonical_graph"]
-    assert len(_keys("gnnflow_pipeline")) == 8
+    assert len(_keys("gnnflow_pipeline")) == 9
     for name in ("preprocess", "retrain", "train", "ingest", "gnnflow_pipeline"):
         assert defs.resolve_job_def(name).partitions_def == dataset_partitions
 

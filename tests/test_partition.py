@@ -271,6 +271,7 @@ def test_preprocess_assets_materialize_with_passing_checks(tmp_path):
     checks = {(c.asset_key.to_user_string(), c.check_name): c.passed for c in result.get_asset_check_evaluations()}
     assert checks == {
         ("canonical_graph", "edges_valid"): True,
+        ("edge_split", "no_held_out_edge_in_message_passing"): True,  # reported, not evaluated: no split here
         ("normalized_adjacency", "symmetric"): True,
         ("normalized_adjacency", "finite_weights"): True,
         ("normalized_adjacency", "weights_in_0_1"): True,

@@ -188,6 +188,7 @@ def test_real_definitions_keep_label_stages_from_unlabelled_datasets():
     assert {k.to_user_string() for k in needs} == {"minibatch_shards", "trained_model", "evaluation", "promotion"}
     assert {k.to_user_string() for k in every} - {k.to_user_string() for k in needs} == {
         "canonical_graph",
+        "edge_split",  # link prediction's split, made by the normalized_adjacency step
         "normalized_adjacency",
         "metis_partitions",
         "compressed_graph",

@@ -139,6 +139,7 @@ def test_the_predict_job_scores_updated_landing_files_with_the_promoted_model(tr
     job = defs.resolve_job_def("predict")
     assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {
         "canonical_graph",
+        "edge_split",  # the normalized_adjacency step's second asset (link prediction only; skipped here)
         "normalized_adjacency",
         "predictions",
     }

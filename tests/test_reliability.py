@@ -321,6 +321,7 @@ def test_correctness_checks_block_and_quality_checks_only_warn():
             blocking[spec.name] = spec.blocking
     assert blocking == {
         "edges_valid": True,
+        "no_held_out_edge_in_message_passing": True,
         "symmetric": True,
         "finite_weights": True,
         "weights_in_0_1": True,

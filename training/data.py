@@ -46,7 +46,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
@@ -94,6 +94,8 @@ class MiniBatch:
     labels: torch.Tensor
     loss_weight: torch.Tensor | None
     index: int
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    """Optional per-minibatch arrays of the shard format (link prediction: ``pos_pairs``, ``neg_pairs``)."""
 
     @property
     def num_seeds(self) -> int:
@@ -202,6 +204,7 @@ class _HostBatch:
     loss_weight: torch.Tensor | None
     blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale, correction)
     x: torch.Tensor | None
+    extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
 _END = object()
@@ -338,6 +341,7 @@ class ShardStream:
             loss_weight=None if mb.loss_weight is None else t(mb.loss_weight),
             blocks=blocks,
             x=self.features.gather_host(nodes, decode=self.decode_on_host),
+            extra={name: long(v) for name, v in mb.extra.items()},
         )
         if self.pin:
             host = _pinned(host)
@@ -373,6 +377,7 @@ class ShardStream:
             labels=mv(h.labels),
             loss_weight=mv(h.loss_weight),
             index=h.index,
+            extra={name: mv(v) for name, v in h.extra.items()},
         )
 
     def __iter__(self) -> Iterator[MiniBatch]:
@@ -442,4 +447,5 @@ def _pinned(h: _HostBatch) -> _HostBatch:
         loss_weight=pin(h.loss_weight),
         blocks=[(pin(a), pin(b), c, d, pin(e), pin(f), pin(g), pin(k)) for a, b, c, d, e, f, g, k in h.blocks],
         x=pin(h.x),
+        extra={name: pin(v) for name, v in h.extra.items()},
     )

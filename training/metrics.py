@@ -13,6 +13,13 @@ or `y_pred` (so an absent class neither helps nor hurts). ROC-AUC is the probabi
 random positive outscores a random negative (ties count one half), computed from average
 ranks in O(n log n); PR-AUC is average precision (the step-wise area under the
 precision-recall curve, sklearn's definition), NaN when one class is absent.
+
+Link prediction (`link_prediction_report`): the scores of held-out positive pairs against
+the scores of one fixed set of evaluation negatives shared by every positive. ROC-AUC over
+both; each positive's rank among the negatives is OGB's ``1 + (optimistic + pessimistic) / 2``
+(``#neg > pos`` and ``#neg >= pos``: a tie counts half); MRR is the mean of 1 / rank and
+Hits@K the share of positives with rank <= K, i.e. scored above the K-th best negative
+(ogbl-collab's Hits@K when no negative ties).
 """
 
 from __future__ import annotations
@@ -27,7 +34,13 @@ __all__ = [
     "one_vs_rest_auc",
     "per_class",
     "roc_auc",
+    "link_prediction_report",
+    "positive_ranks",
+    "LINK_HITS_AT",
 ]
+
+LINK_HITS_AT = (10, 50, 100)
+"""The K of the Hits@K that link prediction reports."""
 
 
 def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
@@ -170,3 +183,29 @@ def node_classification_report(nodes, predictions, split: str = "test") -> dict:
     y_true = label[keep]
     num_classes = max(width, int(y_true.max()) + 1 if y_true.size else 0)
     return classification_report(y_true, y_pred, num_classes, matrix)
+
+
+def positive_ranks(pos_scores: np.ndarray, neg_scores: np.ndarray) -> np.ndarray:
+    """float64 [P]: each positive's rank among the negatives, 1 + (#neg > pos + #neg >= pos) / 2."""
+    pos = np.asarray(pos_scores, dtype=np.float64)
+    neg = np.sort(np.asarray(neg_scores, dtype=np.float64))
+    greater = neg.size - np.searchsorted(neg, pos, side="right")
+    greater_equal = neg.size - np.searchsorted(neg, pos, side="left")
+    return 1.0 + 0.5 * (greater + greater_equal)
+
+
+def link_prediction_report(pos_scores: np.ndarray, neg_scores: np.ndarray, ks=LINK_HITS_AT) -> dict:
+    """ROC-AUC, MRR and Hits@K of positive pair scores against shared negative pair scores
+    (module docstring); NaN for every metric when either side is empty."""
+    pos = np.asarray(pos_scores, dtype=np.float64).ravel()
+    neg = np.asarray(neg_scores, dtype=np.float64).ravel()
+    out = {"positives": int(pos.size), "negatives": int(neg.size)}
+    if pos.size == 0 or neg.size == 0:
+        return {**out, "auc": float("nan"), "mrr": float("nan"), **{f"hits@{k}": float("nan") for k in ks}}
+    labels = np.r_[np.ones(pos.size, bool), np.zeros(neg.size, bool)]
+    ranks = positive_ranks(pos, neg)
+    out["auc"] = roc_auc(labels, np.r_[pos, neg])
+    out["mrr"] = float(np.mean(1.0 / ranks))
+    for k in ks:
+        out[f"hits@{k}"] = float(np.mean(ranks <= k))
+    return out

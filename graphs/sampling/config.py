@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from graphs.negatives import DISTRIBUTIONS as NEGATIVE_DISTRIBUTIONS
+from graphs.negatives import FILTERS as NEGATIVE_FILTERS
 from graphs.shard_format import (
     FEATURE_ENCODINGS,
     WEIGHT_ENCODINGS,
@@ -129,6 +131,33 @@ class ShardConfig:
     saint_subgraphs: int = field(
         default=0, metadata={"help": "saint: subgraphs per epoch per rank; 0 = about n / (W * subgraph nodes)."}
     )
+    # link prediction (the dataset's task: link_prediction; graphs/sampling/link.py): batch_size
+    # then counts seed edges per minibatch, and the fields below apply
+    negatives: int = field(
+        default=1, metadata={"help": "link prediction: negatives per positive seed edge (its destination corrupted)."}
+    )
+    negative_filter: str = field(
+        default="bloom",
+        metadata={
+            "help": f"link prediction: how candidate negatives that are edges are rejected, one of {NEGATIVE_FILTERS}: "
+            "'bloom' = compressed_graph's per-part Bloom filters (all edges, held-out ones included; no edge ever "
+            "passes), 'exact' = sorted int64 keys of every edge, 'none' = self pairs only (DGL's uniform sampler)."
+        },
+    )
+    negative_distribution: str = field(
+        default="uniform",
+        metadata={
+            "help": f"link prediction: candidate destinations, one of {NEGATIVE_DISTRIBUTIONS}: uniform over the "
+            "nodes, or in proportion to degree^0.75 in the message-passing graph."
+        },
+    )
+    exclude_seed_edges: bool = field(
+        default=True,
+        metadata={
+            "help": "link prediction: leave each minibatch's seed edges and their reverses out of its sampled "
+            "blocks (DGL's exclude='reverse_id'), so no positive is predicted from its own edge."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.sampler not in SAMPLERS:
@@ -182,6 +211,14 @@ class ShardConfig:
             raise ValueError(f"saint_mode={self.saint_mode!r} is not one of {SAINT_MODES}")
         if self.saint_coverage <= 0:
             raise ValueError(f"saint_coverage={self.saint_coverage} must be > 0")
+        if self.negatives < 1:
+            raise ValueError(f"negatives={self.negatives} must be at least 1")
+        if self.negative_filter not in NEGATIVE_FILTERS:
+            raise ValueError(f"negative_filter={self.negative_filter!r} is not one of {NEGATIVE_FILTERS}")
+        if self.negative_distribution not in NEGATIVE_DISTRIBUTIONS:
+            raise ValueError(
+                f"negative_distribution={self.negative_distribution!r} is not one of {NEGATIVE_DISTRIBUTIONS}"
+            )
         if self.saint_subgraphs < 0:
             raise ValueError(f"saint_subgraphs={self.saint_subgraphs} must be >= 0 (0 = automatic)")
 

@@ -184,7 +184,7 @@ def _single_threaded_dgl():
         set_num_threads(old)
 
 
-def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict, prob: str | None = None):
+def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict, prob: str | None = None, exclude=None):
     """DGL's fused neighbour sampling, layer by layer from the seeds outwards.
 
     The same loop as ``dgl.dataloading.NeighborSampler.sample_blocks`` runs on a CPU graph
@@ -192,7 +192,9 @@ def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict, prob: str |
     construction in one C++ call); called here with one thread, where it is reproducible.
     `mapping` is DGL's reusable global-to-local id buffer. With `prob` (an edge feature
     name) neighbours are drawn with replacement in proportion to it, except in layers with
-    fanout -1 (every neighbour). Returns (input_nodes, blocks).
+    fanout -1 (every neighbour). `exclude` (edge ids of `g`, a tensor) are never sampled
+    (link prediction leaves its seed edges and their reverses out, as DGL's
+    ``as_edge_prediction_sampler(exclude="reverse_id")``). Returns (input_nodes, blocks).
     """
     import dgl
 
@@ -200,7 +202,13 @@ def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict, prob: str |
     for fanout in reversed(fanouts):
         weighted = prob is not None and fanout != -1
         block = g.sample_neighbors_fused(
-            seeds, fanout, edge_dir="in", prob=prob if weighted else None, replace=weighted, mapping=mapping
+            seeds,
+            fanout,
+            edge_dir="in",
+            prob=prob if weighted else None,
+            replace=weighted,
+            exclude_edges=exclude,
+            mapping=mapping,
         )
         seeds = block.srcdata[dgl.NID]
         blocks.insert(0, block)
@@ -323,8 +331,9 @@ class MinibatchSampler:
 
     # ---- neighbor
 
-    def sample_neighbor(self, seeds: np.ndarray, seed: int) -> SampledMinibatch:
-        """DGL's neighbour-sampled blocks for `seeds`, with Â's weights (and rescaling)."""
+    def sample_neighbor(self, seeds: np.ndarray, seed: int, exclude: np.ndarray | None = None) -> SampledMinibatch:
+        """DGL's neighbour-sampled blocks for `seeds`, with Â's weights (and rescaling); edges
+        `exclude` (positions in the off-diagonal CSR of Â) are never sampled."""
         import dgl
         import torch
 
@@ -339,6 +348,7 @@ class MinibatchSampler:
                 self.cfg.fanout_list,
                 self._dgl_mapping,
                 prob="prob" if by_weight else None,
+                exclude=None if exclude is None else torch.from_numpy(np.asarray(exclude, dtype=np.int64)),
             )
         input_nodes = input_nodes.numpy()
         blocks = []

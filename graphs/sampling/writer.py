@@ -80,17 +80,21 @@ def write_minibatch_shards(
     out_dir: str | os.PathLike,
     cfg: ShardConfig | None = None,
     log: Callable[[str], None] | None = None,
+    sampler=None,
 ) -> dict:
     """Sample every epoch for every rank and write the shards + manifest.json atomically.
 
     Returns the manifest (also written as manifest.json). A previous materialization in
-    `out_dir` is replaced as a whole, only once everything is written.
+    `out_dir` is replaced as a whole, only once everything is written. `sampler` replaces
+    the node-classification `MinibatchSampler` (link prediction passes its
+    `graphs.sampling.link.LinkSampler`, configured with a resolved batch size); its
+    ``manifest_facts()`` are added to the manifest.
     """
     cfg = resolve_batch_size(cfg or ShardConfig(), len(inputs.train_nodes))
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     final = Path(out_dir).resolve()
-    sampler = MinibatchSampler(inputs, cfg, log)
+    sampler = sampler if sampler is not None else MinibatchSampler(inputs, cfg, log)
     per_rank = sampler.minibatches_per_rank()
     streams = []
     measure = sampler.rank_of_node is not None  # remote feature rows, per step
@@ -217,6 +221,8 @@ def write_minibatch_shards(
                 if gathered
                 else 0.0,
             }
+        if hasattr(sampler, "manifest_facts"):
+            manifest.update(sampler.manifest_facts())
         if per_rank != counts.pop():
             raise AssertionError(f"planned {per_rank} minibatches per rank, wrote {streams[0]['minibatches']}")
         write_manifest(tmp, manifest)

@@ -1,0 +1,128 @@
+"""edge_split: held-out edges and the message-passing graph of a link-prediction dataset.
+
+An asset of its own in the catalog and the lineage (canonical_graph -> edge_split ->
+normalized_adjacency), produced by the normalized_adjacency step
+(`assets.normalized_adjacency`, a multi-asset) rather than by a step of its own: node
+classification, the default, then runs exactly the steps it ran before (each step of
+``dagster asset materialize`` is a process of its own), and edge_split is simply not
+materialized for it.
+
+For a dataset whose gnnflow.yaml says ``task: link_prediction`` the step runs
+`graphs.edge_split.build_edge_split` (files and format in that module) before building Â
+from its message-passing graph; minibatch_shards reads that graph too
+(`GnnflowStorage.graph_dir`), while compressed_graph keeps building its Bloom filters from
+canonical_graph, i.e. over every edge, held-out ones included. The split is made once: a
+later run whose canonical edges (SHA-256 of edges.parquet) and settings are unchanged keeps
+the written split and does not materialize edge_split again.
+
+Settings: ``ops.edge_split.config`` of the dataset's gnnflow.yaml (`EdgeSplitConfig`); the
+step's run config is normalized_adjacency's.
+
+Blocking check ``no_held_out_edge_in_message_passing``: no validation or test pair, in
+either direction, is an edge of the written message-passing graph, and no evaluation
+negative is an edge of the full graph.
+"""
+
+import json
+from dataclasses import asdict
+
+import dagster as dg
+import numpy as np
+
+from assets.common import GnnflowStorage, disk_metadata, refuse_failed_checks
+from assets.config import dagster_config
+from assets.settings import register_config
+from graphs.edge_split import EdgeSplitConfig, build_edge_split, load_edge_split
+from graphs.negatives import EdgeKeys
+from graphs.storage import file_sha256
+
+EdgeSplitRunConfig = dagster_config(EdgeSplitConfig, "EdgeSplitRunConfig")
+
+SPLIT_ASSET = "edge_split"
+NO_LEAK = "no_held_out_edge_in_message_passing"
+SPLIT_DESCRIPTION = (
+    "Link prediction only: seeded train/val/test split of the undirected edges, fixed evaluation negatives, "
+    "and the message-passing graph without held-out edges (made by the normalized_adjacency step)."
+)
+SPLIT_CHECK_SPEC = dg.AssetCheckSpec(
+    NO_LEAK,
+    asset=SPLIT_ASSET,
+    description="No held-out (validation/test) pair is an edge of the message-passing graph in either "
+    "direction, and no evaluation negative is an edge of the full graph.",
+    blocking=True,
+)
+register_config(SPLIT_ASSET, EdgeSplitRunConfig)
+
+
+def skipped_check(why: str) -> dg.AssetCheckResult:
+    """The check's result when edge_split is not materialized by a run (the step must report it)."""
+    return dg.AssetCheckResult(
+        asset_key=SPLIT_ASSET, check_name=NO_LEAK, passed=True, metadata={"evaluated": False, "why": why}
+    )
+
+
+def materialize_edge_split(
+    context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: str
+) -> dg.MaterializeResult | dg.AssetCheckResult:
+    """Build and publish the split (checked first); only the check's result (`skipped_check`)
+    when the written split is current."""
+    config, config_metadata = storage.settings(context, dataset, SPLIT_ASSET, EdgeSplitRunConfig())
+    cfg = config.to_dataclass()
+    with storage.lock(dataset, context.log.info):
+        canonical = storage.upstream_dir(dataset, "canonical_graph")
+        edges_sha = file_sha256(canonical / "edges.parquet")
+        current = storage.asset_dir(dataset, SPLIT_ASSET) / "summary.json"
+        if current.is_file():
+            split = json.loads(current.read_text()).get("split", {})
+            if split.get("canonical_edges_sha256") == edges_sha and split.get("config") == asdict(cfg):
+                context.log.info(f"edge_split of '{dataset}' is current (same canonical edges and settings): kept")
+                return skipped_check("the split is unchanged since it was written and checked")
+        with storage.publishing(dataset, SPLIT_ASSET) as out:
+            try:
+                s = build_edge_split(canonical, out, cfg)
+            except ValueError as exc:
+                raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+            check = check_split(out, canonical)
+            refuse_failed_checks(dataset, SPLIT_ASSET, [check])
+            _record_canonical(out, edges_sha)
+            disk = disk_metadata(out)
+    split = s["split"]
+    metadata = {
+        "task": "link_prediction",
+        "path": dg.MetadataValue.path(str(storage.asset_dir(dataset, SPLIT_ASSET))),
+        "undirected_edges": split["undirected_edges"],
+        "train_edges": split["train"],
+        "val_edges": split["val"],
+        "test_edges": split["test"],
+        "eval_negatives": split["eval_negatives"],
+        "message_passing_edges": s["edges"],
+        "seconds": s["seconds"],
+        **disk,
+        **config_metadata,
+    }
+    return dg.MaterializeResult(asset_key=SPLIT_ASSET, metadata=metadata, check_results=[check])
+
+
+def _record_canonical(out, edges_sha: str) -> None:
+    """Note in the split's summary which canonical edges it was made from (the 'made once' test)."""
+    path = out / "summary.json"
+    summary = json.loads(path.read_text())
+    summary["split"]["canonical_edges_sha256"] = edges_sha
+    path.write_text(json.dumps(summary, indent=2))
+
+
+def check_split(out, canonical) -> dg.AssetCheckResult:
+    """The blocking check, evaluated on the written files (vectorised key lookups)."""
+    split = load_edge_split(out)
+    mp = EdgeKeys.from_canonical(out, split.n)
+    held = np.concatenate([split.val, split.test])
+    leaked = int(mp.contains(held[:, 0], held[:, 1]).sum() + mp.contains(held[:, 1], held[:, 0]).sum())
+    full = EdgeKeys.from_canonical(canonical, split.n)
+    neg = np.concatenate([split.val_negatives, split.test_negatives])
+    bad_negatives = int(full.contains(neg[:, 0], neg[:, 1]).sum())
+    return dg.AssetCheckResult(
+        asset_key=SPLIT_ASSET,
+        check_name=NO_LEAK,
+        passed=leaked == 0 and bad_negatives == 0,
+        metadata={"held_out_edges_in_message_passing": leaked, "negatives_that_are_edges": bad_negatives},
+    )

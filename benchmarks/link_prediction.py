@@ -1,0 +1,396 @@
+"""Link-prediction benchmark: our pipeline against DGL's link-prediction example, and Bloom
+rejection against exact rejection of negatives.
+
+    .venv/bin/python benchmarks/link_prediction.py                         # ego-Facebook + a generated graph
+    .venv/bin/python benchmarks/link_prediction.py --graphs generated --nodes 20000 --edges 200000 --epochs 2
+
+Both sides, one process, one after the other, on the same edge split (`graphs.edge_split`:
+5% validation, 10% test, seeded), the same input features (the dataset's, or one-hot
+log2-degree buckets when it has none), the same evaluation (full-graph embeddings scored on
+the held-out test edges against the split's 10 000 fixed negatives with
+`training.metrics.link_prediction_report`: ROC-AUC, MRR, Hits@K).
+
+peer  DGL's ``examples/pytorch/graphsage/link_pred.py`` configuration, in DGL: the training
+      graph made bidirected with ``to_bidirected_with_reverse_mapping`` (copied from the
+      example), every directed edge a seed edge, ``NeighborSampler([15, 10, 5])`` wrapped by
+      ``as_edge_prediction_sampler(exclude="reverse_id", negative_sampler=Uniform(1))``,
+      ``DataLoader(batch_size=512, shuffle=True)``, three ``dgl.nn.SAGEConv`` mean layers
+      of 256 units (ReLU between), Adam lr 0.0005, BCE with logits. The example's scorer is
+      an MLP on ``h_u * h_v``; the issue's configuration (and DGL's user guide on minibatch
+      link prediction) is the dot product: ``--scorer dot`` (default) or ``mlp``, the same
+      on both sides.
+ours  edge_split -> normalized_adjacency -> metis_partitions -> compressed_graph (Bloom
+      filters over *all* edges) -> `graphs.sampling.link.write_link_shards` (the same
+      fanouts, batch size, one negative per positive drawn uniformly and rejected by the
+      Bloom filters, seed edges and reverses excluded, no added self loops: the blocks DGL
+      samples) -> `training.link.train_link` (plain-torch SAGE, same width, Adam lr).
+
+Epoch time: the training loop (sampling included for DGL, which samples online; reading
+the shards for ours), median over the epochs; ours is printed twice, reading shards only and
+with the shard-writing time per epoch added (for the minibatches an epoch trains on, when
+``--steps`` stops epochs early; DGL's example stops each epoch at 1000 minibatches). Then, per graph, Bloom rejection
+against exact sorted-key rejection on 1M uniform candidate pairs (`graphs.negatives.compare_rejection`)
+and both structures' sizes at 100M undirected edges computed from the formats
+(`graphs.negatives.sizes_at`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+FANOUTS = [15, 10, 5]  # link_pred.py
+BATCH = 512
+LR = 0.0005
+HIDDEN = 256
+
+
+def prepare(landing: Path, home: Path, parts: int) -> dict:
+    """Every stage of our pipeline up to the compressed graph, cached under `home`."""
+    from graphs.canonical import build_canonical_graph
+    from graphs.compress import CompressConfig, build_compressed_graph
+    from graphs.edge_split import EdgeSplitConfig, build_edge_split
+    from graphs.normalize import build_normalized_adjacency
+    from graphs.partition import PartitionConfig, build_partitions
+
+    d = {name: home / name for name in ("canonical", "split", "adj", "parts", "compressed")}
+    if not (d["canonical"] / "summary.json").exists():
+        build_canonical_graph(landing, d["canonical"])
+    if not (d["split"] / "summary.json").exists():
+        build_edge_split(d["canonical"], d["split"], EdgeSplitConfig())
+    if not (d["adj"] / "summary.json").exists():
+        build_normalized_adjacency(d["split"], d["adj"])
+    if not (d["parts"] / "summary.json").exists():
+        build_partitions(d["split"], d["parts"], PartitionConfig(num_parts=parts, write_distdgl=False))
+    if not (d["compressed"] / "summary.json").exists():
+        build_compressed_graph(d["canonical"], d["adj"], d["parts"], d["compressed"], CompressConfig())
+    return d
+
+
+def features_for(d: dict):
+    import torch
+
+    from training.features import degree_features
+
+    path = d["canonical"] / "features.npy"
+    if path.is_file():
+        return torch.from_numpy(np.load(path))
+    from graphs.normalize import load_csr
+
+    return degree_features(np.asarray(load_csr(d["adj"]).indptr), 16)
+
+
+# ----------------------------------------------------------------------------- ours
+
+
+def run_ours(d: dict, epochs: int, scorer: str, steps: int) -> dict:
+    from graphs.sampling import ShardConfig, load_shard_inputs
+    from graphs.sampling.link import write_link_shards
+    from training.layers import ModelConfig
+    from training.link import LinkTrainConfig, train_link
+
+    inputs = load_shard_inputs(d["split"], d["adj"], d["parts"], d["compressed"])
+    cfg = ShardConfig(
+        fanouts=",".join(map(str, FANOUTS)),
+        batch_size=BATCH,
+        epochs=epochs,
+        world_size=1,
+        self_loops=False,
+        negatives=1,
+        negative_filter="bloom",
+    )
+    shards = d["split"].parent / f"shards-{epochs}"
+    t0 = time.perf_counter()
+    m = write_link_shards(inputs, shards, cfg, canonical_dir=d["canonical"])
+    shard_seconds = time.perf_counter() - t0
+    s = train_link(
+        shards,
+        d["split"],
+        d["adj"],
+        None,
+        LinkTrainConfig(scorer=scorer, lr=LR, eval_every=epochs, max_steps_per_epoch=steps),
+        ModelConfig(hidden=HIDDEN, dropout=0.0),
+        log=lambda msg: print("  ours:", msg, flush=True),
+    )
+    used = min(steps, m["minibatches_per_epoch_per_rank"]) if steps else m["minibatches_per_epoch_per_rank"]
+    return {
+        "test": s["test"],
+        "epoch_seconds": s["epoch_seconds"],
+        "shard_seconds": shard_seconds,
+        # shard writing per epoch, counted for the minibatches an epoch trains on
+        "shard_seconds_per_epoch": shard_seconds / epochs * used / m["minibatches_per_epoch_per_rank"],
+        "negative_sampling": m["link"]["negative_sampling"],
+        "negative_sampling_seconds": m["negative_sampling_seconds"],
+    }
+
+
+# ----------------------------------------------------------------------------- peer (DGL)
+
+
+def to_bidirected_with_reverse_mapping(g):
+    """Copied from DGL's examples/pytorch/graphsage/link_pred.py."""
+    import dgl
+    import torch
+
+    g_simple, mapping = dgl.to_simple(dgl.add_reverse_edges(g), return_counts="count", writeback_mapping=True)
+    c = g_simple.edata["count"]
+    num_edges = g.num_edges()
+    mapping_offset = torch.zeros(g_simple.num_edges() + 1, dtype=g_simple.idtype)
+    mapping_offset[1:] = c.cumsum(0)
+    idx = mapping.argsort()
+    idx_uniq = idx[mapping_offset[:-1]]
+    reverse_idx = torch.where(idx_uniq >= num_edges, idx_uniq - num_edges, idx_uniq + num_edges)
+    reverse_mapping = mapping[reverse_idx]
+    src1, dst1 = g_simple.edges()
+    src2, dst2 = g_simple.find_edges(reverse_mapping)
+    assert torch.equal(src1, dst2)
+    assert torch.equal(src2, dst1)
+    return g_simple, reverse_mapping
+
+
+def dgl_model(in_size: int, hid_size: int, scorer: str):
+    """The example's SAGE (three SAGEConv mean layers, ReLU between) with the chosen scorer."""
+    import dgl.nn as dglnn
+    import torch.nn.functional as F
+    from torch import nn
+
+    class SAGE(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(
+                [
+                    dglnn.SAGEConv(in_size, hid_size, "mean"),
+                    dglnn.SAGEConv(hid_size, hid_size, "mean"),
+                    dglnn.SAGEConv(hid_size, hid_size, "mean"),
+                ]
+            )
+            self.predictor = nn.Sequential(
+                nn.Linear(hid_size, hid_size),
+                nn.ReLU(),
+                nn.Linear(hid_size, hid_size),
+                nn.ReLU(),
+                nn.Linear(hid_size, 1),
+            )
+
+        def encode(self, blocks_or_graph, x, full: bool = False):
+            h = x
+            for i, layer in enumerate(self.layers):
+                h = layer(blocks_or_graph if full else blocks_or_graph[i], h)
+                if i != len(self.layers) - 1:
+                    h = F.relu(h)
+            return h
+
+        def score(self, hu, hv):
+            if scorer == "dot":
+                return (hu * hv).sum(-1)
+            return self.predictor(hu * hv).squeeze(-1)
+
+        def forward(self, pair_graph, neg_pair_graph, blocks, x):
+            h = self.encode(blocks, x)
+            pos_src, pos_dst = pair_graph.edges()
+            neg_src, neg_dst = neg_pair_graph.edges()
+            return self.score(h[pos_src], h[pos_dst]), self.score(h[neg_src], h[neg_dst])
+
+    return SAGE()
+
+
+def run_peer(d: dict, epochs: int, scorer: str, x, max_steps: int) -> dict:
+    import dgl
+    import torch
+    import torch.nn.functional as F
+    from dgl.dataloading import DataLoader, NeighborSampler, as_edge_prediction_sampler, negative_sampler
+
+    from graphs.edge_split import load_edge_split
+    from training.metrics import link_prediction_report
+
+    split = load_edge_split(d["split"])
+    train = torch.from_numpy(split.train)
+    g = dgl.graph((train[:, 0], train[:, 1]), num_nodes=split.n)
+    g, reverse_eids = to_bidirected_with_reverse_mapping(g)
+    g.ndata["feat"] = x
+    seed_edges = torch.arange(g.num_edges())
+    sampler = as_edge_prediction_sampler(
+        NeighborSampler(FANOUTS, prefetch_node_feats=["feat"]),
+        exclude="reverse_id",
+        reverse_eids=reverse_eids,
+        negative_sampler=negative_sampler.Uniform(1),
+    )
+    loader = DataLoader(g, seed_edges, sampler, batch_size=BATCH, shuffle=True, drop_last=False, num_workers=0)
+    torch.manual_seed(0)
+    model = dgl_model(x.shape[1], HIDDEN, scorer)
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    times = []
+    for epoch in range(epochs):
+        model.train()
+        t0 = time.perf_counter()
+        total, steps = 0.0, 0
+        for _, pair_graph, neg_pair_graph, blocks in loader:
+            pos, neg = model(pair_graph, neg_pair_graph, blocks, blocks[0].srcdata["feat"])
+            score = torch.cat([pos, neg])
+            labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
+            loss = F.binary_cross_entropy_with_logits(score, labels)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            total += loss.item()
+            steps += 1
+            if steps == max_steps:  # link_pred.py: `if (it + 1) == 1000: break`
+                break
+        times.append(time.perf_counter() - t0)
+        print(f"  peer: epoch {epoch}: loss {total / max(steps, 1):.4f} ({times[-1]:.2f} s)", flush=True)
+    model.eval()
+    with torch.no_grad():
+        h = model.encode(g, x, full=True)
+        pos = torch.from_numpy(split.test).T
+        neg = torch.from_numpy(split.test_negatives).T
+        report = link_prediction_report(
+            model.score(h[pos[0]], h[pos[1]]).numpy(), model.score(h[neg[0]], h[neg[1]]).numpy()
+        )
+    return {"test": report, "epoch_seconds": times}
+
+
+# ----------------------------------------------------------------------------- Bloom vs exact
+
+
+def rejection(d: dict) -> dict:
+    import resource
+
+    from graphs.canonical import read_summary
+    from graphs.compress import load_bloom_filters
+    from graphs.negatives import EdgeKeys, compare_rejection
+
+    n = read_summary(d["canonical"])["nodes"]
+    filters = load_bloom_filters(d["compressed"])
+    part = np.load(d["parts"] / "part_id.npy").astype(np.int32)
+    t0 = time.perf_counter()
+    exact = EdgeKeys.from_canonical(d["canonical"], n)
+    build_exact = time.perf_counter() - t0
+    r = compare_rejection(filters, part, exact, 1_000_000, np.random.default_rng(0))
+    r["exact_build_seconds"] = build_exact
+    stats = json.loads((d["compressed"] / "run_stats.json").read_text())  # timings live apart from content
+    r["bloom_build_seconds"] = stats["bloom"]["seconds"]
+    r["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return r
+
+
+def print_rejection(name: str, r: dict) -> None:
+    print(f"\n## Negatives: Bloom filters vs exact sorted keys ({name}, {r['candidates']:,} uniform candidates)")
+    print("| | Bloom (per part, routed) | exact (sorted int64 keys) |")
+    print("| --- | --- | --- |")
+    print(f"| rejected as edge | {r['bloom_rejected']:,} | {r['exact_rejected']:,} |")
+    print(f"| true non-edges wrongly rejected | {r['bloom_wrongly_rejected']:,} | 0 |")
+    print(f"| edges accepted (false negatives) | {r['bloom_missed_edges']} | 0 |")
+    print(
+        f"| measured FPR (wrongly rejected / {r['true_non_edges']:,} non-edges) | {r['measured_fpr']:.4%} "
+        f"(model {np.mean(r['expected_fpr']):.4%}) | 0 |"
+    )
+    print(
+        f"| query time, 1M pairs | {r['bloom_seconds'] * 1e3:.1f} ms ({r['bloom_queries_per_second'] / 1e6:.1f} M/s) "
+        f"| {r['exact_seconds'] * 1e3:.1f} ms ({r['exact_queries_per_second'] / 1e6:.1f} M/s) |"
+    )
+    print(f"| build time | {r['bloom_build_seconds']:.3f} s (compressed_graph) | {r['exact_build_seconds']:.3f} s |")
+    print(
+        f"| memory | {r['bloom_filter_bytes'] / 2**20:.2f} MiB filters + {(r['bloom_bytes'] - r['bloom_filter_bytes']) / 2**20:.2f}"
+        f" MiB part ids | {r['exact_bytes'] / 2**20:.2f} MiB |"
+    )
+
+
+def print_sizes() -> None:
+    from graphs.negatives import sizes_at
+
+    print("\n## At 100M undirected edges (200M directed keys), 10M nodes — computed from the formats, not measured")
+    print("| target FPR | parts | cut share | Bloom bytes | exact bytes | exact / Bloom |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for fpr, parts, cut in ((0.01, 1, 0.0), (0.01, 8, 0.2), (0.001, 8, 0.2)):
+        s = sizes_at(200_000_000, 10_000_000, fpr, cut, parts)
+        print(
+            f"| {fpr:g} | {parts} | {cut:.0%} | {s['bloom_bytes'] / 2**30:.2f} GiB | {s['exact_bytes'] / 2**30:.2f} GiB "
+            f"| {s['ratio_exact_to_bloom']:.1f}x |"
+        )
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graphs", default="ego-facebook,generated")
+    ap.add_argument("--nodes", type=int, default=10_000, help="generated graph: nodes")
+    ap.add_argument("--edges", type=int, default=100_000, help="generated graph: edge rows")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument(
+        "--steps", type=int, default=100, help="minibatches per epoch at most, both sides (link_pred.py: 1000)"
+    )
+    ap.add_argument("--scorer", default="dot", choices=("dot", "mlp"))
+    ap.add_argument("--parts", type=int, default=4)
+    ap.add_argument("--work", default=".bench/link_prediction")
+    ap.add_argument("--threads", type=int, default=0, help="OpenMP/torch threads for both sides; 0 = default")
+    args = ap.parse_args()
+    if args.threads:  # before torch and DGL start their OpenMP pools
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from graphs.generate import GenerateConfig, generate_dataset
+
+    work = Path(args.work).resolve()
+    repo = Path(__file__).resolve().parents[1]
+    rows = []
+    for name in args.graphs.split(","):
+        if name == "generated":
+            landing = work / f"landing-{args.nodes}-{args.edges}"
+            if not landing.exists():
+                generate_dataset(
+                    GenerateConfig(num_nodes=args.nodes, num_edges=args.edges, feature_dim=32, seed=0),
+                    landing,
+                    progress=False,
+                )
+            label = f"generated ({args.nodes:,} nodes, {args.edges:,} edge rows)"
+        else:
+            landing = repo / "datasets" / name
+            if not landing.is_dir():
+                raise SystemExit(f"{landing}: no such dataset folder")
+            label = name
+        home = work / f"home-{name}-{args.nodes}-{args.edges}" if name == "generated" else work / f"home-{name}"
+        print(f"\n# {label}", flush=True)
+        d = prepare(landing, home, args.parts)
+        x = features_for(d)
+        peer = run_peer(d, args.epochs, args.scorer, x, args.steps)
+        ours = run_ours(d, args.epochs, args.scorer, args.steps)
+        rows.append((label, ours, peer))
+        print_rejection(label, rejection(d))
+    print(
+        f"\n## Link prediction, ours vs DGL's link_pred.py configuration ({args.scorer} scorer, {args.epochs} epochs)"
+    )
+    print(
+        "| graph | AUC ours / DGL | Hits@50 ours / DGL | MRR ours / DGL | epoch s ours / DGL | ratio "
+        "| ratio with shard writing | Bloom rejections (of candidates) |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for label, ours, peer in rows:
+        e_ours, e_peer = statistics.median(ours["epoch_seconds"]), statistics.median(peer["epoch_seconds"])
+        with_shards = e_ours + ours["shard_seconds_per_epoch"]
+        ns = ours["negative_sampling"]
+        print(
+            f"| {label} | {ours['test']['auc']:.4f} / {peer['test']['auc']:.4f} "
+            f"| {ours['test']['hits@50']:.4f} / {peer['test']['hits@50']:.4f} "
+            f"| {ours['test']['mrr']:.4f} / {peer['test']['mrr']:.4f} "
+            f"| {e_ours:.2f} / {e_peer:.2f} | {e_ours / e_peer:.2f}x | {with_shards / e_peer:.2f}x "
+            f"| {ns['rejected_as_edge']:,} of {ns['candidates']:,} |"
+        )
+    print_sizes()
+
+
+if __name__ == "__main__":
+    main()

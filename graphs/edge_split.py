@@ -1,0 +1,267 @@
+"""Edge split for link prediction: held-out positives, fixed evaluation negatives, and the
+message-passing graph without the held-out edges (`build_edge_split`).
+
+Link prediction hides some edges and asks the model to tell them from non-edges. The split
+is made once per dataset (the edge_split stage), seeded, over the graph's *undirected*
+edges: each canonical edge (u, v) counts once as the pair (min, max), whether the canonical
+graph is symmetrized or directed. A fraction ``val_fraction`` / ``test_fraction`` of those
+pairs is held out; the rest are the training edges. The message-passing graph is the
+training edges in both directions, written in the canonical graph's own layout, so
+normalized_adjacency, metis_partitions and the samplers read it exactly as they read a
+canonical graph and never see a held-out edge. The Bloom filters of compressed_graph are
+built from the canonical graph instead, so they hold **all** edges (held-out ones included)
+and a held-out positive can never be drawn as a training negative.
+
+Evaluation negatives: ``eval_negatives`` pairs (u, v), u != v, drawn uniformly and kept
+only when neither (u, v) nor (v, u) is an edge of the full graph (exact sorted-key lookup,
+`graphs.negatives.EdgeKeys`), one fixed set per split, so every model of the dataset is
+ranked against the same negatives (`training.metrics.link_prediction_report`).
+
+Files written into ``<out_dir>/`` (atomically, as one folder), format version 1:
+
+==========================  ===============================================================
+``edges.parquet``           the message-passing graph: src int64, dst int64, sorted by
+                            (src, dst), every training edge in both directions (+ weight
+                            float64 when the canonical graph is weighted), the canonical
+                            layout (`graphs.canonical`)
+``nodes.parquet``           the canonical graph's, hard-linked (copied across file systems)
+``features.npy``            the canonical graph's when present, hard-linked likewise
+``train_edges.npy``         int64 [T, 2] training pairs (u < v)
+``val_edges.npy``           int64 [V, 2] held-out validation pairs (u < v)
+``test_edges.npy``          int64 [S, 2] held-out test pairs (u < v)
+``val_negatives.npy``       int64 [eval_negatives, 2] fixed validation negatives
+``test_negatives.npy``      int64 [eval_negatives, 2] fixed test negatives
+``summary.json``            the canonical summary with ``edges`` = 2T (the message-passing
+                            graph's directed edges) and ``symmetrized`` true, plus ``split``
+                            (counts, fractions, seed, format version, ``full_edges``)
+==========================  ===============================================================
+
+How it scales: the undirected pairs are collected as one int64 key per pair (8 bytes per
+undirected edge; 0.8 GB at 100M), permuted once, and the message-passing edges are written
+in row blocks after one sort of the training keys in both directions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
+
+__all__ = [
+    "DEFAULT_TASK",
+    "LINK_PREDICTION",
+    "TASKS",
+    "FORMAT_VERSION",
+    "SPLIT_FILES",
+    "EdgeSplitConfig",
+    "EdgeSplit",
+    "build_edge_split",
+    "load_edge_split",
+    "undirected_pairs",
+]
+
+TASKS = ("node_classification", "link_prediction")
+"""What a dataset is trained for (its gnnflow.yaml ``task:``); link prediction adds the edge split."""
+DEFAULT_TASK = TASKS[0]
+LINK_PREDICTION = TASKS[1]
+
+FORMAT_VERSION = 1
+SPLIT_FILES = {
+    "train": "train_edges.npy",
+    "val": "val_edges.npy",
+    "test": "test_edges.npy",
+    "val_negatives": "val_negatives.npy",
+    "test_negatives": "test_negatives.npy",
+}
+_WRITE_ROWS = 1 << 22
+
+
+@dataclass(kw_only=True)
+class EdgeSplitConfig:
+    """Settings of the edge_split stage (link prediction only)."""
+
+    val_fraction: float = field(default=0.05, metadata={"help": "Share of undirected edges held out for validation."})
+    test_fraction: float = field(default=0.1, metadata={"help": "Share of undirected edges held out for testing."})
+    eval_negatives: int = field(
+        default=10_000,
+        metadata={
+            "help": "Fixed evaluation negatives per split (uniform non-edges of the full graph, exact lookup); "
+            "AUC, MRR and Hits@K rank each held-out edge against them."
+        },
+    )
+    seed: int = field(default=0, metadata={"help": "Seed of the split and of the evaluation negatives."})
+
+    def __post_init__(self) -> None:
+        for name in ("val_fraction", "test_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.val_fraction + self.test_fraction >= 1.0:
+            raise ValueError(
+                f"val_fraction + test_fraction = {self.val_fraction + self.test_fraction} leaves no training edge"
+            )
+        if self.eval_negatives < 1:
+            raise ValueError(f"eval_negatives must be >= 1, got {self.eval_negatives}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+
+
+@dataclass
+class EdgeSplit:
+    """A written split, read back: pairs int64 [m, 2] per split name of `SPLIT_FILES`."""
+
+    n: int
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    val_negatives: np.ndarray
+    test_negatives: np.ndarray
+    summary: dict
+
+
+def undirected_pairs(canonical_dir: str | os.PathLike, n: int, symmetrized: bool = False) -> np.ndarray:
+    """Sorted unique int64 keys ``min(u, v) * n + max(u, v)`` of the canonical edges.
+
+    Streams edges.parquet; a `symmetrized` graph (both directions stored) keeps the (u < v)
+    orientation of each pair, a directed one folds every edge onto (min, max) and deduplicates.
+    """
+    from graphs.canonical import edge_batches
+
+    keys = []
+    for src, dst in edge_batches(canonical_dir):
+        if symmetrized:
+            keep = src < dst
+            src, dst = src[keep], dst[keep]
+        lo, hi = np.minimum(src, dst), np.maximum(src, dst)
+        keys.append(lo * np.int64(n) + hi)
+    if not keys:
+        return np.empty(0, np.int64)
+    return np.unique(np.concatenate(keys))
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _write_message_passing(tmp: Path, train_keys: np.ndarray, n: int, weights: np.ndarray | None) -> None:
+    """edges.parquet of the training pairs in both directions, sorted by (src, dst)."""
+    u, v = np.divmod(train_keys, np.int64(n))
+    directed = np.concatenate([u * np.int64(n) + v, v * np.int64(n) + u])
+    order = np.argsort(directed, kind="stable")
+    directed = directed[order]
+    w = None if weights is None else np.concatenate([weights, weights])[order]
+    fields = [pa.field("src", pa.int64()), pa.field("dst", pa.int64())]
+    if w is not None:
+        fields.append(pa.field("weight", pa.float64()))
+    schema = pa.schema(fields)
+    with pq.ParquetWriter(tmp / "edges.parquet", schema) as writer:
+        for a in range(0, max(len(directed), 1), _WRITE_ROWS):
+            s, d = np.divmod(directed[a : a + _WRITE_ROWS], np.int64(n))
+            cols = [pa.array(s), pa.array(d)] + ([pa.array(w[a : a + _WRITE_ROWS])] if w is not None else [])
+            writer.write_table(pa.Table.from_arrays(cols, schema=schema))
+
+
+def _pair_weights(canonical: Path, keys: np.ndarray, n: int) -> np.ndarray:
+    """The canonical weight of each undirected key (that of the (min, max) direction when present)."""
+    from graphs.canonical import edge_batches
+
+    out = np.zeros(len(keys), np.float64)
+    for src, dst, w in edge_batches(canonical, with_weight=True):
+        k = np.minimum(src, dst) * np.int64(n) + np.maximum(src, dst)
+        pos = np.searchsorted(keys, k)
+        first = src <= dst  # (min, max) direction wins; the reverse only fills a gap
+        out[pos[first]] = w[first]
+        gap = ~first & (out[pos] == 0)
+        out[pos[gap]] = w[gap]
+    return out
+
+
+def build_edge_split(
+    canonical_dir: str | os.PathLike, out_dir: str | os.PathLike, cfg: EdgeSplitConfig | None = None
+) -> dict:
+    """Write the split of the canonical graph in `canonical_dir` (files in the module
+    docstring) into `out_dir`, atomically. Returns the summary (also summary.json)."""
+    from graphs.canonical import read_summary
+    from graphs.negatives import EdgeKeys, draw_non_edges
+
+    cfg = cfg or EdgeSplitConfig()
+    t0 = time.perf_counter()
+    canonical = Path(canonical_dir)
+    facts = read_summary(canonical)
+    n = int(facts["nodes"])
+    keys = undirected_pairs(canonical, n, bool(facts.get("symmetrized", False)))
+    m = len(keys)
+    n_val, n_test = int(round(cfg.val_fraction * m)), int(round(cfg.test_fraction * m))
+    if m - n_val - n_test < 1:
+        raise ValueError(f"{canonical / 'edges.parquet'}: {m} undirected edges leave no training edge after the split")
+    rng = np.random.default_rng(cfg.seed)
+    perm = rng.permutation(m)
+    val_keys = np.sort(keys[perm[:n_val]])
+    test_keys = np.sort(keys[perm[n_val : n_val + n_test]])
+    train_keys = np.sort(keys[perm[n_val + n_test :]])
+
+    exact = EdgeKeys.from_canonical(canonical, n)
+    negatives = {
+        name: draw_non_edges(exact, cfg.eval_negatives, np.random.default_rng([cfg.seed, i + 1]))
+        for i, name in enumerate(("val_negatives", "test_negatives"))
+    }
+
+    def pairs(k: np.ndarray) -> np.ndarray:
+        return np.stack(np.divmod(k, np.int64(n)), axis=1).astype(np.int64)
+
+    weighted = bool(facts.get("weighted", False))
+    with atomic_output_dir(out_dir) as tmp:
+        train_w = _pair_weights(canonical, keys, n)[np.searchsorted(keys, train_keys)] if weighted else None
+        _write_message_passing(tmp, train_keys, n, train_w)
+        _link_or_copy(canonical / "nodes.parquet", tmp / "nodes.parquet")
+        if (canonical / "features.npy").is_file():
+            _link_or_copy(canonical / "features.npy", tmp / "features.npy")
+        for name, k in (("train", train_keys), ("val", val_keys), ("test", test_keys)):
+            np.save(tmp / SPLIT_FILES[name], pairs(k))
+        for name, arr in negatives.items():
+            np.save(tmp / SPLIT_FILES[name], arr)
+        split = {
+            "format_version": FORMAT_VERSION,
+            "undirected_edges": m,
+            "full_edges": int(facts["edges"]),
+            "train": len(train_keys),
+            "val": n_val,
+            "test": n_test,
+            "eval_negatives": cfg.eval_negatives,
+            "config": asdict(cfg),
+        }
+        summary = {
+            **facts,
+            "edges": 2 * len(train_keys),
+            "symmetrized": True,
+            "split": split,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "peak_rss_bytes": peak_rss_bytes(),
+        }
+        write_summary(tmp, summary)
+    return summary
+
+
+def load_edge_split(split_dir: str | os.PathLike) -> EdgeSplit:
+    """The pairs of a written split; refuses another format version, naming the stage to re-run."""
+    d = Path(split_dir)
+    summary = json.loads((d / "summary.json").read_text())
+    version = summary.get("split", {}).get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(
+            f"{d / 'summary.json'}: edge split format version {version}, this reader reads {FORMAT_VERSION}; "
+            "rematerialize edge_split"
+        )
+    arrays = {name: np.load(d / f, allow_pickle=False) for name, f in SPLIT_FILES.items()}
+    return EdgeSplit(n=int(summary["nodes"]), summary=summary, **arrays)

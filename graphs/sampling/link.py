@@ -1,0 +1,217 @@
+"""Edge-seed minibatches for link prediction (`LinkSampler`, `write_link_shards`).
+
+The configuration of DGL's link-prediction example (``examples/pytorch/graphsage/link_pred.py``:
+``as_edge_prediction_sampler(NeighborSampler(fanouts), exclude="reverse_id",
+negative_sampler=Uniform(k))``), written once as shards:
+
+- **Seed edges** are the directed edges of the message-passing graph (`graphs.edge_split`:
+  the training edges in both directions, i.e. the off-diagonal entries of its Â; edge id =
+  position in the off-diagonal CSR, as in `graphs.sampling.samplers`). Each epoch permutes
+  them and cuts them over the ranks and into minibatches of at most ``batch_size`` seed
+  edges with equal step counts (`graphs.sampling.schedule.epoch_seed_batches`, the seeds
+  being edge ids).
+- **Negatives**: ``negatives`` per seed edge, its source kept and its destination drawn
+  uniformly (or degree-weighted) and rejected when the compressed graph's Bloom filters (or
+  the exact keys) call the pair an edge (`graphs.negatives.NegativeSampler`).
+- **Blocks** around the union of both pairs' endpoints, by DGL's neighbour sampling over
+  the message-passing graph with the minibatch's seed edges and their reverses excluded
+  (``exclude_seed_edges``), with Â's weights, corrections and self loops exactly as the
+  node-classification ``neighbor`` sampler stores them.
+
+Each minibatch is stored through `graphs.shard_format` like any other, plus ``pos_pairs``
+and ``neg_pairs`` (positions of the pairs' endpoints among the last block's destination
+nodes); the manifest gets ``task: link_prediction`` and a ``link`` entry with the negative
+sampler's rejection counts.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import numpy as np
+
+from graphs.negatives import EdgeKeys, NegativeSampler
+from graphs.sampling.config import ShardConfig, resolve_batch_size
+from graphs.sampling.inputs import ShardInputs
+from graphs.sampling.samplers import MinibatchSampler, SampledMinibatch, _Adjacency
+from graphs.sampling.schedule import epoch_seed_batches, minibatch_seed
+
+__all__ = ["LinkMinibatch", "LinkSampler", "negative_sampler_for", "seed_edge_reverse", "write_link_shards"]
+
+
+@dataclass
+class LinkMinibatch(SampledMinibatch):
+    """A node minibatch around the endpoints of positive and negative pairs (int64 [2, P/Q]
+    positions among the last block's destination nodes, which are ``seeds``)."""
+
+    pos_pairs: np.ndarray | None = None
+    neg_pairs: np.ndarray | None = None
+
+
+def seed_edge_reverse(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(destination row of every entry, position of its reverse entry) of a symmetric CSR whose
+    columns ascend within rows; raises when an entry has no reverse."""
+    n = len(indptr) - 1
+    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    col = np.asarray(indices, dtype=np.int64)
+    keys = row * np.int64(n) + col
+    if len(keys) > 1 and (np.diff(keys) <= 0).any():
+        raise ValueError("the adjacency's columns do not ascend within its rows")
+    rev = np.minimum(np.searchsorted(keys, col * np.int64(n) + row), max(len(keys) - 1, 0))
+    if len(keys) and (keys[rev] != col * np.int64(n) + row).any():
+        raise ValueError("the message-passing graph is not symmetric: an edge has no reverse")
+    return row, rev
+
+
+def negative_sampler_for(
+    cfg: ShardConfig,
+    n: int,
+    *,
+    compressed_dir: str | os.PathLike | None,
+    part_id: np.ndarray | None,
+    canonical_dir: str | os.PathLike | None,
+    degree: np.ndarray | None,
+) -> NegativeSampler:
+    """The `NegativeSampler` of `cfg`: Bloom filters from compressed_graph (routed by
+    `part_id`), or exact keys of the full canonical graph, or none."""
+    filters = part = exact = None
+    if cfg.negative_filter == "bloom":
+        if compressed_dir is None:
+            raise ValueError("negative_filter='bloom' needs compressed_graph's Bloom filters; materialize it first")
+        from graphs.compress import load_bloom_filters
+
+        filters = load_bloom_filters(compressed_dir)
+        part = np.zeros(n, np.int64) if part_id is None else np.asarray(part_id, np.int64)
+        parts = int(part.max()) + 1 if n else 1
+        if len(filters) < parts:
+            raise ValueError(
+                f"{compressed_dir}: {len(filters)} Bloom filters but the partition has {parts} parts; "
+                "rematerialize compressed_graph"
+            )
+    elif cfg.negative_filter == "exact":
+        if canonical_dir is None:
+            raise ValueError("negative_filter='exact' needs the canonical graph (every edge)")
+        exact = EdgeKeys.from_canonical(canonical_dir, n)
+    return NegativeSampler(
+        n,
+        filter=cfg.negative_filter,
+        distribution=cfg.negative_distribution,
+        filters=filters,
+        part=part,
+        exact=exact,
+        degree=degree,
+    )
+
+
+class LinkSampler(MinibatchSampler):
+    """Samples the link-prediction minibatches of every (epoch, rank); the interface
+    `graphs.sampling.write_minibatch_shards` reads (``epoch``, ``minibatches_per_rank``)."""
+
+    def __init__(
+        self,
+        inputs: ShardInputs,
+        cfg: ShardConfig,
+        negatives: NegativeSampler,
+        log: Callable[[str], None] | None = None,
+    ):
+        if cfg.sampler != "neighbor":
+            raise ValueError(f"link prediction samples with sampler='neighbor', got {cfg.sampler!r}")
+        # the state MinibatchSampler.sample_neighbor reads; no training nodes are needed
+        self.inputs, self.log = inputs, log or (lambda msg: None)
+        self.adj = _Adjacency(inputs.indptr, inputs.indices, inputs.weights)
+        self.add_loops = cfg.self_loops and self.adj.has_self_loops
+        self.is_train = np.zeros(inputs.n, dtype=bool)
+        self._scratch = np.full(inputs.n, -1, dtype=np.int64)
+        self.saint_info: dict = {}
+        self._dgl_mapping: dict = {}
+        self._row_sums = None
+        self._edge_prob = None
+        self.adaptive_info: dict = {}
+        self.seed_probs = None
+        self.rank_of_node = self.rank_of_part = None
+        self.dst_of, self.reverse = seed_edge_reverse(self.adj.indptr, self.adj.indices)
+        self.num_seed_edges = len(self.dst_of)
+        if self.num_seed_edges < cfg.world_size:
+            raise ValueError(f"{self.num_seed_edges} seed edges cannot be split over world_size={cfg.world_size}")
+        self.cfg = resolve_batch_size(cfg, self.num_seed_edges)
+        self.negatives = negatives
+
+    @property
+    def shared_block(self) -> bool:
+        return False
+
+    def _schedule(self, epoch: int) -> list[list[np.ndarray]]:
+        return epoch_seed_batches(np.arange(self.num_seed_edges, dtype=np.int64), epoch, self.cfg)
+
+    def minibatches_per_rank(self) -> int:
+        return len(self._schedule(0)[0])
+
+    def epoch(self, epoch: int) -> Iterator[tuple[int, int, LinkMinibatch]]:
+        for rank, items in enumerate(self._schedule(epoch)):
+            for index, eids in enumerate(items):
+                yield rank, index, self.sample_edges(eids, minibatch_seed(self.cfg.seed, epoch, rank, index))
+
+    def sample_edges(self, eids: np.ndarray, seed: int) -> LinkMinibatch:
+        """The minibatch of seed edges `eids`: pairs, negatives, blocks around their endpoints."""
+        rng = np.random.default_rng(seed)
+        eids = np.asarray(eids, np.int64)
+        pos_src, pos_dst = self.adj.indices[eids].astype(np.int64), self.dst_of[eids]
+        neg_src, neg_dst = self.negatives.corrupt(pos_src, self.cfg.negatives, rng)
+        nodes, inv = np.unique(np.concatenate([pos_src, pos_dst, neg_src, neg_dst]), return_inverse=True)
+        p, q = len(eids), len(neg_src)
+        exclude = np.concatenate([eids, self.reverse[eids]]) if self.cfg.exclude_seed_edges else None
+        mb = self.sample_neighbor(nodes, seed, exclude=exclude)
+        return LinkMinibatch(
+            input_nodes=mb.input_nodes,
+            blocks=mb.blocks,
+            seeds=mb.seeds,
+            seed_pos=mb.seed_pos,
+            labels=np.full(len(mb.seeds), -1, np.int64),
+            pos_pairs=np.stack([inv[:p], inv[p : 2 * p]]).astype(np.int64),
+            neg_pairs=np.stack([inv[2 * p : 2 * p + q], inv[2 * p + q :]]).astype(np.int64),
+        )
+
+    def manifest_facts(self) -> dict:
+        sampling = self.negatives.stats.as_dict()
+        sampling.pop("seconds")  # a run statistic: the manifest stays the same for the same inputs
+        return {
+            "task": "link_prediction",
+            "link": {
+                "seed_edges": int(self.num_seed_edges),
+                "negatives_per_positive": self.cfg.negatives,
+                "negative_filter": self.cfg.negative_filter,
+                "negative_distribution": self.cfg.negative_distribution,
+                "exclude_seed_edges": self.cfg.exclude_seed_edges,
+                "negative_sampling": sampling,
+            },
+        }
+
+
+def write_link_shards(
+    inputs: ShardInputs,
+    out_dir: str | os.PathLike,
+    cfg: ShardConfig,
+    *,
+    canonical_dir: str | os.PathLike | None,
+    log: Callable[[str], None] | None = None,
+) -> dict:
+    """Link-prediction shards of the message-passing graph in `inputs` (loaded from the
+    edge_split folder) into `out_dir`, through `graphs.sampling.write_minibatch_shards`.
+    `canonical_dir` (the full graph) feeds ``negative_filter="exact"``."""
+    from graphs.sampling.writer import write_minibatch_shards
+
+    degree = np.diff(np.asarray(inputs.indptr)).astype(np.float64)
+    negatives = negative_sampler_for(
+        cfg,
+        inputs.n,
+        compressed_dir=inputs.compressed_dir,
+        part_id=inputs.part_id,
+        canonical_dir=canonical_dir,
+        degree=degree,
+    )
+    sampler = LinkSampler(inputs, cfg, negatives, log)
+    manifest = write_minibatch_shards(inputs, out_dir, sampler.cfg, log, sampler=sampler)
+    manifest["negative_sampling_seconds"] = round(negatives.stats.seconds, 3)
+    return manifest
