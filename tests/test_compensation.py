@@ -11,7 +11,6 @@ from training.compensation import VRGCN, CompensationConfig, GradientEMA, check_
 from training.config import RunConfig
 from training.layers import GNN, ModelConfig, sampled_edge_weight
 
-
 # ----------------------------------------------------------------------------- gradient EMA
 
 
@@ -250,3 +249,19 @@ def test_vrgcn_is_unbiased_with_stale_histories():
         plain_err += float(((aggregate(block, x[src], reduce="sum", edge_weight=w) - expected) ** 2).sum())
     torch.testing.assert_close(total / draws, expected, rtol=0, atol=0.05)
     assert cv_err < 0.5 * plain_err  # histories close to the values: much less variance
+
+
+@pytest.mark.parametrize("conv", ["sage", "gcn"])
+def test_vrgcn_histories_hold_the_input_without_dropout(conv):
+    """In training mode (dropout 0.5) the histories keep the rows the layer would aggregate
+    without dropout: T(h) for a layer that transforms first (in 6 > out 3), h otherwise."""
+    indptr, indices, weights = toy_adjacency()
+    x = torch.randn(N, 6, generator=torch.Generator().manual_seed(0))
+    block, src = sampled_block(indptr, indices, weights, torch.tensor([0, 5]), fanout=2, seed=0)
+    model = GNN(6, 8, 3, 1, conv, dropout=0.5).train()
+    vr = VRGCN(indptr, indices, weights)
+    with vr.attach(model, [block], src):
+        model([block], x[src])
+    conv_layer = model.convs[0]
+    expected = conv_layer.fc_neigh(x[src]) if conv == "sage" else x[src] @ conv_layer.weight
+    torch.testing.assert_close(vr.histories[0][src], expected.detach())

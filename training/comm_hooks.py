@@ -56,9 +56,7 @@ class CommConfig:
             "per-rank scale (training.comm_hooks)"
         },
     )
-    bucket_cap_mb: float = field(
-        default=25.0, metadata={"help": "DDP gradient bucket size in MB (torch's default 25)"}
-    )
+    bucket_cap_mb: float = field(default=25.0, metadata={"help": "DDP gradient bucket size in MB (torch's default 25)"})
     powersgd_rank: int = field(default=1, metadata={"help": "powersgd: rank r of the low-rank approximation"})
     powersgd_start_step: int = field(
         default=10,

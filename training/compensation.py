@@ -27,9 +27,9 @@ optimizer's ``state_dict``, so checkpoints resume it exactly.
 **VR-GCN** (``vrgcn``: Chen, Zhu & Song, "Stochastic Training of Graph Convolutional
 Networks with Variance Reduction", ICML 2018). Every training rank keeps, per layer, the
 last value h̄_u of each node's aggregated input (the message rows that layer sums: its
-input features, or the input times the layer's neighbour weight where the layer multiplies
-first; both are linear, so the estimator below is unchanged). A layer's aggregation over a
-sampled block then becomes
+input, or the input times the layer's neighbour weight where the layer multiplies first;
+both are linear, so the estimator below is unchanged), computed *without* dropout. A layer's
+aggregation over a sampled block (of its input h after dropout) then becomes
 
     Σ_{u ∈ sample(v)} α̂_vu (h_u − h̄_u)  +  Σ_{u ∈ N(v)} α_vu h̄_u,
 
@@ -151,8 +151,7 @@ class GradientEMA:
         self.optimizer.load_state_dict(state["optimizer"])
         params = self._params()
         self.averages = {
-            int(i): a.to(params[int(i)].device, params[int(i)].dtype)
-            for i, a in state["grad_ema"]["averages"].items()
+            int(i): a.to(params[int(i)].device, params[int(i)].dtype) for i, a in state["grad_ema"]["averages"].items()
         }
 
 
@@ -189,7 +188,9 @@ def full_rows_block(indptr: torch.Tensor, indices: torch.Tensor, weights: torch.
     out_indptr[1:] = torch.cumsum(counts, 0)
     total = int(out_indptr[-1])
     # position of every output edge inside its row, plus the row's start in the CSR
-    offsets = torch.arange(total, device=rows.device) - torch.repeat_interleave(out_indptr[:-1], counts, output_size=total)
+    offsets = torch.arange(total, device=rows.device) - torch.repeat_interleave(
+        out_indptr[:-1], counts, output_size=total
+    )
     pos = torch.repeat_interleave(starts, counts, output_size=total) + offsets
     return Block(out_indptr, indices[pos], n, rows.numel(), edge_weight=weights[pos])
 
@@ -211,7 +212,9 @@ class VRGCN:
         from graphs.normalize import load_csr
 
         csr = load_csr(adjacency)
-        t = [torch.from_numpy(np.ascontiguousarray(a)) for a in (csr.indptr, csr.indices, csr.weights)]
+        t = [
+            torch.from_numpy(np.array(a)) for a in (csr.indptr, csr.indices, csr.weights)
+        ]  # a copy: Â moves to the device
         return cls(t[0].long().to(device), t[1].long().to(device), t[2].float().to(device))
 
     def history(self, layer: int, width: int, like: torch.Tensor) -> torch.Tensor:
@@ -244,13 +247,24 @@ class _LayerVariate:
         self.vr, self.layer, self.model = vr, layer, model
         self.src = input_nodes[: block.num_src].to(vr.indptr.device)
         self.sampled = block
+        # the layer's input before dropout (set by `GNN.layer`); None: x is what the history keeps
+        self.undropped: torch.Tensor | None = None
 
-    def __call__(self, block: Block, x: torch.Tensor, reduce: str, edge_weight, backend: str) -> torch.Tensor:
+    def __call__(
+        self, block: Block, x: torch.Tensor, reduce: str, edge_weight, backend: str, transform=None
+    ) -> torch.Tensor:
         from training.layers import sampled_edge_weight
 
         if block is not self.sampled:  # e.g. DropEdge's copy: same sources, fewer edges
             if block.num_src != self.sampled.num_src or block.num_dst != self.sampled.num_dst:
                 raise ValueError("VR-GCN: the layer aggregated over a block that is not its sampled one")
+        # The history keeps the rows without dropout (E[dropout(h)] = h, so the estimate stays
+        # unbiased, and x - x_bar carries the change since the last visit, not a dropout mask).
+        with torch.no_grad():
+            if self.undropped is None:
+                current = x.detach()
+            else:
+                current = transform(self.undropped) if transform is not None else self.undropped
         hist = self.vr.history(self.layer, x.shape[1] if x.dim() > 1 else 1, x)
         x_bar = hist[self.src].to(x.dtype)
         sampled = aggregate(block, x - x_bar, reduce=reduce, edge_weight=edge_weight, backend=backend)
@@ -258,5 +272,5 @@ class _LayerVariate:
         w_full = sampled_edge_weight(self.model.conv, full, self.model.gcn_edge_weight, None, self.model.edge_weights)
         exact = aggregate(full, hist, reduce=reduce, edge_weight=w_full, backend="torch")
         with torch.no_grad():
-            hist[self.src] = x.detach().float()
+            hist[self.src] = current.float()
         return sampled + exact.to(sampled.dtype)
