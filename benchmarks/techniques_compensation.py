@@ -30,6 +30,25 @@ VARIANTS = {
 REFERENCE_SEEDS = 2  # the fanouts 10,10 reference: fewer seeds (a shared 2-core machine)
 
 
+def dataset_runs(name: str, work: Path, seeds: int, training: dict) -> dict[str, list[dict]]:
+    """label -> the summaries of its runs on dataset `name` ("off", each of VARIANTS, "10,10")."""
+    home = work / name
+    build(DATASETS / name, home)
+    plan = {"off": (shards(home, "shards-2-2", fanouts="2,2"), {})}
+    plan.update({label: (plan["off"][0], comp) for label, comp in VARIANTS.items()})
+    plan["10,10"] = (shards(home, "shards-10-10", fanouts="10,10"), {})
+    runs: dict[str, list[dict]] = {label: [] for label in plan}
+    for seed in range(seeds):
+        for label, (shard_dir, comp) in plan.items():
+            if label == "10,10" and seed >= REFERENCE_SEEDS:
+                continue
+            out = work / "runs" / f"{name}-{label}-{seed}"
+            s = train_child(shard_dir, out, {}, {**training, "seed": seed, "compensation": comp})
+            runs[label].append(s)
+            print(f"  {name} {label} seed {seed}: test {s['test_acc_at_best_val']:.4f}", flush=True)
+    return runs
+
+
 def rows(args: argparse.Namespace) -> list[dict]:
     seeds = seeds_of(args, 2 if args.quick else 5)
     work = Path(args.work) / "compensation"
@@ -37,53 +56,24 @@ def rows(args: argparse.Namespace) -> list[dict]:
     training = {"max_epochs": 5} if args.quick else {}
     out = []
     for name in datasets:
-        home = work / name
-        build(DATASETS / name, home)
-        small = shards(home, "shards-2-2", fanouts="2,2")
-        default = shards(home, "shards-10-10", fanouts="10,10")
-        runs: dict[str, list[dict]] = {}
-
-        def run(label: str, shard_dir: Path, comp: dict, seed: int) -> None:
-            s = train_child(
-                shard_dir,
-                work / "runs" / f"{name}-{label}-{seed}",
-                {},
-                {**training, "seed": seed, "compensation": comp},
-            )
-            runs.setdefault(label, []).append(s)
-            print(f"  {name} {label} seed {seed}: test {s['test_acc_at_best_val']:.4f}", flush=True)
-
-        for seed in range(seeds):
-            run("off", small, {}, seed)
-            for label, comp in VARIANTS.items():
-                run(label, small, comp, seed)
-            if seed < REFERENCE_SEEDS:
-                run("10,10", default, {}, seed)
-
-        def acc(label):
-            return [s["test_acc_at_best_val"] for s in runs[label]]
-
-        def secs(label):
-            return mean([s["mean_train_seconds"] for s in runs[label]])
-
-        def mem(label):
-            return max(s["peak_memory_mb"] for s in runs[label])
-
-        reference = acc("10,10")
+        runs = dataset_runs(name, work, seeds, training)
+        acc = {label: [s["test_acc_at_best_val"] for s in r] for label, r in runs.items()}
+        secs = {label: mean([s["mean_train_seconds"] for s in r]) for label, r in runs.items()}
+        mem = {label: max(s["peak_memory_mb"] for s in r) for label, r in runs.items()}
         for label in VARIANTS:
             out.append(
                 {
                     "technique": f"{label} @ fanouts 2,2",
                     "dataset": name,
-                    "acc_on": acc(label),
-                    "acc_off": acc("off"),
-                    "time_on": secs(label),
-                    "time_off": secs("off"),
-                    "mem_on": mem(label),
-                    "mem_off": mem("off"),
-                    "verdict": verdict(acc(label), acc("off")),
-                    "notes": f"reference: fanouts 10,10 without compensation {100 * mean(reference):.2f} "
-                    f"({verdict(acc(label), reference)} against it); time = training seconds per epoch",
+                    "acc_on": acc[label],
+                    "acc_off": acc["off"],
+                    "time_on": secs[label],
+                    "time_off": secs["off"],
+                    "mem_on": mem[label],
+                    "mem_off": mem["off"],
+                    "verdict": verdict(acc[label], acc["off"]),
+                    "notes": f"reference: fanouts 10,10 without compensation {100 * mean(acc['10,10']):.2f} "
+                    f"(n={len(acc['10,10'])}); time = training seconds per epoch",
                 }
             )
     return out

@@ -10,25 +10,26 @@ from training.compensation import GradientEMA
 
 
 def comm_hook_worker(rank: int, store: str, out: str, runs: list, steps: int) -> None:
-    """For each (name, hook, grad_ema) of ``runs``: `hook_run`; rank 0 saves {name: its record}."""
+    """For each (name, hook, grad_ema, bucket_cap_mb, hidden, out) of ``runs``: `hook_run`; rank 0 saves
+    {name: its record}."""
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
-    results = {name: hook_run(rank, hook, steps, grad_ema) for name, hook, grad_ema in runs}
+    results = {name: hook_run(rank, hook, steps, *rest) for name, hook, *rest in runs}
     if rank == 0:
         torch.save(results, out)
     dist.barrier()
     dist.destroy_process_group()
 
 
-def hook_run(rank: int, hook: str, steps: int, grad_ema: float) -> dict:
+def hook_run(rank: int, hook: str, steps: int, grad_ema: float, bucket_cap_mb: float, hidden: int, out: int) -> dict:
     """``steps`` SGD steps of a small MLP under DDP with ``hook`` and byte counting: per step,
     the bytes counted, every rank's own gradient, the DDP gradient it received, the int8 scale
     each rank would send, and finally every rank's parameters."""
     torch.manual_seed(0)  # the same initial parameters on both ranks
-    model = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8))
-    local = torch.nn.Sequential(torch.nn.Linear(64, 48), torch.nn.ReLU(), torch.nn.Linear(48, 8))
-    # one bucket for all parameters, so the int8 scale is one per rank and step
-    ddp = DistributedDataParallel(model, bucket_cap_mb=1.0)
-    cfg = CommConfig(hook=hook, count_bytes=True, powersgd_start_step=2, powersgd_rank=1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, out))
+    local = torch.nn.Sequential(torch.nn.Linear(64, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, out))
+    # bucket_cap_mb 1: one bucket for all parameters (the int8 scale is one per rank and step)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
+    cfg = CommConfig(hook=hook, count_bytes=True, powersgd_start_step=2, powersgd_rank=1, bucket_cap_mb=bucket_cap_mb)
     counter = setup_comm_hook(ddp, cfg)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     if grad_ema:

@@ -20,7 +20,10 @@ STEPS = 4
 def results(tmp_path_factory):
     """Every hook's record (and grad_ema=0.8 under plain DDP as "ema"), from one pair of ranks."""
     tmp = tmp_path_factory.mktemp("comm")
-    runs = [(hook, hook, 0.0) for hook in ("none", "fp16", "bf16", "powersgd", "int8")] + [("ema", "none", 0.8)]
+    runs = [(hook, hook, 0.0, 1.0, 48, 8) for hook in ("none", "fp16", "bf16", "powersgd", "int8")]
+    # 64 x 8192 and 8192 x 64 weights (2 MB each): DDP's first bucket (<= 1 MB, last layer first)
+    # closes after the second one, so there are two buckets
+    runs += [("ema", "none", 0.8, 1.0, 48, 8), ("powersgd-buckets", "powersgd", 0.0, 0.5, 8192, 64)]
     mp.spawn(comm_hook_worker, args=(str(tmp / "store"), str(tmp / "out.pt"), runs, STEPS), nprocs=2)
     return torch.load(tmp / "out.pt", weights_only=True)
 
@@ -76,6 +79,15 @@ def test_powersgd_compresses_after_its_start_step(results):
     for step in range(2, STEPS):
         assert r["bytes"][step]["sent"] == 4 * (compressed + vectors)
         assert r["bytes"][step]["sent"] < 0.1 * base["bytes"][step]["sent"]
+    torch.testing.assert_close(r["params"][0], r["params"][1], rtol=0, atol=0)
+
+
+def test_powersgd_with_several_buckets_on_gloo_does_not_hang(results):
+    """The parameters span several buckets whose PowerSGD callbacks are in flight at once (with
+    gloo's default 2 worker threads this hung; training.comm_hooks.powersgd_gloo_group)."""
+    r = results["powersgd-buckets"]
+    assert r["bytes"][STEPS - 1]["calls"] >= 2 * results["powersgd"]["bytes"][STEPS - 1]["calls"]  # >= 2 buckets
+    assert r["bytes"][STEPS - 1]["sent"] < 0.05 * 4 * r["numel"]
     torch.testing.assert_close(r["params"][0], r["params"][1], rtol=0, atol=0)
 
 

@@ -42,7 +42,7 @@ def test_grad_ema_is_sgd_momentum_with_dampening():
     b.load_state_dict(a.state_dict())
     opt_a = GradientEMA(torch.optim.SGD(a.parameters(), lr=0.05), eta)
     opt_b = torch.optim.SGD(b.parameters(), lr=0.05, momentum=1 - eta, dampening=1 - eta)
-    for step in range(8):
+    for _ in range(8):
         x, y = torch.randn(16, 5), torch.randn(16, 3)
         for model, opt in ((a, opt_a), (b, opt_b)):
             torch.nn.functional.mse_loss(model(x), y).backward()

@@ -34,6 +34,8 @@ The int8 hook's error: every rank r sends codes ``round(g_r / s_r)`` with ``s_r 
 no error feedback (the rounding error is dropped, not carried to the next step).
 """
 
+import datetime
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -167,7 +169,67 @@ def int8_hook(process_group, bucket) -> torch.futures.Future[torch.Tensor]:
     return fut.then(decode)
 
 
-def setup_comm_hook(ddp_model, cfg: CommConfig, process_group=None) -> "CommCounter | None":
+_powersgd_groups: list = []  # one entry per group created in this process (its store prefix)
+POWERSGD_GLOO_THREADS = 8
+
+
+def powersgd_gloo_group(timeout_s: float):
+    """A gloo process group over the default group's ranks with `POWERSGD_GLOO_THREADS` worker
+    threads, for torch's PowerSGD hook (see `SerialPowerSGD`). Private torch API
+    (``ProcessGroupGloo._Options``), pinned with torch 2.2.1."""
+    from torch._C._distributed_c10d import ProcessGroupGloo
+
+    opts = ProcessGroupGloo._Options()
+    interfaces = [i for i in os.environ.get("GLOO_SOCKET_IFNAME", "").split(",") if i]
+    opts._devices = (
+        [ProcessGroupGloo.create_device(interface=i) for i in interfaces]
+        if interfaces
+        else [ProcessGroupGloo.create_default_device()]
+    )
+    opts._threads = POWERSGD_GLOO_THREADS
+    opts._timeout = datetime.timedelta(seconds=timeout_s)
+    # a fresh key space per group: every rank creates its groups in the same order
+    _powersgd_groups.append(None)
+    store = dist.PrefixStore(f"gnnflow/powersgd/{len(_powersgd_groups)}", dist.distributed_c10d._get_default_store())
+    return ProcessGroupGloo(store, dist.get_rank(), dist.get_world_size(), opts)
+
+
+class SerialPowerSGD:
+    """torch's PowerSGD hook, one bucket at a time (for gloo).
+
+    Why: PowerSGD's callbacks issue their next all-reduce and wait for it (``fut.wait()``)
+    inside the callback, which on gloo runs on one of the group's worker threads. With several
+    buckets in flight (Cora's GraphSAGE has two: DDP's first bucket holds at most 1 MB) the
+    callbacks of different buckets (a) block gloo's 2 default worker threads, so the run hangs at
+    the first compressed step, or, given more threads, (b) issue their all-reduces in a different
+    order on different ranks, which gloo rejects ("op.preamble.length <= op.nbytes"). Here bucket
+    k's hook starts only when bucket k−1's has finished, on a group with spare threads
+    (`powersgd_gloo_group`), so every rank issues the same collectives in the same order. The
+    price is less overlap of communication with the backward pass. NCCL needs none of this.
+    """
+
+    def __init__(self, state):
+        self.state = state
+        self.tail: torch.futures.Future | None = None
+
+    def hook(self, bucket) -> torch.futures.Future[torch.Tensor]:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        if bucket.index() == 0 or self.tail is None:
+            start = torch.futures.Future()
+            start.set_result(None)
+        else:
+            start = self.tail
+        state = self.state
+        self.tail = start.then(lambda _fut: powerSGD_hook.powerSGD_hook(state, bucket).wait())
+        return self.tail
+
+
+def _serial_powersgd_hook(serial: SerialPowerSGD, bucket) -> torch.futures.Future[torch.Tensor]:
+    return serial.hook(bucket)
+
+
+def setup_comm_hook(ddp_model, cfg: CommConfig, process_group=None, timeout_s: float = 1800) -> "CommCounter | None":
     """Register ``cfg.hook`` on the DDP model (nothing for ``none`` without counting); the
     counter when ``cfg.count_bytes``, else None.
 
@@ -178,6 +240,9 @@ def setup_comm_hook(ddp_model, cfg: CommConfig, process_group=None) -> "CommCoun
     if cfg.hook == "none" and not cfg.count_bytes:
         return None
     pg = process_group if process_group is not None else dist.group.WORLD
+    serial = cfg.hook == "powersgd" and process_group is None and dist.get_backend() == "gloo"
+    if serial:
+        pg = powersgd_gloo_group(timeout_s)
     counter = CommCounter(dist.get_world_size(pg)) if cfg.count_bytes else None
     group = CountingGroup(pg, counter) if counter is not None else pg
     if cfg.hook == "powersgd":
@@ -189,7 +254,10 @@ def setup_comm_hook(ddp_model, cfg: CommConfig, process_group=None) -> "CommCoun
             warm_start=True,
             random_seed=0,
         )
-        ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        if serial:
+            ddp_model.register_comm_hook(SerialPowerSGD(state), _serial_powersgd_hook)
+        else:
+            ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     else:
         hook = {
             "none": default_hooks.allreduce_hook,

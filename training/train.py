@@ -293,7 +293,7 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
             device_ids=[device.index] if device.type == "cuda" else None,
             bucket_cap_mb=tcfg.comm.bucket_cap_mb,
         )
-        comm_counter = setup_comm_hook(net, tcfg.comm)
+        comm_counter = setup_comm_hook(net, tcfg.comm, timeout_s=tcfg.dist_timeout_s)
     optimizer = make_optimizer(tcfg.optimizer, model)
     if tcfg.compensation.grad_ema:
         optimizer = GradientEMA(optimizer, tcfg.compensation.grad_ema)
