@@ -55,7 +55,7 @@ def ablation_runs(args: argparse.Namespace) -> tuple[dict, str]:
         work / "landing", num_nodes=nodes, num_edges=10 * nodes, feature_noise=1.5, num_edge_files=1, num_classes=8
     )
     build(landing, work)
-    training = {"epochs": 4 if args.quick else 30, "eval_every": 1}
+    training = {"epochs": int(getattr(args, "epochs", 0) or (4 if args.quick else 30)), "eval_every": 1}
     results: dict[tuple[int, str], list[dict]] = {}
     for depth in DEPTHS:
         shard_dir = shards(work, f"shards-{depth}", fanouts=",".join(["5"] * depth), epochs=3)
@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seeds", type=int, default=0)
     p.add_argument("--quick", action="store_true")
     p.add_argument("--nodes", type=int, default=0)
+    p.add_argument("--epochs", type=int, default=0, help="training epochs per run; 0 = 30")
     p.add_argument("--work", default="bench_out/techniques")
     print(markdown(rows(p.parse_args(argv))))
 

@@ -11,13 +11,15 @@ process, one thread: ``training.precision`` fp32 vs ``mixed_float16`` (on CPU: b
 off vs on, and both. Memory per step: on CUDA ``torch.cuda.max_memory_allocated`` above what
 was allocated before the steps (model, optimizer state, the minibatches); on CPU the process's
 peak RSS above its RSS just before the first step (the same baseline), so it counts the
-activations, gradients and optimizer state a step creates (plus the allocator's slack, the
-same for every variant). Time: mean seconds per step after one warm-up step.
+activations, gradients and optimizer state a step creates; glibc is told to map every
+allocation above 64 KB on its own and return it when freed (``MALLOC_MMAP_THRESHOLD_``), so
+the RSS follows the live tensors rather than the heap's high-water mark. Time: mean seconds per step after one warm-up step.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,8 +38,6 @@ VARIANTS = {
 
 def _rss_bytes() -> int:
     """Current resident set size (Linux /proc/self/statm, in pages)."""
-    import os
-
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
@@ -109,6 +109,11 @@ def rows(args: argparse.Namespace) -> list[dict]:
     build(landing, work)
     shard_dir = shards(work, "shards", fanouts="10,10,10", batch_size=1024, epochs=1, world_size=1)
     steps = 3 if args.quick else 8
+    # glibc malloc keeps freed blocks of up to its (dynamic, up to 32 MB) mmap threshold in the
+    # heap, so RSS would remember every transient tensor; with a fixed 64 KB threshold and no trim
+    # delay every tensor above 64 KB is its own mapping, returned when freed, and the peak RSS
+    # tracks the peak of live tensors (read by the spawned children at their start)
+    os.environ.update(MALLOC_MMAP_THRESHOLD_="65536", MALLOC_TRIM_THRESHOLD_="0")
     result = {}
     for label, (precision, ckpt) in VARIANTS.items():
         result[label] = run_in_child(_steps_child, str(shard_dir), precision, ckpt, steps)

@@ -79,3 +79,14 @@ def test_ddp_int8_hook_counts_its_bytes_in_the_summary(small, tmp_path):
     # per optimizer step (accumulate 2: no_sync on the first minibatch)
     assert summary["comm_bytes_per_step"] == pytest.approx(numel + 4)
     assert summary["replicas_identical"]
+
+
+def test_state_digest_covers_batch_norm_counters():
+    """A model with BatchNorm (a 0-dim int64 num_batches_tracked) digests, and the counter counts."""
+    from training.distributed import state_digest
+    from training.layers import GNN
+
+    model = GNN(8, 16, 3, 2, "sage", hidden_norm="batch")
+    before = state_digest(model)
+    model.norms[0].num_batches_tracked += 1
+    assert state_digest(model) != before
