@@ -39,6 +39,10 @@ fmt: install
 test: lint
 	$(BIN)/python -m pytest -q
 
+# `dagster asset materialize` and `dagster dev` (what the README documents) warn that they are superseded
+# by `dg launch` / `dg dev`, which live in the separate dagster-dg-cli package and need a dg project
+# layout; the notices are printed before any project code loads, so they are filtered here, by message.
+demo ui: export PYTHONWARNINGS := ignore:Function `asset_materialize_command` is superseded,ignore:Function `dev_command` is superseded
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	@# a dataset of the repository (datasets/, e.g. DEMO=cora) is copied; any other name is generated
 	if [ -d $(GNNFLOW_LANDING)/$(DEMO) ]; then :; \

@@ -21,6 +21,7 @@ from assets.common import (
     refuse_failed_checks,
 )
 from assets.config import dagster_config
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph, landing_fingerprint
 
@@ -83,7 +84,9 @@ def canonical_graph(
     if s["split_generated"]:
         context.log.info("labels without a split column: made a seeded train/val/test split")
     metadata.update(config_metadata)
-    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+    return stage_result(
+        context, _ASSET, metadata, headline=("nodes", "edges", "num_classes", "split", "seconds"), check_results=[check]
+    )
 
 
 def _metadata(s: dict, out: Path) -> dict:
@@ -99,7 +102,7 @@ def _metadata(s: dict, out: Path) -> dict:
         "weighted": s["weighted"],
         "isolated_nodes": s["isolated_nodes"],
         "degree_max": s["degree_max"],
-        "degree_mean": round(s["degree_mean"], 3),
+        "degree_mean": s["degree_mean"],
         "degree_p99": s["degree_p99"],
         "labelled_nodes": s["labelled_nodes"],
         "num_classes": s["num_classes"],
@@ -107,7 +110,7 @@ def _metadata(s: dict, out: Path) -> dict:
         "split_generated": s["split_generated"],
         "feature_dim": s.get("feature_dim", 0),
         "seconds": s["seconds"],
-        "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
+        "peak_rss_mb": s["peak_rss_bytes"] / 2**20,
         **disk_metadata(out),
         "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
     }

@@ -16,6 +16,7 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.compress import CompressConfig, build_compressed_graph, verify_compressed_graph
 
@@ -70,7 +71,8 @@ def compressed_graph(
         metadata = _metadata(out, s)
     metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, _ASSET)))
     metadata.update(config_metadata)
-    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+    headline = ("feature_encoding", "compression_ratio", "bloom_measured_fpr", "seconds")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=checks)
 
 
 def _metadata(out, s: dict) -> dict:
@@ -98,22 +100,22 @@ def _metadata(out, s: dict) -> dict:
         "edges": s["edges"],
         "feature_encoding": s["feature_encoding"] or "none (no features)",
         "feature_transform": f["transform"] if f else "none",
-        "compression_ratio": round(total["ratio"], 3),
-        "saving_pct": round(100 * total["saving"], 2),
+        "compression_ratio": total["ratio"],
+        "saving_pct": 100 * total["saving"],
         "bytes_before": total["bytes_before"],
         "bytes_after": total["bytes_after"],
         "tensors": dg.MetadataValue.md(table),
         "weights_max_abs_error": w["max_abs_error"],
         "weights_rel_rms_error": w["rel_rms_error"],
         "bloom_parts": b["parts"],
-        "bloom_bits_per_edge": round(b["bits_per_edge"], 3),
-        "bloom_bits_per_key": round(b["bits_per_key"], 3),
+        "bloom_bits_per_edge": b["bits_per_edge"],
+        "bloom_bits_per_key": b["bits_per_key"],
         "bloom_target_fpr": b["target_fpr"],
         "bloom_measured_fpr": b["measured_fpr"],
         "bloom_measured_fpr_max_part": b["measured_fpr_max"],
-        "bloom_bytes_vs_int64_pairs": round(b["bytes_after"] / b["bytes_before"], 4) if b["bytes_before"] else 0.0,
+        "bloom_bytes_vs_int64_pairs": b["bytes_after"] / b["bytes_before"] if b["bytes_before"] else 0.0,
         "seconds": s["seconds"],
-        "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
+        "peak_rss_mb": s["peak_rss_bytes"] / 2**20,
         **disk_metadata(out),
     }
     if f:
@@ -134,7 +136,7 @@ def _metadata(out, s: dict) -> dict:
             features_max_abs_error=f["max_abs_error"],
             features_rel_rms_error=f["rel_rms_error"],
             feature_encodings=dg.MetadataValue.md(trade),
-            **{f"ratio_if_{enc}": round(row["asset_ratio"], 3) for enc, row in f["encodings"].items()},
+            **{f"ratio_if_{enc}": row["asset_ratio"] for enc, row in f["encodings"].items()},
         )
     return metadata
 

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, png_markdown, skip_without_labels
 from assets.config import dagster_config
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from training.metrics import node_classification_report
@@ -67,8 +68,8 @@ def plot_confusion(cm: np.ndarray, path: Path) -> None:
     plt.close(fig)
 
 
-def _rounded(report: dict) -> dict:
-    return {k: round(report[k], 4) for k in HEADLINES if k in report}
+def _headlines(report: dict) -> dict:
+    return {k: report[k] for k in HEADLINES if k in report}
 
 
 @dg.asset(
@@ -108,19 +109,16 @@ def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg
         "path": dg.MetadataValue.path(str(out)),
         "version": record["candidate"]["version"] or "unversioned",
         "test_nodes": candidate["rows"],
-        **_rounded(candidate),
+        **_headlines(candidate),
         "per_class": dg.MetadataValue.md(table),
         "confusion_matrix": png_markdown(out / "confusion_matrix.png", "confusion matrix"),
     }
     if promoted is not None:
         metadata["promoted_version"] = record["promoted"]["version"] or "unversioned"
-        metadata.update({f"promoted_{k}": v for k, v in _rounded(promoted).items()})
-        metadata["accuracy_change_points"] = round((candidate["accuracy"] - promoted["accuracy"]) * 100, 2)
-    context.log.info(
-        f"evaluation: test accuracy {candidate['accuracy']:.4f}, macro-F1 {candidate['macro_f1']:.4f}"
-        + ("" if promoted is None else f" (promoted model: {promoted['accuracy']:.4f})")
-    )
-    return dg.MaterializeResult(metadata=metadata)
+        metadata.update({f"promoted_{k}": v for k, v in _headlines(promoted).items()})
+        metadata["accuracy_change_points"] = (candidate["accuracy"] - promoted["accuracy"]) * 100
+    headline = ("accuracy", "macro_f1", "test_nodes", "promoted_accuracy")
+    return stage_result(context, _EVALUATION, metadata, headline=headline)
 
 
 @dg.asset(
@@ -168,24 +166,22 @@ def promotion(
         current = (
             storage.model_version(storage.promoted_dir(dataset)) if storage.promoted_dir(dataset).exists() else None
         )
-    context.log.info(
-        f"promotion: {'promoted' if ok else 'kept the promoted model'} {version if ok else current}: {why}"
-    )
     metadata = {
         "promoted": ok,
         "reason": why,
         "candidate_version": version,
         "promoted_version": current or "none",
         "metric": cfg.metric,
-        "candidate_value": round(candidate[cfg.metric], 4),
+        "candidate_value": candidate[cfg.metric],
         **config_metadata,
     }
     if promoted is not None:
-        metadata["previous_value"] = round(promoted[cfg.metric], 4)
+        metadata["previous_value"] = promoted[cfg.metric]
     check = dg.AssetCheckResult(
         check_name=NOT_WORSE,
         passed=ok,
         severity=dg.AssetCheckSeverity.WARN,
         metadata={"reason": why, "margin": cfg.margin},
     )
-    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+    line = f"{'promoted' if ok else 'kept the promoted model'} {version if ok else current}: {why}"
+    return stage_result(context, _PROMOTION, metadata, line=line, check_results=[check])

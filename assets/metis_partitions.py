@@ -15,6 +15,7 @@ import numpy as np
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, png_markdown, refuse_failed_checks
 from assets.config import dagster_config
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import edge_batches, read_summary
 from graphs.partition import (
@@ -70,7 +71,8 @@ def metis_partitions(
         metadata = _metadata(out, s)
     metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, _ASSET)))
     metadata.update(config_metadata)
-    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+    headline = ("num_parts", "metis_edge_cut_ratio", "random_edge_cut_ratio", "clusters")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=checks)
 
 
 def _metadata(out, s: dict) -> dict:
@@ -89,12 +91,12 @@ def _metadata(out, s: dict) -> dict:
         "clusters": s["clusters"],
         "metis_vs_random": dg.MetadataValue.md(table),
         "weighted": s["weighted"],
-        **{f"metis_{name}": round(metis[name], 4) for name in compared},
-        **{f"random_{name}": round(random[name], 4) for name in compared},
+        **{f"metis_{name}": metis[name] for name in compared},
+        **{f"random_{name}": random[name] for name in compared},
         "nodes_per_part": dg.MetadataValue.json(metis["nodes_per_part"]),
         "halo_per_part": dg.MetadataValue.json(metis["halo_per_part"]),
         "seconds": dg.MetadataValue.json(s["seconds"]),
-        "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
+        "peak_rss_mb": s["peak_rss_bytes"] / 2**20,
         "distdgl_config": s["distdgl_config"] or "not written",
         **disk_metadata(out),
         "partition_sizes": png_markdown(out / "partition_sizes.png", "core and halo nodes per part"),

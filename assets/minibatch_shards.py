@@ -23,8 +23,10 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
+from graphs.node_scores import NODE_SCORES_NAME
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
@@ -84,6 +86,14 @@ def minibatch_shards(
                 description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
                 "materialize metis_partitions first"
             )
+        # adaptive sampling's feedback loop: the gradient statistics of the dataset's last training run
+        scores = storage.asset_dir(dataset, "trained_model") / NODE_SCORES_NAME
+        scores = scores if cfg.neighbor_prob == "adaptive" and scores.is_file() else None
+        if cfg.neighbor_prob == "adaptive" and scores is None:
+            context.log.info(
+                f"neighbor_prob 'adaptive': no {NODE_SCORES_NAME} in trained_model yet (train with "
+                "training.node_grad_stats on); sampling by degree alone this round"
+            )
         with storage.publishing(dataset, _ASSET) as out:
             try:
                 inputs = load_shard_inputs(
@@ -91,6 +101,7 @@ def minibatch_shards(
                     adjacency,
                     partitions if partitions.is_dir() else None,
                     compressed if compressed.is_dir() else None,
+                    node_scores=scores,
                 )
                 m = write_minibatch_shards(inputs, out, cfg, log=context.log.info)
             except (ValueError, FileNotFoundError) as exc:
@@ -120,17 +131,21 @@ def minibatch_shards(
         "seconds": m["seconds"],
         "seeds_per_second": m["seeds_per_second"],
         "sampled_edges_per_second": m["sampled_edges_per_second"],
-        "peak_rss_mb": round(m["peak_rss_bytes"] / 2**20, 1),
+        "peak_rss_mb": m["peak_rss_bytes"] / 2**20,
     }
     metadata["placement"] = cfg.placement
     if "placement" in m:
         metadata["remote_feature_row_share"] = m["placement"]["remote_row_share_mean"]
         metadata["rank_of_part"] = str(m["placement"]["rank_of_part"])
+    if "adaptive" in m:
+        metadata["adaptive_alpha"] = m["adaptive"]["alpha"]
+        metadata["adaptive_node_scores"] = m["adaptive"]["node_scores"]
     if "saint" in m:
         metadata["saint_presamples"] = m["saint"]["presamples"]
         metadata["saint_mean_subgraph_nodes"] = m["saint"]["mean_subgraph_nodes"]
     metadata.update(config_metadata)
-    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+    headline = ("sampler", "epochs", "world_size", "minibatches_per_rank_per_epoch", "sampled_edges", "seconds")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=checks)
 
 
 def check_shards(out: Path) -> list[dg.AssetCheckResult]:

@@ -11,6 +11,7 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.normalize import (
     AdjacencyConfig,
@@ -85,11 +86,13 @@ def normalized_adjacency(
         "seconds": s["seconds"],
         "degree_seconds": s["degree_seconds"],
         "edges_per_second": s["edges_per_second"],
-        "peak_rss_mb": round(s["peak_rss_bytes"] / 2**20, 1),
+        "peak_rss_mb": s["peak_rss_bytes"] / 2**20,
         **disk,
     }
     metadata.update(config_metadata)
-    return dg.MaterializeResult(metadata=metadata, check_results=checks)
+    return stage_result(
+        context, _ASSET, metadata, headline=("nodes", "nnz", "degree_norm", "seconds"), check_results=checks
+    )
 
 
 def check_adjacency(out, cfg: AdjacencyConfig, symmetrized: bool) -> list[dg.AssetCheckResult]:

@@ -13,6 +13,7 @@ import dagster as dg
 import pyarrow.parquet as pq
 
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata
+from assets.reporting import stage_result
 from graphs.canonical import has_training_labels, read_summary
 from training.predict import predict
 
@@ -52,9 +53,6 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
         disk = disk_metadata(staged)
     trained_nodes = _nodes_at_training(model_dir)
     new_nodes = s["nodes"] - trained_nodes if trained_nodes is not None else None
-    context.log.info(
-        f"dataset '{dataset}': {s['nodes']} nodes scored with {model_dir / MODEL_FILE} (epoch {s['model_epoch']})"
-    )
     metadata = {
         "path": dg.MetadataValue.path(str(out)),
         "model": dg.MetadataValue.path(s["model"]),
@@ -68,7 +66,8 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
         **disk,
         "preview": dg.MetadataValue.md(_preview(out / "predictions.parquet")),
     }
-    return dg.MaterializeResult(metadata=metadata)
+    line = f"{s['nodes']} nodes scored with {model_dir / MODEL_FILE} (epoch {s['model_epoch']}) in {s['seconds']:.3g} s"
+    return stage_result(context, _ASSET, metadata, line=line)
 
 
 def _nodes_at_training(model_dir) -> int | None:

@@ -90,7 +90,10 @@ def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dic
     for name, block in ops.items():
         where = f"ops.{name}"
         if name not in assets:
-            raise SettingsError(f"{path}: key {where!r}: no asset named {name!r} (known: {', '.join(sorted(assets))})")
+            raise SettingsError(
+                f"{path}: key {where!r}: no asset with settings is named {name!r} (those with settings: "
+                f"{', '.join(sorted(assets))})"
+            )
         if block is None:
             continue
         if not isinstance(block, dict) or any(k != "config" for k in block):

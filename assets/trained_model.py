@@ -6,10 +6,10 @@ The asset runs exactly
 
 (or, with ``launch.nnodes`` N > 1, the multi-node command of `training.launch` with the
 rendezvous settings of the ``launch`` block: this node is node 0, hosting the rendezvous,
-and the metadata and the log give the command to run on each other node) as a subprocess with `dagster.PipesSubprocessClient`: the training logs stream into the
-run's compute logs, rank 0 forwards its progress lines and reports the final metrics over
-dagster-pipes (`training.report`), and this function adds the curves, the file paths and
-an asset check. W (processes) is the shards' world size, and the batch size is theirs too
+and the metadata and the log give the command to run on each other node) as a subprocess with `dagster.PipesSubprocessClient`: the processes' own output streams into
+the run's compute logs, rank 0 sends its progress lines (to the event log only, so each shows
+once) and the final metrics over dagster-pipes (`training.report`; read a whole line at a time,
+`assets.pipes_messages`), and this function adds the curves, the file paths and an asset check. W (processes) is the shards' world size, and the batch size is theirs too
 (the minibatch_shards stage owns sampling); on GPUs W is lowered to the largest divisor of
 the world size that fits the visible GPUs (every process then reads several streams, see
 `training.train`). Everything else is this asset's run config, whose `model` and
@@ -50,6 +50,8 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.pipes_messages import WholeLineMessageReader
+from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from training.checkpoint import data_version, run_key, work_dir_for
@@ -229,8 +231,9 @@ def trained_model(
         }
         if (out / "profile" / "trace.json").is_file():
             metadata["profiler_trace"] = dg.MetadataValue.path(str(out / "profile" / "trace.json"))
-        metadata["version"] = storage.record_model_version(dataset, context.run_id)
-    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+        metadata["version"] = storage.record_model_version(dataset, context.run.run_id)
+    headline = ("test_acc_at_best_val", "best_val_acc", "best_epoch", "epochs_trained", "seconds", "version")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=[check])
 
 
 def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: Path, shards: Path):
@@ -280,7 +283,7 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
         result = client.run(context=context, **kwargs).get_materialize_result()
     else:
         result = (
-            dg.PipesSubprocessClient(cwd=str(REPO_ROOT))
+            dg.PipesSubprocessClient(cwd=str(REPO_ROOT), message_reader=WholeLineMessageReader())
             .run(context=context, command=command, env=env)
             .get_materialize_result()
         )

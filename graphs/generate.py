@@ -6,7 +6,10 @@ streaming, so 10M nodes / 100M edges fit in well under 4 GB of memory.
 Model (DC-SBM, Karrer & Newman 2011, sampled edge by edge like Chung-Lu)
 -----------------------------------------------------------------------
 - `num_nodes` nodes get classes 0..k-1, balanced (class sizes differ by at most one),
-  assigned by a random permutation, so node ids carry no information about labels.
+  assigned by a random permutation, so node ids carry no information about labels. With
+  `minority_fraction` f > 0 the last class gets round(n f) nodes (an imbalanced task such as
+  fraud) and the other k-1 classes share the rest evenly; edges follow the same rules, so a
+  minority node's inter-class edges (1 - homophily of them) mostly lead to the majority.
 - Each node gets a propensity `theta_i` drawn from a Pareto law with minimum 1 and
   density ~ theta^-degree_exponent, so the degree distribution has the tail
   P(deg = d) ~ d^-degree_exponent. `theta` is capped at the structural cutoff (expected
@@ -149,6 +152,14 @@ class GenerateConfig:
 
     id_offset: int = field(default=0, metadata={"help": "Added to 0..n-1 to form the node ids written."})
 
+    minority_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "> 0: an imbalanced task: the last class (k-1) gets round(n x this) nodes (at least 1) and the "
+            "other classes share the rest evenly; 0: balanced classes."
+        },
+    )
+
     heavy_weight: float = field(
         default=0.0,
         metadata={"help": "> 0: write a weight column, this on intra-class rows and 1.0 on others; 0: none."},
@@ -179,6 +190,7 @@ class GenerateConfig:
             "train_fraction",
             "val_fraction",
             "heavy_weight",
+            "minority_fraction",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
@@ -213,6 +225,13 @@ class GenerateConfig:
                 "val_fraction",
                 f"train_fraction + val_fraction must be <= 1 (got {self.train_fraction} + {self.val_fraction})",
             )
+        if self.minority_fraction:
+            if not 0.0 < self.minority_fraction < 1.0:
+                fail("minority_fraction", "must be in (0, 1), or 0 for balanced classes")
+            if self.num_classes < 2:
+                fail("minority_fraction", "needs num_classes >= 2 (a minority and at least one other class)")
+            if self.num_nodes - self.minority_nodes < self.num_classes - 1:
+                fail("minority_fraction", "leaves fewer nodes than the other classes need (one each)")
         if self.heavy_weight < 0:
             fail("heavy_weight", "must be >= 0 (0 = no weight column)")
         if self.num_edge_files < 1:
@@ -224,6 +243,11 @@ class GenerateConfig:
         int64 = np.iinfo(np.int64)
         if not (int64.min <= self.id_offset and self.id_offset + self.num_nodes - 1 <= int64.max):
             fail("id_offset", "node ids id_offset .. id_offset+num_nodes-1 must fit in int64")
+
+    @property
+    def minority_nodes(self) -> int:
+        """Nodes of the last class with `minority_fraction` (0 when balanced)."""
+        return max(1, round(self.num_nodes * self.minority_fraction)) if self.minority_fraction else 0
 
 
 def demo_config() -> GenerateConfig:
@@ -292,11 +316,19 @@ def _build_model(config: GenerateConfig) -> _Model:
     theta = _propensities(config)
 
     # Balanced classes through a random permutation: node perm[j] gets class j % k, so the
-    # nodes of class c, in segment order, are perm[c::k].
+    # nodes of class c, in segment order, are perm[c::k]. With a minority class, its m nodes
+    # are perm[:m] (class k-1) and the others share perm[m:] the same way over k-1 classes.
     perm = _rng(seed, _STREAM_LABELS).permutation(n)
     labels = np.empty(n, dtype=np.int32)
-    labels[perm] = np.arange(n, dtype=np.int64) % k
-    order = np.concatenate([perm[c::k] for c in range(k)]).astype(np.int64)
+    m = config.minority_nodes
+    if m:
+        rest = perm[m:]
+        labels[perm[:m]] = k - 1
+        labels[rest] = np.arange(n - m, dtype=np.int64) % (k - 1)
+        order = np.concatenate([rest[c :: k - 1] for c in range(k - 1)] + [perm[:m]]).astype(np.int64)
+    else:
+        labels[perm] = np.arange(n, dtype=np.int64) % k
+        order = np.concatenate([perm[c::k] for c in range(k)]).astype(np.int64)
     class_end = np.cumsum(np.bincount(labels, minlength=k)).astype(np.int64)
     del perm
 

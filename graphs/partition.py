@@ -32,7 +32,7 @@ Files written (format version 1) into `<out_dir>/`:
     part-{p}/halo_nodes.npy      int64 [h_p] ascending node ids outside p with an edge into p
     distdgl/<graph_name>.json    DGL distributed partition config (with write_distdgl)
     distdgl/part{p}/             graph.dgl, node_feat.dgl, edge_feat.dgl per part
-    distdgl/orig_nids.npy        int64 [n]   DGL's reshuffled node id -> canonical node id
+    distdgl/orig_nids.npy        int64 [n]   reshuffled node id -> canonical node id
     partition_sizes.png          core and halo sizes per part, METIS vs random
     summary.json                 metrics for "metis" and "random", timings, settings
 
@@ -41,20 +41,22 @@ The DistDGL folder is what `dgl.distributed.load_partition(json, p)` and DistDGL
 `train_mask`/`val_mask`/`test_mask` are included when the canonical graph has them.
 
 Memory: the CSR is 8 bytes per directed edge (idx_t is int64 in pymetis's wheels, so an
-int32 copy would only be widened again), METIS adds its own coarsening copies; the
-DistDGL export (`write_distdgl`, on by default) builds a DGL graph over the same arrays
-and DGL's `partition_graph` then holds several whole-graph copies (its reshuffling and
-halo subgraphs): switch it off for graphs near the memory limit.
+int32 copy would only be widened again); METIS adds ~90-130 bytes per edge of its own
+(its weighted copy and one per coarsening level), so a graph of more than
+`metis_max_edges` directed edges (default 40M) is first coarsened by size-constrained label
+propagation and METIS partitions the coarse graph (`graphs.coarsen`: the partition is
+projected back and refined; cut within 1.00x of METIS on the whole graph at 20M edges,
+BENCHMARKS.md). The DistDGL export is written part by part from the CSR and our
+assignment (`graphs.distdgl_format.write_distdgl_parts`: one int64 edge id per edge plus
+one part's edges at a time, features memory-mapped), in DGL's format.
 
-Why the DistDGL files come from our assignment: DGL 2.1's `partition_graph` accepts no
-precomputed assignment; with part_method="metis" it runs METIS again (about 2.3x the
-assignment alone in total), and "random" ignores METIS altogether. It looks the
-function up as the module attribute `dgl.distributed.partition.metis_partition_assignment`
+`write_distdgl` (kept for comparison and tests) has DGL 2.1's own `partition_graph` write
+the same files instead; it holds several whole-graph copies. DGL's `partition_graph`
+accepts no precomputed assignment (with part_method="metis" it runs METIS again); it looks
+the function up as the module attribute `dgl.distributed.partition.metis_partition_assignment`
 at call time, so `write_distdgl` substitutes that attribute, for the duration of one call,
-with a function that returns our assignment — every file is still written by DGL's own
-code (reshuffling, halo subgraphs, partition book), and the substitution is checked to
-have been called. This relies on the dgl==2.1.0 pin; a DGL that no longer makes the call
-fails loudly instead of silently re-partitioning.
+with a function that returns our assignment, and checks that it was called (a DGL that no
+longer makes the call fails loudly instead of silently re-partitioning).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.canonical import edge_batches, read_summary
+from graphs.coarsen import row_chunks
 from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
@@ -96,6 +99,14 @@ class PartitionConfig:
     write_distdgl: bool = field(
         default=True, metadata={"help": "Also write DGL's distributed partition format under distdgl/."}
     )
+    metis_max_edges: int = field(
+        default=40_000_000,
+        metadata={
+            "help": "Most directed edges METIS is given (it holds ~100 bytes per edge): a larger graph, "
+            "or part for the clusters, is first coarsened by size-constrained label propagation and "
+            "the result refined (graphs/coarsen.py); 0 = no limit."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.num_parts < 1:
@@ -104,6 +115,8 @@ class PartitionConfig:
             raise ValueError(f"clusters_per_part must be >= 1, got {self.clusters_per_part}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.metis_max_edges < 0:
+            raise ValueError(f"metis_max_edges must be >= 0 (0 = no limit), got {self.metis_max_edges}")
 
 
 # ----------------------------------------------------------------------------- graph
@@ -218,13 +231,7 @@ def read_csr(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.ndar
     return n, counts, indices
 
 
-def _row_chunks(indptr: np.ndarray, edges_per_chunk: int = 1 << 22):
-    """(row0, row1) ranges of the CSR holding about `edges_per_chunk` edges each."""
-    n = len(indptr) - 1
-    m = int(indptr[-1])
-    cuts = np.searchsorted(indptr, np.arange(0, m, edges_per_chunk, dtype=np.int64), side="right") - 1
-    bounds = np.unique(np.concatenate([[0], np.clip(cuts, 0, n), [n]]))
-    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
+_row_chunks = row_chunks  # (row0, row1) ranges of the CSR holding about 4M edges each
 
 
 def _csr_edges(indptr: np.ndarray, indices: np.ndarray, edges_per_chunk: int = 1 << 22):
@@ -245,6 +252,7 @@ def metis_assign_csr(
     symmetric: bool = False,
     weight: np.ndarray | None = None,
     seed: int = 0,
+    max_edges: int = 0,
 ) -> np.ndarray:
     """int32 part id per node from METIS 5 k-way (pymetis, edge-cut objective, seeded).
 
@@ -254,7 +262,8 @@ def metis_assign_csr(
     `weight` (float per edge) becomes integer METIS edge weights (`metis_edge_weights`).
     `balance_edges` weighs each node by its degree + 1 (DGL's balance_edges uses the
     in-degree; + 1 keeps isolated nodes weighed). A symmetric CSR already in METIS's idx_t
-    (`read_csr`) is handed over without a copy.
+    (`read_csr`) is handed over without a copy. With `max_edges` > 0, a graph of more directed
+    edges is coarsened first and METIS partitions the coarse graph (`graphs.coarsen`).
     """
     import pymetis
 
@@ -275,6 +284,13 @@ def metis_assign_csr(
             indptr, indices = a.indptr, a.indices
             weight = a.data if weight is not None else None
         del a
+    if max_edges and len(indices) > max_edges:
+        from graphs.coarsen import Level, metis_levels
+
+        vweight = np.diff(np.asarray(indptr, dtype=np.int64)) + 1 if balance_edges else np.ones(n, dtype=np.int64)
+        eweight = metis_edge_weights(weight).astype(np.int64) if weight is not None else None
+        level = Level(np.asarray(indptr, dtype=np.int64), indices, eweight, vweight)
+        return metis_levels(level, k, max_edges, seed)
     xadj, adjncy = np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype)
     vweights = (np.diff(xadj) + 1).astype(dtype) if balance_edges else None
     eweights = metis_edge_weights(weight).astype(dtype) if weight is not None else None
@@ -364,9 +380,11 @@ def csr_clusters(
     weight: np.ndarray | None = None,
     symmetric: bool = False,
     seed: int = 0,
+    max_edges: int = 0,
 ) -> np.ndarray:
     """int32 global cluster id p * C + c: seeded METIS into C clusters on each part's induced
-    subgraph, cut out of the CSR one part at a time (a part without inner edges: contiguous chunks)."""
+    subgraph, cut out of the CSR one part at a time (a part without inner edges: contiguous chunks);
+    `max_edges` as in `metis_assign_csr`."""
     C = clusters_per_part
     n = len(indptr) - 1
     cluster = np.empty(n, dtype=np.int32)
@@ -380,7 +398,9 @@ def csr_clusters(
             if len(sub_idx) == 0:
                 local_part = (np.arange(len(core)) * c // len(core)).astype(np.int32)
             else:
-                local_part = metis_assign_csr(sub_ptr, sub_idx, c, symmetric=symmetric, weight=sub_w, seed=seed)
+                local_part = metis_assign_csr(
+                    sub_ptr, sub_idx, c, symmetric=symmetric, weight=sub_w, seed=seed, max_edges=max_edges
+                )
         cluster[core] = p * C + local_part
     return cluster
 
@@ -560,21 +580,24 @@ def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, g
     return orig_nids.numpy().astype(np.int64)
 
 
-def _node_data(canonical: Path, n: int) -> dict:
-    """Node tensors for the DistDGL graph: feat, label, train/val/test masks (when present)."""
-    import torch
-
+def _node_data(canonical: Path, n: int) -> dict[str, np.ndarray]:
+    """Node arrays for the DistDGL parts: feat (memory-mapped), label, train/val/test masks
+    (when present)."""
     data = {}
     if (canonical / "features.npy").is_file():
-        data["feat"] = torch.from_numpy(np.load(canonical / "features.npy", allow_pickle=False))
+        data["feat"] = np.load(canonical / "features.npy", mmap_mode="r", allow_pickle=False)
     nodes = pq.read_table(canonical / "nodes.parquet", columns=["label", "split"])
     label = nodes.column("label").to_numpy().astype(np.int64)
     if (label >= 0).any():
-        data["label"] = torch.from_numpy(label)
+        data["label"] = label
         split = nodes.column("split").to_numpy(zero_copy_only=False)
         for name in ("train", "val", "test"):
-            data[f"{name}_mask"] = torch.from_numpy(split == name)
-    assert all(len(v) == n for v in data.values())
+            data[f"{name}_mask"] = split == name
+    for name, values in data.items():
+        if len(values) != n:
+            raise ValueError(
+                f"{canonical}: {name} has {len(values)} rows for {n} nodes; re-materialize canonical_graph"
+            )
     return data
 
 
@@ -609,7 +632,9 @@ def build_partitions(
     del random_halos, random_part
 
     t = time.perf_counter()
-    part = metis_assign_csr(indptr, indices, k, cfg.balance_edges, symmetrized, weight=weight, seed=cfg.seed)
+    part = metis_assign_csr(
+        indptr, indices, k, cfg.balance_edges, symmetrized, weight=weight, seed=cfg.seed, max_edges=cfg.metis_max_edges
+    )
     seconds["metis_assign"] = time.perf_counter() - t
     metis_rss = peak_rss_bytes()
     t = time.perf_counter()
@@ -619,7 +644,9 @@ def build_partitions(
     metis.update(seconds=round(seconds["metis_assign"], 3), peak_rss_bytes=metis_rss)
 
     t = time.perf_counter()
-    cluster = csr_clusters(indptr, indices, cores, cfg.clusters_per_part, weight, symmetrized, cfg.seed)
+    cluster = csr_clusters(
+        indptr, indices, cores, cfg.clusters_per_part, weight, symmetrized, cfg.seed, cfg.metis_max_edges
+    )
     seconds["clusters"] = time.perf_counter() - t
 
     with atomic_output_dir(out_dir) as tmp:
@@ -630,13 +657,14 @@ def build_partitions(
             np.save(tmp / f"part-{p}" / "core_nodes.npy", cores[p])
             np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
         if cfg.write_distdgl:
+            from graphs.distdgl_format import write_distdgl_parts
+
             t = time.perf_counter()
-            graph = dgl_graph(indptr, indices)  # only here: DGL's writer needs the whole graph
-            for name, values in _node_data(canonical, n).items():
-                graph.ndata[name] = values
-            orig_nids = write_distdgl(graph, part, k, tmp / "distdgl", graph_name)
+            orig_nids = write_distdgl_parts(
+                indptr, indices, part, k, tmp / "distdgl", graph_name, _node_data(canonical, n)
+            )
             np.save(tmp / "distdgl" / "orig_nids.npy", orig_nids)
-            del graph, orig_nids
+            del orig_nids
             seconds["distdgl_write"] = time.perf_counter() - t
         _plot_sizes(metis, random, tmp / "partition_sizes.png")
         summary = {
@@ -646,6 +674,7 @@ def build_partitions(
             "num_parts": k,
             "balance_edges": cfg.balance_edges,
             "weighted": weight is not None,
+            "metis_coarsened": bool(cfg.metis_max_edges and len(indices) > cfg.metis_max_edges),
             "clusters_per_part": cfg.clusters_per_part,
             "clusters": int(len(np.unique(cluster))),
             "graph_name": graph_name,

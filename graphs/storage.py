@@ -140,10 +140,12 @@ def dataset_lock(
                     break  # our parent run holds it for us
                 if deadline is not None and time.monotonic() >= deadline:
                     raise DatasetLockTimeout(
-                        f"{root}: another run (pid {holder}) is writing this dataset; gave up after {timeout_s:g} s"
+                        f"{root}: pid {holder} (another run, or another step of this run) is writing this dataset; gave up after {timeout_s:g} s"
                     ) from None
                 if log is not None and not told:
-                    log(f"{root}: another run (pid {holder}) is writing this dataset; waiting for it to finish")
+                    log(
+                        f"{root}: pid {holder} (another run, or another step of this run) is writing this dataset; waiting for it to finish"
+                    )
                     told = True
                 time.sleep(0.2)
         if acquired:

@@ -40,6 +40,26 @@ def warn_if_dagster_home_missing() -> None:
     atexit.register(lambda: print(f"gnnflow: {DAGSTER_HOME_MISSING}", file=sys.stderr))
 
 
+def quiet_dagster_notices() -> None:
+    """Ignore two notices about Dagster's own internals that a gnnflow user can do nothing about.
+
+    Filtered by their message, not their category, so every other beta / preview warning still
+    shows. Called when `pipelines.definitions` loads, i.e. in the `dagster` CLI before it parses
+    `--select`, and in every step worker:
+    - `--select '*'` resolves through ``AssetSelection.all(include_sources=...)``, a beta parameter;
+    - PipesSubprocessClient (trained_model) reads ``PipesMessageReader.expected_writer_count``, a
+      preview property.
+    (`dagster asset materialize` itself is "superseded" by `dg launch` of the separate dagster-dg-cli
+    package; that notice comes before any project code loads, so the Makefile's demo target filters it.)
+    """
+    import warnings
+
+    import dagster as dg
+
+    warnings.filterwarnings("ignore", r"Parameter `include_sources` of function `AssetSelection\.all`", dg.BetaWarning)
+    warnings.filterwarnings("ignore", r"Function `PipesMessageReader\.expected_writer_count`", dg.PreviewWarning)
+
+
 def failure_causes(instance, since: float) -> list[str]:
     """One line per failed step of the runs created after `since` (a timestamp): the asset,
     the dataset and the cause (a `dagster.Failure`'s description, which names the file and
@@ -108,6 +128,7 @@ def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) ->
 def _cmd_generate(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from assets.reporting import rounded
     from graphs import generate
     from graphs.storage import DatasetNameError, validate_dataset_name
 
@@ -129,7 +150,7 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     except FileExistsError as exc:
         print(f"gnnflow generate: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(summary, indent=2, default=str))
+    print(json.dumps(rounded(summary), default=str))  # one line, numbers to 4 significant digits
     return 0
 
 

@@ -13,12 +13,14 @@ from assets.minibatch_shards import minibatch_shards
 from assets.normalized_adjacency import normalized_adjacency
 from assets.predictions import predictions
 from assets.trained_model import trained_model
-from pipelines.cli import summarize_failures_at_exit, warn_if_dagster_home_missing
+from pipelines.cli import quiet_dagster_notices, summarize_failures_at_exit, warn_if_dagster_home_missing
 from pipelines.schedules import make_retrain_schedule
 from pipelines.sensors import make_landing_sensor
 
 warn_if_dagster_home_missing()
 summarize_failures_at_exit()
+
+quiet_dagster_notices()
 
 ALL_ASSETS = [
     canonical_graph,

@@ -8,6 +8,7 @@ from training.metrics import (
     average_precision,
     classification_report,
     confusion_matrix,
+    one_vs_rest_auc,
     per_class,
     roc_auc,
 )
@@ -94,3 +95,36 @@ def test_report_macro_over_present_classes_and_binary_extras():
     assert b["pr_auc"] == pytest.approx(_brute_average_precision(y, [0.2, 0.6, 0.9, 0.7, 0.4]))
     with pytest.raises(ValueError, match="0..1"):
         confusion_matrix([0, 2], [0, 1], 2)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_one_vs_rest_auc_and_minority_recall_match_brute_force(seed):
+    """An imbalanced 3-class task (class 2 about 3 %): per-class one-vs-rest ROC-AUC and PR-AUC,
+    their macro means and the minority recall, each against the definition computed by hand."""
+    rng = np.random.default_rng(seed)
+    y = rng.choice(3, size=300, p=[0.67, 0.30, 0.03])
+    y[:2] = 2  # at least two minority rows
+    logits = rng.normal(size=(300, 3)) + 1.5 * np.eye(3)[y]
+    probs = np.round(np.exp(logits) / np.exp(logits).sum(1, keepdims=True), 2)  # rounded: ties happen
+    pred = probs.argmax(1)
+    auc = one_vs_rest_auc(y, probs)
+    for c in range(3):
+        yc = (y == c).astype(int)
+        assert auc["roc_auc"][c] == pytest.approx(_brute_roc_auc(yc, probs[:, c]))
+        assert auc["pr_auc"][c] == pytest.approx(_brute_average_precision(yc, probs[:, c]))
+    r = classification_report(y, pred, 3, scores=probs)
+    assert r["macro_roc_auc"] == pytest.approx(
+        np.mean([_brute_roc_auc((y == c).astype(int), probs[:, c]) for c in range(3)])
+    )
+    assert r["macro_pr_auc"] == pytest.approx(
+        np.mean([_brute_average_precision((y == c).astype(int), probs[:, c]) for c in range(3)])
+    )
+    minority = [i for i in range(300) if y[i] == 2]
+    assert r["per_class"]["recall"][2] == pytest.approx(sum(pred[i] == 2 for i in minority) / len(minority))
+    assert r["per_class"]["roc_auc"][2] == pytest.approx(auc["roc_auc"][2])
+    assert "roc_auc" not in r  # the binary headline only for two classes
+    two = classification_report(
+        yc := (y == 2).astype(int), (pred == 2).astype(int), 2, scores=np.c_[1 - probs[:, 2], probs[:, 2]]
+    )
+    assert two["roc_auc"] == pytest.approx(_brute_roc_auc(yc, probs[:, 2]))
+    assert two["pr_auc"] == pytest.approx(_brute_average_precision(yc, probs[:, 2]))

@@ -51,7 +51,7 @@ def _edges(tmp_path, name="tiny") -> int:
     [
         ("- a list\n", "expected a mapping"),
         ("resources: {}\n", "key 'resources' is not allowed"),
-        ("ops: {nosuch: {config: {}}}\n", "key 'ops.nosuch': no asset named 'nosuch'"),
+        ("ops: {nosuch: {config: {}}}\n", "key 'ops.nosuch': no asset with settings is named 'nosuch'"),
         ("ops: {canonical_graph: {config: {symetrize: false}}}\n", "key 'ops.canonical_graph.config.symetrize'"),
         ("ops: {trained_model: {config: {model: {hiden: 3}}}}\n", "key 'ops.trained_model.config.model.hiden'"),
         ("ops: {canonical_graph: {config: {}, extra: 1}}\n", "must hold only a 'config' mapping"),

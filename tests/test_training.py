@@ -4,6 +4,7 @@ outputs, a short Cora run through the pipeline's functions, and the Dagster asse
 import datetime
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -344,6 +345,21 @@ def test_a_replayed_epoch_reads_every_minibatch_once_in_a_new_order(sbm):
     assert len({tuple(stored), tuple(first), tuple(second)}) == 3  # in three different orders
 
 
+def test_a_feature_cache_serves_the_same_rows_and_hits_on_the_next_epoch(sbm):
+    from training.data import FeatureRows
+
+    shards = sbm["w1"]["shards"]
+    with ShardStream(shards, 0, 0, prefetch=0) as stream:
+        plain = [mb.x for mb in stream]
+    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache_share=1.0)
+    for _ in range(2):  # the second pass finds every row in the cache
+        with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
+            cached = [mb.x for mb in stream]
+        assert len(cached) == len(plain) and all(torch.equal(a, b) for a, b in zip(plain, cached, strict=True))
+    stats = rows.cache.stats
+    assert stats.cold_reads > 0 and stats.warm_hits >= stats.requested // 2
+
+
 def test_automatic_budget_replays_the_shards_and_reports_it(sbm, tmp_path):
     # W=1 shards: 2 sampled epochs of 5 minibatches; floor of 12 steps -> ceil(12 / 5) = 3 epochs
     s = train(_run_config(sbm["w1"]["shards"], tmp_path / "out", epochs=0, min_steps=12, early_stopping_patience=0))
@@ -464,7 +480,14 @@ def _instance(*names):
     return instance
 
 
-def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
+def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path, capfd):
+    """Also the guard of quiet, truthful logs: on the instance settings `make demo` uses, the console
+    shows no DEBUG and no ERROR line, one summary line per stage, progress lines with percent, and
+    no beta / preview notice is raised, while the event log keeps Dagster's step events."""
+    import warnings
+
+    import yaml
+
     from assets.canonical_graph import canonical_graph
     from assets.minibatch_shards import minibatch_shards
     from assets.normalized_adjacency import normalized_adjacency
@@ -488,20 +511,40 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path):
             },
         }
     }
-    result = dg.materialize(
-        [canonical_graph, normalized_adjacency, minibatch_shards, trained_model],
-        partition_key="landing",
-        instance=_instance("landing"),
-        resources={"storage": storage},
-        run_config=run_config,
-    )
-    assert result.success
+    from pipelines.cli import quiet_dagster_notices
+
+    stages = ["canonical_graph", "normalized_adjacency", "minibatch_shards", "trained_model"]
+    settings = yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines" / "dagster.yaml").read_text())
+    with dg.instance_for_test(overrides=settings) as instance, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        quiet_dagster_notices()  # what loading pipelines.definitions does in the CLI and the step workers
+        instance.add_dynamic_partitions(dataset_partitions.name, ["landing"])
+        result = dg.materialize(
+            [canonical_graph, normalized_adjacency, minibatch_shards, trained_model],
+            partition_key="landing",
+            instance=instance,
+            resources={"storage": storage},
+            run_config=run_config,
+        )
+        assert result.success
+        assert instance.all_logs(result.run_id, of_type=dg.DagsterEventType.STEP_START)  # the UI's history
+    captured = capfd.readouterr()
+    console = (captured.out + captured.err).splitlines()
+    assert not [line for line in console if " - DEBUG - " in line or "ERROR" in line or "STAGE:" in line]
+    assert not [line for line in console if "[rank " in line]  # rank 0's lines reach the console once, via pipes
+    for stage in stages:
+        assert sum(f" - {stage} - {stage} (landing): " in line for line in console) == 1, stage
+    assert any(" - trained_model - epoch 8/8 (100%), " in line for line in console), console
+    assert any(re.search(r" - minibatch_shards - sampling (\d+)/\1 minibatches \(100%\)", line) for line in console)
+    assert not [w for w in caught if issubclass(w.category, (dg.BetaWarning, dg.PreviewWarning))], caught
     (mat,) = result.asset_materializations_for_node("trained_model")
     md = mat.metadata
     assert md["processes"].value == 2 and "--nproc-per-node=2" in md["launch"].value
     assert md["backend"].value == "gloo"  # reported by rank 0 over dagster-pipes
     assert md["global_batch"].value == 48 * 2 * 2 and md["precision"].value.startswith("CPU: mixed_float16")
     assert 0 < md["best_val_acc"].value <= 1 and md["epochs_trained"].value == 8
+    for key in ("seconds", "best_val_acc", "seeds_per_s"):  # reported over pipes, rounded like every metadata float
+        assert md[key].value == float(f"{md[key].value:.4g}"), (key, md[key].value)
     assert md["sampled_epochs"].value == 2 and md["sampled_epoch_passes"].value == "4,4"  # replayed 4 times each
     assert md["curves"].value.startswith("![training curves](data:image/png;base64,")
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}

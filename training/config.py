@@ -39,6 +39,7 @@ import yaml
 
 from training.comm_hooks import CommConfig
 from training.compensation import CompensationConfig
+from training.imbalance import SELECT_BY
 from training.layers import ModelConfig
 
 __all__ = [
@@ -224,10 +225,41 @@ class TrainingConfig:
             "SAGE step on the demo graph). Full-graph inference always uses auto (DGL on CPU when importable)"
         },
     )
+    class_weighted_loss: bool = field(
+        default=False,
+        metadata={
+            "help": "imbalanced classes: weight each training node's loss by T / (C x T_c) of its class "
+            "(training.imbalance); pair with minibatch_shards seed_weighting: class_balanced"
+        },
+    )
+    select_by: str = field(
+        default="val_acc",
+        metadata={
+            "help": f"what picks the best model (kept, and early stopping's yardstick), one of {SELECT_BY}; "
+            "val_macro_f1 for imbalanced classes, where accuracy rewards predicting the majority class"
+        },
+    )
+    node_grad_stats: bool = field(
+        default=False,
+        metadata={
+            "help": "adaptive sampling's feedback: record the norm of the loss gradient w.r.t. each input node's "
+            "features and write node_grad_norm.npz into the trained_model folder, which minibatch_shards with "
+            "neighbor_prob: adaptive reads on the next materialization (training.node_stats); one extra "
+            "gradient through the first layer per step"
+        },
+    )
     seed: int = field(default=0, metadata={"help": "seed of parameter init and dropout (per epoch and rank)"})
     device: str = field(default="auto", metadata={"help": f"one of {DEVICES}; auto = cuda when available, else cpu"})
     prefetch: int = field(
         default=2, metadata={"help": "minibatches read ahead by each shard stream's background thread"}
+    )
+    feature_cache: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of the feature rows (0..1) each rank keeps in an LRU cache in CPU memory between the "
+            "memory-mapped feature file and the minibatches (training/feature_cache.py; compact INT8 codes "
+            "when compressed features are chosen); 0 = off, every row is read from the file's mapping"
+        },
     )
     verify_shards: bool = field(
         default=True, metadata={"help": "check every shard file's SHA-256 against the manifest"}
@@ -261,6 +293,7 @@ class TrainingConfig:
             ("profiler", PROFILERS),
             ("device", DEVICES),
             ("aggregation", AGGREGATIONS),
+            ("select_by", SELECT_BY),
         ):
             if getattr(self, name) not in choices:
                 _fail(f"{p}.{name}", getattr(self, name), f"must be one of {choices}")
@@ -278,6 +311,8 @@ class TrainingConfig:
         for name in ("epochs", "eval_batch_size", "early_stopping_patience", "seed", "prefetch"):
             if getattr(self, name) < 0:
                 _fail(f"{p}.{name}", getattr(self, name), "must be >= 0")
+        if not 0.0 <= self.feature_cache <= 1.0:
+            _fail(f"{p}.feature_cache", self.feature_cache, "must be a share of the rows in [0, 1]")
         if self.gradient_clipping < 0:
             _fail(f"{p}.gradient_clipping", self.gradient_clipping, "must be >= 0 (0 = off)")
 

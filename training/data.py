@@ -100,14 +100,18 @@ class MiniBatch:
         return self.seeds.numel()
 
 
-def cross_entropy(mb: MiniBatch, logits: torch.Tensor) -> torch.Tensor:
-    """The minibatch's training loss from the logits of the last block's destination nodes."""
+def cross_entropy(mb: MiniBatch, logits: torch.Tensor, class_weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The minibatch's training loss from the logits of the last block's destination nodes;
+    `class_weight` [C] (training.imbalance) makes it the class-weighted mean."""
     if mb.num_seeds == 0:
         return logits.sum() * 0.0
     out = logits[mb.seed_pos]
+    weight = None if class_weight is None else class_weight.to(out.device, out.dtype)
     if mb.loss_weight is None:
-        return torch.nn.functional.cross_entropy(out, mb.labels)
+        return torch.nn.functional.cross_entropy(out, mb.labels, weight=weight)
     per_node = torch.nn.functional.cross_entropy(out, mb.labels, reduction="none")
+    if weight is not None:  # SAINT's unbiasing weights times the class weights
+        per_node = per_node * weight[mb.labels]
     return (per_node * mb.loss_weight.to(per_node.dtype)).sum()
 
 
@@ -121,12 +125,16 @@ class FeatureRows:
     `graphs.quantize.EncodedFeatures` (`graphs.shard_format.open_features`: canonical FP32,
     or compressed_graph's codes with their transform), gathered compact in the prefetch
     thread and decoded there (CPU) or on the device (CUDA). ``gather_host(ids, decode=True)``
-    reads just the rows ``ids`` (what the streamed evaluation uses).
+    reads just the rows ``ids`` (what the streamed evaluation uses). ``cache_share`` > 0 puts
+    that share of the rows in an LRU cache in CPU memory between the memory-mapped file and
+    the minibatches (`training.feature_cache.TieredFeatures`, compact codes; thread-safe, so
+    one FeatureRows can serve every stream of a rank across epochs).
     """
 
-    def __init__(self, source, manifest: dict, root: Path):
+    def __init__(self, source, manifest: dict, root: Path, cache_share: float = 0.0):
         self.kind = "none"
         self.device_tensor = None
+        self.cache = None
         if isinstance(source, (torch.Tensor, np.ndarray)):
             t = torch.as_tensor(source)
             if t.device.type == "cpu":
@@ -141,11 +149,15 @@ class FeatureRows:
         self.encoded = open_features(manifest, root)
         if self.encoded is not None:
             self.kind = "encoded"
+            if cache_share > 0:
+                from training.feature_cache import TieredFeatures
+
+                self.cache = TieredFeatures(self.encoded, warm_rows=int(round(cache_share * self.encoded.num_rows)))
 
     def gather_host(self, nodes: np.ndarray, decode: bool) -> torch.Tensor | None:
         """Rows of `nodes` on the CPU, or None; compact codes stay compact unless `decode`."""
         if self.kind == "encoded":
-            rows = self.encoded.gather(nodes)
+            rows = self.cache.gather_codes(nodes) if self.cache is not None else self.encoded.gather(nodes)
             if decode or self.encoded.encoding == "fp32":
                 return torch.from_numpy(self.encoded.decode_gathered(rows))
             return _Compact(torch.from_numpy(rows))
@@ -208,9 +220,9 @@ class ShardStream:
         rank, epoch: which stream; ``0 <= epoch < manifest["epochs"]``.
         device: where the minibatches go ("cpu", "cuda:0", ...).
         prefetch: minibatches read ahead by the background thread; 0 reads inline.
-        features: "manifest" (the feature file the manifest names), None (no ``x``), or a
+        features: "manifest" (the feature file the manifest names), None (no ``x``), a
             [n, D] array/tensor (e.g. preprocessed features; a CUDA tensor is gathered on
-            the device).
+            the device), or a `FeatureRows` shared between streams (e.g. with a cache).
         verify: check each file's SHA-256 against the manifest (its size is always checked).
         order_seed: None reads the minibatches in their stored order; an integer shuffles
             them (the files in a permuted order, each file's minibatches permuted too, both
@@ -241,7 +253,10 @@ class ShardStream:
         self.device = torch.device(device)
         self.pin = self.device.type == "cuda" and torch.cuda.is_available()
         self.decode_on_host = self.device.type == "cpu"
-        self.features = FeatureRows(features, self.manifest, self.root)
+        if isinstance(features, FeatureRows):
+            self.features = features
+        else:
+            self.features = FeatureRows(features, self.manifest, self.root)
         self.num_layers = int(self.manifest["num_layers"])
         self.shared_block = bool(self.manifest["shared_block"])
         self.wait_seconds = 0.0

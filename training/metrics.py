@@ -24,6 +24,7 @@ __all__ = [
     "average_precision",
     "classification_report",
     "confusion_matrix",
+    "one_vs_rest_auc",
     "per_class",
     "roc_auc",
 ]
@@ -92,11 +93,28 @@ def average_precision(y_true: np.ndarray, scores: np.ndarray) -> float:
     return float((recall_step * precision).sum())
 
 
+def one_vs_rest_auc(y_true: np.ndarray, probs: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-class ROC-AUC and PR-AUC (float64 [C]) of class c against the rest, scored by
+    ``probs[:, c]`` (n x C class probabilities); NaN for a class absent from `y_true` (or
+    present in every row). A loop over classes, not rows."""
+    y_true = np.asarray(y_true, dtype=np.int64)
+    probs = np.asarray(probs, dtype=np.float64)
+    if probs.ndim != 2 or probs.shape[0] != y_true.shape[0]:
+        raise ValueError(f"probs must be (n, C) with n = {y_true.shape[0]} rows, got {probs.shape}")
+    c = probs.shape[1]
+    roc = np.array([roc_auc(y_true == k, probs[:, k]) for k in range(c)], dtype=np.float64)
+    pr = np.array([average_precision(y_true == k, probs[:, k]) for k in range(c)], dtype=np.float64)
+    return {"roc_auc": roc, "pr_auc": pr}
+
+
 def classification_report(
     y_true: np.ndarray, y_pred: np.ndarray, num_classes: int, scores: np.ndarray | None = None
 ) -> dict:
     """accuracy, macro precision/recall/F1, per-class lists, the confusion matrix and, for two
-    classes with `scores` (positive-class probability), ROC-AUC and PR-AUC."""
+    classes with `scores` (positive-class probability), ROC-AUC and PR-AUC. With `scores` an
+    (n, C) probability matrix: per-class one-vs-rest ROC-AUC and PR-AUC (`one_vs_rest_auc`) in
+    ``per_class`` and their means over the classes present in `y_true` (``macro_roc_auc``,
+    ``macro_pr_auc``); for C = 2 also ``roc_auc`` / ``pr_auc`` of class 1."""
     cm = confusion_matrix(y_true, y_pred, num_classes)
     pc = per_class(cm)
     present = (pc["support"] > 0) | (cm.sum(0) > 0)
@@ -109,7 +127,17 @@ def classification_report(
         "per_class": {k: v.tolist() for k, v in pc.items()},
         "confusion_matrix": cm.tolist(),
     }
-    if num_classes == 2 and scores is not None:
+    if scores is not None and np.ndim(scores) == 2:
+        auc = one_vs_rest_auc(y_true, scores)
+        out["per_class"].update({k: v.tolist() for k, v in auc.items()})
+        has = pc["support"][: auc["roc_auc"].size] > 0
+        finite = has & np.isfinite(auc["roc_auc"])
+        out["macro_roc_auc"] = float(auc["roc_auc"][finite].mean()) if finite.any() else float("nan")
+        finite = has & np.isfinite(auc["pr_auc"])
+        out["macro_pr_auc"] = float(auc["pr_auc"][finite].mean()) if finite.any() else float("nan")
+        if num_classes == 2:
+            out["roc_auc"], out["pr_auc"] = float(auc["roc_auc"][1]), float(auc["pr_auc"][1])
+    elif num_classes == 2 and scores is not None:
         out["roc_auc"] = roc_auc(y_true, scores)
         out["pr_auc"] = average_precision(y_true, scores)
     return out
@@ -141,4 +169,4 @@ def node_classification_report(nodes, predictions, split: str = "test") -> dict:
     y_pred = np.asarray(predictions.column("predicted").to_numpy(), dtype=np.int64)[rows]
     y_true = label[keep]
     num_classes = max(width, int(y_true.max()) + 1 if y_true.size else 0)
-    return classification_report(y_true, y_pred, num_classes, matrix[:, 1] if width == 2 else None)
+    return classification_report(y_true, y_pred, num_classes, matrix)

@@ -62,6 +62,7 @@ METRIC_COLUMNS = {
     "train_acc": "full-graph inference accuracy on the train split (rank 0, evaluated epochs)",
     "val_acc": "same, validation split",
     "test_acc": "same, test split",
+    "val_macro_f1": "macro-F1 on the validation split (rank 0; with training.select_by: val_macro_f1)",
     "lr": "learning rate at the epoch's last step",
     "steps": "optimizer steps in the epoch",
     "seeds": "loss nodes processed by the rank",

@@ -41,6 +41,8 @@ class StepProfiler:
         if not enabled:
             return
         self.cuda = torch.device(device).type == "cuda"
+        if not self.cuda:
+            quiet_kineto()
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
         self._prof = profile(
             activities=activities,
@@ -79,6 +81,22 @@ class StepProfiler:
         if self._prof is not None and not self.done:
             self.done = True
             self._prof.__exit__(None, None, None)
+
+
+# Kineto's minimum log level: above its STAGE level, so nothing (see `quiet_kineto`).
+KINETO_SILENT = "5"
+
+
+def quiet_kineto() -> None:
+    """Silence Kineto (the profiler's C++ backend) for a CPU-only trace, unless KINETO_LOG_LEVEL is set.
+
+    Kineto prints its progress ("STAGE: Completed Stage: Warm Up") at its highest level, above
+    ERROR, and, in a CUDA build of torch, probes the GPUs when it writes the trace: on a machine
+    without a CUDA driver that prints "ERROR: cudaGetDeviceCount failed with code 35" although
+    nothing failed and the trace is complete. With a CUDA device the default level stays, so
+    real CUPTI errors show. Kineto reads the variable when profiling starts, so setting it here,
+    in the process that profiles, is enough."""
+    os.environ.setdefault("KINETO_LOG_LEVEL", KINETO_SILENT)
 
 
 def nvtx_context(profiler: str, device: torch.device):

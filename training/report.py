@@ -22,20 +22,26 @@ log = logging.getLogger("training")
 
 
 class Reporter:
-    """``info`` lines and the final ``materialization`` metadata of rank 0."""
+    """``info`` lines and the final ``materialization`` metadata of rank 0.
+
+    Under dagster-pipes a line goes to the Dagster run only (its event log, and the console of
+    `dagster asset materialize`), not also to this process's stdout, which the run's console
+    shows too: one line per message. Otherwise it goes to the ``training`` logger."""
 
     def __init__(self, pipes=None):
         self.pipes = pipes
 
     def info(self, msg: str) -> None:
-        log.info(msg)
         if self.pipes is not None:
             self.pipes.log.info(msg)
+        else:
+            log.info(msg)
 
     def warning(self, msg: str) -> None:
-        log.warning(msg)
         if self.pipes is not None:
             self.pipes.log.warning(msg)
+        else:
+            log.warning(msg)
 
     def materialization(self, metadata: dict) -> None:
         if self.pipes is not None:

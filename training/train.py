@@ -60,6 +60,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
+from graphs.progress import Progress
 from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes
 from training.checkpoint import (
     CHECKPOINT_NAME,
@@ -84,7 +85,9 @@ from training.distributed import (
 )
 from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
+from training.imbalance import class_weights, selection_score
 from training.layers import build_model, use_aggregation
+from training.node_stats import NodeGradStats
 from training.outputs import Preprocessing, model_file_state, plot_curves, write_json, write_metrics, write_predictions
 from training.precision import grad_scaler, resolve_precision
 from training.profiling import StepProfiler, nvtx_context
@@ -173,6 +176,10 @@ class Run:
     work: Path
     ckpt_path: Path
     eval_graph: "InMemoryEval | StreamedEval | None" = None
+    feature_rows: FeatureRows | None = None  # shared by the streams when training.feature_cache > 0
+    # imbalanced classes and adaptive sampling (None when off; training.imbalance, training.node_stats)
+    class_weight: torch.Tensor | None = None
+    grad_stats: NodeGradStats | None = None
     # options (training.comm, training.compensation): None when off
     comm_counter: object = None
     vrgcn: VRGCN | None = None
@@ -200,6 +207,9 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     tcfg = cfg.training
     profiling = info.is_main and tcfg.profiler == "torch" and run.start_epoch < run.epochs
     profiler = StepProfiler(profiling, run.work / "profile", run.device)
+    # percent of the epochs and time left, with the latest epoch's figures, every few seconds (and at the
+    # end; early stopping may end sooner)
+    progress = Progress("epoch", run.epochs, report.info, start=run.start_epoch)
 
     # ------------------------------------------------------------------ the loop
     with nvtx_context(tcfg.profiler, run.device):
@@ -214,7 +224,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             rows = all_gather_objects(info, row)
             run.history.extend(rows)
             if info.is_main:
-                report.info(_epoch_line(epoch, run.epochs, rows))
+                progress.advance(detail=_epoch_line(rows))
                 if run.stopped_early:
                     report.info(f"early stopping: validation accuracy last improved at epoch {run.best['epoch']}")
                 if (epoch + 1) % tcfg.checkpoint_every == 0 or epoch == run.epochs - 1 or run.stopped_early:
@@ -222,6 +232,8 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             if on_epoch_end is not None:
                 on_epoch_end(epoch, rows)
     profiler.close()
+    if run.grad_stats is not None:  # every rank's counts, summed (rank 0 writes them)
+        run.grad_stats.all_reduce(info.initialized, info.backend, run.device)
     # every rank's final model state: DDP keeps the replicas identical, on one node or many
     replicas = all_gather_objects(info, state_digest(run.model))
 
@@ -337,9 +349,19 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         key=key,
         work=work,
         ckpt_path=work / CHECKPOINT_NAME,
+        feature_rows=(
+            FeatureRows("manifest", manifest, shards, cache_share=tcfg.feature_cache)
+            if tcfg.feature_cache > 0 and isinstance(stream_features, str)
+            else None
+        ),
         comm_counter=comm_counter,
         vrgcn=vrgcn,
     )
+    if tcfg.class_weighted_loss:
+        nodes = read_node_table(canonical)
+        run.class_weight = class_weights(nodes.labels, nodes.masks["train"], num_classes).to(device)
+    if tcfg.node_grad_stats:
+        run.grad_stats = NodeGradStats(int(manifest["n"]))
     resume(run)
 
     if info.is_main:
@@ -433,12 +455,16 @@ def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
     with record_function("forward"), run.precision.autocast():
         blocks = model_blocks(mb.blocks, run.cfg.model.num_layers, bool(run.manifest.get("shared_block")))
         x = run.transform(mb.x)[: blocks[0].num_src]
+        if run.grad_stats is not None:
+            x = run.grad_stats.watch(x)
         with run.vrgcn.attach(run.model, blocks, mb.input_nodes) if run.vrgcn else contextlib.nullcontext():
             logits = run.net(blocks, x).float()
-        loss = cross_entropy(mb, logits)
+        loss = cross_entropy(mb, logits, run.class_weight)
     t1 = run.now()
     with record_function("backward"):
         run.scaler.scale(loss / minibatches_in_step).backward()
+    if run.grad_stats is not None:  # the minibatch loss's own gradient: undo the loss scale and the 1/M
+        run.grad_stats.record(x, mb.input_nodes, run.scaler.get_scale() / minibatches_in_step)
     t2 = run.now()
     timing["forward"] += t1 - t0
     timing["backward"] += t2 - t1
@@ -462,7 +488,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
             epoch % run.shard_epochs,
             device,
             tcfg.prefetch,
-            features=run.stream_features,
+            features=run.feature_rows if run.feature_rows is not None else run.stream_features,
             verify=tcfg.verify_shards,
             manifest=run.manifest,
             order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
@@ -547,9 +573,11 @@ def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
         t0 = run.now()
         _, logits = run.eval_graph.forward(run.model)  # eval mode: the next epoch's model.train() ends it
         row.update(accuracies(logits, run.eval_graph.labels, run.eval_graph.masks))
+        score = selection_score(tcfg.select_by, row, logits, run.eval_graph.labels, run.eval_graph.masks["val"])
         row["eval_seconds"] = run.now() - t0
-        if row["val_acc"] > run.best["val_acc"]:
+        if score > run.best.get("score", run.best["val_acc"]):
             run.best = {
+                "score": score,
                 "epoch": epoch + 1,
                 "val_acc": row["val_acc"],
                 "test_acc": row["test_acc"],
@@ -657,6 +685,8 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         if (work / "profile").is_dir():
             shutil.copytree(work / "profile", tmp / "profile")
             summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
+        if run.grad_stats is not None:
+            summary["node_grad_stats"] = run.grad_stats.write(tmp)
         write_json(tmp / "summary.json", summary)
     shutil.rmtree(work, ignore_errors=True)
     return summary
@@ -798,10 +828,11 @@ def _peak_memory_mb(device: torch.device) -> float:
     return peak_rss_bytes() / 2**20
 
 
-def _epoch_line(epoch: int, epochs: int, rows: list[dict]) -> str:
+def _epoch_line(rows: list[dict]) -> str:
+    """An epoch's figures over every rank (after the progress part, `graphs.progress`)."""
     main = rows[0]
     line = (
-        f"epoch {epoch + 1}/{epochs}: loss {np.mean([r['loss'] for r in rows]):.4f}, "
+        f"loss {np.mean([r['loss'] for r in rows]):.4f}, "
         f"{sum(r['seeds_per_s'] for r in rows):.0f} seeds/s, {max(r['train_seconds'] for r in rows):.2f} s "
         f"(data wait {max(r['data_wait_share'] for r in rows):.0%})"
     )

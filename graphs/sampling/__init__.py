@@ -50,6 +50,10 @@ proportion to ``Â_vu`` (DGL's ``prob``: heavy edges of a weighted graph are dra
 often), and each drawn edge gets the correction ``S_v / (Â_vu · draws(v))`` (``S_v`` = the
 off-diagonal row sum of Â; Hansen-Hurwitz: ``E[Â_vu c_vu x_u] = Σ_u Â_vu x_u / draws`` per
 draw) when ``neighbor_rescale``; a layer with fanout -1 takes every neighbour (correction 1).
+``neighbor_prob="adaptive"`` draws the same way in proportion to a per-node mass p(u) mixing
+degree and the previous training run's gradient norms, with the correction ``P_v / (p(u) ·
+draws(v))`` (`graphs.sampling.weighting`, which also holds ``seed_weighting="class_balanced"``:
+seeds drawn with replacement in inverse proportion to their class's training-node count).
 ``importance`` and ``saint`` store their corrections above (``c_u/(s·q_u)``, ``C_v/C_uv``),
 ``cluster_gcn`` 1 (Â restricted to the subgraph). Each layer type applies the correction
 its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c (Â·c with

@@ -16,7 +16,8 @@ AUTO_BATCH_MAX = 1024
 AUTO_MINIBATCHES = 4
 SAINT_MODES = ("node", "edge", "walk")
 PLACEMENTS = ("random", "partition")
-NEIGHBOR_PROBS = ("uniform", "weight")
+NEIGHBOR_PROBS = ("uniform", "weight", "adaptive")
+SEED_WEIGHTINGS = ("uniform", "class_balanced")
 
 
 # ----------------------------------------------------------------------------- config
@@ -92,7 +93,23 @@ class ShardConfig:
         default="uniform",
         metadata={
             "help": "neighbor: 'uniform' (without replacement) or 'weight' (with replacement, in proportion "
-            "to Â's entries, so heavy edges of a weighted graph are drawn more often; unbiased by S_v / draws)."
+            "to Â's entries, so heavy edges of a weighted graph are drawn more often; unbiased by S_v / draws) "
+            "or 'adaptive' (with replacement, in proportion to p(u) = α·deg(u)/Σdeg + (1−α)·g(u)/Σg with g the "
+            "previous training run's per-node gradient norms, trained_model's node_grad_norm.npz written with "
+            "training.node_grad_stats; degree only until that file exists; unbiased by P_v / (p(u) · draws), "
+            "graphs.sampling.weighting)."
+        },
+    )
+    adaptive_alpha: float = field(
+        default=0.5,
+        metadata={"help": "neighbor_prob 'adaptive': α, the weight of the degree term (1 = degree only), in [0, 1]."},
+    )
+    seed_weighting: str = field(
+        default="uniform",
+        metadata={
+            "help": f"neighbor / importance seeds per epoch, one of {SEED_WEIGHTINGS}: 'uniform' = every training "
+            "node once (a permutation); 'class_balanced' = as many seeds drawn with replacement, in proportion to "
+            "1 / (training nodes of the node's class), so each class fills an equal share (imbalanced classes)."
         },
     )
     importance_nodes: int = field(
@@ -136,6 +153,15 @@ class ShardConfig:
             raise ValueError(f"seed={self.seed} must be >= 0")
         if self.neighbor_prob not in NEIGHBOR_PROBS:
             raise ValueError(f"neighbor_prob={self.neighbor_prob!r} is not one of {NEIGHBOR_PROBS}")
+        if not 0.0 <= self.adaptive_alpha <= 1.0:
+            raise ValueError(f"adaptive_alpha={self.adaptive_alpha} must lie in [0, 1]")
+        if self.seed_weighting not in SEED_WEIGHTINGS:
+            raise ValueError(f"seed_weighting={self.seed_weighting!r} is not one of {SEED_WEIGHTINGS}")
+        if self.seed_weighting != "uniform" and self.sampler not in ("neighbor", "importance"):
+            raise ValueError(
+                f"seed_weighting={self.seed_weighting!r} weights seed nodes; sampler={self.sampler!r} draws whole "
+                "subgraphs (use sampler 'neighbor' or 'importance')"
+            )
         if self.weight_encoding not in WEIGHT_ENCODINGS:
             raise ValueError(f"weight_encoding={self.weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
         if self.feature_encoding == "int8":

@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.canonical import read_summary
+from graphs.node_scores import mean_grad_norm, read_node_scores
 from graphs.normalize import load_csr
 
 # ----------------------------------------------------------------------------- inputs
@@ -34,6 +35,8 @@ class ShardInputs:
     adjacency_dir: Path | None = None
     partitions_dir: Path | None = None
     compressed_dir: Path | None = None
+    node_scores: np.ndarray | None = None  # g(v) float64 [n] of adaptive sampling (graphs.node_scores), when given
+    node_scores_path: Path | None = None
 
 
 def train_nodes_of(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
@@ -46,9 +49,11 @@ def load_shard_inputs(
     adjacency_dir: str | os.PathLike,
     partitions_dir: str | os.PathLike | None = None,
     compressed_dir: str | os.PathLike | None = None,
+    node_scores: str | os.PathLike | None = None,
 ) -> ShardInputs:
     """Read the canonical graph's labels/splits, Â's CSR and (if given) the METIS parts and clusters;
-    `compressed_dir` (compressed_graph, optional) supplies the features for feature_encoding='compressed'."""
+    `compressed_dir` (compressed_graph, optional) supplies the features for feature_encoding='compressed';
+    `node_scores` (optional) a training run's `graphs.node_scores` file, read as g(v) for adaptive sampling."""
     canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
     summary = read_summary(canonical)
     n = int(summary["nodes"])
@@ -70,6 +75,9 @@ def load_shard_inputs(
         if len(part_id) != n:
             raise ValueError(f"{Path(partitions_dir) / 'part_id.npy'}: {len(part_id)} entries, expected {n}")
     feats = canonical / "features.npy"
+    scores = None
+    if node_scores is not None:
+        scores = mean_grad_norm(*read_node_scores(node_scores, n))
     return ShardInputs(
         n=n,
         indptr=csr.indptr,
@@ -86,4 +94,6 @@ def load_shard_inputs(
         adjacency_dir=adjacency,
         partitions_dir=Path(partitions_dir) if partitions_dir is not None else None,
         compressed_dir=Path(compressed_dir) if compressed_dir is not None else None,
+        node_scores=scores,
+        node_scores_path=Path(node_scores) if node_scores is not None else None,
     )

@@ -21,6 +21,7 @@ from graphs.sampling.schedule import (
     presample_seed,
     ranks_of_parts,
 )
+from graphs.sampling.weighting import adaptive_edge_probs, adaptive_node_probs, class_balanced_probs
 from graphs.shard_format import (
     index_dtype,
 )
@@ -139,10 +140,11 @@ class _Adjacency:
         cum = np.concatenate([[0.0], np.cumsum(self.weights, dtype=np.float64)])
         return cum[self.indptr[1:]] - cum[self.indptr[:-1]]
 
-    def dgl_graph(self, prob: bool = False):
+    def dgl_graph(self, prob: np.ndarray | None = None):
         """DGL graph with edge u -> v per off-diagonal entry Â[v, u]; edge id = off-diagonal position.
 
-        With `prob`, edge feature ``"prob"`` holds Â's entries (DGL's sampling probabilities)."""
+        With `prob` (float32 per off-diagonal entry), edge feature ``"prob"`` holds it (DGL's
+        sampling probabilities; one sampler uses one kind)."""
         if self._dgl_graph is None:
             import dgl
             import torch
@@ -154,10 +156,10 @@ class _Adjacency:
                 ),
                 num_nodes=self.n,
             )
-        if prob and "prob" not in self._dgl_graph.edata:
+        if prob is not None and "prob" not in self._dgl_graph.edata:
             import torch
 
-            self._dgl_graph.edata["prob"] = torch.from_numpy(self.weights)
+            self._dgl_graph.edata["prob"] = torch.from_numpy(np.ascontiguousarray(prob, dtype=np.float32))
         return self._dgl_graph
 
     def neighbours(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -225,6 +227,12 @@ class MinibatchSampler:
         self.saint_info: dict = {}
         self._dgl_mapping: dict = {}
         self._row_sums: np.ndarray | None = None
+        self._edge_prob: np.ndarray | None = None
+        self.adaptive_info: dict = {}
+        # seed_weighting 'class_balanced': the draw probability of each training node
+        self.seed_probs = (
+            class_balanced_probs(inputs.labels[inputs.train_nodes]) if cfg.seed_weighting == "class_balanced" else None
+        )
         # rank owning each node's METIS part: places seeds (placement='partition') and measures
         # remote feature rows under either placement (None without parts, or fewer parts than ranks)
         self.rank_of_node: np.ndarray | None = None
@@ -254,7 +262,7 @@ class MinibatchSampler:
     def minibatches_per_rank(self) -> int:
         cfg = self.cfg
         if cfg.sampler in ("neighbor", "importance"):
-            return len(epoch_seed_batches(self.inputs.train_nodes, 0, cfg, self._placed_ranks())[0])
+            return len(epoch_seed_batches(self.inputs.train_nodes, 0, cfg, self._placed_ranks(), self.seed_probs)[0])
         if cfg.sampler == "cluster_gcn":
             return len(epoch_cluster_groups(self._cluster_ids, 0, cfg)[0])
         return self._saint_per_rank
@@ -262,7 +270,7 @@ class MinibatchSampler:
     def epoch(self, epoch: int) -> Iterator[tuple[int, int, SampledMinibatch]]:
         cfg = self.cfg
         if cfg.sampler in ("neighbor", "importance"):
-            schedule = epoch_seed_batches(self.inputs.train_nodes, epoch, cfg, self._placed_ranks())
+            schedule = epoch_seed_batches(self.inputs.train_nodes, epoch, cfg, self._placed_ranks(), self.seed_probs)
             fn = self.sample_neighbor if cfg.sampler == "neighbor" else self.sample_importance
         elif cfg.sampler == "cluster_gcn":
             schedule = epoch_cluster_groups(self._cluster_ids, epoch, cfg)
@@ -320,11 +328,13 @@ class MinibatchSampler:
         import dgl
         import torch
 
-        by_weight = self.cfg.neighbor_prob == "weight"
+        by_weight = self.cfg.neighbor_prob in ("weight", "adaptive")
+        if by_weight and self._row_sums is None:
+            self._edge_prob, self._row_sums = self._draw_probs()
         with _single_threaded_dgl():
             dgl.seed(seed)
             input_nodes, dgl_blocks = dgl_neighbor_blocks(
-                self.adj.dgl_graph(prob=by_weight),
+                self.adj.dgl_graph(prob=self._edge_prob if by_weight else None),
                 torch.from_numpy(seeds),
                 self.cfg.fanout_list,
                 self._dgl_mapping,
@@ -339,12 +349,10 @@ class MinibatchSampler:
             weight = self.adj.weights[eid]
             correction = None
             if by_weight and fanout != -1:
-                if self.cfg.neighbor_rescale:  # S_v / (Â_vu · draws(v)) per drawn edge (Hansen-Hurwitz)
-                    if self._row_sums is None:
-                        self._row_sums = self.adj.row_sums
+                if self.cfg.neighbor_rescale:  # S_v / (q_vu · draws(v)) per drawn edge (Hansen-Hurwitz)
                     sampled = np.diff(indptr)
                     factor = (self._row_sums[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
-                    correction = np.repeat(factor, sampled) / np.maximum(weight, np.float32(1e-30))
+                    correction = np.repeat(factor, sampled) / np.maximum(self._edge_prob[eid], np.float32(1e-30))
             elif self.cfg.neighbor_rescale:  # deg(v) / sampled(v): the inverse inclusion probability
                 sampled = np.diff(indptr)
                 factor = (self.adj.degree[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
@@ -352,6 +360,21 @@ class MinibatchSampler:
             blocks.append(self._block(indptr, src, weight, b.num_src_nodes(), dst_global, correction))
         out_seeds, pos, labels = self._labelled(input_nodes[: blocks[-1].num_dst], seeds_only=True)
         return SampledMinibatch(input_nodes.astype(np.int64), blocks, out_seeds, pos, labels)
+
+    def _draw_probs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(q float32 per off-diagonal entry, its row sums S_v float64): Â's entries for
+        neighbor_prob 'weight', p(u) of `graphs.sampling.weighting` for 'adaptive'."""
+        if self.cfg.neighbor_prob == "weight":
+            return self.adj.weights, self.adj.row_sums
+        scores = self.inputs.node_scores
+        p = adaptive_node_probs(self.adj.degree, scores, self.cfg.adaptive_alpha)
+        edge_p, sums = adaptive_edge_probs(self.adj.indptr, self.adj.indices, p)
+        self.adaptive_info = {
+            "alpha": self.cfg.adaptive_alpha if scores is not None else 1.0,
+            "node_scores": self.inputs.node_scores_path is not None,
+            "p_max_over_mean": round(float(p.max()), 3) if len(p) else 0.0,
+        }
+        return edge_p, sums
 
     # ---- importance (LADIES)
 

@@ -76,7 +76,11 @@ def _place_on_owners(perm: np.ndarray, owner: np.ndarray, world_size: int) -> li
 
 
 def epoch_seed_batches(
-    train_nodes: np.ndarray, epoch: int, cfg: ShardConfig, rank_of_node: np.ndarray | None = None
+    train_nodes: np.ndarray,
+    epoch: int,
+    cfg: ShardConfig,
+    rank_of_node: np.ndarray | None = None,
+    seed_probs: np.ndarray | None = None,
 ) -> list[list[np.ndarray]]:
     """[rank][minibatch] seed arrays of one epoch (see the module docstring).
 
@@ -84,13 +88,19 @@ def epoch_seed_batches(
     same number of minibatches, sizes within one of each other and at most batch_size.
     With `rank_of_node` (int [n], the rank owning each node's part; ``placement='partition'``), a rank
     takes its own training nodes first (`_place_on_owners`); the shares' sizes are unchanged.
+    With `seed_probs` (float [T], summing to 1; ``seed_weighting='class_balanced'``) the epoch's
+    T seeds are drawn with replacement by those probabilities instead of permuted (a node may
+    repeat, across ranks too); sizes and step counts are those of the permutation.
     """
     w, t = cfg.world_size, len(train_nodes)
     if t < w:
         raise ValueError(f"{t} training nodes cannot be split over world_size={w} ranks; lower world_size")
     cfg = resolve_batch_size(cfg, t)
     rng = np.random.default_rng(derive_seed(cfg.seed, _TAG_EPOCH, epoch))
-    perm = rng.permutation(np.asarray(train_nodes, dtype=np.int64))
+    if seed_probs is None:
+        perm = rng.permutation(np.asarray(train_nodes, dtype=np.int64))
+    else:
+        perm = np.asarray(train_nodes, dtype=np.int64)[rng.choice(t, size=t, replace=True, p=seed_probs)]
     if rank_of_node is None:
         parts = np.array_split(perm, w)
     else:

@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from graphs.npzio import write_npz
+from graphs.progress import Progress
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.samplers import (
@@ -29,7 +30,7 @@ from graphs.shard_format import (
     upstream_hashes,
     write_manifest,
 )
-from graphs.storage import atomic_output_dir, peak_rss_bytes
+from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes
 
 # ----------------------------------------------------------------------------- shard files
 
@@ -98,6 +99,7 @@ def write_minibatch_shards(
         shape = (inputs.n, inputs.feature_dim)
         features = features_entry(cfg.feature_encoding, shape, final, inputs.features_path, inputs.compressed_dir)
         writer = _ShardWriter(tmp)
+        progress = Progress("sampling", per_rank * cfg.world_size * cfg.epochs, log, unit="minibatches")
         try:
             for epoch in range(cfg.epochs):
                 stats = {
@@ -133,10 +135,10 @@ def write_minibatch_shards(
                     pending[rank].append(mb)
                     if len(pending[rank]) == cfg.minibatches_per_shard:
                         emit(rank)
+                    progress.advance()
                 for rank in range(cfg.world_size):
                     emit(rank)
                 streams.extend(stats.values())
-                log(f"epoch {epoch}: {sum(s['minibatches'] for s in stats.values())} minibatches sampled")
         finally:
             writer.close()
         for s in streams:
@@ -200,6 +202,10 @@ def write_minibatch_shards(
         )
         if cfg.sampler == "saint":
             manifest["saint"] = sampler.saint_info
+        if sampler.adaptive_info:
+            manifest["adaptive"] = sampler.adaptive_info
+            if inputs.node_scores_path is not None:
+                manifest["adaptive"]["node_scores_sha256"] = file_sha256(inputs.node_scores_path)
         if measure:
             gathered = sum(s["gathered_rows"] for s in streams)
             manifest["placement"] = {

@@ -1,0 +1,255 @@
+"""Tiered feature storage benchmark: gathered rows/s of neighbour-sampled minibatches from the
+LRU cache (training/feature_cache.py) against an uncached cold gather and all rows in RAM,
+beside the memcpy bandwidth of the same bytes, in one run.
+
+    .venv/bin/python benchmarks/feature_cache.py --nodes 1000000 --edges 10000000 --dim 128
+    .venv/bin/python benchmarks/feature_cache.py --adjacency H/ds/normalized_adjacency \\
+        --features H/ds/canonical_graph/features.npy       # e.g. the 10M-node graph of the 100M run
+
+Minibatches: `--batch` seeds drawn uniformly, then `--fanouts` neighbours per node per layer
+drawn with replacement from the CSR (what neighbour sampling reads: a node in proportion to
+its degree); a batch's rows are its unique input nodes. All batches are drawn before timing.
+
+Measured on the same batches, in this order:
+  cold    np.take from the memory-mapped file with its pages evicted from the page cache before
+          every batch (madvise(MADV_DONTNEED) on our mapping, then
+          posix_fadvise(POSIX_FADV_DONTNEED) on the file: Linux keeps mapped pages otherwise);
+  cached  `TieredFeatures.gather_codes` with a warm tier of each `--cache` share x n rows, by
+          each policy (``degree``: the highest-degree rows, filled up front; ``lru``: `--warmup`
+          untimed batches fill it first), the file evicted the same way before every batch (so
+          every miss is a cold read); the timed batches give rows/s and the hit rate;
+  hits    the same call on batches made only of cached rows (the cache-hit path alone);
+  ram     np.take from the file's mapping after reading it whole (all pages resident);
+  memcpy  the same number of bytes as each batch copied contiguously from that mapping.
+The mapping gets ``--advice`` (default MADV_RANDOM: each page fault reads its page, not the
+kernel's 128 KiB read-around, which with sorted ids pulls in most of the file whatever is
+cached) for every variant alike.
+Targets (issue 13): cached >= 3x cold with a 10 % cache; hits >= 50 % of memcpy.
+Timings on a shared machine are noisy; compare the ratios of one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def evict(array: np.memmap, path: Path) -> None:
+    """Drop the file's pages: unmap them from this process, then ask the kernel to drop them."""
+    array._mmap.madvise(mmap.MADV_DONTNEED)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def sample_batches(indptr, indices, count: int, batch: int, fanouts: list[int], seed: int) -> list[np.ndarray]:
+    """Ascending unique input nodes of `count` neighbour-sampled minibatches."""
+    rng = np.random.default_rng(seed)
+    n = len(indptr) - 1
+    out = []
+    for _ in range(count):
+        frontier = rng.integers(0, n, batch)
+        layers = [frontier]
+        for f in fanouts:
+            start = np.asarray(indptr[frontier], dtype=np.int64)
+            deg = np.asarray(indptr[frontier + 1], dtype=np.int64) - start
+            has = deg > 0
+            start, deg = np.repeat(start[has], f), np.repeat(deg[has], f)
+            pos = start + (rng.random(len(start)) * deg).astype(np.int64)
+            frontier = np.unique(np.asarray(indices[np.sort(pos)], dtype=np.int64))
+            layers.append(frontier)
+        out.append(np.unique(np.concatenate(layers)))
+    return out
+
+
+def _graph(args) -> tuple[Path, Path]:
+    """(adjacency dir, features .npy) from the arguments, built under --work when not given."""
+    if args.adjacency and args.features:
+        return args.adjacency, args.features
+    from adjacency import canonical_graph_for  # benchmarks/adjacency.py: the cached generated graph
+
+    from graphs.normalize import AdjacencyConfig, build_normalized_adjacency
+
+    canonical = canonical_graph_for(args.nodes, args.edges, args.work)
+    adj = canonical.parent / "adjacency"
+    if not (adj / "indptr.npy").is_file():
+        build_normalized_adjacency(canonical, adj, AdjacencyConfig())
+    feats = canonical.parent / f"features-{args.dim}.npy"
+    if not feats.is_file():
+        tmp = feats.with_suffix(".tmp.npy")
+        x = np.lib.format.open_memmap(tmp, mode="w+", dtype=np.float32, shape=(args.nodes, args.dim))
+        rng = np.random.default_rng(0)
+        for a in range(0, args.nodes, 1 << 18):
+            x[a : a + (1 << 18)] = rng.standard_normal((min(1 << 18, args.nodes - a), args.dim), dtype=np.float32)
+        x.flush()
+        del x
+        tmp.rename(feats)
+    return adj, feats
+
+
+def _rate(rows: int, seconds: float) -> float:
+    return rows / seconds if seconds > 0 else float("inf")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nodes", type=int, default=1_000_000)
+    ap.add_argument("--edges", type=int, default=10_000_000)
+    ap.add_argument("--dim", type=int, default=128, help="feature width of the generated feature file")
+    ap.add_argument("--adjacency", type=Path, help="a normalized_adjacency folder (with --features)")
+    ap.add_argument("--features", type=Path, help="a float32 [n, D] .npy file (with --adjacency)")
+    ap.add_argument("--work", type=Path, default=Path("bench_out/graphs"))
+    ap.add_argument("--cache", default="0.1,0.3", help="warm tier sizes, shares of the rows (comma-separated)")
+    ap.add_argument("--batch", type=int, default=1024)
+    ap.add_argument("--fanouts", default="10,5")
+    ap.add_argument("--batches", type=int, default=20, help="timed batches")
+    ap.add_argument("--warmup", type=int, default=30, help="untimed batches filling the cache")
+    ap.add_argument(
+        "--advice",
+        choices=["random", "normal"],
+        default="random",
+        help="madvise of the feature mapping for every variant (random: no read-around, what a store "
+        "of features larger than RAM wants; normal: the kernel's read-around)",
+    )
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+
+    from graphs.normalize import load_csr
+    from graphs.quantize import EncodedFeatures
+    from training.feature_cache import TieredFeatures
+
+    adj_dir, feat_path = _graph(args)
+    csr = load_csr(adj_dir)
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    shares = [float(c) for c in args.cache.split(",")]
+    t = time.perf_counter()
+    batches = sample_batches(csr.indptr, csr.indices, args.warmup + args.batches, args.batch, fanouts, 0)
+    warm, timed = batches[: args.warmup], batches[args.warmup :]
+    hot_sample_s = time.perf_counter() - t
+    x = np.load(feat_path, mmap_mode="r", allow_pickle=False)
+    n, d = x.shape
+    row_bytes = x.dtype.itemsize * d
+    rows_timed = int(sum(len(b) for b in timed))
+    print(
+        f"features {feat_path}: {n:,} x {d} {x.dtype} ({n * row_bytes / 2**30:.2f} GiB); "
+        f"{len(timed)} timed batches, {rows_timed / len(timed):,.0f} unique rows each "
+        f"(batch {args.batch}, fanouts {args.fanouts}; sampled in {hot_sample_s:.1f} s)",
+        flush=True,
+    )
+    if args.advice == "random":  # row-sized reads: no read-around of 128 KiB per page fault
+        x._mmap.madvise(mmap.MADV_RANDOM)
+    view = x.view(np.ndarray)
+
+    # cold: evicted before every batch
+    seconds = 0.0
+    for b in timed:
+        evict(x, feat_path)
+        t = time.perf_counter()
+        np.take(view, b, axis=0)
+        seconds += time.perf_counter() - t
+    cold = _rate(rows_timed, seconds)
+
+    # cached: warm tier of share x n rows (each policy), misses read cold
+    encoded = EncodedFeatures("fp32", n, d, {"x": x})
+    degree = np.diff(np.asarray(csr.indptr, dtype=np.int64))
+    cached = {}
+    hits = None
+    for share in shares:
+        for policy in ("degree", "lru"):
+            cache = TieredFeatures(encoded, warm_rows=int(share * n), degree=degree, warm_policy=policy)
+            for b in warm if policy == "lru" else []:
+                evict(x, feat_path)
+                cache.gather_codes(b)
+            cache.reset_stats()
+            seconds = 0.0
+            for b in timed:
+                evict(x, feat_path)
+                t = time.perf_counter()
+                cache.gather_codes(b)
+                seconds += time.perf_counter() - t
+            cached[(share, policy)] = (_rate(rows_timed, seconds), cache.stats.hit_rate)
+            if hits is None:  # hits only: batches of cached rows, as large as the timed batches
+                in_cache = cache.cached_nodes()
+                rng = np.random.default_rng(1)
+                size = min(int(np.mean([len(b) for b in timed])), len(in_cache))
+                hit_batches = [np.sort(rng.choice(in_cache, size, replace=False)) for _ in timed]
+                seconds = 0.0
+                for b in hit_batches:
+                    t = time.perf_counter()
+                    cache.gather_codes(b)
+                    seconds += time.perf_counter() - t
+                hits = _rate(size * len(hit_batches), seconds)
+            del cache
+
+    # all rows in RAM (the whole file resident), and memcpy of the same bytes
+    t = time.perf_counter()
+    for a in range(0, n, 1 << 18):
+        np.add.reduce(view[a : a + (1 << 18), 0])  # touch every page
+    read_s = time.perf_counter() - t
+    seconds = 0.0
+    for b in timed:
+        t = time.perf_counter()
+        np.take(view, b, axis=0)
+        seconds += time.perf_counter() - t
+    ram = _rate(rows_timed, seconds)
+    buf = np.empty((max(len(b) for b in timed), d), dtype=x.dtype)
+    seconds = 0.0
+    for i, b in enumerate(timed):
+        start = (i * 7919 * len(b)) % max(1, n - len(b))
+        t = time.perf_counter()
+        np.copyto(buf[: len(b)], view[start : start + len(b)])
+        seconds += time.perf_counter() - t
+    memcpy = _rate(rows_timed, seconds)
+
+    gb = 2**30
+    rows = [("cold (page cache evicted before every batch)", cold)]
+    for (share, policy), (rate, hit_rate) in cached.items():
+        rows.append((f"cached: warm {policy} {share:.0%} of rows, misses cold (hit rate {hit_rate:.3f})", rate))
+    rows += [
+        ("cache hits only (TieredFeatures.gather_codes)", hits),
+        ("all rows in RAM (np.take, file resident)", ram),
+        ("memcpy of the same bytes (contiguous)", memcpy),
+    ]
+    print(f"\n(whole file read into the page cache in {read_s:.1f} s)")
+    print("| gather | rows/s | GB/s | / cold |")
+    print("| --- | --- | --- | --- |")
+    for name, r in rows:
+        print(f"| {name} | {r:,.0f} | {r * row_bytes / gb:.2f} | {r / cold:.2f} |")
+    best = max(rate for rate, _ in cached.values())
+    ratios = {f"cached_{policy}_{share:g}_over_cold": rate / cold for (share, policy), (rate, _) in cached.items()} | {
+        "hits_over_memcpy": hits / memcpy,
+        "best_cached_over_ram": best / ram,
+    }
+    print(
+        "\n"
+        + "; ".join(f"{name} {value:.2f}" for name, value in ratios.items())
+        + " (targets: cached >= 3 x cold with 10 % of the rows; hits >= 0.5 x memcpy)"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        result = {
+            "nodes": n,
+            "dim": d,
+            "rows_per_batch": rows_timed / len(timed),
+            "rows_per_s": {"cold": cold, "hits": hits, "ram": ram, "memcpy": memcpy}
+            | {f"cached_{policy}_{share:g}": rate for (share, policy), (rate, _) in cached.items()},
+            "hit_rate": {f"{policy}_{share:g}": h for (share, policy), (_, h) in cached.items()},
+            "ratios": ratios,
+        }
+        args.json.write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Tiered feature storage (training/feature_cache.py): LRU mechanics, hit counting, INT8 rows,
+hot-tier selection by degree."""
+
+import numpy as np
+import pytest
+import torch
+
+from graphs.quantize import EncodedFeatures, encode_features
+from training.feature_cache import TieredFeatures, hot_nodes
+
+
+def _fp32(n=10, d=3, tmp_path=None):
+    x = (np.arange(n * d, dtype=np.float32).reshape(n, d) + 0.5) * np.float32(1.25)
+    if tmp_path is not None:  # the cold tier as in training: a memory-mapped .npy
+        np.save(tmp_path / "features.npy", x)
+        x = np.load(tmp_path / "features.npy", mmap_mode="r")
+    return EncodedFeatures("fp32", x.shape[0], x.shape[1], {"x": x}), np.asarray(x)
+
+
+def test_lru_evicts_the_least_recently_gathered_row(tmp_path):
+    enc, _ = _fp32(tmp_path=tmp_path)
+    cache = TieredFeatures(enc, warm_rows=2)
+    cache.gather(np.array([1]))
+    cache.gather(np.array([2]))
+    cache.gather(np.array([1]))  # hit: 1 is now more recent than 2
+    cache.gather(np.array([3]))  # evicts 2
+    assert cache.cached_nodes().tolist() == [1, 3]
+    cache.gather(np.array([4]))  # evicts 1
+    assert cache.cached_nodes().tolist() == [3, 4]
+    s = cache.stats
+    assert (s.requested, s.warm_hits, s.cold_reads, s.hot_hits) == (5, 1, 4, 0)
+    assert s.hit_rate == pytest.approx(0.2)
+
+
+def test_a_gather_never_evicts_its_own_hits():
+    enc, x = _fp32()
+    cache = TieredFeatures(enc, warm_rows=3)
+    cache.gather(np.array([0, 1, 2]))
+    rows = cache.gather(np.array([0, 1, 5, 6]))  # 2 hits; only one free slot (2's) for 5 and 6
+    assert cache.cached_nodes().tolist() == [0, 1, 5]
+    np.testing.assert_array_equal(rows.numpy(), x[[0, 1, 5, 6]])
+
+
+def test_hits_count_unique_rows_and_rows_come_back_in_request_order(tmp_path):
+    enc, x = _fp32(tmp_path=tmp_path)
+    cache = TieredFeatures(enc, warm_rows=4)
+    nodes = np.array([7, 3, 7, 0, 3])
+    first = cache.gather(nodes)
+    second = cache.gather(nodes)
+    np.testing.assert_array_equal(first.numpy(), x[nodes])
+    np.testing.assert_array_equal(second.numpy(), x[nodes])
+    assert (cache.stats.requested, cache.stats.warm_hits, cache.stats.cold_reads) == (6, 3, 3)
+    np.testing.assert_array_equal(cache.gather_codes(nodes), x[nodes])
+
+
+def test_hot_tier_holds_the_highest_degree_nodes():
+    assert hot_nodes(np.array([1, 5, 3, 5, 0]), 2).tolist() == [1, 3]
+    assert hot_nodes(np.array([2, 2, 2, 9]), 2).tolist() == [0, 3]  # ties: lower id first
+    assert hot_nodes(np.array([4, 1]), 5).tolist() == [0, 1]
+    enc, x = _fp32(n=6)
+    degree = np.array([0, 9, 1, 8, 2, 3])
+    cache = TieredFeatures(enc, warm_rows=1, hot_rows=2, degree=degree, device="cpu")
+    assert cache.hot_nodes.tolist() == [1, 3]
+    nodes = np.array([3, 0, 1, 5])
+    np.testing.assert_array_equal(cache.gather(nodes).numpy(), x[nodes])
+    assert (cache.stats.hot_hits, cache.stats.warm_hits, cache.stats.cold_reads) == (2, 0, 2)
+    assert cache.cached_nodes().tolist() == [0]  # hot rows never enter the warm tier
+
+
+def test_int8_rows_equal_the_dequantized_originals_in_every_tier():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(50, 8)).astype(np.float32)
+    enc = encode_features(x, "int8")
+    degree = rng.integers(0, 100, 50)
+    cache = TieredFeatures(enc, warm_rows=10, hot_rows=5, degree=degree)
+    assert cache._rows.dtype == np.int8 and cache._hot.dtype == torch.int8  # compact codes in the tiers
+    expected_all = enc.decode()
+    for nodes in (rng.integers(0, 50, 30), np.arange(50), rng.integers(0, 50, 30)):
+        got = cache.gather(nodes).numpy()
+        np.testing.assert_array_equal(got, expected_all[nodes])
+    assert cache.stats.hot_hits > 0 and cache.stats.warm_hits > 0 and cache.stats.cold_reads > 0
+    # quantized, not the originals themselves
+    assert not np.array_equal(expected_all, x)
+
+
+def test_bad_settings_are_refused():
+    enc, _ = _fp32()
+    with pytest.raises(ValueError, match="degree"):
+        TieredFeatures(enc, hot_rows=2)
+    with pytest.raises(ValueError, match=">= 0"):
+        TieredFeatures(enc, warm_rows=-1)
+
+
+def test_degree_policy_keeps_the_highest_degree_rows_after_the_hot_ones():
+    enc, x = _fp32(n=8)
+    degree = np.array([5, 1, 9, 7, 2, 8, 0, 3])
+    cache = TieredFeatures(enc, warm_rows=2, hot_rows=1, degree=degree, warm_policy="degree")
+    assert cache.hot_nodes.tolist() == [2]
+    assert cache.cached_nodes().tolist() == [3, 5]  # next highest degrees, filled up front
+    nodes = np.array([0, 1, 2, 3, 5, 6])
+    np.testing.assert_array_equal(cache.gather(nodes).numpy(), x[nodes])
+    assert cache.cached_nodes().tolist() == [3, 5]  # misses are never inserted
+    assert (cache.stats.hot_hits, cache.stats.warm_hits, cache.stats.cold_reads) == (1, 2, 3)
+    with pytest.raises(ValueError, match="warm_policy"):
+        TieredFeatures(enc, warm_rows=2, warm_policy="fifo")
+    with pytest.raises(ValueError, match="degree"):
+        TieredFeatures(enc, warm_rows=2, warm_policy="degree")

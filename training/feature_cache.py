@@ -1,0 +1,211 @@
+"""Tiered feature storage: cold rows memory-mapped on disk, warm rows in an LRU cache in CPU
+memory, hot rows (the highest-degree nodes) on the training device.
+
+A minibatch's input nodes are looked up hot tier first, then warm, then cold:
+
+- **cold**: the feature file itself (`graphs.quantize.EncodedFeatures` over a memory map:
+  canonical ``features.npy`` or compressed_graph's codes), read with ``np.take`` in
+  ascending node order;
+- **warm**: ``warm_rows`` rows in one preallocated CPU array with a slot per row, kept by
+  one of two policies (``warm_policy``):
+  ``lru``: every row read from cold is inserted, evicting the least recently used slots
+  (recency counts gathers: all rows of one gather share a time stamp, and a gather never
+  evicts the rows it hits itself); each gather's misses are inserted in ascending node
+  order, at most as many as there are slots it does not use;
+  ``degree``: the ``warm_rows`` highest-degree nodes after the hot ones, filled once and
+  never evicted (neighbour sampling reads a node in proportion to its degree, so this is
+  the best static choice for it; measured in BENCHMARKS.md against LRU);
+- **hot**: the ``hot_rows`` nodes of highest degree (ties: lower id first), their rows copied
+  once to ``device`` (a CUDA device in training; the CPU works too, e.g. in tests).
+
+Every tier holds the compact rows (INT8 / 4-bit / bit codes when compressed features are
+chosen, so a byte of cache holds 4x-32x the rows it would in float32); ``gather`` decodes
+once, on the device, with the file's own decoder (`EncodedFeatures.decode_gathered_torch`),
+so the rows equal the dequantized originals exactly.
+
+Counters (``stats``): requested rows (after removing duplicates within a gather), hot hits,
+warm hits, cold reads; ``hit_rate`` = (hot + warm) / requested.
+
+Why: neighbour sampling reads a node in proportion to its degree, so on a power-law graph a
+cache of a small share of the rows serves most of the reads; with features larger than host
+or device memory, the warm and hot tiers are where the bandwidth is. `benchmarks/feature_cache.py`
+measures it against an uncached (page-cache evicted) gather and against all rows in RAM.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from graphs.quantize import EncodedFeatures
+
+__all__ = ["WARM_POLICIES", "CacheStats", "TieredFeatures", "hot_nodes"]
+
+WARM_POLICIES = ("lru", "degree")
+
+
+def _unique(nodes) -> tuple[np.ndarray, np.ndarray | None]:
+    """(ascending unique ids, inverse or None when `nodes` already is ascending and unique)."""
+    nodes = np.asarray(nodes, dtype=np.int64)
+    if len(nodes) < 2 or bool(np.all(nodes[1:] > nodes[:-1])):
+        return nodes, None
+    return np.unique(nodes, return_inverse=True)
+
+
+@dataclass
+class CacheStats:
+    """Row counts since the cache was built (or `reset`)."""
+
+    requested: int = 0
+    hot_hits: int = 0
+    warm_hits: int = 0
+    cold_reads: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        return (self.hot_hits + self.warm_hits) / self.requested if self.requested else 0.0
+
+
+def hot_nodes(degree: np.ndarray, count: int) -> np.ndarray:
+    """Ascending ids of the `count` nodes of highest degree (ties: lower id first)."""
+    count = max(0, min(int(count), len(degree)))
+    if count == 0:
+        return np.empty(0, dtype=np.int64)
+    order = np.argsort(-np.asarray(degree, dtype=np.int64), kind="stable")[:count]
+    return np.sort(order).astype(np.int64)
+
+
+class TieredFeatures:
+    """Feature rows from the hot (device), warm (LRU, CPU) and cold (memory map) tiers."""
+
+    def __init__(
+        self,
+        encoded: EncodedFeatures,
+        *,
+        warm_rows: int = 0,
+        hot_rows: int = 0,
+        degree: np.ndarray | None = None,
+        device: str | torch.device = "cpu",
+        warm_policy: str = "lru",
+    ):
+        if warm_rows < 0 or hot_rows < 0:
+            raise ValueError(f"warm_rows and hot_rows must be >= 0, got {warm_rows} and {hot_rows}")
+        if warm_policy not in WARM_POLICIES:
+            raise ValueError(f"warm_policy={warm_policy!r}: must be one of {WARM_POLICIES}")
+        needs_degree = hot_rows or (warm_rows and warm_policy == "degree")
+        if needs_degree and (degree is None or len(degree) != encoded.num_rows):
+            raise ValueError(
+                f"hot_rows={hot_rows} / warm_policy={warm_policy!r} needs the degree of each of the "
+                f"{encoded.num_rows} nodes"
+            )
+        self.warm_policy = warm_policy
+        self.encoded = encoded
+        self.device = torch.device(device)
+        codes = encoded.codes
+        self._cold = codes.view(np.ndarray) if isinstance(codes, np.memmap) else codes  # np.take: ~3x faster
+        n = encoded.num_rows
+        self._row_shape, self._dtype = codes.shape[1:], codes.dtype
+        self._lock = threading.Lock()
+        self.stats = CacheStats()
+
+        hot = hot_nodes(degree, hot_rows) if hot_rows else np.empty(0, dtype=np.int64)
+        self.hot_nodes = hot
+        self._hot_slot = np.full(n, -1, dtype=np.int64) if len(hot) else None
+        if len(hot):
+            self._hot_slot[hot] = np.arange(len(hot))
+        self._hot = torch.from_numpy(np.take(self._cold, hot, axis=0)).to(self.device)
+
+        capacity = min(int(warm_rows), n)
+        self.capacity = capacity
+        self._slot_of = np.full(n, -1, dtype=np.int64) if capacity else None
+        self._node_of = np.full(capacity, -1, dtype=np.int64)
+        self._last_used = np.full(capacity, -1, dtype=np.int64)
+        self._rows = np.empty((capacity, *self._row_shape), dtype=self._dtype)
+        self._tick = 0
+        if capacity and warm_policy == "degree":
+            ranked = np.argsort(-np.asarray(degree, dtype=np.int64), kind="stable")
+            if len(hot):
+                ranked = ranked[self._hot_slot[ranked] < 0]
+            fill = np.sort(ranked[:capacity]).astype(np.int64)
+            self._node_of[: len(fill)] = fill
+            self._slot_of[fill] = np.arange(len(fill))
+            self._rows[: len(fill)] = np.take(self._cold, fill, axis=0)
+
+    # ------------------------------------------------------------------ lookups
+
+    def cached_nodes(self) -> np.ndarray:
+        """Ascending ids of the rows now in the warm tier."""
+        return np.sort(self._node_of[self._node_of >= 0])
+
+    def reset_stats(self) -> None:
+        self.stats = CacheStats()
+
+    def gather_codes(self, nodes: np.ndarray) -> np.ndarray:
+        """Compact rows of `nodes` (any order, duplicates allowed) from the warm and cold tiers
+        only, on the CPU: what a host-side reader uses when there is no hot tier."""
+        unique, inverse = _unique(nodes)
+        with self._lock:
+            self.stats.requested += len(unique)
+            rows = self._warm_or_cold(unique)
+        return rows if inverse is None else rows[inverse]
+
+    def gather(self, nodes: np.ndarray) -> torch.Tensor:
+        """float32 [len(nodes), D] rows of `nodes` on the device, decoded."""
+        unique, inverse = _unique(nodes)
+        with self._lock:
+            self.stats.requested += len(unique)
+            if self._hot_slot is not None:
+                slot = self._hot_slot[unique]
+                is_hot = slot >= 0
+            else:
+                slot, is_hot = None, np.zeros(len(unique), dtype=bool)
+            self.stats.hot_hits += int(is_hot.sum())
+            host = self._warm_or_cold(unique[~is_hot])
+        out = torch.empty((len(unique), *self._row_shape), dtype=self._hot.dtype, device=self.device)
+        if is_hot.any():
+            out[torch.from_numpy(np.flatnonzero(is_hot)).to(self.device)] = self._hot[
+                torch.from_numpy(slot[is_hot]).to(self.device)
+            ]
+        if len(host):
+            out[torch.from_numpy(np.flatnonzero(~is_hot)).to(self.device)] = torch.from_numpy(host).to(self.device)
+        out = self.encoded.decode_gathered_torch(out)
+        return out if inverse is None else out[torch.from_numpy(inverse).to(self.device)]
+
+    def _warm_or_cold(self, unique: np.ndarray) -> np.ndarray:
+        """Compact rows of ascending unique `unique` from the warm tier or the cold file
+        (inserting the cold ones, LRU); caller holds the lock and counts `requested`."""
+        if not self.capacity:
+            self.stats.cold_reads += len(unique)
+            return np.take(self._cold, unique, axis=0)
+        self._tick += 1
+        slot = self._slot_of[unique]
+        hit = slot >= 0
+        hit_slots = slot[hit]
+        # one gather from the warm rows for every position (misses read slot 0), then the misses
+        # written over: the hit path is a single np.take
+        out = np.take(self._rows, np.maximum(slot, 0), axis=0)
+        miss_at = np.flatnonzero(~hit)
+        miss = unique[miss_at]
+        miss_rows = np.take(self._cold, miss, axis=0)
+        out[miss_at] = miss_rows
+        self.stats.warm_hits += len(hit_slots)
+        self.stats.cold_reads += len(miss)
+        if self.warm_policy != "lru":
+            return out
+        self._last_used[hit_slots] = self._tick
+        count = min(len(miss), self.capacity - len(hit_slots))
+        if count > 0:
+            if count < self.capacity:
+                victims = np.argpartition(self._last_used, count - 1)[:count]
+            else:
+                victims = np.arange(self.capacity)
+            old = self._node_of[victims]
+            self._slot_of[old[old >= 0]] = -1
+            self._node_of[victims] = miss[:count]
+            self._slot_of[miss[:count]] = victims
+            self._last_used[victims] = self._tick
+            self._rows[victims] = miss_rows[:count]
+        return out
