@@ -47,6 +47,10 @@ TECHNIQUES = [
     "adaptive",
     "imbalanced",
     "subgraph",
+    "compensation",
+    "comm",
+    "memory",
+    "depth",
 ]
 ROW_KEYS = ("technique", "dataset", "acc_on", "acc_off", "time_on", "time_off", "mem_on", "mem_off", "verdict")
 OPTIONAL_KEYS = ("metric", "notes")

@@ -37,10 +37,14 @@ from typing import Any, ClassVar, TypeVar, Union
 
 import yaml
 
+from training.comm_hooks import CommConfig
+from training.compensation import CompensationConfig
 from training.imbalance import SELECT_BY
 from training.layers import ModelConfig
 
 __all__ = [
+    "CommConfig",
+    "CompensationConfig",
     "LRScheduleConfig",
     "OptimizerConfig",
     "PathsConfig",
@@ -262,6 +266,14 @@ class TrainingConfig:
     )
     checkpoint_every: int = field(
         default=1, metadata={"help": "epochs between checkpoints on rank 0 (always after the last)"}
+    )
+    compensation: CompensationConfig = field(
+        default_factory=CompensationConfig,
+        metadata={"help": "historical compensation for small fanouts: gradient moving average, VR-GCN (off)"},
+    )
+    comm: CommConfig = field(
+        default_factory=CommConfig,
+        metadata={"help": "DDP gradient communication: compression hook, bucket size, byte counting"},
     )
     dist_timeout_s: int = field(
         default=1800,

@@ -80,6 +80,19 @@ class Aggregating(nn.Module):
     backend its aggregations use ("auto", "torch" or "dgl"; see `use_aggregation`)."""
 
     aggregation: str = "auto"
+    # set for one training forward pass by `training.compensation.VRGCN.attach`: a callable
+    # that replaces `aggregate` (VR-GCN's control variate); None = plain aggregation
+    control_variate = None
+
+    def aggregate(
+        self, block: Block, x: torch.Tensor, reduce: str, edge_weight: torch.Tensor | None, transform=None
+    ) -> torch.Tensor:
+        """`training.aggregate.aggregate` with this layer's backend (or its control variate, when
+        set). ``transform``: the linear map the layer applied to its input to get ``x`` (None: x is
+        the input), which the control variate applies to the input without dropout."""
+        if self.control_variate is not None:
+            return self.control_variate(block, x, reduce, edge_weight, self.aggregation, transform)
+        return aggregate(block, x, reduce=reduce, edge_weight=edge_weight, backend=self.aggregation)
 
 
 @contextlib.contextmanager
@@ -125,17 +138,11 @@ class SAGEConv(Aggregating):
     def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         if self.aggregator == "pool":
             pooled = F.relu(self.fc_pool(x))
-            h_neigh = self.fc_neigh(
-                aggregate(block, pooled, reduce="max", edge_weight=edge_weight, backend=self.aggregation)
-            )
+            h_neigh = self.fc_neigh(self.aggregate(block, pooled, "max", edge_weight))
         elif self.in_feats > self.out_feats:
-            h_neigh = aggregate(
-                block, self.fc_neigh(x), reduce="mean", edge_weight=edge_weight, backend=self.aggregation
-            )
+            h_neigh = self.aggregate(block, self.fc_neigh(x), "mean", edge_weight, self.fc_neigh)
         else:
-            h_neigh = self.fc_neigh(
-                aggregate(block, x, reduce="mean", edge_weight=edge_weight, backend=self.aggregation)
-            )
+            h_neigh = self.fc_neigh(self.aggregate(block, x, "mean", edge_weight))
         return self.fc_self(x[: block.num_dst]) + h_neigh
 
 
@@ -190,9 +197,9 @@ class GraphConv(Aggregating):
             x = x * _per_row(deg.rsqrt() if norm == "both" else deg.reciprocal(), x)
         # Multiply by W on the smaller side of the aggregation.
         if self.weight is not None and self.in_feats > self.out_feats:
-            h = aggregate(block, x @ self.weight, reduce="sum", edge_weight=edge_weight, backend=self.aggregation)
+            h = self.aggregate(block, x @ self.weight, "sum", edge_weight, lambda t: t @ self.weight)
         else:
-            h = aggregate(block, x, reduce="sum", edge_weight=edge_weight, backend=self.aggregation)
+            h = self.aggregate(block, x, "sum", edge_weight)
             if self.weight is not None:
                 h = h @ self.weight
         if norm in ("right", "both"):
@@ -310,7 +317,7 @@ class GINConv(Aggregating):
             self.register_buffer("eps", torch.tensor([float(init_eps)]))
 
     def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        neigh = aggregate(block, x, reduce=self.aggregator, edge_weight=edge_weight, backend=self.aggregation)
+        neigh = self.aggregate(block, x, self.aggregator, edge_weight)
         return self.apply_func((1 + self.eps) * x[: block.num_dst] + neigh)
 
 
@@ -473,6 +480,8 @@ class GNN(nn.Module):
         weighted-sum layers (gin, gcn); the other layers ignore it.
         """
         last = index == self.num_layers - 1
+        if self.convs[index].control_variate is not None:  # VR-GCN keeps histories of the input before dropout
+            self.convs[index].control_variate.undropped = h
         out = self._conv(index, block, self.dropout(h), edge_scale)
         if last:
             return out

@@ -71,6 +71,8 @@ from training.checkpoint import (
     save_checkpoint,
     work_dir_for,
 )
+from training.comm_hooks import setup_comm_hook
+from training.compensation import VRGCN, GradientEMA, check_vrgcn_supports
 from training.config import LRScheduleConfig, OptimizerConfig, RunConfig, TrainingConfig
 from training.data import FeatureRows, ShardStream, cross_entropy, read_manifest
 from training.distributed import (
@@ -178,6 +180,9 @@ class Run:
     # imbalanced classes and adaptive sampling (None when off; training.imbalance, training.node_stats)
     class_weight: torch.Tensor | None = None
     grad_stats: NodeGradStats | None = None
+    # options (training.comm, training.compensation): None when off
+    comm_counter: object = None
+    vrgcn: VRGCN | None = None
     # progress (restored from a checkpoint)
     start_epoch: int = 0
     step: int = 0
@@ -293,10 +298,21 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
     # ------------------------------------------------------------------ model, DDP, optimizer, AMP
     torch.manual_seed(tcfg.seed)  # the same initial parameters on every rank
     model = build_model(cfg.model, in_feats, num_classes).to(device)
-    net = model
+    net, comm_counter = model, None
     if info.initialized:
-        net = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        net = DistributedDataParallel(
+            model,
+            device_ids=[device.index] if device.type == "cuda" else None,
+            bucket_cap_mb=tcfg.comm.bucket_cap_mb,
+        )
+        comm_counter = setup_comm_hook(net, tcfg.comm, timeout_s=tcfg.dist_timeout_s)
     optimizer = make_optimizer(tcfg.optimizer, model)
+    if tcfg.compensation.grad_ema:
+        optimizer = GradientEMA(optimizer, tcfg.compensation.grad_ema)
+    vrgcn = None
+    if tcfg.compensation.vrgcn:
+        check_vrgcn_supports(cfg.model)
+        vrgcn = VRGCN.from_adjacency(adjacency, device)
     precision = resolve_precision(tcfg.precision, device)
     scaler = grad_scaler(enabled=precision.loss_scaling)
 
@@ -338,6 +354,8 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
             if tcfg.feature_cache > 0 and isinstance(stream_features, str)
             else None
         ),
+        comm_counter=comm_counter,
+        vrgcn=vrgcn,
     )
     if tcfg.class_weighted_loss:
         nodes = read_node_table(canonical)
@@ -439,7 +457,8 @@ def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
         x = run.transform(mb.x)[: blocks[0].num_src]
         if run.grad_stats is not None:
             x = run.grad_stats.watch(x)
-        logits = run.net(blocks, x).float()
+        with run.vrgcn.attach(run.model, blocks, mb.input_nodes) if run.vrgcn else contextlib.nullcontext():
+            logits = run.net(blocks, x).float()
         loss = cross_entropy(mb, logits, run.class_weight)
     t1 = run.now()
     with record_function("backward"):
@@ -480,6 +499,8 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
     timing = dict.fromkeys(("data", "forward", "backward", "update"), 0.0)
     loss_sum = correct = seeds = minibatches = 0
     lr = optimizer.param_groups[0]["lr"]
+    if run.comm_counter is not None:
+        run.comm_counter.take()  # count this epoch's steps only
     try:
         with use_aggregation(model, tcfg.aggregation):  # evaluation keeps `auto`
             for s in range(run.steps_per_epoch):
@@ -520,7 +541,11 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
         for stream in streams:
             stream.close()
     train_seconds = run.now() - t_epoch
+    comm = {}
+    if run.comm_counter is not None:
+        comm = {"comm_bytes_per_step": run.comm_counter.take()["sent"] / max(run.steps_per_epoch, 1)}
     return {
+        **comm,
         "epoch": epoch + 1,  # numbered from 1 in metrics, logs, summaries and plots
         "rank": info.rank,
         "loss": loss_sum / max(minibatches, 1),
@@ -629,6 +654,7 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         ),
         "data_wait_share": float(np.mean([r["data_wait_share"] for r in history])),
         "peak_memory_mb": float(max(r["peak_memory_mb"] for r in history)),
+        **_comm_summary(history),
         "world_size": int(manifest["world_size"]),
         "processes": info.world_size,
         "batch_size": int(manifest["batch_size"]),
@@ -788,6 +814,12 @@ def learning_rate(sched: LRScheduleConfig, base_lr: float, step: int, steps_per_
         progress = min(1.0, (step - warmup) / max(1.0, total_steps - warmup))
         return base_lr * (sched.min_lr_ratio + (1 - sched.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
     return base_lr * sched.gamma ** ((step // steps_per_epoch) // sched.step_epochs)
+
+
+def _comm_summary(history: list[dict]) -> dict:
+    """Mean gradient bytes sent per rank and optimizer step (training.comm.count_bytes), if counted."""
+    counted = [r["comm_bytes_per_step"] for r in history if "comm_bytes_per_step" in r]
+    return {"comm_bytes_per_step": float(np.mean(counted))} if counted else {}
 
 
 def _peak_memory_mb(device: torch.device) -> float:
