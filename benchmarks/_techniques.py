@@ -67,6 +67,7 @@ def _train_child(cfg: dict, canonical: str, q) -> None:
 
     torch.set_num_threads(1)
 
+    from graphs.storage import peak_rss_bytes
     from training.config import RunConfig
     from training.metrics import node_classification_report
     from training.train import train
@@ -81,7 +82,7 @@ def _train_child(cfg: dict, canonical: str, q) -> None:
         report = node_classification_report(nodes, pq.read_table(out / "predictions.parquet"))
     q.put(
         {
-            "peak_rss_mb": vm_hwm_mb(),
+            "peak_rss_mb": peak_rss_bytes() / 2**20,
             "summary": summary,
             "val_acc": [float(v) for v in hist["val_acc"]],
             "train_seconds": [float(v) for v in hist["train_seconds"]],
@@ -90,18 +91,8 @@ def _train_child(cfg: dict, canonical: str, q) -> None:
     )
 
 
-def vm_hwm_mb() -> float:
-    """This process's peak RSS in MB from /proc/self/status (VmHWM). Unlike getrusage's
-    ru_maxrss, which Linux carries across execve (a spawned child starts with its parent's
-    peak), VmHWM belongs to the process's own address space, so each run's figure is its own."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    raise RuntimeError("/proc/self/status has no VmHWM line (not Linux?)")
-
-
 def train_run(shard_dir: Path, out: Path, model: dict, training: dict, canonical: Path | None = None) -> dict:
-    """One training run in a fresh child: {peak_rss_mb (`vm_hwm_mb`), summary, val_acc per epoch,
+    """One training run in a fresh child: {peak_rss_mb (`graphs.storage.peak_rss_bytes`), summary, val_acc per epoch,
     train_seconds per epoch, report (training.metrics.node_classification_report of the test
     split, when `canonical`)}."""
     cfg = {
