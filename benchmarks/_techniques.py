@@ -17,20 +17,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import numpy as np  # noqa: E402
 from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
+from accuracy import build as build_graph  # noqa: E402  (canonical_graph and normalized_adjacency, cached)
 
 DATASETS = ROOT / "datasets"  # Cora, CiteSeer in the landing layout (datasets/README.md)
 
 
 def build(landing: Path, home: Path, partitions: bool = False) -> dict:
-    """canonical_graph, normalized_adjacency (and metis_partitions' clusters) of `landing`, once."""
-    from graphs.canonical import build_canonical_graph
-    from graphs.normalize import build_normalized_adjacency
-
-    can, adj, part = home / "canonical_graph", home / "normalized_adjacency", home / "metis_partitions"
-    if not (can / "summary.json").exists():
-        build_canonical_graph(landing, can)
-    if not (adj / "summary.json").exists():
-        build_normalized_adjacency(can, adj)
+    """canonical_graph, normalized_adjacency (`accuracy.build`) and metis_partitions' clusters of
+    `landing`, once."""
+    can, adj = build_graph(landing, home)
+    part = home / "metis_partitions"
     if partitions and not (part / "cluster_id.npy").exists():
         from graphs.partition import PartitionConfig, build_partitions
 
