@@ -326,7 +326,13 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
         command, extra["nsys"] = nsys_wrap(command, nsys_dir_for(work) / "trained_model")
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
     context.log.info(f"launching: {' '.join(command)}")
-    env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc)), **launch_env(launch)}
+    env = {
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc)),
+        # torchrun's agent polls its workers every 5 s by default (torch 2.2), so a finished run
+        # waited up to 5 s more before the step could go on; its env fallback for --monitor-interval
+        "PET_MONITOR_INTERVAL": os.environ.get("PET_MONITOR_INTERVAL", "0.5"),
+        **launch_env(launch),
+    }
     extra["launch_nodes"] = launch.nnodes
     if launch.runner == "k8s":
         client, kwargs = k8s_pipes_run(launch, nproc, run_yaml, env, Path(storage.home).resolve())
