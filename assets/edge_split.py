@@ -61,6 +61,22 @@ def skipped_check(why: str) -> dg.AssetCheckResult:
     )
 
 
+def _is_current(storage: GnnflowStorage, dataset: str, cfg, edges_sha: str) -> bool:
+    """Whether the published split was made from these canonical edges with these settings."""
+    current = storage.asset_dir(dataset, SPLIT_ASSET) / "summary.json"
+    if not current.is_file():
+        return False
+    split = json.loads(current.read_text()).get("split", {})
+    return split.get("canonical_edges_sha256") == edges_sha and split.get("config") == asdict(cfg)
+
+
+def edge_split_is_current(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: str) -> bool:
+    """Whether `materialize_edge_split` would keep the published split (same canonical edges and settings)."""
+    config, _ = storage.settings(context, dataset, SPLIT_ASSET, EdgeSplitRunConfig())
+    edges = storage.upstream_dir(dataset, "canonical_graph") / "edges.parquet"
+    return _is_current(storage, dataset, config.to_dataclass(), file_sha256(edges))
+
+
 def materialize_edge_split(
     context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: str
 ) -> dg.MaterializeResult | dg.AssetCheckResult:
@@ -71,12 +87,9 @@ def materialize_edge_split(
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
         edges_sha = file_sha256(canonical / "edges.parquet")
-        current = storage.asset_dir(dataset, SPLIT_ASSET) / "summary.json"
-        if current.is_file():
-            split = json.loads(current.read_text()).get("split", {})
-            if split.get("canonical_edges_sha256") == edges_sha and split.get("config") == asdict(cfg):
-                context.log.info(f"edge_split of '{dataset}' is current (same canonical edges and settings): kept")
-                return skipped_check("the split is unchanged since it was written and checked")
+        if _is_current(storage, dataset, cfg, edges_sha):
+            context.log.info(f"edge_split of '{dataset}' is current (same canonical edges and settings): kept")
+            return skipped_check("the split is unchanged since it was written and checked")
         with storage.publishing(dataset, SPLIT_ASSET) as out:
             try:
                 s = build_edge_split(canonical, out, cfg)

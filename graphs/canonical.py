@@ -52,6 +52,7 @@ both output edges. The summary counts the rows combined into duplicates
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -877,8 +878,6 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
     path = files.features
     n = relabel.n
     pf = pq.ParquetFile(path)
-    dim = None
-    out = None
     seen = np.zeros(n, dtype=bool)
     width_guess = max(
         1,
@@ -890,6 +889,17 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
     # groups cost a concatenation each
     largest_group = max((pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)), default=1)
     rows_per_batch = max(1024, min(cfg.batch_rows, (64 << 20) // (4 * width_guess), largest_group))
+    with contextlib.ExitStack() as stack:
+        dim, out = _copy_features(pf, path, tmp, n, rows_per_batch, relabel, seen, stack)
+    if out is None:
+        raise InputError(f"{path}: holds no rows")
+    del out  # no msync: the rename publishes the file; the page cache serves readers
+    return {"feature_dim": int(dim), "nodes_without_features": int(n - seen.sum())}
+
+
+def _copy_features(pf, path: Path, tmp: Path, n: int, rows_per_batch: int, relabel, seen, stack):
+    """Every feature row into tmp/features.npy (relabelled); (width, the memmap or None)."""
+    dim, out = None, None
     for batch in pf.iter_batches(batch_size=rows_per_batch, columns=["node_id", "feat"]):
         ids, feat = batch.column(0), batch.column(1)
         if ids.null_count or feat.null_count:
@@ -910,6 +920,9 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
         if dim is None:
             dim = width
             out = np.lib.format.open_memmap(tmp / "features.npy", mode="w+", dtype=np.float32, shape=(n, dim))
+            # rows in node order go through pwrite, not the mapping: the page cache holds them
+            # either way, but dirty mapped pages would count in this process's RSS (5 GB at 10M x 128)
+            raw = stack.enter_context(open(tmp / "features.npy", "r+b"))
         elif width != dim and len(batch):
             raise InputError(
                 f"{path}: column 'feat' varies in width: {width} values in a later row group, {dim} before"
@@ -931,13 +944,10 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
                 "(or one beyond float32's range); features must be finite"
             )
         if ascending and len(idx) and idx[-1] - idx[0] + 1 == len(idx):
-            out[idx[0] : idx[-1] + 1] = rows  # rows in node order: one contiguous write
+            os.pwrite(raw.fileno(), rows.data, out.offset + int(idx[0]) * dim * 4)  # one contiguous write
         else:
             out[idx] = rows
-    if out is None:
-        raise InputError(f"{path}: holds no rows")
-    del out  # no msync: the rename publishes the file; the page cache serves readers
-    return {"feature_dim": int(dim), "nodes_without_features": int(n - seen.sum())}
+    return dim, out
 
 
 def _plot_degrees(degree: np.ndarray, path: Path) -> None:

@@ -341,6 +341,59 @@ def weight_stats(csr: CSR, chunk: int = 1 << 24) -> dict:
     return {"nonfinite": nonfinite, "outside_0_1": outside, "min": lo_w, "max": hi_w}
 
 
+def _row_chunks(indptr: np.ndarray, chunk: int):
+    """(r0, r1, lo, hi): consecutive row ranges holding about `chunk` entries (one row at least)."""
+    n, r0 = len(indptr) - 1, 0
+    while r0 < n:
+        r1 = int(np.searchsorted(indptr, indptr[r0] + chunk, side="right")) - 1
+        r1 = min(max(r1, r0 + 1), n)
+        yield r0, r1, int(indptr[r0]), int(indptr[r1])
+        r0 = r1
+
+
+def perron_guess(csr: CSR, cfg: AdjacencyConfig, chunk: int = 1 << 24) -> np.ndarray:
+    """A positive vector that is Â's Perron eigenvector when Â was built as `cfg` says.
+
+    'right' (D^-1 Ã, rows summing to 1): all ones. 'both' with self loops of weight s:
+    Â_ii = s / d_i, so sqrt(d_i) = sqrt(s / Â_ii), and D^-1/2 Ã D^-1/2 · D^1/2 1 = D^1/2 1 (any edge
+    weights). 'both' without self loops: sqrt(entries in the row), exact for an unweighted graph.
+    Only a guess: `spectral_radius_bound` is an upper bound for any positive vector."""
+    n = csr.n
+    indptr = np.asarray(csr.indptr)
+    if cfg.degree_norm != "both":
+        return np.ones(n)
+    if not (cfg.add_self_loops and cfg.self_loop_weight > 0):
+        return np.sqrt(np.maximum(np.diff(indptr), 1).astype(np.float64))
+    diag = np.zeros(n)
+    for r0, r1, lo, hi in _row_chunks(indptr, chunk):
+        rows = np.repeat(np.arange(r0, r1), np.diff(indptr[r0 : r1 + 1]))
+        on = np.asarray(csr.indices[lo:hi]) == rows
+        diag[rows[on]] = csr.weights[lo:hi][on]
+    x = np.ones(n)
+    has = diag > 0
+    x[has] = np.sqrt(cfg.self_loop_weight / diag[has])
+    return x
+
+
+def spectral_radius_bound(csr: CSR, x: np.ndarray, chunk: int = 1 << 24) -> float:
+    """max_i (Âx)_i / x_i for a positive x: an upper bound on the spectral radius of a
+    nonnegative Â (Collatz-Wielandt), equal to it when x is the Perron eigenvector.
+
+    One matrix-vector product in float64, streamed over row chunks of about `chunk` entries."""
+    if csr.nnz == 0:
+        return 0.0
+    if not (x > 0).all():
+        raise ValueError("spectral_radius_bound needs a positive vector")
+    indptr = np.asarray(csr.indptr)
+    bound = 0.0
+    for r0, r1, lo, hi in _row_chunks(indptr, chunk):
+        prod = np.asarray(csr.weights[lo:hi], dtype=np.float64) * x[np.asarray(csr.indices[lo:hi])]
+        cum = np.concatenate([[0.0], np.cumsum(prod)])
+        y = cum[indptr[r0 + 1 : r1 + 1] - lo] - cum[indptr[r0:r1] - lo]
+        bound = max(bound, float((y / x[r0:r1]).max()))
+    return bound
+
+
 def largest_eigenvalue(csr: CSR, iterations: int = 50) -> float:
     """Power-iteration estimate of Â's largest eigenvalue: the Rayleigh quotient x·Âx / x·x.
 
@@ -364,10 +417,10 @@ def largest_eigenvalue(csr: CSR, iterations: int = 50) -> float:
             torch.from_numpy(np.asarray(csr.weights, dtype=np.float32)),
             size=(csr.n, csr.n),
         )
-    x = torch.ones(csr.n, 1, dtype=torch.float32)
+    x = torch.ones(csr.n, dtype=torch.float32)  # a vector: torch.mv is ~2x the (n, 1) matrix product
     estimate = 0.0
     for _ in range(iterations):
-        y = mat @ x
+        y = torch.mv(mat, x)
         estimate = float((x * y).sum(dtype=torch.float64) / (x * x).sum(dtype=torch.float64))
         norm = torch.linalg.vector_norm(y)
         if norm == 0:
@@ -386,5 +439,7 @@ __all__ = [
     "weighted_degrees",
     "largest_eigenvalue",
     "load_csr",
+    "perron_guess",
+    "spectral_radius_bound",
     "weight_stats",
 ]

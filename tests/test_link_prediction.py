@@ -301,3 +301,56 @@ def test_task_setting_is_validated_naming_the_file(tmp_path):
 
     with pytest.raises(SettingsError, match=r"ops.edge_split.config"):
         resolve(registered_configs()["edge_split"], "edge_split", {}, {"test_fraction": 2}, path)
+
+
+def test_normalized_adjacency_and_edge_split_can_be_selected_alone(tmp_path):
+    """`--select normalized_adjacency` (one asset of the two-asset step) runs for either task;
+    link prediction without a current split fails naming the selection that makes one."""
+    import dagster as dg
+
+    from assets.common import GnnflowStorage, dataset_partitions
+    from pipelines.definitions import ALL_ASSETS
+    from tests.conftest import write_edges
+
+    write_edges(tmp_path / "landing" / "nc" / "edges.parquet", [0, 1, 2, 3], [1, 2, 0, 0])
+    landing = tmp_path / "landing" / "lp"
+    generate_dataset(GenerateConfig(num_nodes=300, num_edges=2000, feature_dim=4, seed=3), landing, progress=False)
+    (landing / "gnnflow.yaml").write_text(
+        "task: link_prediction\nops:\n  edge_split: {config: {eval_negatives: 100}}\n"
+    )
+    storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(dataset_partitions.name, ["nc", "lp"])
+
+    def run(select: str, dataset: str):
+        return dg.materialize(
+            ALL_ASSETS,
+            selection=select,
+            partition_key=dataset,
+            instance=instance,
+            resources={"storage": storage},
+            raise_on_error=False,
+        )
+
+    for dataset in ("nc", "lp"):
+        assert run("canonical_graph", dataset).success
+    nc = run("normalized_adjacency", "nc")
+    assert nc.success and set(_materializations(nc)) == {"normalized_adjacency"}
+    assert {c.check_name for c in nc.get_asset_check_evaluations()} == {
+        "symmetric",
+        "finite_weights",
+        "weights_in_0_1",
+        "largest_eigenvalue_at_most_1",
+    }
+    failed = run("normalized_adjacency", "lp")
+    assert not failed.success
+    failure = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"][0]
+    assert "--select edge_split,normalized_adjacency" in str(failure.event_specific_data.error.message)
+    assert not (tmp_path / "home" / "lp" / "normalized_adjacency").exists()
+    split = run("edge_split", "lp")
+    assert split.success and set(_materializations(split)) == {"edge_split"}
+    assert not (tmp_path / "home" / "lp" / "normalized_adjacency").exists()
+    adj = run("normalized_adjacency", "lp")  # the split is current now
+    assert adj.success and set(_materializations(adj)) == {"normalized_adjacency"}
+    csr = load_csr(tmp_path / "home" / "lp" / "normalized_adjacency")
+    assert csr.nnz == 2 * len(load_edge_split(tmp_path / "home" / "lp" / "edge_split").train) + csr.n

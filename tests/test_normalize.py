@@ -18,6 +18,8 @@ from graphs.normalize import (
     build_normalized_adjacency,
     largest_eigenvalue,
     load_csr,
+    perron_guess,
+    spectral_radius_bound,
     weight_stats,
 )
 from tests.conftest import write_edges
@@ -277,3 +279,80 @@ def test_asset_checks_pass_on_a_weighted_graph(tmp_path):
     results = check_adjacency(tmp_path / "adj", cfg, symmetrized=True)
     assert [r.passed for r in results] == [True] * 4
     assert results[0].metadata["asymmetric_entries"].value == 0
+
+
+# ----------------------------------------------------------------------------- spectral-radius bound
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        AdjacencyConfig(),
+        AdjacencyConfig(self_loop_weight=2.5),
+        AdjacencyConfig(add_self_loops=False),
+        AdjacencyConfig(degree_norm="right"),
+        AdjacencyConfig(degree_norm="right", add_self_loops=False),
+    ],
+    ids=["both", "both-s2.5", "both-no-loops", "right", "right-no-loops"],
+)
+def test_perron_guess_proves_the_spectral_radius_of_a_correct_adjacency(tmp_path, cfg):
+    build_normalized_adjacency(canonical_random(tmp_path, seed=8), tmp_path / "adj", cfg)
+    csr = load_csr(tmp_path / "adj")
+    x = perron_guess(csr, cfg)
+    assert (x > 0).all()
+    # exact up to float32 weights: the guess is the Perron vector, so the bound is the radius, 1
+    assert abs(spectral_radius_bound(csr, x) - 1) < 1e-6
+    dense = np.zeros((csr.n, csr.n))
+    dense[np.repeat(np.arange(csr.n), np.diff(csr.indptr)), csr.indices] = csr.weights
+    assert abs(np.abs(np.linalg.eigvals(dense)).max() - 1) < 1e-5
+    # the same in row chunks of a few entries (chunk edges inside and between rows)
+    assert spectral_radius_bound(csr, x, chunk=7) == pytest.approx(spectral_radius_bound(csr, x), abs=1e-12)
+
+
+def test_weighted_perron_guess_uses_the_self_loops(tmp_path):
+    canonical = canonical_weighted(tmp_path, "c", lambda rng, m: rng.lognormal(0.0, 1.5, m))
+    cfg = AdjacencyConfig(self_loop_weight=0.5)
+    build_normalized_adjacency(canonical, tmp_path / "adj", cfg)
+    csr = load_csr(tmp_path / "adj")
+    assert abs(spectral_radius_bound(csr, perron_guess(csr, cfg), chunk=50) - 1) < 1e-6
+
+
+def test_spectral_radius_bound_is_an_upper_bound_for_any_positive_vector():
+    rng = np.random.default_rng(0)
+    n = 40
+    dense = rng.random((n, n)) * (rng.random((n, n)) < 0.2)
+    indptr = np.concatenate([[0], np.cumsum((dense > 0).sum(axis=1))])
+    rows, cols = np.nonzero(dense)
+    csr = CSR(indptr, cols.astype(np.int32), dense[rows, cols].astype(np.float32))
+    exact = np.zeros((n, n))  # the float32 matrix the bound sees
+    exact[rows, cols] = csr.weights
+    radius = np.abs(np.linalg.eigvals(exact)).max()
+    for _ in range(20):
+        x = rng.random(n) + 0.01
+        assert spectral_radius_bound(csr, x, chunk=9) >= radius - 1e-9
+    # the Perron vector itself gives the radius
+    vals, vecs = np.linalg.eig(exact)
+    perron = np.abs(vecs[:, np.argmax(np.abs(vals))].real)
+    assert spectral_radius_bound(csr, perron + 1e-15) == pytest.approx(radius, rel=1e-6)
+    with pytest.raises(ValueError, match="positive"):
+        spectral_radius_bound(csr, np.zeros(n))
+
+
+def test_radius_check_fails_a_mis_scaled_adjacency_and_falls_back_to_power_iteration(tmp_path):
+    from assets.normalized_adjacency import SPECTRAL_RADIUS, check_adjacency
+
+    cfg = AdjacencyConfig()
+    build_normalized_adjacency(canonical_random(tmp_path, seed=9), tmp_path / "adj", cfg)
+    good = {r.check_name: r for r in check_adjacency(tmp_path / "adj", cfg, symmetrized=True)}[SPECTRAL_RADIUS]
+    assert good.passed and good.metadata["method"].value == "Collatz-Wielandt bound"
+    # off-diagonal weights 3 % too large: every weight stays in (0, 1], the radius does not
+    w = np.load(tmp_path / "adj" / "weights.npy")
+    csr = load_csr(tmp_path / "adj", mmap=False)
+    off = csr.indices != np.repeat(np.arange(csr.n), np.diff(csr.indptr))
+    w[off] *= np.float32(1.03)
+    assert w.max() <= 1
+    np.save(tmp_path / "adj" / "weights.npy", w)
+    bad = {r.check_name: r for r in check_adjacency(tmp_path / "adj", cfg, symmetrized=True)}[SPECTRAL_RADIUS]
+    assert not bad.passed
+    assert bad.metadata["method"].value == "power iteration"
+    assert bad.metadata["largest_eigenvalue"].value > 1 + 1e-4

@@ -257,3 +257,24 @@ def test_every_recipe_is_a_valid_run_config_of_the_pipeline(recipe):
     ShardConfig(**data["ops"]["minibatch_shards"]["config"])  # and the library configs accept it
     cfg = RunConfig.from_dict({**data, "paths": {"shards": "s", "out": "o"}})
     assert cfg.model.conv == data["ops"]["trained_model"]["config"]["model"]["conv"]
+
+
+def test_edges_valid_check_streams_and_compares_rows_across_batches(tmp_path):
+    from assets.canonical_graph import check_edges
+
+    def check(src, dst, n=5, batch_rows=2):
+        out = tmp_path / "out"
+        write_edges(out / "edges.parquet", src, dst, pa.int64())
+        pq.write_table(pa.table({"node_id": np.arange(n)}), out / "nodes.parquet")
+        results = [check_edges(out, batch_rows=b) for b in (batch_rows, 1 << 20)]
+        assert results[0].metadata == results[1].metadata  # batches change nothing
+        return results[0].passed, {k: v.value for k, v in results[0].metadata.items()}
+
+    ok = {"unsorted_or_duplicate": 0, "self_loops": 0, "out_of_range": 0}
+    assert check([0, 0, 1, 2, 3], [1, 2, 0, 4, 1]) == (True, ok)
+    # row 2 (the first of the second batch) repeats row 1: found across the batch boundary
+    assert check([0, 0, 0, 2, 3], [1, 2, 2, 4, 1]) == (False, ok | {"unsorted_or_duplicate": 1})
+    assert check([0, 1, 0, 2, 3], [1, 2, 3, 4, 1]) == (False, ok | {"unsorted_or_duplicate": 1})
+    # a self loop and an out-of-range id as a batch's first row: counted once
+    assert check([0, 0, 2, 3, 3], [1, 2, 2, 4, 5]) == (False, ok | {"self_loops": 1, "out_of_range": 1})
+    assert check([0, 0, 1, 5, 6], [1, 2, 0, 0, 0]) == (False, ok | {"out_of_range": 2})
