@@ -670,3 +670,43 @@ def test_training_with_streamed_evaluation_matches_in_memory_evaluation(sbm, tmp
     assert a["best_val_acc"] == b["best_val_acc"] and a["test_acc_at_best_val"] == b["test_acc_at_best_val"]
     pa_, pb = (pq.read_table(tmp_path / x / "predictions.parquet").to_pandas() for x in "ab")
     assert (pa_.predicted == pb.predicted).all()
+
+
+@pytest.mark.parametrize("eval_batch_size", [0, 50])
+def test_a_best_last_epoch_is_not_evaluated_twice(sbm, tmp_path, monkeypatch, eval_batch_size):
+    """When the last epoch's model is the best, the final outputs reuse that evaluation's pass
+    (a full-graph pass over a large graph costs minutes); they equal a fresh pass."""
+    import training.train as train_module
+
+    calls = []
+    for cls in (train_module.InMemoryEval, train_module.StreamedEval):
+        original = cls.forward
+
+        def counted(self, model, original=original):
+            calls.append(1)
+            return original(self, model)
+
+        monkeypatch.setattr(cls, "forward", counted)
+    a = train(_run_config(sbm["w1"]["shards"], tmp_path / "a", epochs=1, eval_batch_size=eval_batch_size))
+    assert a["best_epoch"] == 1 and len(calls) == 1  # one epoch: its evaluation is the best and the last
+    calls.clear()
+    b = train(_run_config(sbm["w1"]["shards"], tmp_path / "b", epochs=2, eval_batch_size=eval_batch_size))
+    assert len(calls) == (2 if b["best_epoch"] == 2 else 3)
+    # the same run with the reuse turned off: one more pass, the same files
+    keep = train_module.evaluate_epoch
+
+    def forget(run, epoch, row):
+        stop = keep(run, epoch, row)
+        run.best_outputs = None
+        return stop
+
+    monkeypatch.setattr(train_module, "evaluate_epoch", forget)
+    calls.clear()
+    c = train(_run_config(sbm["w1"]["shards"], tmp_path / "c", epochs=1, eval_batch_size=eval_batch_size))
+    assert len(calls) == 2 and c["best_val_acc"] == a["best_val_acc"]
+    assert pq.read_table(tmp_path / "a" / "predictions.parquet").equals(
+        pq.read_table(tmp_path / "c" / "predictions.parquet")
+    )
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "a" / "embeddings.npy"), np.load(tmp_path / "c" / "embeddings.npy")
+    )

@@ -190,6 +190,9 @@ class Run:
     history: list[dict] = field(default_factory=list)
     # best["epoch"] counts from 1 like every epoch number a user sees (0 = not evaluated yet)
     best: dict = field(default_factory=lambda: {"epoch": 0, "val_acc": -1.0, "test_acc": float("nan"), "model": None})
+    # (embeddings, logits) of the last epoch's evaluation when that epoch is the best: the final
+    # outputs need no second full-graph pass (a streamed one reads back its layer files)
+    best_outputs: tuple | None = None
 
     @property
     def device(self) -> torch.device:
@@ -571,7 +574,7 @@ def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
     tcfg = run.cfg.training
     if (epoch + 1) % tcfg.eval_every == 0 or epoch == run.epochs - 1:
         t0 = run.now()
-        _, logits = run.eval_graph.forward(run.model)  # eval mode: the next epoch's model.train() ends it
+        emb, logits = run.eval_graph.forward(run.model)  # eval mode: the next epoch's model.train() ends it
         row.update(accuracies(logits, run.eval_graph.labels, run.eval_graph.masks))
         score = selection_score(tcfg.select_by, row, logits, run.eval_graph.labels, run.eval_graph.masks["val"])
         row["eval_seconds"] = run.now() - t0
@@ -583,6 +586,8 @@ def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
                 "test_acc": row["test_acc"],
                 "model": {k: v.detach().cpu().clone() for k, v in run.model.state_dict().items()},
             }
+            # kept only after the last scheduled epoch: no copy is held while training goes on
+            run.best_outputs = (epoch + 1, emb, logits) if epoch == run.epochs - 1 else None
     return bool(
         tcfg.early_stopping_patience
         and run.best["epoch"] >= 1
@@ -629,7 +634,10 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
     final_state = model_file_state(model, model_cfg, in_feats, num_classes, last_epoch, preprocessing)
     model.load_state_dict(best["model"])
     best_state = model_file_state(model, model_cfg, in_feats, num_classes, best["epoch"], preprocessing)
-    emb, logits = run.eval_graph.forward(model)
+    if run.best_outputs is not None and run.best_outputs[0] == best["epoch"]:
+        emb, logits = run.best_outputs[1:]  # the best model is the last one evaluated: its outputs
+    else:
+        emb, logits = run.eval_graph.forward(model)
     final_row = next(r for r in reversed(history) if r["rank"] == 0 and "val_acc" in r)
     main_rows = [r for r in history if r["rank"] == 0]
     summary = {
