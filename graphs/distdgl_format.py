@@ -33,22 +33,38 @@ assignment: the JSON, orig_nids, node data and features equal; each part's halo 
 edge set (as global (src, dst) pairs) and inner-edge flags equal; edge ids within a part equal
 up to DGL's internal order.
 
-Memory: the CSR (already held by the stage), one int64 edge id per edge, and one part's edges
-at a time; the node arrays may be memory-mapped (only the core rows of one part are read).
+Memory: the CSR (already held by the stage), one new edge id per edge (int32 while the graph has
+at most 2^31 edges, else int64), two node-sized scratch arrays, and one part at a time: its
+graph's arrays (src, dst, _ID: int64, inner_edge: uint8; 25 bytes per edge of the part, each
+built once in place: inner edges scattered to their position, outgoing ones sorted by edge id
+in place), freed before its node data is gathered. A memory-mapped node array (the stage's
+features.npy) is read sequentially in blocks of `GATHER_BLOCK_BYTES` through one buffer
+(`gather_rows`), so none of its file pages is mapped into the process: fancy-indexing the
+mapping would leave every touched page of the file in the process's RSS (at 10M x 128 float32,
+the whole 4.8 GB file for each part).
 """
 
 from __future__ import annotations
 
 import json
+import mmap
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from graphs.coarsen import row_chunks
+from graphs.coarsen import CHUNK_EDGES, row_chunks
 
 NTYPE_NAME = "_N"
 ETYPE_NAME = "_N:_E:_N"  # DGL's canonical edge type of a homogeneous graph, as a string
+GATHER_BLOCK_BYTES = 1 << 26  # bytes of a memory-mapped node array read at a time by `gather_rows`
+
+
+def edge_id_dtype(num_edges: int) -> np.dtype:
+    """The dtype of the new edge ids held for a graph of `num_edges` edges (ids 0..num_edges-1):
+    int32 while they fit, else int64. What is written (``_ID``) is always int64, as DGL's."""
+    return np.dtype(np.int32 if num_edges <= np.iinfo(np.int32).max + 1 else np.int64)
 
 
 def reshuffled_node_ids(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,8 +90,8 @@ def _chunk_edges(indptr: np.ndarray, indices: np.ndarray):
 
 
 def reshuffled_edge_ids(indptr: np.ndarray, indices: np.ndarray, new_of_old: np.ndarray) -> np.ndarray:
-    """int64 new edge id of every CSR edge: edges grouped by new destination id, in CSR order
-    within one destination (a stable counting sort, chunk by chunk)."""
+    """New edge id of every CSR edge (dtype `edge_id_dtype`): edges grouped by new destination
+    id, in CSR order within one destination (a stable counting sort, chunk by chunk)."""
     n = len(new_of_old)
     counts = np.zeros(n, dtype=np.int64)
     for _, _, dst in _chunk_edges(indptr, indices):
@@ -83,7 +99,8 @@ def reshuffled_edge_ids(indptr: np.ndarray, indices: np.ndarray, new_of_old: np.
     cursor = np.zeros(n, dtype=np.int64)
     np.cumsum(counts[:-1], out=cursor[1:])
     del counts
-    eid = np.empty(int(indptr[-1]), dtype=np.int64)
+    m = int(indptr[-1])
+    eid = np.empty(m, dtype=edge_id_dtype(m))
     for e0, _, dst in _chunk_edges(indptr, indices):
         nd = new_of_old[dst]
         order = np.argsort(nd, kind="stable")
@@ -96,23 +113,177 @@ def reshuffled_edge_ids(indptr: np.ndarray, indices: np.ndarray, new_of_old: np.
     return eid
 
 
-def _part_edges(indptr, indices, part, p, new_of_old, eid):
-    """(new src, new dst, new eid) of the edges into part p, then of those out of p, each by eid."""
-    inner, outer = [], []
-    for e0, src, dst in _chunk_edges(indptr, indices):
-        pd = part[dst]
-        into = pd == p
-        out = (part[src] == p) & ~into
-        ids = eid[e0 : e0 + len(src)]
-        inner.append((new_of_old[src[into]], new_of_old[dst[into]], ids[into]))
-        outer.append((new_of_old[src[out]], new_of_old[dst[out]], ids[out]))
+def _mapped_file_region(values) -> tuple[str, int] | None:
+    """(file, byte position of row 0) when `values` is a C-contiguous read-only memory map of a
+    file (`np.load(..., mmap_mode="r")`, or a row range of one), else None."""
+    if not isinstance(values, np.memmap) or values.mode != "r" or not values.filename:
+        return None
+    if values.ndim == 0 or not values.flags.c_contiguous:
+        return None
+    mapping = values
+    while isinstance(mapping, np.ndarray):
+        mapping = mapping.base
+    if not isinstance(mapping, mmap.mmap):
+        return None
+    # numpy maps the file from the allocation-granularity boundary at or below its offset
+    mapped_from = values.offset - values.offset % mmap.ALLOCATIONGRANULARITY
+    first = np.frombuffer(mapping, dtype=np.uint8, count=1).ctypes.data
+    return values.filename, mapped_from + (values.ctypes.data - first)
 
-    def ordered(pieces):
-        s, d, e = (np.concatenate([x[i] for x in pieces]) if pieces else np.empty(0, np.int64) for i in range(3))
-        order = np.argsort(e, kind="stable")
-        return s[order], d[order], e[order]
 
-    return ordered(inner), ordered(outer)
+def _read_exact(f, position: int, buffer: memoryview) -> None:
+    f.seek(position)
+    done = 0
+    while done < len(buffer):
+        got = f.readinto(buffer[done:])
+        if not got:
+            raise OSError(f"{f.name}: ends before byte {position + len(buffer)}")
+        done += got
+
+
+def gather_rows(values, rows: np.ndarray, block_bytes: int = GATHER_BLOCK_BYTES) -> np.ndarray:
+    """``values[rows]`` (rows in any order, repeats allowed) as a new C-contiguous array.
+
+    A read-only memory-mapped array (`np.load(path, mmap_mode="r")`) is not indexed through its
+    mapping: its file is read in ascending row order, in blocks of at most `block_bytes` that
+    start at the next wanted row, through one reused buffer, so none of its pages enters the
+    process's RSS. Any other array is fancy-indexed."""
+    rows = np.asarray(rows)
+    region = _mapped_file_region(values)
+    if region is None:
+        return np.ascontiguousarray(np.asarray(values)[rows])
+    path, position = region
+    n = values.shape[0]
+    out = np.empty((len(rows), *values.shape[1:]), dtype=values.dtype)
+    if len(rows) and (int(rows.min()) < -n or int(rows.max()) >= n):
+        raise IndexError(f"row ids outside {-n}..{n - 1} for {n} rows of {path}")
+    row_bytes = out.itemsize * int(np.prod(values.shape[1:], dtype=np.int64))
+    if len(rows) == 0 or row_bytes == 0:
+        return out
+    if int(rows.min()) < 0:
+        rows = np.where(rows < 0, rows + n, rows)
+    ascending = bool(np.all(rows[1:] > rows[:-1]))
+    order = None if ascending else np.argsort(rows, kind="stable")
+    wanted = rows if order is None else rows[order]
+    per_block = max(1, block_bytes // row_bytes)
+    buf = np.empty((per_block, *values.shape[1:]), dtype=values.dtype)
+    raw = memoryview(buf.reshape(-1).view(np.uint8))
+    with open(path, "rb", buffering=0) as f:
+        i = 0
+        while i < len(wanted):
+            r0 = int(wanted[i])
+            j = int(np.searchsorted(wanted, r0 + per_block, side="left"))
+            r1 = int(wanted[j - 1]) + 1
+            _read_exact(f, position + r0 * row_bytes, raw[: (r1 - r0) * row_bytes])
+            local = wanted[i:j] - r0
+            if order is None:
+                np.take(buf, local, axis=0, out=out[i:j])
+            else:
+                out[order[i:j]] = buf[local]
+            i = j
+    return out
+
+
+def _part_edge_counts(indptr, indices, part, k) -> tuple[np.ndarray, np.ndarray]:
+    """int64 [k] each: edges into part p (destination in p), and edges out of p (source in p,
+    destination elsewhere)."""
+    into, out_of = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
+    for _, src, dst in _chunk_edges(indptr, indices):
+        ps, pd = part[src], part[dst]
+        into += np.bincount(pd, minlength=k)
+        out_of += np.bincount(ps[ps != pd], minlength=k)
+    return into, out_of
+
+
+@dataclass
+class _Reshuffle:
+    """The whole-graph arrays every part is cut from, plus two node-sized scratch arrays that
+    each part leaves as it found them."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    part: np.ndarray  # part id per canonical node
+    orig_nids: np.ndarray  # int64 [n] new id -> canonical id
+    new_of_old: np.ndarray  # int64 [n] canonical id -> new id
+    eid: np.ndarray  # [m] new edge id per CSR edge (edge_id_dtype)
+    node_bounds: np.ndarray  # int64 [k + 1] new-id range of each part
+    edge_bounds: np.ndarray  # int64 [k + 1] edge-id range of each part's inner edges
+    out_counts: np.ndarray  # int64 [k] edges from each part's core to another part
+    mark: np.ndarray  # bool [n] scratch, all False
+    local: np.ndarray  # int64 [n] scratch, all -1
+
+    def part_graph(self, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+        """(local src, local dst, new edge ids, new node ids, inner edge count) of part p's graph:
+        edges into the core first, in edge-id order, then edges from the core to a halo node,
+        in edge-id order; nodes: the core in new-id order, then the halo ascending."""
+        start, end = int(self.node_bounds[p]), int(self.node_bounds[p + 1])
+        edge_start, n_in = int(self.edge_bounds[p]), int(self.edge_bounds[p + 1] - self.edge_bounds[p])
+        total = n_in + int(self.out_counts[p])
+        src, dst, ids = (np.empty(total, dtype=np.int64) for _ in range(3))
+        ids[:n_in] = np.arange(edge_start, edge_start + n_in, dtype=np.int64)
+        part, new_of_old, mark = self.part, self.new_of_old, self.mark
+        inner, o = 0, n_in
+        for e0, s, d in _chunk_edges(self.indptr, self.indices):
+            pd = part[d]
+            into = pd == p
+            chunk_eid = self.eid[e0 : e0 + len(s)]
+            if into.any():
+                # the inner edges' ids are the part's range: each goes straight to its place
+                pos = np.subtract(chunk_eid[into], edge_start, dtype=np.int64)
+                if int(pos.min()) < 0 or int(pos.max()) >= n_in:
+                    raise AssertionError(f"part {p}: inner edge ids are not the range starting at {edge_start}")
+                new_src = new_of_old[s[into]]
+                src[pos] = new_src
+                dst[pos] = new_of_old[d[into]]
+                mark[new_src] = True
+                inner += len(pos)
+            out = part[s] == p
+            out &= ~into
+            c = int(np.count_nonzero(out))
+            if c:
+                if o + c > total:
+                    raise AssertionError(f"part {p}: more outgoing edges than counted")
+                src[o : o + c] = new_of_old[s[out]]
+                dst[o : o + c] = new_of_old[d[out]]
+                ids[o : o + c] = chunk_eid[out]
+                mark[dst[o : o + c]] = True
+                o += c
+        if inner != n_in or o != total:
+            raise AssertionError(
+                f"part {p}: {inner} inner and {o - n_in} outgoing edges, counted {n_in} and {total - n_in}"
+            )
+        order = np.argsort(ids[n_in:], kind="stable")
+        for a in (src, dst, ids):
+            a[n_in:] = a[n_in:][order]
+        del order
+        mark[start:end] = False
+        halo = np.flatnonzero(mark)
+        mark[halo] = False
+        local = self.local
+        local[start:end] = np.arange(end - start, dtype=np.int64)
+        local[halo] = np.arange(end - start, end - start + len(halo), dtype=np.int64)
+        for b in range(0, total, CHUNK_EDGES):
+            src[b : b + CHUNK_EDGES] = local[src[b : b + CHUNK_EDGES]]
+            dst[b : b + CHUNK_EDGES] = local[dst[b : b + CHUNK_EDGES]]
+        local[start:end] = -1
+        local[halo] = -1
+        nodes = np.concatenate([np.arange(start, end, dtype=np.int64), halo])
+        return src, dst, ids, nodes, n_in
+
+
+def _whole_graph(indptr: np.ndarray, indices: np.ndarray):
+    """k = 1: the whole graph in the canonical edge order, DGL's single part (no reshuffle)."""
+    import dgl
+    import torch
+
+    n, m = len(indptr) - 1, int(indptr[-1])
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(np.asarray(indptr, dtype=np.int64)))
+    g = dgl.graph((torch.from_numpy(src), torch.from_numpy(np.asarray(indices, dtype=np.int64))), num_nodes=n)
+    g.ndata["_ID"] = torch.arange(n, dtype=torch.int64)
+    g.ndata["inner_node"] = torch.ones(n, dtype=torch.uint8)
+    g.edata["_ID"] = torch.arange(m, dtype=torch.int64)
+    g.edata["inner_edge"] = torch.ones(m, dtype=torch.uint8)
+    return g
 
 
 def write_distdgl_parts(
@@ -138,14 +309,39 @@ def write_distdgl_parts(
     for name, values in node_data.items():
         if len(values) != n:
             raise ValueError(f"node data {name!r} has {len(values)} rows for {n} nodes")
-    part = np.asarray(part, dtype=np.int64)
+    part = np.asarray(part)
+    if part.dtype.kind not in "iu":
+        raise TypeError(f"part ids must be integers, got {part.dtype}")
+    if not np.can_cast(part.dtype, np.int64):  # uint64: bincount takes int64 at most
+        part = part.astype(np.int64)
+    if len(part) != n:
+        raise ValueError(f"the assignment has {len(part)} part ids for {n} nodes")
+    if k > 1 and n and (int(part.min()) < 0 or int(part.max()) >= k):
+        raise ValueError(f"part ids outside 0..{k - 1}: {int(part.min())}..{int(part.max())}")
     if k == 1:  # DGL does not reshuffle one part
         part = np.zeros(n, dtype=np.int64)
-        orig_nids = new_of_old = np.arange(n, dtype=np.int64)
+        orig_nids = np.arange(n, dtype=np.int64)
+        node_bounds = np.array([0, n], dtype=np.int64)
+        edge_bounds = np.array([0, m], dtype=np.int64)
+        shuffle = None
     else:
         orig_nids, new_of_old = reshuffled_node_ids(part)
-    eid = reshuffled_edge_ids(indptr, indices, new_of_old) if k > 1 else None
-    node_bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=k))]).astype(np.int64)
+        node_bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=k))]).astype(np.int64)
+        into, out_counts = _part_edge_counts(indptr, indices, part, k)
+        edge_bounds = np.concatenate([[0], np.cumsum(into)]).astype(np.int64)
+        shuffle = _Reshuffle(
+            indptr=indptr,
+            indices=indices,
+            part=part,
+            orig_nids=orig_nids,
+            new_of_old=new_of_old,
+            eid=reshuffled_edge_ids(indptr, indices, new_of_old),
+            node_bounds=node_bounds,
+            edge_bounds=edge_bounds,
+            out_counts=out_counts,
+            mark=np.zeros(n, dtype=bool),
+            local=np.full(n, -1, dtype=np.int64),
+        )
     metadata = {
         "graph_name": graph_name,
         "num_nodes": n,
@@ -154,63 +350,52 @@ def write_distdgl_parts(
         "num_parts": k,
         "halo_hops": 1,
         "node_map": {NTYPE_NAME: [[int(node_bounds[p]), int(node_bounds[p + 1])] for p in range(k)]},
-        "edge_map": {ETYPE_NAME: []},
+        "edge_map": {ETYPE_NAME: [[int(edge_bounds[p]), int(edge_bounds[p + 1])] for p in range(k)]},
         "ntypes": {NTYPE_NAME: 0},
         "etypes": {ETYPE_NAME: 0},
     }
-    edge_start = 0
     for p in range(k):
-        start, end = int(node_bounds[p]), int(node_bounds[p + 1])
-        if k == 1:
-            src = np.concatenate([s for _, s, _ in _chunk_edges(indptr, indices)]) if m else np.empty(0, np.int64)
-            g = dgl.graph((torch.from_numpy(src), torch.from_numpy(np.asarray(indices, dtype=np.int64))), num_nodes=n)
-            g.ndata["_ID"] = torch.arange(n, dtype=torch.int64)
-            g.ndata["inner_node"] = torch.ones(n, dtype=torch.uint8)
-            g.edata["_ID"] = torch.arange(m, dtype=torch.int64)
-            g.edata["inner_edge"] = torch.ones(m, dtype=torch.uint8)
-            inner_edges = m
-        else:
-            (s_in, d_in, e_in), (s_out, d_out, e_out) = _part_edges(indptr, indices, part, p, new_of_old, eid)
-            inner_edges = len(e_in)
-            halo = np.unique(np.concatenate([s_in[(s_in < start) | (s_in >= end)], d_out]))
-            nodes = np.concatenate([np.arange(start, end, dtype=np.int64), halo])
-
-            def local(ids, start=start, end=end, halo=halo):
-                inside = (ids >= start) & (ids < end)
-                return np.where(inside, ids - start, (end - start) + np.searchsorted(halo, ids))
-
-            src = local(np.concatenate([s_in, s_out]))
-            dst = local(np.concatenate([d_in, d_out]))
-            g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=len(nodes))
-            g.ndata["part_id"] = torch.from_numpy(part[orig_nids[nodes]])
-            g.ndata["inner_node"] = torch.from_numpy((np.arange(len(nodes)) < end - start).astype(np.uint8))
-            g.ndata["_ID"] = torch.from_numpy(nodes)
-            g.edata["inner_edge"] = torch.from_numpy(
-                np.concatenate([np.ones(len(e_in), np.uint8), np.zeros(len(e_out), np.uint8)])
-            )
-            g.edata["_ID"] = torch.from_numpy(np.concatenate([e_in, e_out]))
-            if len(e_in) and (e_in[0] != edge_start or e_in[-1] != edge_start + len(e_in) - 1):
-                raise AssertionError(f"part {p}: inner edge ids are not the range starting at {edge_start}")
-        metadata["edge_map"][ETYPE_NAME].append([edge_start, edge_start + inner_edges])
-        edge_start += inner_edges
         part_dir = out / f"part{p}"
         part_dir.mkdir(exist_ok=True)
-        core = orig_nids[start:end]
+        if shuffle is None:
+            g = _whole_graph(indptr, indices)
+        else:
+            src, dst, ids, nodes, n_in = shuffle.part_graph(p)
+            g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=len(nodes))
+            del src, dst
+            g.ndata["part_id"] = torch.from_numpy(part[orig_nids[nodes]].astype(np.int64))
+            g.ndata["inner_node"] = torch.from_numpy(
+                (np.arange(len(nodes)) < node_bounds[p + 1] - node_bounds[p]).astype(np.uint8)
+            )
+            g.ndata["_ID"] = torch.from_numpy(nodes)
+            inner_edge = np.zeros(len(ids), dtype=np.uint8)
+            inner_edge[:n_in] = 1
+            g.edata["inner_edge"] = torch.from_numpy(inner_edge)
+            g.edata["_ID"] = torch.from_numpy(ids)
+            del nodes, ids, inner_edge
+        dgl.save_graphs(str(part_dir / "graph.dgl"), [g])
+        del g  # the part's graph goes before its node data is gathered
+        core = orig_nids[node_bounds[p] : node_bounds[p + 1]]
         feats = {
-            f"{NTYPE_NAME}/{name}": torch.from_numpy(np.ascontiguousarray(np.asarray(values)[core]))
-            for name, values in node_data.items()
+            f"{NTYPE_NAME}/{name}": torch.from_numpy(gather_rows(values, core)) for name, values in node_data.items()
         }
         save_tensors(str(part_dir / "node_feat.dgl"), feats)
+        del feats
         save_tensors(str(part_dir / "edge_feat.dgl"), {})
-        dgl.save_graphs(str(part_dir / "graph.dgl"), [g])
         metadata[f"part-{p}"] = {
             "node_feats": f"part{p}/node_feat.dgl",
             "edge_feats": f"part{p}/edge_feat.dgl",
             "part_graph": f"part{p}/graph.dgl",
         }
-        del g
     (out / f"{graph_name}.json").write_text(json.dumps(metadata, indent=4))
     return orig_nids
 
 
-__all__ = ["reshuffled_edge_ids", "reshuffled_node_ids", "write_distdgl_parts"]
+__all__ = [
+    "GATHER_BLOCK_BYTES",
+    "edge_id_dtype",
+    "gather_rows",
+    "reshuffled_edge_ids",
+    "reshuffled_node_ids",
+    "write_distdgl_parts",
+]

@@ -47,8 +47,8 @@ int32 copy would only be widened again); METIS adds ~90-130 bytes per edge of it
 propagation and METIS partitions the coarse graph (`graphs.coarsen`: the partition is
 projected back and refined; cut within 1.00x of METIS on the whole graph at 20M edges,
 BENCHMARKS.md). The DistDGL export is written part by part from the CSR and our
-assignment (`graphs.distdgl_format.write_distdgl_parts`: one int64 edge id per edge plus
-one part's edges at a time, features memory-mapped), in DGL's format.
+assignment (`graphs.distdgl_format.write_distdgl_parts`: one int32 edge id per edge plus
+one part's graph at a time, features read from the file in blocks), in DGL's format.
 
 `write_distdgl` (kept for comparison and tests) has DGL 2.1's own `partition_graph` write
 the same files instead; it holds several whole-graph copies. DGL's `partition_graph`
@@ -71,6 +71,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graphs.canonical import edge_batches, read_summary
@@ -590,9 +591,9 @@ def _node_data(canonical: Path, n: int) -> dict[str, np.ndarray]:
     label = nodes.column("label").to_numpy().astype(np.int64)
     if (label >= 0).any():
         data["label"] = label
-        split = nodes.column("split").to_numpy(zero_copy_only=False)
+        split = nodes.column("split")  # compared in Arrow: no Python string per node
         for name in ("train", "val", "test"):
-            data[f"{name}_mask"] = split == name
+            data[f"{name}_mask"] = pc.fill_null(pc.equal(split, name), False).to_numpy(zero_copy_only=False)
     for name, values in data.items():
         if len(values) != n:
             raise ValueError(
@@ -652,10 +653,12 @@ def build_partitions(
     with atomic_output_dir(out_dir) as tmp:
         np.save(tmp / "part_id.npy", part)
         np.save(tmp / "cluster_id.npy", cluster)
+        num_clusters = int(len(np.unique(cluster)))
         for p in range(k):
             (tmp / f"part-{p}").mkdir()
             np.save(tmp / f"part-{p}" / "core_nodes.npy", cores[p])
             np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
+        del cluster, cores, halos  # written: the DistDGL export below needs only the CSR and part
         if cfg.write_distdgl:
             from graphs.distdgl_format import write_distdgl_parts
 
@@ -676,7 +679,7 @@ def build_partitions(
             "weighted": weight is not None,
             "metis_coarsened": bool(cfg.metis_max_edges and len(indices) > cfg.metis_max_edges),
             "clusters_per_part": cfg.clusters_per_part,
-            "clusters": int(len(np.unique(cluster))),
+            "clusters": num_clusters,
             "graph_name": graph_name,
             "distdgl_config": f"distdgl/{graph_name}.json" if cfg.write_distdgl else None,
             "metis": metis,

@@ -9,7 +9,14 @@ import pytest
 import torch
 from dgl.data.utils import load_tensors
 
-from graphs.distdgl_format import reshuffled_edge_ids, reshuffled_node_ids, write_distdgl_parts
+from graphs.distdgl_format import (
+    _mapped_file_region,
+    edge_id_dtype,
+    gather_rows,
+    reshuffled_edge_ids,
+    reshuffled_node_ids,
+    write_distdgl_parts,
+)
 from graphs.partition import dgl_graph, write_distdgl
 
 
@@ -138,6 +145,7 @@ def test_edge_ids_group_edges_by_new_destination():
     assert np.array_equal(np.sort(part[orig]), part[orig])  # grouped by part
     assert np.array_equal(new_of_old[orig], np.arange(20))
     eid = reshuffled_edge_ids(indptr, indices, new_of_old)
+    assert eid.dtype == np.int32  # held compactly; the files still say int64 (compared with DGL's above)
     assert sorted(eid.tolist()) == list(range(len(indices)))
     by_eid = new_of_old[indices][np.argsort(eid)]
     assert np.all(np.diff(by_eid) >= 0)  # destinations ascending in edge-id order
@@ -163,3 +171,101 @@ def test_the_same_inputs_give_the_same_files(tmp_path):
             assert torch.equal(ga.ndata[key], gb.ndata[key])
         for key in ga.edata:
             assert torch.equal(ga.edata[key], gb.edata[key])
+
+
+def test_edge_id_dtype_widens_past_int32():
+    assert edge_id_dtype(0) == np.int32 and edge_id_dtype(2**31) == np.int32  # ids up to 2^31 - 1
+    assert edge_id_dtype(2**31 + 1) == np.int64
+
+
+@pytest.mark.parametrize("block_bytes", [1, 50, 1 << 26])
+def test_gather_rows_from_a_memory_map_equals_fancy_indexing(tmp_path, block_bytes):
+    rng = np.random.default_rng(11)
+    arrays = {
+        "feat": rng.normal(size=(37, 5)).astype(np.float32),
+        "label": rng.integers(-5, 5, 37).astype(np.int64),
+        "mask": rng.random(37) < 0.5,
+        "wide": rng.integers(0, 255, (37, 2, 3)).astype(np.uint8),
+    }
+    row_sets = [
+        np.arange(37),  # k = 1: every row in order
+        np.sort(rng.choice(37, 12, replace=False)),  # a part's core, ascending
+        rng.permutation(37)[:15],  # unsorted (torch's sort leaves small parts unsorted)
+        np.array([4, 4, 36, 0, 4, 17]),  # repeats
+        np.array([-1, 3, -37]),  # negative, as numpy
+        np.empty(0, dtype=np.int64),  # a part with no nodes
+    ]
+    for name, values in arrays.items():
+        np.save(tmp_path / f"{name}.npy", values)
+        mapped = np.load(tmp_path / f"{name}.npy", mmap_mode="r")
+        path, position = _mapped_file_region(mapped)
+        with open(path, "rb") as f:  # the region found is where row 0 lies in the file
+            f.seek(position)
+            assert f.read(values[0].nbytes) == values[0].tobytes()
+        for view, expected in ((mapped, values), (mapped[9:], values[9:])):  # a row range of a map too
+            for rows in row_sets:
+                rows = rows[(rows < len(expected)) & (rows >= -len(expected))]
+                got = gather_rows(view, rows, block_bytes=block_bytes)
+                assert got.dtype == expected.dtype and got.shape == (len(rows), *expected.shape[1:])
+                assert got.flags.c_contiguous and np.array_equal(got, expected[rows]), (name, rows)
+        with pytest.raises(IndexError):
+            gather_rows(mapped, np.array([0, 37]), block_bytes=block_bytes)
+    # arrays that are not read-only maps of a file are fancy-indexed
+    assert _mapped_file_region(arrays["feat"]) is None
+    assert _mapped_file_region(np.load(tmp_path / "feat.npy", mmap_mode="c")) is None  # private changes
+    assert _mapped_file_region(np.load(tmp_path / "feat.npy", mmap_mode="r")[:, 1:]) is None  # not contiguous
+    assert np.array_equal(gather_rows(arrays["feat"], np.array([3, 1])), arrays["feat"][[3, 1]])
+
+
+def test_memory_mapped_node_data_and_an_empty_part(tmp_path):
+    n, k = 50, 3
+    indptr, indices = _graph(n, 120, False, seed=13)
+    part = np.random.default_rng(13).integers(0, k, n).astype(np.int32)
+    part[part == 1] = 2  # part 1 holds no node (DGL's partition_graph fails on this; ours writes it)
+    data = _node_data(n, seed=13)
+    for name, values in data.items():
+        np.save(tmp_path / f"{name}.npy", values)
+    mapped = {name: np.load(tmp_path / f"{name}.npy", mmap_mode="r") for name in data}
+    orig = write_distdgl_parts(indptr, indices, part, k, tmp_path / "mem", "g", data)
+    assert np.array_equal(write_distdgl_parts(indptr, indices, part, k, tmp_path / "map", "g", mapped), orig)
+    meta = json.loads((tmp_path / "map" / "g.json").read_text())
+    assert meta == json.loads((tmp_path / "mem" / "g.json").read_text())
+    n0 = int(np.count_nonzero(part == 0))
+    assert meta["node_map"]["_N"] == [[0, n0], [n0, n0], [n0, n]]
+    into0 = int(np.count_nonzero(part[indices] == 0))
+    assert meta["edge_map"]["_N:_E:_N"] == [[0, into0], [into0, into0], [into0, len(indices)]]
+    for p in range(k):
+        for f in ("node_feat.dgl", "edge_feat.dgl"):
+            assert (tmp_path / "map" / f"part{p}" / f).read_bytes() == (tmp_path / "mem" / f"part{p}" / f).read_bytes()
+        feats = load_tensors(str(tmp_path / "map" / f"part{p}" / "node_feat.dgl"))
+        core = orig[meta["node_map"]["_N"][p][0] : meta["node_map"]["_N"][p][1]]
+        assert np.array_equal(feats["_N/feat"].numpy(), data["feat"][core])
+        assert np.array_equal(feats["_N/label"].numpy(), data["label"][core])
+    (empty,), _ = dgl.load_graphs(str(tmp_path / "map" / "part1" / "graph.dgl"))
+    assert empty.num_nodes() == 0 and empty.num_edges() == 0
+    assert load_tensors(str(tmp_path / "map" / "part1" / "node_feat.dgl"))["_N/feat"].shape == (0, 3)
+    for p in (0, 2):  # DGL's loader accepts the non-empty parts
+        g, nfeat, *_ = dgl.distributed.load_partition(str(tmp_path / "map" / "g.json"), p)
+        assert nfeat["_N/feat"].shape == (int(np.count_nonzero(part == p)), 3)
+        src, dst = g.edges()
+        nid = g.ndata["_ID"]
+        inner = g.edata["inner_edge"].bool()
+        # every edge into the core (and only those) is inner; every edge touches the core
+        assert torch.equal(g.ndata["inner_node"][dst].bool(), inner)
+        assert bool((g.ndata["inner_node"][src].bool() | inner).all())
+        assert int(inner.sum()) == int(np.count_nonzero(part[indices] == p)) and len(nid) >= nfeat["_N/feat"].shape[0]
+
+
+def test_part_ids_are_checked(tmp_path):
+    indptr, indices = _graph(10, 20, True, seed=2)
+    with pytest.raises(ValueError, match="outside 0..1"):
+        write_distdgl_parts(indptr, indices, np.full(10, 2), 2, tmp_path / "a", "g")
+    with pytest.raises(ValueError, match="9 part ids for 10 nodes"):
+        write_distdgl_parts(indptr, indices, np.zeros(9, dtype=np.int64), 2, tmp_path / "b", "g")
+    with pytest.raises(TypeError, match="integers"):
+        write_distdgl_parts(indptr, indices, np.zeros(10), 2, tmp_path / "c", "g")
+    # any integer dtype: the same files as int64 ids
+    part = np.random.default_rng(2).integers(0, 2, 10)
+    ref = write_distdgl_parts(indptr, indices, part, 2, tmp_path / "i64", "g")
+    for dtype in (np.uint8, np.int32, np.uint64):
+        assert np.array_equal(write_distdgl_parts(indptr, indices, part.astype(dtype), 2, tmp_path / "x", "g"), ref)
