@@ -10,13 +10,15 @@ exact (no sampling noise) and costs one pass over the edges per layer. With
 (`training.blocks.slice_dst`), bounding the memory of one chunk on the device.
 
 :class:`StreamingEval` (used when ``training.eval_batch_size`` is set) never holds Â or
-the feature matrix in memory: for each layer and each chunk of ``chunk_rows`` destination
-rows it reads that row block of Â (indptr/indices/weights, memory-mapped), the feature
-rows of the chunk's sources (memory-mapped FP32, or INT8 rows decoded per chunk, then the
-run's feature transform) or the previous layer's rows, runs the layer on the device and
-writes the chunk's output into that layer's memory-mapped ``.npy`` file. Device memory is
-bounded by one chunk (its rows, their neighbours' rows, its edges), host memory by the
-page cache.
+the feature matrix in memory: it first writes the transformed input features once, in row
+chunks, to ``input.npy`` (FP32 rows, or INT8 rows decoded, then the run's feature transform);
+then for each layer and each chunk of ``chunk_rows`` destination rows it reads that row block
+of Â (indptr/indices/weights), gathers the previous layer's rows of the chunk's sources into
+one reused buffer, runs the layer on the device and writes the chunk's output into
+``layer{l}.npy`` with ``os.pwrite``. Every read of a memory-mapped file drops its pages from
+the process's RSS after it (`graphs.npyrows`), so rank 0's peak RSS is bounded by one chunk
+(its rows, their neighbours' rows, its edges) plus one 64 MB window of file pages, not by the
+files' sizes. Device memory is bounded by one chunk.
 """
 
 from __future__ import annotations
