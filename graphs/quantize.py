@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
+from graphs.npyrows import take_rows
+
 if TYPE_CHECKING:  # torch is imported lazily: the NumPy half must not pay for it
     import torch
 
@@ -513,10 +515,14 @@ class EncodedFeatures:
         """The per-row array (x, q or packed): what `gather` takes rows of."""
         return self.arrays[_MAIN_ARRAY[self.encoding]]
 
-    def gather(self, nodes: np.ndarray) -> np.ndarray:
+    def gather(self, nodes: np.ndarray, release: bool = False) -> np.ndarray:
         """The compact rows of `nodes` (np.take on the plain array: ~3x faster than fancy
-        indexing an np.memmap)."""
+        indexing an np.memmap). ``release``: gathered window by window with the file's pages
+        dropped from this process's RSS after each (`graphs.npyrows.take_rows`), for a reader
+        that sweeps the whole file (the streamed full-graph evaluation)."""
         codes = self.codes
+        if release:
+            return take_rows(codes, nodes)
         if isinstance(codes, np.memmap):
             codes = codes.view(np.ndarray)  # still backed by the file mapping
         return np.take(codes, nodes, axis=0)

@@ -650,18 +650,43 @@ def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, 
             return transform(features.gather_host(ids, decode=True))
 
         # 32 destination rows per chunk: far less than the 400 x 16 feature matrix at a time
-        stream = StreamingEval(d["adjacency"], rows, 32, tmp_path / conv, "cpu")
+        threads = torch.get_num_threads()
+        stream = StreamingEval(d["adjacency"], rows, 32, tmp_path / conv, "cpu", threads=threads + 1)
         emb, logits = stream.forward(model)
-        assert max(seen) < 400 and len(seen) == 13  # ceil(400 / 32) chunks of the input layer
+        assert torch.get_num_threads() == threads  # restored after the forward
+        assert max(seen) == 32 and len(seen) == 13  # ceil(400 / 32) chunks of the input, read once
         torch.testing.assert_close(logits, logits_mem, atol=1e-5, rtol=1e-4)
         torch.testing.assert_close(emb, emb_mem, atol=1e-5, rtol=1e-4)
         assert (logits.argmax(1) == logits_mem.argmax(1)).all()
-        assert (tmp_path / conv / "layer1.npy").is_file()
+        # the layer files (written with pwrite) are the in-memory forward's layers
+        layer0, layer1 = (np.load(tmp_path / conv / f"layer{i}.npy") for i in (0, 1))
+        np.testing.assert_allclose(layer0, emb_mem.numpy(), atol=1e-5, rtol=1e-4)
+        np.testing.assert_allclose(layer1, logits_mem.numpy(), atol=1e-5, rtol=1e-4)
+        assert not (tmp_path / conv / "input.npy").exists()  # dropped once layer 0 is written
+        stream.save_embeddings(tmp_path / f"{conv}_embeddings.npy")
+        np.testing.assert_array_equal(np.load(tmp_path / f"{conv}_embeddings.npy"), layer0)
+        assert not (tmp_path / conv / "layer0.npy").exists()  # moved, not copied
+
+    # a one-layer model: its embeddings are the transformed input features, kept in input.npy
+    model = build_model(ModelConfig(conv="sage", hidden=16, num_layers=1), 16, 4)
+    model.eval()
+    emb, logits = StreamingEval(d["adjacency"], rows, 50, tmp_path / "one", "cpu").forward(model)
+    torch.testing.assert_close(emb, transform(full_features(manifest, shards)))
+    torch.testing.assert_close(logits, model.inference(load_full_block(d["adjacency"]), emb), atol=1e-5, rtol=1e-4)
 
     # a row block reads only its rows: destinations first, then the other neighbours ascending
     indptr, indices = np.array([0, 2, 3, 5, 6]), np.array([1, 3, 0, 2, 0, 3])
     block, src = row_block(indptr, indices, None, 1, 3)
     assert src.tolist() == [1, 2, 0] and block.indices.tolist() == [2, 1, 2] and block.indptr.tolist() == [0, 1, 3]
+    # reused scratch arrays give the same blocks, chunk after chunk, and are left clean
+    scratch = (np.zeros(4, dtype=bool), np.full(4, -7, dtype=np.int64))
+    for start, stop in ((1, 3), (0, 2), (2, 4), (1, 3)):
+        fresh, fresh_src = row_block(indptr, indices, None, start, stop)
+        reused, reused_src = row_block(indptr, indices, None, start, stop, scratch)
+        assert reused_src.tolist() == fresh_src.tolist() and reused.indices.tolist() == fresh.indices.tolist()
+        assert not scratch[0].any()
+    block, src = row_block(indptr, indices, None, 0, 2)
+    assert src.tolist() == [0, 1, 3] and block.indices.tolist() == [1, 2, 0] and block.num_src == 3
 
 
 def test_training_with_streamed_evaluation_matches_in_memory_evaluation(sbm, tmp_path):

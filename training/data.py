@@ -156,10 +156,15 @@ class FeatureRows:
 
                 self.cache = TieredFeatures(self.encoded, warm_rows=int(round(cache_share * self.encoded.num_rows)))
 
-    def gather_host(self, nodes: np.ndarray, decode: bool) -> torch.Tensor | None:
-        """Rows of `nodes` on the CPU, or None; compact codes stay compact unless `decode`."""
+    def gather_host(self, nodes: np.ndarray, decode: bool, release: bool = False) -> torch.Tensor | None:
+        """Rows of `nodes` on the CPU, or None; compact codes stay compact unless `decode`.
+        ``release``: the feature file's pages are dropped from this process's RSS as they are
+        read (`graphs.quantize.EncodedFeatures.gather`; the cache, if any, is bypassed)."""
         if self.kind == "encoded":
-            rows = self.cache.gather_codes(nodes) if self.cache is not None else self.encoded.gather(nodes)
+            if self.cache is not None and not release:
+                rows = self.cache.gather_codes(nodes)
+            else:
+                rows = self.encoded.gather(nodes, release=release)
             if decode or self.encoded.encoding == "fp32":
                 return torch.from_numpy(self.encoded.decode_gathered(rows))
             return _Compact(torch.from_numpy(rows))

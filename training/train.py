@@ -416,6 +416,9 @@ class InMemoryEval:
         emb, logits = model.inference_with_embeddings(block, x, self.batch_size)
         return emb.float(), logits.float()
 
+    def save_embeddings(self, emb: torch.Tensor, path: Path) -> None:
+        np.save(path, emb.cpu().numpy())
+
 
 class StreamedEval:
     """Full-graph evaluation streamed from the memory-mapped files (`training.evaluate.StreamingEval`)."""
@@ -425,6 +428,10 @@ class StreamedEval:
 
     def forward(self, model) -> tuple[torch.Tensor, torch.Tensor]:
         return self.stream.forward(model)
+
+    def save_embeddings(self, emb: torch.Tensor, path: Path) -> None:
+        """The embeddings file of the last forward, moved: never read through this process."""
+        self.stream.save_embeddings(path)
 
 
 def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
@@ -436,9 +443,11 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
         features = FeatureRows(run.stream_features, manifest, run.shards)
 
         def rows(ids: np.ndarray) -> torch.Tensor:  # compact codes decoded per chunk, then the run's transform
-            return run.transform(features.gather_host(ids, decode=True))
+            return run.transform(features.gather_host(ids, decode=True, release=True))
 
-        stream = StreamingEval(run.adjacency, rows, tcfg.eval_batch_size, run.work / "eval", run.device)
+        # every core on rank 0 while the other ranks wait for its evaluation
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        stream = StreamingEval(run.adjacency, rows, tcfg.eval_batch_size, run.work / "eval", run.device, threads)
         graph_n, evaluator = stream.n, StreamedEval(stream, nodes.labels, nodes.masks)
     else:
         x_full = full_features(manifest, run.shards) if manifest.get("features") is not None else run.stream_features
@@ -685,7 +694,7 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         torch.save(final_state, tmp / "model_final.pt")
         torch.save(best_state, tmp / "model_best.pt")
         write_predictions(tmp / "predictions.parquet", original_id, logits)
-        np.save(tmp / "embeddings.npy", emb.cpu().numpy().astype(np.float32))
+        run.eval_graph.save_embeddings(emb, tmp / "embeddings.npy")
         write_metrics(history, tmp / "metrics.parquet")
         plot_curves(history, tmp / "curves.png")
         cfg_out = replace(cfg, paths=replace(cfg.paths, work=str(work)))
