@@ -554,6 +554,29 @@ def _parquet_rows(paths: list[Path]) -> int:
     return sum(pq.read_metadata(p).num_rows for p in paths)
 
 
+def _parquet_id_bounds(paths: list[Path]) -> tuple[int, int] | None:
+    """(smallest, largest) src/dst of these Parquet files from their row-group statistics;
+    None when a row group lacks them. Only chooses a path: the dense path counts again."""
+    lo = hi = None
+    for p in paths:
+        md = pq.read_metadata(p)
+        columns = [md.schema.column(i).path for i in range(md.num_columns)]
+        for rg in range(md.num_row_groups):
+            group = md.row_group(rg)
+            for name in ("src", "dst"):
+                if name not in columns:
+                    return None
+                stats = group.column(columns.index(name)).statistics
+                if group.num_rows and (stats is None or not stats.has_min_max):
+                    return None
+                if group.num_rows and not (isinstance(stats.min, int) and isinstance(stats.max, int)):
+                    return None
+                if group.num_rows:
+                    lo = stats.min if lo is None else min(lo, stats.min)
+                    hi = stats.max if hi is None else max(hi, stats.max)
+    return None if lo is None else (lo, hi)
+
+
 def _connect(cfg: CanonicalConfig, temp_dir: Path) -> duckdb.DuckDBPyConnection:
     return duck.connect(cfg.memory_limit, threads=cfg.threads, temp_directory=temp_dir)
 
@@ -648,12 +671,21 @@ def build_canonical_graph(
                 "FROM edge_files"
             )
         budget = cfg.sort_budget_mb << 20
-        # Unweighted string ids whose rows fit the sort budget are factorized in memory, and
-        # that one scan gives the counts too (no count/min/max pass over every string).
-        factorize_strings = (
-            kind == "string" and not weighted and 0 < _parquet_rows(files.edge_files) * 2 * BYTES_PER_KEY <= budget
-        )
-        if factorize_strings:
+        nodes_sql = None
+        if files.nodes:
+            con.read_parquet(str(files.nodes)).create_view("node_file")
+            nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
+        # Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
+        # statistics), whose rows fit the sort budget are factorized in memory, and that one
+        # scan gives the counts too (no count/min/max pass over every row).
+        meta_rows = _parquet_rows(files.edge_files)
+        factorize_now = not weighted and 0 < meta_rows * 2 * BYTES_PER_KEY <= budget
+        if factorize_now and kind == "int":
+            bounds = _parquet_id_bounds(files.edge_files)
+            factorize_now = (
+                bounds is not None and _IdSpace.dense_bounds(con, kind, meta_rows, *bounds, nodes_sql) is None
+            )
+        if factorize_now:
             rows, min_id, max_id, invalid = 0, None, None, []
         else:
             invalid_weight_sql = (
@@ -664,12 +696,8 @@ def build_canonical_graph(
                 "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
                 f"{invalid_weight_sql} FROM raw_edges"
             ).fetchall()[0]
-        nodes_sql = None
-        if files.nodes:
-            con.read_parquet(str(files.nodes)).create_view("node_file")
-            nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
         codes = None  # (src, dst) of every row in the final id space, when factorized in memory
-        if factorize_strings:
+        if factorize_now:
             space, *codes = _IdSpace.factorize(con, nodes_sql, dataset_dir, kind)
             src_codes, dst_codes = codes
             rows = len(src_codes)
@@ -683,7 +711,7 @@ def build_canonical_graph(
             _refuse_invalid_weights(con, weighted_files)
         dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if invalid_weights else None
         valid_rows = rows - null_rows - self_loops - invalid_weights
-        dense = _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
+        dense = None if codes is not None else _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
         if codes is None and dense is None and not weighted and rows * 2 * BYTES_PER_KEY <= budget:
             space, *codes = _IdSpace.factorize(con, nodes_sql, dataset_dir, kind)
         elif codes is None:
