@@ -448,11 +448,13 @@ class _IdSpace:
                 values += con.sql(f"SELECT id FROM ({nodes_sql})").to_arrow_table().column(0).chunks
             hashes = None
         rows = table.num_rows
-        split = table.column(0).num_chunks  # src chunks | dst (+ node id) chunks, encoded in two threads
         del table
-        encoded = _encode_strings_by_hash(values, hashes, split) if hashes is not None else None
+        encoded = _encode_strings_by_hash(values, hashes) if hashes is not None else None
         if encoded is None:  # integer ids, or two strings share a hash: encode the ids themselves
-            index_chunks, dictionary = _encode_two_sides(values[:split], values[split:])
+            column = _dictionary_encode(pa.chunked_array(values, values[0].type if values else None))
+            dictionary = column.chunk(0).dictionary if column.num_chunks else pa.array([])
+            index_chunks = [c.indices for c in column.chunks]
+            del column
         else:
             index_chunks, dictionary = encoded
         del values, hashes
@@ -511,29 +513,7 @@ def _dictionary_encode(values: pa.ChunkedArray) -> pa.ChunkedArray:
     return column
 
 
-def _encode_two_sides(a: list[pa.Array], b: list[pa.Array]) -> tuple[list[pa.Array], pa.Array]:
-    """Dictionary codes of the chunks `a` + `b` (index chunks in that order, dictionary),
-    `a` and `b` hash-encoded in two threads (Arrow releases the GIL), then merged: the
-    dictionary of `a` followed by the values met only in `b`, whose codes are remapped."""
-    if not a or not b:
-        if not a and not b:
-            return [], pa.array([], pa.int64())
-        column = _dictionary_encode(pa.chunked_array(a + b))
-        return [c.indices for c in column.chunks], column.chunk(0).dictionary
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        job = pool.submit(_dictionary_encode, pa.chunked_array(b))
-        ea = _dictionary_encode(pa.chunked_array(a))
-        eb = job.result()
-    da, db = ea.chunk(0).dictionary, eb.chunk(0).dictionary
-    merged = pc.dictionary_encode(pa.concat_arrays([da, db]))  # da's values keep their codes
-    b_codes = merged.indices.slice(len(da))
-    index_chunks = [c.indices for c in ea.chunks] + [pc.take(b_codes, c.indices) for c in eb.chunks]
-    return index_chunks, merged.dictionary
-
-
-def _encode_strings_by_hash(
-    values: list[pa.Array], hashes: list[pa.Array], split: int | None = None
-) -> tuple[list[pa.Array], pa.Array] | None:
+def _encode_strings_by_hash(values: list[pa.Array], hashes: list[pa.Array]) -> tuple[list[pa.Array], pa.Array] | None:
     """Dictionary codes of string `values` (chunks) found by encoding their 64-bit `hashes`
     (the same chunking): (index chunks, the string of each code), or None when two distinct
     strings share a hash.
@@ -546,9 +526,10 @@ def _encode_strings_by_hash(
     """
     if not values:
         return None
-    split = len(hashes) if split is None else split  # hashes[:split] and the rest in two threads
-    index_chunks, dictionary = _encode_two_sides(hashes[:split], hashes[split:])
-    m = len(dictionary)
+    column = _dictionary_encode(pa.chunked_array(hashes, pa.uint64()))
+    m = len(column.chunk(0).dictionary)
+    index_chunks = [c.indices for c in column.chunks]
+    del column
     position = np.zeros(m, dtype=np.int64)  # of some row holding each code (any one will do)
     at = 0
     for idx in index_chunks:

@@ -122,7 +122,7 @@ def test_string_hash_collisions_fall_back_to_the_same_files(graphs, tmp_path, mo
     landing, _ = graphs["string"]
     calls = []
     real = canonical._encode_strings_by_hash
-    monkeypatch.setattr(canonical, "_encode_strings_by_hash", lambda *a: calls.append(real(*a)) or calls[-1])
+    monkeypatch.setattr(canonical, "_encode_strings_by_hash", lambda v, h: calls.append(real(v, h)) or calls[-1])
     by_hash = build_canonical_graph(landing, tmp_path / "hash")
     assert calls[0] is not None  # DuckDB's 64-bit hashes of 3000 strings do not collide
     monkeypatch.setattr(canonical, "STRING_HASH_SQL", "CASE WHEN {c} IS NULL THEN NULL ELSE hash({c}) % 7 END")
@@ -153,18 +153,3 @@ def test_int_ids_without_parquet_statistics_give_the_same_files(graphs, tmp_path
     assert with_stats["dropped_null_id"] == 10 and with_stats["dropped_self_loop"] >= 50
     for name in ("edges.parquet", "nodes.parquet"):
         assert pq.read_table(tmp_path / "a" / name).equals(pq.read_table(tmp_path / "b" / name))
-
-
-def test_two_sided_encoding_gives_one_code_per_value():
-    """src chunks and dst chunks are encoded in two threads and merged: a value met on both
-    sides, or only in the second, must get one code, and nulls stay null."""
-    from graphs.canonical import _encode_two_sides
-
-    a = [pa.array([5, 9, None]), pa.array([9, 1])]
-    b = [pa.array([7, 5]), pa.array([None, 7, 1, 8])]
-    index_chunks, dictionary = _encode_two_sides(a, b)
-    decoded = [None if i is None else dictionary[i].as_py() for c in index_chunks for i in c.to_pylist()]
-    assert decoded == [5, 9, None, 9, 1, 7, 5, None, 7, 1, 8]
-    assert sorted(dictionary.to_pylist()) == [1, 5, 7, 8, 9]
-    only_b, d = _encode_two_sides([], b)
-    assert [None if i is None else d[i].as_py() for c in only_b for i in c.to_pylist()] == [7, 5, None, 7, 1, 8]
