@@ -24,7 +24,8 @@ relabelled with a vectorised lookup (a dense table when the ids are dense intege
 pandas hash index or, for strings, Arrow's hash set otherwise). Sparse integer and string
 ids of edge rows that fit the sort budget skip the DISTINCT and the lookups: one scan,
 and one Arrow dictionary encoding of every endpoint whose codes are renumbered in sorted
-id order (`_IdSpace.factorize`). Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
+id order (`_IdSpace.factorize`; string ids are encoded by their 64-bit DuckDB hash, every
+row then compared with its code's string, and that scan also gives the row counts). Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
 (flag 1 marks the reversed copy added by symmetrization). When the keys of a symmetrized
 graph fit the sort budget only the (min, max) orientation is kept and the reverse
 direction is produced after deduplication (`_mirror`), halving the work. Keys are spilled into fine
@@ -418,30 +419,46 @@ class _IdSpace:
         return cls(len(ids), Relabeler(ids))
 
     @classmethod
-    def factorize(cls, con, nodes_sql, where) -> tuple["_IdSpace", np.ndarray, np.ndarray]:
+    def factorize(cls, con, nodes_sql, where, kind: str = "int") -> tuple["_IdSpace", np.ndarray, np.ndarray]:
         """Sparse or string ids of edge files that fit in memory: one scan, one hash pass.
 
         Every row's (src, dst) is read once, in file order, and Arrow's hash dictionary
         encoding (together with the node file's ids) gives each distinct id a code; the
         codes are then renumbered in sorted order of the ids. This replaces a DISTINCT +
         ORDER BY over every endpoint and a second scan looked up id by id (string ids no
-        longer become Python objects per row). Returns the space (0..n-1, sorted ids) and
-        the new src and dst of every row (-1 where the id is null).
+        longer become Python objects per row). String ids are encoded by their 64-bit hash
+        (`_encode_strings_by_hash`). Returns the space (0..n-1, sorted ids) and the new src
+        and dst of every row (-1 where the id is null).
         """
-        table = con.sql("SELECT src, dst FROM raw_edges").to_arrow_table()
+        if kind == "string":
+            h = STRING_HASH_SQL
+            table = con.sql(
+                f"SELECT src, dst, {h.format(c='src')} AS hs, {h.format(c='dst')} AS hd FROM raw_edges"
+            ).to_arrow_table()
+            values = table.column(0).chunks + table.column(1).chunks
+            hashes = table.column(2).chunks + table.column(3).chunks
+            if nodes_sql is not None:
+                node_ids = con.sql(f"SELECT id, {h.format(c='id')} AS h FROM ({nodes_sql})").to_arrow_table()
+                values += node_ids.column(0).chunks
+                hashes += node_ids.column(1).chunks
+                del node_ids
+        else:
+            table = con.sql("SELECT src, dst FROM raw_edges").to_arrow_table()
+            values = table.column(0).chunks + table.column(1).chunks
+            if nodes_sql is not None:
+                values += con.sql(f"SELECT id FROM ({nodes_sql})").to_arrow_table().column(0).chunks
+            hashes = None
         rows = table.num_rows
-        chunks = table.column(0).chunks + table.column(1).chunks
-        if nodes_sql is not None:
-            chunks += con.sql(f"SELECT id FROM ({nodes_sql})").to_arrow_table().column(0).chunks
         del table
-        column = pc.dictionary_encode(pa.chunked_array(chunks))
-        del chunks
-        # Arrow encodes a chunked array with one memo table: every chunk holds the same final
-        # dictionary (the same buffers). Unifying would re-encode every chunk (~10x the encoding).
-        shared = {tuple(b.address if b is not None else 0 for b in c.dictionary.buffers()) for c in column.chunks}
-        if len(shared) > 1:
-            column = pa.table({"code": column}).unify_dictionaries().column(0)
-        dictionary = column.chunk(0).dictionary if column.num_chunks else pa.array([])
+        encoded = _encode_strings_by_hash(values, hashes) if hashes is not None else None
+        if encoded is None:  # integer ids, or two strings share a hash: encode the ids themselves
+            column = _dictionary_encode(pa.chunked_array(values, values[0].type if values else None))
+            dictionary = column.chunk(0).dictionary if column.num_chunks else pa.array([])
+            index_chunks = [c.indices for c in column.chunks]
+            del column
+        else:
+            index_chunks, dictionary = encoded
+        del values, hashes
         if len(dictionary) == 0:
             raise InputError(f"{where}: every edge row has a null id; no nodes to build")
         if len(dictionary) > 2**31 - 1:
@@ -451,16 +468,16 @@ class _IdSpace:
         rank[order] = np.arange(len(order), dtype=np.int64)
         codes = np.empty(2 * rows, dtype=np.int64)
         at = 0
-        for chunk in column.chunks:
-            take = min(len(chunk), 2 * rows - at)
+        for idx in index_chunks:
+            take = min(len(idx), 2 * rows - at)
             if take <= 0:
                 break
-            idx = chunk.indices.slice(0, take)
+            idx = idx.slice(0, take)
             codes[at : at + take] = rank[idx.fill_null(0).to_numpy()] if idx.null_count else rank[idx.to_numpy()]
             if idx.null_count:
                 codes[at : at + take][np.asarray(idx.is_null())] = -1
             at += take
-        del column
+        del index_chunks
         return cls(len(order), Relabeler(dictionary.take(pa.array(order)))), codes[:rows], codes[rows:]
 
     def locate(self, values: pa.Array) -> np.ndarray:
@@ -482,7 +499,83 @@ class _IdSpace:
         return Relabeler(pa.array(offsets + self.lo)), lut
 
 
+# A string id's 64-bit hash, computed by DuckDB in the scan (in parallel); null stays null.
+STRING_HASH_SQL = "CASE WHEN {c} IS NULL THEN NULL ELSE hash({c}) END"
+
+
+def _dictionary_encode(values: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Arrow's hash dictionary encoding of a chunked array; every chunk gets the final dictionary."""
+    column = pc.dictionary_encode(values)
+    # Arrow encodes a chunked array with one memo table: every chunk holds the same final
+    # dictionary (the same buffers). Unifying would re-encode every chunk (~10x the encoding).
+    shared = {tuple(b.address if b is not None else 0 for b in c.dictionary.buffers()) for c in column.chunks}
+    if len(shared) > 1:
+        column = pa.table({"code": column}).unify_dictionaries().column(0)
+    return column
+
+
+def _encode_strings_by_hash(values: list[pa.Array], hashes: list[pa.Array]) -> tuple[list[pa.Array], pa.Array] | None:
+    """Dictionary codes of string `values` (chunks) found by encoding their 64-bit `hashes`
+    (the same chunking): (index chunks, the string of each code), or None when two distinct
+    strings share a hash.
+
+    Hashing 8-byte integers costs a fraction of hashing the strings (one memory access per
+    row instead of three). Exactness does not rest on the hash: one string per code is taken
+    as its representative and every row's string is compared with its code's representative,
+    so a collision (two strings, one code) is found and the caller encodes the strings
+    themselves.
+    """
+    if not values:
+        return None
+    column = _dictionary_encode(pa.chunked_array(hashes, pa.uint64()))
+    m = len(column.chunk(0).dictionary)
+    index_chunks = [c.indices for c in column.chunks]
+    del column
+    position = np.zeros(m, dtype=np.int64)  # of some row holding each code (any one will do)
+    at = 0
+    for idx in index_chunks:
+        if idx.null_count:
+            valid = np.flatnonzero(np.asarray(idx.is_valid()))
+            position[idx.filter(idx.is_valid()).to_numpy()] = at + valid
+        else:
+            position[idx.to_numpy()] = at + np.arange(len(idx), dtype=np.int64)
+        at += len(idx)
+    representative = pa.chunked_array(values, values[0].type).take(pa.array(position)).combine_chunks()
+    for v, idx in zip(values, index_chunks):
+        if pc.any(pc.not_equal(v, representative.take(idx))).as_py():
+            return None  # a hash collision: some row's string differs from its code's string
+    return index_chunks, representative
+
+
 # ----------------------------------------------------------------------------- main entry
+
+
+def _parquet_rows(paths: list[Path]) -> int:
+    """The rows of these Parquet files, from their footers."""
+    return sum(pq.read_metadata(p).num_rows for p in paths)
+
+
+def _parquet_id_bounds(paths: list[Path]) -> tuple[int, int] | None:
+    """(smallest, largest) src/dst of these Parquet files from their row-group statistics;
+    None when a row group lacks them. Only chooses a path: the dense path counts again."""
+    lo = hi = None
+    for p in paths:
+        md = pq.read_metadata(p)
+        columns = [md.schema.column(i).path for i in range(md.num_columns)]
+        for rg in range(md.num_row_groups):
+            group = md.row_group(rg)
+            for name in ("src", "dst"):
+                if name not in columns:
+                    return None
+                stats = group.column(columns.index(name)).statistics
+                if group.num_rows and (stats is None or not stats.has_min_max):
+                    return None
+                if group.num_rows and not (isinstance(stats.min, int) and isinstance(stats.max, int)):
+                    return None
+                if group.num_rows:
+                    lo = stats.min if lo is None else min(lo, stats.min)
+                    hi = stats.max if hi is None else max(hi, stats.max)
+    return None if lo is None else (lo, hi)
 
 
 def _connect(cfg: CanonicalConfig, temp_dir: Path) -> duckdb.DuckDBPyConnection:
@@ -578,29 +671,51 @@ def build_canonical_graph(
                 f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
                 "FROM edge_files"
             )
-        invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
-        rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
-            "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
-            "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
-            f"{invalid_weight_sql} FROM raw_edges"
-        ).fetchall()[0]
+        budget = cfg.sort_budget_mb << 20
+        nodes_sql = None
+        if files.nodes:
+            con.read_parquet(str(files.nodes)).create_view("node_file")
+            nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
+        # Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
+        # statistics), whose rows fit the sort budget are factorized in memory, and that one
+        # scan gives the counts too (no count/min/max pass over every row).
+        meta_rows = _parquet_rows(files.edge_files)
+        factorize_now = not weighted and 0 < meta_rows * 2 * BYTES_PER_KEY <= budget
+        if factorize_now and kind == "int":
+            bounds = _parquet_id_bounds(files.edge_files)
+            factorize_now = (
+                bounds is not None and _IdSpace.dense_bounds(con, kind, meta_rows, *bounds, nodes_sql) is None
+            )
+        if factorize_now:
+            rows, min_id, max_id, invalid = 0, None, None, []
+        else:
+            invalid_weight_sql = (
+                f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
+            )
+            rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
+                "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
+                "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
+                f"{invalid_weight_sql} FROM raw_edges"
+            ).fetchall()[0]
+        codes = None  # (src, dst) of every row in the final id space, when factorized in memory
+        if factorize_now:
+            space, *codes = _IdSpace.factorize(con, nodes_sql, dataset_dir, kind)
+            src_codes, dst_codes = codes
+            rows = len(src_codes)
+            null_rows = int(np.count_nonzero((src_codes < 0) | (dst_codes < 0)))
+            self_loops = int(np.count_nonzero((src_codes == dst_codes) & (src_codes >= 0)))
+            del src_codes, dst_codes
         if rows == 0:
             raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
         invalid_weights = int(invalid[0]) if invalid else 0
         if invalid_weights and cfg.invalid_weights == "error":
             _refuse_invalid_weights(con, weighted_files)
         dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if invalid_weights else None
-        nodes_sql = None
-        if files.nodes:
-            con.read_parquet(str(files.nodes)).create_view("node_file")
-            nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
         valid_rows = rows - null_rows - self_loops - invalid_weights
-        budget = cfg.sort_budget_mb << 20
-        codes = None  # (src, dst) of every row in the final id space, when factorized in memory
-        dense = _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
-        if dense is None and not weighted and rows * 2 * BYTES_PER_KEY <= budget:
-            space, *codes = _IdSpace.factorize(con, nodes_sql, dataset_dir)
-        else:
+        dense = None if codes is not None else _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
+        if codes is None and dense is None and not weighted and rows * 2 * BYTES_PER_KEY <= budget:
+            space, *codes = _IdSpace.factorize(con, nodes_sql, dataset_dir, kind)
+        elif codes is None:
             has_dropped = null_rows + self_loops + invalid_weights > 0
             space = _IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
         n_space = space.size

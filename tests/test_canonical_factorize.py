@@ -98,3 +98,58 @@ def test_factorized_graph_is_the_dense_graph_renamed(graphs, tmp_path, kind):
     fd, fk = np.load(tmp_path / "dense" / "features.npy"), np.load(tmp_path / kind / "features.npy")
     position = {v: i for i, v in enumerate(ids.to_pylist())}
     assert np.array_equal(fk, fd[[position[v] for v in orig_k.to_pylist()]])
+
+
+def test_strings_encoded_by_hash_give_each_string_one_code():
+    from graphs.canonical import _encode_strings_by_hash
+
+    values = [pa.array(["b", "a", None, "b"]), pa.array(["c", "a", "c"])]
+    hashes = [pa.array([2, 1, None, 2], pa.uint64()), pa.array([3, 1, 3], pa.uint64())]
+    index_chunks, strings = _encode_strings_by_hash(values, hashes)
+    codes = [None if i is None else strings[i].as_py() for c in index_chunks for i in c.to_pylist()]
+    assert codes == ["b", "a", None, "b", "c", "a", "c"]
+    assert sorted(strings.to_pylist()) == ["a", "b", "c"]
+    # "a" and "c" share a hash: found by the comparison with each code's string, not trusted
+    colliding = [pa.array([2, 1, None, 2], pa.uint64()), pa.array([1, 1, 1], pa.uint64())]
+    assert _encode_strings_by_hash(values, colliding) is None
+
+
+def test_string_hash_collisions_fall_back_to_the_same_files(graphs, tmp_path, monkeypatch):
+    """With a hash of 7 values every code holds many strings: the stage must notice and encode
+    the strings themselves, giving the files of the hash path and of the streamed path."""
+    import graphs.canonical as canonical
+
+    landing, _ = graphs["string"]
+    calls = []
+    real = canonical._encode_strings_by_hash
+    monkeypatch.setattr(canonical, "_encode_strings_by_hash", lambda v, h: calls.append(real(v, h)) or calls[-1])
+    by_hash = build_canonical_graph(landing, tmp_path / "hash")
+    assert calls[0] is not None  # DuckDB's 64-bit hashes of 3000 strings do not collide
+    monkeypatch.setattr(canonical, "STRING_HASH_SQL", "CASE WHEN {c} IS NULL THEN NULL ELSE hash({c}) % 7 END")
+    collided = build_canonical_graph(landing, tmp_path / "collided")
+    assert len(calls) == 2 and calls[1] is None  # the collision was detected
+    drop = ("seconds", "peak_rss_bytes")
+    assert {k: v for k, v in by_hash.items() if k not in drop} == {k: v for k, v in collided.items() if k not in drop}
+    for name in ("edges.parquet", "nodes.parquet"):
+        assert pq.read_table(tmp_path / "hash" / name).equals(pq.read_table(tmp_path / "collided" / name))
+    assert np.array_equal(np.load(tmp_path / "hash" / "features.npy"), np.load(tmp_path / "collided" / "features.npy"))
+
+
+def test_int_ids_without_parquet_statistics_give_the_same_files(graphs, tmp_path):
+    """Sparse int ids are sent to the factorized path by the files' min/max statistics; files
+    written without them take the counting query first and must give the same graph."""
+    import shutil
+
+    landing, _ = graphs["sparse"]
+    bare = tmp_path / "no_stats"
+    shutil.copytree(landing, bare)
+    for f in (bare / "edges").glob("*.parquet"):
+        pq.write_table(pq.read_table(f), f, write_statistics=False)
+    assert pq.read_metadata(next((bare / "edges").glob("*.parquet"))).row_group(0).column(0).statistics is None
+    with_stats = build_canonical_graph(landing, tmp_path / "a")
+    without = build_canonical_graph(bare, tmp_path / "b")
+    drop = ("seconds", "peak_rss_bytes")
+    assert {k: v for k, v in with_stats.items() if k not in drop} == {k: v for k, v in without.items() if k not in drop}
+    assert with_stats["dropped_null_id"] == 10 and with_stats["dropped_self_loop"] >= 50
+    for name in ("edges.parquet", "nodes.parquet"):
+        assert pq.read_table(tmp_path / "a" / name).equals(pq.read_table(tmp_path / "b" / name))
