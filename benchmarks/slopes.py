@@ -5,7 +5,9 @@
 Reads every `benchmarks/results/<scale>.json` written by `make bench SCALE=...` (our side of
 each record measured in seconds, at that scale's edge rows) and, when it exists,
 `benchmarks/results/scale_stages.json` (the 100M-edge run's per-stage records: stage,
-edges, nodes, wall_s, peak_rss_bytes, machine, date). For every stage measured at two or
+edges, nodes, wall_s, peak_rss_bytes, machine, date) and `benchmarks/results/pipeline_runs.json`
+(`benchmarks/pipeline_run.py`: every stage through Dagster at one size per run; the step's
+own seconds from its run_stats.json, CPU seconds of the whole command). For every stage measured at two or
 more sizes it prints the seconds per size and the least-squares slope of log(seconds)
 against log(edges) (`harness.slope`; with three sizes or more also the slope between each
 pair of consecutive sizes): 1.0 is linear growth; the goal is <= 1.05. A stage
@@ -30,6 +32,13 @@ def stage_points(results_dir: Path, cpu: bool = False) -> dict[str, dict[int, fl
     our CPU seconds, where the records carry them; the scale run's file has wall time only)."""
     points: dict[str, dict[int, float]] = {}
     for path in sorted(results_dir.glob("*.json")):
+        if path.name == "pipeline_runs.json":
+            for r in json.loads(path.read_text()):
+                if r.get("rc") != 0:
+                    continue
+                value = r.get("user_s", 0.0) + r.get("sys_s", 0.0) if cpu else r.get("asset_s", r["command_s"])
+                points.setdefault(f"{r['stage']} (pipeline run)", {})[int(r["edges"])] = float(value)
+            continue
         if path.name == "scale_stages.json":
             for r in [] if cpu else json.loads(path.read_text()):
                 points.setdefault(f"{r['stage']} (scale run)", {})[int(r["edges"])] = float(r["wall_s"])

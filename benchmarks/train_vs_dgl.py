@@ -191,6 +191,9 @@ def run_ours(can: Path, adj: Path, args) -> dict:
                 "optimizer": {"type": "Adam", "lr": args.lr},
                 "profiler": "none",
                 "eval_every": args.epochs,
+                # DGL's loop feeds the features as they are; ours would divide each row by its L1 norm
+                # (the Planetoid recipe, our default), a different input than the peer's
+                "feature_norm": args.feature_norm,
                 "checkpoint_every": args.epochs,
                 "seed": args.seed,
                 **({"aggregation": args.aggregation} if args.aggregation else {}),
@@ -224,6 +227,9 @@ def main() -> None:
     ap.add_argument("--dropout", type=float, default=0.5)
     ap.add_argument("--lr", type=float, default=0.003)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--feature-norm", default="none", help="our training.feature_norm; none = the raw features DGL's side trains on"
+    )
     ap.add_argument("--threads", type=int, default=0, help="OpenMP/torch threads for both sides; 0 = default")
     ap.add_argument(
         "--aggregation", default="", help="our training.aggregation (torch/dgl/auto); default: the config's"

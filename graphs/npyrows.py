@@ -14,6 +14,13 @@ VmHWM 20.6 GB with 14.7 GB of it file pages (BENCHMARKS.md, "streaming evaluatio
   is a minor fault). RssFile grows by at most about one window per call.
 - :func:`read_rows`: a contiguous row range, copied out and its pages dropped the same way.
 - :func:`release`: drop every page of an array's mapping from this process.
+- :func:`prefetch_rows`: ask the kernel to read the pages of rows ``ids`` ahead
+  (``madvise(MADV_WILLNEED)`` per run of adjacent pages), so that a gather from a file that is
+  not in the page cache waits for many reads in flight at once instead of one page fault
+  after another. Measured here (2-core VM, virtio disk, 512-byte rows, 30k random rows of a
+  0.5 GB file evicted from the page cache): 12-20k rows/s faulted one by one, 70-97k rows/s
+  advised first; with the file resident the advice costs about what the gather does (~15 ms
+  per 20k page runs), so callers use it when the file does not stay cached.
 - :class:`NpyRowWriter`: an ``.npy`` file (format 1.0 header, C order) created at its final
   size and written by row ranges with ``os.pwrite``: the data goes through the page cache,
   never through a mapping of this process.
@@ -32,13 +39,14 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["WINDOW_BYTES", "NpyRowWriter", "read_rows", "release", "take_rows"]
+__all__ = ["WINDOW_BYTES", "NpyRowWriter", "mapped_bytes", "prefetch_rows", "read_rows", "release", "take_rows"]
 
 WINDOW_BYTES = 64 << 20
 """Bytes of the file one window of `take_rows` covers (the most RssFile one call adds)."""
 
 _PAGE = mmap.PAGESIZE
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
+_WILLNEED = getattr(mmap, "MADV_WILLNEED", None)
 _MAX_RUNS = 8  # ids in more ascending runs than this are sorted first
 
 
@@ -78,11 +86,55 @@ class _Pages:
             self.mapping.madvise(_DONTNEED, lo, hi - lo)
 
 
+def mapped_bytes(array) -> int:
+    """Bytes of the file mapping behind ``array`` (0 when it is not memory-mapped)."""
+    mapping = _mapping(array)
+    return len(mapping) if mapping is not None and not mapping.closed else 0
+
+
 def release(array) -> None:
     """Drop every page of ``array``'s file mapping from this process's RSS (no-op without one)."""
     mapping = _mapping(array) if _DONTNEED is not None else None
     if mapping is not None and not mapping.closed and len(mapping):
         mapping.madvise(_DONTNEED)
+
+
+def page_runs(first_byte: np.ndarray, row_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first page, last page) of each maximal run of adjacent pages holding the rows that start
+    at the ascending byte offsets `first_byte` (each `row_bytes` long)."""
+    lo = first_byte // _PAGE
+    hi = (first_byte + row_bytes - 1) // _PAGE
+    reach = np.maximum.accumulate(hi)  # rows may span pages; runs merge overlapping or touching pages
+    begins = np.flatnonzero(lo[1:] > reach[:-1] + 1) + 1
+    starts = np.concatenate(([0], begins))
+    ends = np.concatenate((begins - 1, [len(lo) - 1]))
+    return lo[starts], reach[ends]
+
+
+def prefetch_rows(array: np.ndarray, ids) -> int:
+    """Start reading the file pages of rows ``ids`` (ascending or not) of a memory-mapped array
+    into the page cache; the number of page runs advised (0 without a file mapping).
+
+    One ``madvise(MADV_WILLNEED)`` per run of adjacent pages: the loop is over page runs of the
+    requested rows and each turn is one system call queueing reads (~14 us of kernel time here
+    against well under 1 us of Python), so its cost is the I/O submission, not the interpreter.
+    It never changes what a later read returns; without a mapping (or MADV_WILLNEED) it does nothing.
+    """
+    plain = _plain(array)
+    ids = np.asarray(ids, dtype=np.int64)
+    if _WILLNEED is None or not len(ids) or not plain.ndim or not plain.flags.c_contiguous:
+        return 0
+    pages = _Pages(plain)
+    if pages.mapping is None:
+        return 0
+    if len(ids) > 1 and bool(np.any(ids[1:] < ids[:-1])):
+        ids = np.sort(ids)
+    row = plain.strides[0]
+    first, last = page_runs(pages.first + ids * row, row)
+    size = len(pages.mapping)
+    for a, b in zip((first * _PAGE).tolist(), (np.minimum((last + 1) * _PAGE, size)).tolist()):
+        pages.mapping.madvise(_WILLNEED, a, b - a)
+    return len(first)
 
 
 def read_rows(array: np.ndarray, start: int, stop: int) -> np.ndarray:

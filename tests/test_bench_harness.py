@@ -115,9 +115,53 @@ def test_slope_of_linear_and_quadratic_growth(tmp_path):
     (tmp_path / "scale_stages.json").write_text(
         json.dumps([{"stage": "partition", "edges": e, "nodes": 1, "wall_s": s} for e, s in ((10**7, 5), (10**8, 50))])
     )
+    # pipeline runs (benchmarks/pipeline_run.py): the step's seconds, CPU of the whole command; failed runs left out
+    (tmp_path / "pipeline_runs.json").write_text(
+        json.dumps(
+            [
+                {
+                    "stage": "trained_model",
+                    "edges": e,
+                    "rc": rc,
+                    "command_s": 9.0,
+                    "asset_s": s,
+                    "user_s": u,
+                    "sys_s": 1,
+                }
+                for e, s, u, rc in ((10**6, 2.0, 3.0, 0), (10**7, 40.0, 99.0, 0), (10**8, 1.0, 1.0, 1))
+            ]
+        )
+    )
     rows = {r["stage"]: r for r in slopes.slope_table(slopes.stage_points(tmp_path))}
     assert rows["ingest"]["slope"] == pytest.approx(math.log10(12.0))
     assert rows["partition (scale run)"]["slope"] == pytest.approx(1.0)
+    assert rows["trained_model (pipeline run)"]["points"] == [(10**6, 2.0), (10**7, 40.0)]
+    assert rows["trained_model (pipeline run)"]["slope"] == pytest.approx(math.log10(20.0))
+    cpu = {r["stage"]: r for r in slopes.slope_table(slopes.stage_points(tmp_path, cpu=True))}
+    assert cpu["trained_model (pipeline run)"]["slope"] == pytest.approx(math.log10(100.0 / 4.0))
+
+
+def test_pipeline_run_reads_gnu_time_and_the_dataset_size(tmp_path):
+    import pipeline_run
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    text = (
+        "\tUser time (seconds): 44.06\n\tSystem time (seconds): 28.81\n\tMaximum resident set size (kbytes): 613604\n"
+    )
+    assert pipeline_run.parse_gnu_time(text) == {
+        "command_peak_rss_bytes": 613604 * 1024,
+        "user_s": 44.06,
+        "sys_s": 28.81,
+    }
+    assert pipeline_run.parse_gnu_time("no report") == {}
+    (tmp_path / "edges").mkdir()
+    for i, rows in enumerate((3, 4)):
+        pq.write_table(
+            pa.table({"src": list(range(rows)), "dst": list(range(rows))}), tmp_path / "edges" / f"{i}.parquet"
+        )
+    pq.write_table(pa.table({"node_id": [0, 1, 2, 3, 4]}), tmp_path / "nodes.parquet")
+    assert pipeline_run.dataset_size(tmp_path) == (5, 7)
 
 
 def test_run_scale_tiny_writes_what_the_benchmarks_measured(tmp_path):

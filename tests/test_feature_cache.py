@@ -105,3 +105,14 @@ def test_degree_policy_keeps_the_highest_degree_rows_after_the_hot_ones():
         TieredFeatures(enc, warm_rows=2, warm_policy="fifo")
     with pytest.raises(ValueError, match="degree"):
         TieredFeatures(enc, warm_rows=2, warm_policy="degree")
+
+
+def test_readahead_reads_the_same_rows_and_defaults_off_for_a_small_file(tmp_path):
+    enc, x = _fp32(n=2000, d=5, tmp_path=tmp_path)
+    assert TieredFeatures(enc, warm_rows=10).readahead is False  # a 40 KB file stays in the page cache
+    ids = np.array([1999, 7, 7, 500, 0, 1200])
+    for warm in (0, 3):  # the uncached path and the LRU's misses
+        cache = TieredFeatures(enc, warm_rows=warm, readahead=True)
+        assert cache.readahead is True
+        for _ in range(2):
+            np.testing.assert_array_equal(cache.gather_codes(ids), x[ids])

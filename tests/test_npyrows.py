@@ -85,3 +85,32 @@ def test_encoded_gather_with_release_equals_the_plain_gather(tmp_path, encoding)
         feats = EncodedFeatures("int8", 3000, 16, arrays)
     ids = np.concatenate([np.arange(1000, 1500), np.array([2, 2999, 7, 1500])])
     np.testing.assert_array_equal(feats.gather(ids, release=True), feats.gather(ids))
+
+
+def test_page_runs_merge_touching_pages_and_rows_spanning_pages():
+    from graphs.npyrows import _PAGE, page_runs
+
+    # 512-byte rows: two on page 0, one on page 2, one across pages 2-3, one on page 10
+    starts = np.array([0, 512, 2 * _PAGE, 3 * _PAGE - 100, 10 * _PAGE])
+    first, last = page_runs(starts, 512)
+    assert list(zip(first.tolist(), last.tolist())) == [(0, 0), (2, 3), (10, 10)]
+    # rows longer than a page: [0, 10000) and [10000, 20000) share page 2, so one run to page 4;
+    # a row starting on the page right after a run's last page joins it
+    first, last = page_runs(np.array([0, 10000, 5 * _PAGE]), 10000)
+    assert list(zip(first.tolist(), last.tolist())) == [(0, 7)]
+
+
+def test_prefetch_rows_advises_each_page_run_of_a_mapping_and_nothing_else(mapped):
+    from graphs.npyrows import _PAGE, page_runs, prefetch_rows
+
+    x, m = mapped
+    ids = np.array([4000, 3, 2, 2500, 2501, 4999])  # any order: sorted first
+    row = 6 * 4
+    first, _ = page_runs(m.offset + np.sort(ids) * row, row)
+    # 24-byte rows after a 128-byte header: rows 2-3 share page 0, 2500-2501 page 14; 4000 and 4999
+    # are on pages 23 and 29
+    assert ((m.offset + np.sort(ids) * row) // _PAGE).tolist() == [0, 0, 14, 14, 23, 29]
+    assert prefetch_rows(m, ids) == len(first) == 4
+    assert prefetch_rows(x, ids) == 0  # not memory-mapped: nothing to advise
+    assert prefetch_rows(m, np.array([], dtype=np.int64)) == 0
+    np.testing.assert_array_equal(np.take(np.asarray(m), ids, axis=0), x[ids])  # reads are unchanged

@@ -5,7 +5,11 @@ A minibatch's input nodes are looked up hot tier first, then warm, then cold:
 
 - **cold**: the feature file itself (`graphs.quantize.EncodedFeatures` over a memory map:
   canonical ``features.npy`` or compressed_graph's codes), read with ``np.take`` in
-  ascending node order;
+  ascending node order; with ``readahead`` the pages of a gather's misses are first advised
+  (`graphs.npyrows.prefetch_rows`, ``madvise(MADV_WILLNEED)``), so a file that is not in the
+  page cache is read with many requests in flight instead of one page fault after another
+  (default: on when the file is larger than half the machine's memory, i.e. cannot be
+  expected to stay cached; with the file resident the advice would only add its system calls);
 - **warm**: ``warm_rows`` rows in one preallocated CPU array with a slot per row, kept by
   one of two policies (``warm_policy``):
   ``lru``: every row read from cold is inserted, evicting the least recently used slots
@@ -34,12 +38,14 @@ measures it against an uncached (page-cache evicted) gather and against all rows
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from graphs.npyrows import mapped_bytes, prefetch_rows
 from graphs.quantize import EncodedFeatures
 
 __all__ = ["WARM_POLICIES", "CacheStats", "TieredFeatures", "hot_nodes"]
@@ -69,6 +75,15 @@ class CacheStats:
         return (self.hot_hits + self.warm_hits) / self.requested if self.requested else 0.0
 
 
+def larger_than_half_the_memory(array: np.ndarray) -> bool:
+    """Whether `array` is memory-mapped from a file larger than half of physical memory."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return False
+    return mapped_bytes(array) > memory // 2
+
+
 def hot_nodes(degree: np.ndarray, count: int) -> np.ndarray:
     """Ascending ids of the `count` nodes of highest degree (ties: lower id first)."""
     count = max(0, min(int(count), len(degree)))
@@ -90,6 +105,7 @@ class TieredFeatures:
         degree: np.ndarray | None = None,
         device: str | torch.device = "cpu",
         warm_policy: str = "lru",
+        readahead: bool | None = None,
     ):
         if warm_rows < 0 or hot_rows < 0:
             raise ValueError(f"warm_rows and hot_rows must be >= 0, got {warm_rows} and {hot_rows}")
@@ -106,6 +122,7 @@ class TieredFeatures:
         self.device = torch.device(device)
         codes = encoded.codes
         self._cold = codes.view(np.ndarray) if isinstance(codes, np.memmap) else codes  # np.take: ~3x faster
+        self.readahead = larger_than_half_the_memory(codes) if readahead is None else bool(readahead)
         n = encoded.num_rows
         self._row_shape, self._dtype = codes.shape[1:], codes.dtype
         self._lock = threading.Lock()
@@ -174,12 +191,18 @@ class TieredFeatures:
         out = self.encoded.decode_gathered_torch(out)
         return out if inverse is None else out[torch.from_numpy(inverse).to(self.device)]
 
+    def _read_cold(self, nodes: np.ndarray) -> np.ndarray:
+        """Rows of ascending `nodes` from the feature file (their pages advised first with readahead)."""
+        if self.readahead:
+            prefetch_rows(self._cold, nodes)
+        return np.take(self._cold, nodes, axis=0)
+
     def _warm_or_cold(self, unique: np.ndarray) -> np.ndarray:
         """Compact rows of ascending unique `unique` from the warm tier or the cold file
         (inserting the cold ones, LRU); caller holds the lock and counts `requested`."""
         if not self.capacity:
             self.stats.cold_reads += len(unique)
-            return np.take(self._cold, unique, axis=0)
+            return self._read_cold(unique)
         self._tick += 1
         slot = self._slot_of[unique]
         hit = slot >= 0
@@ -189,7 +212,7 @@ class TieredFeatures:
         out = np.take(self._rows, np.maximum(slot, 0), axis=0)
         miss_at = np.flatnonzero(~hit)
         miss = unique[miss_at]
-        miss_rows = np.take(self._cold, miss, axis=0)
+        miss_rows = self._read_cold(miss)
         out[miss_at] = miss_rows
         self.stats.warm_hits += len(hit_slots)
         self.stats.cold_reads += len(miss)

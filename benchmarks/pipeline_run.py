@@ -1,0 +1,164 @@
+"""The whole pipeline on one dataset through Dagster, one stage per command, each command's wall
+time and peak RSS recorded: the 100M-edge run of BENCHMARKS.md ("The 100M-edge run").
+
+    .venv/bin/gnnflow generate --num-nodes 10000000 --num-edges 100000000 --feature-dim 128 \\
+        --num-edge-files 10 --train-fraction 0.01 --val-fraction 0.01 --out BIG/landing/big100m
+    # BIG/landing/big100m/gnnflow.yaml: the dataset's settings (this run's are in BENCHMARKS.md)
+    .venv/bin/python benchmarks/pipeline_run.py --root BIG --dataset big100m
+
+Each stage runs as `dagster asset materialize -m pipelines.definitions --select STAGE --partition
+DATASET` under GNU time (`/usr/bin/time -v`), with `DAGSTER_HOME=ROOT/dagster_home`,
+`GNNFLOW_HOME=ROOT/home` and `GNNFLOW_LANDING=ROOT/landing`: "command" figures include Dagster's
+start-up and the stage's asset checks, and the peak RSS is the largest of any of the command's
+processes (Linux's rusage of the waited-for tree, so torchrun's workers count). The asset's own
+figures (seconds and peak RSS of the step, from its `run_stats.json`) sit beside them. The run
+stops at the first stage that fails. Records go to `--out` (JSON, one per stage, appended as each
+stage ends, so a stopped run keeps what it measured), keyed by (stage, edge rows) so runs at
+several sizes share one file, which `benchmarks/slopes.py` reads for each stage's log-log slope.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "benchmarks" / "results" / "pipeline_runs.json"
+STAGES = (
+    "canonical_graph",
+    "normalized_adjacency",
+    "metis_partitions",
+    "compressed_graph",
+    "minibatch_shards",
+    "trained_model",
+    "evaluation",
+    "promotion",
+)
+_MAXRSS = re.compile(r"Maximum resident set size \(kbytes\): (\d+)")
+_FIELDS = {"User time (seconds)": "user_s", "System time (seconds)": "sys_s"}
+
+
+def parse_gnu_time(text: str) -> dict:
+    """Peak RSS (bytes) and CPU seconds from `/usr/bin/time -v` output; {} when absent."""
+    out: dict = {}
+    m = _MAXRSS.search(text)
+    if m:
+        out["command_peak_rss_bytes"] = int(m.group(1)) * 1024
+    for line in text.splitlines():
+        key, _, value = line.strip().partition(": ")
+        if key in _FIELDS:
+            out[_FIELDS[key]] = float(value)
+    return out
+
+
+def asset_stats(home: Path, dataset: str, stage: str) -> dict:
+    """The step's own seconds and peak RSS from `<home>/<dataset>/<stage>/run_stats.json`."""
+    path = home / dataset / stage / "run_stats.json"
+    if not path.is_file():
+        return {}
+    stats = json.loads(path.read_text())
+    found = {}
+    for key in ("seconds", "wall_s", "elapsed_s"):
+        if isinstance(stats.get(key), (int, float)):
+            found["asset_s"] = float(stats[key])
+            break
+    for key in ("peak_rss_bytes", "peak_rss"):
+        if isinstance(stats.get(key), (int, float)):
+            found["asset_peak_rss_bytes"] = int(stats[key])
+            break
+    found["run_stats"] = stats
+    return found
+
+
+def dataset_size(landing: Path) -> tuple[int, int]:
+    """(nodes, edge rows) of a landing dataset, from its Parquet footers (nodes 0 without nodes.parquet)."""
+    import pyarrow.parquet as pq
+
+    edges = landing / "edges"
+    files = sorted(edges.glob("*.parquet")) if edges.is_dir() else [landing / "edges.parquet"]
+    rows = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    nodes_file = landing / "nodes.parquet"
+    nodes = pq.ParquetFile(nodes_file).metadata.num_rows if nodes_file.is_file() else 0
+    return nodes, rows
+
+
+def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
+    """Materialize one stage in a child command; its record (exit code, seconds, peaks)."""
+    env = dict(
+        os.environ,
+        DAGSTER_HOME=str(root / "dagster_home"),
+        GNNFLOW_HOME=str(root / "home"),
+        GNNFLOW_LANDING=str(root / "landing"),
+    )
+    dagster = Path(sys.executable).with_name("dagster")
+    cmd = ["/usr/bin/time", "-v", str(dagster), "asset", "materialize", "-m", "pipelines.definitions"]
+    cmd += ["--select", stage, "--partition", dataset]
+    log = log_dir / f"{stage}.log"
+    t = time.perf_counter()
+    with log.open("w") as fh:
+        rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - t
+    record = {"stage": stage, "rc": rc, "command_s": round(wall, 2), "log": str(log)}
+    record.update(parse_gnu_time(log.read_text(errors="replace")))
+    record.update(asset_stats(root / "home", dataset, stage))
+    return record
+
+
+def machine() -> str:
+    """CPU model, cores and memory of this machine, in words."""
+    cpu, mem = platform.machine(), 0.0
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", required=True, type=Path, help="holds landing/<dataset>; home/ etc. are made")
+    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated, in order")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="JSON records, keyed by (stage, edges)")
+    args = parser.parse_args(argv)
+    root = args.root.resolve()
+    out = args.out
+    nodes, edges = dataset_size(root / "landing" / args.dataset)
+    (root / "dagster_home").mkdir(parents=True, exist_ok=True)
+    dagster_yaml = root / "dagster_home" / "dagster.yaml"
+    if not dagster_yaml.exists():
+        dagster_yaml.write_text((REPO / "pipelines" / "dagster.yaml").read_text())
+    env = dict(os.environ, DAGSTER_HOME=str(root / "dagster_home"), GNNFLOW_LANDING=str(root / "landing"))
+    subprocess.run([str(Path(sys.executable).with_name("gnnflow")), "datasets", "sync"], cwd=REPO, env=env, check=True)
+    records = json.loads(out.read_text()) if out.is_file() else []
+    log_dir = root / "logs" / args.dataset
+    log_dir.mkdir(parents=True, exist_ok=True)
+    for stage in args.stages.split(","):
+        record = run_stage(stage, args.dataset, root, log_dir)
+        record.update(dataset=args.dataset, nodes=nodes, edges=edges, machine=machine())
+        record["date"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        record["loadavg_end"] = os.getloadavg()
+        records = [r for r in records if (r["stage"], r["edges"]) != (stage, edges)] + [record]
+        out.write_text(json.dumps(records, indent=1, default=str) + "\n")
+        peak = record.get("command_peak_rss_bytes", 0) / 2**30
+        print(f"{stage}: rc {record['rc']}, {record['command_s']:.1f} s, command peak {peak:.2f} GiB", flush=True)
+        if record["rc"] != 0:
+            print(f"{stage} failed: see {record['log']}", file=sys.stderr)
+            return record["rc"]
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
