@@ -5,6 +5,7 @@ time and peak RSS recorded: the 100M-edge run of BENCHMARKS.md ("The 100M-edge r
         --num-edge-files 10 --train-fraction 0.01 --val-fraction 0.01 --out BIG/landing/big100m
     # BIG/landing/big100m/gnnflow.yaml: the dataset's settings (this run's are in BENCHMARKS.md)
     .venv/bin/python benchmarks/pipeline_run.py --root BIG --dataset big100m
+    .venv/bin/python benchmarks/pipeline_run.py --table        # the records as a Markdown table
 
 Each stage runs as `dagster asset materialize -m pipelines.definitions --select STAGE --partition
 DATASET` under GNU time (`/usr/bin/time -v`), with `DAGSTER_HOME=ROOT/dagster_home`,
@@ -66,7 +67,7 @@ def asset_stats(home: Path, dataset: str, stage: str) -> dict:
         return {}
     stats = json.loads(path.read_text())
     found = {}
-    for key in ("seconds", "wall_s", "elapsed_s"):
+    for key in ("seconds", "total_seconds", "wall_s"):  # a stage with steps has a dict of "seconds"
         if isinstance(stats.get(key), (int, float)):
             found["asset_s"] = float(stats[key])
             break
@@ -90,6 +91,13 @@ def dataset_size(landing: Path) -> tuple[int, int]:
     return nodes, rows
 
 
+def logged_seconds(log_text: str, stage: str) -> float | None:
+    """The `seconds N` a stage's summary line in the Dagster log reports (trained_model's run
+    keeps no run_stats.json: its outputs are versioned), or None."""
+    found = re.findall(rf" - {re.escape(stage)} - {re.escape(stage)} \([^)]*\):.*?\bseconds ([0-9.]+)", log_text)
+    return float(found[-1]) if found else None
+
+
 def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
     """Materialize one stage in a child command; its record (exit code, seconds, peaks)."""
     env = dict(
@@ -107,8 +115,11 @@ def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
         rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - t
     record = {"stage": stage, "rc": rc, "command_s": round(wall, 2), "log": str(log)}
-    record.update(parse_gnu_time(log.read_text(errors="replace")))
+    text = log.read_text(errors="replace")
+    record.update(parse_gnu_time(text))
     record.update(asset_stats(root / "home", dataset, stage))
+    if "asset_s" not in record and logged_seconds(text, stage) is not None:
+        record["asset_s"] = logged_seconds(text, stage)
     return record
 
 
@@ -126,13 +137,45 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM"
 
 
+def markdown_table(records: list[dict]) -> str:
+    """One row per stage, one column group per size: the step's seconds, the whole command's
+    seconds and peak RSS (GiB), from `records` as this script writes them."""
+    sizes = sorted({r["edges"] for r in records})
+    by = {(r["stage"], r["edges"]): r for r in records}
+    stages = [s for s in ("generate", *STAGES) if any((s, e) in by for e in sizes)]
+    head = " | ".join(f"{e:,} rows: step s / command s / peak GiB" for e in sizes)
+    lines = [f"| stage | {head} |", "| --- |" + " --- |" * len(sizes)]
+    for stage in stages:
+        cells = []
+        for e in sizes:
+            r = by.get((stage, e))
+            if r is None:
+                cells.append("—")
+                continue
+            step = f"{r['asset_s']:.1f}" if r.get("asset_s") is not None else "—"
+            peak = r.get("command_peak_rss_bytes", 0) / 2**30
+            cells.append(
+                f"{step} / {r['command_s']:.1f} / {peak:.2f}" + ("" if r["rc"] == 0 else f" (failed, rc {r['rc']})")
+            )
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    totals = [sum(by[(s, e)]["command_s"] for s in stages if (s, e) in by) for e in sizes]
+    lines.append("| all stages | " + " | ".join(f"{t:.0f} s ({t / 60:.1f} min)" for t in totals) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", required=True, type=Path, help="holds landing/<dataset>; home/ etc. are made")
-    parser.add_argument("--dataset", required=True)
+    parser.add_argument("--root", type=Path, help="holds landing/<dataset>; home/ etc. are made")
+    parser.add_argument("--dataset")
     parser.add_argument("--stages", default=",".join(STAGES), help="comma-separated, in order")
     parser.add_argument("--out", type=Path, default=RESULTS, help="JSON records, keyed by (stage, edges)")
+    parser.add_argument("--table", action="store_true", help="print --out's records as a Markdown table, run nothing")
     args = parser.parse_args(argv)
+    if args.table:
+        print(markdown_table(json.loads(args.out.read_text())))
+        return 0
+    if args.root is None or args.dataset is None:
+        parser.error("--root and --dataset are required (unless --table)")
     root = args.root.resolve()
     out = args.out
     nodes, edges = dataset_size(root / "landing" / args.dataset)

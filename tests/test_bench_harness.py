@@ -162,6 +162,25 @@ def test_pipeline_run_reads_gnu_time_and_the_dataset_size(tmp_path):
         )
     pq.write_table(pa.table({"node_id": [0, 1, 2, 3, 4]}), tmp_path / "nodes.parquet")
     assert pipeline_run.dataset_size(tmp_path) == (5, 7)
+    records = [
+        {
+            "stage": "canonical_graph",
+            "edges": 10,
+            "rc": 0,
+            "command_s": 9.0,
+            "asset_s": 2.5,
+            "command_peak_rss_bytes": 2**30,
+        },
+        {"stage": "trained_model", "edges": 10, "rc": 0, "command_s": 30.0, "command_peak_rss_bytes": 2**31},
+        {"stage": "canonical_graph", "edges": 100, "rc": 3, "command_s": 1.0},
+    ]
+    table = pipeline_run.markdown_table(records).splitlines()
+    assert table[2] == "| canonical_graph | 2.5 / 9.0 / 1.00 | — / 1.0 / 0.00 (failed, rc 3) |"
+    assert table[3] == "| trained_model | — / 30.0 / 2.00 | — |"
+    assert table[4] == "| all stages | 39 s (0.7 min) | 1 s (0.0 min) |"
+    log = "... - trained_model - trained_model (ds): test_acc 0.9, seconds 207.7, version v\n"
+    assert pipeline_run.logged_seconds(log, "trained_model") == 207.7
+    assert pipeline_run.logged_seconds(log, "evaluation") is None
 
 
 def test_run_scale_tiny_writes_what_the_benchmarks_measured(tmp_path):
