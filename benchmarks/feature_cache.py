@@ -8,7 +8,11 @@ beside the memcpy bandwidth of the same bytes, in one run.
 
 Minibatches: `--batch` seeds drawn uniformly, then `--fanouts` neighbours per node per layer
 drawn with replacement from the CSR (what neighbour sampling reads: a node in proportion to
-its degree); a batch's rows are its unique input nodes. All batches are drawn before timing.
+its degree); a batch's rows are its unique input nodes. Every variant reads batches of its own
+(the same distribution, its own seed), drawn before its timing: pages an earlier variant read
+would otherwise be found in a cache below this machine's page cache (a virtual disk's host
+cache: measured here on the 10M-node file, the first variant's cold reads took 1.8 ms each and
+a later variant's reads of the same pages a fraction of that).
 
 Measured on the same batches, in this order:
   cold    np.take from the memory-mapped file with its pages evicted from the page cache before
@@ -139,14 +143,18 @@ def main() -> None:
     csr = load_csr(adj_dir)
     fanouts = [int(f) for f in args.fanouts.split(",")]
     shares = [float(c) for c in args.cache.split(",")]
+
+    def draw(seed: int) -> tuple[list[np.ndarray], list[np.ndarray], int]:
+        """(untimed, timed batches, rows of the timed ones) of one variant."""
+        batches = sample_batches(csr.indptr, csr.indices, args.warmup + args.batches, args.batch, fanouts, seed)
+        return batches[: args.warmup], batches[args.warmup :], int(sum(len(b) for b in batches[args.warmup :]))
+
     t = time.perf_counter()
-    batches = sample_batches(csr.indptr, csr.indices, args.warmup + args.batches, args.batch, fanouts, 0)
-    warm, timed = batches[: args.warmup], batches[args.warmup :]
+    warm, timed, rows_timed = draw(0)
     hot_sample_s = time.perf_counter() - t
     x = np.load(feat_path, mmap_mode="r", allow_pickle=False)
     n, d = x.shape
     row_bytes = x.dtype.itemsize * d
-    rows_timed = int(sum(len(b) for b in timed))
     print(
         f"features {feat_path}: {n:,} x {d} {x.dtype} ({n * row_bytes / 2**30:.2f} GiB); "
         f"{len(timed)} timed batches, {rows_timed / len(timed):,.0f} unique rows each "
@@ -165,14 +173,15 @@ def main() -> None:
         np.take(view, b, axis=0)
         seconds += time.perf_counter() - t
     cold = _rate(rows_timed, seconds)
+    _, ahead_batches, ahead_rows = draw(1)
     seconds = 0.0
-    for b in timed:
+    for b in ahead_batches:
         evict(x, feat_path)
         t = time.perf_counter()
         prefetch_rows(view, b)
         np.take(view, b, axis=0)
         seconds += time.perf_counter() - t
-    cold_ahead = _rate(rows_timed, seconds)
+    cold_ahead = _rate(ahead_rows, seconds)
 
     # cached: warm tier of share x n rows (each policy), misses read cold
     encoded = EncodedFeatures("fp32", n, d, {"x": x})
@@ -180,19 +189,21 @@ def main() -> None:
     cached = {}
     hits = None
     modes = [m == "on" for m in args.readahead.split(",")]
-    for share, policy, ahead in ((s, p, a) for s in shares for p in ("degree", "lru") for a in modes):
+    variants = [(s, p, a) for s in shares for p in ("degree", "lru") for a in modes]
+    for i, (share, policy, ahead) in enumerate(variants):
+        v_warm, v_timed, v_rows = draw(2 + i)
         cache = TieredFeatures(encoded, warm_rows=int(share * n), degree=degree, warm_policy=policy, readahead=ahead)
-        for b in warm if policy == "lru" else []:
+        for b in v_warm if policy == "lru" else []:
             evict(x, feat_path)
             cache.gather_codes(b)
         cache.reset_stats()
         seconds = 0.0
-        for b in timed:
+        for b in v_timed:
             evict(x, feat_path)
             t = time.perf_counter()
             cache.gather_codes(b)
             seconds += time.perf_counter() - t
-        cached[(share, policy, ahead)] = (_rate(rows_timed, seconds), cache.stats.hit_rate)
+        cached[(share, policy, ahead)] = (_rate(v_rows, seconds), cache.stats.hit_rate)
         if hits is None:  # hits only: batches of cached rows, as large as the timed batches
             in_cache = cache.cached_nodes()
             rng = np.random.default_rng(1)

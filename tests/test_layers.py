@@ -682,3 +682,47 @@ def test_sage_and_gin_use_edge_weights_only_when_asked(conv, backend):
     if conv != "gin":
         block.edge_weight = torch.repeat_interleave(torch.rand(block.num_dst) + 0.5, block.in_degrees())
         close(weighted([block], x), plain([block], x))
+
+
+def test_correction_is_per_dst_on_hand_made_blocks():
+    from training.blocks import correction_is_per_dst
+
+    indptr = np.array([0, 2, 2, 5])  # dst 1 has no in-edges
+    assert correction_is_per_dst(indptr, np.array([2.0, 2.0, 3.0, 3.0, 3.0], dtype=np.float32))
+    assert not correction_is_per_dst(indptr, np.array([2.0, 1.0, 3.0, 3.0, 3.0], dtype=np.float32))
+    assert not correction_is_per_dst(indptr, np.array([2.0, 2.0, 3.0, 3.0, 1.0], dtype=np.float32))  # a self loop's 1
+    assert correction_is_per_dst(indptr, None) and correction_is_per_dst(np.array([0, 0]), np.empty(0))
+
+
+def test_a_correction_per_destination_cancels_in_sage_only():
+    from training.layers import sampled_edge_weight
+
+    # dst 0 <- src 1, 2, 3 (corrections 4); dst 1 <- src 4 (correction 2): uniform sampling, no self loops
+    indptr, indices = torch.tensor([0, 3, 4]), torch.tensor([1, 2, 3, 4])
+    c = torch.tensor([4.0, 4.0, 4.0, 2.0])
+    flagged = Block(indptr, indices, 5, 2, correction=c, correction_per_dst=True)
+    plain = Block(indptr, indices, 5, 2, correction=c)
+    assert sampled_edge_weight("sage", flagged) is None
+    torch.testing.assert_close(sampled_edge_weight("sage", plain), torch.ones(4))  # the same mean, computed
+    torch.testing.assert_close(sampled_edge_weight("gin", flagged), c)  # a sum keeps its correction
+    torch.manual_seed(0)
+    conv, x = SAGEConv(3, 2), torch.randn(5, 3)
+    torch.testing.assert_close(
+        conv(flagged, x, sampled_edge_weight("sage", flagged)), conv(plain, x, sampled_edge_weight("sage", plain))
+    )
+    assert (
+        flagged.to("cpu").correction_per_dst
+        and mask_edges(flagged, torch.tensor([1, 0, 1, 1]).bool()).correction_per_dst
+    )
+
+
+def test_the_transpose_is_built_only_for_a_gradient_of_the_sources():
+    block = Block(torch.tensor([0, 2, 3, 3]), torch.tensor([1, 2, 3]), num_src=4, num_dst=3)
+    x = torch.tensor([[1.0], [2.0], [4.0], [8.0]])
+    out = aggregate(block, x, reduce="mean", backend="torch")  # input features: no gradient wanted
+    assert not out.requires_grad and block.structure()._transpose is None
+    xg = x.clone().requires_grad_(True)
+    aggregate(block, xg, reduce="sum", backend="torch").pow(2).sum().backward()
+    assert block.structure()._transpose is not None
+    # d/dx of sum_v (sum_{u->v} x_u)^2 = 2 * (sum at the destination it feeds): src 1, 2 -> dst 0 (6), src 3 -> dst 1 (8)
+    assert xg.grad.flatten().tolist() == [0.0, 12.0, 12.0, 16.0]

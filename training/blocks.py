@@ -10,7 +10,10 @@ flow graph) stored in CSC form over its destination nodes:
   of ``D^-1/2 (A + I) D^-1/2``);
 - ``correction`` float32 ``[num_edges]`` or None: a sampled block's per-edge sampling
   correction (inverse inclusion probability, `graphs.shard_format`), which each layer type
-  applies in its own way (`training.layers.sampled_edge_weight`); None on a full graph.
+  applies in its own way (`training.layers.sampled_edge_weight`); None on a full graph;
+- ``correction_per_dst`` bool: True when every in-edge of a destination has the same
+  correction (uniform neighbour sampling without self loops: deg(v)/sampled(v)), so that it
+  cancels in a weighted mean; False when unknown (the correction is then applied as it is).
 
 As in DGL, the destination nodes are also the first ``num_dst`` source nodes, so a layer
 reads the destination nodes' own features as ``x[:num_dst]``. A full graph is a Block
@@ -28,11 +31,13 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 __all__ = [
     "Block",
     "CSRStructure",
+    "correction_is_per_dst",
     "block_from_csr",
     "csr_matrix",
     "drop_edge_scale",
@@ -53,6 +58,7 @@ class Block:
     num_dst: int
     edge_weight: torch.Tensor | None = None
     correction: torch.Tensor | None = None
+    correction_per_dst: bool = False
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -102,7 +108,7 @@ class Block:
         moved = [None if t is None else t.to(device, non_blocking=non_blocking) for t in tensors]
         if all(m is t for m, t in zip(moved, tensors)):
             return self
-        return Block(moved[0], moved[1], self.num_src, self.num_dst, moved[2], moved[3])
+        return Block(moved[0], moved[1], self.num_src, self.num_dst, moved[2], moved[3], self.correction_per_dst)
 
     def in_degrees(self) -> torch.Tensor:
         """int64 ``[num_dst]``: number of in-edges of each destination node."""
@@ -125,7 +131,7 @@ class Block:
 
     def structure(self) -> "CSRStructure":
         """The CSR structure plus its transpose (for backward passes), cached."""
-        return self._cached("structure", lambda: CSRStructure.from_block(self))
+        return self._cached("structure", lambda: CSRStructure(self))
 
     def _cached(self, key, build):
         value = self._cache.get(key)
@@ -134,39 +140,30 @@ class Block:
         return value
 
 
-@dataclass
 class CSRStructure:
-    """A block's sparsity pattern as CSR ``[num_dst, num_src]`` and its transpose.
+    """A block's sparsity pattern as CSR ``[num_dst, num_src]`` and, built on first use, its
+    transpose (for backward passes that need the gradient of the source features: the input
+    layer's features need none, so its block, the largest, never pays for the sort).
 
-    ``perm`` maps edge values from CSC-over-destinations order (the block's edge order)
-    into the transposed (CSR-over-sources) order: ``values_t = values[perm]``.
+    The transpose's ``perm`` maps edge values from CSC-over-destinations order (the block's edge
+    order) into the transposed (CSR-over-sources) order: ``values_t = values[perm]``.
     """
 
-    indptr: torch.Tensor
-    indices: torch.Tensor
-    indptr_t: torch.Tensor
-    indices_t: torch.Tensor
-    perm: torch.Tensor
-    dst_ids: torch.Tensor
-    num_dst: int
-    num_src: int
+    def __init__(self, block: Block):
+        self.indptr, self.indices = block.indptr, block.indices
+        self.dst_ids = block.dst_ids()
+        self.num_dst, self.num_src = block.num_dst, block.num_src
+        self._block = block
+        self._transpose: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
-    @classmethod
-    def from_block(cls, block: Block) -> "CSRStructure":
-        dst = block.dst_ids()
-        perm = torch.argsort(block.indices, stable=True)
-        indptr_t = torch.zeros(block.num_src + 1, dtype=torch.int64, device=block.device)
-        torch.cumsum(block.out_degrees(), 0, out=indptr_t[1:])
-        return cls(
-            block.indptr,
-            block.indices,
-            indptr_t,
-            dst[perm],
-            perm,
-            dst,
-            block.num_dst,
-            block.num_src,
-        )
+    def transpose(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(indptr_t, indices_t, perm)`` of the CSR over sources, computed once."""
+        if self._transpose is None:
+            perm = torch.argsort(self.indices, stable=True)
+            indptr_t = torch.zeros(self.num_src + 1, dtype=torch.int64, device=self.indices.device)
+            torch.cumsum(self._block.out_degrees(), 0, out=indptr_t[1:])
+            self._transpose = (indptr_t, self.dst_ids[perm], perm)
+        return self._transpose
 
     def matrix(self, values: torch.Tensor) -> torch.Tensor:
         """Sparse CSR ``[num_dst, num_src]`` with the given per-edge values."""
@@ -174,7 +171,8 @@ class CSRStructure:
 
     def matrix_t(self, values: torch.Tensor) -> torch.Tensor:
         """Sparse CSR ``[num_src, num_dst]`` of the transpose (values in block edge order)."""
-        return _csr(self.indptr_t, self.indices_t, values[self.perm], (self.num_src, self.num_dst))
+        indptr_t, indices_t, perm = self.transpose()
+        return _csr(indptr_t, indices_t, values[perm], (self.num_src, self.num_dst))
 
 
 def _csr(indptr, indices, values, size) -> torch.Tensor:
@@ -182,6 +180,15 @@ def _csr(indptr, indices, values, size) -> torch.Tensor:
         # torch 2.2 warns "Sparse CSR tensor support is in beta state" on first use
         warnings.simplefilter("ignore", UserWarning)
         return torch.sparse_csr_tensor(indptr, indices, values, size)
+
+
+def correction_is_per_dst(indptr: np.ndarray, correction: np.ndarray | None) -> bool:
+    """Whether every in-edge of each destination of a CSC block carries the same correction."""
+    if correction is None or len(correction) == 0:
+        return True
+    deg = np.diff(indptr)
+    has = deg > 0
+    return bool(np.array_equal(np.repeat(correction[indptr[:-1][has]], deg[has]), correction))
 
 
 def block_from_csr(indptr: torch.Tensor, indices: torch.Tensor, weights: torch.Tensor | None = None) -> Block:
@@ -225,7 +232,10 @@ def mask_edges(block: Block, keep: torch.Tensor) -> Block:
     torch.cumsum(kept_per_dst, 0, out=indptr[1:])
     weight = None if block.edge_weight is None else block.edge_weight[keep]
     correction = None if block.correction is None else block.correction[keep]
-    return Block(indptr, block.indices[keep], block.num_src, block.num_dst, weight, correction)
+    # a subset of a destination's edges keeps one correction per destination
+    return Block(
+        indptr, block.indices[keep], block.num_src, block.num_dst, weight, correction, block.correction_per_dst
+    )
 
 
 def drop_edges(block: Block, p: float, generator: torch.Generator | None = None) -> Block:

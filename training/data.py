@@ -62,7 +62,7 @@ from graphs.shard_format import (
     read_shard,
     stream_record,
 )
-from training.blocks import Block
+from training.blocks import Block, correction_is_per_dst
 
 __all__ = [
     "FeatureRows",
@@ -207,7 +207,7 @@ class _HostBatch:
     seed_pos: torch.Tensor
     labels: torch.Tensor
     loss_weight: torch.Tensor | None
-    blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale, correction)
+    blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale, correction, per_dst)
     x: torch.Tensor | None
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
 
@@ -333,8 +333,19 @@ class ShardStream:
                 weight = t(b.decoded_weight())
             else:  # moved as INT8 (a quarter of the bytes), decoded on the device
                 weight_q, scale = t(b.weight_q), t(b.weight_scale)
+            per_dst = correction_is_per_dst(b.indptr, b.correction)  # here, in the prefetch thread
             blocks.append(
-                (long(b.indptr), long(b.indices), b.num_src, b.num_dst, weight, weight_q, scale, t(b.correction))
+                (
+                    long(b.indptr),
+                    long(b.indices),
+                    b.num_src,
+                    b.num_dst,
+                    weight,
+                    weight_q,
+                    scale,
+                    t(b.correction),
+                    per_dst,
+                )
             )
         nodes = mb.input_nodes.astype(np.int64, copy=False)
         host = _HostBatch(
@@ -361,7 +372,7 @@ class ShardStream:
             return None if x is None else x.to(dev, non_blocking=nb)
 
         blocks = []
-        for indptr, indices, num_src, num_dst, weight, weight_q, scale, correction in h.blocks:
+        for indptr, indices, num_src, num_dst, weight, weight_q, scale, correction, per_dst in h.blocks:
             indptr, indices = mv(indptr), mv(indices)
             if weight_q is not None:
                 weight = mv(weight_q).to(torch.float32) * torch.repeat_interleave(
@@ -369,7 +380,7 @@ class ShardStream:
                 )
             else:
                 weight = mv(weight)
-            blocks.append(Block(indptr, indices, num_src, num_dst, weight, mv(correction)))
+            blocks.append(Block(indptr, indices, num_src, num_dst, weight, mv(correction), per_dst))
         if self.shared_block:
             blocks = blocks * self.num_layers  # one object: its cached structure is shared
         input_nodes = mv(h.input_nodes)

@@ -9,7 +9,8 @@ A minibatch's input nodes are looked up hot tier first, then warm, then cold:
   (`graphs.npyrows.prefetch_rows`, ``madvise(MADV_WILLNEED)``), so a file that is not in the
   page cache is read with many requests in flight instead of one page fault after another
   (default: on when the file is larger than half the machine's memory, i.e. cannot be
-  expected to stay cached; with the file resident the advice would only add its system calls);
+  expected to stay cached; with the file resident the advice would only add its system calls).
+  The one-off fills of the hot and ``degree`` tiers are always read ahead;
 - **warm**: ``warm_rows`` rows in one preallocated CPU array with a slot per row, kept by
   one of two policies (``warm_policy``):
   ``lru``: every row read from cold is inserted, evicting the least recently used slots
@@ -133,6 +134,7 @@ class TieredFeatures:
         self._hot_slot = np.full(n, -1, dtype=np.int64) if len(hot) else None
         if len(hot):
             self._hot_slot[hot] = np.arange(len(hot))
+        prefetch_rows(self._cold, hot)  # the one-off fills are read ahead whatever `readahead` says
         self._hot = torch.from_numpy(np.take(self._cold, hot, axis=0)).to(self.device)
 
         capacity = min(int(warm_rows), n)
@@ -149,6 +151,7 @@ class TieredFeatures:
             fill = np.sort(ranked[:capacity]).astype(np.int64)
             self._node_of[: len(fill)] = fill
             self._slot_of[fill] = np.arange(len(fill))
+            prefetch_rows(self._cold, fill)
             self._rows[: len(fill)] = np.take(self._cold, fill, axis=0)
 
     # ------------------------------------------------------------------ lookups

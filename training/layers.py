@@ -575,12 +575,15 @@ def sampled_edge_weight(
     - ``gin``: ``c_uv`` (· Â_vu with edge_weights) (· scale): the sum scaled by the inverse
       inclusion probability.
     - ``sage`` (mean): the weighted mean ``Σ c x / Σ c`` (c · Â with edge_weights) through
-      `weighted_mean_weights`; None with neither (a plain mean).
+      `weighted_mean_weights`; None with neither (a plain mean). A correction that is one value
+      per destination (``block.correction_per_dst``) cancels and is left out.
     - ``gat``, ``sage_pool``: no correction (a softmax ratio and a max have no unbiased form;
       training refuses non-uniform samplers for them, `training.train.check_sampler_supports`);
       sage_pool weighs by Â's entries with edge_weights.
     """
     c = block.correction
+    if conv == "sage" and block.correction_per_dst:
+        c = None  # one correction per destination cancels in the weighted mean Σ c x / Σ c
     w = block.edge_weight
     if conv == "gcn":
         if not gcn_edge_weight or w is None:
