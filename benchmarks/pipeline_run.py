@@ -24,12 +24,14 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import harness  # noqa: E402  (benchmarks/harness.py)
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "pipeline_runs.json"
@@ -124,17 +126,9 @@ def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
 
 
 def machine() -> str:
-    """CPU model, cores and memory of this machine, in words."""
-    cpu, mem = platform.machine(), 0.0
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-        mem = int(Path("/proc/meminfo").read_text().split()[1]) / 2**20
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM"
+    """CPU model, cores and memory of this machine, in words (`harness.machine`)."""
+    m = harness.machine()
+    return f"{m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB RAM"
 
 
 def markdown_table(records: list[dict]) -> str:
