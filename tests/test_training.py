@@ -28,7 +28,7 @@ from training.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from training.config import LRScheduleConfig, RunConfig, TrainingConfig
 from training.data import ShardStream, read_manifest
 from training.features import FeatureTransform, degree_features
-from training.outputs import load_model
+from training.outputs import Preprocessing, load_model
 from training.train import (
     check_sampler_supports,
     epoch_passes,
@@ -735,3 +735,32 @@ def test_a_best_last_epoch_is_not_evaluated_twice(sbm, tmp_path, monkeypatch, ev
     np.testing.assert_array_equal(
         np.load(tmp_path / "a" / "embeddings.npy"), np.load(tmp_path / "c" / "embeddings.npy")
     )
+
+
+def test_a_model_trained_without_self_loops_is_evaluated_and_applied_without_them(sbm, tmp_path):
+    from training.evaluate import load_full_block
+    from training.predict import predict
+
+    d = _pipeline(
+        sbm["landing"], sbm["root"] / "home", world_size=1, fanouts="5,5", batch_size=48, epochs=1, self_loops=False
+    )
+    assert read_manifest(d["shards"])["self_loops"] is False
+    runs = {}
+    for name, eval_batch_size in (("memory", 0), ("streamed", 50)):
+        train(_run_config(d["shards"], tmp_path / name, epochs=2, eval_batch_size=eval_batch_size))
+        runs[name] = pq.read_table(tmp_path / name / "predictions.parquet").to_pandas()
+    assert (runs["memory"].predicted == runs["streamed"].predicted).all()
+    loaded = load_model(tmp_path / "memory" / "model_best.pt")
+    assert loaded.preprocessing.self_loops is False and loaded.preprocessing.to_state()["self_loops"] is False
+    full = load_full_block(d["adjacency"])
+    assert loaded.preprocessing.graph(full).num_edges == full.num_edges - 400  # Â holds every node's loop
+    # scoring the same files with the model file gives the predictions training wrote, over the same graph
+    predict(tmp_path / "memory" / "model_best.pt", d["canonical"], d["adjacency"], tmp_path / "scored")
+    scored = pq.read_table(tmp_path / "scored" / "predictions.parquet").to_pandas()
+    assert (
+        scored.sort_values("index").predicted.to_numpy() == runs["memory"].sort_values("index").predicted.to_numpy()
+    ).all()
+    # a model file written before the key existed reads as trained with self loops
+    state = loaded.preprocessing.to_state()
+    del state["self_loops"]
+    assert Preprocessing(**state).self_loops is True

@@ -34,7 +34,7 @@ from torch import nn
 
 from graphs.npyrows import NpyRowWriter, read_rows, release, take_rows
 from training import metrics
-from training.blocks import Block, block_from_csr
+from training.blocks import Block, block_from_csr, remove_self_loops
 
 __all__ = ["EvalGraph", "StreamingEval", "accuracies", "load_full_block", "row_block"]
 
@@ -111,10 +111,11 @@ class StreamingEval:
     (called with ascending row ranges only); they are written once to ``work_dir/input.npy``
     and each layer's output to ``work_dir/layer{l}.npy``. ``threads`` > 0 sets torch's
     intra-op threads for the duration of `forward` (the previous count is restored after):
-    rank 0 may use every core while the other ranks wait for it.
+    rank 0 may use every core while the other ranks wait for it. ``self_loops`` False drops Â's
+    diagonal from every chunk (a model trained on shards without self loops).
     """
 
-    def __init__(self, adjacency_dir, rows, chunk_rows: int, work_dir, device, threads: int = 0):
+    def __init__(self, adjacency_dir, rows, chunk_rows: int, work_dir, device, threads: int = 0, self_loops=True):
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows={chunk_rows} must be >= 1")
         d = Path(adjacency_dir)
@@ -126,6 +127,7 @@ class StreamingEval:
             self.arrays.append(np.load(path, mmap_mode="r", allow_pickle=False))
         self.n = len(self.arrays[0]) - 1
         self.rows, self.chunk_rows, self.threads = rows, chunk_rows, threads
+        self.self_loops = bool(self_loops)
         self.work_dir, self.device = Path(work_dir), torch.device(device)
         self.files: dict[str, Path] = {}
 
@@ -182,6 +184,8 @@ class StreamingEval:
         try:
             for start, stop in self._chunks():
                 block, src_ids = row_block(indptr, indices, weights, start, stop, scratch)
+                if not self.self_loops:  # the model was trained on blocks without Â's diagonal
+                    block = remove_self_loops(block)
                 if buf is None or len(buf) < len(src_ids):  # one gather buffer, grown as needed
                     buf = np.empty((len(src_ids) + len(src_ids) // 4, *prev.shape[1:]), dtype=prev.dtype)
                 h = take_rows(prev, src_ids, out=buf[: len(src_ids)])

@@ -6,7 +6,7 @@ renamed into place as a whole (`graphs.storage.atomic_output_dir`):
     model_final.pt      {"format_version", "state_dict", "model_config" (dict), "in_feats",
                          "num_classes", "epoch" (from 1), "preprocessing" (see
                          :class:`Preprocessing`: the feature input and its normalization
-                         statistics)}: the parameters after the last epoch and everything
+                         statistics, and whether the model was trained with self loops)}: the parameters after the last epoch and everything
                          inference on new data needs; tensors and plain values only, so
                          ``torch.load(path, weights_only=True)``; rebuilt by :func:`load_model`
     model_best.pt       the same for the epoch with the best validation accuracy
@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from training.blocks import Block, remove_self_loops
 from training.layers import GNN, ModelConfig, build_model
 
 __all__ = [
@@ -88,7 +89,9 @@ class Preprocessing:
     log-degree buckets of the normalized adjacency, ``degree_buckets`` wide, for datasets
     without features); then ``feature_norm`` (``row`` / ``standard`` / ``none``) with the
     column ``mean`` and ``std`` computed at training time for ``standard``; ``degree_norm`` is the
-    normalization of Â the model was trained over (normalized_adjacency's setting).
+    normalization of Â the model was trained over (normalized_adjacency's setting);
+    ``self_loops`` whether its blocks held Â's diagonal (minibatch_shards' ``self_loops``): a model
+    trained without it is evaluated and applied over Â without it (files without the key: True).
     """
 
     input: str
@@ -97,6 +100,12 @@ class Preprocessing:
     degree_norm: str
     mean: torch.Tensor | None = None
     std: torch.Tensor | None = None
+    self_loops: bool = True
+
+    def graph(self, block: "Block") -> "Block":
+        """The full-graph block this model runs over: ``block`` (Â) without its self loops when
+        the model was trained without them."""
+        return block if self.self_loops else remove_self_loops(block)
 
     def transform(self):
         """The :class:`training.features.FeatureTransform` with the stored statistics."""
@@ -111,6 +120,7 @@ class Preprocessing:
             "feature_norm": self.feature_norm,
             "degree_buckets": int(self.degree_buckets),
             "degree_norm": self.degree_norm,
+            "self_loops": bool(self.self_loops),
             "mean": None if self.mean is None else self.mean.detach().cpu().float(),
             "std": None if self.std is None else self.std.detach().cpu().float(),
         }

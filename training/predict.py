@@ -78,7 +78,7 @@ def predict(
             f"{loaded.preprocessing.degree_norm!r}; re-materialize normalized_adjacency with that setting"
         )
     nodes = read_node_table(canonical)
-    block = load_full_block(adjacency)
+    block = loaded.preprocessing.graph(load_full_block(adjacency))
     if block.num_dst != nodes.n:
         raise ValueError(
             f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {block.num_dst}; "

@@ -62,6 +62,7 @@ from torch.profiler import record_function
 
 from graphs.progress import Progress
 from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes
+from training.blocks import remove_self_loops
 from training.checkpoint import (
     CHECKPOINT_NAME,
     code_version,
@@ -439,6 +440,7 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
     (``eval_batch_size`` > 0) streamed in row chunks from the memory-mapped files."""
     nodes = read_node_table(run.canonical)
     manifest, tcfg = run.manifest, run.cfg.training
+    self_loops = bool(manifest.get("self_loops", True))  # evaluate over the graph the blocks were sampled from
     if tcfg.eval_batch_size:
         features = FeatureRows(run.stream_features, manifest, run.shards)
 
@@ -447,11 +449,15 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
 
         # every core on rank 0 while the other ranks wait for its evaluation
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        stream = StreamingEval(run.adjacency, rows, tcfg.eval_batch_size, run.work / "eval", run.device, threads)
+        stream = StreamingEval(
+            run.adjacency, rows, tcfg.eval_batch_size, run.work / "eval", run.device, threads, self_loops=self_loops
+        )
         graph_n, evaluator = stream.n, StreamedEval(stream, nodes.labels, nodes.masks)
     else:
         x_full = full_features(manifest, run.shards) if manifest.get("features") is not None else run.stream_features
-        graph = EvalGraph(load_full_block(run.adjacency), run.transform(x_full), nodes.labels, nodes.masks)
+        block = load_full_block(run.adjacency)
+        block = block if self_loops else remove_self_loops(block)
+        graph = EvalGraph(block, run.transform(x_full), nodes.labels, nodes.masks)
         graph_n, evaluator = graph.block.num_dst, InMemoryEval(graph, run.device, tcfg.eval_batch_size)
     if not nodes.n == graph_n == int(manifest["n"]):
         raise ValueError(
@@ -722,6 +728,7 @@ def model_preprocessing(run: Run) -> Preprocessing:
         degree_norm=str(adjacency_summary.get("degree_norm", "both")),
         mean=run.transform.mean,
         std=run.transform.std,
+        self_loops=bool(run.manifest.get("self_loops", True)),
     )
 
 
