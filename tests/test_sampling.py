@@ -488,13 +488,16 @@ def test_asset_materializes_on_cora_with_metadata_and_checks(shared_datasets, tm
     home = tmp_path / "home"
     _build(home / "cora", shared_datasets / "cora", clusters=20)
     storage = GnnflowStorage(home=str(home), landing=str(shared_datasets))
-    result = dg.materialize(
-        [minibatch_shards],
-        partition_key="cora",
-        instance=_instance("cora"),
-        resources={"storage": storage},
-        run_config={"ops": {"minibatch_shards": {"config": {"batch_size": 32, "epochs": 2, "fanouts": "10,5"}}}},
-    )
+    # entered, so the current definitions-state storage is this instance's (not a stale one of an
+    # earlier test whose instance was collected: the "undefined DagsterInstance weakref" flake)
+    with _instance("cora") as instance:
+        result = dg.materialize(
+            [minibatch_shards],
+            partition_key="cora",
+            instance=instance,
+            resources={"storage": storage},
+            run_config={"ops": {"minibatch_shards": {"config": {"batch_size": 32, "epochs": 2, "fanouts": "10,5"}}}},
+        )
     assert result.success
     meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
     assert meta["train_nodes"].value == 140
@@ -512,12 +515,15 @@ def test_asset_skips_a_dataset_without_labels(tmp_path):
     write_edges(landing / "edges.parquet", [0, 1, 2, 3], [1, 2, 3, 0])
     home = tmp_path / "home"
     _build(home / "plain", landing, clusters=2)
-    result = dg.materialize(
-        [minibatch_shards],
-        partition_key="plain",
-        instance=_instance("plain"),
-        resources={"storage": GnnflowStorage(home=str(home), landing=str(tmp_path / "landing"))},
-    )
+    # entered, so the current definitions-state storage is this instance's (not a stale one of an
+    # earlier test whose instance was collected: the "undefined DagsterInstance weakref" flake)
+    with _instance("plain") as instance:
+        result = dg.materialize(
+            [minibatch_shards],
+            partition_key="plain",
+            instance=instance,
+            resources={"storage": GnnflowStorage(home=str(home), landing=str(tmp_path / "landing"))},
+        )
     assert result.success
     meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
     assert meta["skipped"].value == "no labels"

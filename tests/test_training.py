@@ -564,12 +564,15 @@ def test_asset_skips_a_dataset_without_labels(tmp_path):
 
     write_edges(tmp_path / "landing" / "plain" / "edges.parquet", [1, 2, 3], [2, 3, 1])
     storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
-    result = dg.materialize(
-        [canonical_graph, trained_model],
-        partition_key="plain",
-        instance=_instance("plain"),
-        resources={"storage": storage},
-    )
+    # entered, so the current definitions-state storage is this instance's (not a stale one of an
+    # earlier test whose instance was collected: the "undefined DagsterInstance weakref" flake)
+    with _instance("plain") as instance:
+        result = dg.materialize(
+            [canonical_graph, trained_model],
+            partition_key="plain",
+            instance=instance,
+            resources={"storage": storage},
+        )
     assert result.success
     (mat,) = result.asset_materializations_for_node("trained_model")
     assert mat.metadata["skipped"].value == "no labels"
