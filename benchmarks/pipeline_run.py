@@ -120,8 +120,9 @@ def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
     text = log.read_text(errors="replace")
     record.update(parse_gnu_time(text))
     record.update(asset_stats(root / "home", dataset, stage))
-    if "asset_s" not in record and logged_seconds(text, stage) is not None:
-        record["asset_s"] = logged_seconds(text, stage)
+    logged = None if "asset_s" in record else logged_seconds(text, stage)
+    if logged is not None:
+        record["asset_s"] = logged
     return record
 
 

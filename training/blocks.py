@@ -130,7 +130,7 @@ class Block:
         )
 
     def structure(self) -> "CSRStructure":
-        """The CSR structure plus its transpose (for backward passes), cached."""
+        """The CSR structure (its transpose built on first use by a backward pass), cached."""
         return self._cached("structure", lambda: CSRStructure(self))
 
     def _cached(self, key, build):
