@@ -23,9 +23,11 @@ streams the rows as Arrow batches; it also computes the sorted set of distinct i
 relabelled with a vectorised lookup (a dense table when the ids are dense integers, a
 pandas hash index or, for strings, Arrow's hash set otherwise). Sparse integer and string
 ids of edge rows that fit the sort budget skip the DISTINCT and the lookups: one scan,
-and one Arrow dictionary encoding of every endpoint whose codes are renumbered in sorted
-id order (`_IdSpace.factorize`; string ids are encoded by their 64-bit DuckDB hash, every
-row then compared with its code's string, and that scan also gives the row counts). Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
+and one Arrow dictionary encoding of every endpoint (split over the cores) whose codes are
+renumbered in sorted id order (`_IdSpace.factorize`, `graphs.id_codes`; string ids are
+encoded by their 64-bit DuckDB hash, every row then compared with its code's string, and
+that scan also gives the row counts). The node and feature files' ids are encoded in the
+same pass, so their rows need no lookup either. Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
 (flag 1 marks the reversed copy added by symmetrization). When the keys of a symmetrized
 graph fit the sort budget only the (min, max) orientation is kept and the reverse
 direction is produced after deduplication (`_mirror`), halving the work. Keys are spilled into fine
@@ -53,7 +55,6 @@ both output edges. The summary counts the rows combined into duplicates
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
@@ -66,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import duckdb
+import numba
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -88,6 +90,9 @@ from graphs.edge_keys import (
     _warm_weighted_kernels,
     key_shift,
 )
+from graphs.id_codes import codes_by_hash, dictionary_codes, ranked_codes
+from graphs.id_codes import warm_kernels as _warm_id_kernels
+from graphs.npyrows import NpyRowWriter
 from graphs.plotting import headless_pyplot
 from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
@@ -419,43 +424,42 @@ class _IdSpace:
         return cls(len(ids), Relabeler(ids))
 
     @classmethod
-    def factorize(cls, con, nodes_sql, where, kind: str = "int") -> tuple["_IdSpace", np.ndarray, np.ndarray]:
+    def factorize(cls, con, id_files: dict[str, str], where, kind: str = "int") -> tuple["_IdSpace", dict]:
         """Sparse or string ids of edge files that fit in memory: one scan, one hash pass.
 
-        Every row's (src, dst) is read once, in file order, and Arrow's hash dictionary
-        encoding (together with the node file's ids) gives each distinct id a code; the
+        Every row's (src, dst) is read once, and Arrow's hash dictionary encoding, split over
+        the cores (`graphs.id_codes.dictionary_codes`), gives each distinct id a code; the
         codes are then renumbered in sorted order of the ids. This replaces a DISTINCT +
         ORDER BY over every endpoint and a second scan looked up id by id (string ids no
         longer become Python objects per row). String ids are encoded by their 64-bit hash
-        (`_encode_strings_by_hash`). Returns the space (0..n-1, sorted ids) and the new src
-        and dst of every row (-1 where the id is null).
+        (`graphs.id_codes.codes_by_hash`). `id_files` names queries of (id, row) over the node
+        and feature files (row = the row's number in its file): their ids are encoded in the
+        same pass, so those files need no lookup later. Returns the space (0..n-1, sorted ids)
+        and the new ids: "src" and "dst" of every edge row, and of each named file's rows in
+        file order (-1 where the id is null).
         """
         if kind == "string":
             h = STRING_HASH_SQL
-            table = con.sql(
-                f"SELECT src, dst, {h.format(c='src')} AS hs, {h.format(c='dst')} AS hd FROM raw_edges"
-            ).to_arrow_table()
-            values = table.column(0).chunks + table.column(1).chunks
-            hashes = table.column(2).chunks + table.column(3).chunks
-            if nodes_sql is not None:
-                node_ids = con.sql(f"SELECT id, {h.format(c='id')} AS h FROM ({nodes_sql})").to_arrow_table()
-                values += node_ids.column(0).chunks
-                hashes += node_ids.column(1).chunks
-                del node_ids
+            edges_sql = f"SELECT src, dst, {h.format(c='src')} AS hs, {h.format(c='dst')} AS hd FROM raw_edges"
         else:
-            table = con.sql("SELECT src, dst FROM raw_edges").to_arrow_table()
-            values = table.column(0).chunks + table.column(1).chunks
-            if nodes_sql is not None:
-                values += con.sql(f"SELECT id FROM ({nodes_sql})").to_arrow_table().column(0).chunks
-            hashes = None
+            edges_sql = "SELECT src, dst FROM raw_edges"
+        table = con.sql(edges_sql).to_arrow_table()
         rows = table.num_rows
+        values = table.column(0).chunks + table.column(1).chunks
+        hashes = table.column(2).chunks + table.column(3).chunks if kind == "string" else None
         del table
-        encoded = _encode_strings_by_hash(values, hashes) if hashes is not None else None
+        file_rows = {}  # name -> (its first position among the encoded values, its rows' numbers)
+        for name, sql in id_files.items():
+            hash_column = f", {STRING_HASH_SQL.format(c='id')} AS h" if kind == "string" else ""
+            t = con.sql(f"SELECT id, row{hash_column} FROM ({sql})").to_arrow_table()
+            file_rows[name] = (sum(len(v) for v in values), t.column(1).to_numpy())
+            values += t.column(0).chunks
+            if hashes is not None:
+                hashes += t.column(2).chunks
+            del t
+        encoded = codes_by_hash(values, hashes) if hashes is not None else None
         if encoded is None:  # integer ids, or two strings share a hash: encode the ids themselves
-            column = _dictionary_encode(pa.chunked_array(values, values[0].type if values else None))
-            dictionary = column.chunk(0).dictionary if column.num_chunks else pa.array([])
-            index_chunks = [c.indices for c in column.chunks]
-            del column
+            index_chunks, dictionary = dictionary_codes(values)
         else:
             index_chunks, dictionary = encoded
         del values, hashes
@@ -466,19 +470,14 @@ class _IdSpace:
         order = pc.sort_indices(dictionary).to_numpy()
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order), dtype=np.int64)
-        codes = np.empty(2 * rows, dtype=np.int64)
-        at = 0
-        for idx in index_chunks:
-            take = min(len(idx), 2 * rows - at)
-            if take <= 0:
-                break
-            idx = idx.slice(0, take)
-            codes[at : at + take] = rank[idx.fill_null(0).to_numpy()] if idx.null_count else rank[idx.to_numpy()]
-            if idx.null_count:
-                codes[at : at + take][np.asarray(idx.is_null())] = -1
-            at += take
+        codes = ranked_codes(index_chunks, rank)
         del index_chunks
-        return cls(len(order), Relabeler(dictionary.take(pa.array(order)))), codes[:rows], codes[rows:]
+        new_ids = {"src": codes[:rows], "dst": codes[rows : 2 * rows]}
+        for name, (start, row_numbers) in file_rows.items():
+            in_file_order = np.empty(len(row_numbers), dtype=np.int64)
+            in_file_order[row_numbers] = codes[start : start + len(row_numbers)]
+            new_ids[name] = in_file_order
+        return cls(len(order), Relabeler(dictionary.take(pa.array(order)))), new_ids
 
     def locate(self, values: pa.Array) -> np.ndarray:
         """Positions of edge endpoints in this space (marking them present when dense)."""
@@ -501,50 +500,6 @@ class _IdSpace:
 
 # A string id's 64-bit hash, computed by DuckDB in the scan (in parallel); null stays null.
 STRING_HASH_SQL = "CASE WHEN {c} IS NULL THEN NULL ELSE hash({c}) END"
-
-
-def _dictionary_encode(values: pa.ChunkedArray) -> pa.ChunkedArray:
-    """Arrow's hash dictionary encoding of a chunked array; every chunk gets the final dictionary."""
-    column = pc.dictionary_encode(values)
-    # Arrow encodes a chunked array with one memo table: every chunk holds the same final
-    # dictionary (the same buffers). Unifying would re-encode every chunk (~10x the encoding).
-    shared = {tuple(b.address if b is not None else 0 for b in c.dictionary.buffers()) for c in column.chunks}
-    if len(shared) > 1:
-        column = pa.table({"code": column}).unify_dictionaries().column(0)
-    return column
-
-
-def _encode_strings_by_hash(values: list[pa.Array], hashes: list[pa.Array]) -> tuple[list[pa.Array], pa.Array] | None:
-    """Dictionary codes of string `values` (chunks) found by encoding their 64-bit `hashes`
-    (the same chunking): (index chunks, the string of each code), or None when two distinct
-    strings share a hash.
-
-    Hashing 8-byte integers costs a fraction of hashing the strings (one memory access per
-    row instead of three). Exactness does not rest on the hash: one string per code is taken
-    as its representative and every row's string is compared with its code's representative,
-    so a collision (two strings, one code) is found and the caller encodes the strings
-    themselves.
-    """
-    if not values:
-        return None
-    column = _dictionary_encode(pa.chunked_array(hashes, pa.uint64()))
-    m = len(column.chunk(0).dictionary)
-    index_chunks = [c.indices for c in column.chunks]
-    del column
-    position = np.zeros(m, dtype=np.int64)  # of some row holding each code (any one will do)
-    at = 0
-    for idx in index_chunks:
-        if idx.null_count:
-            valid = np.flatnonzero(np.asarray(idx.is_valid()))
-            position[idx.filter(idx.is_valid()).to_numpy()] = at + valid
-        else:
-            position[idx.to_numpy()] = at + np.arange(len(idx), dtype=np.int64)
-        at += len(idx)
-    representative = pa.chunked_array(values, values[0].type).take(pa.array(position)).combine_chunks()
-    for v, idx in zip(values, index_chunks):
-        if pc.any(pc.not_equal(v, representative.take(idx))).as_py():
-            return None  # a hash collision: some row's string differs from its code's string
-    return index_chunks, representative
 
 
 # ----------------------------------------------------------------------------- main entry
@@ -656,7 +611,9 @@ def build_canonical_graph(
     weighted = bool(weighted_files)
 
     # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files.
-    warmup = threading.Thread(target=_warm_weighted_kernels if weighted else _warm_kernels, daemon=True)
+    warm = [_warm_weighted_kernels if weighted else _warm_kernels] + ([] if weighted else [_warm_id_kernels])
+    warm += [_warm_feature_kernels] if files.features is not None else []
+    warmup = threading.Thread(target=_call_each, args=(warm,), daemon=True)
     warmup.start()
     with atomic_output_dir(out_dir) as tmp:
         work = tmp / "_work"
@@ -673,9 +630,16 @@ def build_canonical_graph(
             )
         budget = cfg.sort_budget_mb << 20
         nodes_sql = None
+        id_files = {}  # (id, row number in the file) of the node and feature files, for factorize
         if files.nodes:
-            con.read_parquet(str(files.nodes)).create_view("node_file")
+            con.read_parquet(str(files.nodes), file_row_number=True).create_view("node_file")
             nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
+            id_files["nodes"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM node_file"
+        if files.features is not None:
+            con.read_parquet(str(files.features), file_row_number=True).select("node_id, file_row_number").create_view(
+                "feature_file"
+            )
+            id_files["features"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM feature_file"
         # Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
         # statistics), whose rows fit the sort budget are factorized in memory, and that one
         # scan gives the counts too (no count/min/max pass over every row).
@@ -698,8 +662,9 @@ def build_canonical_graph(
                 f"{invalid_weight_sql} FROM raw_edges"
             ).fetchall()[0]
         codes = None  # (src, dst) of every row in the final id space, when factorized in memory
+        file_ids = {}  # new ids of the node / feature file rows, when factorized
         if factorize_now:
-            space, *codes = _IdSpace.factorize(con, nodes_sql, dataset_dir, kind)
+            space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
             src_codes, dst_codes = codes
             rows = len(src_codes)
             null_rows = int(np.count_nonzero((src_codes < 0) | (dst_codes < 0)))
@@ -714,7 +679,7 @@ def build_canonical_graph(
         valid_rows = rows - null_rows - self_loops - invalid_weights
         dense = None if codes is not None else _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
         if codes is None and dense is None and not weighted and rows * 2 * BYTES_PER_KEY <= budget:
-            space, *codes = _IdSpace.factorize(con, nodes_sql, dataset_dir, kind)
+            space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
         elif codes is None:
             has_dropped = null_rows + self_loops + invalid_weights > 0
             space = _IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
@@ -771,8 +736,12 @@ def build_canonical_graph(
                 combine=cfg.weight_combine,
             )
             try:
-                node_facts = _write_nodes(tmp, files, relabel, cfg)
-                feat_facts = _write_features(tmp, files, relabel, cfg) if files.features is not None else {}
+                node_facts = _write_nodes(tmp, files, relabel, cfg, file_ids.get("nodes"))
+                feat_facts = (
+                    _write_features(tmp, files, relabel, cfg, file_ids.get("features"))
+                    if files.features is not None
+                    else {}
+                )
                 headless_pyplot()  # ~0.3 s, done while the edge thread is still busy
                 wait([degree_ready, edges_job], return_when=FIRST_COMPLETED)
                 if degree_ready.done():  # plot while the last edges are still being encoded
@@ -818,6 +787,11 @@ def build_canonical_graph(
         }
         write_summary(tmp, summary)
     return summary
+
+
+def _call_each(functions) -> None:
+    for f in functions:
+        f()
 
 
 def _add_unweighted(spill: _KeySpill, s, d, shift: int, half: bool, symmetrize: bool) -> None:
@@ -920,7 +894,31 @@ def _write_edges(
     return degree, distinct_input_pairs, edges_written, weight_facts
 
 
-def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig) -> dict:
+def _factorize(con, id_files: dict, where, kind: str, features: Path | None):
+    """`_IdSpace.factorize` as (space, (src, dst) new ids, new ids of the node / feature file
+    rows), refusing a feature row whose id no edge or node row names, as `_copy_features`
+    does on the other paths (here the feature file's ids were encoded with the rest)."""
+    space, new_ids = _IdSpace.factorize(con, id_files, where, kind)
+    if "features" in new_ids:
+        mentioned = np.zeros(space.size + 1, dtype=bool)  # the last slot takes the nulls (-1)
+        for name, ids in new_ids.items():
+            if name != "features":
+                mentioned[ids] = True
+        ids = new_ids["features"]
+        known = ids[ids >= 0]
+        if not mentioned[known].all():
+            raise _feature_only_id(features, space.finish()[0].ids[int(known[~mentioned[known]][0])].as_py())
+    return space, (new_ids.pop("src"), new_ids.pop("dst")), new_ids
+
+
+def _feature_only_id(path: Path, value) -> InputError:
+    return InputError(f"{path}: column 'node_id' has id {value!r} that no edge or nodes.parquet row mentions")
+
+
+def _write_nodes(
+    tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig, new_ids: np.ndarray | None = None
+) -> dict:
+    """nodes.parquet and its facts; `new_ids` of the node file's rows when already known."""
     n = relabel.n
     label = np.full(n, -1, dtype=np.int32)
     vocab = ["train", "val", "test", "other"]  # split names; codes index this list
@@ -934,7 +932,7 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
     }
     if files.nodes is not None:
         t = pq.read_table(files.nodes)
-        idx = relabel(t.column("node_id"))
+        idx = new_ids if new_ids is not None else relabel(t.column("node_id"))
         # filled, not failed: nodes met only in edges get label -1 and split 'other'
         facts["nodes_without_node_row"] = int(n - t.num_rows)
         if t.column("node_id").null_count:
@@ -985,11 +983,23 @@ def _write_nodes(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Canoni
             "split": pa.array(vocab, type=pa.string()).take(pa.array(split)),
         }
     )
-    pq.write_table(table, tmp / "nodes.parquet", compression="zstd")
+    # ids delta-encoded (sorted: a few bits each; sorted strings share prefixes), label and
+    # split by dictionary: smaller than zstd over plain values, and about twice as fast
+    original = "DELTA_BINARY_PACKED" if pa.types.is_integer(relabel.ids.type) else "DELTA_BYTE_ARRAY"
+    pq.write_table(
+        table,
+        tmp / "nodes.parquet",
+        compression="none",
+        use_dictionary=["label", "split"],
+        column_encoding={"node_id": "DELTA_BINARY_PACKED", "original_id": original},
+    )
     return facts
 
 
-def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig) -> dict:
+def _write_features(
+    tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig, new_ids: np.ndarray | None = None
+) -> dict:
+    """features.npy and its facts; `new_ids` of the feature file's rows when already known."""
     path = files.features
     n = relabel.n
     pf = pq.ParquetFile(path)
@@ -1004,17 +1014,91 @@ def _write_features(tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: Can
     # groups cost a concatenation each
     largest_group = max((pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)), default=1)
     rows_per_batch = max(1024, min(cfg.batch_rows, (64 << 20) // (4 * width_guess), largest_group))
-    with contextlib.ExitStack() as stack:
-        dim, out = _copy_features(pf, path, tmp, n, rows_per_batch, relabel, seen, stack)
-    if out is None:
+    if new_ids is None:  # one call: a string relabeller builds its hash set once, not per batch
+        new_ids = relabel(pf.read(columns=["node_id"]).column(0))
+    with _FeatureWriter(tmp / "features.npy", n, new_ids, cfg.sort_budget_mb << 20) as out:
+        _copy_features(pf, path, rows_per_batch, new_ids, seen, out)
+    if out.dim is None:
         raise InputError(f"{path}: holds no rows")
-    del out  # no msync: the rename publishes the file; the page cache serves readers
-    return {"feature_dim": int(dim), "nodes_without_features": int(n - seen.sum())}
+    return {"feature_dim": int(out.dim), "nodes_without_features": int(n - seen.sum())}
 
 
-def _copy_features(pf, path: Path, tmp: Path, n: int, rows_per_batch: int, relabel, seen, stack):
-    """Every feature row into tmp/features.npy (relabelled); (width, the memmap or None)."""
-    dim, out = None, None
+class _FeatureWriter:
+    """features.npy [n, dim] float32, written row block by row block.
+
+    Rows in node order go through pwrite (`NpyRowWriter`), not a mapping: the page cache
+    holds them either way, but dirty mapped pages would count in this process's RSS (5 GB at
+    10M x 128). Rows in another order (ids that do not follow the file's rows) are scattered
+    into a buffer in RAM when the whole matrix fits `budget_bytes`, then written at once: each
+    first touch of a page of a file mapping is a page fault (about 1.3 s for 128 MB of
+    scattered 128-byte rows here). Larger ones are scattered into a mapping of the file.
+    """
+
+    def __init__(self, path: Path, n: int, new_ids: np.ndarray, budget_bytes: int):
+        self.path, self.n, self.budget = path, n, budget_bytes
+        self.in_order = bool((np.diff(new_ids) == 1).all()) if len(new_ids) else True
+        self.dim = None
+        self._rows = self._map = self._buffer = None
+
+    def __enter__(self) -> "_FeatureWriter":
+        return self
+
+    def start(self, dim: int) -> None:
+        self.dim = dim
+        self._rows = NpyRowWriter(self.path, np.float32, (self.n, dim))
+        if self.in_order:
+            return
+        if self.n * dim * 4 <= self.budget:
+            self._buffer = np.zeros((self.n, dim), dtype=np.float32)
+        else:
+            self._map = np.load(self.path, mmap_mode="r+")
+
+    def write(self, idx: np.ndarray, rows: np.ndarray, contiguous: bool) -> None:
+        """Rows of nodes `idx` (`contiguous`: idx is idx[0], idx[0] + 1, ...)."""
+        if contiguous and self._buffer is None:
+            self._rows.write(int(idx[0]), rows)
+        else:
+            _scatter_rows(self._buffer if self._buffer is not None else np.asarray(self._map), idx, rows)
+
+    def __exit__(self, kind, *_) -> None:
+        if self._buffer is not None and kind is None:
+            self._rows.write(0, self._buffer)
+        if self._rows is not None:
+            self._rows.close()
+        self._map = self._buffer = None  # no msync: the rename publishes the file; the page cache serves readers
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_rows(out, idx, rows):  # pragma: no cover - compiled
+    """out[idx[i]] = rows[i]: numpy's fancy assignment of 2-d rows costs ~3x this."""
+    for i in range(len(idx)):
+        r = idx[i]
+        for j in range(rows.shape[1]):
+            out[r, j] = rows[i, j]
+
+
+def _warm_feature_kernels() -> None:
+    """Load the kernels' cached machine code for the argument types `_copy_features` passes
+    (rows read-only, as zero-copy from Arrow)."""
+    rows = np.frombuffer(np.zeros(1, np.float32).tobytes(), np.float32).reshape(1, 1)
+    _scatter_rows(np.zeros((1, 1), np.float32), np.zeros(1, np.int64), rows)
+    _mark_new(np.zeros(1, bool), np.zeros(1, np.int64))
+
+
+@numba.njit(cache=True, nogil=True)
+def _mark_new(seen, idx):  # pragma: no cover - compiled
+    """Mark ids `idx` seen; False when one was seen before (or repeats within idx)."""
+    new = True
+    for i in range(len(idx)):
+        if seen[idx[i]]:
+            new = False
+        seen[idx[i]] = True
+    return new
+
+
+def _copy_features(pf, path: Path, rows_per_batch: int, new_ids, seen, out: _FeatureWriter) -> None:
+    """Every feature row into `out` at row `new_ids` (of the file's rows, -1 = unknown)."""
+    at = 0
     for batch in pf.iter_batches(batch_size=rows_per_batch, columns=["node_id", "feat"]):
         ids, feat = batch.column(0), batch.column(1)
         if ids.null_count or feat.null_count:
@@ -1024,7 +1108,7 @@ def _copy_features(pf, path: Path, tmp: Path, n: int, rows_per_batch: int, relab
             values = feat.flatten()
         else:
             lengths = np.diff(feat.offsets.to_numpy())
-            width = int(lengths[0]) if len(lengths) else (dim or 0)
+            width = int(lengths[0]) if len(lengths) else (out.dim or 0)
             if len(lengths) and (lengths != width).any():
                 row = int(np.flatnonzero(lengths != width)[0])
                 raise InputError(
@@ -1032,25 +1116,19 @@ def _copy_features(pf, path: Path, tmp: Path, n: int, rows_per_batch: int, relab
                     f"{lengths[row]} values, node_id {ids[0].as_py()!r} has {width}"
                 )
             values = feat.flatten()
-        if dim is None:
-            dim = width
-            out = np.lib.format.open_memmap(tmp / "features.npy", mode="w+", dtype=np.float32, shape=(n, dim))
-            # rows in node order go through pwrite, not the mapping: the page cache holds them
-            # either way, but dirty mapped pages would count in this process's RSS (5 GB at 10M x 128)
-            raw = stack.enter_context(open(tmp / "features.npy", "r+b"))
-        elif width != dim and len(batch):
+        if out.dim is None:
+            out.start(width)
+        elif width != out.dim and len(batch):
             raise InputError(
-                f"{path}: column 'feat' varies in width: {width} values in a later row group, {dim} before"
+                f"{path}: column 'feat' varies in width: {width} values in a later row group, {out.dim} before"
             )
-        idx = relabel(ids)
+        idx = new_ids[at : at + len(ids)]
+        at += len(ids)
         if (idx < 0).any():
-            bad = ids[int(np.flatnonzero(idx < 0)[0])].as_py()
-            raise InputError(f"{path}: column 'node_id' has id {bad!r} that no edge or nodes.parquet row mentions")
-        ascending = len(idx) < 2 or bool((idx[1:] > idx[:-1]).all())
-        if seen[idx].any() or (not ascending and len(np.unique(idx)) != len(idx)):
+            raise _feature_only_id(path, ids[int(np.flatnonzero(idx < 0)[0])].as_py())
+        if not _mark_new(seen, idx):
             raise InputError(f"{path}: column 'node_id' repeats an id; one feature row per node")
-        seen[idx] = True
-        rows = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(idx), dim)
+        rows = np.asarray(values.to_numpy(zero_copy_only=False), dtype=np.float32).reshape(len(idx), out.dim)
         finite = np.isfinite(rows).all(axis=1)
         if not finite.all():
             row = int(np.flatnonzero(~finite)[0])
@@ -1058,11 +1136,8 @@ def _copy_features(pf, path: Path, tmp: Path, n: int, rows_per_batch: int, relab
                 f"{path}: column 'feat' of node_id {ids[row].as_py()!r} holds a NaN or infinite value "
                 "(or one beyond float32's range); features must be finite"
             )
-        if ascending and len(idx) and idx[-1] - idx[0] + 1 == len(idx):
-            os.pwrite(raw.fileno(), rows.data, out.offset + int(idx[0]) * dim * 4)  # one contiguous write
-        else:
-            out[idx] = rows
-    return dim, out
+        if len(idx):
+            out.write(idx, rows, contiguous=idx[-1] - idx[0] + 1 == len(idx) and bool((np.diff(idx) == 1).all()))
 
 
 def _plot_degrees(degree: np.ndarray, path: Path) -> None:

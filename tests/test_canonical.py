@@ -382,3 +382,24 @@ def test_string_ids_with_decimal_weights(tmp_path):
     t = pq.read_table(tmp_path / "out" / "edges.parquet")
     assert read_edges(tmp_path / "out") == [(0, 1), (1, 0), (1, 2), (2, 1)]
     assert t.column("weight").to_pylist() == [2.0, 2.0, 4.0, 4.0]
+
+
+@pytest.mark.parametrize("budget_mb", [64, 1])  # the shuffled rows scattered in RAM, or into the file's mapping
+def test_feature_rows_in_any_order_land_on_their_nodes(tmp_path, budget_mb):
+    n, dim = 3000, 128  # 1.5 MB of features: above a 1 MB budget
+    rng = np.random.default_rng(5)
+    src = rng.integers(0, n, 20000) * 3 + 1
+    dst = rng.integers(0, n, 20000) * 3 + 1
+    write_edges(tmp_path / "in" / "edges.parquet", src, dst)
+    present = np.unique(np.concatenate([src, dst]))
+    rows = rng.permutation(present)[: len(present) - 40]  # 40 nodes without a feature row
+    feats = rng.standard_normal((len(rows), dim)).astype(np.float32)
+    flat = pa.FixedSizeListArray.from_arrays(pa.array(feats.reshape(-1)), dim)
+    pq.write_table(pa.table({"node_id": rows, "feat": flat}), tmp_path / "in" / "features.parquet", row_group_size=700)
+    s = build_canonical_graph(tmp_path / "in", tmp_path / "out", CanonicalConfig(sort_budget_mb=budget_mb))
+    x = np.load(tmp_path / "out" / "features.npy")
+    new = np.searchsorted(present, rows)  # new ids follow the sorted original ids
+    assert s["nodes_without_features"] == 40 and x.shape == (len(present), dim)
+    np.testing.assert_array_equal(x[new], feats)
+    missing = np.setdiff1d(np.arange(len(present)), new)
+    assert len(missing) == 40 and not x[missing].any()

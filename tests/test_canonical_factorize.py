@@ -101,17 +101,17 @@ def test_factorized_graph_is_the_dense_graph_renamed(graphs, tmp_path, kind):
 
 
 def test_strings_encoded_by_hash_give_each_string_one_code():
-    from graphs.canonical import _encode_strings_by_hash
+    from graphs.id_codes import codes_by_hash
 
     values = [pa.array(["b", "a", None, "b"]), pa.array(["c", "a", "c"])]
     hashes = [pa.array([2, 1, None, 2], pa.uint64()), pa.array([3, 1, 3], pa.uint64())]
-    index_chunks, strings = _encode_strings_by_hash(values, hashes)
+    index_chunks, strings = codes_by_hash(values, hashes)
     codes = [None if i is None else strings[i].as_py() for c in index_chunks for i in c.to_pylist()]
     assert codes == ["b", "a", None, "b", "c", "a", "c"]
     assert sorted(strings.to_pylist()) == ["a", "b", "c"]
     # "a" and "c" share a hash: found by the comparison with each code's string, not trusted
     colliding = [pa.array([2, 1, None, 2], pa.uint64()), pa.array([1, 1, 1], pa.uint64())]
-    assert _encode_strings_by_hash(values, colliding) is None
+    assert codes_by_hash(values, colliding) is None
 
 
 def test_string_hash_collisions_fall_back_to_the_same_files(graphs, tmp_path, monkeypatch):
@@ -121,8 +121,8 @@ def test_string_hash_collisions_fall_back_to_the_same_files(graphs, tmp_path, mo
 
     landing, _ = graphs["string"]
     calls = []
-    real = canonical._encode_strings_by_hash
-    monkeypatch.setattr(canonical, "_encode_strings_by_hash", lambda v, h: calls.append(real(v, h)) or calls[-1])
+    real = canonical.codes_by_hash
+    monkeypatch.setattr(canonical, "codes_by_hash", lambda v, h: calls.append(real(v, h)) or calls[-1])
     by_hash = build_canonical_graph(landing, tmp_path / "hash")
     assert calls[0] is not None  # DuckDB's 64-bit hashes of 3000 strings do not collide
     monkeypatch.setattr(canonical, "STRING_HASH_SQL", "CASE WHEN {c} IS NULL THEN NULL ELSE hash({c}) % 7 END")
@@ -153,3 +153,43 @@ def test_int_ids_without_parquet_statistics_give_the_same_files(graphs, tmp_path
     assert with_stats["dropped_null_id"] == 10 and with_stats["dropped_self_loop"] >= 50
     for name in ("edges.parquet", "nodes.parquet"):
         assert pq.read_table(tmp_path / "a" / name).equals(pq.read_table(tmp_path / "b" / name))
+
+
+@pytest.mark.parametrize("kind", ["sparse", "string"])
+def test_node_and_feature_rows_in_many_row_groups_keep_their_ids(graphs, tmp_path, kind):
+    """The node and feature files' ids are encoded with the edges (each row found again by its
+    row number in the file): rewritten in small row groups and another row order, every
+    node keeps its label and its feature row."""
+    import shutil
+
+    landing, _ = graphs[kind]
+    moved = tmp_path / "moved"
+    shutil.copytree(landing, moved)
+    rng = np.random.default_rng(3)
+    for name in ("nodes.parquet", "features.parquet"):
+        t = pq.read_table(moved / name)
+        pq.write_table(t.take(pa.array(rng.permutation(t.num_rows))), moved / name, row_group_size=97)
+    a = build_canonical_graph(landing, tmp_path / "a")
+    b = build_canonical_graph(moved, tmp_path / "b")
+    assert a["labelled_nodes"] == b["labelled_nodes"] > 0
+    assert pq.read_table(tmp_path / "a" / "nodes.parquet").equals(pq.read_table(tmp_path / "b" / "nodes.parquet"))
+    assert np.array_equal(np.load(tmp_path / "a" / "features.npy"), np.load(tmp_path / "b" / "features.npy"))
+
+
+@pytest.mark.parametrize("kind", ["dense", "sparse", "string"])
+@pytest.mark.parametrize("budget_mb", [1024, 1])  # factorized in memory, and streamed
+def test_a_feature_row_of_an_unknown_node_is_refused_by_name(graphs, tmp_path, kind, budget_mb):
+    import shutil
+
+    from graphs.canonical import InputError
+
+    landing, ids = graphs[kind]
+    bad = tmp_path / "bad"
+    shutil.copytree(landing, bad)
+    t = pq.read_table(bad / "features.parquet")
+    stranger = 10**13 + 5 if kind != "string" else "stranger"
+    extra = pa.table({"node_id": pa.array([stranger], t.schema.field("node_id").type), "feat": t.column("feat")[:1]})
+    pq.write_table(pa.concat_tables([t, extra]), bad / "features.parquet")
+    with pytest.raises(InputError, match=rf"features.parquet: column 'node_id' has id {stranger!r} that no edge"):
+        build_canonical_graph(bad, tmp_path / "out", CanonicalConfig(sort_budget_mb=budget_mb))
+    assert not (tmp_path / "out").exists()
