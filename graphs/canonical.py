@@ -900,13 +900,16 @@ def _factorize(con, id_files: dict, where, kind: str, features: Path | None):
     does on the other paths (here the feature file's ids were encoded with the rest)."""
     space, new_ids = _IdSpace.factorize(con, id_files, where, kind)
     if "features" in new_ids:
+        known = new_ids["features"][new_ids["features"] >= 0]
         mentioned = np.zeros(space.size + 1, dtype=bool)  # the last slot takes the nulls (-1)
-        for name, ids in new_ids.items():
-            if name != "features":
-                mentioned[ids] = True
-        ids = new_ids["features"]
-        known = ids[ids >= 0]
-        if not mentioned[known].all():
+        # the node file's ids first: feature rows usually name those, and the edges' ids
+        # (twice the edge rows) are only scattered when some feature id is not among them
+        for names in (["nodes"], ["src", "dst"]):
+            for name in names:
+                mentioned[new_ids.get(name, [])] = True
+            if mentioned[known].all():
+                break
+        else:
             raise _feature_only_id(features, space.finish()[0].ids[int(known[~mentioned[known]][0])].as_py())
     return space, (new_ids.pop("src"), new_ids.pop("dst")), new_ids
 

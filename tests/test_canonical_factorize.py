@@ -193,3 +193,20 @@ def test_a_feature_row_of_an_unknown_node_is_refused_by_name(graphs, tmp_path, k
     with pytest.raises(InputError, match=rf"features.parquet: column 'node_id' has id {stranger!r} that no edge"):
         build_canonical_graph(bad, tmp_path / "out", CanonicalConfig(sort_budget_mb=budget_mb))
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("kind", ["sparse", "string"])
+def test_a_feature_row_of_a_node_met_only_in_edges_is_kept(graphs, tmp_path, kind):
+    import shutil
+
+    landing, _ = graphs[kind]
+    part = tmp_path / "part"
+    shutil.copytree(landing, part)
+    nodes = pq.read_table(part / "nodes.parquet")
+    edge_ids = set(pq.read_table(part / "edges" / "a.parquet").column("dst").to_pylist())
+    keep = [i not in edge_ids for i in nodes.column("node_id").to_pylist()]
+    pq.write_table(nodes.filter(pa.array(keep)), part / "nodes.parquet")  # no node row for a.parquet's targets
+    full = build_canonical_graph(landing, tmp_path / "full")
+    s = build_canonical_graph(part, tmp_path / "out")
+    assert s["nodes_without_node_row"] == keep.count(False) > 0 and s["nodes_without_features"] == 0
+    assert np.array_equal(np.load(tmp_path / "full" / "features.npy"), np.load(tmp_path / "out" / "features.npy"))
