@@ -206,7 +206,7 @@ def test_a_feature_row_of_a_node_met_only_in_edges_is_kept(graphs, tmp_path, kin
     edge_ids = set(pq.read_table(part / "edges" / "a.parquet").column("dst").to_pylist())
     keep = [i not in edge_ids for i in nodes.column("node_id").to_pylist()]
     pq.write_table(nodes.filter(pa.array(keep)), part / "nodes.parquet")  # no node row for a.parquet's targets
-    full = build_canonical_graph(landing, tmp_path / "full")
+    build_canonical_graph(landing, tmp_path / "full")
     s = build_canonical_graph(part, tmp_path / "out")
     assert s["nodes_without_node_row"] == keep.count(False) > 0 and s["nodes_without_features"] == 0
     assert np.array_equal(np.load(tmp_path / "full" / "features.npy"), np.load(tmp_path / "out" / "features.npy"))
