@@ -8,7 +8,7 @@ from graphs.id_codes import codes_by_hash, dictionary_codes
 
 
 def _decoded(index_chunks, dictionary):
-    return [None if i is None else dictionary[i].as_py() for c in index_chunks for i in c.to_pylist()]
+    return [None if i < 0 else dictionary[int(i)].as_py() for c in index_chunks for i in c]
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3, 8])
@@ -37,3 +37,19 @@ def test_string_codes_by_hash_across_threads_and_sliced_chunks():
     colliding = ids[120:row] + [5] + ids[row + 1 :]
     hashes[2] = pa.array(colliding, pa.uint64())
     assert codes_by_hash(values, hashes) is None
+
+
+@pytest.mark.parametrize("kind", [pa.int64(), pa.uint64(), pa.int32()])
+def test_integer_codes_match_arrow_through_table_growth(kind):
+    """The numba hash table grows from 2^16 slots: 300k distinct values (uint64 above 2^63
+    included, read as int64 bits) decode back exactly, with nulls."""
+    rng = np.random.default_rng(4)
+    top = np.iinfo(kind.to_pandas_dtype()).max
+    distinct = np.unique(rng.integers(0, top, size=300_000, dtype=np.uint64 if kind == pa.uint64() else np.int64))
+    rows = distinct[rng.integers(0, len(distinct), size=900_000)]
+    chunks = [pa.array(rows[i : i + 100_000], kind) for i in range(0, len(rows), 100_000)]
+    chunks[4] = pa.array([None if i % 11 == 0 else v for i, v in enumerate(chunks[4].to_pylist())], kind)
+    index_chunks, dictionary = dictionary_codes(chunks, threads=2)
+    given = [v for c in chunks for v in c.to_pylist()]
+    assert dictionary.type == kind and len(dictionary) == len({v for v in given if v is not None})
+    assert _decoded(index_chunks, dictionary) == given
