@@ -23,8 +23,8 @@ streams the rows as Arrow batches; it also computes the sorted set of distinct i
 relabelled with a vectorised lookup (a dense table when the ids are dense integers, a
 pandas hash index or, for strings, Arrow's hash set otherwise). Sparse integer and string
 ids of edge rows that fit the sort budget skip the DISTINCT and the lookups: one scan,
-and one Arrow dictionary encoding of every endpoint (split over the cores) whose codes are
-renumbered in sorted id order (`_IdSpace.factorize`, `graphs.id_codes`; string ids are
+and one hash encoding of every endpoint (`graphs.id_codes`) whose codes are renumbered in
+sorted id order (`_IdSpace.factorize`; string ids are
 encoded by their 64-bit DuckDB hash, every row then compared with its code's string, and
 that scan also gives the row counts). The node and feature files' ids are encoded in the
 same pass, so their rows need no lookup either. Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
@@ -427,8 +427,8 @@ class _IdSpace:
     def factorize(cls, con, id_files: dict[str, str], where, kind: str = "int") -> tuple["_IdSpace", dict]:
         """Sparse or string ids of edge files that fit in memory: one scan, one hash pass.
 
-        Every row's (src, dst) is read once, and Arrow's hash dictionary encoding, split over
-        the cores (`graphs.id_codes.dictionary_codes`), gives each distinct id a code; the
+        Every row's (src, dst) is read once, and one hash encoding
+        (`graphs.id_codes.dictionary_codes`) gives each distinct id a code; the
         codes are then renumbered in sorted order of the ids. This replaces a DISTINCT +
         ORDER BY over every endpoint and a second scan looked up id by id (string ids no
         longer become Python objects per row). String ids are encoded by their 64-bit hash
