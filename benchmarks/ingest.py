@@ -19,7 +19,8 @@ variant starts from the same warm page cache:
          (`graphs.duck.connect`: the same memory_limit, threads, preserve_insertion_order).
 
 Only the work is timed: the output's row count is read after the clock stops on both
-sides. Prints seconds, rows/s, peak RSS and the ratio ours / bare (target <= 2.0).
+sides. With --repeat R every variant runs once per round, in reverse order every other round,
+and the best of the R rounds is kept (the machine's drift reaches every variant alike). Prints seconds, rows/s, peak RSS and the ratio ours / bare (target <= 2.0).
 
 Weighted variant (dense ids): the same edge rows with a ``weight`` column (``heavy_weight``:
 intra-class rows 5.0, others 1.0), ours (weights summed over duplicates and both
@@ -161,7 +162,12 @@ def main() -> None:
     ap.add_argument("--work", default="bench_out/ingest")
     ap.add_argument("--memory-limit", default="4GB")
     ap.add_argument("--sort-budget-mb", type=int, default=1024)
-    ap.add_argument("--repeat", type=int, default=1, help="runs of each variant; the best time is kept")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds (every variant once per round, alternate rounds reversed); the best time is kept",
+    )
     ap.add_argument("--baseline-code", default=None, help="another checkout whose unweighted ingest runs too")
     ap.add_argument("--no-weighted", action="store_true", help="skip the weighted variant")
     ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
@@ -185,18 +191,15 @@ def main() -> None:
 
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in sorted((dense / "edges").glob("*.parquet")))
 
-    def best_of(target, source: Path, *extra) -> dict:
-        best = None
-        for _ in range(args.repeat):
-            out = work / "out"
-            shutil.rmtree(out, ignore_errors=True)
-            _warm(source)
-            r = run_in_child(target, str(source), str(out), *extra)
-            best = r if best is None or r["seconds"] < best["seconds"] else best
-            shutil.rmtree(out, ignore_errors=True)
-        return best
+    def once(target, source: Path, *extra) -> dict:
+        out = work / "out"
+        shutil.rmtree(out, ignore_errors=True)
+        _warm(source)
+        r = run_in_child(target, str(source), str(out), *extra)
+        shutil.rmtree(out, ignore_errors=True)
+        return r
 
-    results: dict[str, dict] = {}
+    variants: dict[str, tuple] = {}  # name -> (target, source, extra arguments)
     for kind in kinds:
         landing = landings[kind]
         # The same edge files without nodes/features: our edge work alone against the same query.
@@ -204,18 +207,33 @@ def main() -> None:
         if not edges_only.exists():
             edges_only.mkdir(parents=True)
             (edges_only / "edges").symlink_to(landing / "edges")
-        results[f"bare/{kind}"] = best_of(_bare, landing, args.memory_limit)
-        results[f"ours/{kind}"] = best_of(_ours, landing, args.memory_limit, args.sort_budget_mb)
-        results[f"ours_edges_only/{kind}"] = best_of(_ours, edges_only, args.memory_limit, args.sort_budget_mb)
+        variants[f"bare/{kind}"] = (_bare, landing, args.memory_limit)
+        variants[f"ours/{kind}"] = (_ours, landing, args.memory_limit, args.sort_budget_mb)
+        variants[f"ours_edges_only/{kind}"] = (_ours, edges_only, args.memory_limit, args.sort_budget_mb)
     if not args.no_weighted:
-        results["bare_weighted"] = best_of(_bare_weighted, weighted, args.memory_limit)
-        results["ours_weighted"] = best_of(_ours, weighted, args.memory_limit, args.sort_budget_mb)
+        variants["bare_weighted"] = (_bare_weighted, weighted, args.memory_limit)
+        variants["ours_weighted"] = (_ours, weighted, args.memory_limit, args.sort_budget_mb)
     if args.baseline_code:
         code = str(Path(args.baseline_code).resolve())
         for kind in kinds:
-            results[f"ours_baseline_code/{kind}"] = best_of(
-                _ours_baseline, landings[kind], args.memory_limit, args.sort_budget_mb, code
+            variants[f"ours_baseline_code/{kind}"] = (
+                _ours_baseline,
+                landings[kind],
+                args.memory_limit,
+                args.sort_budget_mb,
+                code,
             )
+    # Every variant once per round, the order reversed every other round, best of the rounds:
+    # on a machine whose speed drifts, running one variant's repeats back to back (or every
+    # baseline-code variant last) would hand the drift to whichever side ran later.
+    results: dict[str, dict] = {}
+    names = list(variants)
+    for round_ in range(args.repeat):
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            r = once(*variants[name])
+            if name not in results or r["seconds"] < results[name]["seconds"]:
+                results[name] = r
+    results = {name: results[name] for name in names}
 
     print(f"\ninput: {rows:,} edge rows, {args.nodes:,} nodes requested, files in {work}")
     print(f"{'variant':<52}{'seconds':>9}{'CPU s':>8}{'in rows/s':>14}{'rows out':>14}{'peak RSS':>11}")

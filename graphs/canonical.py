@@ -610,11 +610,6 @@ def build_canonical_graph(
     weighted_files = [p for p in files.edge_files if "weight" in _schema(p).names]
     weighted = bool(weighted_files)
 
-    # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files.
-    warm = [_warm_weighted_kernels if weighted else _warm_kernels] + ([] if weighted else [_warm_id_kernels])
-    warm += [_warm_feature_kernels] if files.features is not None else []
-    warmup = threading.Thread(target=_call_each, args=(warm,), daemon=True)
-    warmup.start()
     with atomic_output_dir(out_dir) as tmp:
         work = tmp / "_work"
         work.mkdir()
@@ -650,6 +645,12 @@ def build_canonical_graph(
             factorize_now = (
                 bounds is not None and _IdSpace.dense_bounds(con, kind, meta_rows, *bounds, nodes_sql) is None
             )
+        # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files
+        # (the id encoder's only when it will run: ~0.1 s of CPU the dense path would not use).
+        warm = [_warm_weighted_kernels if weighted else _warm_kernels] + ([_warm_id_kernels] if factorize_now else [])
+        warm += [_warm_feature_kernels] if files.features is not None else []
+        warmup = threading.Thread(target=_call_each, args=(warm,), daemon=True)
+        warmup.start()
         if factorize_now:
             rows, min_id, max_id, invalid = 0, None, None, []
         else:
