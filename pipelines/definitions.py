@@ -82,8 +82,10 @@ defs = dg.Definitions(
     # each step is forked from a server that imported this code location once: a spawned process
     # per step re-imported torch, DGL and Dagster (~4.5 s each; Cora's whole pipeline 86 s -> 42 s),
     # and unlike the in-process executor a step's memory still goes back when it ends (measured at
-    # 10M edge rows: one process for every step peaked at 5.5 GiB, the largest single step 3.3 GiB)
+    # 10M edge rows: one process for every step peaked at 5.5 GiB, the largest single step 3.3 GiB);
+    # matplotlib too, which the plotting steps (canonical_graph, metis_partitions, evaluation)
+    # would each import again (~0.3-0.5 s; `graphs.plotting` picks the Agg backend on first use)
     executor=dg.multiprocess_executor.configured(
-        {"start_method": {"forkserver": {"preload_modules": ["pipelines.definitions"]}}}
+        {"start_method": {"forkserver": {"preload_modules": ["pipelines.definitions", "matplotlib.pyplot"]}}}
     ),
 )
