@@ -1,6 +1,6 @@
 """Multilevel METIS within a memory budget: coarsen by size-constrained label propagation,
-partition the coarse graph with METIS, project back and refine — all vectorised over CSR
-row chunks, so no step holds more than the CSR and a few arrays of its size.
+partition the coarse graph with METIS, project back and refine — each pass a numba kernel over
+the CSR, so no step holds more than the CSR and a few arrays of its size.
 
 Why: METIS (through pymetis, idx_t = int64) costs about 90-130 bytes per directed edge —
 its own copy of the graph with edge weights, then one coarser copy per level, which shrink
@@ -12,19 +12,18 @@ slowly on power-law graphs — so at 200M directed edges (100M undirected) it ne
    among its neighbours, provided the cluster's node weight stays <= ``U = total / (k * 16)``
    (so METIS can still balance k parts out of clusters), preferring its own label on ties;
    a level that removes under 5 % of the edges is redone with U doubled (up to total / 2k).
-   Rows are visited in chunks; the labels and cluster weights are updated after each chunk
-   (Gauss-Seidel across chunks, synchronous within one), and moves that would overfill a
-   cluster are refused in order. This is the size-constrained label propagation used to
+   Nodes are visited in id order and each move takes effect at once (Gauss-Seidel), so a
+   cluster never passes U. This is the size-constrained label propagation used to
    partition complex networks (Meyerhenke, Sanders, Schulz 2014/2016): it finds the dense
    regions first, where a matching shrinks a power-law graph only slowly. Contracting a
    clustering merges parallel edges into integer edge weights and sums node weights.
 2. **Partition** the coarsest graph with seeded METIS (node weights = member counts, or the
    members' degree + 1 with `balance_edges`; edge weights = merged multiplicities). Its
    edge cut equals the cut of the projected assignment on the fine graph.
-3. **Uncoarsen**: project the parts one level down and refine (`refine_kway`): every node
-   whose best other part (by edge weight into it) beats its own moves there, provided the
-   part's weight stays under ``(1 + imbalance) * total / k``; rounds until nothing moves
-   or the cut stops falling (a round that raises the cut is undone).
+3. **Uncoarsen**: project the parts one level down and refine (`refine_kway`): nodes in id
+   order, each moving at once to the other part with the most edge weight into it when that
+   beats its own part and the part's weight stays under ``(1 + imbalance) * total / k``;
+   every move lowers the cut, and rounds go on until nothing moves.
 
 The result is deterministic for the same CSR, k and seed. Edge weights and node weights
 are integers (METIS's); a graph already within `max_edges` goes straight to METIS.
@@ -34,13 +33,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 
 CLUSTERS_PER_PART = 16  # cluster weight bound U = total node weight / (k * this)
 LP_ROUNDS = 5  # label-propagation rounds per level
 REFINE_ROUNDS = 8  # most refinement rounds per level
 MAX_LEVELS = 12
-CHUNK_EDGES = 1 << 22  # edges per row chunk of every pass
+CHUNK_EDGES = 1 << 22  # edges per row chunk of the vectorised passes (edge_cut_weight, DistDGL)
+_NO_WEIGHTS = np.empty(0, dtype=np.int64)
 
 
 @dataclass
@@ -75,67 +76,144 @@ def _chunk_rows(indptr: np.ndarray, r0: int, r1: int) -> np.ndarray:
     return np.repeat(np.arange(r1 - r0, dtype=np.int64), np.diff(indptr[r0 : r1 + 1]))
 
 
-def _admit(target: np.ndarray, amount: np.ndarray, load: np.ndarray, cap: int | float) -> np.ndarray:
-    """Mask of the moves (target, amount) admitted in order so that load[target] stays <= cap."""
-    order = np.argsort(target, kind="stable")
-    t, a = target[order], amount[order]
-    cum = np.cumsum(a)
-    starts = np.flatnonzero(np.r_[True, t[1:] != t[:-1]])
-    before = np.repeat(cum[starts] - a[starts], np.diff(np.r_[starts, len(t)]))
-    ok = np.empty(len(t), dtype=bool)
-    ok[order] = load[t] + (cum - before) <= cap
-    return ok
+def _weights(g: Level) -> tuple[np.ndarray, bool]:
+    """(edge weights, has weights): an empty array stands for all-ones (numba takes no None)."""
+    if g.eweight is None:
+        return _NO_WEIGHTS, False
+    return g.eweight, True
+
+
+@numba.njit(cache=True, nogil=True)
+def _lp_kernel(indptr, indices, eweight, has_w, vweight, label, size, max_weight, rounds):  # pragma: no cover
+    n = len(indptr) - 1
+    acc = np.zeros(n, np.int64)  # edge weight from the node into each label, reset after each node
+    touched = np.empty(max(1, int(np.max(indptr[1:] - indptr[:-1])) if n else 1), np.int64)
+    for _ in range(rounds):
+        moved = 0
+        for u in range(n):
+            e0, e1 = indptr[u], indptr[u + 1]
+            if e0 == e1:
+                continue
+            t = 0
+            for e in range(e0, e1):
+                lab = label[indices[e]]
+                if acc[lab] == 0:
+                    touched[t] = lab
+                    t += 1
+                acc[lab] += eweight[e] if has_w else 1
+            own, vw = label[u], vweight[u]
+            best, best_score = -1, -1
+            for i in range(t):
+                lab = touched[i]
+                score = 2 * acc[lab]
+                acc[lab] = 0
+                if lab == own:
+                    score += 1  # ties go to the own label
+                elif size[lab] + vw > max_weight:
+                    continue
+                if score > best_score or (score == best_score and lab < best):
+                    best, best_score = lab, score
+            if best >= 0 and best != own:
+                size[own] -= vw
+                size[best] += vw
+                label[u] = best
+                moved += 1
+        if moved == 0:
+            break
+
+
+@numba.njit(cache=True, nogil=True)
+def _contract_kernel(
+    indptr, indices, eweight, has_w, members, member_ptr, cmap, out_ptr, out_adj, out_w
+):  # pragma: no cover
+    """Coarse rows in coarse-id order, parallel edges merged: row c at out_ptr[c]..out_ptr[c + 1]
+    of (out_adj, out_w); returns the number of coarse edges."""
+    nc = len(member_ptr) - 1
+    slot = np.full(nc, -1, np.int64)  # output position of each coarse neighbour of the current row
+    out = 0
+    for c in range(nc):
+        start = out
+        for j in range(member_ptr[c], member_ptr[c + 1]):
+            u = members[j]
+            for e in range(indptr[u], indptr[u + 1]):
+                d = cmap[indices[e]]
+                if d == c:
+                    continue  # inside the cluster
+                w = eweight[e] if has_w else 1
+                s = slot[d]
+                if s < 0:
+                    slot[d] = out
+                    out_adj[out] = d
+                    out_w[out] = w
+                    out += 1
+                else:
+                    out_w[s] += w
+        for s in range(start, out):
+            slot[out_adj[s]] = -1
+        out_ptr[c + 1] = out
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k, rounds):  # pragma: no cover
+    n = len(indptr) - 1
+    conn = np.zeros(k, np.int64)  # edge weight from the node into each part
+    touched = np.empty(k, np.int64)
+    for _ in range(rounds):
+        moved = 0
+        for u in range(n):
+            e0, e1 = indptr[u], indptr[u + 1]
+            if e0 == e1:
+                continue
+            t = 0
+            for e in range(e0, e1):
+                p = part[indices[e]]
+                if conn[p] == 0:
+                    touched[t] = p
+                    t += 1
+                conn[p] += eweight[e] if has_w else 1
+            own, vw = part[u], vweight[u]
+            best, best_conn = -1, conn[own]
+            for i in range(t):
+                p = touched[i]
+                if p != own and (conn[p] > best_conn or (conn[p] == best_conn and best >= 0 and p < best)):
+                    if load[p] + vw <= cap:
+                        best, best_conn = p, conn[p]
+            for i in range(t):
+                conn[touched[i]] = 0
+            if best >= 0:
+                load[own] -= vw
+                load[best] += vw
+                part[u] = best
+                moved += 1
+        if moved == 0:
+            break
 
 
 def label_propagation(g: Level, max_weight: int, rounds: int = LP_ROUNDS) -> np.ndarray:
     """int64 cluster label per node (labels are node ids), cluster weights <= max(max_weight,
     heaviest node). See the module docstring."""
-    n = g.n
-    label = np.arange(n, dtype=np.int64)
+    label = np.arange(g.n, dtype=np.int64)
     size = g.vweight.astype(np.int64, copy=True)
-    chunks = row_chunks(g.indptr)
-    for _ in range(rounds):
-        moved = 0
-        for r0, r1 in chunks:
-            e0, e1 = int(g.indptr[r0]), int(g.indptr[r1])
-            if e0 == e1:
-                continue
-            key = _chunk_rows(g.indptr, r0, r1) * n + label[g.indices[e0:e1]]
-            if g.eweight is None:
-                key.sort()
-                starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-                total = np.diff(np.r_[starts, len(key)])
-            else:
-                order = np.argsort(key)
-                key = key[order]
-                starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-                total = np.add.reduceat(g.eweight[e0:e1][order], starts)
-                del order
-            key = key[starts]
-            row, lab = key // n, key % n
-            node = r0 + row
-            own = label[node] == lab
-            feasible = own | (size[lab] + g.vweight[node] <= max_weight)
-            score = np.where(feasible, 2 * total + own, -1)  # ties go to the own label
-            seg = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
-            best = np.maximum.reduceat(score, seg)
-            is_best = score == np.repeat(best, np.diff(np.r_[seg, len(row)]))
-            pick = np.flatnonzero(is_best)
-            pick = pick[np.r_[True, row[pick][1:] != row[pick][:-1]]]  # first best label per row
-            node, new = node[pick], lab[pick]
-            change = new != label[node]
-            node, new = node[change], new[change]
-            if not len(node):
-                continue
-            ok = _admit(new, g.vweight[node], size, max_weight)
-            node, new = node[ok], new[ok]
-            np.subtract.at(size, label[node], g.vweight[node])
-            np.add.at(size, new, g.vweight[node])
-            label[node] = new
-            moved += len(node)
-        if moved == 0:
-            break
+    if g.m:
+        _lp_kernel(g.indptr, g.indices, *_weights(g), g.vweight, label, size, int(max_weight), int(rounds))
     return label
+
+
+@numba.njit(cache=True, nogil=True)
+def _group(cmap, nc):  # pragma: no cover
+    """(members, member_ptr): the nodes of each coarse id, ascending (a counting sort)."""
+    member_ptr = np.zeros(nc + 1, np.int64)
+    for u in range(len(cmap)):
+        member_ptr[cmap[u] + 1] += 1
+    for c in range(nc):
+        member_ptr[c + 1] += member_ptr[c]
+    cursor = member_ptr[:-1].copy()
+    members = np.empty(len(cmap), np.int64)
+    for u in range(len(cmap)):
+        members[cursor[cmap[u]]] = u
+        cursor[cmap[u]] += 1
+    return members, member_ptr
 
 
 def contract(g: Level, label: np.ndarray) -> tuple[Level, np.ndarray]:
@@ -148,59 +226,14 @@ def contract(g: Level, label: np.ndarray) -> tuple[Level, np.ndarray]:
     del coarse_id, present
     nc = int(cmap.max()) + 1 if g.n else 0
     vweight = np.bincount(cmap, weights=g.vweight, minlength=nc).astype(np.int64)
-    chunks = row_chunks(g.indptr)
-    idx_dtype = np.int32 if nc < 2**31 else np.int64
-
-    def edges(r0, r1):
-        e0, e1 = int(g.indptr[r0]), int(g.indptr[r1])
-        cs = cmap[r0 + _chunk_rows(g.indptr, r0, r1)]
-        cd = cmap[g.indices[e0:e1]]
-        keep = cs != cd
-        w = g.eweight[e0:e1][keep] if g.eweight is not None else np.ones(int(keep.sum()), dtype=np.int64)
-        return cs[keep], cd[keep], w
-
-    counts = np.zeros(nc, dtype=np.int64)
-    for r0, r1 in chunks:
-        cs, _, _ = edges(r0, r1)
-        counts += np.bincount(cs, minlength=nc)
-    ptr = np.zeros(nc + 1, dtype=np.int64)
-    np.cumsum(counts, out=ptr[1:])
-    del counts
-    adj = np.empty(int(ptr[-1]), dtype=idx_dtype)
-    wt = np.empty(int(ptr[-1]), dtype=np.int64)
-    cursor = ptr[:-1].copy()
-    for r0, r1 in chunks:  # bucket the edges by coarse source (a counting sort)
-        cs, cd, w = edges(r0, r1)
-        order = np.argsort(cs, kind="stable")
-        cs, cd, w = cs[order], cd[order], w[order]
-        starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
-        rank = np.arange(len(cs), dtype=np.int64) - np.repeat(starts, np.diff(np.r_[starts, len(cs)]))
-        pos = cursor[cs] + rank
-        adj[pos], wt[pos] = cd, w
-        cursor[cs[starts]] += np.diff(np.r_[starts, len(cs)])
-    del cursor
-    # merge parallel edges row chunk by row chunk, compacting in place (output never passes input)
-    new_ptr = np.zeros(nc + 1, dtype=np.int64)
-    out = 0
-    for r0, r1 in row_chunks(ptr):
-        e0, e1 = int(ptr[r0]), int(ptr[r1])
-        if e0 == e1:
-            new_ptr[r0 + 1 : r1 + 1] = out
-            continue
-        row = _chunk_rows(ptr, r0, r1)
-        key = row * nc + adj[e0:e1]
-        order = np.argsort(key)
-        key = key[order]
-        starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
-        w = np.add.reduceat(wt[e0:e1][order], starts)
-        key = key[starts]
-        r = key // nc
-        adj[out : out + len(key)] = key % nc
-        wt[out : out + len(key)] = w
-        new_ptr[r0 + 1 : r1 + 1] = out + np.cumsum(np.bincount(r, minlength=r1 - r0))
-        out += len(key)
-    coarse = Level(new_ptr, adj[:out].copy(), wt[:out].copy(), vweight)
-    return coarse, cmap
+    members, member_ptr = _group(cmap, nc)
+    out_ptr = np.zeros(nc + 1, dtype=np.int64)
+    adj = np.empty(g.m, dtype=np.int32 if nc < 2**31 else np.int64)  # at most the fine edges
+    wt = np.empty(g.m, dtype=np.int64)
+    m = _contract_kernel(g.indptr, g.indices, *_weights(g), members, member_ptr, cmap, out_ptr, adj, wt)
+    del members, member_ptr
+    adj, wt = adj[:m].copy(), wt[:m].copy()
+    return Level(out_ptr, adj, wt, vweight), cmap
 
 
 def edge_cut_weight(g: Level, part: np.ndarray) -> int:
@@ -217,46 +250,9 @@ def refine_kway(g: Level, part: np.ndarray, k: int, imbalance: float, rounds: in
     """Greedy k-way refinement (see the module docstring); returns the refined int32 parts."""
     cap = (1.0 + imbalance) * float(g.vweight.sum()) / k
     part = part.astype(np.int32, copy=True)
-    load = np.bincount(part, weights=g.vweight, minlength=k)
-    cut = edge_cut_weight(g, part)
-    chunks = row_chunks(g.indptr)
-    for _ in range(rounds):
-        before, before_load = part.copy(), load.copy()
-        moved = 0
-        for r0, r1 in chunks:
-            e0, e1 = int(g.indptr[r0]), int(g.indptr[r1])
-            if e0 == e1:
-                continue
-            rows = r1 - r0
-            w = g.eweight[e0:e1] if g.eweight is not None else None
-            conn = np.bincount(
-                _chunk_rows(g.indptr, r0, r1) * k + part[g.indices[e0:e1]], weights=w, minlength=rows * k
-            ).reshape(rows, k)
-            own_part = part[r0:r1]
-            ar = np.arange(rows)
-            own = conn[ar, own_part].copy()
-            conn[ar, own_part] = -1.0
-            best = conn.argmax(axis=1)
-            gain = conn[ar, best] - own
-            node = np.flatnonzero(gain > 0)
-            if not len(node):
-                continue
-            node = node[np.argsort(-gain[node], kind="stable")]  # biggest gains first
-            target = best[node]
-            ok = _admit(target, g.vweight[r0 + node].astype(np.float64), load, cap)
-            node, target = node[ok], target[ok]
-            np.subtract.at(load, own_part[node], g.vweight[r0 + node])
-            np.add.at(load, target, g.vweight[r0 + node])
-            part[r0 + node] = target
-            moved += len(node)
-        if moved == 0:
-            break
-        new_cut = edge_cut_weight(g, part)
-        if new_cut >= cut:  # synchronous moves of neighbours can undo each other: keep the better
-            if new_cut > cut:
-                part, load = before, before_load
-            break
-        cut = new_cut
+    load = np.bincount(part, weights=g.vweight, minlength=k).astype(np.int64)
+    if g.m:
+        _refine_kernel(g.indptr, g.indices, *_weights(g), g.vweight, part, load, cap, int(k), int(rounds))
     return part
 
 
