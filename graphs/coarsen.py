@@ -42,6 +42,7 @@ REFINE_ROUNDS = 8  # most refinement rounds per level
 MAX_LEVELS = 12
 CHUNK_EDGES = 1 << 22  # edges per row chunk of the vectorised passes (edge_cut_weight, DistDGL)
 _NO_WEIGHTS = np.empty(0, dtype=np.int64)
+SHORT_ROW = 32  # rows of at most this many edges sum their labels' weights by a scan (see _sum_by_key)
 
 
 @dataclass
@@ -83,41 +84,80 @@ def _weights(g: Level) -> tuple[np.ndarray, bool]:
     return g.eweight, True
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _sum_by_key(keys, weights, e0, e1, key_of, eweight, has_w, dense):  # pragma: no cover
+    """Total edge weight per distinct key_of[indices[e]] of edges e0..e1: the keys into
+    keys[:t], their totals into weights[:t]; returns t. A short row is summed by a scan of the
+    keys met so far (they stay in the L1 cache); a long one through `dense` (zeros, one slot
+    per key, left zeroed), whose slots would each be a cache miss on a large graph."""
+    t = 0
+    if e1 - e0 <= SHORT_ROW:
+        for e in range(e0, e1):
+            key = key_of[e]
+            w = eweight[e] if has_w else 1
+            i = 0
+            while i < t and keys[i] != key:
+                i += 1
+            if i == t:
+                keys[t] = key
+                weights[t] = w
+                t += 1
+            else:
+                weights[i] += w
+        return t
+    for e in range(e0, e1):
+        key = key_of[e]
+        if dense[key] == 0:
+            keys[t] = key
+            t += 1
+        dense[key] += eweight[e] if has_w else 1
+    for i in range(t):
+        weights[i] = dense[keys[i]]
+        dense[keys[i]] = 0
+    return t
+
+
 @numba.njit(cache=True, nogil=True)
 def _lp_kernel(indptr, indices, eweight, has_w, vweight, label, size, max_weight, rounds):  # pragma: no cover
     n = len(indptr) - 1
-    acc = np.zeros(n, np.int64)  # edge weight from the node into each label, reset after each node
-    touched = np.empty(max(1, int(np.max(indptr[1:] - indptr[:-1])) if n else 1), np.int64)
+    dense = np.zeros(n, np.int64)  # scratch of `_sum_by_key` for long rows
+    width = max(1, int(np.max(indptr[1:] - indptr[:-1])) if n else 1)
+    keys, weights = np.empty(width, label.dtype), np.empty(width, np.int64)
+    nbr_label = np.empty(width, label.dtype)
+    active = np.ones(n, np.bool_)  # visited this round: every node in the first, then those a move touched
     for _ in range(rounds):
         moved = 0
         for u in range(n):
+            if not active[u]:
+                continue
+            active[u] = False
             e0, e1 = indptr[u], indptr[u + 1]
             if e0 == e1:
                 continue
-            t = 0
             for e in range(e0, e1):
-                lab = label[indices[e]]
-                if acc[lab] == 0:
-                    touched[t] = lab
-                    t += 1
-                acc[lab] += eweight[e] if has_w else 1
+                nbr_label[e - e0] = label[indices[e]]
+            t = _sum_by_key(keys, weights, 0, e1 - e0, nbr_label, eweight[e0:e1] if has_w else eweight, has_w, dense)
             own, vw = label[u], vweight[u]
-            best, best_score = -1, -1
+            best, best_score, refused = -1, -1, -1
             for i in range(t):
-                lab = touched[i]
-                score = 2 * acc[lab]
-                acc[lab] = 0
+                lab = keys[i]
+                score = 2 * weights[i]
                 if lab == own:
                     score += 1  # ties go to the own label
                 elif size[lab] + vw > max_weight:
+                    refused = max(refused, score)
                     continue
                 if score > best_score or (score == best_score and lab < best):
                     best, best_score = lab, score
+            if refused > best_score:
+                active[u] = True  # a better label was full: try again next round, when it may have room
             if best >= 0 and best != own:
                 size[own] -= vw
                 size[best] += vw
                 label[u] = best
                 moved += 1
+                for e in range(e0, e1):
+                    active[indices[e]] = True
         if moved == 0:
             break
 
@@ -159,9 +199,13 @@ def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k,
     n = len(indptr) - 1
     conn = np.zeros(k, np.int64)  # edge weight from the node into each part
     touched = np.empty(k, np.int64)
+    active = np.ones(n, np.bool_)  # visited this round: every node in the first, then those a move touched
     for _ in range(rounds):
         moved = 0
         for u in range(n):
+            if not active[u]:
+                continue
+            active[u] = False
             e0, e1 = indptr[u], indptr[u + 1]
             if e0 == e1:
                 continue
@@ -174,11 +218,16 @@ def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k,
                 conn[p] += eweight[e] if has_w else 1
             own, vw = part[u], vweight[u]
             best, best_conn = -1, conn[own]
+            refused = False
             for i in range(t):
                 p = touched[i]
                 if p != own and (conn[p] > best_conn or (conn[p] == best_conn and best >= 0 and p < best)):
                     if load[p] + vw <= cap:
                         best, best_conn = p, conn[p]
+                    else:
+                        refused = True
+            if refused and best < 0:
+                active[u] = True  # a better part was full: try again next round
             for i in range(t):
                 conn[touched[i]] = 0
             if best >= 0:
@@ -186,6 +235,8 @@ def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k,
                 load[best] += vw
                 part[u] = best
                 moved += 1
+                for e in range(e0, e1):
+                    active[indices[e]] = True
         if moved == 0:
             break
 
@@ -193,11 +244,11 @@ def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k,
 def label_propagation(g: Level, max_weight: int, rounds: int = LP_ROUNDS) -> np.ndarray:
     """int64 cluster label per node (labels are node ids), cluster weights <= max(max_weight,
     heaviest node). See the module docstring."""
-    label = np.arange(g.n, dtype=np.int64)
+    label = np.arange(g.n, dtype=np.int32 if g.n < 2**31 else np.int64)  # int32: half the cache misses' footprint
     size = g.vweight.astype(np.int64, copy=True)
     if g.m:
         _lp_kernel(g.indptr, g.indices, *_weights(g), g.vweight, label, size, int(max_weight), int(rounds))
-    return label
+    return label.astype(np.int64, copy=False)
 
 
 @numba.njit(cache=True, nogil=True)
