@@ -52,6 +52,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numba
 import numpy as np
 
 from graphs.coarsen import CHUNK_EDGES, row_chunks
@@ -89,28 +90,56 @@ def _chunk_edges(indptr: np.ndarray, indices: np.ndarray):
         yield e0, src, np.asarray(indices[e0:e1], dtype=np.int64)
 
 
+@numba.njit(cache=True, nogil=True)
+def _edge_id_kernel(indices, new_of_old, eid):  # pragma: no cover
+    cursor = np.zeros(len(new_of_old) + 1, np.int64)
+    for e in range(len(indices)):
+        cursor[new_of_old[indices[e]] + 1] += 1
+    for i in range(len(new_of_old)):
+        cursor[i + 1] += cursor[i]
+    for e in range(len(indices)):
+        d = new_of_old[indices[e]]
+        eid[e] = cursor[d]
+        cursor[d] += 1
+
+
 def reshuffled_edge_ids(indptr: np.ndarray, indices: np.ndarray, new_of_old: np.ndarray) -> np.ndarray:
     """New edge id of every CSR edge (dtype `edge_id_dtype`): edges grouped by new destination
-    id, in CSR order within one destination (a stable counting sort, chunk by chunk)."""
-    n = len(new_of_old)
-    counts = np.zeros(n, dtype=np.int64)
-    for _, _, dst in _chunk_edges(indptr, indices):
-        counts += np.bincount(new_of_old[dst], minlength=n)
-    cursor = np.zeros(n, dtype=np.int64)
-    np.cumsum(counts[:-1], out=cursor[1:])
-    del counts
+    id, in CSR order within one destination (a stable counting sort)."""
     m = int(indptr[-1])
     eid = np.empty(m, dtype=edge_id_dtype(m))
-    for e0, _, dst in _chunk_edges(indptr, indices):
-        nd = new_of_old[dst]
-        order = np.argsort(nd, kind="stable")
-        nd = nd[order]
-        starts = np.flatnonzero(np.r_[True, nd[1:] != nd[:-1]])
-        sizes = np.diff(np.r_[starts, len(nd)])
-        rank = np.arange(len(nd), dtype=np.int64) - np.repeat(starts, sizes)
-        eid[e0 + order] = cursor[nd] + rank
-        cursor[nd[starts]] += sizes
+    _edge_id_kernel(indices[:m], new_of_old, eid)
     return eid
+
+
+@numba.njit(cache=True, nogil=True)
+def _part_edges_kernel(
+    indptr, indices, part, new_of_old, eid, p, edge_start, n_in, src, dst, ids, mark
+):  # pragma: no cover
+    """Part p's edges in new ids: into the core at eid - edge_start (< n_in), from the core to
+    another part appended from n_in on in CSR order; marks their nodes. Returns (inner, end)."""
+    inner, o = 0, n_in
+    for u in range(len(indptr) - 1):
+        from_core = part[u] == p
+        nu = new_of_old[u]
+        for e in range(indptr[u], indptr[u + 1]):
+            v = indices[e]
+            if part[v] == p:
+                pos = eid[e] - edge_start
+                if pos < 0 or pos >= n_in:
+                    return -1, o
+                src[pos] = nu
+                dst[pos] = new_of_old[v]
+                mark[nu] = True
+                inner += 1
+            elif from_core:
+                if o == len(src):
+                    return inner, -1
+                nv = new_of_old[v]
+                src[o], dst[o], ids[o] = nu, nv, eid[e]
+                mark[nv] = True
+                o += 1
+    return inner, o
 
 
 def _mapped_file_region(values) -> tuple[str, int] | None:
@@ -221,33 +250,14 @@ class _Reshuffle:
         total = n_in + int(self.out_counts[p])
         src, dst, ids = (np.empty(total, dtype=np.int64) for _ in range(3))
         ids[:n_in] = np.arange(edge_start, edge_start + n_in, dtype=np.int64)
-        part, new_of_old, mark = self.part, self.new_of_old, self.mark
-        inner, o = 0, n_in
-        for e0, s, d in _chunk_edges(self.indptr, self.indices):
-            pd = part[d]
-            into = pd == p
-            chunk_eid = self.eid[e0 : e0 + len(s)]
-            if into.any():
-                # the inner edges' ids are the part's range: each goes straight to its place
-                pos = np.subtract(chunk_eid[into], edge_start, dtype=np.int64)
-                if int(pos.min()) < 0 or int(pos.max()) >= n_in:
-                    raise AssertionError(f"part {p}: inner edge ids are not the range starting at {edge_start}")
-                new_src = new_of_old[s[into]]
-                src[pos] = new_src
-                dst[pos] = new_of_old[d[into]]
-                mark[new_src] = True
-                inner += len(pos)
-            out = part[s] == p
-            out &= ~into
-            c = int(np.count_nonzero(out))
-            if c:
-                if o + c > total:
-                    raise AssertionError(f"part {p}: more outgoing edges than counted")
-                src[o : o + c] = new_of_old[s[out]]
-                dst[o : o + c] = new_of_old[d[out]]
-                ids[o : o + c] = chunk_eid[out]
-                mark[dst[o : o + c]] = True
-                o += c
+        mark = self.mark
+        inner, o = _part_edges_kernel(
+            self.indptr, self.indices, self.part, self.new_of_old, self.eid, p, edge_start, n_in, src, dst, ids, mark
+        )
+        if inner < 0:
+            raise AssertionError(f"part {p}: inner edge ids are not the range starting at {edge_start}")
+        if o < 0:
+            raise AssertionError(f"part {p}: more outgoing edges than counted")
         if inner != n_in or o != total:
             raise AssertionError(
                 f"part {p}: {inner} inner and {o - n_in} outgoing edges, counted {n_in} and {total - n_in}"
