@@ -11,8 +11,12 @@ Each stage runs as `dagster asset materialize -m pipelines.definitions --select 
 DATASET` under GNU time (`/usr/bin/time -v`), with `DAGSTER_HOME=ROOT/dagster_home`,
 `GNNFLOW_HOME=ROOT/home` and `GNNFLOW_LANDING=ROOT/landing`: "command" figures include Dagster's
 start-up and the stage's asset checks, and the peak RSS is the largest of any of the command's
-processes (Linux's rusage of the waited-for tree, so torchrun's workers count). The asset's own
-figures (seconds and peak RSS of the step, from its `run_stats.json`) sit beside them. The run
+processes (Linux's rusage of the waited-for tree). The asset's own figures (seconds and peak
+RSS of the step, from its `run_stats.json`) sit beside them. Dagster's steps fork from a
+forkserver (`pipelines/definitions.py`), and GNU time's rusage does not reach a step's process
+or torchrun's workers under it (the 100M-edge metis_partitions command: 0.59 GiB, its step
+5.9 GiB): the command's CPU seconds and peak cover Dagster's own processes, and the table's peak is the larger of the command's and the
+step's (records from before the forkserver, 2026-12-01 before 22:30 UTC, include the step). The run
 stops at the first stage that fails. Records go to `--out` (JSON, one per stage, appended as each
 stage ends, so a stopped run keeps what it measured), keyed by (stage, edge rows) so runs at
 several sizes share one file, which `benchmarks/slopes.py` reads for each stage's log-log slope.
@@ -132,6 +136,11 @@ def machine() -> str:
     return f"{m['cpu']}, {m['cores']} cores, {m['memory_bytes'] / 2**30:.0f} GiB RAM"
 
 
+def _peak(record: dict) -> int:
+    """Peak RSS of a stage: its command's or its step's, whichever is larger (see above)."""
+    return max(record.get("command_peak_rss_bytes", 0), record.get("asset_peak_rss_bytes", 0))
+
+
 def markdown_table(records: list[dict]) -> str:
     """One row per stage, one column group per size: the step's seconds, the whole command's
     seconds and peak RSS (GiB), from `records` as this script writes them."""
@@ -148,7 +157,7 @@ def markdown_table(records: list[dict]) -> str:
                 cells.append("—")
                 continue
             step = f"{r['asset_s']:.1f}" if r.get("asset_s") is not None else "—"
-            peak = r.get("command_peak_rss_bytes", 0) / 2**30
+            peak = _peak(r) / 2**30
             cells.append(
                 f"{step} / {r['command_s']:.1f} / {peak:.2f}" + ("" if r["rc"] == 0 else f" (failed, rc {r['rc']})")
             )
@@ -190,8 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         record["loadavg_end"] = os.getloadavg()
         records = [r for r in records if (r["stage"], r["edges"]) != (stage, edges)] + [record]
         out.write_text(json.dumps(records, indent=1, default=str) + "\n")
-        peak = record.get("command_peak_rss_bytes", 0) / 2**30
-        print(f"{stage}: rc {record['rc']}, {record['command_s']:.1f} s, command peak {peak:.2f} GiB", flush=True)
+        peak = _peak(record) / 2**30
+        print(f"{stage}: rc {record['rc']}, {record['command_s']:.1f} s, peak {peak:.2f} GiB", flush=True)
         if record["rc"] != 0:
             print(f"{stage} failed: see {record['log']}", file=sys.stderr)
             return record["rc"]
