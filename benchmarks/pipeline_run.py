@@ -120,7 +120,7 @@ def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
     with log.open("w") as fh:
         rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
     wall = time.perf_counter() - t
-    record = {"stage": stage, "rc": rc, "command_s": round(wall, 2), "log": str(log)}
+    record = {"stage": stage, "rc": rc, "command_s": round(wall, 2), "log": str(log), "step_in_command": False}
     text = log.read_text(errors="replace")
     record.update(parse_gnu_time(text))
     record.update(asset_stats(root / "home", dataset, stage))

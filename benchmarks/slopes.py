@@ -34,8 +34,8 @@ def stage_points(results_dir: Path, cpu: bool = False) -> dict[str, dict[int, fl
     for path in sorted(results_dir.glob("*.json")):
         if path.name == "pipeline_runs.json":
             for r in json.loads(path.read_text()):
-                if r.get("rc") != 0:
-                    continue
+                if r.get("rc") != 0 or (cpu and not r.get("step_in_command", True)):
+                    continue  # (a forked step's CPU is not in its command's: benchmarks/pipeline_run.py)
                 value = r.get("user_s", 0.0) + r.get("sys_s", 0.0) if cpu else r.get("asset_s", r["command_s"])
                 points.setdefault(f"{r['stage']} (pipeline run)", {})[int(r["edges"])] = float(value)
             continue
