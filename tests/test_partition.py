@@ -371,3 +371,29 @@ def test_weighted_metis_symmetrizes_a_directed_graph():
     indptr = csr_indptr(src[order], 6)
     part = metis_assign_weighted(indptr, dst[order], weight[order], 2)
     assert len(set(part[:3])) == 1 and len(set(part[3:])) == 1 and part[0] != part[3]
+
+
+def test_induced_csr_equals_the_submatrix_and_leaves_the_scratch_as_found():
+    import scipy.sparse as sp
+
+    from graphs.partition import induced_csr
+
+    rng = np.random.default_rng(4)
+    n = 300
+    a = sp.random(n, n, density=0.05, random_state=5, format="csr", dtype=np.float32)
+    a.setdiag(0)
+    a.eliminate_zeros()
+    a.sort_indices()
+    nodes = np.sort(rng.choice(n, 120, replace=False))
+    local = np.full(n, -1, dtype=np.int64)
+    want = a[nodes][:, nodes].tocsr()
+    want.sort_indices()
+    for weight in (None, a.data):
+        ptr, idx, w = induced_csr(a.indptr, a.indices, nodes, local, weight)
+        assert ptr.tolist() == want.indptr.tolist()
+        assert idx.tolist() == want.indices.tolist()  # CSR order kept within each row
+        if weight is None:
+            assert w is None
+        else:
+            np.testing.assert_array_equal(w, want.data)
+        assert (local == -1).all()
