@@ -86,8 +86,8 @@ def _weights(g: Level) -> tuple[np.ndarray, bool]:
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _sum_by_key(keys, weights, e0, e1, key_of, eweight, has_w, dense):  # pragma: no cover
-    """Total edge weight per distinct key_of[indices[e]] of edges e0..e1: the keys into
-    keys[:t], their totals into weights[:t]; returns t. A short row is summed by a scan of the
+    """Total edge weight per distinct key_of[e] of edges e0..e1 (weights eweight[e], or 1):
+    the keys into keys[:t], their totals into weights[:t]; returns t. A short row is summed by a scan of the
     keys met so far (they stay in the L1 cache); a long one through `dense` (zeros, one slot
     per key, left zeroed), whose slots would each be a cache miss on a large graph."""
     t = 0
