@@ -117,6 +117,17 @@ def _sum_by_key(keys, weights, e0, e1, key_of, eweight, has_w, dense):  # pragma
     return t
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _move(u, old, new, weight, load, group, active, neighbours):  # pragma: no cover
+    """Node u (of `weight`) from group `old` to `new`: the groups' loads follow, and its
+    neighbours are visited again (the next round, or this one if they come later)."""
+    load[old] -= weight
+    load[new] += weight
+    group[u] = new
+    for v in neighbours:
+        active[v] = True
+
+
 @numba.njit(cache=True, nogil=True)
 def _lp_kernel(indptr, indices, eweight, has_w, vweight, label, size, max_weight, rounds):  # pragma: no cover
     n = len(indptr) - 1
@@ -152,12 +163,8 @@ def _lp_kernel(indptr, indices, eweight, has_w, vweight, label, size, max_weight
             if refused > best_score:
                 active[u] = True  # a better label was full: try again next round, when it may have room
             if best >= 0 and best != own:
-                size[own] -= vw
-                size[best] += vw
-                label[u] = best
+                _move(u, own, best, vw, size, label, active, indices[e0:e1])
                 moved += 1
-                for e in range(e0, e1):
-                    active[indices[e]] = True
         if moved == 0:
             break
 
@@ -231,12 +238,8 @@ def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k,
             for i in range(t):
                 conn[touched[i]] = 0
             if best >= 0:
-                load[own] -= vw
-                load[best] += vw
-                part[u] = best
+                _move(u, own, best, vw, load, part, active, indices[e0:e1])
                 moved += 1
-                for e in range(e0, e1):
-                    active[indices[e]] = True
         if moved == 0:
             break
 
