@@ -1,7 +1,8 @@
 """Dictionary codes of id columns for the canonical stage: every distinct id one code.
 
-`dictionary_codes`: integer ids (and the hashes of string ids) go through one open-addressing
-hash table in numba (`_encode_ints`, ~2.5x Arrow's memo table); other values through Arrow's
+`dictionary_codes`: integer ids (and the hashes of string ids) are scattered into hash
+partitions, each encoded by an open-addressing table in numba small enough to stay in cache
+(`PartitionedInts`, ~7x Arrow's memo table); other values go through Arrow's
 hash dictionary encoding split over the machine's cores: the chunks are cut into contiguous
 groups of similar row counts, each group is encoded in its own thread (Arrow releases the GIL;
 one memo table per group), and the groups' dictionaries are encoded once more to merge them
@@ -16,6 +17,7 @@ strings, one code) is found and the caller encodes the strings themselves.
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 
@@ -56,82 +58,215 @@ def _arrow_group(chunks: list[pa.Array]) -> tuple[list[np.ndarray], pa.Array]:
     return [next(filled) if len(c) else np.empty(0, np.int32) for c in chunks], column.chunk(0).dictionary
 
 
-def _int_codes(chunks: list[pa.Array]) -> tuple[list[np.ndarray], np.ndarray]:
-    """(codes per chunk, distinct values int64) of integer chunks by one `_encode_ints` table,
-    chunk by chunk (no copy of the values). One thread: two tables over two halves of a hash's
-    range measured only ~10 % faster (each probe waits on memory either way)."""
-    table = _IntTable()
-    codes = []
+def _int_columns(chunks: list[pa.Array], threads: int | None) -> "PartitionedInts":
+    """Integer chunks (uint64 read as int64 bits) as a `PartitionedInts`, values not copied
+    unless nulls must be filled or the type widened."""
+    columns, valid = [], []
     for chunk in chunks:
         values = chunk.fill_null(0).to_numpy() if chunk.null_count else chunk.to_numpy()
-        values = values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False)
-        codes.append(table.encode(values, np.asarray(chunk.is_valid()) if chunk.null_count else _ALL_VALID))
-    return codes, table.distinct[: table.m].copy()
+        columns.append(values.view(np.int64) if values.dtype == np.uint64 else values.astype(np.int64, copy=False))
+        valid.append(np.asarray(chunk.is_valid()) if chunk.null_count else _ALL_VALID)
+    return PartitionedInts(columns, valid, threads or _threads(chunks))
 
 
-class _IntTable:
-    """The state of `_encode_ints` between chunks: the table, the distinct values, their count."""
+_ALL_VALID = np.empty(0, dtype=bool)  # no mask: every value valid
+_NO_LOOKUP = np.empty(0, dtype=np.int64)  # `_gather_codes`: the codes themselves
+MAX_PARTITION_BITS = 10  # up to 1024 partitions: ~1k distinct ids each at 1M ids, a table in L2
+VALUES_PER_PARTITION = 16384  # fewer values get fewer partitions (a small graph: two)
 
-    def __init__(self):
-        self.bits, self.m = 16, 0
-        self.table = np.full((1 << self.bits, 2), -1, np.int64)  # (value, code) per slot; code -1 = empty
-        self.distinct = np.empty(1 << 15, np.int64)
 
-    def encode(self, values: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        """Codes of int64 `values` (uint64 read as int64 bits); -1 where `valid` (unless empty) is False."""
-        codes = np.empty(len(values), dtype=np.int32)
-        self.table, self.distinct, self.m, self.bits = _encode_ints(
-            values, valid, codes, self.table, self.distinct, self.m, self.bits
+class PartitionedInts:
+    """Dictionary codes of int64 chunks by hash partitions, so every hash table stays in cache.
+
+    One open-addressing table over 1M distinct ids spans 32 MB: each of 22M probes waits on
+    memory. Here the values are first scattered into 2^b partitions by the top b bits of their
+    Fibonacci hash (a counting sort: count per chunk, then scatter); each partition is then
+    encoded by a table of its own (~1k distinct ids at 1M ids, in L2), and each row's code is
+    read back in its chunk's order. Codes are numbered partition after partition; the
+    dictionary lists the distinct values in code order. Every pass works on chunks, or on
+    ranges of partitions, in threads (the kernels release the GIL). ~3x one table on 22M int64
+    with 1M distinct here (0.75 -> 0.25 s, 2 threads).
+    """
+
+    def __init__(self, columns: list[np.ndarray], valid: list[np.ndarray], threads: int):
+        self.columns, self.valid, self.threads = columns, valid, max(1, threads)
+        total = sum(len(c) for c in columns)
+        # at least 2 partitions: a shift by 64 bits is undefined in the compiled kernels
+        self.bits = int(min(MAX_PARTITION_BITS, max(1, math.ceil(math.log2(max(1, total / VALUES_PER_PARTITION))))))
+        self.shift = 64 - self.bits  # partition = the hash's top `bits` bits
+
+    def _each(self, kernel, calls: list[tuple]) -> None:
+        """kernel(*args) for every args in `calls`, spread over the threads."""
+        if self.threads == 1 or len(calls) <= 1:
+            for args in calls:
+                kernel(*args)
+            return
+        with ThreadPoolExecutor(min(self.threads, len(calls))) as pool:
+            list(pool.map(lambda args: kernel(*args), calls))
+
+    def encode(self) -> np.ndarray:
+        """Encode every partition; returns the distinct values in code order (int64)."""
+        chunks, valid, shift, parts = self.columns, self.valid, self.shift, 1 << self.bits
+        counts = np.zeros((len(chunks), parts), dtype=np.int64)
+        self._each(_count_parts, [(c, v, shift, n) for c, v, n in zip(chunks, valid, counts)])
+        starts = np.zeros(parts + 1, dtype=np.int64)
+        np.cumsum(counts.sum(axis=0), out=starts[1:])
+        self._cursors = starts[:-1] + np.cumsum(counts, axis=0) - counts  # chunk i's first slot per partition
+        grouped = np.empty(int(starts[-1]), dtype=np.int64)
+        self._each(
+            _scatter_parts, [(c, v, shift, at.copy(), grouped) for c, v, at in zip(chunks, valid, self._cursors)]
         )
-        return codes
+        self._local = np.empty(len(grouped), dtype=np.int32)  # code within its partition
+        distinct = np.zeros(parts, dtype=np.int64)
+        # ranges of partitions holding similar numbers of values, one per thread
+        cuts = np.searchsorted(starts, np.linspace(0, starts[-1], self.threads + 1)[1:-1]).tolist()
+        ranges = zip([0] + cuts, cuts + [parts])
+        self._each(_encode_parts, [(grouped, starts, self.bits, a, b, self._local, distinct) for a, b in ranges])
+        self._starts = starts
+        self._first = np.zeros(parts, dtype=np.int64)  # code of each partition's first distinct value
+        np.cumsum(distinct[:-1], out=self._first[1:])
+        dictionary = np.empty(int(distinct.sum()), dtype=np.int64)
+        _compact(grouped, starts, distinct, self._first, dictionary)
+        return dictionary
+
+    def number(self, lookup: np.ndarray = _NO_LOOKUP) -> None:
+        """Turn the partition codes into the final ones, in place: the code, or lookup[code]
+        when `lookup` is given (a partition's codes are a small range: the lookups stay in
+        cache). After `encode`, before `gather`."""
+        parts = len(self._first)
+        cuts = np.searchsorted(self._starts, np.linspace(0, self._starts[-1], self.threads + 1)[1:-1]).tolist()
+        calls = [(self._local, self._starts, self._first, a, b, lookup) for a, b in zip([0] + cuts, cuts + [parts])]
+        self._each(_number_parts, calls)
+
+    def gather(self, outs: list[np.ndarray]) -> None:
+        """outs[i][j] = the code of chunk i's row j (-1 where null), after `number`."""
+        calls = zip(self.columns, self.valid, self._cursors, outs)
+        self._each(_gather_codes, [(c, v, self.shift, at.copy(), self._local, o) for c, v, at, o in calls])
+
+    def codes(self) -> tuple[list[np.ndarray], np.ndarray]:
+        """(int32 codes per chunk, the distinct values int64 in code order)."""
+        dictionary = self.encode()
+        codes = [np.empty(len(c), dtype=np.int32) for c in self.columns]
+        self.number()
+        self.gather(codes)
+        return codes, dictionary
 
 
-_ALL_VALID = np.empty(0, dtype=bool)  # `_encode_ints`: no mask, every value valid
+def sorted_int_codes(chunks: list[pa.Array], threads: int | None = None) -> tuple[np.ndarray, pa.Array]:
+    """(codes, dictionary) of integer chunks numbered in sorted order of the values: one int64
+    array of every chunk's rows back to back (-1 where null), and the distinct non-null values
+    sorted (the chunks' type). Each row is written its rank in one pass, with no intermediate
+    codes."""
+    if not chunks:
+        return np.empty(0, np.int64), pa.array([], pa.int64())
+    parts = _int_columns(chunks, threads)
+    dictionary = parts.encode()
+    order = np.argsort(dictionary, kind="stable")  # ~25 % faster than the default sort on 1M int64 here
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    parts.number(rank)
+    ends = np.cumsum([len(c) for c in chunks])
+    out = np.empty(int(ends[-1]), dtype=np.int64)
+    parts.gather([out[e - len(c) : e] for c, e in zip(chunks, ends)])
+    return out, _as_type(dictionary[order], chunks[0].type)
 
 
 @numba.njit(cache=True, nogil=True)
-def _slot(value, shift, mask):  # pragma: no cover - compiled
-    """Fibonacci hashing: the top bits of value * 2^64 / phi."""
-    return np.int64((np.uint64(value) * np.uint64(0x9E3779B97F4A7C15)) >> np.uint64(shift)) & mask
+def _hash(value):  # pragma: no cover - compiled
+    """Fibonacci hashing: value * 2^64 / phi; partitions take its top bits, tables the next."""
+    return np.uint64(value) * np.uint64(0x9E3779B97F4A7C15)
 
 
 @numba.njit(cache=True, nogil=True)
-def _encode_ints(values, valid, codes, table, distinct, m, bits):  # pragma: no cover - compiled
-    """codes[i] = the code of values[i] (codes in order of first appearance; -1 where `valid`,
-    when not empty, is False) by an open-addressing hash table of (value, code) slots (one
-    cache line per probe) kept at most half full and carried from call to call: returns
-    (table, distinct, m, bits). ~2.5x Arrow's memo table on 22M int64 with 1M distinct here."""
+def _count_parts(values, valid, shift, counts):  # pragma: no cover - compiled
+    """counts[p] += the valid values of partition p (`valid` empty: all valid)."""
     check = len(valid) > 0
-    mask = len(table) - 1
+    for i in range(len(values)):
+        if not check or valid[i]:
+            counts[np.int64(_hash(values[i]) >> np.uint64(shift))] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _scatter_parts(values, valid, shift, cursor, out):  # pragma: no cover - compiled
+    """out[cursor[p]++] = each valid value of partition p, in row order."""
+    check = len(valid) > 0
+    for i in range(len(values)):
+        if not check or valid[i]:
+            p = np.int64(_hash(values[i]) >> np.uint64(shift))
+            out[cursor[p]] = values[i]
+            cursor[p] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _encode_parts(grouped, starts, bits, p_lo, p_hi, local, distinct):  # pragma: no cover - compiled
+    """For partitions p_lo..p_hi-1: local[i] = the code within its partition of grouped[i]
+    (in order of first appearance), and distinct[p] their count. Partition p's distinct
+    values overwrite grouped[starts[p]:] in code order (the m-th new value is met at or after
+    position m, so nothing unread is overwritten). One open-addressing table of (value, code)
+    slots (one cache line per probe), kept at most half full and reused from partition to
+    partition; slots come from the hash bits below the partition's."""
+    size_bits = 10
+    table = np.full((1 << size_bits, 2), -1, np.int64)
+    above = np.uint64(bits)
+    for p in range(p_lo, p_hi):
+        a, b = starts[p], starts[p + 1]
+        table[:, 1] = -1
+        mask = len(table) - 1
+        m = 0
+        for i in range(a, b):
+            v = grouped[i]
+            j = np.int64((_hash(v) << above) >> np.uint64(64 - size_bits))
+            while table[j, 1] >= 0 and table[j, 0] != v:
+                j = (j + 1) & mask
+            if table[j, 1] >= 0:
+                local[i] = table[j, 1]
+                continue
+            grouped[a + m] = v
+            table[j, 0], table[j, 1] = v, m
+            local[i] = m
+            m += 1
+            if 2 * m > len(table):  # rehash this partition's values into a table twice the size
+                size_bits += 1
+                table = np.full((1 << size_bits, 2), -1, np.int64)
+                mask = len(table) - 1
+                for c in range(m):
+                    k = np.int64((_hash(grouped[a + c]) << above) >> np.uint64(64 - size_bits))
+                    while table[k, 1] >= 0:
+                        k = (k + 1) & mask
+                    table[k, 0], table[k, 1] = grouped[a + c], c
+        distinct[p] = m
+
+
+@numba.njit(cache=True, nogil=True)
+def _number_parts(local, starts, first, p_lo, p_hi, lookup):  # pragma: no cover - compiled
+    """For partitions p_lo..p_hi-1: local[i] = first[p] + local[i] (the code), or
+    lookup[that code] when `lookup` is not empty."""
+    mapped = len(lookup) > 0
+    for p in range(p_lo, p_hi):
+        for i in range(starts[p], starts[p + 1]):
+            code = first[p] + local[i]
+            local[i] = lookup[code] if mapped else code
+
+
+@numba.njit(cache=True, nogil=True)
+def _gather_codes(values, valid, shift, cursor, codes, out):  # pragma: no cover - compiled
+    """out[i] = the code of values[i] (-1 where not valid), read from its partition's codes
+    in the order `_scatter_parts` wrote the values."""
+    check = len(valid) > 0
     for i in range(len(values)):
         if check and not valid[i]:
-            codes[i] = -1
+            out[i] = -1
             continue
-        v = values[i]
-        j = _slot(v, 64 - bits, mask)
-        while table[j, 1] >= 0 and table[j, 0] != v:
-            j = (j + 1) & mask
-        if table[j, 1] >= 0:
-            codes[i] = table[j, 1]
-            continue
-        if m == len(distinct):
-            grown = np.empty(2 * m, np.int64)
-            grown[:m] = distinct
-            distinct = grown
-        distinct[m] = v
-        table[j, 0], table[j, 1] = v, m
-        codes[i] = m
-        m += 1
-        if 2 * m > len(table):  # rehash every distinct value into a table twice the size
-            bits += 1
-            table = np.full((1 << bits, 2), -1, np.int64)
-            mask = len(table) - 1
-            for c in range(m):
-                k = _slot(distinct[c], 64 - bits, mask)
-                while table[k, 1] >= 0:
-                    k = (k + 1) & mask
-                table[k, 0], table[k, 1] = distinct[c], c
-    return table, distinct, m, bits
+        p = np.int64(_hash(values[i]) >> np.uint64(shift))
+        out[i] = codes[cursor[p]]
+        cursor[p] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _compact(found, starts, distinct, first, out):  # pragma: no cover - compiled
+    """The partitions' distinct values, back to back in code order."""
+    for p in range(len(distinct)):
+        out[first[p] : first[p] + distinct[p]] = found[starts[p] : starts[p] + distinct[p]]
 
 
 def _as_type(distinct: np.ndarray, kind: pa.DataType) -> pa.Array:
@@ -145,12 +280,12 @@ def dictionary_codes(chunks: list[pa.Array], threads: int | None = None) -> tupl
     distinct non-null values, code = position in the dictionary. Empty chunks keep their place,
     so codes[i] always belongs to chunk i.
 
-    Integer chunks go through `_encode_ints` tables (`_int_codes`); other types through
+    Integer chunks go through hash partitions (`PartitionedInts`); other types through
     Arrow's memo table, split over `threads` groups then merged."""
     if not chunks:
         return [], pa.array([], pa.null())
     if pa.types.is_integer(chunks[0].type):
-        codes, distinct = _int_codes(chunks)
+        codes, distinct = _int_columns(chunks, threads).codes()
         return codes, _as_type(distinct, chunks[0].type)
     groups = _split_by_rows(chunks, threads or _threads(chunks))
     if len(groups) == 1:
@@ -192,7 +327,9 @@ def warm_kernels() -> None:
     _rank_into(np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(1, np.int64))
     frozen = np.frombuffer(np.zeros(1, np.int64).tobytes(), np.int64)  # Arrow's buffers are read-only
     for values, valid in ((frozen, _ALL_VALID), (np.zeros(1, np.int64), np.ones(1, dtype=bool))):
-        _IntTable().encode(values, valid)
+        PartitionedInts([values], [valid], 1).codes()
+    for chunk in (pa.array([3, 1]), pa.array([3, None, 1])):  # Arrow's read-only values; nulls filled
+        sorted_int_codes([chunk], 1)
 
 
 def _representatives(values: list[pa.Array], position: np.ndarray) -> pa.Array:

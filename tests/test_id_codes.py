@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from graphs.id_codes import codes_by_hash, dictionary_codes
+from graphs.id_codes import codes_by_hash, dictionary_codes, sorted_int_codes
 
 
 def _decoded(index_chunks, dictionary):
@@ -53,3 +53,35 @@ def test_integer_codes_match_arrow_through_table_growth(kind):
     given = [v for c in chunks for v in c.to_pylist()]
     assert dictionary.type == kind and len(dictionary) == len({v for v in given if v is not None})
     assert _decoded(index_chunks, dictionary) == given
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_integer_codes_of_skewed_partitions_and_null_chunks(threads):
+    """One value filling most rows (one partition far larger than the rest), an all-null
+    chunk and an empty one: every row decodes back, and the threads agree on the codes."""
+    rng = np.random.default_rng(7)
+    rows = np.where(rng.random(200_000) < 0.9, 123_456_789_012, rng.integers(-(2**62), 2**62, size=200_000))
+    chunks = [pa.array(rows[:150_000]), pa.array([None] * 5, pa.int64()), pa.array([], pa.int64())]
+    chunks.append(pa.array(rows[150_000:]))
+    index_chunks, dictionary = dictionary_codes(chunks, threads)
+    given = [v for c in chunks for v in c.to_pylist()]
+    assert _decoded(index_chunks, dictionary) == given
+    assert len(dictionary) == len({v for v in given if v is not None})
+    assert [c.tolist() for c in index_chunks] == [c.tolist() for c in dictionary_codes(chunks, 1)[0]]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_sorted_int_codes_are_ranks_of_the_sorted_distinct_ids(threads):
+    """Each row gets the rank of its id among the sorted distinct ids (-1 for a null), in the
+    chunks' order, as numpy's unique would number them."""
+    rng = np.random.default_rng(11)
+    ids = rng.integers(-(10**15), 10**15, size=40_000)
+    rows = ids[rng.integers(0, len(ids), size=300_000)]
+    chunks = [pa.array(rows[:100_000]), pa.array([], pa.int64()), pa.array(rows[100_000:])]
+    chunks[0] = pa.array([None if i % 13 == 0 else int(v) for i, v in enumerate(rows[:100_000])], pa.int64())
+    codes, dictionary = sorted_int_codes(chunks, threads)
+    given = np.array([-(2**63) if v is None else v for c in chunks for v in c.to_pylist()], dtype=np.int64)
+    valid = given != -(2**63)
+    distinct, inverse = np.unique(given[valid], return_inverse=True)
+    assert dictionary.to_pylist() == distinct.tolist() and dictionary.type == pa.int64()
+    assert (codes[valid] == inverse).all() and (codes[~valid] == -1).all() and len(codes) == len(given)
