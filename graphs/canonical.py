@@ -81,6 +81,7 @@ from graphs.edge_keys import (
     BYTES_PER_WEIGHTED_KEY,
     _dedupe_rows,
     _dedupe_rows_weighted,
+    _keys_of_rows,
     _KeySpill,
     _map_inplace,
     _mirror,
@@ -698,12 +699,12 @@ def build_canonical_graph(
         spill = _KeySpill(n_space, groups, budget, work / "spill", weighted)
         shift = key_shift(n_space)
         if codes is not None:  # ids already final: keep rows with both ids and no self loop
+            # factorized only when both directions' keys fit the budget: one group in memory, half kept
+            assert spill.in_memory and (half or not cfg.symmetrize)
             src_codes, dst_codes = codes
-            for start in range(0, len(src_codes), cfg.batch_rows):
-                s, d = src_codes[start : start + cfg.batch_rows], dst_codes[start : start + cfg.batch_rows]
-                kept = (s >= 0) & (d >= 0) & (s != d)
-                _add_unweighted(spill, s[kept], d[kept], shift, half, cfg.symmetrize)
-            del codes, src_codes, dst_codes
+            keys = np.empty(len(src_codes), dtype=np.int64)
+            spill.add(keys[: _keys_of_rows(src_codes, dst_codes, shift, half, keys)], src=None)
+            del codes, src_codes, dst_codes, keys
             reader = ()
         elif weighted:
             # rows in input order, so 'first' and the order of float sums are deterministic

@@ -78,7 +78,9 @@ class _KeySpill:
         """Yield (keys, weights or None, lo, hi): the keys of sources lo..hi-1, consecutive
         ranges within the budget; keys of one bucket stay in the order they were added."""
         if self.in_memory:
-            keys = np.concatenate(self._chunks) if self._chunks else np.empty(0, np.int64)
+            keys = (
+                self._chunks[0] if len(self._chunks) == 1 else np.concatenate(self._chunks or [np.empty(0, np.int64)])
+            )
             weights = None
             if self.weighted:
                 weights = np.concatenate(self._weight_chunks) if self._weight_chunks else np.empty(0, np.float64)
@@ -103,6 +105,24 @@ class _KeySpill:
                     self._weight_paths[i].unlink()
             yield keys, weights, b * self.width, min(self.n, e * self.width)
             b = e
+
+
+@numba.njit(cache=True, nogil=True)
+def _keys_of_rows(src, dst, shift, half, out):  # pragma: no cover - compiled
+    """The keys of the rows with both ids (>= 0) and no self loop into out[:k]; returns k.
+    `half`: the (min, max) orientation with the flag = the row's orientation (as
+    `graphs.canonical._add_unweighted`), else src -> dst, flag 0. One pass, no temporaries."""
+    k = 0
+    for i in range(len(src)):
+        s, d = src[i], dst[i]
+        if s < 0 or d < 0 or s == d:
+            continue
+        if half:
+            out[k] = (min(s, d) << shift) | (max(s, d) << 1) | (1 if s > d else 0)
+        else:
+            out[k] = (s << shift) | (d << 1)
+        k += 1
+    return k
 
 
 @numba.njit(cache=True, nogil=True)
@@ -314,6 +334,7 @@ def _warm_kernels() -> None:
     _repeat_rows(0, counts, _NO_LUT)
     _map_inplace(dst.copy(), np.arange(2, dtype=np.int64))
     _group_by_bucket(keys, np.array([0, 1], dtype=np.int64), 1, 2)
+    _keys_of_rows(np.zeros(1, np.int64), np.ones(1, np.int64), 2, True, np.empty(1, np.int64))
 
 
 def _warm_weighted_kernels() -> None:

@@ -112,11 +112,12 @@ class PartitionedInts:
         starts = np.zeros(parts + 1, dtype=np.int64)
         np.cumsum(counts.sum(axis=0), out=starts[1:])
         self._cursors = starts[:-1] + np.cumsum(counts, axis=0) - counts  # chunk i's first slot per partition
-        grouped = np.empty(int(starts[-1]), dtype=np.int64)
+        # one slot per row, nulls included: `sorted_int_codes` writes the codes into it afterwards
+        self._grouped = grouped = np.empty(sum(len(c) for c in chunks), dtype=np.int64)
         self._each(
             _scatter_parts, [(c, v, shift, at.copy(), grouped) for c, v, at in zip(chunks, valid, self._cursors)]
         )
-        self._local = np.empty(len(grouped), dtype=np.int32)  # code within its partition
+        self._local = np.empty(int(starts[-1]), dtype=np.int32)  # code within its partition
         distinct = np.zeros(parts, dtype=np.int64)
         # ranges of partitions holding similar numbers of values, one per thread
         cuts = np.searchsorted(starts, np.linspace(0, starts[-1], self.threads + 1)[1:-1]).tolist()
@@ -143,9 +144,16 @@ class PartitionedInts:
         calls = zip(self.columns, self.valid, self._cursors, outs)
         self._each(_gather_codes, [(c, v, self.shift, at.copy(), self._local, o) for c, v, at, o in calls])
 
+    def release_scratch(self) -> np.ndarray:
+        """The int64 array of one slot per row that held the grouped values, free to reuse
+        after `encode`."""
+        scratch, self._grouped = self._grouped, None
+        return scratch
+
     def codes(self) -> tuple[list[np.ndarray], np.ndarray]:
         """(int32 codes per chunk, the distinct values int64 in code order)."""
         dictionary = self.encode()
+        self.release_scratch()
         codes = [np.empty(len(c), dtype=np.int32) for c in self.columns]
         self.number()
         self.gather(codes)
@@ -166,7 +174,7 @@ def sorted_int_codes(chunks: list[pa.Array], threads: int | None = None) -> tupl
     rank[order] = np.arange(len(order), dtype=np.int64)
     parts.number(rank)
     ends = np.cumsum([len(c) for c in chunks])
-    out = np.empty(int(ends[-1]), dtype=np.int64)
+    out = parts.release_scratch()  # the grouped values are no longer read: 8 bytes a row not faulted in again
     parts.gather([out[e - len(c) : e] for c, e in zip(chunks, ends)])
     return out, _as_type(dictionary[order], chunks[0].type)
 
