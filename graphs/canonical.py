@@ -100,6 +100,7 @@ from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 FORMAT_VERSION = 1
 MAX_LABEL = 2**31 - 2  # labels are stored as int32 (and -1 = unknown)
 COMBINE_RULES = ("sum", "max", "mean", "first")
+WRITE_PIECE = 1 << 22  # edges per table handed to the Parquet writer: four row groups
 INVALID_WEIGHT_ACTIONS = ("error", "drop")
 
 
@@ -833,8 +834,8 @@ def _write_edges(
 
     Returns (degree per id-space slot, distinct input pairs, edges written, weight facts); the degrees
     are also handed to the `degree_ready` future as soon as the last group is deduplicated,
-    before its Parquet encoding ends. Encoding of group i overlaps the deduplication of
-    group i+1 in a second thread.
+    before its Parquet encoding ends. The Parquet encoding runs in a second thread, piece by
+    piece: it overlaps the source ids of the next piece and the deduplication of the next group.
     """
     n_space = spill.n
     out_deg = np.zeros(n_space, dtype=np.int64)
@@ -857,7 +858,7 @@ def _write_edges(
         | ({"weight": "PLAIN"} if weighted else {}),
     )
     with writer, ThreadPoolExecutor(max_workers=1) as pool:
-        pending = None
+        pending: list[Future] = []  # the pieces being written, oldest first
         for keys, weights, lo, hi in spill.groups():
             if weighted:
                 counts, dst, weight, distinct = _dedupe_rows_weighted(keys, weights, shift, lo, hi - lo, half, rule)
@@ -877,20 +878,28 @@ def _write_edges(
             if in_deg is not None:
                 in_deg += np.bincount(dst, minlength=n_space)
             edges_written += len(dst)
-            # id-space offsets -> new ids (monotone, so the order is kept), without the GIL
-            src = _repeat_rows(lo, counts, lut if lut is not None else _NO_LUT)
-            if lut is not None:
-                _map_inplace(dst, lut)
-            columns = {"src": src, "dst": dst} | ({"weight": weight} if weighted else {})
-            table = pa.table(columns, schema=schema)
-            if pending is not None:
-                pending.result()
-            pending = pool.submit(writer.write_table, table, row_group_size=1 << 20)
-            del counts, src, dst, table, columns
+            # Pieces of WRITE_PIECE edges: piece k+1's source ids are made while piece k is
+            # encoded (one Parquet writer: its encoding runs in one thread), and at most two
+            # pieces wait on the writer. Ids go from id-space offsets to new ids (monotone, so
+            # the order is kept), without the GIL.
+            ends = np.cumsum(counts)
+            for e0 in range(0, len(dst), WRITE_PIECE):
+                e1 = min(len(dst), e0 + WRITE_PIECE)
+                src = _repeat_rows(lo, ends, e0, e1, lut if lut is not None else _NO_LUT)
+                if lut is not None:
+                    _map_inplace(dst[e0:e1], lut)
+                columns = {"src": src, "dst": dst[e0:e1]} | ({"weight": weight[e0:e1]} if weighted else {})
+                if len(pending) == 2:
+                    pending.pop(0).result()
+                pending.append(
+                    pool.submit(writer.write_table, pa.table(columns, schema=schema), row_group_size=1 << 20)
+                )
+                del src, columns
+            del counts, dst, ends
         degree = out_deg if in_deg is None else out_deg + in_deg
         degree_ready.set_result(degree)
-        if pending is not None:
-            pending.result()
+        for job in pending:
+            job.result()
     weight_facts = (
         {"weight_min": w_min, "weight_max": w_max, "weight_mean": w_sum / edges_written}
         if weighted and edges_written

@@ -9,6 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from graphs import canonical
 from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph
 from tests.conftest import write_edges
 
@@ -124,7 +125,10 @@ def test_features_follow_relabelling(tmp_path):
     assert s["feature_dim"] == 2 and s["nodes_without_features"] == 0
 
 
-def test_spilled_buckets_equal_in_memory_and_reference(tmp_path):
+@pytest.mark.parametrize("piece", [None, 1001])  # the default, and Parquet pieces that cut rows
+def test_spilled_buckets_equal_in_memory_and_reference(tmp_path, monkeypatch, piece):
+    if piece:
+        monkeypatch.setattr(canonical, "WRITE_PIECE", piece)
     rng = np.random.default_rng(0)
     n, m = 3000, 120_000
     src = rng.integers(0, n, m) * 7 + 3  # non-contiguous ids
@@ -290,8 +294,10 @@ def reference_weights(src, dst, weight, rule: str, symmetrize: bool):
     return g["a"].to_numpy(), g["b"].to_numpy(), g["w"].to_numpy()
 
 
-@pytest.mark.parametrize("rule", ["sum", "max", "mean", "first"])
-def test_weights_combine_on_every_path(tmp_path, rule):
+@pytest.mark.parametrize("rule,piece", [("sum", None), ("max", None), ("mean", None), ("first", None), ("sum", 777)])
+def test_weights_combine_on_every_path(tmp_path, monkeypatch, rule, piece):
+    if piece:  # Parquet pieces that cut rows: the weights are sliced with their edges
+        monkeypatch.setattr(canonical, "WRITE_PIECE", piece)
     # ids 0..n-1 as given (dense), so reference ids equal output ids
     rng = np.random.default_rng(1)
     n, m = 400, 30_000
