@@ -161,40 +161,27 @@ def _group_by_bucket_weighted(keys, weights, src, width, num_buckets):  # pragma
     return out, out_w, counts
 
 
-def _dedupe_rows(keys, shift, lo, rows, count_both_flags):
+@numba.njit(cache=True, nogil=True)
+def _dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover - compiled
     """Counting-sort the keys of sources lo..lo+rows-1 into rows; sort and dedupe each row.
 
     Returns (unique neighbours per row, the neighbours row after row, the number of
     distinct keys counting the flag: with count_both_flags only flag-0 keys count).
-    O(keys) plus a small sort per row, instead of one global sort of every key. The arrays
-    are numpy's, which asks for huge pages: the kernels' own allocations fault in 4 KiB at a
-    time (see `_dedupe_rows_into`).
+    O(keys) plus a small sort per row, instead of one global sort of every key.
     """
     start = np.zeros(rows + 1, np.int64)
-    counts = np.zeros(rows, np.int64)
-    vals = np.empty(len(keys), np.int64)
-    w, distinct = _dedupe_rows_into(keys, shift, lo, count_both_flags, start, counts, vals)
-    return counts, vals[:w], distinct
-
-
-@numba.njit(cache=True, nogil=True)
-def _dedupe_rows_into(keys, shift, lo, count_both_flags, start, counts, vals):  # pragma: no cover - compiled
-    """`_dedupe_rows` into zeroed `start` (rows + 1) and `counts` (rows) and `vals` (one per
-    key): returns (w: the neighbours are vals[:w], the distinct keys). The arrays come from
-    the caller: numba's allocator maps its memory in 4 KiB pages, numpy's large arrays ask
-    for huge pages (a 10M-row sparse-id ingest: ~155k page faults instead of ~272k, and
-    ~5 % less user time; its wall time moved within this VM's noise)."""
-    rows = len(counts)
     for i in range(len(keys)):
         start[(keys[i] >> shift) - lo + 1] += 1
     for r in range(rows):
         start[r + 1] += start[r]
     pos = start[:-1].copy()
     mask = (np.int64(1) << shift) - 1
+    vals = np.empty(len(keys), np.int64)
     for i in range(len(keys)):
         r = (keys[i] >> shift) - lo
         vals[pos[r]] = keys[i] & mask
         pos[r] += 1
+    counts = np.zeros(rows, np.int64)
     distinct = 0
     w = 0
     for r in range(rows):
@@ -213,7 +200,7 @@ def _dedupe_rows_into(keys, shift, lo, count_both_flags, start, counts, vals):  
             if (count_both_flags or (v & 1) == 0) and v != last_flagged:
                 distinct += 1
                 last_flagged = v
-    return w, distinct
+    return counts, vals[:w].copy(), distinct
 
 
 @numba.njit(cache=True, nogil=True)
@@ -306,27 +293,21 @@ def _mirror_weighted(upper_counts, upper, upper_w):  # pragma: no cover - compil
     return deg, dst, out_w
 
 
-def _mirror(upper_counts, upper):
-    """Both directions, sorted, from the sorted upper triangle (u < v) of a symmetric graph:
-    (degree per row, the neighbours row after row), in numpy's arrays (`_dedupe_rows`)."""
-    deg = upper_counts.copy()
-    dst = np.empty(len(upper) * 2, np.int64)
-    _mirror_into(upper_counts, upper, deg, np.zeros(len(deg), np.int64), dst)
-    return deg, dst
-
-
 @numba.njit(cache=True, nogil=True)
-def _mirror_into(upper_counts, upper, deg, pos, dst):  # pragma: no cover - compiled
-    """`_mirror` into `deg` (a copy of upper_counts), zeroed `pos` (one per row) and `dst`.
+def _mirror(upper_counts, upper):  # pragma: no cover - compiled
+    """Both directions, sorted, from the sorted upper triangle (u < v) of a symmetric graph.
 
     Row x's neighbours are its lower ones (u < x, met in increasing u while walking the
     rows in order) followed by its upper ones, so no sort is needed.
     """
     n = len(upper_counts)
+    deg = upper_counts.copy()
     for j in range(len(upper)):
         deg[upper[j]] += 1
+    pos = np.zeros(n, np.int64)
     for x in range(1, n):
         pos[x] = pos[x - 1] + deg[x - 1]
+    dst = np.empty(len(upper) * 2, np.int64)
     j = 0
     for u in range(n):
         for _ in range(upper_counts[u]):
@@ -339,6 +320,7 @@ def _mirror_into(upper_counts, upper, deg, pos, dst):  # pragma: no cover - comp
         c = upper_counts[u]
         dst[pos[u] : pos[u] + c] = upper[j : j + c]
         j += c
+    return deg, dst
 
 
 _NO_LUT = np.empty(0, np.int64)
@@ -365,23 +347,18 @@ def _warm_weighted_kernels() -> None:
     _group_by_bucket_weighted(keys, weights, np.array([0, 1], dtype=np.int64), 1, 2)
 
 
-def _repeat_rows(lo, ends, e0, e1, lut):
+@numba.njit(cache=True, nogil=True)
+def _repeat_rows(lo, ends, e0, e1, lut):  # pragma: no cover - compiled
     """The source ids of edges e0..e1-1 of rows whose edges end at `ends` (the running sum of
     the row counts): row r's id lo + r (mapped through lut unless it is empty) once per edge,
-    np.repeat of a slice without the GIL (in numpy's array, `_dedupe_rows`)."""
+    np.repeat of a slice without the GIL."""
     out = np.empty(e1 - e0, np.int64)
-    _repeat_rows_into(lo, ends, e0, lut, out)
-    return out
-
-
-@numba.njit(cache=True, nogil=True)
-def _repeat_rows_into(lo, ends, e0, lut, out):  # pragma: no cover - compiled
-    """`_repeat_rows` into `out` (one per edge from e0 on)."""
     r = np.searchsorted(ends, e0, side="right")  # the row holding edge e0
-    for e in range(e0, e0 + len(out)):
+    for e in range(e0, e1):
         while ends[r] <= e:
             r += 1
         out[e - e0] = lut[lo + r] if len(lut) else lo + r
+    return out
 
 
 @numba.njit(cache=True, nogil=True)
