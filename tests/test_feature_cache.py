@@ -116,3 +116,27 @@ def test_readahead_reads_the_same_rows_and_defaults_off_for_a_small_file(tmp_pat
         assert cache.readahead is True
         for _ in range(2):
             np.testing.assert_array_equal(cache.gather_codes(ids), x[ids])
+
+
+def test_gathered_rows_are_never_overwritten_while_held_and_their_memory_is_reused_after():
+    """The warm tier gathers into recycled arrays: rows a caller still holds (as an array or as
+    a tensor made from it) keep their values through later gathers; once dropped, the next
+    gather writes into the same memory."""
+    enc, x = _fp32(n=40, d=3)
+    cache = TieredFeatures(enc, warm_rows=40)
+    cache.gather_codes(np.arange(40))  # every row warm
+    held = [cache.gather_codes(np.array([i, i + 1])) for i in range(0, 12, 2)]  # more than the kept arrays
+    as_tensor = torch.from_numpy(cache.gather_codes(np.array([30, 31, 32])))
+    for _ in range(3):
+        cache.gather_codes(np.array([20, 21, 22, 23]))
+    for k, rows in enumerate(held):
+        np.testing.assert_array_equal(rows, x[[2 * k, 2 * k + 1]])
+    np.testing.assert_array_equal(as_tensor.numpy(), x[[30, 31, 32]])
+    del held, as_tensor
+    first = cache.gather_codes(np.array([5, 6]))
+    address = first.__array_interface__["data"][0]
+    np.testing.assert_array_equal(first, x[[5, 6]])
+    del first
+    again = cache.gather_codes(np.array([7, 8]))
+    np.testing.assert_array_equal(again, x[[7, 8]])
+    assert again.__array_interface__["data"][0] == address  # the released array, written again
