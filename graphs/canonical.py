@@ -802,9 +802,9 @@ def _call_each(functions) -> None:
 
 def _add_unweighted(spill: _KeySpill, s, d, shift: int, half: bool, symmetrize: bool) -> None:
     """Keys of one batch of rows (see the module docstring)."""
-    if half:  # flag = orientation, so distinct directed pairs stay countable
-        lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
-        spill.add((lo_ << shift) | (hi_ << 1) | (s > d), lo_)
+    if half:  # flag = orientation, so distinct directed pairs stay countable; one group in memory
+        keys = np.empty(len(s), dtype=np.int64)
+        spill.add(keys[: _keys_of_rows(s, d, shift, True, keys)], src=None)
     elif symmetrize:  # flag 1 = the reversed copy
         spill.add(np.concatenate([(s << shift) | (d << 1), (d << shift) | (s << 1) | 1]), np.concatenate([s, d]))
     else:

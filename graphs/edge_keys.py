@@ -110,8 +110,8 @@ class _KeySpill:
 @numba.njit(cache=True, nogil=True)
 def _keys_of_rows(src, dst, shift, half, out):  # pragma: no cover - compiled
     """The keys of the rows with both ids (>= 0) and no self loop into out[:k]; returns k.
-    `half`: the (min, max) orientation with the flag = the row's orientation (as
-    `graphs.canonical._add_unweighted`), else src -> dst, flag 0. One pass, no temporaries."""
+    `half`: the (min, max) orientation with the flag = the row's orientation, else
+    src -> dst, flag 0. One pass, no temporaries."""
     k = 0
     for i in range(len(src)):
         s, d = src[i], dst[i]
