@@ -238,12 +238,16 @@ def _max_torch(block, x, w):
 # ------------------------------------------------------------------------------ DGL path
 
 
-def _dgl_graph(block: Block):
-    """The block as a DGL block, all sparse formats materialised once.
+def _dgl_graph(block: Block, grads: str):
+    """The block as a DGL block restricted to the sparse formats its kernels will read.
 
-    Forward reads CSC, the backward for node features CSR, and the backward for edge
-    weights (an SDDMM) COO or CSR; creating them up front keeps DGL from converting on
-    every call.
+    ``grads`` names the gradients the caller will want: ``""`` (none: inference, or inputs
+    that need none), ``"x"`` (the source features), ``"w"`` (the edge weights too).
+    Forward reads CSC, the backward for node features CSR (the transpose's in-edges), and
+    the backward for edge weights an SDDMM, which DGL 2.1 runs on COO only once CSC exists.
+    The formats a backward will read are built here, once per block: DGL would otherwise
+    convert on every backward call (a reversed graph does not keep what it converts). COO
+    costs ~2 ms a sampled block, so it is built only for edge-weight gradients.
     """
 
     def build():
@@ -256,15 +260,21 @@ def _dgl_graph(block: Block):
             num_src_nodes=block.num_src,
             num_dst_nodes=block.num_dst,
         )
+        if grads == "":
+            return g.formats("csc")
+        g = g.formats(["csc", "csr"] if grads == "x" else ["csc", "csr", "coo"])
         g.create_formats_()
         return g
 
-    return block._cached("dgl_graph", build)
+    return block._cached(("dgl_graph", grads), build)
 
 
 def _aggregate_dgl(block, x, reduce, w):
     dgl = _dgl()
-    g = _dgl_graph(block)
+    grads = ""
+    if torch.is_grad_enabled():
+        grads = "w" if w is not None and w.requires_grad else "x" if x.requires_grad else ""
+    g = _dgl_graph(block, grads)
     x = x.contiguous()
     if w is None:
         out = dgl.ops.gspmm(g, "copy_lhs", reduce, x, None)

@@ -86,6 +86,7 @@ from training.distributed import (
 )
 from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
+from training.host_memory import reuse_freed_memory
 from training.imbalance import class_weights, selection_score
 from training.layers import build_model, use_aggregation
 from training.node_stats import NodeGradStats
@@ -216,7 +217,9 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     progress = Progress("epoch", run.epochs, report.info, start=run.start_epoch)
 
     # ------------------------------------------------------------------ the loop
-    with nvtx_context(tcfg.profiler, run.device):
+    # the steps reuse the host memory their predecessors freed (and the evaluation between epochs
+    # the steps' memory); handed back to the system after the last epoch
+    with nvtx_context(tcfg.profiler, run.device), reuse_freed_memory(tcfg.reuse_host_memory):
         for epoch in range(run.start_epoch, run.epochs):
             if run.stopped_early:
                 break

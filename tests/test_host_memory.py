@@ -1,0 +1,85 @@
+"""training.host_memory: large tensors come from glibc's heap inside the context and are kept when freed."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# Run in a fresh interpreter: glibc's malloc settings are process-wide.
+PROBE = textwrap.dedent(
+    """
+    import json
+    import torch
+    from training.host_memory import reuse_freed_memory
+
+    BIG = 64 * 2**20  # above glibc's largest mmap threshold (32 MiB)
+
+    def heap():
+        with open("/proc/self/maps") as maps:
+            lo, hi = next(line for line in maps if line.rstrip().endswith("[heap]")).split()[0].split("-")
+        return int(lo, 16), int(hi, 16)
+
+    def in_heap(t):
+        lo, hi = heap()
+        return lo <= t.data_ptr() < hi
+
+    def rss():
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * 4096
+
+    def big(n=BIG):
+        return torch.ones(n, dtype=torch.uint8)  # plain malloc'd CPU memory, touched
+
+    del_ = big()  # the heap exists, and torch's thread pool
+    del del_
+    out = {}
+    t = big()
+    out["defaults_in_heap"] = in_heap(t)
+    del t
+    with reuse_freed_memory() as active:
+        out["active"] = active
+        t = big()
+        out["inside_in_heap"] = in_heap(t)
+        held = rss()
+        del t
+        out["kept_after_free"] = rss() > held - BIG // 2  # the freed pages stay with the process
+        with reuse_freed_memory():
+            pass
+        t = big()
+        out["in_heap_after_inner_exit"] = in_heap(t)  # the outer entry still holds
+        del t
+        kept = rss()
+    out["handed_back_after_exit"] = rss() < kept - BIG // 2
+    # larger than all the heap's free memory, which glibc would hand out again under any settings
+    t = big(4 * BIG)
+    out["after_in_heap"] = in_heap(t)
+    del t
+    with reuse_freed_memory(False) as active:
+        out["disabled_active"] = active
+        t = big(4 * BIG)
+        out["disabled_in_heap"] = in_heap(t)
+    print(json.dumps(out))
+    """
+)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings")
+def test_large_tensors_come_from_the_heap_and_stay_there_only_inside():
+    run = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, check=True)
+    out = json.loads(run.stdout)
+    assert out == {
+        # glibc's defaults: a 64 MiB tensor is its own mmap, unmapped (and faulted in anew) each time
+        "defaults_in_heap": False,
+        "active": True,
+        # inside: it comes from the heap, and freeing it keeps the pages for the next allocation
+        "inside_in_heap": True,
+        "kept_after_free": True,
+        "in_heap_after_inner_exit": True,
+        # the last exit returns the kept pages and restores the defaults
+        "handed_back_after_exit": True,
+        "after_in_heap": False,
+        "disabled_active": False,
+        "disabled_in_heap": False,
+    }

@@ -1,0 +1,99 @@
+"""Host memory for the training steps: freed blocks are reused, not handed back and faulted in again.
+
+Each CPU training step allocates and frees the same large tensors (a layer's activations, its
+dropout mask, the zero-filled gradients of a block's sources: tens of MB each). glibc serves
+every allocation above its mmap threshold (at most 32 MiB) with a fresh ``mmap`` and unmaps
+it on free, so the next step faults every page in again and the kernel zeroes it: on the
+demo graph (SAGE 3 x 256, fanouts 15,10,5) that is ~3M minor faults and ~8 s of system time
+in three epochs, and the element-wise kernels that first touch the memory (``fill_``,
+``copy_``, dropout) run at a third of their speed.
+
+``reuse_freed_memory()`` tells glibc, for as long as it is entered, to serve large
+allocations from its heap (``M_MMAP_MAX = 0``) and to keep freed heap memory
+(``M_TRIM_THRESHOLD`` = 2 GiB, the most mallopt takes), so the second step reuses the first step's pages. On exit
+it restores glibc's defaults and returns the free pages to the system (``malloc_trim``),
+so evaluation and whatever runs after training see the memory the process really holds.
+The process's peak RSS becomes the heap's high-water mark (measured: +13 % on the demo
+graph, 1.65 -> 1.86 GB).
+
+On anything but glibc (musl, macOS, Windows) the context does nothing. Device memory is
+not affected: CUDA tensors go through torch's caching allocator already.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import sys
+import threading
+from collections.abc import Iterator
+
+__all__ = ["reuse_freed_memory"]
+
+log = logging.getLogger(__name__)
+
+# mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+# glibc's defaults (mallopt(3)); restored on exit
+_DEFAULT_TRIM_THRESHOLD = 128 * 1024
+_DEFAULT_MMAP_MAX = 65536
+# the largest threshold mallopt takes (an int): up to 2 GiB of free memory at the heap's top is kept
+_KEEP_TOP = 2**31 - 1
+
+_lock = threading.Lock()
+_depth = 0  # nested and concurrent entries (several runs in one process) share one setting
+
+
+def _glibc():
+    """libc with mallopt and malloc_trim, or None off glibc."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+        libc.malloc_trim.argtypes = [ctypes.c_size_t]
+        # gnu_get_libc_version exists on glibc only (musl has mallopt as a stub that does nothing)
+        libc.gnu_get_libc_version.restype = ctypes.c_char_p
+        libc.gnu_get_libc_version()
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+def _set(libc, trim_threshold: int, mmap_max: int) -> bool:
+    return bool(libc.mallopt(_M_TRIM_THRESHOLD, trim_threshold)) and bool(libc.mallopt(_M_MMAP_MAX, mmap_max))
+
+
+@contextlib.contextmanager
+def reuse_freed_memory(enabled: bool = True) -> Iterator[bool]:
+    """Within the block, freed host memory is kept for the next allocation (glibc only).
+
+    Yields whether the setting is in effect. Entries may nest and overlap across threads;
+    the defaults come back when the last one exits.
+    """
+    global _depth
+    libc = _glibc() if enabled else None
+    if libc is None:
+        yield False
+        return
+    with _lock:
+        if _depth == 0 and not _set(libc, _KEEP_TOP, 0):
+            log.info("mallopt refused the host-memory settings; allocations keep glibc's defaults")
+            _set(libc, _DEFAULT_TRIM_THRESHOLD, _DEFAULT_MMAP_MAX)
+            libc = None
+        else:
+            _depth += 1
+    if libc is None:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                _set(libc, _DEFAULT_TRIM_THRESHOLD, _DEFAULT_MMAP_MAX)
+                libc.malloc_trim(0)
