@@ -10,8 +10,10 @@ one of sum / mean / max (``w_uv = 1`` without edge weights). Every GNN layer in
   letting torch transpose the matrix on every step; ``scatter_reduce(amax)`` for max.
   Runs on every device and torch version.
 - ``dgl``: DGL's fused CPU kernels (``dgl.ops.gspmm``), about 1.2-1.5x faster than torch
-  sparse on CPU (``benchmarks/aggregate.py``). DGL is imported lazily the first time it is
-  wanted; it is never required.
+  sparse on CPU (``benchmarks/aggregate.py``); on a sampled block's forward and backward
+  (5.5k destinations, 32.6k sources, 256 features) 11 ms against torch's 15-17, whose
+  transposed matmul is the slow half. DGL is imported lazily the first time it is wanted;
+  it is never required.
 - ``auto`` (default): ``dgl`` for CPU tensors when DGL imports, else ``torch``. The PyPI DGL
   wheel is CPU-only, so CUDA tensors always take the torch path.
 
