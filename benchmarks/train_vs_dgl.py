@@ -93,7 +93,7 @@ def run_dgl(can: Path, args) -> dict:
     import torch.nn.functional as F
     from torch import nn
 
-    from training.host_memory import reuse_freed_memory
+    from graphs.host_memory import reuse_freed_memory
 
     edges = pq.read_table(can / "edges.parquet")
     nodes = pq.read_table(can / "nodes.parquet", columns=["label", "split"]).to_pandas()
@@ -132,7 +132,7 @@ def run_dgl(can: Path, args) -> dict:
     loader = dgl.dataloading.DataLoader(
         g, train_nids, sampler, batch_size=args.batch_size, shuffle=True, drop_last=False, num_workers=0
     )
-    # --peer-host-memory reuse: DGL's epochs under the allocator setting our trainer uses (training.host_memory)
+    # --peer-host-memory reuse: DGL's epochs under the allocator setting our trainer uses (graphs.host_memory)
     with reuse_freed_memory(args.peer_host_memory == "reuse"):
         epochs = _dgl_epochs(model, opt, loader, args.epochs)
     model.eval()

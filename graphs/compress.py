@@ -106,6 +106,7 @@ import numpy as np
 if TYPE_CHECKING:
     from graphs.bloom import BloomFilter
 
+from graphs.host_memory import reuse_freed_memory
 from graphs.normalize import load_csr
 from graphs.quantize import (
     FEATURE_TRANSFORMS,
@@ -575,9 +576,11 @@ def build_compressed_graph(
         k = max(k, int(json.loads(parts_summary.read_text())["num_parts"]))
 
     with atomic_output_dir(out_dir) as tmp:
-        features = _compress_features(canonical, tmp, cfg)
-        weights = _compress_weights(adjacency, tmp)
-        bloom = _build_filters(canonical, adjacency, part, k, tmp, cfg, symmetrized, num_edges)
+        # the per-chunk and per-part arrays reuse the pages their predecessors freed (graphs.host_memory)
+        with reuse_freed_memory():
+            features = _compress_features(canonical, tmp, cfg)
+            weights = _compress_weights(adjacency, tmp)
+            bloom = _build_filters(canonical, adjacency, part, k, tmp, cfg, symmetrized, num_edges)
 
         def totals(feature_bytes_after: int) -> dict:
             before = (features["bytes_before"] if features else 0) + weights["bytes_before"] + bloom["bytes_before"]

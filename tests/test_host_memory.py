@@ -1,4 +1,4 @@
-"""training.host_memory: large tensors come from glibc's heap inside the context and are kept when freed."""
+"""graphs.host_memory: large tensors come from glibc's heap inside the context and are kept when freed."""
 
 import json
 import subprocess
@@ -12,7 +12,7 @@ PROBE = textwrap.dedent(
     """
     import json
     import torch
-    from training.host_memory import reuse_freed_memory
+    from graphs.host_memory import reuse_freed_memory
 
     BIG = 64 * 2**20  # above glibc's largest mmap threshold (32 MiB)
 

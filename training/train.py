@@ -60,6 +60,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
+from graphs.host_memory import reuse_freed_memory
 from graphs.progress import Progress
 from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes
 from training.blocks import remove_self_loops
@@ -86,7 +87,6 @@ from training.distributed import (
 )
 from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_block
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
-from training.host_memory import reuse_freed_memory
 from training.imbalance import class_weights, selection_score
 from training.layers import build_model, use_aggregation
 from training.node_stats import NodeGradStats
