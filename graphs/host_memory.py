@@ -10,8 +10,8 @@ free, so the next one faults every page in again and the kernel zeroes it. Measu
   and 7-9 s of system time per run, and the element-wise kernels that first touch the memory
   (``fill_``, ``copy_``, dropout) at a third of their speed; with the setting 0.33-0.41M
   faults, epochs 0.92x as long, peak RSS +13 %;
-- compressed_graph at 10M nodes / 100M edge rows: 1.41M -> 0.16M faults, system time 20.8 ->
-  9.7 s, 63.9 -> 53.9 s, peak RSS 2.67 -> 2.98 GB.
+- compressed_graph at 10M nodes / 100M edge rows: 1.43M -> 0.17M faults, system time 21.2 ->
+  8.3 s, 65.9 -> 50.7 s, peak RSS 2.67 -> 3.06 GB.
 
 ``reuse_freed_memory()`` tells glibc, for as long as it is entered, to serve large
 allocations from its heap (``M_MMAP_MAX = 0``) and to keep freed heap memory
@@ -80,15 +80,12 @@ def reuse_freed_memory(enabled: bool = True) -> Iterator[bool]:
     """
     global _depth
     libc = _glibc() if enabled else None
-    if libc is None:
-        yield False
-        return
     with _lock:
-        if _depth == 0 and not _set(libc, _KEEP_TOP, 0):
+        if libc is not None and _depth == 0 and not _set(libc, _KEEP_TOP, 0):
             log.info("mallopt refused the host-memory settings; allocations keep glibc's defaults")
             _set(libc, _DEFAULT_TRIM_THRESHOLD, _DEFAULT_MMAP_MAX)
             libc = None
-        else:
+        if libc is not None:
             _depth += 1
     if libc is None:
         yield False
