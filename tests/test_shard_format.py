@@ -1,6 +1,7 @@
 """graphs.shard_format: one definition of the shard keys, version and manifest for writer and reader."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -84,6 +85,31 @@ def test_encode_then_read_back_through_a_file(tmp_path, encoding):
             # per-destination symmetric INT8: error at most half a step of that row's scale
             step = np.repeat(stored.weight_scale, np.diff(orig.indptr))
             assert np.all(np.abs(w - orig.weight) <= step / 2 + 1e-7)
+
+
+def test_read_shard_hashes_a_file_again_only_when_it_changed(tmp_path, monkeypatch):
+    size, digest = write_npz(tmp_path / "s.npz", sf.encode_shard([_minibatch()], "fp32"))
+    record = {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}
+    path = tmp_path / "s.npz"
+    hashed = []
+    real = sf.hashlib.sha256
+    monkeypatch.setattr(sf.hashlib, "sha256", lambda data: hashed.append(1) or real(data))
+    sf.read_shard(tmp_path, record)
+    sf.read_shard(tmp_path, record)
+    assert len(hashed) == 2  # written just now: hashed at every read
+    old = path.stat().st_mtime_ns - 10 * sf._SETTLED_NS
+    os.utime(path, ns=(old, old))
+    sf.read_shard(tmp_path, record)
+    sf.read_shard(tmp_path, record)
+    sf.read_shard(tmp_path, record, verify=False)
+    assert len(hashed) == 3  # settled: hashed once, then trusted while unchanged
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # corrupted in place: same inode and size, new modification time
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(old + 1, old + 1))
+    with pytest.raises(sf.ShardError, match=r"s\.npz: SHA-256 .* does not match"):
+        sf.read_shard(tmp_path, record)
+    assert len(hashed) == 4
 
 
 def test_read_shard_refuses_other_versions_and_counts(tmp_path):

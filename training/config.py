@@ -270,7 +270,11 @@ class TrainingConfig:
         },
     )
     verify_shards: bool = field(
-        default=True, metadata={"help": "check every shard file's SHA-256 against the manifest"}
+        default=True,
+        metadata={
+            "help": "check every shard file's SHA-256 against the manifest (once per process and file; "
+            "again when the file's inode, size or modification time changes)"
+        },
     )
     checkpoint_every: int = field(
         default=1, metadata={"help": "epochs between checkpoints on rank 0 (always after the last)"}

@@ -231,7 +231,8 @@ class ShardStream:
         features: "manifest" (the feature file the manifest names), None (no ``x``), a
             [n, D] array/tensor (e.g. preprocessed features; a CUDA tensor is gathered on
             the device), or a `FeatureRows` shared between streams (e.g. with a cache).
-        verify: check each file's SHA-256 against the manifest (its size is always checked).
+        verify: check each file's SHA-256 against the manifest, once per process while the file is
+            unchanged (its size is always checked).
         order_seed: None reads the minibatches in their stored order; an integer shuffles
             them (the files in a permuted order, each file's minibatches permuted too, both
             drawn from this seed) so that a replayed epoch is not the same sequence of steps.
