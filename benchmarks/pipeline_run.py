@@ -127,7 +127,21 @@ def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
     logged = None if "asset_s" in record else logged_seconds(text, stage)
     if logged is not None:
         record["asset_s"] = logged
+    record.update(training_peak(root / "home", dataset, stage))
     return record
+
+
+def training_peak(home: Path, dataset: str, stage: str) -> dict:
+    """trained_model's peak RSS on the CPU: rank 0's, from the run's summary.json (its DDP workers
+    are torchrun's children, out of GNU time's reach); {} for other stages or on a GPU, where
+    the summary holds device memory."""
+    path = home / dataset / stage / "summary.json"
+    if stage != "trained_model" or not path.is_file():
+        return {}
+    summary = json.loads(path.read_text())
+    if summary.get("device") != "cpu" or not isinstance(summary.get("peak_memory_mb"), (int, float)):
+        return {}
+    return {"asset_peak_rss_bytes": int(summary["peak_memory_mb"] * 2**20), "asset_peak_of": "rank 0"}
 
 
 def machine() -> str:

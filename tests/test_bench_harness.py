@@ -141,6 +141,24 @@ def test_slope_of_linear_and_quadratic_growth(tmp_path):
     assert cpu["trained_model (pipeline run)"]["slope"] == pytest.approx(math.log10(100.0 / 4.0))
 
 
+def test_pipeline_run_reads_training_peak_from_the_summary_on_cpu_only(tmp_path):
+    import json
+
+    import pipeline_run
+
+    run = tmp_path / "ds" / "trained_model"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps({"device": "cpu", "peak_memory_mb": 1536.5}))
+    assert pipeline_run.training_peak(tmp_path, "ds", "trained_model") == {
+        "asset_peak_rss_bytes": int(1536.5 * 2**20),
+        "asset_peak_of": "rank 0",
+    }
+    assert pipeline_run.training_peak(tmp_path, "ds", "evaluation") == {}
+    (run / "summary.json").write_text(json.dumps({"device": "cuda:0", "peak_memory_mb": 900.0}))
+    assert pipeline_run.training_peak(tmp_path, "ds", "trained_model") == {}  # device memory, not RSS
+    assert pipeline_run.training_peak(tmp_path, "other", "trained_model") == {}
+
+
 def test_pipeline_run_reads_gnu_time_and_the_dataset_size(tmp_path):
     import pipeline_run
     import pyarrow as pa
