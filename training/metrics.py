@@ -71,6 +71,31 @@ def per_class(cm: np.ndarray) -> dict[str, np.ndarray]:
     return {"precision": precision, "recall": recall, "f1": f1, "support": support}
 
 
+def _score_groups(y_true: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first 0-based rank, size, positives) of each group of tied scores, in ascending score
+    order, from one sort. ROC-AUC and average precision depend only on these: which rows hold
+    the same score, not their order within the tie, so the sort need not be stable."""
+    order = np.argsort(scores)
+    ordered = scores[order]
+    starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+    sizes = np.diff(np.r_[starts, ordered.size])
+    positives = np.add.reduceat(y_true[order].astype(np.int64), starts)
+    return starts, sizes, positives
+
+
+def _roc_auc_of_groups(starts, sizes, positives, pos: int, neg: int) -> float:
+    """Rank-sum ROC-AUC: every row of a tie group gets the group's mean 1-based rank."""
+    mean_rank = starts + (sizes + 1) / 2.0
+    return float(((positives * mean_rank).sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+
+
+def _average_precision_of_groups(sizes, positives, pos: int) -> float:
+    """Sum over score thresholds, highest first, of (recall step) x precision at that threshold."""
+    tp = np.cumsum(positives[::-1])
+    seen = np.cumsum(sizes[::-1])
+    return float((positives[::-1] / pos * (tp / seen)).sum())
+
+
 def roc_auc(y_true: np.ndarray, scores: np.ndarray) -> float:
     """Area under the ROC curve of binary labels (1 = positive) by the rank-sum statistic."""
     y_true = np.asarray(y_true).astype(bool)
@@ -78,15 +103,7 @@ def roc_auc(y_true: np.ndarray, scores: np.ndarray) -> float:
     pos, neg = int(y_true.sum()), int((~y_true).sum())
     if pos == 0 or neg == 0:
         return float("nan")
-    order = np.argsort(scores, kind="mergesort")
-    sorted_scores = scores[order]
-    # average rank (1-based) of each group of tied scores
-    starts = np.flatnonzero(np.r_[True, sorted_scores[1:] != sorted_scores[:-1]])
-    ends = np.r_[starts[1:], scores.size]
-    avg = (starts + ends + 1) / 2.0
-    ranks = np.empty(scores.size)
-    ranks[order] = np.repeat(avg, ends - starts)
-    return float((ranks[y_true].sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+    return _roc_auc_of_groups(*_score_groups(y_true, scores), pos, neg)
 
 
 def average_precision(y_true: np.ndarray, scores: np.ndarray) -> float:
@@ -96,27 +113,29 @@ def average_precision(y_true: np.ndarray, scores: np.ndarray) -> float:
     pos = int(y_true.sum())
     if pos == 0 or pos == y_true.size:
         return float("nan")
-    order = np.argsort(-scores, kind="mergesort")
-    s, t = scores[order], y_true[order]
-    last = np.r_[s[1:] != s[:-1], True]  # the last row of each group of tied scores
-    tp = np.cumsum(t)[last]
-    fp = np.cumsum(~t)[last]
-    precision = tp / (tp + fp)
-    recall_step = np.diff(np.r_[0, tp]) / pos
-    return float((recall_step * precision).sum())
+    _, sizes, positives = _score_groups(y_true, scores)
+    return _average_precision_of_groups(sizes, positives, pos)
 
 
 def one_vs_rest_auc(y_true: np.ndarray, probs: np.ndarray) -> dict[str, np.ndarray]:
     """Per-class ROC-AUC and PR-AUC (float64 [C]) of class c against the rest, scored by
     ``probs[:, c]`` (n x C class probabilities); NaN for a class absent from `y_true` (or
-    present in every row). A loop over classes, not rows."""
+    present in every row). A loop over classes, not rows: one sort of each class's scores
+    serves both statistics."""
     y_true = np.asarray(y_true, dtype=np.int64)
     probs = np.asarray(probs, dtype=np.float64)
     if probs.ndim != 2 or probs.shape[0] != y_true.shape[0]:
         raise ValueError(f"probs must be (n, C) with n = {y_true.shape[0]} rows, got {probs.shape}")
     c = probs.shape[1]
-    roc = np.array([roc_auc(y_true == k, probs[:, k]) for k in range(c)], dtype=np.float64)
-    pr = np.array([average_precision(y_true == k, probs[:, k]) for k in range(c)], dtype=np.float64)
+    roc = np.full(c, np.nan)
+    pr = np.full(c, np.nan)
+    for k in range(c):
+        is_k = y_true == k
+        pos = int(is_k.sum())
+        if 0 < pos < is_k.size:
+            starts, sizes, positives = _score_groups(is_k, np.ascontiguousarray(probs[:, k]))
+            roc[k] = _roc_auc_of_groups(starts, sizes, positives, pos, is_k.size - pos)
+            pr[k] = _average_precision_of_groups(sizes, positives, pos)
     return {"roc_auc": roc, "pr_auc": pr}
 
 
