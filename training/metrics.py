@@ -71,50 +71,36 @@ def per_class(cm: np.ndarray) -> dict[str, np.ndarray]:
     return {"precision": precision, "recall": recall, "f1": f1, "support": support}
 
 
-def _score_groups(y_true: np.ndarray, scores: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first 0-based rank, size, positives) of each group of tied scores, in ascending score
-    order, from one sort. ROC-AUC and average precision depend only on these: which rows hold
-    the same score, not their order within the tie, so the sort need not be stable."""
+def _roc_and_average_precision(y_true: np.ndarray, scores: np.ndarray) -> tuple[float, float]:
+    """(ROC-AUC, average precision) of binary labels from one sort of the scores; both NaN when
+    either class is absent. Both depend only on the groups of tied scores (their sizes and
+    positives), not on the order within a tie, so the sort need not be stable."""
+    pos = int(y_true.sum())
+    neg = y_true.size - pos
+    if pos == 0 or neg == 0:
+        return float("nan"), float("nan")
     order = np.argsort(scores)
     ordered = scores[order]
     starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
     sizes = np.diff(np.r_[starts, ordered.size])
     positives = np.add.reduceat(y_true[order].astype(np.int64), starts)
-    return starts, sizes, positives
-
-
-def _roc_auc_of_groups(starts, sizes, positives, pos: int, neg: int) -> float:
-    """Rank-sum ROC-AUC: every row of a tie group gets the group's mean 1-based rank."""
+    # rank sum: every row of a tie group gets the group's mean 1-based rank
     mean_rank = starts + (sizes + 1) / 2.0
-    return float(((positives * mean_rank).sum() - pos * (pos + 1) / 2.0) / (pos * neg))
-
-
-def _average_precision_of_groups(sizes, positives, pos: int) -> float:
-    """Sum over score thresholds, highest first, of (recall step) x precision at that threshold."""
-    tp = np.cumsum(positives[::-1])
-    seen = np.cumsum(sizes[::-1])
-    return float((positives[::-1] / pos * (tp / seen)).sum())
+    roc = float(((positives * mean_rank).sum() - pos * (pos + 1) / 2.0) / (pos * neg))
+    # over score thresholds, highest first: (recall step) x precision at that threshold
+    tp, seen = np.cumsum(positives[::-1]), np.cumsum(sizes[::-1])
+    ap = float((positives[::-1] / pos * (tp / seen)).sum())
+    return roc, ap
 
 
 def roc_auc(y_true: np.ndarray, scores: np.ndarray) -> float:
     """Area under the ROC curve of binary labels (1 = positive) by the rank-sum statistic."""
-    y_true = np.asarray(y_true).astype(bool)
-    scores = np.asarray(scores, dtype=np.float64)
-    pos, neg = int(y_true.sum()), int((~y_true).sum())
-    if pos == 0 or neg == 0:
-        return float("nan")
-    return _roc_auc_of_groups(*_score_groups(y_true, scores), pos, neg)
+    return _roc_and_average_precision(np.asarray(y_true).astype(bool), np.asarray(scores, dtype=np.float64))[0]
 
 
 def average_precision(y_true: np.ndarray, scores: np.ndarray) -> float:
     """PR-AUC as average precision: sum over score thresholds of (recall step) x precision."""
-    y_true = np.asarray(y_true).astype(bool)
-    scores = np.asarray(scores, dtype=np.float64)
-    pos = int(y_true.sum())
-    if pos == 0 or pos == y_true.size:
-        return float("nan")
-    _, sizes, positives = _score_groups(y_true, scores)
-    return _average_precision_of_groups(sizes, positives, pos)
+    return _roc_and_average_precision(np.asarray(y_true).astype(bool), np.asarray(scores, dtype=np.float64))[1]
 
 
 def one_vs_rest_auc(y_true: np.ndarray, probs: np.ndarray) -> dict[str, np.ndarray]:
@@ -126,17 +112,9 @@ def one_vs_rest_auc(y_true: np.ndarray, probs: np.ndarray) -> dict[str, np.ndarr
     probs = np.asarray(probs, dtype=np.float64)
     if probs.ndim != 2 or probs.shape[0] != y_true.shape[0]:
         raise ValueError(f"probs must be (n, C) with n = {y_true.shape[0]} rows, got {probs.shape}")
-    c = probs.shape[1]
-    roc = np.full(c, np.nan)
-    pr = np.full(c, np.nan)
-    for k in range(c):
-        is_k = y_true == k
-        pos = int(is_k.sum())
-        if 0 < pos < is_k.size:
-            starts, sizes, positives = _score_groups(is_k, np.ascontiguousarray(probs[:, k]))
-            roc[k] = _roc_auc_of_groups(starts, sizes, positives, pos, is_k.size - pos)
-            pr[k] = _average_precision_of_groups(sizes, positives, pos)
-    return {"roc_auc": roc, "pr_auc": pr}
+    pairs = [_roc_and_average_precision(y_true == k, np.ascontiguousarray(probs[:, k])) for k in range(probs.shape[1])]
+    both = np.array(pairs, dtype=np.float64).reshape(-1, 2)
+    return {"roc_auc": both[:, 0].copy(), "pr_auc": both[:, 1].copy()}
 
 
 def classification_report(
