@@ -1,6 +1,8 @@
 """Link prediction: the edge split, Bloom-filtered negatives, edge-seed shards, metrics, training."""
 
 import itertools
+import os
+from dataclasses import replace
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -153,6 +155,10 @@ def test_edge_seed_shards_hold_pairs_negatives_and_blocks_without_seed_edges(lp,
     seed_edges = manifest["link"]["seed_edges"]
     assert seed_edges == read_summary(lp / "split")["edges"]
     assert m["link"]["negative_sampling"]["candidates"] >= 2 * seed_edges
+    # one process draws the same files and counts as the forked workers (their counts sent back)
+    one = write_link_shards(inputs, tmp_path / "one", replace(cfg, workers=1), canonical_dir=lp / "canonical")
+    assert m["sampling_workers"] > 1 or len(os.sched_getaffinity(0)) == 1
+    assert one["link"] == m["link"] and one["streams"] == m["streams"]
     n = inputs.n
     full = EdgeKeys.from_canonical(lp / "canonical", n)
     mp = EdgeKeys.from_canonical(lp / "split", n)

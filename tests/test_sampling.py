@@ -26,6 +26,7 @@ from graphs.sampling import (
     insert_self_loops,
     load_shard_inputs,
     minibatch_seed,
+    sampling_workers,
     segment_positions,
     write_minibatch_shards,
 )
@@ -308,6 +309,26 @@ def test_shards_are_deterministic_and_a_rewrite_replaces_them(sbm, tmp_path):
     assert digests(c) != digests(b)
     out, _ = _shards(sbm, tmp_path / "b", sampler="neighbor", epochs=1)
     assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json", "run_stats.json"]
+
+
+def test_forked_workers_write_the_files_and_facts_one_process_writes(sbm, tmp_path):
+    volatile = ("seconds", "seeds_per_second", "sampled_edges_per_second", "peak_rss_bytes")
+    volatile += ("sampling_workers", "worker_peak_rss_bytes", "settings")
+    cases = [{"sampler": s} for s in ("neighbor", "importance", "cluster_gcn", "saint")]
+    cases.append({"sampler": "neighbor", "placement": "partition", "minibatches_per_shard": 1})
+    for kw in cases:
+        _, one = _shards(sbm, tmp_path / "one", workers=1, **kw)
+        _, three = _shards(sbm, tmp_path / "three", workers=3, **kw)
+        assert (one["sampling_workers"], three["sampling_workers"]) == (1, 3), kw
+        for m in (one, three):
+            m.get("saint", {}).pop("presample_seconds", None)
+        assert {k: v for k, v in one.items() if k not in volatile} == {
+            k: v for k, v in three.items() if k not in volatile
+        }, kw
+    assert "placement" in three and three["streams"][0]["remote_rows"] > 0
+    assert sampling_workers(0, 100) == len(os.sched_getaffinity(0)) and sampling_workers(8, 2) == 2
+    with pytest.raises(ValueError, match="workers=-1"):
+        ShardConfig(workers=-1)
 
 
 def _compressed(sbm, out: Path, **kw) -> Path:

@@ -89,7 +89,11 @@ Determinism: every random draw comes from a seed derived from (``seed``, epoch, 
 minibatch) through NumPy's SeedSequence; DGL's samplers run with one OpenMP thread (DGL
 2.1's multi-threaded sampling is not reproducible) and are re-seeded (``dgl.seed`` and
 ``torch.manual_seed``) before each minibatch. The same inputs and config give identical
-shard files.
+shard files. Parallelism is across minibatches instead: ``workers`` processes, forked from
+the stage's process after its first shard file is written, each sample and write whole
+shard files. A forked child inherits the graph (copy-on-write) and the forking thread's
+DGL generator, whose stream depends on the thread (DGL's per-thread engines); since every
+minibatch is re-seeded, the files are byte-identical for any number of workers.
 
 Files written into ``<out_dir>/`` (replaced atomically as a whole): the shard files and
 ``manifest.json`` of `graphs.shard_format`, where the format (file names, keys, dtypes,
@@ -134,7 +138,7 @@ from graphs.sampling.schedule import (
     ranks_of_parts,
     remote_rows,
 )
-from graphs.sampling.writer import write_minibatch_shards
+from graphs.sampling.writer import sampling_workers, write_minibatch_shards
 
 __all__ = [
     "AUTO_BATCH_MAX",
@@ -158,6 +162,7 @@ __all__ = [
     "ranks_of_parts",
     "remote_rows",
     "resolve_batch_size",
+    "sampling_workers",
     "segment_positions",
     "train_nodes_of",
     "write_minibatch_shards",

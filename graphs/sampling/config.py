@@ -68,6 +68,14 @@ class ShardConfig:
         },
     )
     minibatches_per_shard: int = field(default=8, metadata={"help": "Minibatches per shard file."})
+    workers: int = field(
+        default=0,
+        metadata={
+            "help": "Processes that sample and write the shard files, forked from the stage's process (the "
+            "graph is shared, not copied); 0 = one per CPU core this process may use. The files are "
+            "byte-identical for any number."
+        },
+    )
     weight_encoding: str = field(
         default="fp32",
         metadata={"help": f"Edge-weight encoding in the shards, one of {WEIGHT_ENCODINGS} ('int8': + scale per row)."},
@@ -167,6 +175,8 @@ class ShardConfig:
             raise ValueError(f"fanouts={self.fanouts!r}: need at least one layer, each > 0 or -1 (all)")
         if self.batch_size < 0:
             raise ValueError(f"batch_size={self.batch_size} must be >= 1, or 0 (automatic)")
+        if self.workers < 0:
+            raise ValueError(f"workers={self.workers} must be >= 1, or 0 (one per CPU core)")
         for name in (
             "epochs",
             "world_size",

@@ -27,8 +27,8 @@ sampler's rejection counts.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Callable
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from graphs.negatives import EdgeKeys, NegativeSampler
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.samplers import MinibatchSampler, SampledMinibatch, _Adjacency
-from graphs.sampling.schedule import epoch_seed_batches, minibatch_seed
+from graphs.sampling.schedule import epoch_seed_batches
 
 __all__ = ["LinkMinibatch", "LinkSampler", "negative_sampler_for", "seed_edge_reverse", "write_link_shards"]
 
@@ -107,7 +107,7 @@ def negative_sampler_for(
 
 class LinkSampler(MinibatchSampler):
     """Samples the link-prediction minibatches of every (epoch, rank); the interface
-    `graphs.sampling.write_minibatch_shards` reads (``epoch``, ``minibatches_per_rank``)."""
+    `graphs.sampling.write_minibatch_shards` reads (``schedule``, ``sample``, ``minibatches_per_rank``)."""
 
     def __init__(
         self,
@@ -142,18 +142,14 @@ class LinkSampler(MinibatchSampler):
     def shared_block(self) -> bool:
         return False
 
-    def _schedule(self, epoch: int) -> list[list[np.ndarray]]:
+    def schedule(self, epoch: int) -> list[list[np.ndarray]]:
+        """Epoch `epoch`'s seed-edge id batches, one list per rank."""
         return epoch_seed_batches(np.arange(self.num_seed_edges, dtype=np.int64), epoch, self.cfg)
 
     def minibatches_per_rank(self) -> int:
-        return len(self._schedule(0)[0])
+        return len(self.schedule(0)[0])
 
-    def epoch(self, epoch: int) -> Iterator[tuple[int, int, LinkMinibatch]]:
-        for rank, items in enumerate(self._schedule(epoch)):
-            for index, eids in enumerate(items):
-                yield rank, index, self.sample_edges(eids, minibatch_seed(self.cfg.seed, epoch, rank, index))
-
-    def sample_edges(self, eids: np.ndarray, seed: int) -> LinkMinibatch:
+    def sample(self, eids: np.ndarray, seed: int) -> LinkMinibatch:
         """The minibatch of seed edges `eids`: pairs, negatives, blocks around their endpoints."""
         rng = np.random.default_rng(seed)
         eids = np.asarray(eids, np.int64)
@@ -172,6 +168,15 @@ class LinkSampler(MinibatchSampler):
             pos_pairs=np.stack([inv[:p], inv[p : 2 * p]]).astype(np.int64),
             neg_pairs=np.stack([inv[2 * p : 2 * p + q], inv[2 * p + q :]]).astype(np.int64),
         )
+
+    def counters(self) -> dict[str, float]:
+        st = self.negatives.stats
+        return {f.name: getattr(st, f.name) for f in fields(st)}
+
+    def add_counters(self, delta: dict[str, float]) -> None:
+        st = self.negatives.stats
+        for key, value in delta.items():
+            setattr(st, key, getattr(st, key) + value)
 
     def manifest_facts(self) -> dict:
         sampling = self.negatives.stats.as_dict()

@@ -275,20 +275,41 @@ class MinibatchSampler:
             return len(epoch_cluster_groups(self._cluster_ids, 0, cfg)[0])
         return self._saint_per_rank
 
-    def epoch(self, epoch: int) -> Iterator[tuple[int, int, SampledMinibatch]]:
+    def schedule(self, epoch: int) -> list[list]:
+        """Epoch `epoch`'s minibatch items, one list per rank (seed ids, cluster groups, or
+        None per SAINT subgraph); `sample` turns one into its minibatch."""
         cfg = self.cfg
         if cfg.sampler in ("neighbor", "importance"):
-            schedule = epoch_seed_batches(self.inputs.train_nodes, epoch, cfg, self._placed_ranks(), self.seed_probs)
-            fn = self.sample_neighbor if cfg.sampler == "neighbor" else self.sample_importance
-        elif cfg.sampler == "cluster_gcn":
-            schedule = epoch_cluster_groups(self._cluster_ids, epoch, cfg)
-            fn = lambda groups, seed: self.sample_clusters(groups)  # noqa: E731
-        else:
-            schedule = [[None] * self._saint_per_rank for _ in range(cfg.world_size)]
-            fn = lambda _, seed: self.sample_saint(seed)  # noqa: E731
-        for rank, items in enumerate(schedule):
+            return epoch_seed_batches(self.inputs.train_nodes, epoch, cfg, self._placed_ranks(), self.seed_probs)
+        if cfg.sampler == "cluster_gcn":
+            return epoch_cluster_groups(self._cluster_ids, epoch, cfg)
+        return [[None] * self._saint_per_rank for _ in range(cfg.world_size)]
+
+    def sample(self, item, seed: int) -> SampledMinibatch:
+        """The minibatch of one `schedule` item, drawn from `seed` alone (`minibatch_seed`)."""
+        sampler = self.cfg.sampler
+        if sampler == "neighbor":
+            return self.sample_neighbor(item, seed)
+        if sampler == "importance":
+            return self.sample_importance(item, seed)
+        if sampler == "cluster_gcn":
+            return self.sample_clusters(item)
+        return self.sample_saint(seed)
+
+    def epoch(self, epoch: int) -> Iterator[tuple[int, int, SampledMinibatch]]:
+        """``(rank, index, minibatch)`` of epoch `epoch`, rank by rank: the order of the shard files."""
+        for rank, items in enumerate(self.schedule(epoch)):
             for index, item in enumerate(items):
-                yield rank, index, fn(item, minibatch_seed(cfg.seed, epoch, rank, index))
+                yield rank, index, self.sample(item, minibatch_seed(self.cfg.seed, epoch, rank, index))
+
+    def counters(self) -> dict[str, float]:
+        """Additive run counts that `sample` accumulates in this object (none here), which a
+        forked shard-writing process sends back to `add_counters` in the parent."""
+        return {}
+
+    def add_counters(self, delta: dict[str, float]) -> None:
+        for key in delta:
+            raise KeyError(f"{type(self).__name__} keeps no counter {key!r}")
 
     def _placed_ranks(self) -> np.ndarray | None:
         return self.rank_of_node if self.cfg.placement == "partition" else None

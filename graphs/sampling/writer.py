@@ -3,25 +3,23 @@ of `graphs.shard_format` (`write_minibatch_shards`)."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
-import queue
-import threading
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
+import torch
 
 from graphs.npzio import write_npz
 from graphs.progress import Progress
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
-from graphs.sampling.samplers import (
-    MinibatchSampler,
-    SampledMinibatch,
-)
-from graphs.sampling.schedule import remote_rows
+from graphs.sampling.samplers import MinibatchSampler
+from graphs.sampling.schedule import minibatch_seed, remote_rows
 from graphs.shard_format import (
     FORMAT_VERSION,
     encode_shard,
@@ -34,45 +32,86 @@ from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes
 
 # ----------------------------------------------------------------------------- shard files
 
+# What a shard-writing process works from: set before the worker processes are forked, so
+# they inherit the sampler (its graph shared copy-on-write) instead of receiving a copy.
+_JOB: dict = {}
 
-class _ShardWriter:
-    """Writes shard files in a background thread (`graphs.npzio.write_npz`: CRC-32 and
-    SHA-256 computed while streaming, no in-memory copy), overlapping the sampling."""
 
-    def __init__(self, root: Path):
-        self.root = root
-        self.records: dict[str, dict] = {}
-        self._queue: queue.Queue = queue.Queue(maxsize=2)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="shard-writer", daemon=True)
-        self._thread.start()
+def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
+    """Sample minibatches ``start..stop`` of (epoch, rank), write them as shard file
+    `shard`, and return the file's record with the minibatches' statistics."""
+    epoch, rank, shard, start, stop = task
+    sampler, cfg, root, measure = _JOB["sampler"], _JOB["cfg"], _JOB["root"], _JOB["measure"]
+    before = sampler.counters()
+    if _JOB.get("epoch") != epoch:
+        _JOB["epoch"], _JOB["schedule"] = epoch, sampler.schedule(epoch)
+    items = _JOB["schedule"][rank][start:stop]
+    batch = [sampler.sample(item, minibatch_seed(cfg.seed, epoch, rank, start + i)) for i, item in enumerate(items)]
+    out = {
+        "seeds": sum(len(mb.seeds) for mb in batch),
+        "sampled_edges": sum(mb.num_edges for mb in batch),
+        "step_shares": [],
+    }
+    if measure:
+        gathered = [len(mb.input_nodes) for mb in batch]
+        remote = [remote_rows(mb.input_nodes, sampler.rank_of_node, rank) for mb in batch]
+        out.update(gathered_rows=sum(gathered), remote_rows=sum(remote))
+        out["step_shares"] = [r / max(g, 1) for r, g in zip(remote, gathered)]
+    rel = shard_relpath(epoch, rank, shard)
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    size, digest = write_npz(path, encode_shard(batch, cfg.weight_encoding))
+    out["record"] = {"path": rel, "bytes": size, "sha256": digest, "minibatches": len(batch)}
+    out["peak_rss_bytes"] = peak_rss_bytes()
+    out["counters"] = {key: value - before[key] for key, value in sampler.counters().items()}
+    return out
 
-    def submit(self, relpath: str, arrays: dict[str, np.ndarray], minibatches: int) -> None:
-        if self._error is not None:
-            raise self._error
-        self._queue.put((relpath, arrays, minibatches))
 
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            if self._error is not None:
-                continue
-            relpath, arrays, minibatches = item
-            try:
-                path = self.root / relpath
-                path.parent.mkdir(parents=True, exist_ok=True)
-                size, digest = write_npz(path, arrays)
-                self.records[relpath] = {"path": relpath, "bytes": size, "sha256": digest, "minibatches": minibatches}
-            except BaseException as exc:  # re-raised in the sampling thread
-                self._error = exc
+def _worker_init() -> None:
+    # one thread per forked worker: the parallelism is the processes, and a forked child
+    # must not reuse its parent's OpenMP pool
+    torch.set_num_threads(1)
 
-    def close(self) -> None:
-        self._queue.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+
+def sampling_workers(requested: int, tasks: int) -> int:
+    """Processes for `tasks` shard files: `requested`, or 0 = the CPU cores this process
+    may run on; never more than the files."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(requested or cores, tasks))
+
+
+def _shard_tasks(sampler, cfg: ShardConfig) -> list[tuple[int, int, int, int, int]]:
+    """(epoch, rank, shard, start, stop) of every shard file, in the order of the files."""
+    tasks = []
+    step = cfg.minibatches_per_shard
+    for epoch in range(cfg.epochs):
+        for rank, items in enumerate(sampler.schedule(epoch)):
+            for shard, start in enumerate(range(0, len(items), step)):
+                tasks.append((epoch, rank, shard, start, min(start + step, len(items))))
+    return tasks
+
+
+def _written_shards(tasks: list, workers: int) -> Iterator[dict]:
+    """`_write_shard` of every task, in order. The first runs here, so whatever the sampler
+    builds lazily (its DGL graph, draw probabilities, their manifest facts) exists before
+    the other processes are forked. Each minibatch is drawn from its own seed by DGL's
+    generator of the forking thread, which a forked child inherits, so the files are
+    byte-identical for any number of workers."""
+    if not tasks:
+        return
+    yield _write_shard(tasks[0])
+    if workers == 1:
+        for task in tasks[1:]:
+            yield _write_shard(task)
+        return
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_init) as pool:
+        try:
+            for out in pool.map(_write_shard, tasks[1:]):
+                _JOB["sampler"].add_counters(out["counters"])  # counted in the worker's copy
+                yield out
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
 
 
 def write_minibatch_shards(
@@ -88,7 +127,8 @@ def write_minibatch_shards(
     `out_dir` is replaced as a whole, only once everything is written. `sampler` replaces
     the node-classification `MinibatchSampler` (link prediction passes its
     `graphs.sampling.link.LinkSampler`, configured with a resolved batch size); its
-    ``manifest_facts()`` are added to the manifest.
+    ``manifest_facts()`` are added to the manifest. Shard files are sampled and written by
+    ``cfg.workers`` forked processes (`sampling_workers`).
     """
     cfg = resolve_batch_size(cfg or ShardConfig(), len(inputs.train_nodes))
     log = log or (lambda msg: None)
@@ -96,57 +136,40 @@ def write_minibatch_shards(
     final = Path(out_dir).resolve()
     sampler = sampler if sampler is not None else MinibatchSampler(inputs, cfg, log)
     per_rank = sampler.minibatches_per_rank()
-    streams = []
     measure = sampler.rank_of_node is not None  # remote feature rows, per step
     step_shares: list[float] = []
+    worker_peak = 0
     with atomic_output_dir(final) as tmp:
         shape = (inputs.n, inputs.feature_dim)
         features = features_entry(cfg.feature_encoding, shape, final, inputs.features_path, inputs.compressed_dir)
-        writer = _ShardWriter(tmp)
+        tasks = _shard_tasks(sampler, cfg)
+        workers = sampling_workers(cfg.workers, len(tasks))
+        log(f"sampling {len(tasks)} shard files with {workers} process(es)")
+        stats = {
+            (e, r): {"epoch": e, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
+            for e in range(cfg.epochs)
+            for r in range(cfg.world_size)
+        }
+        if measure:
+            for s in stats.values():
+                s["gathered_rows"] = s["remote_rows"] = 0
         progress = Progress("sampling", per_rank * cfg.world_size * cfg.epochs, log, unit="minibatches")
+        _JOB.update(sampler=sampler, cfg=cfg, root=tmp, measure=measure)
         try:
-            for epoch in range(cfg.epochs):
-                stats = {
-                    r: {"epoch": epoch, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
-                    for r in range(cfg.world_size)
-                }
-                if measure:
-                    for s in stats.values():
-                        s["gathered_rows"] = s["remote_rows"] = 0
-                pending: dict[int, list[SampledMinibatch]] = {r: [] for r in range(cfg.world_size)}
-
-                def emit(rank: int) -> None:
-                    batch = pending[rank]  # noqa: B023 (called only within this iteration)
-                    if not batch:
-                        return
-                    shard = len(stats[rank]["files"])  # noqa: B023 (called only within this iteration)
-                    rel = shard_relpath(epoch, rank, shard)  # noqa: B023 (called only within this iteration)
-                    arrays = encode_shard(batch, cfg.weight_encoding)
-                    writer.submit(rel, arrays, len(batch))
-                    stats[rank]["files"].append(rel)  # noqa: B023 (called only within this iteration)
-                    pending[rank] = []  # noqa: B023 (called only within this iteration)
-
-                for rank, _, mb in sampler.epoch(epoch):
-                    s = stats[rank]
-                    s["minibatches"] += 1
-                    s["seeds"] += len(mb.seeds)
-                    s["sampled_edges"] += mb.num_edges
-                    if measure:
-                        remote = remote_rows(mb.input_nodes, sampler.rank_of_node, rank)
-                        s["gathered_rows"] += len(mb.input_nodes)
-                        s["remote_rows"] += remote
-                        step_shares.append(remote / max(len(mb.input_nodes), 1))
-                    pending[rank].append(mb)
-                    if len(pending[rank]) == cfg.minibatches_per_shard:
-                        emit(rank)
-                    progress.advance()
-                for rank in range(cfg.world_size):
-                    emit(rank)
-                streams.extend(stats.values())
+            for (epoch, rank, *_), out in zip(tasks, _written_shards(tasks, workers)):
+                s = stats[epoch, rank]
+                s["files"].append(out["record"])
+                s["minibatches"] += out["record"]["minibatches"]
+                for key in ("seeds", "sampled_edges", "gathered_rows", "remote_rows"):
+                    if key in s:
+                        s[key] += out[key]
+                step_shares.extend(out["step_shares"])
+                worker_peak = max(worker_peak, out["peak_rss_bytes"])
+                progress.advance(out["record"]["minibatches"])
         finally:
-            writer.close()
+            _JOB.clear()
+        streams = list(stats.values())
         for s in streams:
-            s["files"] = [writer.records[rel] for rel in s["files"]]
             s["bytes"] = sum(f["bytes"] for f in s["files"])
         counts = {s["minibatches"] for s in streams}
         if len(counts) != 1:  # unequal step counts would hang DDP
@@ -181,6 +204,9 @@ def write_minibatch_shards(
             "seeds_per_second": round(seeds / seconds, 1) if seconds > 0 else 0.0,
             "sampled_edges_per_second": round(edges / seconds, 1) if seconds > 0 else 0.0,
             "peak_rss_bytes": peak_rss_bytes(),
+            "sampling_workers": workers,
+            # a forked worker's peak counts the parent's pages it shares
+            "worker_peak_rss_bytes": worker_peak,
             "inputs": {
                 name: os.path.relpath(path, final)
                 for name, path in (
