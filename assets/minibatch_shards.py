@@ -144,6 +144,8 @@ def minibatch_shards(
         "seeds_per_second": m["seeds_per_second"],
         "sampled_edges_per_second": m["sampled_edges_per_second"],
         "peak_rss_mb": m["peak_rss_bytes"] / 2**20,
+        "sampling_processes": m["sampling_processes"],
+        "workers_private_rss_mb": m["workers_private_rss_bytes"] / 2**20,
     }
     metadata["placement"] = cfg.placement
     if "placement" in m:

@@ -129,9 +129,9 @@ def _ours_write(can: str, adj: str, out: str, cfg_kw: dict, queue) -> None:
     m = write_minibatch_shards(inputs, Path(out), ShardConfig(**cfg_kw))
     seconds = time.perf_counter() - t
     keep = ("seeds", "sampled_edges", "bytes", "bytes_per_sampled_edge")
-    # the stage's peak: its own process or the largest forked worker (which counts the pages it shares)
-    rss = max(peak_rss_bytes(), m["worker_peak_rss_bytes"])
-    queue.put({"seconds": seconds, "rss": rss, "workers": m["sampling_workers"], **{k: m[k] for k in keep}})
+    # the stage's memory: its own process's peak plus what its forked workers held of their own
+    rss = peak_rss_bytes() + m["workers_private_rss_bytes"]
+    queue.put({"seconds": seconds, "rss": rss, "workers": m["sampling_processes"], **{k: m[k] for k in keep}})
 
 
 def train_nodes(can: Path) -> np.ndarray:

@@ -157,7 +157,7 @@ def test_edge_seed_shards_hold_pairs_negatives_and_blocks_without_seed_edges(lp,
     assert m["link"]["negative_sampling"]["candidates"] >= 2 * seed_edges
     # one process draws the same files and counts as the forked workers (their counts sent back)
     one = write_link_shards(inputs, tmp_path / "one", replace(cfg, workers=1), canonical_dir=lp / "canonical")
-    assert m["sampling_workers"] > 1 or len(os.sched_getaffinity(0)) == 1
+    assert m["sampling_processes"] > 1 or len(os.sched_getaffinity(0)) == 1
     assert one["link"] == m["link"] and one["streams"] == m["streams"]
     n = inputs.n
     full = EdgeKeys.from_canonical(lp / "canonical", n)

@@ -28,7 +28,7 @@ from graphs.shard_format import (
     upstream_hashes,
     write_manifest,
 )
-from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes
+from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes, private_rss_bytes
 
 # ----------------------------------------------------------------------------- shard files
 
@@ -62,7 +62,11 @@ def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     size, digest = write_npz(path, encode_shard(batch, cfg.weight_encoding))
     out["record"] = {"path": rel, "bytes": size, "sha256": digest, "minibatches": len(batch)}
-    out["peak_rss_bytes"] = peak_rss_bytes()
+    out["private"] = None
+    if _JOB.get("forked"):  # a worker's own memory while the batch is held, on its 1st, 2nd, 4th, ... file
+        _JOB["tasks"] = tasks = _JOB["tasks"] + 1
+        if tasks & (tasks - 1) == 0:
+            out["private"] = (os.getpid(), private_rss_bytes())
     out["counters"] = {key: value - before[key] for key, value in sampler.counters().items()}
     return out
 
@@ -71,6 +75,7 @@ def _worker_init() -> None:
     # one thread per forked worker: the parallelism is the processes, and a forked child
     # must not reuse its parent's OpenMP pool
     torch.set_num_threads(1)
+    _JOB.update(forked=True, tasks=0)
 
 
 def sampling_workers(requested: int, tasks: int) -> int:
@@ -138,7 +143,7 @@ def write_minibatch_shards(
     per_rank = sampler.minibatches_per_rank()
     measure = sampler.rank_of_node is not None  # remote feature rows, per step
     step_shares: list[float] = []
-    worker_peak = 0
+    private: dict[int, int] = {}  # worker pid -> the most memory of its own it was seen holding
     with atomic_output_dir(final) as tmp:
         shape = (inputs.n, inputs.feature_dim)
         features = features_entry(cfg.feature_encoding, shape, final, inputs.features_path, inputs.compressed_dir)
@@ -164,7 +169,9 @@ def write_minibatch_shards(
                     if key in s:
                         s[key] += out[key]
                 step_shares.extend(out["step_shares"])
-                worker_peak = max(worker_peak, out["peak_rss_bytes"])
+                pid, held = out["private"] or (None, None)
+                if held is not None:
+                    private[pid] = max(private.get(pid, 0), held)
                 progress.advance(out["record"]["minibatches"])
         finally:
             _JOB.clear()
@@ -181,7 +188,7 @@ def write_minibatch_shards(
         manifest = {
             "format_version": FORMAT_VERSION,
             "sampler": cfg.sampler,
-            "settings": asdict(cfg),
+            "settings": {k: v for k, v in asdict(cfg).items() if k != "workers"},  # workers change no byte
             "num_layers": cfg.num_layers,
             "shared_block": sampler.shared_block,
             "world_size": cfg.world_size,
@@ -204,9 +211,11 @@ def write_minibatch_shards(
             "seeds_per_second": round(seeds / seconds, 1) if seconds > 0 else 0.0,
             "sampled_edges_per_second": round(edges / seconds, 1) if seconds > 0 else 0.0,
             "peak_rss_bytes": peak_rss_bytes(),
-            "sampling_workers": workers,
-            # a forked worker's peak counts the parent's pages it shares
-            "worker_peak_rss_bytes": worker_peak,
+            # run statistics (`graphs.storage.is_run_statistic`): the files are the same for any number
+            "sampling_processes": workers,
+            # what the forked workers held beside this process's pages, which they share (summed
+            # over the workers, each at the most seen: sampled on its 1st, 2nd, 4th, ... file)
+            "workers_private_rss_bytes": sum(private.values()),
             "inputs": {
                 name: os.path.relpath(path, final)
                 for name, path in (
