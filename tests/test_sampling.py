@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ from graphs.sampling import (
     insert_self_loops,
     load_shard_inputs,
     minibatch_seed,
+    resolve_batch_size,
     sampling_workers,
     segment_positions,
     write_minibatch_shards,
@@ -332,6 +334,35 @@ def test_forked_workers_write_the_files_and_facts_one_process_writes(sbm, tmp_pa
     assert sampling_workers(0, 100) == len(os.sched_getaffinity(0)) and sampling_workers(8, 2) == 2
     with pytest.raises(ValueError, match="workers=-1"):
         ShardConfig(workers=-1)
+
+
+class _FailingSampler(MinibatchSampler):
+    """Fails (raises, or dies) on one minibatch, and only in a forked worker."""
+
+    def __init__(self, inputs, cfg, seed: int, die: bool):
+        super().__init__(inputs, cfg)
+        self.fail_seed, self.die, self.parent = seed, die, os.getpid()
+
+    def sample(self, item, seed: int):
+        if seed == self.fail_seed and os.getpid() != self.parent:
+            if self.die:
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise ValueError(f"sampling failed on minibatch seed {seed}")
+        return super().sample(item, seed)
+
+
+def test_a_failing_or_killed_worker_fails_the_stage_and_keeps_the_previous_shards(sbm, tmp_path):
+    out, before = _shards(sbm, tmp_path, sampler="neighbor", workers=2)
+    cfg = resolve_batch_size(
+        ShardConfig(fanouts="15,10,5", batch_size=64, epochs=2, workers=2), len(sbm["inputs"].train_nodes)
+    )
+    last = minibatch_seed(cfg.seed, 1, 1, 0)  # epoch 1, rank 1: never the stage's own first file
+    with pytest.raises(ValueError, match=f"minibatch seed {last}"):
+        write_minibatch_shards(sbm["inputs"], out, cfg, sampler=_FailingSampler(sbm["inputs"], cfg, last, die=False))
+    with pytest.raises(RuntimeError, match="worker process died.*workers to fewer"):
+        write_minibatch_shards(sbm["inputs"], out, cfg, sampler=_FailingSampler(sbm["inputs"], cfg, last, die=True))
+    assert read_manifest(out)["streams"] == before["streams"]  # the earlier materialization is whole
+    assert sorted(p.name for p in out.parent.iterdir()) == ["shards"]  # no temporary folder left
 
 
 def _compressed(sbm, out: Path, **kw) -> Path:

@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Iterator
@@ -80,7 +81,9 @@ def _worker_init() -> None:
 
 def sampling_workers(requested: int, tasks: int) -> int:
     """Processes for `tasks` shard files: `requested`, or 0 = the CPU cores this process
-    may run on; never more than the files."""
+    may run on; never more than the files, and 1 where processes cannot be forked."""
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(requested or cores, tasks))
 
@@ -114,6 +117,12 @@ def _written_shards(tasks: list, workers: int) -> Iterator[dict]:
             for out in pool.map(_write_shard, tasks[1:]):
                 _JOB["sampler"].add_counters(out["counters"])  # counted in the worker's copy
                 yield out
+        except BrokenProcessPool as exc:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise RuntimeError(
+                f"a shard-writing worker process died ({exc}); if it was killed for memory, set "
+                "minibatch_shards' workers to fewer processes (1 samples in the stage's own process)"
+            ) from exc
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
