@@ -32,7 +32,9 @@ symmetric per row: weight = q * scale[dst], `graphs.quantize.quantize_int8_rows_
 The weights are Â's entries; the sampler's correction (inverse inclusion probability) is
 stored on its own (``correction``, FP32), so each layer type applies it its own way
 (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c, SAGE-mean the c-weighted mean).
-Version 3 split the correction out of the weights (version 2 stored Â·c as ``weight``).
+Version 3 split the correction out of the weights (version 2 stored Â·c as ``weight``);
+version 5 stores it as two values per destination (``correction_first``, ``correction_rest``)
+when that is exact (`compact_correction`; the reader expands it).
 
 Features are not copied into the shards: the manifest's ``features`` entry
 (`features_entry`) names either the canonical graph's FP32 ``features.npy`` or the
@@ -89,8 +91,10 @@ __all__ = [
     "WEIGHT_ENCODINGS",
     "block_key",
     "check_manifest",
+    "compact_correction",
     "decode_minibatch",
     "encode_minibatch",
+    "expand_correction",
     "encode_shard",
     "features_entry",
     "open_features",
@@ -105,12 +109,13 @@ __all__ = [
     "write_manifest",
 ]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Version of the files this code writes (2: features referenced from compressed_graph in
 any of its encodings and with its transform; ``weight_encoding`` in the manifest; 3: the
 SHA-256 of every upstream file read (``upstream``), run statistics moved to run_stats.json;
 4: link-prediction shards: ``pos_pairs`` / ``neg_pairs`` per minibatch, ``task`` and ``link``
-in the manifest)."""
+in the manifest; 5: a block's correction stored per destination (``correction_first`` +
+``correction_rest``) when that holds it exactly, as for uniform neighbour sampling)."""
 SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
 """Version of the files this code reads (only its own: a format change re-samples)."""
 
@@ -163,7 +168,18 @@ BLOCK_ENTRIES = {
     "indices": Entry("int32 [nnz] local source index (int64 if num_src >= 2^31)"),
     "correction": Entry(
         "float32 [nnz] sampling correction per edge (1 for self loops and unsampled edges): neighbor "
-        "deg(v)/sampled(v) (1 without neighbor_rescale), importance c_u/(s q_u), saint C_v/C_uv, cluster_gcn 1"
+        "deg(v)/sampled(v) (1 without neighbor_rescale), importance c_u/(s q_u), saint C_v/C_uv, cluster_gcn 1; "
+        "absent when correction_first and correction_rest hold it",
+        required=False,
+    ),
+    "correction_first": Entry(
+        "float32 [num_dst] the correction of each destination's first in-edge (its self loop, when the "
+        "blocks hold self loops), stored instead of correction when every other in-edge of a destination "
+        "has one value (`compact_correction`)",
+        required=False,
+    ),
+    "correction_rest": Entry(
+        "float32 [num_dst] that value: the correction of each destination's other in-edges", required=False
     ),
     "weight": Entry(
         "float32 [nnz] Â's entry per edge (without the correction) with weight encoding fp32", required=False
@@ -175,7 +191,18 @@ BLOCK_ENTRIES = {
 # Block entries read and written by name above; any other optional entry of BLOCK_ENTRIES
 # (a per-edge array added later) is written from the sampled block's attribute of that
 # name when it is not None, and read back into ``StoredBlock.extra``.
-_BLOCK_CORE = ("num_src", "num_dst", "indptr", "indices", "weight", "weight_q", "weight_scale", "correction")
+_BLOCK_CORE = (
+    "num_src",
+    "num_dst",
+    "indptr",
+    "indices",
+    "weight",
+    "weight_q",
+    "weight_scale",
+    "correction",
+    "correction_first",
+    "correction_rest",
+)
 
 
 @dataclass(frozen=True)
@@ -272,6 +299,31 @@ def index_dtype(bound: int):
 # ----------------------------------------------------------------------------- writing
 
 
+def compact_correction(indptr: np.ndarray, correction: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(first, rest) float32 [num_dst]: the correction of each destination's first in-edge and
+    the one value of all its others, when that holds `correction` exactly; else None.
+
+    Uniform neighbour sampling's correction deg(v)/sampled(v) is one value per destination,
+    its self loop's 1 apart: a fourth of a shard's bytes stored as two numbers per destination.
+    """
+    deg = np.diff(indptr)
+    has = deg > 0
+    first = np.ones(len(deg), np.float32)
+    rest = np.ones(len(deg), np.float32)
+    first[has] = correction[indptr[:-1][has]]
+    rest[has] = correction[indptr[1:][has] - 1]
+    return (first, rest) if np.array_equal(expand_correction(indptr, first, rest), correction) else None
+
+
+def expand_correction(indptr: np.ndarray, first: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """float32 [nnz]: the per-edge correction of `compact_correction`'s (first, rest)."""
+    deg = np.diff(indptr)
+    out = np.repeat(rest.astype(np.float32, copy=False), deg)
+    has = deg > 0
+    out[indptr[:-1][has]] = first[has]
+    return out
+
+
 def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndarray]:
     """The npz entries of minibatch `i` of a shard file.
 
@@ -301,7 +353,12 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
         out[block_key(i, layer, "num_dst")] = np.int64(b.num_dst)
         out[block_key(i, layer, "indptr")] = b.indptr.astype(index_dtype(int(b.indptr[-1]) + 1), copy=False)
         out[block_key(i, layer, "indices")] = b.indices
-        out[block_key(i, layer, "correction")] = np.asarray(b.correction, dtype=np.float32)
+        correction = np.asarray(b.correction, dtype=np.float32)
+        compact = compact_correction(b.indptr, correction)
+        if compact is None:
+            out[block_key(i, layer, "correction")] = correction
+        else:
+            out[block_key(i, layer, "correction_first")], out[block_key(i, layer, "correction_rest")] = compact
         if weight_encoding == "int8":
             from graphs.quantize import quantize_int8_rows_csr
 
@@ -596,6 +653,9 @@ class StoredBlock:
     weight_q: np.ndarray | None = None
     weight_scale: np.ndarray | None = None
     correction: np.ndarray | None = None
+    correction_per_dst: bool | None = None
+    """Whether every in-edge of each destination has one correction, when the compact form
+    told it without a pass over the edges (None: not known here)."""
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     """Optional entries of BLOCK_ENTRIES beyond the core ones, by name (see `_BLOCK_CORE`)."""
 
@@ -640,16 +700,27 @@ def decode_minibatch(arrays: dict[str, np.ndarray], i: int, num_blocks: int) -> 
                 arrays[block_key(i, layer, "weight_q")],
                 arrays[block_key(i, layer, "weight_scale")],
             )
+        indptr = arrays[block_key(i, layer, "indptr")]
+        correction, per_dst = optional(block_key(i, layer, "correction")), None
+        if correction is None:
+            first, rest = (
+                arrays[block_key(i, layer, "correction_first")],
+                arrays[block_key(i, layer, "correction_rest")],
+            )
+            correction = expand_correction(indptr, first, rest)
+            many = np.diff(indptr) > 1  # destinations whose first in-edge has others beside it
+            per_dst = bool(np.array_equal(first[many], rest[many]))
         blocks.append(
             StoredBlock(
-                indptr=arrays[block_key(i, layer, "indptr")],
+                indptr=indptr,
                 indices=arrays[block_key(i, layer, "indices")],
                 num_src=int(arrays[block_key(i, layer, "num_src")]),
                 num_dst=int(arrays[block_key(i, layer, "num_dst")]),
                 weight=weight,
                 weight_q=weight_q,
                 weight_scale=weight_scale,
-                correction=arrays[block_key(i, layer, "correction")],
+                correction=correction,
+                correction_per_dst=per_dst,
                 extra={
                     name: arrays[block_key(i, layer, name)]
                     for name in BLOCK_ENTRIES

@@ -17,7 +17,7 @@ from graphs.normalize import build_normalized_adjacency, load_csr
 from graphs.partition import PartitionConfig, build_partitions
 from graphs.sampling import ShardConfig, load_shard_inputs
 from graphs.sampling.link import write_link_shards
-from graphs.shard_format import read_manifest
+from graphs.shard_format import FORMAT_VERSION, read_manifest
 from training.data import ShardStream
 from training.metrics import link_prediction_report, positive_ranks, roc_auc
 
@@ -151,7 +151,7 @@ def test_edge_seed_shards_hold_pairs_negatives_and_blocks_without_seed_edges(lp,
     cfg = ShardConfig(fanouts="5,5", batch_size=256, epochs=1, world_size=2, negatives=2)
     m = write_link_shards(inputs, tmp_path / "shards", cfg, canonical_dir=lp / "canonical")
     manifest = read_manifest(tmp_path / "shards")
-    assert manifest["task"] == "link_prediction" and manifest["format_version"] == 4
+    assert manifest["task"] == "link_prediction" and manifest["format_version"] == FORMAT_VERSION
     seed_edges = manifest["link"]["seed_edges"]
     assert seed_edges == read_summary(lp / "split")["edges"]
     assert m["link"]["negative_sampling"]["candidates"] >= 2 * seed_edges

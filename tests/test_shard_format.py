@@ -12,6 +12,7 @@ import pytest
 
 from graphs import shard_format as sf
 from graphs.npzio import write_npz
+from training.blocks import correction_is_per_dst
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,6 +86,29 @@ def test_encode_then_read_back_through_a_file(tmp_path, encoding):
             # per-destination symmetric INT8: error at most half a step of that row's scale
             step = np.repeat(stored.weight_scale, np.diff(orig.indptr))
             assert np.all(np.abs(w - orig.weight) <= step / 2 + 1e-7)
+
+
+def test_correction_is_stored_per_destination_only_where_that_is_exact():
+    indptr = np.array([0, 3, 3, 4, 7], np.int64)  # destination 1 has no in-edge
+    loops = np.array([1, 2, 2, 1, 1, 5, 5], np.float32)  # self loop first, one value for the others
+    same = np.array([2, 2, 2, 1, 5, 5, 5], np.float32)  # one value per destination
+    per_edge = np.array([1, 2, 3, 1, 1, 5, 5], np.float32)  # destination 0's others differ
+    for c, per_dst in ((loops, False), (same, True), (per_edge, None)):
+        compact = sf.compact_correction(indptr, c)
+        assert (compact is None) == (per_dst is None)
+        if compact is not None:
+            assert np.array_equal(sf.expand_correction(indptr, *compact), c)
+        b = SimpleNamespace(
+            indptr=indptr, indices=np.zeros(7, np.int32), num_src=4, num_dst=4, weight=np.ones(7, np.float32)
+        )
+        mb = _minibatch()
+        mb.blocks = [SimpleNamespace(**vars(b), correction=c)]
+        arrays = sf.encode_shard([mb], "fp32")
+        assert ("mb0_l0_correction" in arrays) == (per_dst is None)  # 8 bytes per destination instead of 4 per edge
+        stored = sf.decode_minibatch(arrays, 0, 1).blocks[0]
+        assert np.array_equal(stored.correction, c) and stored.correction.dtype == np.float32
+        assert stored.correction_per_dst == per_dst  # None: the reader checks the edges itself
+        assert per_dst is None or per_dst == correction_is_per_dst(indptr, c)
 
 
 def test_read_shard_hashes_a_file_again_only_when_it_changed(tmp_path, monkeypatch):

@@ -334,7 +334,9 @@ class ShardStream:
                 weight = t(b.decoded_weight())
             else:  # moved as INT8 (a quarter of the bytes), decoded on the device
                 weight_q, scale = t(b.weight_q), t(b.weight_scale)
-            per_dst = correction_is_per_dst(b.indptr, b.correction)  # here, in the prefetch thread
+            per_dst = b.correction_per_dst
+            if per_dst is None:
+                per_dst = correction_is_per_dst(b.indptr, b.correction)  # here, in the prefetch thread
             blocks.append(
                 (
                     long(b.indptr),
