@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import harness  # noqa: E402  (benchmarks/harness.py)
 import numpy as np  # noqa: E402
 from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 from accuracy import build as build_graph  # noqa: E402  (canonical_graph and normalized_adjacency, cached)
@@ -48,7 +49,7 @@ def shards(graph: dict, name: str, node_scores: Path | None = None, **cfg) -> tu
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 
     out = graph["home"] / name
-    if not (out / "manifest.json").exists():
+    if not harness.shards_current(out):
         inputs = load_shard_inputs(graph["canonical"], graph["adjacency"], graph["partitions"], node_scores=node_scores)
         write_minibatch_shards(inputs, out, ShardConfig(**cfg))
     return out, json.loads((out / "manifest.json").read_text())

@@ -110,7 +110,7 @@ def shards(home: Path, name: str, **cfg) -> Path:
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 
     out = home / name
-    if not (out / "manifest.json").exists():
+    if not harness.shards_current(out):
         compressed = compressed_int8(home) if cfg.get("feature_encoding") == "compressed" else None
         inputs = load_shard_inputs(home / "canonical_graph", home / "normalized_adjacency", None, compressed)
         write_minibatch_shards(inputs, out, ShardConfig(**cfg))

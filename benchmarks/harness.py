@@ -122,6 +122,15 @@ BENCHMARKS = (
 TARGET_EDGES = 10_000_000
 
 
+def shards_current(out: Path) -> bool:
+    """Whether `out` holds minibatch shards in the format this code reads; a benchmark's cached
+    shards of an older format are written again instead of failing the run."""
+    from graphs.shard_format import SUPPORTED_FORMAT_VERSION
+
+    manifest = Path(out) / "manifest.json"
+    return manifest.is_file() and json.loads(manifest.read_text()).get("format_version") == SUPPORTED_FORMAT_VERSION
+
+
 def target_at(edges: int, bound: float) -> float | None:
     """`bound` when the input is as large as the targets are set for, else None (no target)."""
     return bound if edges >= TARGET_EDGES else None

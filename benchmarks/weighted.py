@@ -60,7 +60,7 @@ def shards(home: Path, name: str, **cfg) -> Path:
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 
     out = home / name
-    if not (out / "manifest.json").exists():
+    if not harness.shards_current(out):
         inputs = load_shard_inputs(home / "canonical_graph", home / "normalized_adjacency")
         write_minibatch_shards(inputs, out, ShardConfig(world_size=1, **cfg))
     return out
