@@ -332,6 +332,7 @@ def test_forked_workers_write_the_files_and_facts_one_process_writes(sbm, tmp_pa
         }, kw
     assert "placement" in three and three["streams"][0]["remote_rows"] > 0
     assert sampling_workers(0, 100) == len(os.sched_getaffinity(0)) and sampling_workers(8, 2) == 2
+    assert sampling_workers(8, 1) == sampling_workers(0, 0) == 1  # one file left: no fork
     with pytest.raises(ValueError, match="workers=-1"):
         ShardConfig(workers=-1)
 

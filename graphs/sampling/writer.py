@@ -81,7 +81,8 @@ def _worker_init() -> None:
 
 def sampling_workers(requested: int, tasks: int) -> int:
     """Processes for `tasks` shard files: `requested`, or 0 = the CPU cores this process
-    may run on; never more than the files, and 1 where processes cannot be forked."""
+    may run on; never more than the files, and 1 (no fork) where processes cannot be forked
+    or there is at most one file."""
     if "fork" not in multiprocessing.get_all_start_methods():
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -157,7 +158,7 @@ def write_minibatch_shards(
         shape = (inputs.n, inputs.feature_dim)
         features = features_entry(cfg.feature_encoding, shape, final, inputs.features_path, inputs.compressed_dir)
         tasks = _shard_tasks(sampler, cfg)
-        workers = sampling_workers(cfg.workers, len(tasks))
+        workers = sampling_workers(cfg.workers, len(tasks) - 1)  # the first file is written here
         log(f"sampling {len(tasks)} shard files with {workers} process(es)")
         stats = {
             (e, r): {"epoch": e, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
