@@ -91,6 +91,7 @@ __all__ = [
     "WEIGHT_ENCODINGS",
     "block_key",
     "check_manifest",
+    "canonical_correction",
     "compact_correction",
     "decode_minibatch",
     "encode_minibatch",
@@ -315,6 +316,15 @@ def compact_correction(indptr: np.ndarray, correction: np.ndarray) -> tuple[np.n
     return (first, rest) if np.array_equal(expand_correction(indptr, first, rest), correction) else None
 
 
+def canonical_correction(indptr: np.ndarray, first: np.ndarray, rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(first, rest) as `compact_correction` gives them for the same per-edge correction: 1 for
+    a destination without in-edges, rest = first for one with a single in-edge. A sampler that
+    knows its correction per destination builds the stored form with it, without the edges."""
+    deg = np.diff(indptr)
+    first = np.where(deg > 0, first, np.float32(1)).astype(np.float32, copy=False)
+    return first, np.where(deg > 1, rest, first).astype(np.float32, copy=False)
+
+
 def expand_correction(indptr: np.ndarray, first: np.ndarray, rest: np.ndarray) -> np.ndarray:
     """float32 [nnz]: the per-edge correction of `compact_correction`'s (first, rest)."""
     deg = np.diff(indptr)
@@ -353,8 +363,10 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
         out[block_key(i, layer, "num_dst")] = np.int64(b.num_dst)
         out[block_key(i, layer, "indptr")] = b.indptr.astype(index_dtype(int(b.indptr[-1]) + 1), copy=False)
         out[block_key(i, layer, "indices")] = b.indices
-        correction = np.asarray(b.correction, dtype=np.float32)
-        compact = compact_correction(b.indptr, correction)
+        compact = getattr(b, "correction_compact", None)  # a sampled block that holds it so
+        if compact is None:
+            correction = np.asarray(b.correction, dtype=np.float32)
+            compact = compact_correction(b.indptr, correction)
         if compact is None:
             out[block_key(i, layer, "correction")] = correction
         else:

@@ -22,9 +22,7 @@ from graphs.sampling.schedule import (
     ranks_of_parts,
 )
 from graphs.sampling.weighting import adaptive_edge_probs, adaptive_node_probs, class_balanced_probs
-from graphs.shard_format import (
-    index_dtype,
-)
+from graphs.shard_format import canonical_correction, expand_correction, index_dtype
 
 # ----------------------------------------------------------------------------- minibatches
 
@@ -38,7 +36,16 @@ class SampledBlock:
     num_src: int
     num_dst: int
     weight: np.ndarray  # float32 [nnz], Â's entries
-    correction: np.ndarray  # float32 [nnz], the sampling correction (1 for self loops)
+    correction_edges: np.ndarray | None = None  # float32 [nnz], the sampling correction (1 for self loops)
+    # or (first, rest) float32 [num_dst], its stored per-destination form (`graphs.shard_format`)
+    correction_compact: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def correction(self) -> np.ndarray:
+        """float32 [nnz]: the sampling correction per edge."""
+        if self.correction_edges is not None:
+            return self.correction_edges
+        return expand_correction(self.indptr, *self.correction_compact)
 
     @property
     def num_edges(self) -> int:
@@ -338,17 +345,26 @@ class MinibatchSampler:
         num_src: int,
         dst_global: np.ndarray,
         correction: np.ndarray | None = None,
+        correction_dst: np.ndarray | None = None,
     ) -> SampledBlock:
         """Block from a CSC over the destinations (`dst_global` = their global ids), plus
-        self loops (correction 1) when configured. `correction` None = 1 everywhere."""
+        self loops (correction 1) when configured. `correction` per edge, or `correction_dst`
+        one value per destination (kept in that form, as the shards store it); neither = 1."""
         src = src.astype(index_dtype(num_src), copy=False)
         weight = weight.astype(np.float32, copy=False)
-        correction = np.ones(len(weight), np.float32) if correction is None else correction.astype(np.float32)
+        num_dst = len(indptr) - 1
+        if correction is not None:
+            correction = correction.astype(np.float32)
+            if self.add_loops:
+                _, _, correction = insert_self_loops(indptr, src, correction, np.ones(num_dst, np.float32))
         if self.add_loops:
-            num_dst = len(indptr) - 1
-            _, _, correction = insert_self_loops(indptr, src, correction, np.ones(num_dst, np.float32))
             indptr, src, weight = insert_self_loops(indptr, src, weight, self.adj.diag[dst_global])
-        return SampledBlock(indptr, src, int(num_src), len(indptr) - 1, weight, correction)
+        if correction is not None:
+            return SampledBlock(indptr, src, int(num_src), num_dst, weight, correction_edges=correction)
+        rest = np.ones(num_dst, np.float32) if correction_dst is None else correction_dst.astype(np.float32)
+        first = np.ones(num_dst, np.float32) if self.add_loops else rest  # the self loop's is 1
+        compact = canonical_correction(indptr, first, rest)
+        return SampledBlock(indptr, src, int(num_src), num_dst, weight, correction_compact=compact)
 
     # ---- neighbor
 
@@ -380,7 +396,7 @@ class MinibatchSampler:
                 eid = eid[local_eid]
             dst_global = input_nodes[: b.num_dst_nodes()]
             weight = np.take(self.adj.weights, eid)  # ~25 % faster than fancy indexing here
-            correction = None
+            correction = per_dst = None
             if by_weight and fanout != -1:
                 if self.cfg.neighbor_rescale:  # S_v / (q_vu · draws(v)) per drawn edge (Hansen-Hurwitz)
                     sampled = np.diff(indptr)
@@ -388,9 +404,8 @@ class MinibatchSampler:
                     correction = np.repeat(factor, sampled) / np.maximum(self._edge_prob[eid], np.float32(1e-30))
             elif self.cfg.neighbor_rescale:  # deg(v) / sampled(v): the inverse inclusion probability
                 sampled = np.diff(indptr)
-                factor = (self.adj.degree[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
-                correction = np.repeat(factor, sampled)
-            blocks.append(self._block(indptr, src, weight, b.num_src_nodes(), dst_global, correction))
+                per_dst = (self.adj.degree[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
+            blocks.append(self._block(indptr, src, weight, b.num_src_nodes(), dst_global, correction, per_dst))
         out_seeds, pos, labels = self._labelled(input_nodes[: blocks[-1].num_dst], seeds_only=True)
         return SampledMinibatch(input_nodes.astype(np.int64), blocks, out_seeds, pos, labels)
 
