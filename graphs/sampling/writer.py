@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -36,6 +37,7 @@ from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes, priva
 # What a shard-writing process works from: set before the worker processes are forked, so
 # they inherit the sampler (its graph shared copy-on-write) instead of receiving a copy.
 _JOB: dict = {}
+_JOB_LOCK = threading.Lock()
 
 
 def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
@@ -129,6 +131,23 @@ def _written_shards(tasks: list, workers: int) -> Iterator[dict]:
             raise
 
 
+def _gather(tasks: list, workers: int, stats: dict, step_shares: list, private: dict, progress: Progress) -> None:
+    """Write every shard file (`_written_shards`) and add each one's record and statistics to
+    its stream's entry in `stats`."""
+    for (epoch, rank, *_), out in zip(tasks, _written_shards(tasks, workers)):
+        s = stats[epoch, rank]
+        s["files"].append(out["record"])
+        s["minibatches"] += out["record"]["minibatches"]
+        for key in ("seeds", "sampled_edges", "gathered_rows", "remote_rows"):
+            if key in s:
+                s[key] += out[key]
+        step_shares.extend(out["step_shares"])
+        pid, held = out["private"] or (None, None)
+        if held is not None:
+            private[pid] = max(private.get(pid, 0), held)
+        progress.advance(out["record"]["minibatches"])
+
+
 def write_minibatch_shards(
     inputs: ShardInputs,
     out_dir: str | os.PathLike,
@@ -169,22 +188,12 @@ def write_minibatch_shards(
             for s in stats.values():
                 s["gathered_rows"] = s["remote_rows"] = 0
         progress = Progress("sampling", per_rank * cfg.world_size * cfg.epochs, log, unit="minibatches")
-        _JOB.update(sampler=sampler, cfg=cfg, root=tmp, measure=measure)
-        try:
-            for (epoch, rank, *_), out in zip(tasks, _written_shards(tasks, workers)):
-                s = stats[epoch, rank]
-                s["files"].append(out["record"])
-                s["minibatches"] += out["record"]["minibatches"]
-                for key in ("seeds", "sampled_edges", "gathered_rows", "remote_rows"):
-                    if key in s:
-                        s[key] += out[key]
-                step_shares.extend(out["step_shares"])
-                pid, held = out["private"] or (None, None)
-                if held is not None:
-                    private[pid] = max(private.get(pid, 0), held)
-                progress.advance(out["record"]["minibatches"])
-        finally:
-            _JOB.clear()
+        with _JOB_LOCK:  # one job at a time per process: the workers read _JOB
+            _JOB.update(sampler=sampler, cfg=cfg, root=tmp, measure=measure)
+            try:
+                _gather(tasks, workers, stats, step_shares, private, progress)
+            finally:
+                _JOB.clear()
         streams = list(stats.values())
         for s in streams:
             s["bytes"] = sum(f["bytes"] for f in s["files"])
