@@ -67,8 +67,7 @@ def parse_gnu_time(text: str) -> dict:
 
 
 def asset_stats(home: Path, dataset: str, stage: str) -> dict:
-    """The step's own seconds and peak RSS from `<home>/<dataset>/<stage>/run_stats.json`
-    (plus, for minibatch_shards, what its forked sampling workers held of their own)."""
+    """The step's own seconds and peak RSS from `<home>/<dataset>/<stage>/run_stats.json`."""
     path = home / dataset / stage / "run_stats.json"
     if not path.is_file():
         return {}
@@ -82,8 +81,6 @@ def asset_stats(home: Path, dataset: str, stage: str) -> dict:
         if isinstance(stats.get(key), (int, float)):
             found["asset_peak_rss_bytes"] = int(stats[key])
             break
-    if "asset_peak_rss_bytes" in found and isinstance(stats.get("workers_private_rss_bytes"), int):
-        found["asset_peak_rss_bytes"] += stats["workers_private_rss_bytes"]  # forked workers' own memory
     found["run_stats"] = stats
     return found
 

@@ -122,15 +122,14 @@ def _ours_write(can: str, adj: str, out: str, cfg_kw: dict, queue) -> None:
     import dgl  # noqa: F401  (our samplers import it on first use: before the clock, as on DGL's side)
 
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-    from graphs.storage import peak_rss_bytes
 
     inputs = load_shard_inputs(can, adj)
     t = time.perf_counter()
     m = write_minibatch_shards(inputs, Path(out), ShardConfig(**cfg_kw))
     seconds = time.perf_counter() - t
     keep = ("seeds", "sampled_edges", "bytes", "bytes_per_sampled_edge")
-    # the stage's memory: its own process's peak plus what its forked workers held of their own
-    rss = peak_rss_bytes() + m["workers_private_rss_bytes"]
+    # the stage's memory, its forked workers' own included (the manifest's peak)
+    rss = m["peak_rss_bytes"]
     queue.put({"seconds": seconds, "rss": rss, "workers": m["sampling_processes"], **{k: m[k] for k in keep}})
 
 

@@ -229,7 +229,8 @@ def write_minibatch_shards(
             "seconds": round(seconds, 3),
             "seeds_per_second": round(seeds / seconds, 1) if seconds > 0 else 0.0,
             "sampled_edges_per_second": round(edges / seconds, 1) if seconds > 0 else 0.0,
-            "peak_rss_bytes": peak_rss_bytes(),
+            # the stage's memory: this process's peak plus what its forked workers held of their own
+            "peak_rss_bytes": peak_rss_bytes() + sum(private.values()),
             # run statistics (`graphs.storage.is_run_statistic`): the files are the same for any number
             "sampling_processes": workers,
             # what the forked workers held beside this process's pages, which they share (summed
