@@ -23,11 +23,21 @@ w_ij · D_r[i]^-1/2 · D_c[j]^-1/2. Since w_ij <= D_r[i] and w_ij <= D_c[j], eve
 still lies in (0, 1] and λmax <= 1. With all weights 1 (and s = 1) Â equals the
 unweighted one bit for bit. The self-loop weight also applies to unweighted graphs.
 
+Â factors when the graph is unweighted and the self loop's weight is 1 (or there are no self
+loops): every entry is then float32(row_scale[i] · col_scale[j]) ('both') or
+float32(row_scale[i]) ('right'), one float64 product rounded once, exactly as weights.npy is
+computed. The two vectors are written beside it (`load_scale_factors`), so that a sampled
+block can be stored without its per-edge weights and have them recomputed bit for bit
+(`graphs.shard_format`, weight encoding ``factors``).
+
 Files written (format version 1) into `<out_dir>/`:
     indptr.npy    int64   [n + 1]   row i is indices[indptr[i]:indptr[i+1]]
     indices.npy   int32   [nnz]     column ids, ascending within a row (int64 when n >= 2^31)
     weights.npy   float32 [nnz]     Â's entries, aligned with indices
-    summary.json  counts, settings ("degree_norm", "add_self_loops", "format_version"), timings
+    row_scale.npy float64 [n]       when Â factors (below): D_r^-1/2 ('both') or D_r^-1 ('right')
+    col_scale.npy float64 [n]       'both' on a directed graph only: D_c^-1/2 (else it equals the row's)
+    summary.json  counts, settings ("degree_norm", "add_self_loops", "format_version"), timings,
+                  ``scale_factors`` (the factor files, or null)
 where nnz = edges + n with self loops (every node gets exactly one, isolated nodes too:
 their only entry is Â[i, i] = 1), and nnz = edges without.
 
@@ -42,6 +52,7 @@ is O(n) plus one batch, whatever the edge count.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import warnings
@@ -56,6 +67,8 @@ from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 FORMAT_VERSION = 1
 NORMS = ("both", "right")
+ROW_SCALE_FILE = "row_scale.npy"
+COL_SCALE_FILE = "col_scale.npy"
 
 
 @dataclass(kw_only=True)
@@ -134,6 +147,48 @@ def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True, n: int | None 
             f"{d / 'indptr.npy'}: {csr.n} rows but the canonical graph has {n} nodes; re-materialize normalized_adjacency"
         )
     return csr
+
+
+class ScaleFactors(NamedTuple):
+    """Â's entry (i, j) = float32(row[i] · col[j]), or float32(row[i]) when ``col`` is None
+    ('right'); ``col is row`` for a symmetric Â. The paths are the files they were read from."""
+
+    row: np.ndarray
+    col: np.ndarray | None
+    row_path: Path
+    col_path: Path | None
+
+
+def load_scale_factors(adjacency_dir: str | os.PathLike, n: int | None = None) -> ScaleFactors | None:
+    """Â's row and column scales when it factors (module docstring), memory-mapped; None when
+    it does not (a weighted graph, another self-loop weight, or a folder written before them)."""
+    d = Path(adjacency_dir)
+    summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+    entry = summary.get("scale_factors")
+    if not entry:
+        return None
+    loaded = {}
+    for name in (entry["row"], entry["col"]):
+        if name is None or name in loaded:
+            continue
+        if name not in (ROW_SCALE_FILE, COL_SCALE_FILE):
+            raise ValueError(f"{d / 'summary.json'}: scale_factors names {name!r}; re-materialize normalized_adjacency")
+        path = d / name
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: missing; re-materialize normalized_adjacency")
+        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        if arr.dtype != np.float64 or arr.ndim != 1 or (n is not None and len(arr) != n):
+            raise ValueError(
+                f"{path}: {arr.dtype} {list(arr.shape)}, expected float64 [{n}]; re-materialize normalized_adjacency"
+            )
+        loaded[name] = arr
+    col = entry["col"]
+    return ScaleFactors(
+        loaded[entry["row"]],
+        None if col is None else loaded[col],
+        d / entry["row"],
+        None if col is None else d / col,
+    )
 
 
 def edge_degrees(
@@ -252,6 +307,15 @@ def build_normalized_adjacency(
         for arr in (indptr, indices, weights):
             arr.flush()
         del indptr, indices, weights
+        factors = None
+        if not weighted and loop_w in (0.0, 1.0):  # Â = diag(row) (A + I) diag(col), entry by entry
+            np.save(tmp / ROW_SCALE_FILE, row_scale)
+            col_file = None
+            if col_scale is not None:
+                col_file = ROW_SCALE_FILE if np.array_equal(col_scale, row_scale) else COL_SCALE_FILE
+                if col_file == COL_SCALE_FILE:
+                    np.save(tmp / COL_SCALE_FILE, col_scale)
+            factors = {"row": ROW_SCALE_FILE, "col": col_file}
 
         seconds = time.perf_counter() - t0
         nonempty = row_len > 0
@@ -266,6 +330,7 @@ def build_normalized_adjacency(
             "weighted": weighted,
             "symmetrized": symmetric,
             "index_dtype": np.dtype(index_dtype).name,
+            "scale_factors": factors,
             "isolated_nodes": int(np.count_nonzero((out_deg == 0) & (in_deg == 0))),
             "empty_rows": int(np.count_nonzero(~nonempty)),
             "max_row_length": int(row_len.max()) if n else 0,

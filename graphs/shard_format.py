@@ -28,13 +28,19 @@ nodes are the first ``num_dst`` source nodes, and block ``l``'s destinations are
 ``l + 1``'s sources, so the one array ``input_nodes`` of global ids names the nodes of
 every block. Edge weights are stored in one of `WEIGHT_ENCODINGS`: ``fp32`` (``weight``)
 or ``int8`` (``weight_q`` int8 per edge and ``weight_scale`` float32 per destination,
-symmetric per row: weight = q * scale[dst], `graphs.quantize.quantize_int8_rows_csr`).
+symmetric per row: weight = q * scale[dst], `graphs.quantize.quantize_int8_rows_csr`) or
+``factors``: none per edge. Where Â factors (an unweighted graph, `graphs.normalize`), its
+entry of block edge u -> v is float32(row[v] · col[u]) (float32(row[v]) without ``col``), from
+normalized_adjacency's two float64 vectors over all nodes that the manifest's
+``weight_factors`` names (`open_weight_factors`), gathered for a minibatch's ``input_nodes``
+when a layer needs the weights: bit for bit what ``weight`` would hold, at no byte per edge.
 The weights are Â's entries; the sampler's correction (inverse inclusion probability) is
 stored on its own (``correction``, FP32), so each layer type applies it its own way
 (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c, SAGE-mean the c-weighted mean).
 Version 3 split the correction out of the weights (version 2 stored Â·c as ``weight``);
 version 5 stores it as two values per destination (``correction_first``, ``correction_rest``)
-when that is exact (`compact_correction`; the reader expands it).
+when that is exact (`compact_correction`; the reader expands it); version 6 added the
+``factors`` weight encoding.
 
 Features are not copied into the shards: the manifest's ``features`` entry
 (`features_entry`) names either the canonical graph's FP32 ``features.npy`` or the
@@ -99,6 +105,8 @@ __all__ = [
     "encode_shard",
     "features_entry",
     "open_features",
+    "open_weight_factors",
+    "weight_factors_entry",
     "index_dtype",
     "minibatch_key",
     "read_manifest",
@@ -110,18 +118,19 @@ __all__ = [
     "write_manifest",
 ]
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """Version of the files this code writes (2: features referenced from compressed_graph in
 any of its encodings and with its transform; ``weight_encoding`` in the manifest; 3: the
 SHA-256 of every upstream file read (``upstream``), run statistics moved to run_stats.json;
 4: link-prediction shards: ``pos_pairs`` / ``neg_pairs`` per minibatch, ``task`` and ``link``
 in the manifest; 5: a block's correction stored per destination (``correction_first`` +
-``correction_rest``) when that holds it exactly, as for uniform neighbour sampling)."""
+``correction_rest``) when that holds it exactly, as for uniform neighbour sampling; 6: weight
+encoding ``factors``, no weight per edge where Â factors, ``weight_factors`` in the manifest)."""
 SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
 """Version of the files this code reads (only its own: a format change re-samples)."""
 
 MANIFEST_NAME = "manifest.json"
-WEIGHT_ENCODINGS = ("fp32", "int8")
+WEIGHT_ENCODINGS = ("fp32", "int8", "factors")
 FEATURE_ENCODINGS = ("fp32", "compressed")
 
 HEADER_KEYS = {
@@ -187,6 +196,7 @@ BLOCK_ENTRIES = {
     ),
     "weight_q": Entry("int8 [nnz] with weight encoding int8", required=False),
     "weight_scale": Entry("float32 [num_dst] with weight encoding int8: weight = q * scale[dst]", required=False),
+    # weight encoding factors: no weight entry (the manifest's weight_factors hold them)
 }
 
 # Block entries read and written by name above; any other optional entry of BLOCK_ENTRIES
@@ -225,7 +235,12 @@ MANIFEST_KEYS = {
     "num_classes": ManifestKey("classes of the labels"),
     "feature_dim": ManifestKey("D, 0 without features"),
     "train_nodes": ManifestKey("T, training nodes (split train, label >= 0)"),
-    "weight_encoding": ManifestKey("fp32 | int8 edge-weight encoding in the shards"),
+    "weight_encoding": ManifestKey("fp32 | int8 | factors: the edge-weight encoding of the shards"),
+    "weight_factors": ManifestKey(
+        "weight encoding factors only: {row: path, col: path or null} of normalized_adjacency's float64 scale"
+        " vectors (relative to the manifest's folder; col = row for a symmetric Â, null for 'right')",
+        required=False,
+    ),
     "self_loops": ManifestKey("whether every block holds each destination's self loop"),
     "features": ManifestKey(
         "null, or {encoding: fp32, path: canonical features.npy} or {encoding: compressed, path: compressed_graph"
@@ -339,7 +354,8 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
 
     `mb` has ``input_nodes``, ``seeds``, ``seed_pos``, ``labels``, ``loss_weight`` (or
     None) and ``blocks``, each block with ``indptr``, ``indices``, ``num_src``,
-    ``num_dst``, ``weight`` and ``correction`` (float32 per edge) — `graphs.sampling.SampledMinibatch`.
+    ``num_dst``, ``weight`` (float32 per edge; not read, and may be None, with weight
+    encoding ``factors``) and ``correction`` (float32 per edge) — `graphs.sampling.SampledMinibatch`.
     """
     if weight_encoding not in WEIGHT_ENCODINGS:
         raise ValueError(f"weight encoding {weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
@@ -377,7 +393,7 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
             qw, scale = quantize_int8_rows_csr(b.indptr, b.weight)
             out[block_key(i, layer, "weight_q")] = qw
             out[block_key(i, layer, "weight_scale")] = scale
-        else:
+        elif weight_encoding == "fp32":
             out[block_key(i, layer, "weight")] = b.weight
         for name in BLOCK_ENTRIES:
             value = None if name in _BLOCK_CORE else getattr(b, name, None)
@@ -432,6 +448,15 @@ def features_entry(
     }
 
 
+def weight_factors_entry(folder: Path, row: Path, col: Path | None) -> dict:
+    """The manifest's ``weight_factors`` entry: Â's row and column scale files (`graphs.normalize`,
+    ``col`` None for 'right'), relative to `folder`, where the manifest will live."""
+    return {
+        "row": os.path.relpath(row, folder),
+        "col": None if col is None else os.path.relpath(col, folder),
+    }
+
+
 def _load_compressed(compressed_dir: Path | None, what: str) -> EncodedFeatures | None:
     from graphs.compress import load_features
 
@@ -457,7 +482,7 @@ def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
 # graphs.compress (FEATURE_FILES, SCALES_FILE) and hashed when the features are referenced.
 UPSTREAM_FILES = {
     "canonical_graph": ("nodes.parquet", "features.npy"),
-    "normalized_adjacency": ("indptr.npy", "indices.npy", "weights.npy"),
+    "normalized_adjacency": ("indptr.npy", "indices.npy", "weights.npy", "row_scale.npy", "col_scale.npy"),
 }
 
 
@@ -650,11 +675,41 @@ def open_features(manifest: dict, root: str | os.PathLike) -> EncodedFeatures | 
     return feats
 
 
+def open_weight_factors(manifest: dict, root: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """(row, col) float64 [n] memory-mapped, that the manifest in `root` names for weight
+    encoding ``factors`` (``col`` is ``row`` for a symmetric Â, None for 'right'); None for
+    another encoding. Refuses a missing file, or one of another dtype or length."""
+    if manifest.get("weight_encoding") != "factors":
+        return None
+    entry = manifest.get("weight_factors")
+    if not isinstance(entry, dict) or "row" not in entry:
+        raise ShardError(f"{Path(root) / MANIFEST_NAME}: weight encoding factors without weight_factors")
+    n, loaded = int(manifest["n"]), {}
+    for key in ("row", "col"):
+        rel = entry.get(key)
+        if rel is None or rel in loaded:
+            continue
+        path = Path(root) / rel
+        try:
+            arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        except FileNotFoundError:
+            raise ShardError(f"{path}: scale file named by the manifest is missing; re-materialize") from None
+        if arr.dtype != np.float64 or arr.shape != (n,):
+            raise ShardError(
+                f"{path}: {arr.dtype} {list(arr.shape)} but the manifest expects float64 [{n}]; it changed since "
+                "the shards were written; re-materialize minibatch_shards"
+            )
+        loaded[rel] = arr
+    col = entry.get("col")
+    return loaded[entry["row"]], None if col is None else loaded[col]
+
+
 @dataclass
 class StoredBlock:
     """One block as stored (NumPy views into the shard): CSC over the destination nodes.
 
-    Exactly one of ``weight`` (fp32) or ``weight_q`` + ``weight_scale`` (int8) is set.
+    Exactly one of ``weight`` (fp32) or ``weight_q`` + ``weight_scale`` (int8) is set, or
+    neither (weight encoding ``factors``: `open_weight_factors`).
     """
 
     indptr: np.ndarray
@@ -671,9 +726,10 @@ class StoredBlock:
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     """Optional entries of BLOCK_ENTRIES beyond the core ones, by name (see `_BLOCK_CORE`)."""
 
-    def decoded_weight(self) -> np.ndarray:
-        """float32 [nnz] edge weights (int8 decoded through `graphs.quantize`)."""
-        if self.weight is not None:
+    def decoded_weight(self) -> np.ndarray | None:
+        """float32 [nnz] edge weights (int8 decoded through `graphs.quantize`); None with weight
+        encoding ``factors``."""
+        if self.weight is not None or self.weight_q is None:
             return self.weight
         from graphs.quantize import dequantize_int8_rows_csr
 
@@ -694,8 +750,12 @@ class StoredMinibatch:
     """Optional entries of MINIBATCH_ENTRIES beyond the core ones (link prediction's pairs)."""
 
 
-def decode_minibatch(arrays: dict[str, np.ndarray], i: int, num_blocks: int) -> StoredMinibatch:
-    """Minibatch `i` of a shard file's arrays (`read_shard`), `num_blocks` blocks of it.
+def decode_minibatch(
+    arrays: dict[str, np.ndarray], i: int, num_blocks: int, weight_encoding: str = "fp32"
+) -> StoredMinibatch:
+    """Minibatch `i` of a shard file's arrays (`read_shard`), `num_blocks` blocks of it, stored
+    in the manifest's `weight_encoding` (fp32 and int8 files are told apart by their entries;
+    ``factors`` files hold no weights).
 
     A missing required entry raises KeyError naming the key.
     """
@@ -707,7 +767,7 @@ def decode_minibatch(arrays: dict[str, np.ndarray], i: int, num_blocks: int) -> 
     for layer in range(num_blocks):
         weight = optional(block_key(i, layer, "weight"))
         weight_q = weight_scale = None
-        if weight is None:
+        if weight is None and weight_encoding != "factors":
             weight_q, weight_scale = (
                 arrays[block_key(i, layer, "weight_q")],
                 arrays[block_key(i, layer, "weight_scale")],

@@ -18,6 +18,7 @@ from graphs.normalize import (
     build_normalized_adjacency,
     largest_eigenvalue,
     load_csr,
+    load_scale_factors,
     perron_guess,
     spectral_radius_bound,
     weight_stats,
@@ -249,6 +250,38 @@ def test_all_one_weights_equal_the_unweighted_adjacency(tmp_path):
         a, b = load_csr(tmp_path / f"adj-w-{norm}"), load_csr(tmp_path / f"adj-u-{norm}")
         for x, y in zip(a, b):
             np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize("symmetrize", [True, False])
+@pytest.mark.parametrize("norm", ["both", "right"])
+@pytest.mark.parametrize("loops", [True, False])
+def test_scale_factors_give_every_entry_bit_for_bit(tmp_path, norm, symmetrize, loops):
+    canonical = canonical_random(tmp_path, symmetrize=symmetrize, seed=4)
+    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig(degree_norm=norm, add_self_loops=loops))
+    csr, f = load_csr(tmp_path / "adj"), load_scale_factors(tmp_path / "adj", n=300)
+    rows = np.repeat(np.arange(csr.n), np.diff(csr.indptr))
+    cols = np.asarray(csr.indices)
+    if norm == "right":
+        assert f.col is None and f.col_path is None
+        got = f.row[rows].astype(np.float32)
+    else:
+        # a symmetric Â keeps one vector: the column scale is the row scale
+        assert (f.col is f.row) == symmetrize and (f.col_path == f.row_path) == symmetrize
+        got = (f.row[rows] * f.col[cols]).astype(np.float32)
+    np.testing.assert_array_equal(got, np.asarray(csr.weights))  # exactly, not within a tolerance
+
+
+def test_no_scale_factors_where_the_entries_do_not_factor(tmp_path):
+    weighted = canonical_weighted(tmp_path, "w", lambda rng, m: rng.lognormal(0.0, 1.5, m))
+    s = build_normalized_adjacency(weighted, tmp_path / "adj-w")
+    assert s["scale_factors"] is None and load_scale_factors(tmp_path / "adj-w") is None
+    canonical = canonical_random(tmp_path)
+    s = build_normalized_adjacency(canonical, tmp_path / "adj-s", AdjacencyConfig(self_loop_weight=2.0))
+    assert s["scale_factors"] is None and not (tmp_path / "adj-s" / "row_scale.npy").exists()
+    build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig())
+    np.save(tmp_path / "adj" / "row_scale.npy", np.ones(299))  # a file that no longer matches
+    with pytest.raises(ValueError, match="row_scale.npy.*re-materialize normalized_adjacency"):
+        load_scale_factors(tmp_path / "adj", n=300)
 
 
 def test_heavy_edges_get_larger_entries(tmp_path):

@@ -239,7 +239,7 @@ def test_neighbor_blocks_equal_dgl_sampler_blocks_with_adjacency_weights(sbm, tm
 
 
 def test_importance_weights_make_the_aggregation_unbiased(sbm, dense_adj):
-    cfg = ShardConfig(sampler="importance", fanouts="5", importance_nodes=40)
+    cfg = ShardConfig(sampler="importance", fanouts="5", importance_nodes=40, weight_encoding="fp32")
     sampler = MinibatchSampler(sbm["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(sbm["n"], 3))
     targets = sbm["inputs"].train_nodes[:16]
@@ -281,7 +281,7 @@ def test_cluster_gcn_blocks_are_adjacency_restricted_to_the_clusters(sbm, tmp_pa
 
 
 def test_saint_normalizations_estimate_the_mean_loss_and_rescale_edges(sbm, tmp_path):
-    cfg = ShardConfig(sampler="saint", saint_budget=150, saint_coverage=60, fanouts="5,5")
+    cfg = ShardConfig(sampler="saint", saint_budget=150, saint_coverage=60, fanouts="5,5", weight_encoding="fp32")
     sampler = MinibatchSampler(sbm["inputs"], cfg)
     train = sbm["inputs"].train_nodes
     node_loss = np.random.default_rng(2).uniform(0.5, 2.0, size=sbm["n"])
@@ -403,6 +403,23 @@ def test_int8_weights_and_features_decode_close_to_fp32(sbm, tmp_path):
     for a, b in zip(ShardStream(out8, 0, 1), on_device):
         assert torch.allclose(a.x, b.x, atol=1e-6)
         assert all(torch.allclose(x.edge_weight, y.edge_weight, atol=1e-7) for x, y in zip(a.blocks, b.blocks))
+
+
+@pytest.mark.parametrize("weight_encoding", ["auto", "int8"])
+def test_pinned_host_batches_keep_every_block_field(sbm, tmp_path, monkeypatch, weight_encoding):
+    """The CUDA path pins each host batch before its copy (`pin_memory` needs CUDA, so a copy
+    stands in for it here): the pinned batch gives the same minibatch."""
+    out, _ = _shards(sbm, tmp_path, sampler="neighbor", weight_encoding=weight_encoding, epochs=1)
+    plain = ShardStream(out, 0, 0)
+    pinned = ShardStream(out, 0, 0)
+    pinned.pin, pinned.decode_on_host = True, False
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: t.clone())
+    for a, b in zip(plain, pinned):
+        assert torch.equal(a.x, b.x) and torch.equal(a.input_nodes, b.input_nodes)
+        for x, y in zip(a.blocks, b.blocks):
+            assert torch.equal(x.indices, y.indices) and torch.equal(x.correction, y.correction)
+            assert x.correction_per_dst == y.correction_per_dst
+            assert torch.allclose(x.edge_weight, y.edge_weight, atol=1e-7)
 
 
 def test_compressed_features_are_referenced_with_one_layout(sbm, tmp_path):
@@ -615,7 +632,7 @@ def test_each_layer_type_corrects_the_sample_to_the_full_aggregation(sbm, dense_
     from training.blocks import Block
     from training.layers import sampled_edge_weight
 
-    cfg = ShardConfig(sampler=sampler_name, fanouts="3", importance_nodes=40)
+    cfg = ShardConfig(sampler=sampler_name, fanouts="3", importance_nodes=40, weight_encoding="fp32")
     sampler = MinibatchSampler(sbm["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(sbm["n"], 3))
     pattern = (dense_adj != 0).astype(np.float64)  # A + I
@@ -680,7 +697,7 @@ def test_weight_proportional_neighbor_sampling_is_unbiased_and_prefers_heavy_edg
     d = weighted_sbm
     a = d["dense"]
     off = a - np.diag(np.diag(a))
-    cfg = ShardConfig(fanouts="3", neighbor_prob="weight", self_loops=False)
+    cfg = ShardConfig(fanouts="3", neighbor_prob="weight", self_loops=False, weight_encoding="fp32")
     sampler = MinibatchSampler(d["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(d["n"], 3))
     targets = d["inputs"].train_nodes[:24]
@@ -707,3 +724,39 @@ def test_weight_proportional_neighbor_sampling_is_unbiased_and_prefers_heavy_edg
 def test_neighbor_prob_validated():
     with pytest.raises(ValueError, match="neighbor_prob='importance'"):
         ShardConfig(neighbor_prob="importance")
+
+
+@pytest.mark.parametrize("sampler", ["neighbor", "importance", "cluster_gcn", "saint"])
+def test_factored_weights_are_the_stored_weights_bit_for_bit(sbm, tmp_path, sampler):
+    """weight_encoding 'auto' on an unweighted graph stores no weight per edge: training
+    recomputes Â's entries from normalized_adjacency's scales, equal to the fp32 shards' ones."""
+    kw = {"sampler": sampler, "importance_nodes": 40}
+    out, m = _shards(sbm, tmp_path / "auto", **kw)
+    out32, m32 = _shards(sbm, tmp_path / "fp32", weight_encoding="fp32", **kw)
+    assert m["weight_encoding"] == "factors" and m32["weight_encoding"] == "fp32"
+    assert m["weight_factors"]["row"].endswith("row_scale.npy") and "weight_factors" not in m32
+    assert any(u["path"].endswith("row_scale.npy") for u in m["upstream"])
+    assert m["sampled_edges"] == m32["sampled_edges"] and m["bytes"] < m32["bytes"] - 3 * m["sampled_edges"]
+    a, b = _read_all(out, m), _read_all(out32, m32)
+    for key in a:
+        for x, y in zip(a[key], b[key]):
+            assert torch.equal(x.input_nodes, y.input_nodes)
+            for bx, by in zip(x.blocks, y.blocks):
+                assert bx.weight_factors is not None and by.weight_factors is None
+                assert torch.equal(bx.indices, by.indices)
+                assert bx.edge_weight.dtype == torch.float32 and torch.equal(bx.edge_weight, by.edge_weight)
+
+
+def test_factored_shards_refuse_a_changed_scale_file(sbm, tmp_path):
+    import shutil
+
+    adj = tmp_path / "adjacency"
+    shutil.copytree(sbm["adjacency"], adj)
+    inputs = load_shard_inputs(sbm["canonical"], adj)
+    out = tmp_path / "shards"
+    write_minibatch_shards(inputs, out, ShardConfig(fanouts="5,5", batch_size=64))
+    np.save(adj / "row_scale.npy", np.ones(sbm["n"] + 1))
+    with pytest.raises(ShardError, match="row_scale.npy.*re-materialize"):
+        ShardStream(out, 0, 0)
+    with pytest.raises(ShardError, match="normalized_adjacency was re-materialized"):
+        read_manifest(out, verify_upstream_files=True)

@@ -74,7 +74,10 @@ def test_adaptive_neighbour_sampling_is_unbiased(graph, tmp_path):
     inputs = load_shard_inputs(graph["canonical"], graph["adjacency"], node_scores=tmp_path / "scores.npz")
     np.testing.assert_allclose(inputs.node_scores, g)
     sampler = MinibatchSampler(
-        inputs, ShardConfig(fanouts="2", neighbor_prob="adaptive", adaptive_alpha=0.3, self_loops=False)
+        inputs,
+        ShardConfig(
+            fanouts="2", neighbor_prob="adaptive", adaptive_alpha=0.3, self_loops=False, weight_encoding="fp32"
+        ),
     )
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(n, 3))
     deg = np.count_nonzero(off, axis=1)

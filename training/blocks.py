@@ -7,7 +7,9 @@ flow graph) stored in CSC form over its destination nodes:
   ``indptr[v]:indptr[v + 1]``;
 - ``indices`` int64 ``[num_edges]``: the local source index (``0..num_src-1``) of each edge;
 - ``edge_weight`` float32 ``[num_edges]`` or None (e.g. the normalized adjacency weights
-  of ``D^-1/2 (A + I) D^-1/2``);
+  of ``D^-1/2 (A + I) D^-1/2``); a block read from shards of weight encoding ``factors``
+  carries ``weight_factors`` (:class:`NodeScales`) instead and computes them, bit for bit, on
+  first access (a layer that never reads them never pays for them);
 - ``correction`` float32 ``[num_edges]`` or None: a sampled block's per-edge sampling
   correction (inverse inclusion probability, `graphs.shard_format`), which each layer type
   applies in its own way (`training.layers.sampled_edge_weight`); None on a full graph;
@@ -36,6 +38,7 @@ import torch
 
 __all__ = [
     "Block",
+    "NodeScales",
     "CSRStructure",
     "correction_is_per_dst",
     "block_from_csr",
@@ -48,6 +51,52 @@ __all__ = [
 ]
 
 
+class NodeScales:
+    """Â's row and column scales (`graphs.shard_format`, weight encoding ``factors``) of one
+    minibatch's nodes: Â's entry of block edge u -> v is float32(row[v] · col[u]) (float32(row[v])
+    without ``col``), u and v positions in ``nodes``. Gathered from the [n] vectors on first use,
+    once per device, and shared by the minibatch's blocks (each block's nodes are a prefix)."""
+
+    def __init__(self, row: np.ndarray, col: np.ndarray | None, nodes: np.ndarray):
+        self.row, self.col, self.nodes = row, col, nodes
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor | None]] = {}
+
+    def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(row, col) float64 over ``nodes`` on ``device`` (col is row for a symmetric Â)."""
+        got = self._on.get(device)
+        if got is None:
+            row = torch.from_numpy(np.take(self.row, self.nodes)).to(device)
+            col = None
+            if self.col is not None:
+                col = row if self.col is self.row else torch.from_numpy(np.take(self.col, self.nodes)).to(device)
+            got = self._on[device] = (row, col)
+        return got
+
+    def edge_weights(self, block: "Block") -> torch.Tensor:
+        """float32 ``[num_edges]``: Â's entries of ``block``'s edges, as weights.npy holds them."""
+        row, col = self.on(block.device)
+        w = row[: block.num_dst][block.dst_ids()]
+        if col is not None:
+            w = w * col[: block.num_src][block.indices]  # one float64 product, rounded once
+        return w.to(torch.float32)
+
+
+class _EdgeWeight:
+    """``Block.edge_weight``: the weights it was given, or those its ``weight_factors`` compute
+    on first access (then kept). As a dataclass field's default, it makes the default None."""
+
+    def __get__(self, block, owner=None):
+        if block is None:
+            return None
+        w = block.__dict__.get("_edge_weight")
+        if w is None and block.weight_factors is not None:
+            w = block.__dict__["_edge_weight"] = block.weight_factors.edge_weights(block)
+        return w
+
+    def __set__(self, block, value) -> None:
+        block.__dict__["_edge_weight"] = value
+
+
 @dataclass(eq=False)  # identity equality and hashing: a block is a graph, not a value
 class Block:
     """One message-flow layer in CSC form over its destination nodes (see module docstring)."""
@@ -56,9 +105,10 @@ class Block:
     indices: torch.Tensor
     num_src: int
     num_dst: int
-    edge_weight: torch.Tensor | None = None
+    edge_weight: torch.Tensor | None = _EdgeWeight()
     correction: torch.Tensor | None = None
     correction_per_dst: bool = False
+    weight_factors: NodeScales | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -82,10 +132,10 @@ class Block:
             raise ValueError(
                 f"Block correction has {self.correction.shape[0]} entries but the block has {self.indices.shape[0]} edges"
             )
-        if self.edge_weight is not None and self.edge_weight.shape[0] != self.indices.shape[0]:
+        weight = self.__dict__.get("_edge_weight")  # as given: factors are not computed here
+        if weight is not None and weight.shape[0] != self.indices.shape[0]:
             raise ValueError(
-                f"Block edge_weight has {self.edge_weight.shape[0]} entries but the block "
-                f"has {self.indices.shape[0]} edges"
+                f"Block edge_weight has {weight.shape[0]} entries but the block has {self.indices.shape[0]} edges"
             )
         # Checking indptr[-1] == len(indices) needs a device sync; do it on CPU only.
         if self.indptr.device.type == "cpu" and int(self.indptr[-1]) != self.indices.numel():
@@ -104,11 +154,14 @@ class Block:
     def to(self, device, non_blocking: bool = False) -> "Block":
         """The same block on ``device``: ``self`` (cache kept) when already there, else a
         new Block with an empty cache."""
-        tensors = (self.indptr, self.indices, self.edge_weight, self.correction)
-        moved = [None if t is None else t.to(device, non_blocking=non_blocking) for t in tensors]
+        tensors = (self.indptr, self.indices, self.__dict__.get("_edge_weight"), self.correction)
+        indptr, indices, weight, correction = moved = [
+            None if t is None else t.to(device, non_blocking=non_blocking) for t in tensors
+        ]
         if all(m is t for m, t in zip(moved, tensors)):
             return self
-        return Block(moved[0], moved[1], self.num_src, self.num_dst, moved[2], moved[3], self.correction_per_dst)
+        factors = self.weight_factors
+        return Block(indptr, indices, self.num_src, self.num_dst, weight, correction, self.correction_per_dst, factors)
 
     def in_degrees(self) -> torch.Tensor:
         """int64 ``[num_dst]``: number of in-edges of each destination node."""

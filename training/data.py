@@ -58,11 +58,12 @@ from graphs.shard_format import (
     ShardError,
     decode_minibatch,
     open_features,
+    open_weight_factors,
     read_manifest,
     read_shard,
     stream_record,
 )
-from training.blocks import Block, correction_is_per_dst
+from training.blocks import Block, NodeScales, correction_is_per_dst
 
 __all__ = [
     "FeatureRows",
@@ -210,6 +211,7 @@ class _HostBatch:
     blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale, correction, per_dst)
     x: torch.Tensor | None
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
+    scales: NodeScales | None = None  # weight encoding factors: Â's scales of input_nodes, gathered when used
 
 
 _END = object()
@@ -268,6 +270,8 @@ class ShardStream:
             self.features = FeatureRows(features, self.manifest, self.root)
         self.num_layers = int(self.manifest["num_layers"])
         self.shared_block = bool(self.manifest["shared_block"])
+        self.weight_encoding = self.manifest["weight_encoding"]
+        self.weight_factors = open_weight_factors(self.manifest, self.root)
         self.wait_seconds = 0.0
         self.load_seconds = 0.0
         self.bytes_read = 0
@@ -319,7 +323,7 @@ class ShardStream:
                 index += 1
 
     def _host_batch(self, a: dict[str, np.ndarray], i: int, index: int) -> _HostBatch:
-        mb = decode_minibatch(a, i, 1 if self.shared_block else self.num_layers)
+        mb = decode_minibatch(a, i, 1 if self.shared_block else self.num_layers, self.weight_encoding)
         t = torch.from_numpy
 
         def long(x: np.ndarray) -> torch.Tensor:  # NumPy's cast: torch's was ~100x slower on a busy CPU
@@ -328,7 +332,9 @@ class ShardStream:
         blocks = []
         for b in mb.blocks:
             weight = weight_q = scale = None
-            if b.weight is not None:
+            if self.weight_factors is not None:  # none stored: Â's scales give them (NodeScales)
+                pass
+            elif b.weight is not None:
                 weight = t(b.weight)
             elif self.decode_on_host:  # CPU training: decode here, in the prefetch thread
                 weight = t(b.decoded_weight())
@@ -361,6 +367,7 @@ class ShardStream:
             blocks=blocks,
             x=self.features.gather_host(nodes, decode=self.decode_on_host),
             extra={name: long(v) for name, v in mb.extra.items()},
+            scales=None if self.weight_factors is None else NodeScales(*self.weight_factors, nodes),
         )
         if self.pin:
             host = _pinned(host)
@@ -383,7 +390,7 @@ class ShardStream:
                 )
             else:
                 weight = mv(weight)
-            blocks.append(Block(indptr, indices, num_src, num_dst, weight, mv(correction), per_dst))
+            blocks.append(Block(indptr, indices, num_src, num_dst, weight, mv(correction), per_dst, h.scales))
         if self.shared_block:
             blocks = blocks * self.num_layers  # one object: its cached structure is shared
         input_nodes = mv(h.input_nodes)
@@ -464,7 +471,8 @@ def _pinned(h: _HostBatch) -> _HostBatch:
         seed_pos=pin(h.seed_pos),
         labels=pin(h.labels),
         loss_weight=pin(h.loss_weight),
-        blocks=[(pin(a), pin(b), c, d, pin(e), pin(f), pin(g), pin(k)) for a, b, c, d, e, f, g, k in h.blocks],
+        blocks=[tuple(pin(v) if isinstance(v, torch.Tensor) else v for v in block) for block in h.blocks],
         x=pin(h.x),
         extra={name: pin(v) for name, v in h.extra.items()},
+        scales=h.scales,
     )

@@ -103,6 +103,8 @@ No feature file is written here: the manifest names the canonical ``features.npy
 
 Edge weights with ``weight_encoding="int8"`` are quantized per block row here, from the
 block's FP32 weights (Â's entries of the sampled edges, self loops included).
+With ``weight_encoding="auto"`` (the default) and an unweighted graph no weight is stored:
+the samplers skip gathering them (weight encoding ``factors``, `graphs.shard_format`).
 
 Usage::
 

@@ -20,6 +20,16 @@ SAINT_MODES = ("node", "edge", "walk")
 PLACEMENTS = ("random", "partition")
 NEIGHBOR_PROBS = ("uniform", "weight", "adaptive")
 SEED_WEIGHTINGS = ("uniform", "class_balanced")
+# weight_encoding settings: 'auto' picks the stored encoding (`stored_weight_encoding`)
+WEIGHT_SETTINGS = ("auto",) + tuple(e for e in WEIGHT_ENCODINGS if e != "factors")
+
+
+def stored_weight_encoding(setting: str, factors_available: bool) -> str:
+    """The weight encoding (`graphs.shard_format.WEIGHT_ENCODINGS`) the shards are written in:
+    'factors' for 'auto' where Â has its scale factors, 'fp32' for 'auto' elsewhere, else the setting."""
+    if setting != "auto":
+        return setting
+    return "factors" if factors_available else "fp32"
 
 
 # ----------------------------------------------------------------------------- config
@@ -77,8 +87,13 @@ class ShardConfig:
         },
     )
     weight_encoding: str = field(
-        default="fp32",
-        metadata={"help": f"Edge-weight encoding in the shards, one of {WEIGHT_ENCODINGS} ('int8': + scale per row)."},
+        default="auto",
+        metadata={
+            "help": f"Edge-weight encoding in the shards, one of {WEIGHT_SETTINGS}: 'auto' stores none per edge "
+            "where Â factors into row and column scales (an unweighted graph: training recomputes each weight "
+            "bit for bit from normalized_adjacency's two vectors) and 'fp32' elsewhere; 'fp32' and 'int8' "
+            "(+ scale per row) store them per edge always."
+        },
     )
     feature_encoding: str = field(
         default="fp32",
@@ -201,8 +216,8 @@ class ShardConfig:
                 f"seed_weighting={self.seed_weighting!r} weights seed nodes; sampler={self.sampler!r} draws whole "
                 "subgraphs (use sampler 'neighbor' or 'importance')"
             )
-        if self.weight_encoding not in WEIGHT_ENCODINGS:
-            raise ValueError(f"weight_encoding={self.weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
+        if self.weight_encoding not in WEIGHT_SETTINGS:
+            raise ValueError(f"weight_encoding={self.weight_encoding!r} is not one of {WEIGHT_SETTINGS}")
         if self.feature_encoding == "int8":
             raise ValueError(
                 "feature_encoding='int8' is now 'compressed': the shards read compressed_graph's features "

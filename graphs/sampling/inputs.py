@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from graphs.canonical import read_summary
 from graphs.node_scores import mean_grad_norm, read_node_scores
-from graphs.normalize import load_csr
+from graphs.normalize import ScaleFactors, load_csr, load_scale_factors
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -37,6 +37,7 @@ class ShardInputs:
     compressed_dir: Path | None = None
     node_scores: np.ndarray | None = None  # g(v) float64 [n] of adaptive sampling (graphs.node_scores), when given
     node_scores_path: Path | None = None
+    scale_factors: ScaleFactors | None = None  # Â's row / column scales when it factors (graphs.normalize)
 
 
 def train_nodes_of(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
@@ -96,4 +97,5 @@ def load_shard_inputs(
         compressed_dir=Path(compressed_dir) if compressed_dir is not None else None,
         node_scores=scores,
         node_scores_path=Path(node_scores) if node_scores is not None else None,
+        scale_factors=load_scale_factors(adjacency, n=n),
     )

@@ -35,7 +35,7 @@ import numpy as np
 from graphs.negatives import EdgeKeys, NegativeSampler
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
-from graphs.sampling.samplers import MinibatchSampler, SampledMinibatch, _Adjacency
+from graphs.sampling.samplers import MinibatchSampler, SampledMinibatch
 from graphs.sampling.schedule import epoch_seed_batches
 
 __all__ = ["LinkMinibatch", "LinkSampler", "negative_sampler_for", "seed_edge_reverse", "write_link_shards"]
@@ -120,8 +120,7 @@ class LinkSampler(MinibatchSampler):
             raise ValueError(f"link prediction samples with sampler='neighbor', got {cfg.sampler!r}")
         # the state MinibatchSampler.sample_neighbor reads; no training nodes are needed
         self.inputs, self.log = inputs, log or (lambda msg: None)
-        self.adj = _Adjacency(inputs.indptr, inputs.indices, inputs.weights)
-        self.add_loops = cfg.self_loops and self.adj.has_self_loops
+        self._init_adjacency(inputs, cfg)
         self.is_train = np.zeros(inputs.n, dtype=bool)
         self._scratch = np.full(inputs.n, -1, dtype=np.int64)
         self.saint_info: dict = {}

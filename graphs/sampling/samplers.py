@@ -12,7 +12,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from graphs.quantize import csr_row_blocks
-from graphs.sampling.config import ShardConfig
+from graphs.sampling.config import ShardConfig, stored_weight_encoding
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.schedule import (
     epoch_cluster_groups,
@@ -35,7 +35,7 @@ class SampledBlock:
     indices: np.ndarray  # int32/int64 [nnz], local source index
     num_src: int
     num_dst: int
-    weight: np.ndarray  # float32 [nnz], Â's entries
+    weight: np.ndarray | None  # float32 [nnz], Â's entries; None where the shards store them as Â's factors
     correction_edges: np.ndarray | None = None  # float32 [nnz], the sampling correction (1 for self loops)
     # or (first, rest) float32 [num_dst], its stored per-destination form (`graphs.shard_format`)
     correction_compact: tuple[np.ndarray, np.ndarray] | None = None
@@ -85,12 +85,13 @@ def _indptr(counts: np.ndarray) -> np.ndarray:
 
 
 def insert_self_loops(
-    indptr: np.ndarray, src: np.ndarray, weight: np.ndarray, loop_weight: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    indptr: np.ndarray, src: np.ndarray, weight: np.ndarray | None, loop_weight: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """CSC (indptr, indices, weight) with an extra first edge v -> v in each destination's segment.
 
     `indptr` int64 [num_dst + 1] over `src` (local source ids) and `weight`;
-    `loop_weight` float32 [num_dst] is the weight of each new self loop.
+    `loop_weight` float32 [num_dst] is the weight of each new self loop. Without `weight`
+    (None) only the structure is built, and the weight returned is None.
     """
     num_dst = len(indptr) - 1
     new_indptr = indptr + np.arange(num_dst + 1, dtype=np.int64)
@@ -101,6 +102,8 @@ def insert_self_loops(
     out_src = np.empty(total, dtype=src.dtype)
     out_src[loops] = np.arange(num_dst, dtype=src.dtype)
     out_src[rest] = src
+    if weight is None:
+        return new_indptr, out_src, None
     out_w = np.empty(total, dtype=np.float32)
     out_w[loops] = loop_weight
     out_w[rest] = weight
@@ -234,8 +237,7 @@ class MinibatchSampler:
         self.log = log or (lambda msg: None)
         if len(inputs.train_nodes) == 0:
             raise ValueError("the graph has no training nodes (split 'train' with a label >= 0)")
-        self.adj = _Adjacency(inputs.indptr, inputs.indices, inputs.weights)
-        self.add_loops = cfg.self_loops and self.adj.has_self_loops
+        self._init_adjacency(inputs, cfg)
         self.is_train = np.zeros(inputs.n, dtype=bool)
         self.is_train[inputs.train_nodes] = True
         self._scratch = np.full(inputs.n, -1, dtype=np.int64)  # global -> local id, reset after use
@@ -267,6 +269,14 @@ class MinibatchSampler:
             self._cluster_start = dict(zip(ids.tolist(), zip(starts.tolist(), counts.tolist())))
         elif cfg.sampler == "saint":
             self._init_saint()
+
+    def _init_adjacency(self, inputs: ShardInputs, cfg: ShardConfig) -> None:
+        """Â split for sampling, and how the blocks carry its entries."""
+        self.adj = _Adjacency(inputs.indptr, inputs.indices, inputs.weights)
+        self.add_loops = cfg.self_loops and self.adj.has_self_loops
+        # 'factors': the blocks carry no per-edge weights, training recomputes them from Â's scales
+        self.weight_encoding = stored_weight_encoding(cfg.weight_encoding, inputs.scale_factors is not None)
+        self.edge_weights = self.weight_encoding != "factors"
 
     # ---- schedule
 
@@ -341,7 +351,7 @@ class MinibatchSampler:
         self,
         indptr: np.ndarray,
         src: np.ndarray,
-        weight: np.ndarray,
+        weight: np.ndarray | None,
         num_src: int,
         dst_global: np.ndarray,
         correction: np.ndarray | None = None,
@@ -349,16 +359,21 @@ class MinibatchSampler:
     ) -> SampledBlock:
         """Block from a CSC over the destinations (`dst_global` = their global ids), plus
         self loops (correction 1) when configured. `correction` per edge, or `correction_dst`
-        one value per destination (kept in that form, as the shards store it); neither = 1."""
+        one value per destination (kept in that form, as the shards store it); neither = 1.
+        Â's `weight` is dropped (and may be None) when the shards store Â's factors instead."""
         src = src.astype(index_dtype(num_src), copy=False)
-        weight = weight.astype(np.float32, copy=False)
         num_dst = len(indptr) - 1
         if correction is not None:
             correction = correction.astype(np.float32)
             if self.add_loops:
                 _, _, correction = insert_self_loops(indptr, src, correction, np.ones(num_dst, np.float32))
+        if not self.edge_weights:
+            weight = None
+        else:
+            weight = weight.astype(np.float32, copy=False)
         if self.add_loops:
-            indptr, src, weight = insert_self_loops(indptr, src, weight, self.adj.diag[dst_global])
+            loop_weight = None if weight is None else self.adj.diag[dst_global]
+            indptr, src, weight = insert_self_loops(indptr, src, weight, loop_weight)
         if correction is not None:
             return SampledBlock(indptr, src, int(num_src), num_dst, weight, correction_edges=correction)
         rest = np.ones(num_dst, np.float32) if correction_dst is None else correction_dst.astype(np.float32)
@@ -391,11 +406,14 @@ class MinibatchSampler:
         blocks = []
         for b, fanout in zip(dgl_blocks, self.cfg.fanout_list):
             indptr, src, local_eid = (t.numpy() for t in b.adj_tensors("csc"))
-            eid = b.edata[dgl.EID].numpy()  # positions in the off-diagonal CSR of Â
-            if not np.array_equal(local_eid, np.arange(len(local_eid))):  # DGL's fused blocks: in order
-                eid = eid[local_eid]
+            eid = None
+            if self.edge_weights or by_weight:
+                eid = b.edata[dgl.EID].numpy()  # positions in the off-diagonal CSR of Â
+                if not np.array_equal(local_eid, np.arange(len(local_eid))):  # DGL's fused blocks: in order
+                    eid = eid[local_eid]
             dst_global = input_nodes[: b.num_dst_nodes()]
-            weight = np.take(self.adj.weights, eid)  # ~25 % faster than fancy indexing here
+            # Â's entries (np.take: ~25 % faster than fancy indexing here), unless stored as its factors
+            weight = np.take(self.adj.weights, eid) if self.edge_weights else None
             correction = per_dst = None
             if by_weight and fanout != -1:
                 if self.cfg.neighbor_rescale:  # S_v / (q_vu · draws(v)) per drawn edge (Hansen-Hurwitz)
@@ -482,7 +500,7 @@ class MinibatchSampler:
             local[keep].astype(itype),
             m,
             m,
-            np.asarray(adj.full_weights[pos[keep]], dtype=np.float32),
+            np.asarray(adj.full_weights[pos[keep]], dtype=np.float32) if self.edge_weights else None,
             np.ones(int(keep.sum()), dtype=np.float32),  # an induced subgraph: nothing sampled per edge
         )
 

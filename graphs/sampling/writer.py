@@ -28,6 +28,7 @@ from graphs.shard_format import (
     features_entry,
     shard_relpath,
     upstream_hashes,
+    weight_factors_entry,
     write_manifest,
 )
 from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes, private_rss_bytes
@@ -63,7 +64,7 @@ def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
     rel = shard_relpath(epoch, rank, shard)
     path = root / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    size, digest = write_npz(path, encode_shard(batch, cfg.weight_encoding))
+    size, digest = write_npz(path, encode_shard(batch, sampler.weight_encoding))
     out["record"] = {"path": rel, "bytes": size, "sha256": digest, "minibatches": len(batch)}
     out["private"] = None
     if _JOB.get("forked"):  # a worker's own memory while the batch is held, on its 1st, 2nd, 4th, ... file
@@ -217,7 +218,7 @@ def write_minibatch_shards(
             "num_classes": inputs.num_classes,
             "feature_dim": inputs.feature_dim,
             "train_nodes": int(len(inputs.train_nodes)),
-            "weight_encoding": cfg.weight_encoding,
+            "weight_encoding": sampler.weight_encoding,
             "self_loops": sampler.add_loops,
             "features": features,
             "minibatches_per_epoch_per_rank": per_rank,
@@ -247,6 +248,9 @@ def write_minibatch_shards(
                 if path is not None
             },
         }
+        if sampler.weight_encoding == "factors":
+            factors = inputs.scale_factors
+            manifest["weight_factors"] = weight_factors_entry(final, factors.row_path, factors.col_path)
         manifest["upstream"] = upstream_hashes(
             final,
             {
