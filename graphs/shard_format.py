@@ -720,11 +720,20 @@ class StoredBlock:
     weight_q: np.ndarray | None = None
     weight_scale: np.ndarray | None = None
     correction: np.ndarray | None = None
+    """The correction per edge, when stored so (else None and ``correction_compact`` is set)."""
+    correction_compact: tuple[np.ndarray, np.ndarray] | None = None
+    """(``correction_first``, ``correction_rest``) when stored per destination (`expand_correction`)."""
     correction_per_dst: bool | None = None
     """Whether every in-edge of each destination has one correction, when the compact form
     told it without a pass over the edges (None: not known here)."""
     extra: dict[str, np.ndarray] = field(default_factory=dict)
     """Optional entries of BLOCK_ENTRIES beyond the core ones, by name (see `_BLOCK_CORE`)."""
+
+    def correction_per_edge(self) -> np.ndarray:
+        """float32 [nnz]: the correction of every edge, expanded from the compact form if need be."""
+        if self.correction is not None:
+            return self.correction
+        return expand_correction(self.indptr, *self.correction_compact)
 
     def decoded_weight(self) -> np.ndarray | None:
         """float32 [nnz] edge weights (int8 decoded through `graphs.quantize`); None with weight
@@ -773,13 +782,12 @@ def decode_minibatch(
                 arrays[block_key(i, layer, "weight_scale")],
             )
         indptr = arrays[block_key(i, layer, "indptr")]
-        correction, per_dst = optional(block_key(i, layer, "correction")), None
-        if correction is None:
-            first, rest = (
+        correction, compact, per_dst = optional(block_key(i, layer, "correction")), None, None
+        if correction is None:  # kept compact: a reader expands it when it needs it (correction_per_edge)
+            compact = first, rest = (
                 arrays[block_key(i, layer, "correction_first")],
                 arrays[block_key(i, layer, "correction_rest")],
             )
-            correction = expand_correction(indptr, first, rest)
             many = np.diff(indptr) > 1  # destinations whose first in-edge has others beside it
             per_dst = bool(np.array_equal(first[many], rest[many]))
         blocks.append(
@@ -792,6 +800,7 @@ def decode_minibatch(
                 weight_q=weight_q,
                 weight_scale=weight_scale,
                 correction=correction,
+                correction_compact=compact,
                 correction_per_dst=per_dst,
                 extra={
                     name: arrays[block_key(i, layer, name)]

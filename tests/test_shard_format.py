@@ -77,7 +77,9 @@ def test_encode_then_read_back_through_a_file(tmp_path, encoding):
         assert stored.indptr.tolist() == orig.indptr.tolist()
         assert stored.indices.tolist() == orig.indices.tolist()
         assert (stored.num_src, stored.num_dst) == (orig.num_src, orig.num_dst)
-        assert np.array_equal(stored.correction, orig.correction)  # FP32, on its own, whatever the weights' encoding
+        assert np.array_equal(
+            stored.correction_per_edge(), orig.correction
+        )  # FP32, on its own, whatever the weights' encoding
         w = stored.decoded_weight()
         if encoding == "fp32":
             assert stored.weight_q is None and np.array_equal(w, orig.weight)
@@ -108,9 +110,29 @@ def test_correction_is_stored_per_destination_only_where_that_is_exact():
         arrays = sf.encode_shard([mb], "fp32")
         assert ("mb0_l0_correction" in arrays) == (per_dst is None)  # 8 bytes per destination instead of 4 per edge
         stored = sf.decode_minibatch(arrays, 0, 1).blocks[0]
-        assert np.array_equal(stored.correction, c) and stored.correction.dtype == np.float32
+        assert np.array_equal(stored.correction_per_edge(), c) and stored.correction_per_edge().dtype == np.float32
         assert stored.correction_per_dst == per_dst  # None: the reader checks the edges itself
         assert per_dst is None or per_dst == correction_is_per_dst(indptr, c)
+
+
+def test_a_block_expands_its_compact_correction_as_the_format_does():
+    import torch
+
+    from training.blocks import Block
+
+    indptr = np.array([0, 3, 3, 4, 7], np.int64)
+    first, rest = np.array([1, 1, 3, 1], np.float32), np.array([2, 1, 3, 5], np.float32)
+    block = Block(
+        torch.from_numpy(indptr),
+        torch.zeros(7, dtype=torch.int64),
+        4,
+        4,
+        correction_compact=(torch.from_numpy(first), torch.from_numpy(rest)),
+    )
+    want = sf.expand_correction(indptr, first, rest)
+    assert want.tolist() == [1, 2, 2, 3, 1, 5, 5]
+    assert torch.equal(block.correction, torch.from_numpy(want))
+    assert block.to("cpu") is block  # already there: the same block, the expanded correction kept
 
 
 def test_read_shard_hashes_a_file_again_only_when_it_changed(tmp_path, monkeypatch):

@@ -12,7 +12,9 @@ flow graph) stored in CSC form over its destination nodes:
   first access (a layer that never reads them never pays for them);
 - ``correction`` float32 ``[num_edges]`` or None: a sampled block's per-edge sampling
   correction (inverse inclusion probability, `graphs.shard_format`), which each layer type
-  applies in its own way (`training.layers.sampled_edge_weight`); None on a full graph;
+  applies in its own way (`training.layers.sampled_edge_weight`); None on a full graph. A
+  block read from shards that store it per destination carries ``correction_compact`` (first
+  in-edge's, the others') instead and expands it on first access;
 - ``correction_per_dst`` bool: True when every in-edge of a destination has the same
   correction (uniform neighbour sampling without self loops: deg(v)/sampled(v)), so that it
   cancels in a weighted mean; False when unknown (the correction is then applied as it is).
@@ -81,20 +83,46 @@ class NodeScales:
         return w.to(torch.float32)
 
 
-class _EdgeWeight:
-    """``Block.edge_weight``: the weights it was given, or those its ``weight_factors`` compute
-    on first access (then kept). As a dataclass field's default, it makes the default None."""
+class _Derived:
+    """A Block field that, when not given, is built on first access from what the block holds
+    in compact form (then kept): ``build(block)``, None when there is nothing to build from.
+    As a dataclass field's default, it makes the default None."""
+
+    def __init__(self, build):
+        self.build = build
+
+    def __set_name__(self, owner, name) -> None:
+        self.key = "_" + name
 
     def __get__(self, block, owner=None):
         if block is None:
             return None
-        w = block.__dict__.get("_edge_weight")
-        if w is None and block.weight_factors is not None:
-            w = block.__dict__["_edge_weight"] = block.weight_factors.edge_weights(block)
-        return w
+        value = block.__dict__.get(self.key)
+        if value is None:
+            value = self.build(block)
+            if value is not None:
+                block.__dict__[self.key] = value
+        return value
 
     def __set__(self, block, value) -> None:
-        block.__dict__["_edge_weight"] = value
+        block.__dict__[self.key] = value
+
+
+def _weights_from_factors(block: "Block") -> torch.Tensor | None:
+    return None if block.weight_factors is None else block.weight_factors.edge_weights(block)
+
+
+def _expanded_correction(block: "Block") -> torch.Tensor | None:
+    """The per-edge correction of ``correction_compact`` (first in-edge, then the rest of each
+    destination's), as `graphs.shard_format.expand_correction` expands it."""
+    if block.correction_compact is None:
+        return None
+    first, rest = block.correction_compact
+    deg = block.in_degrees()
+    out = torch.repeat_interleave(rest, deg, output_size=block.num_edges)
+    has = deg > 0
+    out[block.indptr[:-1][has]] = first[has]
+    return out
 
 
 @dataclass(eq=False)  # identity equality and hashing: a block is a graph, not a value
@@ -105,10 +133,11 @@ class Block:
     indices: torch.Tensor
     num_src: int
     num_dst: int
-    edge_weight: torch.Tensor | None = _EdgeWeight()
-    correction: torch.Tensor | None = None
+    edge_weight: torch.Tensor | None = _Derived(_weights_from_factors)
+    correction: torch.Tensor | None = _Derived(_expanded_correction)
     correction_per_dst: bool = False
     weight_factors: NodeScales | None = None
+    correction_compact: tuple[torch.Tensor, torch.Tensor] | None = None
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -128,11 +157,12 @@ class Block:
                 f"Block has num_dst={self.num_dst} > num_src={self.num_src}; destination "
                 "nodes must be the first num_dst source nodes"
             )
-        if self.correction is not None and self.correction.shape[0] != self.indices.shape[0]:
+        # as given: what the compact forms would give is not computed here
+        correction, weight = self.__dict__.get("_correction"), self.__dict__.get("_edge_weight")
+        if correction is not None and correction.shape[0] != self.indices.shape[0]:
             raise ValueError(
-                f"Block correction has {self.correction.shape[0]} entries but the block has {self.indices.shape[0]} edges"
+                f"Block correction has {correction.shape[0]} entries but the block has {self.indices.shape[0]} edges"
             )
-        weight = self.__dict__.get("_edge_weight")  # as given: factors are not computed here
         if weight is not None and weight.shape[0] != self.indices.shape[0]:
             raise ValueError(
                 f"Block edge_weight has {weight.shape[0]} entries but the block has {self.indices.shape[0]} edges"
@@ -154,14 +184,24 @@ class Block:
     def to(self, device, non_blocking: bool = False) -> "Block":
         """The same block on ``device``: ``self`` (cache kept) when already there, else a
         new Block with an empty cache."""
-        tensors = (self.indptr, self.indices, self.__dict__.get("_edge_weight"), self.correction)
-        indptr, indices, weight, correction = moved = [
-            None if t is None else t.to(device, non_blocking=non_blocking) for t in tensors
+        compact = self.correction_compact or (None, None)
+        tensors = (self.indptr, self.indices, self.__dict__.get("_edge_weight"), self.__dict__.get("_correction"))
+        indptr, indices, weight, correction, first, rest = moved = [
+            None if t is None else t.to(device, non_blocking=non_blocking) for t in tensors + compact
         ]
-        if all(m is t for m, t in zip(moved, tensors)):
+        if all(m is t for m, t in zip(moved, tensors + compact)):
             return self
-        factors = self.weight_factors
-        return Block(indptr, indices, self.num_src, self.num_dst, weight, correction, self.correction_per_dst, factors)
+        return Block(
+            indptr,
+            indices,
+            self.num_src,
+            self.num_dst,
+            weight,
+            correction,
+            self.correction_per_dst,
+            self.weight_factors,
+            None if first is None else (first, rest),
+        )
 
     def in_degrees(self) -> torch.Tensor:
         """int64 ``[num_dst]``: number of in-edges of each destination node."""

@@ -46,7 +46,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -199,6 +199,34 @@ class _Compact:
 
 
 @dataclass
+class _HostBlock:
+    """A block's CPU tensors (pinned for CUDA), before the copy to the device."""
+
+    indptr: torch.Tensor
+    indices: torch.Tensor
+    num_src: int
+    num_dst: int
+    weight: torch.Tensor | None  # None with int8 moved as codes, or weight encoding factors
+    weight_q: torch.Tensor | None
+    weight_scale: torch.Tensor | None
+    correction: torch.Tensor | None  # per edge, or None and the compact form
+    correction_first: torch.Tensor | None
+    correction_rest: torch.Tensor | None
+    per_dst: bool
+
+    TENSORS = (
+        "indptr",
+        "indices",
+        "weight",
+        "weight_q",
+        "weight_scale",
+        "correction",
+        "correction_first",
+        "correction_rest",
+    )
+
+
+@dataclass
 class _HostBatch:
     """A minibatch's CPU tensors (pinned for CUDA), before the copy to the device."""
 
@@ -208,7 +236,7 @@ class _HostBatch:
     seed_pos: torch.Tensor
     labels: torch.Tensor
     loss_weight: torch.Tensor | None
-    blocks: list[tuple]  # (indptr, indices, num_src, num_dst, weight, weight_q, weight_scale, correction, per_dst)
+    blocks: list[_HostBlock]
     x: torch.Tensor | None
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
     scales: NodeScales | None = None  # weight encoding factors: Â's scales of input_nodes, gathered when used
@@ -343,8 +371,9 @@ class ShardStream:
             per_dst = b.correction_per_dst
             if per_dst is None:
                 per_dst = correction_is_per_dst(b.indptr, b.correction)  # here, in the prefetch thread
+            first, rest = (None, None) if b.correction_compact is None else map(t, b.correction_compact)
             blocks.append(
-                (
+                _HostBlock(
                     long(b.indptr),
                     long(b.indices),
                     b.num_src,
@@ -352,7 +381,9 @@ class ShardStream:
                     weight,
                     weight_q,
                     scale,
-                    t(b.correction),
+                    None if b.correction is None else t(b.correction),
+                    first,
+                    rest,
                     per_dst,
                 )
             )
@@ -382,15 +413,28 @@ class ShardStream:
             return None if x is None else x.to(dev, non_blocking=nb)
 
         blocks = []
-        for indptr, indices, num_src, num_dst, weight, weight_q, scale, correction, per_dst in h.blocks:
-            indptr, indices = mv(indptr), mv(indices)
-            if weight_q is not None:
-                weight = mv(weight_q).to(torch.float32) * torch.repeat_interleave(
-                    mv(scale), torch.diff(indptr), output_size=indices.numel()
+        for b in h.blocks:
+            indptr, indices = mv(b.indptr), mv(b.indices)
+            if b.weight_q is not None:
+                weight = mv(b.weight_q).to(torch.float32) * torch.repeat_interleave(
+                    mv(b.weight_scale), torch.diff(indptr), output_size=indices.numel()
                 )
             else:
-                weight = mv(weight)
-            blocks.append(Block(indptr, indices, num_src, num_dst, weight, mv(correction), per_dst, h.scales))
+                weight = mv(b.weight)
+            compact = None if b.correction_first is None else (mv(b.correction_first), mv(b.correction_rest))
+            blocks.append(
+                Block(
+                    indptr,
+                    indices,
+                    b.num_src,
+                    b.num_dst,
+                    weight,
+                    mv(b.correction),
+                    b.per_dst,
+                    weight_factors=h.scales,
+                    correction_compact=compact,  # expanded on first use (SAGE's mean never uses it)
+                )
+            )
         if self.shared_block:
             blocks = blocks * self.num_layers  # one object: its cached structure is shared
         input_nodes = mv(h.input_nodes)
@@ -471,7 +515,7 @@ def _pinned(h: _HostBatch) -> _HostBatch:
         seed_pos=pin(h.seed_pos),
         labels=pin(h.labels),
         loss_weight=pin(h.loss_weight),
-        blocks=[tuple(pin(v) if isinstance(v, torch.Tensor) else v for v in block) for block in h.blocks],
+        blocks=[replace(b, **{name: pin(getattr(b, name)) for name in _HostBlock.TENSORS}) for b in h.blocks],
         x=pin(h.x),
         extra={name: pin(v) for name, v in h.extra.items()},
         scales=h.scales,

@@ -581,20 +581,23 @@ def sampled_edge_weight(
       training refuses non-uniform samplers for them, `training.train.check_sampler_supports`);
       sage_pool weighs by Â's entries with edge_weights.
     """
-    c = block.correction
-    if conv == "sage" and block.correction_per_dst:
-        c = None  # one correction per destination cancels in the weighted mean Σ c x / Σ c
-    w = block.edge_weight
+    # Â's weights and the correction are read only where used: a block read from shards
+    # computes them from their compact forms on first access (training.blocks)
     if conv == "gcn":
-        if not gcn_edge_weight or w is None:
+        w = block.edge_weight if gcn_edge_weight else None
+        if w is None:
             return None
+        c = block.correction
         w = w if c is None else w * c
         return w if edge_scale is None else w * edge_scale
     if conv == "sage_pool":  # a max: Â's weights when asked, no correction
-        return weighted_mean_weights(block, w) if edge_weights and w is not None else None
+        w = block.edge_weight if edge_weights else None
+        return None if w is None else weighted_mean_weights(block, w)
     if conv not in ("gin", "sage"):
         return None
-    base = w if edge_weights and w is not None else None
+    base = block.edge_weight if edge_weights else None
+    # one correction per destination cancels in SAGE's weighted mean Σ c x / Σ c
+    c = None if conv == "sage" and block.correction_per_dst else block.correction
     if c is not None:
         base = c if base is None else base * c
     if conv == "gin":
