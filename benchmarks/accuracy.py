@@ -86,7 +86,7 @@ def build(source: Path, home: Path) -> tuple[Path, Path]:
     can, adj = home / "canonical_graph", home / "normalized_adjacency"
     if not (can / "summary.json").exists():
         build_canonical_graph(source, can)
-    if not (adj / "summary.json").exists():
+    if not harness.adjacency_current(adj):
         build_normalized_adjacency(can, adj)
     return can, adj
 

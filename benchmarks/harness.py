@@ -131,6 +131,14 @@ def shards_current(out: Path) -> bool:
     return manifest.is_file() and json.loads(manifest.read_text()).get("format_version") == SUPPORTED_FORMAT_VERSION
 
 
+def adjacency_current(adj: Path) -> bool:
+    """Whether `adj` holds a normalized adjacency written by this code: one written before Â's
+    scale factors (`graphs.normalize`) is built again, so that the shards made from it get the
+    weight encoding a user's would."""
+    summary = Path(adj) / "summary.json"
+    return summary.is_file() and "scale_factors" in json.loads(summary.read_text())
+
+
 def target_at(edges: int, bound: float) -> float | None:
     """`bound` when the input is as large as the targets are set for, else None (no target)."""
     return bound if edges >= TARGET_EDGES else None

@@ -31,7 +31,6 @@ before its clock starts.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -64,9 +63,7 @@ def prepare(args) -> tuple[Path, Path]:
         t = time.perf_counter()
         build_canonical_graph(landing, can)
         print(f"canonical graph in {time.perf_counter() - t:.1f} s")
-    # an adjacency written before its scale factors (graphs.normalize) is built again, so the
-    # shards get the default weight encoding a user's would
-    if not (adj / "summary.json").exists() or "scale_factors" not in json.loads((adj / "summary.json").read_text()):
+    if not harness.adjacency_current(adj):
         t = time.perf_counter()
         build_normalized_adjacency(can, adj)
         print(f"normalized adjacency in {time.perf_counter() - t:.1f} s")

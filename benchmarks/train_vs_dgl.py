@@ -60,7 +60,7 @@ def prepare(args) -> tuple[Path, Path]:
     can, adj = home / "canonical_graph", home / "normalized_adjacency"
     if not (can / "summary.json").exists():
         build_canonical_graph(landing, can)
-    if not (adj / "summary.json").exists():
+    if not harness.adjacency_current(adj):
         build_normalized_adjacency(can, adj)
     return can, adj
 
