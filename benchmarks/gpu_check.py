@@ -4,12 +4,17 @@
     python benchmarks/gpu_check.py --data bench_out/gpu_check --device cuda      # on the GPU machine
     .venv/bin/python benchmarks/gpu_check.py --device cpu                        # CI: make, then run
 
-`--make` generates a small labelled graph and writes its canonical graph, normalized adjacency
-and minibatch shards (well under 50 MB, so the folder can be carried to a GPU machine; the
-manifest names its inputs by relative path). The check then runs `python -m training` once per
-precision, fp16 (`mixed_float16`: fp16 autocast with GradScaler on CUDA, bf16 autocast on CPU)
-and `bf16`, in a child interpreter where `import dgl` fails (DGL is also absent on a GPU
-machine: training must not need it), and reads the run's metrics.parquet and summary.json:
+`--make` generates a small labelled graph and writes its canonical graph, normalized adjacency,
+METIS parts, compressed graph and two sets of minibatch shards (together well under 50 MB, so
+the folder can be carried to a GPU machine; the manifests name their inputs by relative path):
+the defaults (FP32 features, no weight per edge: Â's factors) and INT8 (compressed_graph's INT8
+feature codes, INT8 edge weights). The check then runs `python -m training` once per entry of
+`RUNS`, in a child interpreter where `import dgl` fails (DGL is also absent on a GPU machine:
+training must not need it):
+  fp16       SAGE, `mixed_float16` (fp16 autocast with GradScaler on CUDA, bf16 autocast on CPU)
+  bf16       GCN, `bf16`: Â's weights recomputed from its factors on the device
+  int8_fp16  GCN, `mixed_float16`, on the INT8 shards: features and weights decoded on the device
+and reads each run's metrics.parquet and summary.json:
   loss_falls    the last epoch's mean training loss is below the first epoch's
   step_ms       training seconds per optimizer step (mean over the epochs after the first)
   peak_mem_mb   device memory (torch.cuda.max_memory_allocated) on CUDA, peak RSS on CPU
@@ -32,6 +37,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = {"fp16": "mixed_float16", "bf16": "bf16"}
+SHARDS = {"default": "minibatch_shards", "int8": "minibatch_shards_int8"}
+# run name -> (precision, layer type, shards)
+RUNS = {"fp16": ("fp16", "sage", "default"), "bf16": ("bf16", "gcn", "default"), "int8_fp16": ("fp16", "gcn", "int8")}
 # run `python -m training` with DGL made unimportable (a None entry in sys.modules raises ImportError)
 _NO_DGL = "import runpy, sys; sys.modules['dgl'] = None; sys.argv[0] = 'training'; runpy.run_module('training', run_name='__main__', alter_sys=True)"
 SHARD_BUDGET_BYTES = 50 * 2**20
@@ -42,34 +50,46 @@ def folder_bytes(path: Path) -> int:
 
 
 def make_inputs(data: Path, nodes: int, edges: int, seed: int = 0) -> dict:
-    """Generated graph -> canonical -> adjacency -> shards under `data` (on CPU, with DGL)."""
+    """Generated graph -> canonical -> adjacency -> parts -> compressed -> both shard sets under
+    `data` (on CPU, with DGL)."""
     from graphs.canonical import build_canonical_graph
+    from graphs.compress import CompressConfig, build_compressed_graph
     from graphs.generate import GenerateConfig, generate_dataset
     from graphs.normalize import build_normalized_adjacency
+    from graphs.partition import PartitionConfig, build_partitions
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 
     cfg = GenerateConfig(num_nodes=nodes, num_edges=edges, feature_dim=32, num_classes=4, num_edge_files=1, seed=seed)
     generate_dataset(cfg, data / "landing", progress=False)
-    build_canonical_graph(data / "landing", data / "canonical_graph")
-    build_normalized_adjacency(data / "canonical_graph", data / "normalized_adjacency")
-    shard_cfg = ShardConfig(fanouts="10,5", batch_size=128, epochs=2, world_size=1)
-    write_minibatch_shards(
-        load_shard_inputs(data / "canonical_graph", data / "normalized_adjacency"), data / "minibatch_shards", shard_cfg
+    can, adj, parts, compressed = (
+        data / name for name in ("canonical_graph", "normalized_adjacency", "metis_partitions", "compressed_graph")
     )
-    size = folder_bytes(data / "minibatch_shards")
+    build_canonical_graph(data / "landing", can)
+    build_normalized_adjacency(can, adj)
+    build_partitions(can, parts, PartitionConfig(num_parts=2, write_distdgl=False))
+    build_compressed_graph(
+        can, adj, parts, compressed, CompressConfig(feature_encoding="int8", compare_encodings=False)
+    )
+    inputs = load_shard_inputs(can, adj, parts, compressed)
+    shard_cfg = {"fanouts": "10,5", "batch_size": 128, "epochs": 2, "world_size": 1}
+    write_minibatch_shards(inputs, data / SHARDS["default"], ShardConfig(**shard_cfg))
+    int8 = ShardConfig(**shard_cfg, feature_encoding="compressed", weight_encoding="int8")
+    write_minibatch_shards(inputs, data / SHARDS["int8"], int8)
+    size = sum(folder_bytes(p) for p in data.iterdir() if p.is_dir() and p.name != "landing")
     if size > SHARD_BUDGET_BYTES:
-        raise SystemExit(f"{data / 'minibatch_shards'}: {size / 2**20:.1f} MB of shards, over the 50 MB budget")
+        raise SystemExit(f"{data}: {size / 2**20:.1f} MB of inputs, over the 50 MB budget")
     return {"shard_mb": size / 2**20}
 
 
-def run_one(data: Path, precision: str, device: str, epochs: int, out_root: Path) -> dict:
-    """One `python -m training` run without DGL; its figures."""
+def run_one(data: Path, name: str, device: str, epochs: int, out_root: Path) -> dict:
+    """One `python -m training` run of `RUNS[name]` without DGL; its figures."""
     import pyarrow.parquet as pq
     import yaml
 
-    out = out_root / f"trained-{precision}"
+    precision, conv, shards = RUNS[name]
+    out = out_root / f"trained-{name}"
     config = {
-        "model": {"conv": "sage", "hidden": 64, "num_layers": 2, "dropout": 0.1},
+        "model": {"conv": conv, "hidden": 64, "num_layers": 2, "dropout": 0.1},
         "training": {
             "epochs": epochs,
             "precision": PRECISIONS[precision],
@@ -78,14 +98,14 @@ def run_one(data: Path, precision: str, device: str, epochs: int, out_root: Path
             "optimizer": {"lr": 0.01},
         },
         "paths": {
-            "shards": str(data / "minibatch_shards"),
+            "shards": str(data / SHARDS[shards]),
             "canonical": str(data / "canonical_graph"),
             "adjacency": str(data / "normalized_adjacency"),
             "out": str(out),
-            "work": str(out_root / f".work-{precision}"),
+            "work": str(out_root / f".work-{name}"),
         },
     }
-    run_yaml = out_root / f"run-{precision}.yaml"
+    run_yaml = out_root / f"run-{name}.yaml"
     run_yaml.write_text(yaml.safe_dump(config))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     t = time.perf_counter()
@@ -107,6 +127,8 @@ def run_one(data: Path, precision: str, device: str, epochs: int, out_root: Path
     return {
         "ok": True,
         "precision": PRECISIONS[precision],
+        "conv": conv,
+        "shards": SHARDS[shards],
         "losses": [round(v, 4) for v in losses],
         "loss_falls": bool(losses[-1] < losses[0]),
         "step_ms": float((later["train_seconds"] / later["steps"]).mean() * 1000),
@@ -133,9 +155,11 @@ def main() -> int:
         return 0
     data = args.data.resolve()
     made = None
-    if not (data / "minibatch_shards" / "manifest.json").is_file():
+    if not all((data / folder / "manifest.json").is_file() for folder in SHARDS.values()):
         if args.device == "cuda":
-            raise SystemExit(f"{data}: no minibatch_shards/manifest.json; make the inputs on CPU with --make {data}")
+            raise SystemExit(
+                f"{data}: no {' / '.join(SHARDS.values())} manifests; make the inputs on CPU with --make {data}"
+            )
         made = make_inputs(data, args.nodes, args.edges)
     import torch
 
@@ -143,13 +167,13 @@ def main() -> int:
         raise SystemExit("--device cuda: torch.cuda.is_available() is False (use --device cpu)")
     out_root = (args.out or data / f"runs-{args.device}").resolve()
     out_root.mkdir(parents=True, exist_ok=True)
-    runs = {p: run_one(data, p, args.device, args.epochs, out_root) for p in PRECISIONS}
+    runs = {name: run_one(data, name, args.device, args.epochs, out_root) for name in RUNS}
     result = {
         "check": "gpu_check",
         "device": torch.cuda.get_device_name(0) if args.device == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__,
         "dgl_importable_in_runs": False,
-        "shard_mb": round(folder_bytes(data / "minibatch_shards") / 2**20, 2),
+        "shard_mb": round(sum(folder_bytes(data / folder) for folder in SHARDS.values()) / 2**20, 2),
         "made_inputs": made is not None,
         "runs": runs,
         "passed": all(r["ok"] and r["loss_falls"] for r in runs.values()),

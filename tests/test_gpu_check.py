@@ -36,10 +36,15 @@ def test_gpu_check_passes_on_cpu_without_dgl(inputs, tmp_path):
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("{")]
     result = json.loads(line)
     assert result["passed"] and not result["made_inputs"] and result["dgl_importable_in_runs"] is False
-    assert set(result["runs"]) == {"fp16", "bf16"}
+    assert set(result["runs"]) == set(gpu_check.RUNS)
     for name, run in result["runs"].items():
         assert run["ok"], run.get("error")
-        assert run["precision"] == gpu_check.PRECISIONS[name]
+        precision, conv, shards = gpu_check.RUNS[name]
+        assert run["precision"] == gpu_check.PRECISIONS[precision] and run["conv"] == conv
+        manifest = json.loads((inputs / run["shards"] / "manifest.json").read_text())
+        # the default shards store Â's factors; the INT8 ones INT8 weights and compressed_graph's codes
+        assert manifest["weight_encoding"] == ("int8" if shards == "int8" else "factors")
+        assert manifest["features"]["encoding"] == ("compressed" if shards == "int8" else "fp32")
         assert len(run["losses"]) == 3 and run["losses"][-1] < run["losses"][0]
         assert run["step_ms"] > 0 and run["peak_mem_mb"] > 0 and 0.0 <= run["overlap"] <= 1.0
         summary = json.loads((tmp_path / "runs" / f"trained-{name}" / "summary.json").read_text())
