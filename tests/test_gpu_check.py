@@ -20,7 +20,7 @@ import gpu_check  # noqa: E402  (benchmarks/gpu_check.py)
 def inputs(tmp_path_factory):
     data = tmp_path_factory.mktemp("gpu_check") / "data"
     made = gpu_check.make_inputs(data, nodes=400, edges=3000)
-    assert 0 < made["shard_mb"] < 50
+    assert 0 < made["shard_mb"] < made["input_mb"] < 50
     return data
 
 

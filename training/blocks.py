@@ -67,12 +67,18 @@ class NodeScales:
         """(row, col) float64 over ``nodes`` on ``device`` (col is row for a symmetric Â)."""
         got = self._on.get(device)
         if got is None:
-            row = torch.from_numpy(np.take(self.row, self.nodes)).to(device)
+            row = self._moved(self.row, device)
             col = None
             if self.col is not None:
-                col = row if self.col is self.row else torch.from_numpy(np.take(self.col, self.nodes)).to(device)
+                col = row if self.col is self.row else self._moved(self.col, device)
             got = self._on[device] = (row, col)
         return got
+
+    def _moved(self, scale: np.ndarray, device: torch.device) -> torch.Tensor:
+        host = torch.from_numpy(np.take(scale, self.nodes))
+        if device.type == "cuda":  # pinned, so the copy does not wait for the device
+            return host.pin_memory().to(device, non_blocking=True)
+        return host.to(device)
 
     def edge_weights(self, block: "Block") -> torch.Tensor:
         """float32 ``[num_edges]``: Â's entries of ``block``'s edges, as weights.npy holds them."""
@@ -118,11 +124,10 @@ def _expanded_correction(block: "Block") -> torch.Tensor | None:
     if block.correction_compact is None:
         return None
     first, rest = block.correction_compact
-    deg = block.in_degrees()
-    out = torch.repeat_interleave(rest, deg, output_size=block.num_edges)
-    has = deg > 0
-    out[block.indptr[:-1][has]] = first[has]
-    return out
+    dst = block.dst_ids()
+    # an edge is its destination's first when it sits at indptr[dst] (no boolean mask: no device sync)
+    is_first = torch.arange(block.num_edges, device=dst.device) == block.indptr[:-1][dst]
+    return torch.where(is_first, first[dst], rest[dst])
 
 
 @dataclass(eq=False)  # identity equality and hashing: a block is a graph, not a value
