@@ -113,6 +113,11 @@ class _Derived:
     def __set__(self, block, value) -> None:
         block.__dict__[self.key] = value
 
+    @staticmethod
+    def given(block, name: str):
+        """Field `name` of `block` as it was given or already built, without building it."""
+        return block.__dict__.get("_" + name)
+
 
 def _weights_from_factors(block: "Block") -> torch.Tensor | None:
     return None if block.weight_factors is None else block.weight_factors.edge_weights(block)
@@ -163,7 +168,7 @@ class Block:
                 "nodes must be the first num_dst source nodes"
             )
         # as given: what the compact forms would give is not computed here
-        correction, weight = self.__dict__.get("_correction"), self.__dict__.get("_edge_weight")
+        correction, weight = _Derived.given(self, "correction"), _Derived.given(self, "edge_weight")
         if correction is not None and correction.shape[0] != self.indices.shape[0]:
             raise ValueError(
                 f"Block correction has {correction.shape[0]} entries but the block has {self.indices.shape[0]} edges"
@@ -190,7 +195,7 @@ class Block:
         """The same block on ``device``: ``self`` (cache kept) when already there, else a
         new Block with an empty cache."""
         compact = self.correction_compact or (None, None)
-        tensors = (self.indptr, self.indices, self.__dict__.get("_edge_weight"), self.__dict__.get("_correction"))
+        tensors = (self.indptr, self.indices, _Derived.given(self, "edge_weight"), _Derived.given(self, "correction"))
         indptr, indices, weight, correction, first, rest = moved = [
             None if t is None else t.to(device, non_blocking=non_blocking) for t in tensors + compact
         ]

@@ -46,7 +46,7 @@ import os
 import queue
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -213,17 +213,6 @@ class _HostBlock:
     correction_first: torch.Tensor | None
     correction_rest: torch.Tensor | None
     per_dst: bool
-
-    TENSORS = (
-        "indptr",
-        "indices",
-        "weight",
-        "weight_q",
-        "weight_scale",
-        "correction",
-        "correction_first",
-        "correction_rest",
-    )
 
 
 @dataclass
@@ -515,7 +504,10 @@ def _pinned(h: _HostBatch) -> _HostBatch:
         seed_pos=pin(h.seed_pos),
         labels=pin(h.labels),
         loss_weight=pin(h.loss_weight),
-        blocks=[replace(b, **{name: pin(getattr(b, name)) for name in _HostBlock.TENSORS}) for b in h.blocks],
+        blocks=[
+            replace(b, **{f.name: pin(v) for f in fields(b) if isinstance(v := getattr(b, f.name), torch.Tensor)})
+            for b in h.blocks
+        ],
         x=pin(h.x),
         extra={name: pin(v) for name, v in h.extra.items()},
         scales=h.scales,
