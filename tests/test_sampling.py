@@ -318,6 +318,8 @@ def test_forked_workers_write_the_files_and_facts_one_process_writes(sbm, tmp_pa
     volatile += ("sampling_processes", "workers_private_rss_bytes")
     cases = [{"sampler": s} for s in ("neighbor", "importance", "cluster_gcn", "saint")]
     cases.append({"sampler": "neighbor", "placement": "partition", "minibatches_per_shard": 1})
+    # draw probabilities built before the fork (`prepare`), with the manifest facts they set
+    cases += [{"sampler": "neighbor", "neighbor_prob": p} for p in ("weight", "adaptive")]
     for kw in cases:
         out1, one = _shards(sbm, tmp_path / "one", workers=1, **kw)
         out3, three = _shards(sbm, tmp_path / "three", workers=3, **kw)
@@ -357,7 +359,7 @@ def test_a_failing_or_killed_worker_fails_the_stage_and_keeps_the_previous_shard
     cfg = resolve_batch_size(
         ShardConfig(fanouts="15,10,5", batch_size=64, epochs=2, workers=2), len(sbm["inputs"].train_nodes)
     )
-    last = minibatch_seed(cfg.seed, 1, 1, 0)  # epoch 1, rank 1: never the stage's own first file
+    last = minibatch_seed(cfg.seed, 1, 1, 0)  # epoch 1, rank 1: in a forked worker
     with pytest.raises(ValueError, match=f"minibatch seed {last}"):
         write_minibatch_shards(sbm["inputs"], out, cfg, sampler=_FailingSampler(sbm["inputs"], cfg, last, die=False))
     with pytest.raises(RuntimeError, match="worker process died.*workers to fewer"):

@@ -90,8 +90,8 @@ minibatch) through NumPy's SeedSequence; DGL's samplers run with one OpenMP thre
 2.1's multi-threaded sampling is not reproducible) and are re-seeded (``dgl.seed`` and
 ``torch.manual_seed``) before each minibatch. The same inputs and config give identical
 shard files. Parallelism is across minibatches instead: ``workers`` processes, forked from
-the stage's process after its first shard file is written, each sample and write whole
-shard files. A forked child inherits the graph (copy-on-write) and the forking thread's
+the stage's process once it has built what sampling builds on first use (its DGL graph, draw
+probabilities: `MinibatchSampler.prepare`), each sample and write whole shard files. A forked child inherits the graph (copy-on-write) and the forking thread's
 DGL generator, whose stream depends on the thread (DGL's per-thread engines); since every
 minibatch is re-seeded, the files are byte-identical for any number of workers.
 

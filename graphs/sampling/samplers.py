@@ -319,6 +319,13 @@ class MinibatchSampler:
             for index, item in enumerate(items):
                 yield rank, index, self.sample(item, minibatch_seed(self.cfg.seed, epoch, rank, index))
 
+    def prepare(self) -> None:
+        """Build here what `sample` would build on first use (the DGL graph, draw probabilities
+        and the manifest facts they set), so that processes forked afterwards share it."""
+        if self.cfg.sampler == "neighbor":
+            with _single_threaded_dgl():
+                self._neighbor_graph()
+
     def counters(self) -> dict[str, float]:
         """Additive run counts that `sample` accumulates in this object (none here), which a
         forked shard-writing process sends back to `add_counters` in the parent."""
@@ -390,12 +397,10 @@ class MinibatchSampler:
         import torch
 
         by_weight = self.cfg.neighbor_prob in ("weight", "adaptive")
-        if by_weight and self._row_sums is None:
-            self._edge_prob, self._row_sums = self._draw_probs()
         with _single_threaded_dgl():
             dgl.seed(seed)
             input_nodes, dgl_blocks = dgl_neighbor_blocks(
-                self.adj.dgl_graph(prob=self._edge_prob if by_weight else None),
+                self._neighbor_graph(),
                 torch.from_numpy(seeds),
                 self.cfg.fanout_list,
                 self._dgl_mapping,
@@ -426,6 +431,14 @@ class MinibatchSampler:
             blocks.append(self._block(indptr, src, weight, b.num_src_nodes(), dst_global, correction, per_dst))
         out_seeds, pos, labels = self._labelled(input_nodes[: blocks[-1].num_dst], seeds_only=True)
         return SampledMinibatch(input_nodes.astype(np.int64), blocks, out_seeds, pos, labels)
+
+    def _neighbor_graph(self):
+        """The DGL graph neighbour sampling draws from, built on first use, with the draw
+        probabilities (and their manifest facts) for neighbor_prob 'weight' / 'adaptive'."""
+        by_weight = self.cfg.neighbor_prob in ("weight", "adaptive")
+        if by_weight and self._row_sums is None:
+            self._edge_prob, self._row_sums = self._draw_probs()
+        return self.adj.dgl_graph(prob=self._edge_prob if by_weight else None)
 
     def _draw_probs(self) -> tuple[np.ndarray, np.ndarray]:
         """(q float32 per off-diagonal entry, its row sums S_v float64): Â's entries for

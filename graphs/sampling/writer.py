@@ -104,21 +104,19 @@ def _shard_tasks(sampler, cfg: ShardConfig) -> list[tuple[int, int, int, int, in
 
 
 def _written_shards(tasks: list, workers: int) -> Iterator[dict]:
-    """`_write_shard` of every task, in order. The first runs here, so whatever the sampler
-    builds lazily (its DGL graph, draw probabilities, their manifest facts) exists before
-    the other processes are forked. Each minibatch is drawn from its own seed by DGL's
-    generator of the forking thread, which a forked child inherits, so the files are
-    byte-identical for any number of workers."""
-    if not tasks:
-        return
-    yield _write_shard(tasks[0])
+    """`_write_shard` of every task, in order, in this process (1 worker) or in `workers` forked
+    ones. Before the fork, the sampler builds here what it would build on first use (`prepare`:
+    its DGL graph, draw probabilities, their manifest facts), so the processes share it. Each
+    minibatch is drawn from its own seed by DGL's generator of the forking thread, which a
+    forked child inherits, so the files are byte-identical for any number of workers."""
     if workers == 1:
-        for task in tasks[1:]:
+        for task in tasks:
             yield _write_shard(task)
         return
+    _JOB["sampler"].prepare()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_init) as pool:
         try:
-            for out in pool.map(_write_shard, tasks[1:]):
+            for out in pool.map(_write_shard, tasks):
                 _JOB["sampler"].add_counters(out["counters"])  # counted in the worker's copy
                 yield out
         except BrokenProcessPool as exc:
@@ -178,7 +176,7 @@ def write_minibatch_shards(
         shape = (inputs.n, inputs.feature_dim)
         features = features_entry(cfg.feature_encoding, shape, final, inputs.features_path, inputs.compressed_dir)
         tasks = _shard_tasks(sampler, cfg)
-        workers = sampling_workers(cfg.workers, len(tasks) - 1)  # the first file is written here
+        workers = sampling_workers(cfg.workers, len(tasks))
         log(f"sampling {len(tasks)} shard files with {workers} process(es)")
         stats = {
             (e, r): {"epoch": e, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
