@@ -3,8 +3,11 @@ of `graphs.shard_format` (`write_minibatch_shards`)."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import signal
+import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -39,6 +42,7 @@ from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes, priva
 # they inherit the sampler (its graph shared copy-on-write) instead of receiving a copy.
 _JOB: dict = {}
 _JOB_LOCK = threading.Lock()
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
@@ -76,6 +80,12 @@ def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
 
 
 def _worker_init() -> None:
+    # A worker dies with the stage's process (killed for memory, or by a user): it would
+    # otherwise sample on, and keep the dataset's lock, whose file it inherited, held.
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != _JOB["parent"]:  # died before the line above took effect
+        os._exit(1)
     # one thread per forked worker: the parallelism is the processes, and a forked child
     # must not reuse its parent's OpenMP pool
     torch.set_num_threads(1)
@@ -114,6 +124,7 @@ def _written_shards(tasks: list, workers: int) -> Iterator[dict]:
             yield _write_shard(task)
         return
     _JOB["sampler"].prepare()
+    _JOB["parent"] = os.getpid()
     with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork"), initializer=_worker_init) as pool:
         try:
             for out in pool.map(_write_shard, tasks):
