@@ -91,6 +91,7 @@ from graphs.edge_keys import (
     _warm_weighted_kernels,
     key_shift,
 )
+from graphs.host_memory import gc_paused
 from graphs.id_codes import codes_by_hash, dictionary_codes, ranked_codes, sorted_int_codes
 from graphs.id_codes import warm_kernels as _warm_id_kernels
 from graphs.npyrows import NpyRowWriter
@@ -614,7 +615,7 @@ def build_canonical_graph(
     weighted_files = [p for p in files.edge_files if "weight" in _schema(p).names]
     weighted = bool(weighted_files)
 
-    with atomic_output_dir(out_dir) as tmp:
+    with gc_paused(), atomic_output_dir(out_dir) as tmp:
         work = tmp / "_work"
         work.mkdir()
         con = _connect(cfg, work / "duckdb")
@@ -1013,13 +1014,20 @@ def _write_nodes(
     return facts
 
 
+FEATURE_BATCH_BYTES = 8 << 20  # of float32 values per feature batch read
+FEATURE_READ_BUFFER = 4 << 20  # bytes of the feature file read at a time
+
+
 def _write_features(
     tmp: Path, files: DatasetFiles, relabel: Relabeler, cfg: CanonicalConfig, new_ids: np.ndarray | None = None
 ) -> dict:
     """features.npy and its facts; `new_ids` of the feature file's rows when already known."""
     path = files.features
     n = relabel.n
-    pf = pq.ParquetFile(path)
+    # Read in ~8 MB batches through a 4 MB buffer, not a whole column chunk at once: the
+    # batches' memory is then reused, where 64 MB batches took ~600 MB of fresh memory whose
+    # first touch (the kernel zeroing huge pages) cost more than decoding the file.
+    pf = pq.ParquetFile(path, buffer_size=FEATURE_READ_BUFFER, pre_buffer=False)
     seen = np.zeros(n, dtype=bool)
     width_guess = max(
         1,
@@ -1027,10 +1035,10 @@ def _write_features(
         if pa.types.is_fixed_size_list(pf.schema_arrow.field("feat").type)
         else 64,
     )
-    # ~64 MB of floats at most, and no more than a row group: batches that straddle row
-    # groups cost a concatenation each
+    # FEATURE_BATCH_BYTES of floats at most, and no more than a row group: batches that
+    # straddle row groups cost a concatenation each
     largest_group = max((pf.metadata.row_group(i).num_rows for i in range(pf.num_row_groups)), default=1)
-    rows_per_batch = max(1024, min(cfg.batch_rows, (64 << 20) // (4 * width_guess), largest_group))
+    rows_per_batch = max(1024, min(cfg.batch_rows, FEATURE_BATCH_BYTES // (4 * width_guess), largest_group))
     if new_ids is None:  # one call: a string relabeller builds its hash set once, not per batch
         new_ids = relabel(pf.read(columns=["node_id"]).column(0))
     with _FeatureWriter(tmp / "features.npy", n, new_ids, cfg.sort_budget_mb << 20) as out:

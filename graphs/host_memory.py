@@ -22,6 +22,13 @@ becomes the heap's high-water mark.
 
 On anything but glibc (musl, macOS, Windows) the context does nothing. Device memory is
 not affected: CUDA tensors go through torch's caching allocator already.
+
+``gc_paused()`` switches Python's cyclic garbage collector off for a stage whose work is in
+arrays, not Python objects, and back on after. The collections such a stage still triggers
+come from the objects its imports and numba's kernel loading create (about 260 per ingest at
+1M nodes), and each traverses every object the process holds: 0.17-0.22 s of the ingest
+stage's ~3 s in a bare process, and a full collection of a Dagster process alone takes
+0.16 s. The cycles made inside are collected once the collector is back on.
 """
 
 from __future__ import annotations
@@ -29,12 +36,13 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import logging
 import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["reuse_freed_memory"]
+__all__ = ["gc_paused", "reuse_freed_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,8 @@ _KEEP_TOP = 2**31 - 1
 
 _lock = threading.Lock()
 _depth = 0  # nested and concurrent entries (several runs in one process) share one setting
+_gc_depth = 0  # entries of gc_paused, and whether the collector was on at the first one
+_gc_was_enabled = False
 
 
 def _glibc():
@@ -98,3 +108,25 @@ def reuse_freed_memory(enabled: bool = True) -> Iterator[bool]:
             if _depth == 0:
                 _set(libc, _DEFAULT_TRIM_THRESHOLD, _DEFAULT_MMAP_MAX)
                 libc.malloc_trim(0)
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off within the block, as it was after it.
+
+    Entries may nest and overlap across threads: the collector comes back (if it was on at
+    the first entry) when the last one exits, error or not.
+    """
+    global _gc_depth, _gc_was_enabled
+    with _lock:
+        if _gc_depth == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _gc_depth -= 1
+            if _gc_depth == 0 and _gc_was_enabled:
+                gc.enable()

@@ -390,9 +390,14 @@ def test_string_ids_with_decimal_weights(tmp_path):
     assert t.column("weight").to_pylist() == [2.0, 2.0, 4.0, 4.0]
 
 
-@pytest.mark.parametrize("budget_mb", [64, 1])  # the shuffled rows scattered in RAM, or into the file's mapping
-def test_feature_rows_in_any_order_land_on_their_nodes(tmp_path, budget_mb):
+# the shuffled rows scattered in RAM, or into the file's mapping; read in batches that straddle
+# row groups of 700 rows, or in batches of 1024 rows within one row group
+@pytest.mark.parametrize("budget_mb,group_rows", [(64, 700), (1, 700), (64, 10**6)])
+def test_feature_rows_in_any_order_land_on_their_nodes(tmp_path, monkeypatch, budget_mb, group_rows):
+    import graphs.canonical as canonical
+
     n, dim = 3000, 128  # 1.5 MB of features: above a 1 MB budget
+    monkeypatch.setattr(canonical, "FEATURE_BATCH_BYTES", 4 * dim * 1024)
     rng = np.random.default_rng(5)
     src = rng.integers(0, n, 20000) * 3 + 1
     dst = rng.integers(0, n, 20000) * 3 + 1
@@ -401,7 +406,9 @@ def test_feature_rows_in_any_order_land_on_their_nodes(tmp_path, budget_mb):
     rows = rng.permutation(present)[: len(present) - 40]  # 40 nodes without a feature row
     feats = rng.standard_normal((len(rows), dim)).astype(np.float32)
     flat = pa.FixedSizeListArray.from_arrays(pa.array(feats.reshape(-1)), dim)
-    pq.write_table(pa.table({"node_id": rows, "feat": flat}), tmp_path / "in" / "features.parquet", row_group_size=700)
+    path = tmp_path / "in" / "features.parquet"
+    pq.write_table(pa.table({"node_id": rows, "feat": flat}), path, row_group_size=group_rows)
+    assert pq.ParquetFile(path).metadata.num_row_groups == -(-len(rows) // group_rows)
     s = build_canonical_graph(tmp_path / "in", tmp_path / "out", CanonicalConfig(sort_budget_mb=budget_mb))
     x = np.load(tmp_path / "out" / "features.npy")
     new = np.searchsorted(present, rows)  # new ids follow the sorted original ids

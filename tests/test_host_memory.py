@@ -83,3 +83,46 @@ def test_large_tensors_come_from_the_heap_and_stay_there_only_inside():
         "disabled_active": False,
         "disabled_in_heap": False,
     }
+
+
+def test_gc_paused_switches_the_collector_off_inside_and_restores_it_on_exit_and_on_error():
+    import gc
+
+    from graphs.host_memory import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+        with gc_paused():  # nested: the outer entry still holds after the inner exit
+            pass
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("stage failed")
+    assert gc.isenabled()
+    gc.disable()  # off before: stays off after
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_ingest_stage_runs_with_the_collector_paused_and_restores_it(tmp_path, monkeypatch):
+    import gc
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import graphs.canonical as canonical
+
+    landing = tmp_path / "landing"
+    (landing / "edges").mkdir(parents=True)
+    pq.write_table(pa.table({"src": [0, 1, 2], "dst": [1, 2, 0]}), landing / "edges" / "part-0.parquet")
+    seen = []
+    real = canonical._write_nodes
+    monkeypatch.setattr(canonical, "_write_nodes", lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k))
+    summary = canonical.build_canonical_graph(landing, tmp_path / "out")
+    assert summary["edges"] == 6 and seen == [False]
+    assert gc.isenabled()
