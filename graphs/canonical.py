@@ -860,6 +860,10 @@ def _write_edges(
     )
     with writer, ThreadPoolExecutor(max_workers=1) as pool:
         pending: list[Future] = []  # the pieces being written, oldest first
+        # Source-id buffers, one per piece in flight (at most two wait on the writer) and one
+        # being made: a fresh 32 MB array per piece was faulted in (and zeroed) every time.
+        src_buffers: list[np.ndarray] = []
+        pieces = 0
         for keys, weights, lo, hi in spill.groups():
             if weighted:
                 counts, dst, weight, distinct = _dedupe_rows_weighted(keys, weights, shift, lo, hi - lo, half, rule)
@@ -886,7 +890,14 @@ def _write_edges(
             ends = np.cumsum(counts)
             for e0 in range(0, len(dst), WRITE_PIECE):
                 e1 = min(len(dst), e0 + WRITE_PIECE)
-                src = _repeat_rows(lo, ends, e0, e1, lut if lut is not None else _NO_LUT)
+                k = pieces % 3  # this buffer's piece, three back, is written: at most two are pending
+                if len(src_buffers) <= k:
+                    src_buffers.append(np.empty(e1 - e0, np.int64))
+                elif len(src_buffers[k]) < e1 - e0:
+                    src_buffers[k] = np.empty(e1 - e0, np.int64)
+                src = src_buffers[k][: e1 - e0]
+                _repeat_rows(lo, ends, e0, e1, lut if lut is not None else _NO_LUT, src)
+                pieces += 1
                 if lut is not None:
                     _map_inplace(dst[e0:e1], lut)
                 columns = {"src": src, "dst": dst[e0:e1]} | ({"weight": weight[e0:e1]} if weighted else {})

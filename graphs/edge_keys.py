@@ -331,7 +331,7 @@ def _warm_kernels() -> None:
     keys = np.array([(0 << 2) | (1 << 1), (1 << 2) | (0 << 1) | 1], dtype=np.int64)
     counts, dst, _ = _dedupe_rows(keys, 2, 0, 2, True)
     _mirror(counts, dst)
-    _repeat_rows(0, np.cumsum(counts), 0, 1, _NO_LUT)
+    _repeat_rows(0, np.cumsum(counts), 0, 1, _NO_LUT, np.empty(1, np.int64))
     _map_inplace(dst.copy(), np.arange(2, dtype=np.int64))
     _group_by_bucket(keys, np.array([0, 1], dtype=np.int64), 1, 2)
     _keys_of_rows(np.zeros(1, np.int64), np.ones(1, np.int64), 2, True, np.empty(1, np.int64))
@@ -348,17 +348,15 @@ def _warm_weighted_kernels() -> None:
 
 
 @numba.njit(cache=True, nogil=True)
-def _repeat_rows(lo, ends, e0, e1, lut):  # pragma: no cover - compiled
+def _repeat_rows(lo, ends, e0, e1, lut, out):  # pragma: no cover - compiled
     """The source ids of edges e0..e1-1 of rows whose edges end at `ends` (the running sum of
-    the row counts): row r's id lo + r (mapped through lut unless it is empty) once per edge,
-    np.repeat of a slice without the GIL."""
-    out = np.empty(e1 - e0, np.int64)
+    the row counts) into out[: e1 - e0]: row r's id lo + r (mapped through lut unless it is
+    empty) once per edge, np.repeat of a slice without the GIL."""
     r = np.searchsorted(ends, e0, side="right")  # the row holding edge e0
     for e in range(e0, e1):
         while ends[r] <= e:
             r += 1
         out[e - e0] = lut[lo + r] if len(lut) else lo + r
-    return out
 
 
 @numba.njit(cache=True, nogil=True)
