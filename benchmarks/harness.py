@@ -326,6 +326,14 @@ def markdown(results: dict) -> str:
         "",
         f"Machine: {describe_machine(results['machine'])}.",
         "",
+    ]
+    for run in results.get("earlier_runs", []):
+        lines += [
+            f"Rows of {', '.join(run['benchmarks'])} from an earlier run, {run['date']}: "
+            f"{describe_machine(run['machine'])}.",
+            "",
+        ]
+    lines += [
         "| stage | metric | ours | peer | ratio ours/peer | target | peak RSS GB ours / peer | nodes / edges "
         "| CPU s ours / peer |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -357,8 +365,10 @@ def write_results(
     out_dir: str | os.PathLike = RESULTS_DIR,
     machine_facts: dict | None = None,
     date: str | None = None,
+    earlier_runs: list[dict] | None = None,
 ) -> tuple[Path, Path]:
-    """Write <out_dir>/<scale>.json and <scale>.md; return both paths."""
+    """Write <out_dir>/<scale>.json and <scale>.md; return both paths. `machine_facts` and `date`
+    are this run's; `earlier_runs` (`merge_earlier`) say where the rows kept from earlier runs came from."""
     results = {
         "schema_version": SCHEMA_VERSION,
         "scale": scale,
@@ -368,6 +378,8 @@ def write_results(
         "benchmarks": benchmarks,
         "records": [r.to_dict() for r in records],
     }
+    if earlier_runs:
+        results["earlier_runs"] = earlier_runs
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out / f"{scale}.json", out / f"{scale}.md"
@@ -381,6 +393,28 @@ def render(path: str | os.PathLike) -> Path:
     md = Path(path).with_suffix(".md")
     md.write_text(markdown(read_results(path)))
     return md
+
+
+def merge_earlier(
+    before: dict, records: list[Record], benchmarks: dict[str, dict]
+) -> tuple[list[Record], dict[str, dict], list[dict]]:
+    """This run's `records` and per-benchmark status, with those of the other benchmarks in an
+    earlier results file (`before`) kept in front; returns them and the earlier runs those kept
+    rows came from (benchmarks, machine, date), for `write_results(earlier_runs=...)`. A run that
+    measured every benchmark of the earlier file leaves no earlier run behind."""
+    ran = set(benchmarks)
+    kept = [Record.from_dict(d) for d in before["records"] if d["benchmark"] not in ran]
+    status = {k: v for k, v in before["benchmarks"].items() if k not in ran} | benchmarks
+    older = before.get("earlier_runs", [])
+    from_older = {b for run in older for b in run["benchmarks"]}
+    own = {"machine": before["machine"], "date": before["date"]}
+    own["benchmarks"] = [b for b in before["benchmarks"] if b not in from_older]
+    earlier = []
+    for run in [own, *older]:  # newest first; each keeps the benchmarks this run did not measure again
+        left = [b for b in run["benchmarks"] if b not in ran]
+        if left:
+            earlier.append({**run, "benchmarks": left})
+    return kept + records, status, earlier
 
 
 def read_results(path: str | os.PathLike) -> dict:

@@ -59,14 +59,11 @@ def run_scale(
                 print(f"benchmarks/{name}.py wrote no records", file=sys.stderr)
             records += got if rc == 0 else []
     previous = Path(out_dir) / f"{scale}.json"
+    earlier: list[dict] = []
     if merge and previous.is_file():  # keep the other benchmarks' records of an earlier run at this scale
-        before = harness.read_results(previous)
-        kept = [harness.Record.from_dict(d) for d in before["records"] if d["benchmark"] not in names]
-        records = kept + records
-        status = {k: v for k, v in before["benchmarks"].items() if k not in names} | status
-        machine, date = before["machine"], f"{before['date']} (and {date} for {', '.join(names)})"
+        records, status, earlier = harness.merge_earlier(harness.read_results(previous), records, status)
     json_path, md_path = harness.write_results(
-        scale, records, status, out_dir=out_dir, machine_facts=machine, date=date
+        scale, records, status, out_dir=out_dir, machine_facts=machine, date=date, earlier_runs=earlier
     )
     return json_path, md_path, status
 

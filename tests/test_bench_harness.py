@@ -224,3 +224,39 @@ def test_run_scale_tiny_writes_what_the_benchmarks_measured(tmp_path):
         row = next(line for line in text.splitlines() if line.startswith(f"| {r['stage']} |"))
         assert f"{r['ratio']:.3f}" in row and harness._num(r["ours"]) in row
     assert results["machine"]["cores"] >= 1 and results["date"].endswith("UTC")
+
+
+def test_merged_results_name_the_machine_of_every_row(tmp_path):
+    """`run.py --only` keeps the other benchmarks' rows of the last run; the header is this run's
+    machine and date, and each kept row's run is named with its own (never the other way round)."""
+    facts = {"cores": 2, "memory_bytes": 24 * 2**30, "load_average": [0.1, 0.2, 0.3], "python": "3", "system": "L"}
+
+    def rec(bench, ours):
+        return harness.Record(benchmark=bench, stage=bench, metric="seconds", ours=ours, peer=1.0, peer_name="p")
+
+    ok = {"seconds": 1.0, "returncode": 0}
+    harness.write_results(
+        "tiny", [rec("a", 1.0), rec("b", 2.0)], {"a": ok, "b": ok}, out_dir=tmp_path,
+        machine_facts=facts | {"cpu": "Old CPU"}, date="d1",
+    )  # fmt: skip
+    # run 2 measures b again on another machine: a's row stays, named as run 1's
+    records, status, earlier = harness.merge_earlier(
+        harness.read_results(tmp_path / "tiny.json"), [rec("b", 3.0)], {"b": ok}
+    )
+    assert [(r.benchmark, r.ours) for r in records] == [("a", 1.0), ("b", 3.0)] and set(status) == {"a", "b"}
+    assert earlier == [{"machine": facts | {"cpu": "Old CPU"}, "date": "d1", "benchmarks": ["a"]}]
+    _, md = harness.write_results(
+        "tiny", records, status, out_dir=tmp_path, machine_facts=facts | {"cpu": "New CPU"}, date="d2",
+        earlier_runs=earlier,
+    )  # fmt: skip
+    text = md.read_text()
+    assert "— d2" in text and "Machine: New CPU" in text and "Rows of a from an earlier run, d1: Old CPU" in text
+    # run 3 measures c: a still belongs to run 1, b to run 2
+    records, status, earlier = harness.merge_earlier(
+        harness.read_results(tmp_path / "tiny.json"), [rec("c", 4.0)], {"c": ok}
+    )
+    assert [(run["date"], run["benchmarks"]) for run in earlier] == [("d2", ["b"]), ("d1", ["a"])]
+    # a run that measures everything again leaves no earlier run
+    before = harness.read_results(tmp_path / "tiny.json")
+    _, _, earlier = harness.merge_earlier(before, [rec("a", 5.0), rec("b", 6.0)], {"a": ok, "b": ok})
+    assert earlier == []
