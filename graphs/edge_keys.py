@@ -24,6 +24,9 @@ import numpy as np
 
 BYTES_PER_KEY = 40  # while deduplicating one group: key, row value, output src/dst, counts
 BYTES_PER_WEIGHTED_KEY = 72  # + the weight, its row-ordered copy, the combined output weight
+# Rows of at most this many keys are sorted by insertion (in place) in `_dedupe_rows_weighted`;
+# longer ones by a stable argsort, whose index arrays cost more than the sort for short rows.
+SMALL_ROW = 32
 
 
 def key_shift(n: int) -> int:
@@ -232,10 +235,21 @@ def _dedupe_rows_weighted(keys, weights, shift, lo, rows, count_both_flags, rule
     w = 0
     for r in range(rows):
         a, b = start[r], start[r + 1]
-        if b - a > 1:
+        if b - a > SMALL_ROW:
             order = np.argsort(vals[a:b] >> 1, kind="mergesort") + a
             vals[a:b] = vals[order]
             ws[a:b] = ws[order]
+        else:  # stable insertion sort in place: no arrays made for the many short rows
+            for i in range(a + 1, b):
+                v, x = vals[i], ws[i]
+                c = v >> 1
+                j = i - 1
+                while j >= a and (vals[j] >> 1) > c:
+                    vals[j + 1] = vals[j]
+                    ws[j + 1] = ws[j]
+                    j -= 1
+                vals[j + 1] = v
+                ws[j + 1] = x
         j = a
         while j < b:
             c = vals[j] >> 1

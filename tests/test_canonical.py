@@ -300,10 +300,19 @@ def test_weights_combine_on_every_path(tmp_path, monkeypatch, rule, piece):
         monkeypatch.setattr(canonical, "WRITE_PIECE", piece)
     # ids 0..n-1 as given (dense), so reference ids equal output ids
     rng = np.random.default_rng(1)
-    n, m = 400, 30_000
-    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    n, m = 4000, 30_000
+    # half the rows from 10 hubs (rows of thousands of keys, sorted by argsort), half spread
+    # (a few keys per row, sorted in place by insertion); then repeats of spread rows' pairs,
+    # in both directions, so short rows combine several weights in input order too
+    src = np.where(rng.random(m) < 0.5, rng.integers(0, 10, m), rng.integers(0, n, m))
+    dst = rng.integers(0, n, m)
+    again = rng.integers(m // 2, m, 6000)
+    flip = rng.random(len(again)) < 0.5
+    rs, rd = np.where(flip, dst[again], src[again]), np.where(flip, src[again], dst[again])
+    src = np.concatenate([np.arange(n), src, rs])  # every id occurs
+    dst = np.concatenate([(np.arange(n) + 1) % n, dst, rd])
+    m = len(src)
     weight = rng.integers(1, 1000, m) / 8.0  # exact binary fractions: sums are order-free
-    src[:2], dst[:2] = [0, n - 1], [n - 1, 0]  # every id occurs
     write_weighted(tmp_path / "in" / "edges" / "0.parquet", src[: m // 2], dst[: m // 2], weight[: m // 2])
     write_weighted(tmp_path / "in" / "edges" / "1.parquet", src[m // 2 :], dst[m // 2 :], weight[m // 2 :])
     for symmetrize in (True, False):
