@@ -96,6 +96,9 @@ def test_bench_args_of_every_benchmark_and_scale():
             assert all(isinstance(a, str) for a in args)
     assert harness.bench_args("ingest", "medium")[:4] == ["--nodes", "1000000", "--edges", "10000000"]
     assert harness.target_at(10_000_000, 2.0) == 2.0 and harness.target_at(9_999_999, 2.0) is None
+    assert harness.target_at(10**7, 0.5, set_at=harness.FEATURE_TARGET_NODES) == 0.5
+    assert harness.target_at(10**6, 0.5, set_at=harness.FEATURE_TARGET_NODES) is None
+    assert harness.bench_args("feature_cache", "large")[:4] == ["--nodes", "10000000", "--edges", "100000000"]
     with pytest.raises(ValueError, match="unknown scale"):
         harness.bench_args("ingest", "huge")
 
@@ -202,9 +205,10 @@ def test_pipeline_run_reads_gnu_time_and_the_dataset_size(tmp_path):
 
 
 def test_run_scale_tiny_writes_what_the_benchmarks_measured(tmp_path):
-    """The harness end to end at the tiny scale on two benchmarks: every record read back
+    """The harness end to end at the tiny scale on three benchmarks: every record read back
     from the json has ratio = ours / peer, and the Markdown table shows the same numbers."""
-    json_path, md_path, status = bench_run.run_scale("tiny", ["ingest", "adjacency"], tmp_path / "results")
+    names = ["ingest", "adjacency", "feature_cache"]
+    json_path, md_path, status = bench_run.run_scale("tiny", names, tmp_path / "results")
     assert all(s["returncode"] == 0 for s in status.values()), status
     results = harness.read_results(json_path)
     by_stage = {r["stage"]: r for r in results["records"]}
@@ -219,6 +223,22 @@ def test_run_scale_tiny_writes_what_the_benchmarks_measured(tmp_path):
     assert adj["peer_name"] == "scipy.sparse" and adj["ratio"] == pytest.approx(adj["ours"] / adj["peer"])
     # a child's peak RSS is its own: far below what a process that inherited a parent's would show
     assert adj["ours_rss_bytes"] < 2**31
+    # the tiered feature store: each 10 % warm tier (both policies, misses cold and read ahead) and the
+    # read-ahead alone against the cold gather, the hits against memcpy; targets set at 10M nodes only
+    cache = [r for r in results["records"] if r["benchmark"] == "feature_cache"]
+    assert len(cache) == 1 + 4 + 1
+    cold = {r["peer"] for r in cache if r["peer_name"].startswith("cold gather")}
+    assert len(cold) == 1 and sum(r["peer_name"].startswith("cold gather") for r in cache) == 5
+    for policy in ("degree", "lru"):
+        for misses in ("misses cold", "misses read ahead"):
+            r = by_stage[f"features, warm {policy} 10% of rows, {misses}"]
+            hit_rate = float(r["notes"].split("hit rate ")[1].split(";")[0])
+            assert 0 < hit_rate <= 1 and r["min_ratio"] is None and "10,000,000 nodes" in r["notes"]
+    hits = by_stage["features, cache hits (warm tier)"]
+    assert hits["peer_name"] == "memcpy of the same bytes" and hits["ratio"] == pytest.approx(
+        hits["ours"] / hits["peer"]
+    )
+    assert hits["metric"] == "rows/s" and hits["nodes"] == harness.SCALES["tiny"].nodes
     text = md_path.read_text()
     for r in results["records"]:
         row = next(line for line in text.splitlines() if line.startswith(f"| {r['stage']} |"))
