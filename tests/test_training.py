@@ -351,13 +351,53 @@ def test_a_feature_cache_serves_the_same_rows_and_hits_on_the_next_epoch(sbm):
     shards = sbm["w1"]["shards"]
     with ShardStream(shards, 0, 0, prefetch=0) as stream:
         plain = [mb.x for mb in stream]
-    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache_share=1.0)
+    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache_share=1.0, cache_policy="lru")
     for _ in range(2):  # the second pass finds every row in the cache
         with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
             cached = [mb.x for mb in stream]
         assert len(cached) == len(plain) and all(torch.equal(a, b) for a, b in zip(plain, cached, strict=True))
     stats = rows.cache.stats
     assert stats.cold_reads > 0 and stats.warm_hits >= stats.requested // 2
+    with pytest.raises(ValueError, match="needs a cache_policy"):
+        FeatureRows("manifest", stream.manifest, Path(shards), cache_share=0.5)
+
+
+def test_the_degree_policy_caches_the_highest_degree_rows_before_the_first_minibatch(sbm):
+    from training.data import FeatureRows
+
+    shards = sbm["w1"]["shards"]
+    with ShardStream(shards, 0, 0, prefetch=0) as stream:
+        plain = [mb.x for mb in stream]
+    degree = np.diff(np.load(sbm["w1"]["adjacency"] / "indptr.npy"))
+    rows = FeatureRows(
+        "manifest", stream.manifest, Path(shards), cache_share=0.25, cache_policy="degree", degree=degree
+    )
+    top = np.sort(np.argsort(-degree, kind="stable")[:100])  # 25 % of 400 nodes, ties to the lower id
+    assert np.array_equal(rows.cache.cached_nodes(), top)
+    with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
+        cached = [mb.x for mb in stream]
+    assert all(torch.equal(a, b) for a, b in zip(plain, cached, strict=True))
+    stats = rows.cache.stats
+    assert stats.warm_hits > 0 and stats.warm_hits + stats.cold_reads == stats.requested
+    assert np.array_equal(rows.cache.cached_nodes(), top)  # static: nothing was evicted or inserted
+
+
+def test_training_through_the_feature_cache_learns_the_same_weights(sbm, tmp_path):
+    """The cache (either policy) hands every minibatch the rows the file holds, so a run through it
+    ends with the weights of a run without it; `degree` ranks nodes by their rows in Â."""
+    shards = sbm["w1"]["shards"]
+    plain = train(_run_config(shards, tmp_path / "plain" / "trained_model", epochs=2))
+    ref = torch.load(tmp_path / "plain" / "trained_model" / "model_final.pt", weights_only=True)["state_dict"]
+    for policy in ("degree", "lru"):
+        out = tmp_path / policy / "trained_model"
+        s = train(_run_config(shards, out, epochs=2, feature_cache=0.3, feature_cache_policy=policy))
+        got = torch.load(out / "model_final.pt", weights_only=True)["state_dict"]
+        assert all(torch.equal(ref[k], got[k]) for k in ref), policy
+        assert s["final_test_acc"] == plain["final_test_acc"]
+        assert s["feature_cache_rows"] == 120 and 0 < s["feature_cache_hit_rate"] < 1  # 30 % of 400 rows
+    assert "feature_cache_hit_rate" not in plain
+    with pytest.raises(ValueError, match=r"training.feature_cache_policy.*must be one of"):
+        _run_config(shards, tmp_path / "x", feature_cache_policy="fifo")
 
 
 def test_automatic_budget_replays_the_shards_and_reports_it(sbm, tmp_path):

@@ -39,6 +39,7 @@ import yaml
 
 from training.comm_hooks import CommConfig
 from training.compensation import CompensationConfig
+from training.feature_cache import WARM_POLICIES
 from training.imbalance import SELECT_BY
 from training.layers import ModelConfig
 
@@ -269,6 +270,14 @@ class TrainingConfig:
             "when compressed features are chosen); 0 = off, every row is read from the file's mapping"
         },
     )
+    feature_cache_policy: str = field(
+        default="degree",
+        metadata={
+            "help": f"which rows the feature cache keeps, one of {WARM_POLICIES}: degree = the highest-degree "
+            "nodes, filled once before the first step (neighbour sampling reads a node in proportion to its "
+            "degree); lru = the rows read most recently, filled as the minibatches read them"
+        },
+    )
     verify_shards: bool = field(
         default=True,
         metadata={
@@ -306,6 +315,7 @@ class TrainingConfig:
             ("device", DEVICES),
             ("aggregation", AGGREGATIONS),
             ("select_by", SELECT_BY),
+            ("feature_cache_policy", WARM_POLICIES),
         ):
             if getattr(self, name) not in choices:
                 _fail(f"{p}.{name}", getattr(self, name), f"must be one of {choices}")

@@ -129,12 +129,22 @@ class FeatureRows:
     or compressed_graph's codes with their transform), gathered compact in the prefetch
     thread and decoded there (CPU) or on the device (CUDA). ``gather_host(ids, decode=True)``
     reads just the rows ``ids`` (what the streamed evaluation uses). ``cache_share`` > 0 puts
-    that share of the rows in an LRU cache in CPU memory between the memory-mapped file and
-    the minibatches (`training.feature_cache.TieredFeatures`, compact codes; thread-safe, so
-    one FeatureRows can serve every stream of a rank across epochs).
+    that share of the rows in a cache in CPU memory between the memory-mapped file and the
+    minibatches (`training.feature_cache.TieredFeatures`, compact codes; thread-safe, so one
+    FeatureRows can serve every stream of a rank across epochs), keeping the rows
+    ``cache_policy`` picks (``training.feature_cache_policy``: ``degree`` needs each node's
+    ``degree``, ``lru``).
     """
 
-    def __init__(self, source, manifest: dict, root: Path, cache_share: float = 0.0):
+    def __init__(
+        self,
+        source,
+        manifest: dict,
+        root: Path,
+        cache_share: float = 0.0,
+        cache_policy: str | None = None,
+        degree: np.ndarray | None = None,
+    ):
         self.kind = "none"
         self.device_tensor = None
         self.cache = None
@@ -155,7 +165,10 @@ class FeatureRows:
             if cache_share > 0:
                 from training.feature_cache import TieredFeatures
 
-                self.cache = TieredFeatures(self.encoded, warm_rows=int(round(cache_share * self.encoded.num_rows)))
+                if cache_policy is None:
+                    raise ValueError(f"cache_share={cache_share} needs a cache_policy (training.feature_cache_policy)")
+                warm_rows = int(round(cache_share * self.encoded.num_rows))
+                self.cache = TieredFeatures(self.encoded, warm_rows=warm_rows, degree=degree, warm_policy=cache_policy)
 
     def gather_host(self, nodes: np.ndarray, decode: bool, release: bool = False) -> torch.Tensor | None:
         """Rows of `nodes` on the CPU, or None; compact codes stay compact unless `decode`.

@@ -357,7 +357,14 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         work=work,
         ckpt_path=work / CHECKPOINT_NAME,
         feature_rows=(
-            FeatureRows("manifest", manifest, shards, cache_share=tcfg.feature_cache)
+            FeatureRows(
+                "manifest",
+                manifest,
+                shards,
+                cache_share=tcfg.feature_cache,
+                cache_policy=tcfg.feature_cache_policy,
+                degree=_cache_degree(tcfg, adjacency),
+            )
             if tcfg.feature_cache > 0 and isinstance(stream_features, str)
             else None
         ),
@@ -681,6 +688,7 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         "data_wait_share": float(np.mean([r["data_wait_share"] for r in history])),
         "peak_memory_mb": float(max(r["peak_memory_mb"] for r in history)),
         **_comm_summary(history),
+        **_feature_cache_summary(run.feature_rows),
         "world_size": int(manifest["world_size"]),
         "processes": info.world_size,
         "batch_size": int(manifest["batch_size"]),
@@ -801,6 +809,16 @@ def model_blocks(blocks: list, num_layers: int, shared_block: bool) -> list:
     return [blocks[0]] * num_layers if shared_block else blocks
 
 
+def _cache_degree(tcfg: TrainingConfig, adjacency: Path) -> np.ndarray | None:
+    """Each node's row length in Â (its degree, + 1 with the self loop): what the feature cache's
+    ``degree`` policy ranks nodes by; None for the other policy."""
+    if tcfg.feature_cache_policy != "degree":
+        return None
+    from graphs.normalize import load_csr
+
+    return np.diff(load_csr(adjacency).indptr)
+
+
 def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
     """(shards, canonical, adjacency) folders: from ``paths`` or as the manifest names them."""
     shards = Path(cfg.paths.shards).resolve()
@@ -847,6 +865,15 @@ def _comm_summary(history: list[dict]) -> dict:
     """Mean gradient bytes sent per rank and optimizer step (training.comm.count_bytes), if counted."""
     counted = [r["comm_bytes_per_step"] for r in history if "comm_bytes_per_step" in r]
     return {"comm_bytes_per_step": float(np.mean(counted))} if counted else {}
+
+
+def _feature_cache_summary(rows: FeatureRows | None) -> dict:
+    """Rank 0's feature cache (training.feature_cache > 0): its rows, and the share of the
+    minibatches' unique rows it served in this process."""
+    if rows is None or rows.cache is None:
+        return {}
+    stats = rows.cache.stats
+    return {"feature_cache_rows": rows.cache.capacity, "feature_cache_hit_rate": stats.hit_rate}
 
 
 def _peak_memory_mb(device: torch.device) -> float:
