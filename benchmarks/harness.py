@@ -314,7 +314,8 @@ def utc_now() -> str:
 
 
 def _num(v: float) -> str:
-    return f"{v:.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+    """4 significant digits; from 10,000 on, the whole number with thousands separators."""
+    return f"{v:.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
 
 
 def _gb(v: int | None) -> str:
