@@ -24,10 +24,13 @@ Measured on the same batches, in this order:
           each policy, its misses read plain and with readahead (``--readahead``) (``degree``: the highest-degree rows, filled up front; ``lru``: `--warmup`
           untimed batches fill it first), the file evicted the same way before every batch (so
           every miss is a cold read); the timed batches give rows/s and the hit rate;
-  hits    the same call on batches made only of cached rows (the cache-hit path alone; best
-          of 3 passes, as for memcpy);
   ram     np.take from the file's mapping after reading it whole (all pages resident);
-  memcpy  the same number of bytes as each batch copied contiguously from that mapping.
+  hits    then the first cached variant's call on batches made only of cached rows (the
+          cache-hit path alone): as many as a timed batch's rows, drawn uniformly from the cached
+          ones; and the cached rows of the timed batches themselves (what neighbour sampling hits);
+  memcpy  the same number of bytes as each hit batch copied contiguously from the file's mapping,
+          its passes alternating with the hits' passes (the same moment and cache state; best of
+          `PASSES` each, as the load moves).
 The mapping gets ``--advice`` (default MADV_RANDOM: each page fault reads its page, not the
 kernel's 128 KiB read-around, which with sorted ids pulls in most of the file whatever is
 cached) for every variant alike.
@@ -57,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import harness  # noqa: E402  (benchmarks/harness.py)
 from _child import run_in_child  # noqa: E402
 
-PASSES = 3  # hits and memcpy (nothing evicted between passes): the best pass of each, as the load moves
+PASSES = 10  # hits and memcpy, alternating (nothing evicted between passes): the best pass of each
 
 
 def _timed(f, items) -> float:
@@ -127,6 +130,25 @@ def _graph(args) -> tuple[Path, Path]:
 
 def _rate(rows: int, seconds: float) -> float:
     return rows / seconds if seconds > 0 else float("inf")
+
+
+def hits_and_memcpy(gather, batches: list[np.ndarray], view: np.ndarray) -> tuple[float, float]:
+    """(rows/s of `gather` over `batches`, rows/s of copying as many rows contiguously from `view`):
+    the best of `PASSES` passes each, a pass of one then of the other, so both meet the same load."""
+    n = len(view)
+    buf = np.empty((max(len(b) for b in batches), *view.shape[1:]), dtype=view.dtype)
+    starts = [(i * 7919 * len(b)) % max(1, n - len(b)) for i, b in enumerate(batches)]
+    spans = [(start, start + len(b)) for start, b in zip(starts, batches)]
+
+    def copy(span: tuple[int, int]) -> None:
+        np.copyto(buf[: span[1] - span[0]], view[span[0] : span[1]])
+
+    rows = sum(len(b) for b in batches)
+    best_gather = best_copy = 0.0
+    for _ in range(PASSES):
+        best_gather = max(best_gather, _rate(rows, _timed(gather, batches)))
+        best_copy = max(best_copy, _rate(rows, _timed(copy, spans)))
+    return best_gather, best_copy
 
 
 def main() -> None:
@@ -207,7 +229,7 @@ def main() -> None:
     encoded = EncodedFeatures("fp32", n, d, {"x": x})
     degree = np.diff(np.asarray(csr.indptr, dtype=np.int64))
     cached = {}
-    hits = None
+    hit_cache = None  # the first variant's, for the hit path alone (below)
     modes = [m == "on" for m in args.readahead.split(",")]
     variants = [(s, p, a) for s in shares for p in ("degree", "lru") for a in modes]
     for i, (share, policy, ahead) in enumerate(variants):
@@ -224,12 +246,8 @@ def main() -> None:
             cache.gather_codes(b)
             seconds += time.perf_counter() - t
         cached[(share, policy, ahead)] = (_rate(v_rows, seconds), cache.stats.hit_rate)
-        if hits is None:  # hits only: batches of cached rows, as large as the timed batches
-            in_cache = cache.cached_nodes()
-            rng = np.random.default_rng(1)
-            size = min(int(np.mean([len(b) for b in timed])), len(in_cache))
-            hit_batches = [np.sort(rng.choice(in_cache, size, replace=False)) for _ in timed]
-            hits = max(_rate(size * len(hit_batches), _timed(cache.gather_codes, hit_batches)) for _ in range(PASSES))
+        if hit_cache is None:
+            hit_cache = cache
         del cache
 
     # all rows in RAM (the whole file resident), and memcpy of the same bytes
@@ -243,14 +261,18 @@ def main() -> None:
         np.take(view, b, axis=0)
         seconds += time.perf_counter() - t
     ram = _rate(rows_timed, seconds)
-    buf = np.empty((max(len(b) for b in timed), d), dtype=x.dtype)
-    spans = [(i * 7919 * len(b)) % max(1, n - len(b)) for i, b in enumerate(timed)]
-    spans = [(start, start + len(b)) for start, b in zip(spans, timed)]
 
-    def copy(span: tuple[int, int]) -> None:
-        np.copyto(buf[: span[1] - span[0]], view[span[0] : span[1]])
-
-    memcpy = max(_rate(rows_timed, _timed(copy, spans)) for _ in range(PASSES))
+    # the hit path alone, beside memcpy of the same bytes, with the whole file resident for both
+    in_cache = hit_cache.cached_nodes()
+    rng = np.random.default_rng(1)
+    size = min(int(np.mean([len(b) for b in timed])), len(in_cache))
+    uniform = [np.sort(rng.choice(in_cache, size, replace=False)) for _ in timed]
+    sampled = [b[np.isin(b, in_cache, assume_unique=True)] for b in timed]
+    sampled = [b for b in sampled if len(b)] or uniform[:1]
+    hits, memcpy = hits_and_memcpy(hit_cache.gather_codes, uniform, view)
+    hits_sampled, memcpy_sampled = hits_and_memcpy(hit_cache.gather_codes, sampled, view)
+    hit_policy = f"{hit_cache.warm_policy} {hit_cache.capacity / n:.0%}"
+    del hit_cache
 
     gb = 2**30
     rows = [("cold (page cache evicted before every batch)", cold), ("cold + readahead (no cache)", cold_ahead)]
@@ -258,9 +280,11 @@ def main() -> None:
         misses = "misses cold + readahead" if ahead else "misses cold"
         rows.append((f"cached: warm {policy} {share:.0%} of rows, {misses} (hit rate {hit_rate:.3f})", rate))
     rows += [
-        ("cache hits only (TieredFeatures.gather_codes)", hits),
         ("all rows in RAM (np.take, file resident)", ram),
+        (f"cache hits only (TieredFeatures.gather_codes, warm {hit_policy}), uniform over the cached rows", hits),
         ("memcpy of the same bytes (contiguous)", memcpy),
+        (f"cache hits of the sampled batches ({np.mean([len(b) for b in sampled]):,.0f} rows each)", hits_sampled),
+        ("memcpy of the same bytes (contiguous)", memcpy_sampled),
     ]
     print(f"\n(whole file read into the page cache in {read_s:.1f} s)")
     print("| gather | rows/s | GB/s | / cold | / cold + readahead |")
@@ -275,6 +299,7 @@ def main() -> None:
     ratios = {f"cached_{key(*k)}_over_cold": rate / cold for k, (rate, _) in cached.items()} | {
         "readahead_over_cold": cold_ahead / cold,
         "hits_over_memcpy": hits / memcpy,
+        "sampled_hits_over_memcpy": hits_sampled / memcpy_sampled,
         "best_cached_over_ram": best / ram,
     }
     print(
@@ -289,15 +314,18 @@ def main() -> None:
             "dim": d,
             "rows_per_batch": rows_timed / len(timed),
             "rows_per_s": {"cold": cold, "cold_readahead": cold_ahead, "hits": hits, "ram": ram, "memcpy": memcpy}
+            | {"hits_sampled": hits_sampled, "memcpy_sampled": memcpy_sampled}
             | {f"cached_{key(*k)}": rate for k, (rate, _) in cached.items()},
             "hit_rate": {key(*k): h for k, (_, h) in cached.items()},
             "ratios": ratios,
         }
         args.json.write_text(json.dumps(result, indent=2))
-    harness.emit(args.record, _records(args, n, d, rows_timed / len(timed), cold, cold_ahead, cached, hits, memcpy))
+    hit_rows = {"uniform": (hits, memcpy, size), "sampled": (hits_sampled, memcpy_sampled, len(sampled[0]))}
+    records = _records(args, n, d, rows_timed / len(timed), cold, cold_ahead, cached, hit_policy, hit_rows)
+    harness.emit(args.record, records)
 
 
-def _records(args, n, d, rows_per_batch, cold, cold_ahead, cached, hits, memcpy) -> list:
+def _records(args, n, d, rows_per_batch, cold, cold_ahead, cached, hit_policy, hit_rows) -> list:
     """`harness.Record`s of one run: gathered rows/s against the cold gather and against memcpy."""
     common = {"benchmark": "feature_cache", "metric": "rows/s", "nodes": n, "edges": args.edges}
     where = f"{n:,} x {d} float32 rows, {rows_per_batch:,.0f} unique rows per batch (fanouts {args.fanouts})"
@@ -308,6 +336,10 @@ def _records(args, n, d, rows_per_batch, cold, cold_ahead, cached, hits, memcpy)
     records = [harness.Record(**vs_cold, stage="features, cold + read-ahead, no cache", ours=cold_ahead, notes=where)]
     for (share, policy, ahead), (rate, hit_rate) in cached.items():
         ten = abs(share - 0.1) < 1e-9  # the issue's cache size
+        bound = 1 / (1 - hit_rate) if hit_rate < 1 else float("inf")
+        notes = f"hit rate {hit_rate:.3f}" + (
+            "" if ahead else f"; misses read cold: about 1 / (1 - hit rate) = {bound:.2f}x cold"
+        )
         records.append(
             harness.Record(
                 **vs_cold,
@@ -315,18 +347,31 @@ def _records(args, n, d, rows_per_batch, cold, cold_ahead, cached, hits, memcpy)
                 + ("misses read ahead" if ahead else "misses cold"),
                 ours=rate,
                 min_ratio=harness.target_at(n, 3.0, harness.FEATURE_TARGET_NODES) if ten else None,
-                notes=f"hit rate {hit_rate:.3f}" + (unset if ten else ""),
+                notes=notes + (unset if ten else ""),
             )
         )
+    hits, memcpy, size = hit_rows["uniform"]
+    beside = "the physical limit beside the hits: the same bytes copied contiguously, passes alternating"
     records.append(
         harness.Record(
             **common,
-            stage="features, cache hits (warm tier)",
+            stage=f"features, cache hits (warm {hit_policy})",
             ours=hits,
             peer=memcpy,
             peer_name="memcpy of the same bytes",
             min_ratio=harness.target_at(n, 0.5, harness.FEATURE_TARGET_NODES),
-            notes=f"the physical limit beside the hits: the same bytes copied contiguously{unset}",
+            notes=f"{size:,} cached rows per batch, drawn uniformly; {beside}{unset}",
+        )
+    )
+    hits, memcpy, size = hit_rows["sampled"]
+    records.append(
+        harness.Record(
+            **common,
+            stage=f"features, cache hits of the sampled batches (warm {hit_policy})",
+            ours=hits,
+            peer=memcpy,
+            peer_name="memcpy of the same bytes",
+            notes=f"the cached rows of each timed batch (the first: {size:,}); {beside}",
         )
     )
     return records

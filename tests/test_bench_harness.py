@@ -226,7 +226,7 @@ def test_run_scale_tiny_writes_what_the_benchmarks_measured(tmp_path):
     # the tiered feature store: each 10 % warm tier (both policies, misses cold and read ahead) and the
     # read-ahead alone against the cold gather, the hits against memcpy; targets set at 10M nodes only
     cache = [r for r in results["records"] if r["benchmark"] == "feature_cache"]
-    assert len(cache) == 1 + 4 + 1
+    assert len(cache) == 1 + 4 + 2
     cold = {r["peer"] for r in cache if r["peer_name"].startswith("cold gather")}
     assert len(cold) == 1 and sum(r["peer_name"].startswith("cold gather") for r in cache) == 5
     for policy in ("degree", "lru"):
@@ -234,11 +234,13 @@ def test_run_scale_tiny_writes_what_the_benchmarks_measured(tmp_path):
             r = by_stage[f"features, warm {policy} 10% of rows, {misses}"]
             hit_rate = float(r["notes"].split("hit rate ")[1].split(";")[0])
             assert 0 < hit_rate <= 1 and r["min_ratio"] is None and "10,000,000 nodes" in r["notes"]
-    hits = by_stage["features, cache hits (warm tier)"]
+    hits = by_stage["features, cache hits (warm degree 10%)"]
     assert hits["peer_name"] == "memcpy of the same bytes" and hits["ratio"] == pytest.approx(
         hits["ours"] / hits["peer"]
     )
     assert hits["metric"] == "rows/s" and hits["nodes"] == harness.SCALES["tiny"].nodes
+    sampled = by_stage["features, cache hits of the sampled batches (warm degree 10%)"]
+    assert sampled["peer_name"] == "memcpy of the same bytes" and sampled["min_ratio"] is None
     text = md_path.read_text()
     for r in results["records"]:
         row = next(line for line in text.splitlines() if line.startswith(f"| {r['stage']} |"))
