@@ -14,6 +14,9 @@ training must not need it):
   fp16       SAGE, `mixed_float16` (fp16 autocast with GradScaler on CUDA, bf16 autocast on CPU)
   bf16       GCN, `bf16`: Â's weights recomputed from its factors on the device
   int8_fp16  GCN, `mixed_float16`, on the INT8 shards: features and weights decoded on the device
+  int8_tiers SAGE, `mixed_float16`, on the INT8 shards through the feature cache: the 20 % of
+             highest-degree rows (codes) on the device, 10 % more in CPU memory; the host reads,
+             pins and copies only the rest, the device puts them beside the hot rows and decodes
 and reads each run's metrics.parquet and summary.json:
   loss_falls    the last epoch's mean training loss is below the first epoch's
   step_ms       training seconds per optimizer step (mean over the epochs after the first)
@@ -39,7 +42,13 @@ ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = {"fp16": "mixed_float16", "bf16": "bf16"}
 SHARDS = {"default": "minibatch_shards", "int8": "minibatch_shards_int8"}
 # run name -> (precision, layer type, shards)
-RUNS = {"fp16": ("fp16", "sage", "default"), "bf16": ("bf16", "gcn", "default"), "int8_fp16": ("fp16", "gcn", "int8")}
+# name: (precision, conv, shards, training settings besides them)
+RUNS = {
+    "fp16": ("fp16", "sage", "default", {}),
+    "bf16": ("bf16", "gcn", "default", {}),
+    "int8_fp16": ("fp16", "gcn", "int8", {}),
+    "int8_tiers": ("fp16", "sage", "int8", {"feature_cache": 0.1, "feature_cache_hot": 0.2}),
+}
 # run `python -m training` with DGL made unimportable (a None entry in sys.modules raises ImportError)
 _NO_DGL = "import runpy, sys; sys.modules['dgl'] = None; sys.argv[0] = 'training'; runpy.run_module('training', run_name='__main__', alter_sys=True)"
 SHARD_BUDGET_BYTES = 50 * 2**20
@@ -87,7 +96,7 @@ def run_one(data: Path, name: str, device: str, epochs: int, out_root: Path) -> 
     import pyarrow.parquet as pq
     import yaml
 
-    precision, conv, shards = RUNS[name]
+    precision, conv, shards, settings = RUNS[name]
     out = out_root / f"trained-{name}"
     config = {
         "model": {"conv": conv, "hidden": 64, "num_layers": 2, "dropout": 0.1},
@@ -97,6 +106,7 @@ def run_one(data: Path, name: str, device: str, epochs: int, out_root: Path) -> 
             "device": device,
             "profiler": "none",
             "optimizer": {"lr": 0.01},
+            **settings,
         },
         "paths": {
             "shards": str(data / SHARDS[shards]),
@@ -137,7 +147,7 @@ def run_one(data: Path, name: str, device: str, epochs: int, out_root: Path) -> 
         "overlap": float(1.0 - later["data_wait_share"].mean()),
         "test_acc": float(summary["test_acc_at_best_val"]),
         "wall_s": wall,
-    }
+    } | {k: summary[k] for k in ("feature_cache_hit_rate", "feature_cache_hot_hit_rate") if k in summary}
 
 
 def main() -> int:

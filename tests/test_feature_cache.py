@@ -140,3 +140,23 @@ def test_gathered_rows_are_never_overwritten_while_held_and_their_memory_is_reus
     again = cache.gather_codes(np.array([7, 8]))
     np.testing.assert_array_equal(again, x[[7, 8]])
     assert again.__array_interface__["data"][0] == address  # the released array, written again
+
+
+def test_a_gather_split_in_two_halves_equals_the_whole_gather():
+    """`gather_split` on the host, then `assemble` on the device (the split moved there, as CUDA
+    training moves it) gives `gather`'s rows: the hot ones from the device tier, the rest as the
+    host read them, in the order asked, duplicates included."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(50, 8)).astype(np.float32)
+    degree = rng.integers(1, 100, 50)
+    for enc in (EncodedFeatures("fp32", 50, 8, {"x": x}), encode_features(x, "int8")):
+        expected = enc.decode()
+        halves = TieredFeatures(enc, warm_rows=5, hot_rows=5, degree=degree)
+        hot = halves.hot_nodes
+        for nodes in (np.array([7, 3, 3, 49, 0, 7]), np.arange(50), hot[::-1].copy(), np.setdiff1d(np.arange(50), hot)):
+            split = halves.gather_split(nodes)
+            unique = np.unique(nodes)
+            assert split.num_unique == len(unique) and len(split.hot_pos) == np.isin(unique, hot).sum()
+            assert len(split.host_rows) == len(unique) - len(split.hot_pos)  # the host reads no hot row
+            np.testing.assert_array_equal(halves.assemble(split.to("cpu")).numpy(), expected[nodes])
+        assert halves.stats.hot_hits > 0 and halves.stats.warm_hits > 0 and halves.stats.cold_reads > 0

@@ -39,7 +39,7 @@ def test_gpu_check_passes_on_cpu_without_dgl(inputs, tmp_path):
     assert set(result["runs"]) == set(gpu_check.RUNS)
     for name, run in result["runs"].items():
         assert run["ok"], run.get("error")
-        precision, conv, shards = gpu_check.RUNS[name]
+        precision, conv, shards, settings = gpu_check.RUNS[name]
         assert run["precision"] == gpu_check.PRECISIONS[precision] and run["conv"] == conv
         manifest = json.loads((inputs / run["shards"] / "manifest.json").read_text())
         # the default shards store Â's factors; the INT8 ones INT8 weights and compressed_graph's codes
@@ -49,6 +49,8 @@ def test_gpu_check_passes_on_cpu_without_dgl(inputs, tmp_path):
         assert run["step_ms"] > 0 and run["peak_mem_mb"] > 0 and 0.0 <= run["overlap"] <= 1.0
         summary = json.loads((tmp_path / "runs" / f"trained-{name}" / "summary.json").read_text())
         assert summary["test_acc_at_best_val"] == pytest.approx(run["test_acc"])
+        # the run through the feature cache's tiers: the hot ones served rows (on the device on a GPU)
+        assert (run.get("feature_cache_hot_hit_rate", 0) > 0) == ("feature_cache_hot" in settings)
 
 
 def test_gpu_check_child_cannot_import_dgl():

@@ -27,6 +27,7 @@ from training import precision as precision_mod
 from training.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from training.config import LRScheduleConfig, RunConfig, TrainingConfig
 from training.data import ShardStream, read_manifest
+from training.feature_cache import CacheSpec
 from training.features import FeatureTransform, degree_features
 from training.outputs import Preprocessing, load_model
 from training.train import (
@@ -351,15 +352,14 @@ def test_a_feature_cache_serves_the_same_rows_and_hits_on_the_next_epoch(sbm):
     shards = sbm["w1"]["shards"]
     with ShardStream(shards, 0, 0, prefetch=0) as stream:
         plain = [mb.x for mb in stream]
-    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache_share=1.0, cache_policy="lru")
+    spec = CacheSpec(warm_share=1.0, warm_policy="lru", hot_share=0.0, device="cpu", degree=np.ones(400))
+    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache=spec)
     for _ in range(2):  # the second pass finds every row in the cache
         with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
             cached = [mb.x for mb in stream]
         assert len(cached) == len(plain) and all(torch.equal(a, b) for a, b in zip(plain, cached, strict=True))
     stats = rows.cache.stats
     assert stats.cold_reads > 0 and stats.warm_hits >= stats.requested // 2
-    with pytest.raises(ValueError, match="needs a cache_policy"):
-        FeatureRows("manifest", stream.manifest, Path(shards), cache_share=0.5)
 
 
 def test_the_degree_policy_caches_the_highest_degree_rows_before_the_first_minibatch(sbm):
@@ -369,9 +369,8 @@ def test_the_degree_policy_caches_the_highest_degree_rows_before_the_first_minib
     with ShardStream(shards, 0, 0, prefetch=0) as stream:
         plain = [mb.x for mb in stream]
     degree = np.diff(np.load(sbm["w1"]["adjacency"] / "indptr.npy"))
-    rows = FeatureRows(
-        "manifest", stream.manifest, Path(shards), cache_share=0.25, cache_policy="degree", degree=degree
-    )
+    spec = CacheSpec(warm_share=0.25, warm_policy="degree", hot_share=0.0, device="cpu", degree=degree)
+    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache=spec)
     top = np.sort(np.argsort(-degree, kind="stable")[:100])  # 25 % of 400 nodes, ties to the lower id
     assert np.array_equal(rows.cache.cached_nodes(), top)
     with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
@@ -382,20 +381,72 @@ def test_the_degree_policy_caches_the_highest_degree_rows_before_the_first_minib
     assert np.array_equal(rows.cache.cached_nodes(), top)  # static: nothing was evicted or inserted
 
 
+def test_a_hot_tier_serves_the_highest_degree_rows_beside_the_host_ones(sbm):
+    """With a hot share the host reads only the rows that are not hot; `finish` puts the hot tier's
+    rows beside them (on the CPU here, the GPU's memory in CUDA training)."""
+    from training.data import FeatureRows
+
+    shards = sbm["w1"]["shards"]
+    with ShardStream(shards, 0, 0, prefetch=0) as stream:
+        plain = [mb.x for mb in stream]
+    degree = np.diff(np.load(sbm["w1"]["adjacency"] / "indptr.npy"))
+    spec = CacheSpec(warm_share=0.1, warm_policy="degree", hot_share=0.1, device="cpu", degree=degree)
+    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache=spec)
+    order = np.argsort(-degree, kind="stable")
+    assert np.array_equal(rows.cache.hot_nodes, np.sort(order[:40]))  # the top 10 %, then the next 10 % warm
+    assert np.array_equal(rows.cache.cached_nodes(), np.sort(order[40:80]))
+    with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
+        cached = [mb.x for mb in stream]
+    assert all(torch.equal(a, b) for a, b in zip(plain, cached, strict=True))
+    s = rows.cache.stats
+    assert s.hot_hits > 0 and s.warm_hits > 0 and s.hot_hits + s.warm_hits + s.cold_reads == s.requested
+
+
+def test_the_cuda_path_pins_and_moves_a_hot_split(sbm, monkeypatch):
+    """On CUDA the host half of a hot-tier gather is pinned, copied without blocking and finished
+    on the device (`pin_memory` needs CUDA: a copy stands in for it here)."""
+    from training.data import FeatureRows
+
+    shards = sbm["w1"]["shards"]
+    with ShardStream(shards, 0, 0, prefetch=0) as stream:
+        plain = [mb.x for mb in stream]
+    degree = np.diff(np.load(sbm["w1"]["adjacency"] / "indptr.npy"))
+    spec = CacheSpec(warm_share=0.1, warm_policy="lru", hot_share=0.2, device="cpu", degree=degree)
+    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache=spec)
+    pinned_calls = []
+    monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned_calls.append(1) or t.clone())
+    pinned = ShardStream(shards, 0, 0, prefetch=1, features=rows)
+    pinned.pin, pinned.decode_on_host = True, False
+    with pinned:
+        got = [mb.x for mb in pinned]
+    assert pinned_calls and all(torch.equal(a, b) for a, b in zip(plain, got, strict=True))
+    assert rows.cache.stats.hot_hits > 0
+
+
 def test_training_through_the_feature_cache_learns_the_same_weights(sbm, tmp_path):
-    """The cache (either policy) hands every minibatch the rows the file holds, so a run through it
-    ends with the weights of a run without it; `degree` ranks nodes by their rows in Â."""
+    """The cache (either warm policy, with and without a hot tier) hands every minibatch the rows
+    the file holds, so a run through it ends with the weights of a run without it."""
     shards = sbm["w1"]["shards"]
     plain = train(_run_config(shards, tmp_path / "plain" / "trained_model", epochs=2))
     ref = torch.load(tmp_path / "plain" / "trained_model" / "model_final.pt", weights_only=True)["state_dict"]
-    for policy in ("degree", "lru"):
-        out = tmp_path / policy / "trained_model"
-        s = train(_run_config(shards, out, epochs=2, feature_cache=0.3, feature_cache_policy=policy))
+    tiers = {
+        "degree": dict(feature_cache=0.3),
+        "lru": dict(feature_cache=0.3, feature_cache_policy="lru"),
+        "hot": dict(feature_cache=0.1, feature_cache_hot=0.2),
+    }
+    for name, settings in tiers.items():
+        out = tmp_path / name / "trained_model"
+        s = train(_run_config(shards, out, epochs=2, **settings))
         got = torch.load(out / "model_final.pt", weights_only=True)["state_dict"]
-        assert all(torch.equal(ref[k], got[k]) for k in ref), policy
+        assert all(torch.equal(ref[k], got[k]) for k in ref), name
         assert s["final_test_acc"] == plain["final_test_acc"]
-        assert s["feature_cache_rows"] == 120 and 0 < s["feature_cache_hit_rate"] < 1  # 30 % of 400 rows
+        assert 0 < s["feature_cache_hit_rate"] < 1
+        warm, hot = (40, 80) if name == "hot" else (120, 0)  # shares of 400 rows
+        assert (s["feature_cache_rows"], s["feature_cache_hot_rows"]) == (warm, hot), name
+        assert (s["feature_cache_hot_hit_rate"] > 0) == (name == "hot")
     assert "feature_cache_hit_rate" not in plain
+    with pytest.raises(ValueError, match=r"training.feature_cache_hot.*share of the rows"):
+        _run_config(shards, tmp_path / "x", feature_cache_hot=1.5)
     with pytest.raises(ValueError, match=r"training.feature_cache_policy.*must be one of"):
         _run_config(shards, tmp_path / "x", feature_cache_policy="fifo")
 

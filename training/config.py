@@ -278,6 +278,15 @@ class TrainingConfig:
             "degree); lru = the rows read most recently, filled as the minibatches read them"
         },
     )
+    feature_cache_hot: float = field(
+        default=0.0,
+        metadata={
+            "help": "share of the feature rows (0..1), those of the highest-degree nodes, that each rank keeps "
+            "on its training device (the GPU's memory; on the CPU, another tier in memory): a minibatch's "
+            "hot rows are not read nor copied from the host; the warm tier (feature_cache) holds rows "
+            "besides them. 0 = off"
+        },
+    )
     verify_shards: bool = field(
         default=True,
         metadata={
@@ -333,8 +342,9 @@ class TrainingConfig:
         for name in ("epochs", "eval_batch_size", "early_stopping_patience", "seed", "prefetch"):
             if getattr(self, name) < 0:
                 _fail(f"{p}.{name}", getattr(self, name), "must be >= 0")
-        if not 0.0 <= self.feature_cache <= 1.0:
-            _fail(f"{p}.feature_cache", self.feature_cache, "must be a share of the rows in [0, 1]")
+        for name in ("feature_cache", "feature_cache_hot"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                _fail(f"{p}.{name}", getattr(self, name), "must be a share of the rows in [0, 1]")
         if self.gradient_clipping < 0:
             _fail(f"{p}.gradient_clipping", self.gradient_clipping, "must be >= 0 (0 = off)")
 

@@ -64,6 +64,7 @@ from graphs.shard_format import (
     stream_record,
 )
 from training.blocks import Block, NodeScales, correction_is_per_dst
+from training.feature_cache import CacheSpec, HotSplit, TieredFeatures
 
 __all__ = [
     "FeatureRows",
@@ -128,23 +129,14 @@ class FeatureRows:
     `graphs.quantize.EncodedFeatures` (`graphs.shard_format.open_features`: canonical FP32,
     or compressed_graph's codes with their transform), gathered compact in the prefetch
     thread and decoded there (CPU) or on the device (CUDA). ``gather_host(ids, decode=True)``
-    reads just the rows ``ids`` (what the streamed evaluation uses). ``cache_share`` > 0 puts
-    that share of the rows in a cache in CPU memory between the memory-mapped file and the
-    minibatches (`training.feature_cache.TieredFeatures`, compact codes; thread-safe, so one
-    FeatureRows can serve every stream of a rank across epochs), keeping the rows
-    ``cache_policy`` picks (``training.feature_cache_policy``: ``degree`` needs each node's
-    ``degree``, ``lru``).
+    reads just the rows ``ids`` (what the streamed evaluation uses). With ``cache`` (a
+    `training.feature_cache.CacheSpec`) the rows come through `training.feature_cache.TieredFeatures`
+    (compact codes; thread-safe, so one FeatureRows can serve every stream of a rank across
+    epochs): a warm tier in CPU memory and, with a hot share, the highest-degree rows on the
+    training device, where `finish` puts them beside the rows the host read.
     """
 
-    def __init__(
-        self,
-        source,
-        manifest: dict,
-        root: Path,
-        cache_share: float = 0.0,
-        cache_policy: str | None = None,
-        degree: np.ndarray | None = None,
-    ):
+    def __init__(self, source, manifest: dict, root: Path, cache: CacheSpec | None = None):
         self.kind = "none"
         self.device_tensor = None
         self.cache = None
@@ -162,19 +154,16 @@ class FeatureRows:
         self.encoded = open_features(manifest, root)
         if self.encoded is not None:
             self.kind = "encoded"
-            if cache_share > 0:
-                from training.feature_cache import TieredFeatures
-
-                if cache_policy is None:
-                    raise ValueError(f"cache_share={cache_share} needs a cache_policy (training.feature_cache_policy)")
-                warm_rows = int(round(cache_share * self.encoded.num_rows))
-                self.cache = TieredFeatures(self.encoded, warm_rows=warm_rows, degree=degree, warm_policy=cache_policy)
+            if cache is not None:
+                self.cache = TieredFeatures.from_spec(self.encoded, cache)
 
     def gather_host(self, nodes: np.ndarray, decode: bool, release: bool = False) -> torch.Tensor | None:
         """Rows of `nodes` on the CPU, or None; compact codes stay compact unless `decode`.
         ``release``: the feature file's pages are dropped from this process's RSS as they are
         read (`graphs.quantize.EncodedFeatures.gather`; the cache, if any, is bypassed)."""
         if self.kind == "encoded":
+            if self.cache is not None and len(self.cache.hot_nodes) and not release:
+                return self.cache.gather_split(nodes)  # finished on the device, beside the hot rows
             if self.cache is not None and not release:
                 rows = self.cache.gather_codes(nodes)
             else:
@@ -188,6 +177,8 @@ class FeatureRows:
 
     def finish(self, rows, nodes: torch.Tensor) -> torch.Tensor | None:
         """Decoded float rows on the device (rows already moved there)."""
+        if isinstance(rows, HotSplit):
+            return self.cache.assemble(rows)
         if isinstance(rows, _Compact):
             return self.encoded.decode_gathered_torch(rows.codes)
         if self.kind == "device":

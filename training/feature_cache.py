@@ -50,7 +50,7 @@ import torch
 from graphs.npyrows import mapped_bytes, prefetch_rows
 from graphs.quantize import EncodedFeatures
 
-__all__ = ["WARM_POLICIES", "CacheStats", "TieredFeatures", "hot_nodes"]
+__all__ = ["WARM_POLICIES", "CacheSpec", "CacheStats", "HotSplit", "TieredFeatures", "hot_nodes"]
 
 WARM_POLICIES = ("lru", "degree")
 
@@ -104,6 +104,44 @@ class _Recycled:
 
 # sys.getrefcount of an array only the list holds: the list's reference and the argument's
 _UNHELD = 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheSpec:
+    """The tiers a training run asks for (``training.feature_cache``, ``feature_cache_policy``,
+    ``feature_cache_hot``), as shares of the rows; `TieredFeatures.from_spec` sizes them."""
+
+    warm_share: float  # rows in CPU memory
+    warm_policy: str  # one of WARM_POLICIES
+    hot_share: float  # the highest-degree rows on `device`
+    device: str | torch.device
+    degree: np.ndarray  # each node's degree (ranks the hot tier and the `degree` policy)
+
+
+@dataclass
+class HotSplit:
+    """A gather with a hot tier, between its two halves: the compact rows the host read (warm and
+    cold) and where they and the hot tier's rows go. `TieredFeatures.gather_split` makes it on the
+    host (a loader's thread), `TieredFeatures.assemble` finishes it on the device; in between it
+    moves like a tensor (``pin_memory``, ``to``)."""
+
+    host_rows: torch.Tensor  # compact rows of the unique nodes that are not hot, in ascending node order
+    host_pos: torch.Tensor  # their positions among the unique nodes
+    hot_pos: torch.Tensor  # positions of the hot ones among the unique nodes
+    hot_slot: torch.Tensor  # and their rows in the hot tier
+    inverse: torch.Tensor | None  # unique -> the nodes as asked (None: they were ascending and unique)
+    num_unique: int
+
+    def _map(self, f) -> "HotSplit":
+        tensors = (self.host_rows, self.host_pos, self.hot_pos, self.hot_slot)
+        inverse = None if self.inverse is None else f(self.inverse)
+        return HotSplit(*map(f, tensors), inverse, self.num_unique)
+
+    def pin_memory(self) -> "HotSplit":
+        return self._map(lambda t: t.pin_memory())
+
+    def to(self, device, non_blocking: bool = False) -> "HotSplit":
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
 
 @dataclass
@@ -199,6 +237,19 @@ class TieredFeatures:
             prefetch_rows(self._cold, fill)
             self._rows[: len(fill)] = np.take(self._cold, fill, axis=0)
 
+    @classmethod
+    def from_spec(cls, encoded: EncodedFeatures, spec: CacheSpec) -> "TieredFeatures":
+        """The tiers `spec` asks for, over `encoded` (shares rounded to whole rows)."""
+        n = encoded.num_rows
+        return cls(
+            encoded,
+            warm_rows=int(round(spec.warm_share * n)),
+            hot_rows=int(round(spec.hot_share * n)),
+            degree=spec.degree,
+            device=spec.device,
+            warm_policy=spec.warm_policy,
+        )
+
     # ------------------------------------------------------------------ lookups
 
     def cached_nodes(self) -> np.ndarray:
@@ -219,6 +270,11 @@ class TieredFeatures:
 
     def gather(self, nodes: np.ndarray) -> torch.Tensor:
         """float32 [len(nodes), D] rows of `nodes` on the device, decoded."""
+        return self.assemble(self.gather_split(nodes).to(self.device))
+
+    def gather_split(self, nodes: np.ndarray) -> HotSplit:
+        """The host half of `gather`: the rows of `nodes` that are not hot, from the warm and cold
+        tiers (compact, on the CPU), and where the hot ones go."""
         unique, inverse = _unique(nodes)
         with self._lock:
             self.stats.requested += len(unique)
@@ -229,15 +285,26 @@ class TieredFeatures:
                 slot, is_hot = None, np.zeros(len(unique), dtype=bool)
             self.stats.hot_hits += int(is_hot.sum())
             host = self._warm_or_cold(unique[~is_hot])
-        out = torch.empty((len(unique), *self._row_shape), dtype=self._hot.dtype, device=self.device)
-        if is_hot.any():
-            out[torch.from_numpy(np.flatnonzero(is_hot)).to(self.device)] = self._hot[
-                torch.from_numpy(slot[is_hot]).to(self.device)
-            ]
-        if len(host):
-            out[torch.from_numpy(np.flatnonzero(~is_hot)).to(self.device)] = torch.from_numpy(host).to(self.device)
+        hot_slot = slot[is_hot] if slot is not None else np.empty(0, dtype=np.int64)
+        return HotSplit(
+            host_rows=torch.from_numpy(host),
+            host_pos=torch.from_numpy(np.flatnonzero(~is_hot)),
+            hot_pos=torch.from_numpy(np.flatnonzero(is_hot)),
+            hot_slot=torch.from_numpy(hot_slot),
+            inverse=None if inverse is None else torch.from_numpy(inverse),
+            num_unique=len(unique),
+        )
+
+    def assemble(self, split: HotSplit) -> torch.Tensor:
+        """The device half of `gather`: the hot tier's rows and the host's, in the nodes' order,
+        decoded on the device (`split` already moved there)."""
+        out = torch.empty((split.num_unique, *self._row_shape), dtype=self._hot.dtype, device=self.device)
+        if len(split.hot_pos):
+            out[split.hot_pos] = self._hot[split.hot_slot]
+        if len(split.host_pos):
+            out[split.host_pos] = split.host_rows
         out = self.encoded.decode_gathered_torch(out)
-        return out if inverse is None else out[torch.from_numpy(inverse).to(self.device)]
+        return out if split.inverse is None else out[split.inverse]
 
     def _read_cold(self, nodes: np.ndarray) -> np.ndarray:
         """Rows of ascending `nodes` from the feature file (their pages advised first with readahead)."""

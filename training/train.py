@@ -86,6 +86,7 @@ from training.distributed import (
     state_digest,
 )
 from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_block
+from training.feature_cache import CacheSpec
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.imbalance import class_weights, selection_score
 from training.layers import build_model, use_aggregation
@@ -357,15 +358,8 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         work=work,
         ckpt_path=work / CHECKPOINT_NAME,
         feature_rows=(
-            FeatureRows(
-                "manifest",
-                manifest,
-                shards,
-                cache_share=tcfg.feature_cache,
-                cache_policy=tcfg.feature_cache_policy,
-                degree=_cache_degree(tcfg, adjacency),
-            )
-            if tcfg.feature_cache > 0 and isinstance(stream_features, str)
+            FeatureRows("manifest", manifest, shards, cache=_cache_spec(tcfg, adjacency, device))
+            if (tcfg.feature_cache > 0 or tcfg.feature_cache_hot > 0) and isinstance(stream_features, str)
             else None
         ),
         comm_counter=comm_counter,
@@ -809,14 +803,18 @@ def model_blocks(blocks: list, num_layers: int, shared_block: bool) -> list:
     return [blocks[0]] * num_layers if shared_block else blocks
 
 
-def _cache_degree(tcfg: TrainingConfig, adjacency: Path) -> np.ndarray | None:
-    """Each node's row length in Â (its degree, + 1 with the self loop): what the feature cache's
-    ``degree`` policy ranks nodes by; None for the other policy."""
-    if tcfg.feature_cache_policy != "degree":
-        return None
+def _cache_spec(tcfg: TrainingConfig, adjacency: Path, device: torch.device) -> CacheSpec:
+    """The feature cache's tiers; nodes are ranked by their row lengths in Â (degree, + 1 with
+    the self loop) for the hot tier and the ``degree`` policy."""
     from graphs.normalize import load_csr
 
-    return np.diff(load_csr(adjacency).indptr)
+    return CacheSpec(
+        warm_share=tcfg.feature_cache,
+        warm_policy=tcfg.feature_cache_policy,
+        hot_share=tcfg.feature_cache_hot,
+        device=device,
+        degree=np.diff(load_csr(adjacency).indptr),
+    )
 
 
 def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
@@ -868,12 +866,17 @@ def _comm_summary(history: list[dict]) -> dict:
 
 
 def _feature_cache_summary(rows: FeatureRows | None) -> dict:
-    """Rank 0's feature cache (training.feature_cache > 0): its rows, and the share of the
-    minibatches' unique rows it served in this process."""
+    """Rank 0's feature cache (training.feature_cache or feature_cache_hot > 0): the rows of its
+    tiers, and the share of the minibatches' unique rows they served in this process."""
     if rows is None or rows.cache is None:
         return {}
-    stats = rows.cache.stats
-    return {"feature_cache_rows": rows.cache.capacity, "feature_cache_hit_rate": stats.hit_rate}
+    cache = rows.cache
+    return {
+        "feature_cache_rows": cache.capacity,
+        "feature_cache_hot_rows": len(cache.hot_nodes),
+        "feature_cache_hit_rate": cache.stats.hit_rate,
+        "feature_cache_hot_hit_rate": cache.stats.hot_hits / max(1, cache.stats.requested),
+    }
 
 
 def _peak_memory_mb(device: torch.device) -> float:
