@@ -163,7 +163,10 @@ class FeatureRows:
         read (`graphs.quantize.EncodedFeatures.gather`; the cache, if any, is bypassed)."""
         if self.kind == "encoded":
             if self.cache is not None and len(self.cache.hot_nodes) and not release:
-                return self.cache.gather_split(nodes)  # finished on the device, beside the hot rows
+                # the rows that are not hot; put beside the hot ones here when decoding on the host (CPU
+                # training, whose hot tier is in CPU memory), else by `finish` on the device
+                split = self.cache.gather_split(nodes)
+                return self.cache.assemble(split.to(self.cache.device)) if decode else split
             if self.cache is not None and not release:
                 rows = self.cache.gather_codes(nodes)
             else:
