@@ -265,9 +265,10 @@ class TrainingConfig:
     feature_cache: float = field(
         default=0.0,
         metadata={
-            "help": "share of the feature rows (0..1) each rank keeps in an LRU cache in CPU memory between the "
-            "memory-mapped feature file and the minibatches (training/feature_cache.py; compact INT8 codes "
-            "when compressed features are chosen); 0 = off, every row is read from the file's mapping"
+            "help": "share of the feature rows (0..1) each rank keeps in a cache in CPU memory between the "
+            "memory-mapped feature file and the minibatches (training/feature_cache.py; which rows: "
+            "feature_cache_policy; compact INT8 codes when compressed features are chosen); 0 = off, every "
+            "row is read from the file's mapping"
         },
     )
     feature_cache_policy: str = field(

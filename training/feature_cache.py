@@ -1,5 +1,5 @@
-"""Tiered feature storage: cold rows memory-mapped on disk, warm rows in an LRU cache in CPU
-memory, hot rows (the highest-degree nodes) on the training device.
+"""Tiered feature storage: cold rows memory-mapped on disk, warm rows in a cache in CPU memory
+(the highest-degree nodes, or LRU), hot rows (the highest-degree nodes) on the training device.
 
 A minibatch's input nodes are looked up hot tier first, then warm, then cold:
 
@@ -26,7 +26,11 @@ A minibatch's input nodes are looked up hot tier first, then warm, then cold:
 Every tier holds the compact rows (INT8 / 4-bit / bit codes when compressed features are
 chosen, so a byte of cache holds 4x-32x the rows it would in float32); ``gather`` decodes
 once, on the device, with the file's own decoder (`EncodedFeatures.decode_gathered_torch`),
-so the rows equal the dequantized originals exactly.
+so the rows equal the dequantized originals exactly. ``gather`` is two halves that a loader can
+run apart: ``gather_split`` on the host (the warm and cold rows, and where the hot ones go: a
+`HotSplit`, pinned and copied like a tensor) and ``assemble`` on the device. Training builds
+its tiers from a `CacheSpec` (``training.feature_cache``, ``feature_cache_policy``,
+``feature_cache_hot``).
 
 Counters (``stats``): requested rows (after removing duplicates within a gather), hot hits,
 warm hits, cold reads; ``hit_rate`` = (hot + warm) / requested.
