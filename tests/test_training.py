@@ -346,14 +346,21 @@ def test_a_replayed_epoch_reads_every_minibatch_once_in_a_new_order(sbm):
     assert len({tuple(stored), tuple(first), tuple(second)}) == 3  # in three different orders
 
 
-def test_a_feature_cache_serves_the_same_rows_and_hits_on_the_next_epoch(sbm):
+def _plain_and_cached_rows(sbm, **tiers):
+    """(the W=1 shards, their first stream's feature rows read without a cache, a FeatureRows
+    with the cache `tiers` asks for, the nodes' degrees)."""
     from training.data import FeatureRows
 
     shards = sbm["w1"]["shards"]
     with ShardStream(shards, 0, 0, prefetch=0) as stream:
         plain = [mb.x for mb in stream]
-    spec = CacheSpec(warm_share=1.0, warm_policy="lru", hot_share=0.0, device="cpu", degree=np.ones(400))
-    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache=spec)
+    degree = np.diff(np.load(sbm["w1"]["adjacency"] / "indptr.npy"))
+    spec = CacheSpec(**{"hot_share": 0.0, **tiers}, device="cpu", degree=degree)
+    return shards, plain, FeatureRows("manifest", stream.manifest, Path(shards), cache=spec), degree
+
+
+def test_a_feature_cache_serves_the_same_rows_and_hits_on_the_next_epoch(sbm):
+    shards, plain, rows, _ = _plain_and_cached_rows(sbm, warm_share=1.0, warm_policy="lru")
     for _ in range(2):  # the second pass finds every row in the cache
         with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
             cached = [mb.x for mb in stream]
@@ -363,14 +370,7 @@ def test_a_feature_cache_serves_the_same_rows_and_hits_on_the_next_epoch(sbm):
 
 
 def test_the_degree_policy_caches_the_highest_degree_rows_before_the_first_minibatch(sbm):
-    from training.data import FeatureRows
-
-    shards = sbm["w1"]["shards"]
-    with ShardStream(shards, 0, 0, prefetch=0) as stream:
-        plain = [mb.x for mb in stream]
-    degree = np.diff(np.load(sbm["w1"]["adjacency"] / "indptr.npy"))
-    spec = CacheSpec(warm_share=0.25, warm_policy="degree", hot_share=0.0, device="cpu", degree=degree)
-    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache=spec)
+    shards, plain, rows, degree = _plain_and_cached_rows(sbm, warm_share=0.25, warm_policy="degree")
     top = np.sort(np.argsort(-degree, kind="stable")[:100])  # 25 % of 400 nodes, ties to the lower id
     assert np.array_equal(rows.cache.cached_nodes(), top)
     with ShardStream(shards, 0, 0, prefetch=1, features=rows) as stream:
@@ -384,14 +384,7 @@ def test_the_degree_policy_caches_the_highest_degree_rows_before_the_first_minib
 def test_a_hot_tier_serves_the_highest_degree_rows_beside_the_host_ones(sbm):
     """With a hot share the host reads only the rows that are not hot; `finish` puts the hot tier's
     rows beside them (on the CPU here, the GPU's memory in CUDA training)."""
-    from training.data import FeatureRows
-
-    shards = sbm["w1"]["shards"]
-    with ShardStream(shards, 0, 0, prefetch=0) as stream:
-        plain = [mb.x for mb in stream]
-    degree = np.diff(np.load(sbm["w1"]["adjacency"] / "indptr.npy"))
-    spec = CacheSpec(warm_share=0.1, warm_policy="degree", hot_share=0.1, device="cpu", degree=degree)
-    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache=spec)
+    shards, plain, rows, degree = _plain_and_cached_rows(sbm, warm_share=0.1, warm_policy="degree", hot_share=0.1)
     order = np.argsort(-degree, kind="stable")
     assert np.array_equal(rows.cache.hot_nodes, np.sort(order[:40]))  # the top 10 %, then the next 10 % warm
     assert np.array_equal(rows.cache.cached_nodes(), np.sort(order[40:80]))
@@ -405,14 +398,7 @@ def test_a_hot_tier_serves_the_highest_degree_rows_beside_the_host_ones(sbm):
 def test_the_cuda_path_pins_and_moves_a_hot_split(sbm, monkeypatch):
     """On CUDA the host half of a hot-tier gather is pinned, copied without blocking and finished
     on the device (`pin_memory` needs CUDA: a copy stands in for it here)."""
-    from training.data import FeatureRows
-
-    shards = sbm["w1"]["shards"]
-    with ShardStream(shards, 0, 0, prefetch=0) as stream:
-        plain = [mb.x for mb in stream]
-    degree = np.diff(np.load(sbm["w1"]["adjacency"] / "indptr.npy"))
-    spec = CacheSpec(warm_share=0.1, warm_policy="lru", hot_share=0.2, device="cpu", degree=degree)
-    rows = FeatureRows("manifest", stream.manifest, Path(shards), cache=spec)
+    shards, plain, rows, _ = _plain_and_cached_rows(sbm, warm_share=0.1, warm_policy="lru", hot_share=0.2)
     pinned_calls = []
     monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: pinned_calls.append(1) or t.clone())
     pinned = ShardStream(shards, 0, 0, prefetch=1, features=rows)
