@@ -41,8 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PRECISIONS = {"fp16": "mixed_float16", "bf16": "bf16"}
 SHARDS = {"default": "minibatch_shards", "int8": "minibatch_shards_int8"}
-# run name -> (precision, layer type, shards)
-# name: (precision, conv, shards, training settings besides them)
+# run name -> (precision, layer type, shards, training settings besides them)
 RUNS = {
     "fp16": ("fp16", "sage", "default", {}),
     "bf16": ("bf16", "gcn", "default", {}),

@@ -159,9 +159,9 @@ def bench_args(name: str, scale: str) -> list[str]:
     """The command line of benchmarks/<name>.py at `scale` (without --record)."""
     s = scale_of(name=scale)
     size = ["--nodes", str(s.nodes), "--edges", str(s.edges)]
-    # ingest and sampling share one generated graph, adjacency and partition another
-    shared = {"ingest": "gen", "sampling": "gen", "adjacency": "graphs", "partition": "graphs", "accuracy": "accuracy"}
-    shared |= {"feature_cache": "graphs"}
+    # ingest and sampling share one generated graph; adjacency, partition and feature_cache another
+    shared = {"ingest": "gen", "sampling": "gen", "accuracy": "accuracy"}
+    shared |= dict.fromkeys(("adjacency", "partition", "feature_cache"), "graphs")
     work = ["--work", f"bench_out/{scale}/{shared.get(name, name)}"]
     args = {
         "ingest": size + ["--ids", "dense,sparse,string"] + (["--no-weighted"] if scale == "tiny" else []),
