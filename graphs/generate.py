@@ -525,7 +525,7 @@ def generate_dataset(config: GenerateConfig, out_dir: str | os.PathLike, *, prog
     check_replaceable(out_dir)
     t0 = time.perf_counter()
     model = _build_model(config)
-    with atomic_output_dir(out_dir) as tmp:
+    with atomic_output_dir(out_dir, record_hashes=False) as tmp:
         with tqdm(
             total=config.num_nodes, unit="node", unit_scale=True, desc="nodes+features", disable=not progress
         ) as bar:

@@ -34,7 +34,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 LOCK_NAME = ".lock"
@@ -228,12 +228,14 @@ def staging_dir_for(final: str | os.PathLike) -> Path:
 
 
 @contextlib.contextmanager
-def staged_output(final_dir: str | os.PathLike) -> Iterator[Path]:
+def staged_output(final_dir: str | os.PathLike, *, record_hashes: bool = True) -> Iterator[Path]:
     """Yield the path of a temporary sibling of `final_dir` (not created: a library writer
     creates it); when the block ends without an exception it replaces `final_dir`.
 
     The caller checks the files in the block (raising to refuse them); on any exception the
-    temporary folder is removed and `final_dir` is left untouched.
+    temporary folder is removed and `final_dir` is left untouched. With `record_hashes` (every
+    stage output), the SHA-256 of every file is written to `hashes.json` just before the swap
+    (`write_file_hashes`), so readers can tell a damaged file from a re-materialized one.
     """
     final = Path(final_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -242,6 +244,8 @@ def staged_output(final_dir: str | os.PathLike) -> Iterator[Path]:
         yield tmp
         if not tmp.is_dir():
             raise FileNotFoundError(f"{tmp}: nothing was written to publish as {final}")
+        if record_hashes:
+            write_file_hashes(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -249,14 +253,111 @@ def staged_output(final_dir: str | os.PathLike) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def atomic_output_dir(final_dir: str | os.PathLike) -> Iterator[Path]:
+def atomic_output_dir(final_dir: str | os.PathLike, *, record_hashes: bool = True) -> Iterator[Path]:
     """Yield a fresh temporary folder; on success it replaces `final_dir` as a whole.
 
     On an exception the temporary folder is removed and `final_dir` is left untouched.
     """
-    with staged_output(final_dir) as tmp:
+    with staged_output(final_dir, record_hashes=record_hashes) as tmp:
         tmp.mkdir()
         yield tmp
+
+
+# ----------------------------------------------------------------------------- file hashes
+#
+# `hashes.json` (format 1), written into every published stage folder by `staged_output`:
+#     {"format_version": 1, "files": {"<path relative to the folder, '/'-separated>":
+#                                      {"bytes": int, "sha256": "<hex>"}, ...}}
+# every regular file under the folder except `hashes.json` itself and `run_stats.json`
+# (run statistics change with timing; the hashes, like summary.json, do not). Readers call
+# `verify_files(folder, names, stage=...)` on the files they read.
+
+HASHES_NAME = "hashes.json"
+HASHES_VERSION = 1
+
+
+class CorruptFileError(RuntimeError):
+    """A published file whose size or SHA-256 differs from what its stage recorded (damaged
+    or edited after publishing), or a stage folder without its hash record."""
+
+
+def _hashed_files(folder: Path) -> list[Path]:
+    skip = {HASHES_NAME, RUN_STATS_NAME}
+    return sorted(
+        p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and p.relative_to(folder).as_posix() not in skip
+    )
+
+
+def write_file_hashes(folder: str | os.PathLike) -> dict[str, dict]:
+    """Write `<folder>/hashes.json` for the files under `folder` (see above); returns its `files`."""
+    import json
+
+    folder = Path(folder)
+    files = {
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        for p in _hashed_files(folder)
+    }
+    (folder / HASHES_NAME).write_text(json.dumps({"format_version": HASHES_VERSION, "files": files}, indent=1))
+    return files
+
+
+def read_file_hashes(folder: str | os.PathLike, *, stage: str) -> dict[str, dict]:
+    """The `files` record of `<folder>/hashes.json`; CorruptFileError naming `stage` when the
+    record is missing, unreadable or of another format version."""
+    import json
+
+    path = Path(folder) / HASHES_NAME
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("format_version") != HASHES_VERSION or not isinstance(doc.get("files"), dict):
+            raise ValueError(f"format_version {str(doc.get('format_version'))[:20]}, expected {HASHES_VERSION}")
+    except FileNotFoundError:
+        raise CorruptFileError(
+            f"{path}: missing, so the files of {folder} cannot be checked (written by an older gnnflow, "
+            f"or not by gnnflow); re-materialize {stage}"
+        ) from None
+    except (OSError, ValueError, AttributeError) as exc:
+        raise CorruptFileError(f"{path}: unreadable hash record ({exc}); re-materialize {stage}") from None
+    return doc["files"]
+
+
+def verify_files(folder: str | os.PathLike, names: Iterable[str] | None = None, *, stage: str) -> None:
+    """Check files of a published stage folder against its `hashes.json`: `names` (paths relative
+    to the folder), or every recorded file. CorruptFileError naming the file and `stage` (the
+    stage to re-materialize) on a missing, resized or changed file. Reads each file once."""
+    folder = Path(folder)
+    record = read_file_hashes(folder, stage=stage)
+    for name in record if names is None else names:
+        name = Path(name).as_posix()
+        path = folder / name
+        entry = record.get(name)
+        if entry is None:
+            raise CorruptFileError(f"{path}: not among the files {stage} published in {folder}; re-materialize {stage}")
+        try:
+            size = path.stat().st_size
+        except OSError:
+            raise CorruptFileError(f"{path}: missing, but {stage} published it; re-materialize {stage}") from None
+        if size != entry["bytes"]:
+            what = f"is {size} bytes, {stage} published {entry['bytes']}"
+        elif file_sha256(path) != entry["sha256"]:
+            what = f"its SHA-256 differs from the one {stage} recorded when it published it"
+        else:
+            continue
+        raise CorruptFileError(
+            f"{path}: {what}: the file was damaged or edited after publishing; re-materialize {stage}"
+        )
+
+
+def file_is_as_published(folder: str | os.PathLike, name: str) -> bool | None:
+    """Whether `<folder>/<name>` matches its stage's hash record: None when there is no record
+    of it (so nothing can be said), else True / False."""
+    folder = Path(folder)
+    try:
+        entry = read_file_hashes(folder, stage="")[Path(name).as_posix()]
+    except (CorruptFileError, KeyError):
+        return None
+    path = folder / name
+    return path.is_file() and path.stat().st_size == entry["bytes"] and file_sha256(path) == entry["sha256"]
 
 
 # ----------------------------------------------------------------------------- summaries
