@@ -38,6 +38,8 @@ FILLS_AND_DROPS = {
     "nodes_without_node_row": "nodes with no nodes.parquet row: label -1 (unknown), split 'other'",
     "null_labels_as_unknown": "null labels in nodes.parquet read as -1 (unknown)",
     "null_splits_as_other": "null splits in nodes.parquet read as 'other' (in no split)",
+    "unknown_splits_as_other": "nodes.parquet splits other than train/val/test (any case; training, "
+    "validation, valid, dev, testing) read as 'other' (in no split)",
     "nodes_without_features": "nodes with no features.parquet row: a feature row of zeros",
     "dropped_invalid_weight": "edge rows with a NaN, infinite, negative, zero or null weight dropped "
     "(invalid_weights: drop)",
@@ -80,7 +82,8 @@ def canonical_graph(
         metadata[LANDING_FINGERPRINT] = fingerprint
     for key, what in FILLS_AND_DROPS.items():
         if s.get(key):
-            context.log.warning(f"dataset '{dataset}': {s[key]} {what}")
+            words = s.get("unknown_split_words") if key == "unknown_splits_as_other" else None
+            context.log.warning(f"dataset '{dataset}': {s[key]} {what}" + (f", e.g. {words}" if words else ""))
     if s["split_generated"]:
         context.log.info("labels without a split column: made a seeded train/val/test split")
     metadata.update(config_metadata)

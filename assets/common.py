@@ -41,6 +41,7 @@ from assets.settings import (
 from graphs.canonical import has_training_labels, is_dataset_folder
 from graphs.edge_split import LINK_PREDICTION
 from graphs.storage import (
+    HASHES_NAME,
     DatasetNameError,
     dataset_lock,
     dir_bytes,
@@ -48,6 +49,7 @@ from graphs.storage import (
     staged_output,
     validate_dataset_name,
 )
+from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, VERSION_FILE, read_version
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
@@ -128,7 +130,10 @@ class GnnflowStorage(dg.ConfigurableResource):
     # ------------------------------------------------------------ model versions, promotion
     # <dataset>/trained_model/ is always the newest model (existing readers keep working);
     # every finished training is also kept as <dataset>/model_versions/<version>/ (hard links),
-    # and <dataset>/promoted is a symlink to the version the promotion asset accepted.
+    # and <dataset>/promoted is a symlink to the version the promotion asset accepted. Training
+    # names the model (trained_model/version.json) before it publishes the folder, so the
+    # version can be recorded again from trained_model/ by any later step if a run died between
+    # publishing and recording.
 
     def versions_dir(self, dataset: str) -> Path:
         return self.dataset_dir(dataset) / "model_versions"
@@ -138,28 +143,39 @@ class GnnflowStorage(dg.ConfigurableResource):
         return self.dataset_dir(dataset) / "promoted"
 
     def record_model_version(self, dataset: str, run_id: str) -> str:
-        """Keep the current trained_model/ as model_versions/<UTC time>-<run id>/ and write its
-        name to trained_model/version.json. The files are hard links where the filesystem
-        allows (training replaces trained_model/ as a whole, never a file in place) made
-        read-only, so a writer that did rewrite one in place would fail, not alter a version."""
+        """Keep the current trained_model/ as model_versions/<version>/ (the version its
+        version.json names) unless it is already kept; the version. Idempotent: every step that
+        reads trained_model/ may call it. The files are hard links where the filesystem allows
+        (training replaces trained_model/ as a whole, never a file in place) made read-only, so
+        a writer that did rewrite one in place would fail, not alter a version. A trained_model/
+        without version.json (not written by `training.train`) is named
+        ``<UTC time>-<run id>`` first."""
         model = self.asset_dir(dataset, "trained_model")
-        version = f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{run_id[:8]}"
-        record = json.dumps({"version": version, "run_id": run_id})
-        with staged_output(self.versions_dir(dataset) / version) as tmp:
-            shutil.copytree(model, tmp, copy_function=_link_or_copy)
-            (tmp / "version.json").write_text(record)
+        version = self.model_version(model) or self._name_model_version(model, run_id)
+        target = self.versions_dir(dataset) / version
+        if target.is_dir():
+            return version
+        with staged_output(target) as tmp:  # a fresh hashes.json: the linked one must not be rewritten
+            shutil.copytree(model, tmp, copy_function=_link_or_copy, ignore=_not_linked)
             for f in tmp.rglob("*"):  # shared inodes: an in-place writer now fails instead of altering a version
                 if f.is_file():
                     f.chmod(0o444)
-        staged = model / f".version.json.tmp-{os.getpid()}"
-        staged.write_text(record)
-        os.replace(staged, model / "version.json")
+        return version
+
+    @staticmethod
+    def _name_model_version(model: Path, run_id: str) -> str:
+        version = f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{run_id[:8]}"
+        staged = model / f".{VERSION_FILE}.tmp-{os.getpid()}"
+        staged.write_text(json.dumps({"version": version, "run_id": run_id}))
+        os.replace(staged, model / VERSION_FILE)
         return version
 
     def model_version(self, folder: Path) -> str | None:
-        """The version name recorded in a model folder (None for one trained before versioning)."""
-        path = folder / "version.json"
-        return json.loads(path.read_text())["version"] if path.is_file() else None
+        """The version name recorded in a model folder (None for one without version.json)."""
+        try:
+            return read_version(folder)
+        except ValueError as exc:
+            raise dg.Failure(description=str(exc)) from None
 
     def promote(self, dataset: str, version: str) -> Path:
         """Point <dataset>/promoted at model_versions/<version> (an atomic symlink replace)."""
@@ -196,11 +212,18 @@ class GnnflowStorage(dg.ConfigurableResource):
     def inference_model_dir(self, dataset: str) -> Path:
         """The model folder that scores new data: `<dataset>/promoted/` when a model was
         promoted, else `<dataset>/trained_model/`; fails the run, naming both, when neither
-        holds a model file."""
+        holds a model file, and naming the file when the first one found was written in the
+        pickled format of older gnnflow versions (never loaded)."""
         for name in ("promoted", "trained_model"):
             path = self.asset_dir(dataset, name)
-            if (path / "model_best.pt").is_file():
+            if (path / MODEL_BEST).is_file():
                 return path
+            if (path / PICKLED_MODEL_BEST).is_file():
+                raise dg.Failure(
+                    description=f"{path / PICKLED_MODEL_BEST}: a model file of an older gnnflow (a torch pickle, "
+                    f"which gnnflow never loads: it can run code); re-materialize trained_model to write "
+                    f"{MODEL_BEST}, then evaluation and promotion"
+                )
         raise dg.Failure(
             description=f"dataset '{dataset}': no model to score with in {self.asset_dir(dataset, 'promoted')} "
             f"nor {self.asset_dir(dataset, 'trained_model')}; materialize trained_model first"
@@ -237,6 +260,12 @@ def _explicit(context: dg.AssetExecutionContext, asset: str, config: dg.Config) 
     except dg.DagsterInvariantViolationError:
         return config.model_dump(exclude_unset=True)
     return explicit_run_config(run_config, asset)
+
+
+def _not_linked(folder: str, names: list[str]) -> set[str]:
+    """What `record_model_version` does not hard-link: the hash record (staged_output writes
+    the version's own) and staging leftovers."""
+    return {n for n in names if n == HASHES_NAME or ".tmp-" in n}
 
 
 def _link_or_copy(src: str, dst: str) -> None:

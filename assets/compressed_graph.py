@@ -16,6 +16,7 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
+from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.compress import CompressConfig, build_compressed_graph, verify_compressed_graph
@@ -60,7 +61,11 @@ def compressed_graph(
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
-    with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
+    with (
+        storage.lock(dataset, context.log.info),
+        file_errors_as_failures(dataset),
+        storage.publishing(dataset, _ASSET) as out,
+    ):
         inputs = {name: storage.upstream_dir(dataset, name) for name in _INPUTS}
         try:
             s = build_compressed_graph(*inputs.values(), out, cfg)

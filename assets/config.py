@@ -3,7 +3,11 @@
 Each stage's settings live once, in a keyword-only dataclass in `graphs/` or `training/`
 (one field, one help text, validation in `__post_init__`). `dagster_config` turns such a
 dataclass into a `dagster.Config` class with the same fields, defaults and descriptions,
-so the Dagster UI's launchpad shows them and no default is written twice.
+so the Dagster UI's launchpad shows them and no default is written twice. The bounds a
+field declares in its metadata (`graphs.config_checks`) become pydantic constraints: ``le``
+from ``max``, ``max_length`` for strings, finite floats and ints that are not bools, so run
+config and a dataset's gnnflow.yaml are refused with the field's name before the dataclass
+is built.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from typing import Any, TypeVar
 
 import dagster as dg
 from pydantic import Field
+
+from graphs.config_checks import MAX_TEXT, help_text
 
 T = TypeVar("T")
 
@@ -31,17 +37,18 @@ def dagster_config(dataclass_type: type[T], name: str | None = None) -> type[dg.
     nested: dict[str, type[dg.Config]] = {}
     for f in dataclasses.fields(dataclass_type):
         annotations[f.name] = hints[f.name]
-        help_text = f.metadata.get("help")
         if dataclasses.is_dataclass(hints[f.name]):  # a nested block, e.g. training.optimizer
             sub = nested[f.name] = dagster_config(hints[f.name])
             annotations[f.name] = sub
-            namespace[f.name] = Field(default_factory=sub, description=help_text)
-        elif f.default is not dataclasses.MISSING:
-            namespace[f.name] = Field(default=f.default, description=help_text)
+            namespace[f.name] = Field(default_factory=sub, description=f.metadata.get("help"))
+            continue
+        kwargs = {"description": help_text(f) or None, **_constraints(hints[f.name], f.metadata)}
+        if f.default is not dataclasses.MISSING:
+            namespace[f.name] = Field(default=f.default, **kwargs)
         elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-            namespace[f.name] = Field(default_factory=f.default_factory, description=help_text)
+            namespace[f.name] = Field(default_factory=f.default_factory, **kwargs)
         else:
-            namespace[f.name] = Field(description=help_text)
+            namespace[f.name] = Field(**kwargs)
     namespace["__annotations__"] = annotations
     namespace["__doc__"] = dataclass_type.__doc__
     namespace["__module__"] = dataclass_type.__module__
@@ -54,3 +61,14 @@ def dagster_config(dataclass_type: type[T], name: str | None = None) -> type[dg.
 
     namespace["to_dataclass"] = to_dataclass
     return type(name or f"{dataclass_type.__name__}RunConfig", (dg.Config,), namespace)
+
+
+def _constraints(hint: Any, metadata: typing.Mapping) -> dict[str, Any]:
+    """pydantic `Field` constraints of a scalar field from its type and declared bounds."""
+    if hint is int:
+        return {"strict": True, **({"le": metadata["max"]} if "max" in metadata else {})}
+    if hint is float:
+        return {"allow_inf_nan": False, **({"le": metadata["max"]} if "max" in metadata else {})}
+    if hint is str or hint == str | None:
+        return {"max_length": metadata.get("max_len", MAX_TEXT)}
+    return {}

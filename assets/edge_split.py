@@ -31,10 +31,11 @@ import numpy as np
 
 from assets.common import GnnflowStorage, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
+from assets.integrity import file_errors_as_failures
 from assets.settings import register_config
 from graphs.edge_split import EdgeSplitConfig, build_edge_split, load_edge_split
 from graphs.negatives import EdgeKeys
-from graphs.storage import file_sha256
+from graphs.storage import read_file_hashes, verified
 
 EdgeSplitRunConfig = dagster_config(EdgeSplitConfig, "EdgeSplitRunConfig")
 
@@ -73,8 +74,15 @@ def _is_current(storage: GnnflowStorage, dataset: str, cfg, edges_sha: str) -> b
 def edge_split_is_current(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: str) -> bool:
     """Whether `materialize_edge_split` would keep the published split (same canonical edges and settings)."""
     config, _ = storage.settings(context, dataset, SPLIT_ASSET, EdgeSplitRunConfig())
-    edges = storage.upstream_dir(dataset, "canonical_graph") / "edges.parquet"
-    return _is_current(storage, dataset, config.to_dataclass(), file_sha256(edges))
+    with file_errors_as_failures(dataset):
+        edges_sha = _canonical_edges_sha(storage.upstream_dir(dataset, "canonical_graph"))
+    return _is_current(storage, dataset, config.to_dataclass(), edges_sha)
+
+
+def _canonical_edges_sha(canonical) -> str:
+    """The SHA-256 canonical_graph recorded for its edges.parquet, once the file is checked against it."""
+    verified(canonical, "edges.parquet")
+    return read_file_hashes(canonical, stage="canonical_graph")["edges.parquet"]["sha256"]
 
 
 def materialize_edge_split(
@@ -84,9 +92,9 @@ def materialize_edge_split(
     when the written split is current."""
     config, config_metadata = storage.settings(context, dataset, SPLIT_ASSET, EdgeSplitRunConfig())
     cfg = config.to_dataclass()
-    with storage.lock(dataset, context.log.info):
+    with storage.lock(dataset, context.log.info), file_errors_as_failures(dataset):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
-        edges_sha = file_sha256(canonical / "edges.parquet")
+        edges_sha = _canonical_edges_sha(canonical)
         if _is_current(storage, dataset, cfg, edges_sha):
             context.log.info(f"edge_split of '{dataset}' is current (same canonical edges and settings): kept")
             return skipped_check("the split is unchanged since it was written and checked")

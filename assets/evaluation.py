@@ -17,6 +17,11 @@ Link prediction (gnnflow.yaml ``task: link_prediction``): `evaluation` recompute
 MRR and Hits@10/50/100 of trained_model's model on edge_split's validation and test edges
 against its fixed negatives (`training.link.evaluate_saved`) into metrics.json and the
 metadata; `promotion` does not apply and says so.
+
+Every file these assets read is first checked against the hashes.json its stage published
+(`graphs.storage.verify_files`), and both record trained_model/ as a model version when it
+is not yet kept (`GnnflowStorage.record_model_version`), so a run that died between
+publishing trained_model/ and recording it is completed here, without retraining.
 """
 
 import json
@@ -32,7 +37,9 @@ from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.edge_split import LINK_PREDICTION
+from graphs.storage import CorruptFileError, verify_files
 from training.metrics import node_classification_report
+from training.outputs import LINK_MODEL
 from training.promotion import PromotionConfig, decide
 
 _EVALUATION = "evaluation"
@@ -44,7 +51,17 @@ PromotionRunConfig = dagster_config(PromotionConfig, "PromotionRunConfig")
 register_config(_PROMOTION, PromotionRunConfig)
 
 
+def _verified(folder: Path, names: list[str], stage: str) -> None:
+    """Fail the run, naming the file and the stage to re-materialize, unless the files are as published."""
+    try:
+        verify_files(folder, names, stage=stage)
+    except CorruptFileError as exc:
+        raise dg.Failure(description=str(exc)) from None
+
+
 def _report(canonical: Path, model: Path) -> dict:
+    _verified(canonical, ["nodes.parquet"], "canonical_graph")
+    _verified(model, ["predictions.parquet"], "trained_model")
     nodes = pq.read_table(canonical / "nodes.parquet", columns=["node_id", "label", "split"])
     predictions = pq.read_table(model / "predictions.parquet")
     try:
@@ -96,6 +113,7 @@ def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg
         if skipped is not None:
             return skipped
         model = storage.upstream_dir(dataset, "trained_model")
+        storage.record_model_version(dataset, context.run.run_id)
         candidate = _report(canonical, model)
         promoted_dir = storage.promoted_dir(dataset)
         promoted = _report(canonical, promoted_dir) if (promoted_dir / "predictions.parquet").is_file() else None
@@ -130,7 +148,7 @@ def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg
 
 
 def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
-    """task: link_prediction: ROC-AUC, MRR and Hits@K of trained_model's model.pt on edge_split's
+    """task: link_prediction: ROC-AUC, MRR and Hits@K of trained_model's model.safetensors on edge_split's
     validation and test edges against its fixed negatives, recomputed (`training.link.evaluate_saved`)."""
     from training.link import evaluate_saved
 
@@ -139,6 +157,7 @@ def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) ->
         split = storage.upstream_dir(dataset, "edge_split")
         adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
         shards = storage.asset_dir(dataset, "minibatch_shards")
+        _verified(model, [LINK_MODEL, "summary.json"], "trained_model")
         try:
             reports = evaluate_saved(model, shards, split, adjacency)
         except (ValueError, FileNotFoundError, KeyError) as exc:
@@ -199,6 +218,9 @@ def promotion(
             raise dg.Failure(
                 description=f"dataset '{dataset}': no evaluation at {metrics_file.parent}; materialize evaluation first"
             )
+        _verified(metrics_file.parent, [metrics_file.name], _EVALUATION)
+        if storage.asset_dir(dataset, "trained_model").is_dir():
+            storage.record_model_version(dataset, context.run.run_id)
         record = json.loads(metrics_file.read_text())
         candidate, promoted = record["candidate"], record["promoted"]
         version = candidate["version"]

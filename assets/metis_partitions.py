@@ -15,6 +15,7 @@ import numpy as np
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, png_markdown, refuse_failed_checks
 from assets.config import dagster_config
+from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import edge_batches, read_summary
@@ -63,7 +64,11 @@ def metis_partitions(
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
-    with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
+    with (
+        storage.lock(dataset, context.log.info),
+        file_errors_as_failures(dataset),
+        storage.publishing(dataset, _ASSET) as out,
+    ):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
         s = build_partitions(canonical, out, cfg, graph_name=dataset)
         checks = check_partitions(out, canonical, cfg.seed)

@@ -26,6 +26,7 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
@@ -103,7 +104,7 @@ def minibatch_shards(
                 f"neighbor_prob 'adaptive': no {NODE_SCORES_NAME} in trained_model yet (train with "
                 "training.node_grad_stats on); sampling by degree alone this round"
             )
-        with storage.publishing(dataset, _ASSET) as out:
+        with file_errors_as_failures(dataset), storage.publishing(dataset, _ASSET) as out:
             try:
                 inputs = load_shard_inputs(
                     storage.graph_dir(dataset) if link else canonical,

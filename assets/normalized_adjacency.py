@@ -25,6 +25,7 @@ from assets.edge_split import (
     materialize_edge_split,
     skipped_check,
 )
+from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.edge_split import LINK_PREDICTION
@@ -114,7 +115,11 @@ def normalized_adjacency(context: dg.AssetExecutionContext, config: NormalizedAd
         return
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
-    with storage.lock(dataset, context.log.info), storage.publishing(dataset, _ASSET) as out:
+    with (
+        storage.lock(dataset, context.log.info),
+        file_errors_as_failures(dataset),
+        storage.publishing(dataset, _ASSET) as out,
+    ):
         canonical = storage.graph_dir(dataset)  # edge_split's message-passing graph for link prediction
         s = build_normalized_adjacency(canonical, out, cfg)
         checks = check_adjacency(out, cfg, s["symmetrized"])

@@ -4,9 +4,13 @@ For nodes that arrived since training, without retraining: the `predict` job re-
 updated landing files (canonical_graph, normalized_adjacency), then this asset loads the
 model file of `GnnflowStorage.inference_model_dir` (`promoted/` when a model was promoted,
 else `trained_model/`) with its stored preprocessing (feature normalization statistics, the
-feature input) and runs full-graph inference (`training.predict`). Files:
-`<GNNFLOW_HOME>/<dataset>/predictions/predictions.parquet` (`node_id` = the user's id,
-`predicted`, `probabilities`, `index` = internal node index) and `summary.json`.
+feature input) and runs full-graph inference (`training.predict`), after checking the model,
+node, feature and adjacency files against their stages' hashes.json. The asset depends on
+`promotion`, so a run that also trains (`--select '*'`) scores with the model promotion has
+just decided on; the `predict` job selects it without the training stages and scores with the
+model already there. Files: `<GNNFLOW_HOME>/<dataset>/predictions/predictions.parquet`
+(`node_id` = the user's id, `predicted`, `probabilities`, `index` = internal node index) and
+`summary.json` (with `model_version`, the model version that scored).
 """
 
 import dagster as dg
@@ -15,15 +19,18 @@ import pyarrow.parquet as pq
 from assets.common import GnnflowStorage, dataset_partitions, disk_metadata
 from assets.reporting import stage_result
 from graphs.canonical import has_training_labels, read_summary
+from graphs.storage import CorruptFileError
+from training.outputs import MODEL_BEST
 from training.predict import predict
 
 _ASSET = "predictions"
-MODEL_FILE = "model_best.pt"
+MODEL_FILE = MODEL_BEST
 
 
 @dg.asset(
     partitions_def=dataset_partitions,
-    deps=["normalized_adjacency", "trained_model"],
+    # promotion (after trained_model and evaluation): in a run with both, score with the model promotion picked
+    deps=["normalized_adjacency", "trained_model", "promotion"],
     group_name="inference",
     kinds={"pytorch", "parquet"},
 )
@@ -48,7 +55,7 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
     with storage.publishing(dataset, _ASSET) as staged:
         try:
             s = predict(model_dir / MODEL_FILE, canonical, adjacency, staged)
-        except ValueError as exc:
+        except (ValueError, CorruptFileError) as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
         disk = disk_metadata(staged)
     trained_nodes = _nodes_at_training(model_dir)
@@ -56,6 +63,7 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
     metadata = {
         "path": dg.MetadataValue.path(str(out)),
         "model": dg.MetadataValue.path(s["model"]),
+        "model_version": s["model_version"] or "unversioned",
         "model_epoch": s["model_epoch"],
         "nodes": summary["nodes"],
         "nodes_since_training": new_nodes if new_nodes is not None else "unknown",
@@ -66,7 +74,10 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
         **disk,
         "preview": dg.MetadataValue.md(_preview(out / "predictions.parquet")),
     }
-    line = f"{s['nodes']} nodes scored with {model_dir / MODEL_FILE} (epoch {s['model_epoch']}) in {s['seconds']:.3g} s"
+    line = (
+        f"{s['nodes']} nodes scored with {model_dir / MODEL_FILE} (version {s['model_version'] or 'unversioned'}, "
+        f"epoch {s['model_epoch']}) in {s['seconds']:.3g} s"
+    )
     return stage_result(context, _ASSET, metadata, line=line)
 
 

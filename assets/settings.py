@@ -33,10 +33,12 @@ normalized_adjacency and the shards (`GnnflowStorage.task`, README "Link predict
 before Dagster fills in defaults), so a default never hides a value from the file. The
 effective settings and which keys came from where go into each materialization's metadata.
 
-The file is untrusted input: it is size-limited, parsed with `yaml.safe_load`, only the
-`ops.<asset>.config` blocks of known assets and the keys of their config classes are
-accepted, and the values are validated by the same pydantic fields and dataclass
-`__post_init__` checks as run config. Every error names the file and the key.
+The file is untrusted input: it is size-limited and parsed by `graphs.config_checks.read_yaml_file`
+(the safe loader, anchors and aliases refused, so a few hundred bytes cannot expand to
+gigabytes), only the `ops.<asset>.config` blocks of known assets and the keys of their config
+classes are accepted, and the values are validated by the same pydantic fields and dataclass
+`__post_init__` checks as run config (finite numbers, each count at most its declared bound).
+Every error names the file and the key, and shows a value cut to `config_checks.MAX_REPR` characters.
 """
 
 from __future__ import annotations
@@ -48,12 +50,12 @@ from typing import Any, Mapping
 
 import dagster as dg
 import pydantic
-import yaml
 
+from graphs.config_checks import MAX_YAML_BYTES, bounded_repr, bounded_text, read_yaml_file
 from graphs.edge_split import DEFAULT_TASK, TASKS
 
 SETTINGS_FILE = "gnnflow.yaml"
-MAX_SETTINGS_BYTES = 1 << 20
+MAX_SETTINGS_BYTES = MAX_YAML_BYTES
 
 
 class SettingsError(ValueError):
@@ -80,36 +82,18 @@ def registered_configs() -> dict[str, type[dg.Config]]:
 def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dict[str, dict]:
     """`{asset: config block}` from a gnnflow.yaml (`{}` when there is none), its shape and keys
     checked against `assets` (asset name -> its Config class); values are checked by `resolve`."""
-    if not path.is_file():
-        return {}
-    size = path.stat().st_size
-    if size > MAX_SETTINGS_BYTES:
-        raise SettingsError(f"{path}: {size} bytes, more than the {MAX_SETTINGS_BYTES} allowed for a settings file")
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise SettingsError(f"{path}: not valid YAML: {exc}") from exc
-    if doc is None:
-        return {}
-    if not isinstance(doc, dict):
-        raise SettingsError(f"{path}: expected a mapping with an 'ops' key, got {type(doc).__name__}")
-    unknown = [k for k in doc if k not in ("ops", "task")]
-    if unknown:
-        raise SettingsError(
-            f"{path}: key {unknown[0]!r} is not allowed; settings go under 'ops.<asset>.config' (and 'task')"
-        )
-    _check_task(doc.get("task", DEFAULT_TASK), path)
+    doc = _read_document(path)
     ops = doc.get("ops") or {}
     if not isinstance(ops, dict):
         raise SettingsError(f"{path}: key 'ops' must be a mapping of asset names, got {type(ops).__name__}")
     blocks: dict[str, dict] = {}
     for name, block in ops.items():
-        where = f"ops.{name}"
         if name not in assets:
             raise SettingsError(
-                f"{path}: key {where!r}: no asset with settings is named {name!r} (those with settings: "
-                f"{', '.join(sorted(assets))})"
+                f"{path}: key 'ops.{bounded_text(str(name))}': no asset with settings has this name (those with "
+                f"settings: {', '.join(sorted(assets))})"
             )
+        where = f"ops.{name}"
         if block is None:
             continue
         if not isinstance(block, dict) or any(k != "config" for k in block):
@@ -122,9 +106,31 @@ def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dic
     return blocks
 
 
+def _read_document(path: Path) -> dict:
+    """The top level of a gnnflow.yaml (`{}` when there is none), its keys and `task` checked."""
+    if not path.is_file():
+        return {}
+    try:
+        doc = read_yaml_file(path)
+    except (OSError, ValueError) as exc:
+        raise SettingsError(str(exc) if isinstance(exc, ValueError) else f"{path}: unreadable: {exc}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise SettingsError(f"{path}: expected a mapping with an 'ops' key, got {type(doc).__name__}")
+    unknown = [k for k in doc if k not in ("ops", "task")]
+    if unknown:
+        raise SettingsError(
+            f"{path}: key {bounded_repr(unknown[0])} is not allowed; settings go under 'ops.<asset>.config' "
+            "(and 'task')"
+        )
+    _check_task(doc.get("task", DEFAULT_TASK), path)
+    return doc
+
+
 def _check_task(task: Any, path: Path) -> str:
-    if task not in TASKS:
-        raise SettingsError(f"{path}: key 'task': {task!r} is not one of {', '.join(TASKS)}")
+    if not isinstance(task, str) or task not in TASKS:
+        raise SettingsError(f"{path}: key 'task': {bounded_repr(task)} is not one of {', '.join(TASKS)}")
     return task
 
 
@@ -134,8 +140,7 @@ def read_task(path: Path) -> str:
     if not path.is_file():
         return DEFAULT_TASK
     read_settings_file(path, registered_configs())
-    doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return _check_task(doc.get("task", DEFAULT_TASK), path)
+    return _read_document(path).get("task", DEFAULT_TASK)
 
 
 def _check_keys(cls: type[pydantic.BaseModel], block: dict, where: str, path: Path) -> None:
@@ -143,7 +148,9 @@ def _check_keys(cls: type[pydantic.BaseModel], block: dict, where: str, path: Pa
     fields = cls.model_fields
     for key, value in block.items():
         if not isinstance(key, str) or key not in fields:
-            raise SettingsError(f"{path}: key '{where}.{key}' is not a setting of {where.split('.')[1]}")
+            raise SettingsError(
+                f"{path}: key '{where}.{bounded_text(str(key))}' is not a setting of {where.split('.')[1]}"
+            )
         sub = fields[key].annotation
         if isinstance(sub, type) and issubclass(sub, pydantic.BaseModel):
             if not isinstance(value, dict):
@@ -197,9 +204,7 @@ def resolve(
         try:
             _validate(cls, dict(from_file))
         except pydantic.ValidationError as exc:
-            err = exc.errors()[0]
-            key = ".".join(str(p) for p in err["loc"])
-            raise SettingsError(f"{path}: key '{where}.{key}': {err['msg']} (got {err.get('input')!r})") from exc
+            raise SettingsError(f"{path}: {_validation_message(exc, where)}") from None
         except (ValueError, TypeError) as exc:
             raise SettingsError(f"{path}: {where}: {exc}") from exc
     config = cls(**merge(from_file, explicit))
@@ -209,6 +214,16 @@ def resolve(
         "from_run_config": sorted(_leaf_keys(explicit)),
     }
     return config, provenance
+
+
+def _validation_message(exc: pydantic.ValidationError, where: str) -> str:
+    """The first error of `exc` as "key '<where>.<field>': <what> (got <value>)"."""
+    err = exc.errors(include_url=False)[0]
+    key = ".".join(str(p) for p in err["loc"])
+    message = f"key '{where}.{key}': {err['msg']} (got {bounded_repr(err.get('input'))})"
+    if isinstance(err.get("input"), str) and err["type"].startswith("int_"):
+        message += "; write an integer as digits, e.g. 1000000 (YAML reads 1e6 as text)"
+    return message
 
 
 def config_metadata(config: dg.Config, provenance: dict) -> dict[str, dg.MetadataValue]:

@@ -2,11 +2,15 @@
 
 The asset runs exactly
 
-    torchrun --standalone --nproc-per-node W -m training --config <work folder>/run.yaml
+    python -m training.launch --nproc-per-node W -m training --config <work folder>/run.yaml
 
-(or, with ``launch.nnodes`` N > 1, the multi-node command of `training.launch` with the
-rendezvous settings of the ``launch`` block: this node is node 0, hosting the rendezvous,
-and the metadata and the log give the command to run on each other node) as a subprocess with `dagster.PipesSubprocessClient`: the processes' own output streams into
+(torchrun's launcher on this node alone, listening on loopback only: `training.launch`; or,
+with ``launch.nnodes`` N > 1, torchrun with the rendezvous settings of the ``launch`` block:
+this node is node 0, hosting the rendezvous, and the metadata and the log give the command
+to run on each other node) as a subprocess in a dagster-pipes session (`run_tied`), tied to
+this step: it and its ranks die with the step however the step ends (`training.lifetime`),
+and the one-node launcher shares the step's dataset lock, so a killed step leaves no
+training behind and the step's next run trains alone. The processes' own output streams into
 the run's compute logs, rank 0 sends its progress lines (to the event log only, so each shows
 once) and the final metrics over dagster-pipes (`training.report`; read a whole line at a time,
 `assets.pipes_messages`), and this function adds the curves, the file paths and an asset check. W (processes) is the shards' world size, and the batch size is theirs too
@@ -35,7 +39,7 @@ Link prediction (the dataset's gnnflow.yaml ``task: link_prediction``): the mode
 trained in this process by `training.link.train_link` from the edge-seed shards (the
 ``model`` block is the encoder, the ``link`` block the scorer, learning rate and epochs),
 and evaluated on edge_split's held-out edges; metadata holds test/val ROC-AUC, MRR and
-Hits@K, the files are `training.link`'s (model.pt, metrics.parquet, summary.json).
+Hits@K, the files are `training.link`'s (model.safetensors, metrics.parquet, summary.json).
 """
 
 import json
@@ -61,11 +65,13 @@ from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.edge_split import LINK_PREDICTION
+from graphs.storage import held_lock_fd
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError, read_manifest
-from training.launch import LaunchConfig, launch_env, other_node_command, torchrun_command
+from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
+from training.lifetime import tied_process
 from training.link import LinkTrainConfig
 
 _ASSET = "trained_model"
@@ -157,7 +163,7 @@ def k8s_pipes_run(launch: LaunchConfig, nproc: int, run_yaml: Path, env: dict, h
         pod["volumes"] = [{"name": "gnnflow-home", "persistent_volume_claim": {"claim_name": launch.k8s_volume_claim}}]
     kwargs = {
         "image": launch.k8s_image,
-        "command": torchrun_command(nproc, run_yaml, launch, executable="torchrun"),
+        "command": torchrun_command(nproc, run_yaml, launch, executable="python"),
         "namespace": launch.k8s_namespace,
         "env": env,
         "base_pod_spec": pod,
@@ -220,7 +226,7 @@ def trained_model(
     """GNN trained with torchrun DDP from the minibatch shards: models, predictions, metrics, curves, traces."""
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
-    # the torchrun ranks take the same lock; as descendants of this process they run under it
+    # the launcher shares this lock; rank 0 runs under it, and stops if it ends (graphs.storage)
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, "canonical_graph")
         shards = storage.asset_dir(dataset, "minibatch_shards")
@@ -321,10 +327,14 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
             f"the other {launch.nnodes - 1} node(s) run (same files at the same paths): "
             f"{extra['launch_other_nodes']}"
         )
+    # the one-node launcher holds the dataset lock with this step (not through nsys, whose own
+    # helper processes could keep it)
+    lock_fd = held_lock_fd(storage.dataset_dir(dataset)) if launch.nnodes == 1 else None
     if cfg.training.profiler == "nsys":
         nsys_dir_for(work).mkdir(exist_ok=True)
         command, extra["nsys"] = nsys_wrap(command, nsys_dir_for(work) / "trained_model")
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
+        lock_fd = None
     context.log.info(f"launching: {' '.join(command)}")
     env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc)),
@@ -332,6 +342,7 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
         # waited up to 5 s more before the step could go on; its env fallback for --monitor-interval
         "PET_MONITOR_INTERVAL": os.environ.get("PET_MONITOR_INTERVAL", "0.5"),
         **launch_env(launch),
+        **({LOCK_FD_ENV: str(lock_fd)} if lock_fd is not None else {}),
     }
     extra["launch_nodes"] = launch.nnodes
     if launch.runner == "k8s":
@@ -339,12 +350,27 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
         context.log.info(f"launch.runner=k8s: pod from {launch.k8s_image} in namespace {launch.k8s_namespace}")
         result = client.run(context=context, **kwargs).get_materialize_result()
     else:
-        result = (
-            dg.PipesSubprocessClient(cwd=str(REPO_ROOT), message_reader=WholeLineMessageReader())
-            .run(context=context, command=command, env=env)
-            .get_materialize_result()
-        )
+        result = run_tied(context, command, env, () if lock_fd is None else (lock_fd,)).get_materialize_result()
     return result, command, nproc, work, extra
+
+
+def run_tied(
+    context, command: list[str], env: dict, pass_fds: tuple[int, ...] = ()
+) -> dg.PipesClientCompletedInvocation:
+    """`command` in a dagster-pipes session, as `dg.PipesSubprocessClient` runs it, but tied to
+    this step (`training.lifetime.tied_process`: it dies with the step, and leaving this function
+    by an exception or an interrupted run stops it), with the descriptors `pass_fds` handed over."""
+    reader = WholeLineMessageReader()
+    with dg.open_pipes_session(context, dg.PipesTempFileContextInjector(), reader) as session:
+        full_env = {**os.environ, **env, **session.get_bootstrap_env_vars()}
+        with tied_process(command, env=full_env, cwd=str(REPO_ROOT), pass_fds=pass_fds) as proc:
+            code = proc.wait()
+        if code != 0:
+            raise dg.Failure(
+                description=f"training failed: its launcher exited with code {code}; the log above names the "
+                "failing rank and its error"
+            )
+    return dg.PipesClientCompletedInvocation(session)
 
 
 def check_accuracy(out: Path, canonical: Path) -> dg.AssetCheckResult:

@@ -94,6 +94,7 @@ def build(source: Path, home: Path) -> tuple[Path, Path]:
 def compressed_int8(home: Path) -> Path:
     """compressed_graph with INT8 features (one METIS-free part: its Bloom filters are unused here)."""
     from graphs.compress import CompressConfig, build_compressed_graph
+    from graphs.storage import write_file_hashes
 
     out = home / "compressed_graph"
     if not (out / "manifest.json").exists():
@@ -101,6 +102,7 @@ def compressed_int8(home: Path) -> Path:
         part = home / "one_part"
         part.mkdir(parents=True, exist_ok=True)
         np.save(part / "part_id.npy", np.zeros(n, dtype=np.int32))
+        write_file_hashes(part)  # recorded as a stage records its files: compressed_graph checks them
         cfg = CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False)
         build_compressed_graph(home / "canonical_graph", home / "normalized_adjacency", part, out, cfg)
     return out

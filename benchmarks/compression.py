@@ -73,6 +73,7 @@ from graphs.generate import GenerateConfig, demo_config, generate_dataset  # noq
 from graphs.normalize import build_normalized_adjacency, load_csr  # noqa: E402
 from graphs.partition import PartitionConfig, build_partitions  # noqa: E402
 from graphs.quantize import dequantize_int8_rows_csr  # noqa: E402
+from graphs.storage import write_file_hashes  # noqa: E402
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"  # in the repository (datasets/README.md)
 
@@ -109,6 +110,7 @@ def heavy_tailed(canonical: Path, out: Path, seed: int = 0) -> Path:
     x = np.load(canonical / "features.npy")
     s = np.random.default_rng(seed).uniform(1.5, 3.0, size=x.shape[1]).astype(np.float32)
     np.save(out / "features.npy", np.exp(x * s).astype(np.float32))
+    write_file_hashes(out)  # recorded as a stage records its files: compressed_graph checks them
     return out
 
 

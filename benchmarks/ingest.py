@@ -72,7 +72,8 @@ def _bare(landing: str, out: str, memory_limit: str, queue) -> None:
     t, c = time.perf_counter(), harness.cpu_seconds()
     con = duck.connect(memory_limit, temp_directory=f"{out}/tmp")  # ours's settings, threads included
     # COPY (SELECT DISTINCT src, dst FROM read_parquet(...)) TO ..., with the paths as arguments
-    con.read_parquet(f"{landing}/edges/*.parquet").select("src, dst").distinct().write_parquet(f"{out}/edges.parquet")
+    edges = duck.read_parquet(con, sorted(Path(landing, "edges").glob("*.parquet")))  # literal paths, no glob
+    edges.select("src, dst").distinct().write_parquet(f"{out}/edges.parquet")
     con.close()
     seconds, cpu = time.perf_counter() - t, harness.cpu_seconds() - c
     queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
@@ -85,7 +86,7 @@ def _bare_weighted(landing: str, out: str, memory_limit: str, queue) -> None:
     Path(out).mkdir(parents=True, exist_ok=True)
     t, c = time.perf_counter(), harness.cpu_seconds()
     con = duck.connect(memory_limit, temp_directory=f"{out}/tmp")
-    edges = con.read_parquet(f"{landing}/edges/*.parquet")  # paths through the relation API
+    edges = duck.read_parquet(con, sorted(Path(landing, "edges").glob("*.parquet")))  # literal paths, no glob
     edges.aggregate("src, dst, sum(weight) AS weight", "src, dst").write_parquet(f"{out}/edges.parquet")
     con.close()
     seconds, cpu = time.perf_counter() - t, harness.cpu_seconds() - c

@@ -1,11 +1,18 @@
 """Canonical graph: validate raw Parquet edge lists and turn them into a clean 0..n-1 graph.
 
-Input (a dataset folder in the landing layout):
-    edges/*.parquet or edges.parquet   columns src, dst (all integer or all string ids),
-                                       optional weight (any numeric type, per file)
-    nodes.parquet      (optional)      node_id, optional label (int, -1/null = unknown),
-                                       optional split (string)
+Input (a dataset folder in the landing layout; which entries may be read, symlinks and
+non-regular files included, is `graphs.landing`'s rule):
+    edges/*.parquet or edges.parquet   columns src, dst (all integer or all string ids; uint64
+                                       ids at most 2^63-1), optional weight (any numeric type,
+                                       per file)
+    nodes.parquet      (optional)      node_id, optional label (int class index 0..C-1 with C at
+                                       most MAX_CLASSES; -1/null = unknown), optional split
+                                       (string: `SPLIT_WORDS`, any case, e.g. train / Validation /
+                                       dev / TEST; other words and null read as 'other', counted)
     features.parquet   (optional)      node_id, feat (list of floats, one fixed width)
+
+Every file is read by DuckDB through `graphs.duck.read_parquet` (literal paths: a file named
+`*.parquet` or `[a-z].parquet` is that one file) or by pyarrow.
 
 Output (written atomically into one folder, see `build_canonical_graph`):
     edges.parquet   src int64, dst int64; sorted by (src, dst); no self loops, no
@@ -55,7 +62,6 @@ both output edges. The summary counts the rows combined into duplicates
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -75,6 +81,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graphs import duck
+from graphs.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_THREADS, bounded_repr, check_fields
 from graphs.edge_keys import (
     _NO_LUT,
     BYTES_PER_KEY,
@@ -94,19 +101,39 @@ from graphs.edge_keys import (
 from graphs.host_memory import gc_paused
 from graphs.id_codes import codes_by_hash, dictionary_codes, ranked_codes, sorted_int_codes
 from graphs.id_codes import warm_kernels as _warm_id_kernels
+from graphs.landing import (  # the landing folder's layout and rule, re-exported as part of the ingest's API
+    READY_MARKER,
+    DatasetFiles,
+    InputError,
+    edge_files_of,
+    find_dataset_files,
+    is_dataset_folder,
+    landing_fingerprint,
+    landing_marked_ready,
+)
 from graphs.npyrows import NpyRowWriter
 from graphs.plotting import headless_pyplot
-from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, write_summary
 
 FORMAT_VERSION = 1
-MAX_LABEL = 2**31 - 2  # labels are stored as int32 (and -1 = unknown)
+# The split words of nodes.parquet, matched case-insensitively after trimming spaces, and their
+# code in SPLIT_NAMES (the output's split values); any other word is read as 'other', counted.
+SPLIT_NAMES = ("train", "val", "test", "other")
+SPLIT_WORDS = {
+    "train": 0,
+    "training": 0,
+    "val": 1,
+    "valid": 1,
+    "validation": 1,
+    "dev": 1,
+    "test": 2,
+    "testing": 2,
+    "other": 3,
+}
+SHOWN_SPLIT_WORDS, SHOWN_WORD_CHARS = 10, 40  # unknown split words named in the summary, each cut to this
 COMBINE_RULES = ("sum", "max", "mean", "first")
 WRITE_PIECE = 1 << 22  # edges per table handed to the Parquet writer: four row groups
 INVALID_WEIGHT_ACTIONS = ("error", "drop")
-
-
-class InputError(ValueError):
-    """Raised for bad input; the message names the file, the column and the value."""
 
 
 @dataclass(kw_only=True)
@@ -117,14 +144,25 @@ class CanonicalConfig:
     memory_limit: str = field(
         default="4GB", metadata={"help": "DuckDB memory_limit, e.g. '4GB'; DuckDB spills beyond it."}
     )
-    threads: int = field(default=0, metadata={"help": "DuckDB worker threads; 0 = DuckDB's default (all cores)."})
+    threads: int = field(
+        default=0, metadata={"max": MAX_THREADS, "help": "DuckDB worker threads; 0 = DuckDB's default (all cores)."}
+    )
     sort_budget_mb: int = field(
         default=1024,
-        metadata={"help": "Memory for one in-RAM sort of edge keys; more edges are spilled to disk in buckets."},
+        metadata={
+            "max": 1 << 22,
+            "help": "Memory for one in-RAM sort of edge keys; more edges are spilled to disk in buckets.",
+        },
     )
-    batch_rows: int = field(default=2_000_000, metadata={"help": "Edge rows per streamed Arrow batch."})
+    batch_rows: int = field(
+        default=2_000_000, metadata={"max": MAX_ROWS, "help": "Edge rows per streamed Arrow batch."}
+    )
     split_seed: int = field(
-        default=0, metadata={"help": "Seed of the train/val/test split made when labels exist but no split does."}
+        default=0,
+        metadata={
+            "max": MAX_SEED,
+            "help": "Seed of the train/val/test split made when labels exist but no split does.",
+        },
     )
     train_fraction: float = field(
         default=0.6, metadata={"help": "Share of labelled nodes put in 'train' by a generated split."}
@@ -150,10 +188,13 @@ class CanonicalConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.weight_combine not in COMBINE_RULES:
-            raise ValueError(f"weight_combine={self.weight_combine!r} is not one of {COMBINE_RULES}")
+            raise ValueError(f"weight_combine={bounded_repr(self.weight_combine)} is not one of {COMBINE_RULES}")
         if self.invalid_weights not in INVALID_WEIGHT_ACTIONS:
-            raise ValueError(f"invalid_weights={self.invalid_weights!r} is not one of {INVALID_WEIGHT_ACTIONS}")
+            raise ValueError(
+                f"invalid_weights={bounded_repr(self.invalid_weights)} is not one of {INVALID_WEIGHT_ACTIONS}"
+            )
         if self.sort_budget_mb < 1:
             raise ValueError(f"sort_budget_mb must be >= 1, got {self.sort_budget_mb}")
         if self.batch_rows < 1:
@@ -168,72 +209,9 @@ class CanonicalConfig:
             )
 
 
-@dataclass
-class DatasetFiles:
-    """The input files of one dataset folder."""
-
-    edge_files: list[Path]
-    nodes: Path | None
-    features: Path | None
-
-
-def edge_files_of(dataset_dir: str | os.PathLike) -> list[Path]:
-    """The edge files of a landing folder: ``edges/*.parquet`` and ``edges.parquet``. A folder
-    is a dataset exactly when it has at least one (`is_dataset_folder`)."""
-    root = Path(dataset_dir)
-    edge_files = sorted((root / "edges").glob("*.parquet")) if (root / "edges").is_dir() else []
-    if (root / "edges.parquet").is_file():
-        edge_files.append(root / "edges.parquet")
-    return edge_files
-
-
-def is_dataset_folder(path: str | os.PathLike) -> bool:
-    """Whether `path` is a folder holding edge files (see `edge_files_of`)."""
-    return Path(path).is_dir() and bool(edge_files_of(path))
-
-
-READY_MARKER = "_SUCCESS"
-
-
-def landing_fingerprint(dataset_dir: str | os.PathLike) -> str:
-    """16 hex digits over the relative path, size and mtime of every Parquet file under a
-    landing folder: what canonical_graph records as `landing_fingerprint` and what the landing
-    sensor compares with, so files changed since the last ingest are noticed and nothing else."""
-    root = Path(dataset_dir)
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*.parquet")):
-        st = p.stat()
-        h.update(f"{p.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n".encode())
-    return h.hexdigest()[:16]
-
-
-def landing_marked_ready(dataset_dir: str | os.PathLike) -> bool:
-    """Whether the folder holds a `_SUCCESS` marker at least as new as every Parquet file in it
-    (a copy that writes the marker last says "complete" without waiting for a second look)."""
-    root = Path(dataset_dir)
-    marker = root / READY_MARKER
-    if not marker.is_file():
-        return False
-    newest = max((p.stat().st_mtime_ns for p in root.rglob("*.parquet")), default=0)
-    return marker.stat().st_mtime_ns >= newest
-
-
 def has_training_labels(summary: dict) -> bool:
     """Whether a canonical graph (its summary.json) has labels and training nodes to learn from."""
     return bool(summary.get("has_labels") and summary.get("train_nodes"))
-
-
-def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
-    """Locate the edge, node and feature files of a landing folder."""
-    root = Path(dataset_dir)
-    if not root.is_dir():
-        raise InputError(f"{root}: dataset folder does not exist")
-    edge_files = edge_files_of(root)
-    if not edge_files:
-        raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet")
-    nodes = root / "nodes.parquet"
-    feats = root / "features.parquet"
-    return DatasetFiles(edge_files, nodes if nodes.is_file() else None, feats if feats.is_file() else None)
 
 
 # ----------------------------------------------------------------------------- validation
@@ -255,14 +233,42 @@ def _id_kind(path: Path, schema: pa.Schema, column: str) -> str:
     if pa.types.is_dictionary(t):
         t = t.value_type
     if pa.types.is_integer(t):
+        if t == pa.uint64():
+            _refuse_uint64_beyond_int64(path, column)
         return "int"
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         return "string"
     raise InputError(f"{path}: column '{column}' has type {t}; ids must be integers or strings")
 
 
+INT64_MAX = 2**63 - 1
+
+
+def _refuse_uint64_beyond_int64(path: Path, column: str) -> None:
+    """InputError when a uint64 id column holds a value above int64's range (ids become int64).
+    Reads that one column, a batch at a time (row-group statistics are not trusted for it)."""
+    try:
+        tops = [
+            pc.max(b.column(0).dictionary_decode() if pa.types.is_dictionary(b.column(0).type) else b.column(0))
+            for b in pq.ParquetFile(path).iter_batches(batch_size=1 << 20, columns=[column])
+        ]
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: column '{column}' cannot be read ({str(exc)[:200]})") from exc
+    top = max((t.as_py() for t in tops if t.is_valid), default=None)
+    if top is not None and top > INT64_MAX:
+        raise InputError(
+            f"{path}: column '{column}' holds the uint64 id {top}; uint64 ids above {INT64_MAX} "
+            "(the largest int64) are not supported: cast the ids to strings, or renumber them"
+        )
+
+
 def validate_inputs(files: DatasetFiles) -> str:
     """Check every file's schema; return the dataset's id kind, 'int' or 'string'."""
+    for path in files.edge_files + [p for p in (files.nodes, files.features) if p is not None]:
+        try:
+            duck.literal_path(path)
+        except ValueError as exc:  # a name DuckDB cannot read
+            raise InputError(str(exc)) from None
     kind, kind_file = None, None
     for path in files.edge_files:
         schema = _schema(path)
@@ -551,20 +557,20 @@ def _create_weighted_view(con, edge_files: list[Path], weighted: set[Path], sql_
     """View raw_edges(src, dst, weight DOUBLE) over every edge file, in name order.
 
     Files without a weight column give 1.0. Consecutive files of one kind are one
-    `read_parquet` relation (paths go through DuckDB's relation API, never into SQL text);
+    `duck.read_parquet` relation (literal paths through DuckDB's relation API, never SQL text);
     the views are joined with UNION ALL, which keeps file order under
     preserve_insertion_order.
     """
-    runs: list[tuple[bool, list[str]]] = []
+    runs: list[tuple[bool, list[Path]]] = []
     for path in edge_files:
         has = path in weighted
         if runs and runs[-1][0] == has:
-            runs[-1][1].append(str(path))
+            runs[-1][1].append(path)
         else:
-            runs.append((has, [str(path)]))
+            runs.append((has, [path]))
     parts = []
     for i, (has, paths) in enumerate(runs):
-        con.read_parquet(paths, union_by_name=True).create_view(f"edge_files_{i}")
+        duck.read_parquet(con, paths, union_by_name=True).create_view(f"edge_files_{i}")
         weight = "CAST(weight AS DOUBLE)" if has else "CAST(1.0 AS DOUBLE)"
         parts.append(
             f"SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst, {weight} AS weight "
@@ -575,7 +581,7 @@ def _create_weighted_view(con, edge_files: list[Path], weighted: set[Path], sql_
 
 def _invalid_weight_counts(con, path: Path) -> dict[str, int]:
     """Per kind, the rows of one file that would be edges but whose weight is unusable."""
-    con.read_parquet(str(path)).create_view("one_edge_file")
+    duck.read_parquet(con, [path]).create_view("one_edge_file")
     counts = con.sql(
         "SELECT count(*) FILTER (WHERE isnan(w)), count(*) FILTER (WHERE isinf(w)), "
         "count(*) FILTER (WHERE w < 0 AND isfinite(w)), count(*) FILTER (WHERE w = 0), "
@@ -622,8 +628,8 @@ def build_canonical_graph(
         if weighted:
             _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)
         else:
-            # file paths enter through the relation API, never as SQL text
-            con.read_parquet([str(p) for p in files.edge_files], union_by_name=True).create_view("edge_files")
+            # file paths enter as literals through the relation API, never as SQL text
+            duck.read_parquet(con, files.edge_files, union_by_name=True).create_view("edge_files")
             con.execute(
                 f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
                 "FROM edge_files"
@@ -632,13 +638,13 @@ def build_canonical_graph(
         nodes_sql = None
         id_files = {}  # (id, row number in the file) of the node and feature files, for factorize
         if files.nodes:
-            con.read_parquet(str(files.nodes), file_row_number=True).create_view("node_file")
+            duck.read_parquet(con, [files.nodes], file_row_number=True).create_view("node_file")
             nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
             id_files["nodes"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM node_file"
         if files.features is not None:
-            con.read_parquet(str(files.features), file_row_number=True).select("node_id, file_row_number").create_view(
-                "feature_file"
-            )
+            duck.read_parquet(con, [files.features], file_row_number=True).select(
+                "node_id, file_row_number"
+            ).create_view("feature_file")
             id_files["features"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM feature_file"
         # Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
         # statistics), whose rows fit the sort budget are factorized in memory, and that one
@@ -950,14 +956,15 @@ def _write_nodes(
     """nodes.parquet and its facts; `new_ids` of the node file's rows when already known."""
     n = relabel.n
     label = np.full(n, -1, dtype=np.int32)
-    vocab = ["train", "val", "test", "other"]  # split names; codes index this list
-    split = np.full(n, 3, dtype=np.int32)
+    split = np.full(n, SPLIT_NAMES.index("other"), dtype=np.int8)
     facts = {
         "has_labels": False,
         "split_generated": False,
         "nodes_without_node_row": 0,
         "null_labels_as_unknown": 0,
         "null_splits_as_other": 0,
+        "unknown_splits_as_other": 0,
+        "unknown_split_words": [],
     }
     if files.nodes is not None:
         t = pq.read_table(files.nodes)
@@ -972,24 +979,12 @@ def _write_nodes(
             raise InputError(f"{files.nodes}: column 'node_id' repeats the id {dup!r}; one row per node")
         if "label" in t.column_names:
             facts["null_labels_as_unknown"] = int(t.column("label").null_count)
-            lab = t.column("label").to_numpy(zero_copy_only=False)
-            lab = np.where(pd.isna(lab), -1, lab).astype(np.int64)
-            bad = (lab < -1) | (lab > MAX_LABEL)
-            if bad.any():
-                raise InputError(
-                    f"{files.nodes}: column 'label' has value {lab[bad][0]}; labels are 0..{MAX_LABEL}, "
-                    "or -1 for unknown"
-                )
-            label[idx] = lab.astype(np.int32)
+            label[idx] = _class_labels(t.column("label"), files.nodes)
             facts["has_labels"] = bool((label >= 0).any())
         if "split" in t.column_names:
             facts["null_splits_as_other"] = int(t.column("split").null_count)
-            enc = t.column("split").cast(pa.string()).fill_null("other").combine_chunks().dictionary_encode()
-            for word in enc.dictionary.to_pylist():
-                if word not in vocab:
-                    vocab.append(word)
-            remap = np.array([vocab.index(w) for w in enc.dictionary.to_pylist()], dtype=np.int32)
-            split[idx] = remap[enc.indices.to_numpy(zero_copy_only=False)]
+            split[idx], unknown_rows, unknown_words = _split_codes(t.column("split"))
+            facts["unknown_splits_as_other"], facts["unknown_split_words"] = unknown_rows, unknown_words
         elif facts["has_labels"]:
             labelled = np.flatnonzero(label >= 0)
             order = np.random.default_rng(cfg.split_seed).permutation(labelled)
@@ -1001,7 +996,7 @@ def _write_nodes(
             facts["split_generated"] = True
     facts["labelled_nodes"] = int(np.count_nonzero(label >= 0))
     facts["num_classes"] = int(label.max()) + 1 if facts["labelled_nodes"] else 0
-    per_split = np.bincount(split, minlength=len(vocab))
+    per_split = np.bincount(split, minlength=len(SPLIT_NAMES))
     for code, name in enumerate(("train", "val", "test")):
         facts[f"{name}_nodes"] = int(per_split[code])
     table = pa.table(
@@ -1009,7 +1004,7 @@ def _write_nodes(
             "node_id": pa.array(np.arange(n, dtype=np.int64)),
             "original_id": relabel.ids,
             "label": pa.array(label),
-            "split": pa.array(vocab, type=pa.string()).take(pa.array(split)),
+            "split": pa.array(SPLIT_NAMES, type=pa.string()).take(pa.array(split)),
         }
     )
     # ids delta-encoded (sorted: a few bits each; sorted strings share prefixes), label and
@@ -1023,6 +1018,40 @@ def _write_nodes(
         column_encoding={"node_id": "DELTA_BINARY_PACKED", "original_id": original},
     )
     return facts
+
+
+def _class_labels(labels: pa.ChunkedArray, path: Path) -> np.ndarray:
+    """A nodes.parquet `label` column as int32 class indices, null read as -1 (unknown);
+    InputError for a value outside -1..MAX_CLASSES-1."""
+    low, high = pc.min(labels).as_py(), pc.max(labels).as_py()
+    for value in (low, high):
+        if value is not None and not -1 <= value < MAX_CLASSES:
+            raise InputError(
+                f"{path}: column 'label' has value {value}; labels are class indices 0..C-1 (at most "
+                f"{MAX_CLASSES} classes: the model has one output per class up to the largest label), "
+                "or -1/null for unknown: number the classes 0..C-1"
+            )
+    return labels.fill_null(-1).cast(pa.int32()).to_numpy()
+
+
+def _split_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int, list[str]]:
+    """(the code in `SPLIT_NAMES` of each row of a nodes.parquet `split` column, the rows whose
+    word is none of `SPLIT_WORDS`, up to `SHOWN_SPLIT_WORDS` of those words). Words match
+    case-insensitively, surrounding spaces ignored; null and unknown words read as 'other'."""
+    words = column.cast(pa.string()).combine_chunks().dictionary_encode()
+    normal = pc.utf8_lower(pc.utf8_trim_whitespace(words.dictionary))
+    found = pc.index_in(normal, value_set=pa.array(list(SPLIT_WORDS))).to_numpy(zero_copy_only=False)
+    known = ~np.isnan(found)
+    word_code = np.full(len(found), SPLIT_NAMES.index("other"), dtype=np.int8)
+    word_code[known] = np.array(list(SPLIT_WORDS.values()), dtype=np.int8)[found[known].astype(np.int64)]
+    codes = np.full(len(words), SPLIT_NAMES.index("other"), dtype=np.int8)
+    valid = words.indices.is_valid().to_numpy(zero_copy_only=False)
+    row_word = words.indices.to_numpy(zero_copy_only=False)[valid].astype(np.int64)
+    codes[valid] = word_code[row_word]
+    unknown_rows = int(np.count_nonzero(~known[row_word]))
+    unknown = np.flatnonzero(~known)[:SHOWN_SPLIT_WORDS]
+    shown = [w[:SHOWN_WORD_CHARS] for w in words.dictionary.take(pa.array(unknown, pa.int64())).to_pylist()]
+    return codes, unknown_rows, shown
 
 
 FEATURE_BATCH_BYTES = 8 << 20  # of float32 values per feature batch read
@@ -1202,8 +1231,9 @@ def read_summary(canonical_dir: str | os.PathLike) -> dict:
 def edge_batches(canonical_dir: str | os.PathLike, batch_rows: int = 1 << 22, *, with_weight: bool = False):
     """Stream a canonical graph's edges.parquet: (src, dst) int64 arrays of up to `batch_rows`
     edges, in the file's (src, dst) order; memory is one batch whatever the edge count.
-    With `with_weight`, (src, dst, weight float64) of a weighted graph."""
-    path = Path(canonical_dir) / "edges.parquet"
+    With `with_weight`, (src, dst, weight float64) of a weighted graph. The file is first
+    checked against the folder's hashes.json (`graphs.storage.verified`)."""
+    path = verified(canonical_dir, "edges.parquet")
     columns = ["src", "dst", "weight"] if with_weight else ["src", "dst"]
     for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns):
         ids = (
@@ -1214,6 +1244,7 @@ def edge_batches(canonical_dir: str | os.PathLike, batch_rows: int = 1 << 22, *,
 
 
 __all__ = [
+    "READY_MARKER",
     "CanonicalConfig",
     "DatasetFiles",
     "InputError",

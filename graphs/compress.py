@@ -86,7 +86,8 @@ bytes against raw int64 (src, dst) pairs; and the whole asset (features + weight
 sets) against the FP32 / int64 originals.
 
 How it scales: features and weights are memory-mapped and processed in row blocks (the
-quantized arrays are written through ``np.lib.format.open_memmap``), the edges are streamed
+quantized arrays are written through `graphs.npyrows.create_npy_memmap`, their disk space
+reserved first, so a full disk is an error naming the file), the edges are streamed
 from ``edges.parquet`` in record batches twice (count keys per part, then insert), and the
 non-edge test for the FPR measurement is a vectorised binary search in the CSR rows, so
 memory is O(n) plus one block plus the filters (~1.3 bytes per key at 1%).
@@ -106,8 +107,10 @@ import numpy as np
 if TYPE_CHECKING:
     from graphs.bloom import BloomFilter
 
+from graphs.config_checks import MAX_ROWS, MAX_SEED, bounded_repr, check_fields
 from graphs.host_memory import reuse_freed_memory
 from graphs.normalize import load_csr
+from graphs.npyrows import create_npy_memmap
 from graphs.quantize import (
     FEATURE_TRANSFORMS,
     EncodedFeatures,
@@ -126,7 +129,7 @@ from graphs.quantize import (
     quantize_int8_rows_csr,
     unpack_binary,
 )
-from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, verify_inputs, write_summary
 
 __all__ = [
     "FORMAT_VERSION",
@@ -177,13 +180,20 @@ class CompressConfig:
     bloom_fpr: float = field(
         default=0.01, metadata={"help": "Target false-positive rate of each part's edge-set Bloom filter."}
     )
-    seed: int = field(default=0, metadata={"help": "Seed of the Bloom filters' hashes and of the measurement samples."})
+    seed: int = field(
+        default=0,
+        metadata={"max": MAX_SEED, "help": "Seed of the Bloom filters' hashes and of the measurement samples."},
+    )
     fpr_queries: int = field(
-        default=1_000_000, metadata={"help": "Random non-edges on which each filter's false-positive rate is measured."}
+        default=1_000_000,
+        metadata={"max": 1 << 28, "help": "Random non-edges on which each filter's false-positive rate is measured."},
     )
     check_edges: int = field(
         default=100_000,
-        metadata={"help": "True edges sampled by the no-false-negative asset check (all edges when fewer)."},
+        metadata={
+            "max": 1 << 40,
+            "help": "True edges sampled by the no-false-negative asset check (all edges when fewer).",
+        },
     )
     compare_encodings: bool = field(
         default=True,
@@ -193,14 +203,20 @@ class CompressConfig:
         },
     )
     chunk_rows: int = field(
-        default=0, metadata={"help": "Feature rows per processing block; 0 = about 4M values per block."}
+        default=0,
+        metadata={"max": MAX_ROWS, "help": "Feature rows per processing block; 0 = about 4M values per block."},
     )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.feature_encoding not in FEATURE_ENCODINGS:
-            raise ValueError(f"feature_encoding must be one of {FEATURE_ENCODINGS}, got {self.feature_encoding!r}")
+            raise ValueError(
+                f"feature_encoding must be one of {FEATURE_ENCODINGS}, got {bounded_repr(self.feature_encoding)}"
+            )
         if self.feature_transform not in FEATURE_TRANSFORMS:
-            raise ValueError(f"feature_transform must be one of {FEATURE_TRANSFORMS}, got {self.feature_transform!r}")
+            raise ValueError(
+                f"feature_transform must be one of {FEATURE_TRANSFORMS}, got {bounded_repr(self.feature_transform)}"
+            )
         if self.feature_encoding == "binary" and self.feature_transform != "none":
             raise ValueError("feature_transform applies to int8/int4 codes; bit-packed 0/1 features take none")
         if not 0.0 < self.bloom_fpr < 1.0:
@@ -303,7 +319,7 @@ def _encode_features(
     n, d = x.shape
     shape = {"int8": (n, d), "int4": (n, (d + 1) // 2), "binary": (n, (d + 7) // 8)}[encoding]
     dtype = np.int8 if encoding == "int8" else np.uint8
-    out = np.lib.format.open_memmap(tmp / FEATURE_FILES[encoding], mode="w+", dtype=dtype, shape=shape)
+    out = create_npy_memmap(tmp / FEATURE_FILES[encoding], dtype=dtype, shape=shape)
     lo, hi = _transformed_range(x, transform, rows) if encoding != "binary" else (None, None)
     enc = _BlockEncoder(encoding, lo, hi, d)
     acc = ErrorAccumulator(d)
@@ -342,7 +358,7 @@ def _compress_features(canonical: Path, tmp: Path, cfg: CompressConfig) -> dict 
     path = canonical / "features.npy"
     if not path.is_file():
         return None
-    x = np.load(path, mmap_mode="r", allow_pickle=False)
+    x = np.load(verified(canonical, path.name), mmap_mode="r", allow_pickle=False)
     if x.ndim != 2 or x.dtype != np.float32:
         raise ValueError(f"{path}: expected float32 [n, D] features, got {x.dtype} {x.shape}")
     n, d = x.shape
@@ -393,8 +409,8 @@ def _compress_weights(adjacency: Path, tmp: Path) -> dict:
     indptr, weights = csr.indptr, csr.weights
     n, nnz = csr.n, csr.nnz
     t0 = time.perf_counter()
-    q = np.lib.format.open_memmap(tmp / "weights_int8.npy", mode="w+", dtype=np.int8, shape=(nnz,))
-    scale = np.lib.format.open_memmap(tmp / "weight_scales.npy", mode="w+", dtype=np.float32, shape=(n,))
+    q = create_npy_memmap(tmp / "weights_int8.npy", dtype=np.int8, shape=(nnz,))
+    scale = create_npy_memmap(tmp / "weight_scales.npy", dtype=np.float32, shape=(n,))
     acc = ErrorAccumulator(1)
     for r0, r1, a, b in _csr_blocks(indptr, _WEIGHT_BLOCK):
         ptr = np.asarray(indptr[r0 : r1 + 1], dtype=np.int64) - a
@@ -564,6 +580,7 @@ def build_compressed_graph(
     canonical, adjacency, partitions = Path(canonical_dir), Path(adjacency_dir), Path(partitions_dir)
     from graphs.canonical import read_summary
 
+    _verify_inputs(canonical, adjacency, partitions)
     facts = read_summary(canonical)
     n, num_edges = int(facts["nodes"]), int(facts["edges"])
     symmetrized = bool(facts.get("symmetrized", True))
@@ -616,6 +633,14 @@ def build_compressed_graph(
     return summary
 
 
+def _verify_inputs(canonical: Path, adjacency: Path, partitions: Path) -> None:
+    """Check every upstream file the stage reads against its folder's hashes.json before any
+    work (`graphs.storage.verify_inputs`; the readers check again, from the digest cache)."""
+    verify_inputs(canonical, ("summary.json", "edges.parquet", "features.npy"))
+    verify_inputs(adjacency, ("indptr.npy", "indices.npy", "weights.npy"))
+    verify_inputs(partitions, ("part_id.npy", "summary.json"))
+
+
 def _manifest(tmp: Path, summary: dict, cfg: CompressConfig) -> dict:
     files = {}
     for path in sorted(tmp.rglob("*")):
@@ -644,8 +669,8 @@ def _manifest(tmp: Path, summary: dict, cfg: CompressConfig) -> dict:
 # ----------------------------------------------------------------------------- readers
 
 
-def _read_manifest(out_dir: Path) -> dict:
-    manifest = json.loads((out_dir / "manifest.json").read_text())
+def _read_manifest(out_dir: Path, verify: bool = True) -> dict:
+    manifest = json.loads((verified(out_dir, "manifest.json") if verify else out_dir / "manifest.json").read_text())
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ValueError(
             f"{out_dir / 'manifest.json'}: compressed graph format version {manifest.get('format_version')}, "
@@ -654,21 +679,28 @@ def _read_manifest(out_dir: Path) -> dict:
     return manifest
 
 
-def load_features(out_dir: str | os.PathLike, mmap: bool = True) -> EncodedFeatures | None:
+def load_features(out_dir: str | os.PathLike, mmap: bool = True, *, verify: bool = True) -> EncodedFeatures | None:
     """The compressed features (memory-mapped), or None without features. ``decode()`` and
-    ``decode_rows_torch(rows, device)`` return float32 features, the transform undone."""
+    ``decode_rows_torch(rows, device)`` return float32 features, the transform undone.
+
+    With `verify`, the manifest, codes and scales are first checked against the folder's
+    hashes.json (`graphs.storage.verified`, once per process and file). Training passes False:
+    it checks the same files against the hashes the shards' manifest recorded
+    (`graphs.shard_format.read_manifest`), so each rank need not hash them twice.
+    """
     out_dir = Path(out_dir)
-    manifest = _read_manifest(out_dir)
+    manifest = _read_manifest(out_dir, verify)
     encoding = manifest["feature_encoding"]
     if encoding is None:
         return None
+    path = verified(out_dir, FEATURE_FILES[encoding]) if verify else out_dir / FEATURE_FILES[encoding]
     mode = "c" if mmap else None  # copy-on-write: writable for torch.from_numpy, the file never changes
-    main = np.load(out_dir / FEATURE_FILES[encoding], mmap_mode=mode, allow_pickle=False)
+    main = np.load(path, mmap_mode=mode, allow_pickle=False)
     d = int(manifest["feature_dims"])
     if encoding == "binary":
         arrays = {"packed": main}
     else:
-        scales = np.load(out_dir / SCALES_FILE, allow_pickle=False)
+        scales = np.load(verified(out_dir, SCALES_FILE) if verify else out_dir / SCALES_FILE, allow_pickle=False)
         arrays = {"q" if encoding == "int8" else "packed": main, "scale": scales[0], "zero_point": scales[1]}
     return EncodedFeatures(
         encoding=encoding,
@@ -680,23 +712,25 @@ def load_features(out_dir: str | os.PathLike, mmap: bool = True) -> EncodedFeatu
 
 
 def load_weights(out_dir: str | os.PathLike, mmap: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """(q int8 [nnz], scale float32 [n]); decode with ``dequantize_int8_rows_csr(indptr, q, scale)``."""
+    """(q int8 [nnz], scale float32 [n]); decode with ``dequantize_int8_rows_csr(indptr, q, scale)``.
+    The files are checked against the folder's hashes.json first."""
     out_dir = Path(out_dir)
     _read_manifest(out_dir)
     mode = "c" if mmap else None
     return (
-        np.load(out_dir / "weights_int8.npy", mmap_mode=mode, allow_pickle=False),
-        np.load(out_dir / "weight_scales.npy", mmap_mode=mode, allow_pickle=False),
+        np.load(verified(out_dir, "weights_int8.npy"), mmap_mode=mode, allow_pickle=False),
+        np.load(verified(out_dir, "weight_scales.npy"), mmap_mode=mode, allow_pickle=False),
     )
 
 
 def load_bloom_filters(out_dir: str | os.PathLike) -> list[BloomFilter]:
-    """The per-part filters, part 0 first (bit arrays memory-mapped)."""
+    """The per-part filters, part 0 first (bit arrays memory-mapped), each file checked against
+    the folder's hashes.json first (`BloomFilter.load` itself checks only the header)."""
     out_dir = Path(out_dir)
     k = int(_read_manifest(out_dir)["bloom_parts"])
     from graphs.bloom import BloomFilter
 
-    return [BloomFilter.load(out_dir / "bloom" / f"part-{p}.bloom") for p in range(k)]
+    return [BloomFilter.load(verified(out_dir, f"bloom/part-{p}.bloom")) for p in range(k)]
 
 
 def might_be_edge(filters: list[BloomFilter], part: np.ndarray, u, v) -> np.ndarray:
@@ -761,8 +795,9 @@ def verify_compressed_graph(
     out, canonical, adjacency = Path(out_dir), Path(canonical_dir), Path(adjacency_dir)
     from graphs.canonical import read_summary
 
+    verified(canonical, "summary.json")
     facts = read_summary(canonical)
-    part = np.load(Path(partitions_dir) / "part_id.npy", allow_pickle=False)
+    part = np.load(verified(partitions_dir, "part_id.npy"), allow_pickle=False)
     filters = load_bloom_filters(out)
     u, v = _sample_edges(canonical, int(facts["edges"]), sample_edges, seed)
     misses = np.zeros(len(u), dtype=bool)
@@ -780,7 +815,7 @@ def verify_compressed_graph(
         feature_encoding=feats.encoding if feats else None, feature_bound_excess=0.0, feature_columns_over_bound=0
     )
     if feats is not None:
-        x = np.load(canonical / "features.npy", mmap_mode="r", allow_pickle=False)
+        x = np.load(verified(canonical, "features.npy"), mmap_mode="r", allow_pickle=False)
         n, d = x.shape
         if (feats.num_rows, feats.num_cols) != (n, d):
             raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")

@@ -1,20 +1,25 @@
 """DuckDB connections whose settings never pass through SQL text.
 
-Settings go in `duckdb.connect(config=...)`; file paths go in as query parameters
-(`read_parquet(?)`) or through the relation API (`con.read_parquet(paths)`), never formatted
-into a statement. A size such as `memory_limit` is checked against `MEMORY_SIZE` first, so a
-run config value like `"1GB'; COPY ... TO '/x'; --"` is refused with a clear error.
+Settings go in `duckdb.connect(config=...)`; file paths go through the relation API, never
+formatted into a statement, and every file is read by `read_parquet` here, which passes each
+path as a literal (`literal_path`): DuckDB expands `*`, `?` and `[...]` in the paths it reads,
+so a landing file named `*.parquet` would otherwise read every file of its folder. A size
+such as `memory_limit` is checked against `MEMORY_SIZE` first, so a run config value like
+`"1GB'; COPY ... TO '/x'; --"` is refused with a clear error.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     import duckdb
 
+# Characters DuckDB's file globbing gives a meaning (braces `{a,b}` it reads as they are); each
+# is matched literally as a one-character class, `[*]`: backslash escapes do not work.
+GLOB_CHARACTER = re.compile(r"[*?\[]")
 MEMORY_SIZE = re.compile(r"(?i)\d+(\.\d+)?\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)")
 
 
@@ -37,3 +42,30 @@ def connect(
     if temp_directory is not None:
         config["temp_directory"] = str(temp_directory)
     return duckdb.connect(config=config)
+
+
+def literal_path(path: str | os.PathLike) -> str:
+    """`path`, made absolute, as a DuckDB file pattern that matches exactly that file: each
+    `*`, `?`, `[` becomes a one-character class (`[*]`). Spaces, quotes, braces, `%` and
+    other characters need nothing (the path never enters SQL text). A path holding a
+    backslash and one of those three cannot be read (DuckDB's globbing matches no name that
+    holds a backslash): ValueError naming it."""
+    given, path = path, os.path.abspath(os.fspath(path))
+    if "\\" in path and GLOB_CHARACTER.search(path):
+        raise ValueError(
+            f"{given}: DuckDB cannot read a path that holds both a backslash and one of * ? [ "
+            "(its file globbing matches no name with a backslash); rename the file or its folder"
+        )
+    return GLOB_CHARACTER.sub(lambda m: f"[{m.group()}]", path)
+
+
+def read_parquet(
+    con: duckdb.DuckDBPyConnection, paths: Iterable[str | os.PathLike], **options
+) -> duckdb.DuckDBPyRelation:
+    """A relation over exactly these Parquet files, in this order (each path literal, see
+    `literal_path`; no hive partition columns guessed from folder names). `options` go to
+    DuckDB's `read_parquet` (e.g. `union_by_name=True`, `file_row_number=True`)."""
+    patterns = [literal_path(p) for p in paths]
+    if not patterns:
+        raise ValueError("read_parquet needs at least one file")
+    return con.read_parquet(patterns, hive_partitioning=False, **options)

@@ -54,7 +54,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.config_checks import MAX_SEED, check_fields
+from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, verify_inputs, write_summary
 
 __all__ = [
     "DEFAULT_TASK",
@@ -94,13 +95,17 @@ class EdgeSplitConfig:
     eval_negatives: int = field(
         default=10_000,
         metadata={
+            "max": 1 << 24,
             "help": "Fixed evaluation negatives per split (uniform non-edges of the full graph, exact lookup); "
-            "AUC, MRR and Hits@K rank each held-out edge against them."
+            "AUC, MRR and Hits@K rank each held-out edge against them.",
         },
     )
-    seed: int = field(default=0, metadata={"help": "Seed of the split and of the evaluation negatives."})
+    seed: int = field(
+        default=0, metadata={"max": MAX_SEED, "help": "Seed of the split and of the evaluation negatives."}
+    )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         for name in ("val_fraction", "test_fraction"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
@@ -198,6 +203,9 @@ def build_edge_split(
     cfg = cfg or EdgeSplitConfig()
     t0 = time.perf_counter()
     canonical = Path(canonical_dir)
+    # every canonical file read or linked, checked against its hashes.json before any work: a
+    # damaged nodes.parquet or features.npy would otherwise be linked in and recorded as good
+    verify_inputs(canonical, ("summary.json", "edges.parquet", "nodes.parquet", "features.npy"))
     facts = read_summary(canonical)
     n = int(facts["nodes"])
     keys = undirected_pairs(canonical, n, bool(facts.get("symmetrized", False)))
@@ -254,14 +262,15 @@ def build_edge_split(
 
 
 def load_edge_split(split_dir: str | os.PathLike) -> EdgeSplit:
-    """The pairs of a written split; refuses another format version, naming the stage to re-run."""
+    """The pairs of a written split, each file checked against the folder's hashes.json first
+    (`graphs.storage.verified`); refuses another format version, naming the stage to re-run."""
     d = Path(split_dir)
-    summary = json.loads((d / "summary.json").read_text())
+    summary = json.loads(verified(d, "summary.json").read_text())
     version = summary.get("split", {}).get("format_version")
     if version != FORMAT_VERSION:
         raise ValueError(
             f"{d / 'summary.json'}: edge split format version {version}, this reader reads {FORMAT_VERSION}; "
             "rematerialize edge_split"
         )
-    arrays = {name: np.load(d / f, allow_pickle=False) for name, f in SPLIT_FILES.items()}
+    arrays = {name: np.load(verified(d, f), allow_pickle=False) for name, f in SPLIT_FILES.items()}
     return EdgeSplit(n=int(summary["nodes"]), summary=summary, **arrays)

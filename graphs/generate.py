@@ -86,6 +86,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
+from graphs.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_WIDTH, bounded_repr, check_fields
 from graphs.storage import atomic_output_dir, dir_bytes
 
 FORMAT_VERSION = 1
@@ -108,14 +109,18 @@ _STREAM_FEATURES, _STREAM_EDGES = 4, 5
 class GenerateConfig:
     """Parameters of the degree-corrected stochastic block model and of the files written."""
 
-    num_nodes: int = field(default=100_000, metadata={"help": "Number of nodes n (ids id_offset .. id_offset+n-1)."})
+    num_nodes: int = field(
+        default=100_000, metadata={"max": 1 << 40, "help": "Number of nodes n (ids id_offset .. id_offset+n-1)."}
+    )
 
     num_edges: int = field(
         default=1_000_000,
-        metadata={"help": "Number of directed edge rows written (before ingest symmetrizes/dedupes)."},
+        metadata={"max": 1 << 40, "help": "Number of directed edge rows written (before ingest symmetrizes/dedupes)."},
     )
 
-    num_classes: int = field(default=8, metadata={"help": "Number of classes k (labels 0..k-1, balanced)."})
+    num_classes: int = field(
+        default=8, metadata={"max": MAX_CLASSES, "help": "Number of classes k (labels 0..k-1, balanced)."}
+    )
 
     homophily: float = field(
         default=0.85,
@@ -127,7 +132,7 @@ class GenerateConfig:
         metadata={"help": "Power-law exponent gamma of the degree distribution, P(deg=d) ~ d^-gamma; > 1."},
     )
 
-    feature_dim: int = field(default=32, metadata={"help": "Length D of each node's feature vector."})
+    feature_dim: int = field(default=32, metadata={"max": MAX_WIDTH, "help": "Length D of each node's feature vector."})
 
     feature_noise: float = field(
         default=0.7,
@@ -141,16 +146,18 @@ class GenerateConfig:
         metadata={"help": "Fraction of nodes in the 'val' split; the rest is 'test'."},
     )
 
-    num_edge_files: int = field(default=4, metadata={"help": "Number of Parquet files under edges/."})
+    num_edge_files: int = field(default=4, metadata={"max": 1 << 16, "help": "Number of Parquet files under edges/."})
 
     chunk_edges: int = field(
         default=1 << 20,
-        metadata={"help": "Edge rows generated per step and per Parquet row group (memory vs speed)."},
+        metadata={"max": MAX_ROWS, "help": "Edge rows generated per step and per Parquet row group (memory vs speed)."},
     )
 
-    seed: int = field(default=0, metadata={"help": "Seed of all random streams (>= 0)."})
+    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "Seed of all random streams (>= 0)."})
 
-    id_offset: int = field(default=0, metadata={"help": "Added to 0..n-1 to form the node ids written."})
+    id_offset: int = field(
+        default=0, metadata={"max": 2**63 - 1, "help": "Added to 0..n-1 to form the node ids written."}
+    )
 
     minority_fraction: float = field(
         default=0.0,
@@ -168,36 +175,9 @@ class GenerateConfig:
 
     def __post_init__(self) -> None:
         def fail(name: str, why: str) -> None:
-            raise ValueError(f"GenerateConfig.{name}={getattr(self, name)!r}: {why}")
+            raise ValueError(f"GenerateConfig.{name}={bounded_repr(getattr(self, name))}: {why}")
 
-        for name in (
-            "num_nodes",
-            "num_edges",
-            "num_classes",
-            "feature_dim",
-            "num_edge_files",
-            "chunk_edges",
-            "seed",
-            "id_offset",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-                fail(name, "must be an integer")
-        for name in (
-            "homophily",
-            "degree_exponent",
-            "feature_noise",
-            "train_fraction",
-            "val_fraction",
-            "heavy_weight",
-            "minority_fraction",
-        ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-                fail(name, "must be a number")
-            if not math.isfinite(value):
-                fail(name, "must be finite")
-
+        check_fields(self, "GenerateConfig")
         if self.num_nodes < 1:
             fail("num_nodes", "must be >= 1")
         if self.num_edges < 0:

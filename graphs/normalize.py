@@ -46,7 +46,8 @@ streamed in record batches; the canonical edges are already sorted by (src, dst)
 order is file order and the output position of edge k (row s, column d) is
 ``k + s + (d > s)`` — the s self loops of the rows before, plus row s's own self loop if
 it sorts before d. Each batch is scattered into the three `.npy` files through memory
-maps; the self loops go in at the end, one vectorised scatter over n positions. Memory
+maps (`graphs.npyrows.create_npy_memmap`: their disk space reserved first, so a full disk
+is an error naming the file); the self loops go in at the end, one vectorised scatter over n positions. Memory
 is O(n) plus one batch, whatever the edge count.
 """
 
@@ -63,7 +64,9 @@ from typing import NamedTuple
 import numpy as np
 
 from graphs import duck
-from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.config_checks import MAX_ROWS, bounded_repr, check_fields
+from graphs.npyrows import create_npy_memmap
+from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, write_summary
 
 FORMAT_VERSION = 1
 NORMS = ("both", "right")
@@ -82,12 +85,14 @@ class AdjacencyConfig:
         default="both",
         metadata={"help": "'both': D^-1/2 (A+I) D^-1/2 (symmetric); 'right': D^-1 (A+I) (row mean)."},
     )
-    batch_rows: int = field(default=4_000_000, metadata={"help": "Edge rows per streamed batch of edges.parquet."})
+    batch_rows: int = field(
+        default=4_000_000, metadata={"max": MAX_ROWS, "help": "Edge rows per streamed batch of edges.parquet."}
+    )
     memory_limit: str = field(
         default="2GB", metadata={"help": "DuckDB memory_limit for the degree aggregation, e.g. '2GB'."}
     )
     power_iterations: int = field(
-        default=50, metadata={"help": "Power-iteration steps of the largest-eigenvalue asset check."}
+        default=50, metadata={"max": 100_000, "help": "Power-iteration steps of the largest-eigenvalue asset check."}
     )
     self_loop_weight: float = field(
         default=1.0,
@@ -95,10 +100,11 @@ class AdjacencyConfig:
     )
 
     def __post_init__(self) -> None:
-        if not (np.isfinite(self.self_loop_weight) and self.self_loop_weight > 0):
-            raise ValueError(f"self_loop_weight must be finite and > 0, got {self.self_loop_weight}")
+        check_fields(self)
+        if not self.self_loop_weight > 0:
+            raise ValueError(f"self_loop_weight must be > 0, got {self.self_loop_weight}")
         if self.degree_norm not in NORMS:
-            raise ValueError(f"degree_norm must be one of {NORMS}, got {self.degree_norm!r}")
+            raise ValueError(f"degree_norm must be one of {NORMS}, got {bounded_repr(self.degree_norm)}")
         if self.batch_rows < 1:
             raise ValueError(f"batch_rows must be >= 1, got {self.batch_rows}")
         if self.power_iterations < 1:
@@ -123,10 +129,11 @@ class CSR(NamedTuple):
 
 
 def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True, n: int | None = None) -> CSR:
-    """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default.
+    """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default,
+    each checked against the folder's hashes.json first (`graphs.storage.verified`).
 
-    Missing files, arrays of inconsistent lengths, or (with `n`) a row count other than `n`
-    raise naming the file and the stage to re-materialize.
+    Missing files, files changed since they were published, arrays of inconsistent lengths, or
+    (with `n`) a row count other than `n` raise naming the file and the stage to re-materialize.
     """
     d = Path(adjacency_dir)
     mode = "r" if mmap else None
@@ -135,7 +142,7 @@ def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True, n: int | None 
         path = d / f"{name}.npy"
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; materialize normalized_adjacency first")
-        arrays.append(np.load(path, mmap_mode=mode, allow_pickle=False))
+        arrays.append(np.load(verified(d, path.name), mmap_mode=mode, allow_pickle=False))
     csr = CSR(*arrays)
     if not len(csr.indices) == len(csr.weights) == (int(csr.indptr[-1]) if len(csr.indptr) else -1):
         raise ValueError(
@@ -161,9 +168,10 @@ class ScaleFactors(NamedTuple):
 
 def load_scale_factors(adjacency_dir: str | os.PathLike, n: int | None = None) -> ScaleFactors | None:
     """Â's row and column scales when it factors (module docstring), memory-mapped; None when
-    it does not (a weighted graph, another self-loop weight, or a folder written before them)."""
+    it does not (a weighted graph, another self-loop weight, or a folder written before them).
+    The summary and the scale files are checked against the folder's hashes.json first."""
     d = Path(adjacency_dir)
-    summary = json.loads((d / "summary.json").read_text()) if (d / "summary.json").is_file() else {}
+    summary = json.loads(verified(d, "summary.json").read_text()) if (d / "summary.json").is_file() else {}
     entry = summary.get("scale_factors")
     if not entry:
         return None
@@ -176,7 +184,7 @@ def load_scale_factors(adjacency_dir: str | os.PathLike, n: int | None = None) -
         path = d / name
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; re-materialize normalized_adjacency")
-        arr = np.load(path, mmap_mode="r", allow_pickle=False)
+        arr = np.load(verified(d, name), mmap_mode="r", allow_pickle=False)
         if arr.dtype != np.float64 or arr.ndim != 1 or (n is not None and len(arr) != n):
             raise ValueError(
                 f"{path}: {arr.dtype} {list(arr.shape)}, expected float64 [{n}]; re-materialize normalized_adjacency"
@@ -215,7 +223,7 @@ def weighted_degrees(
 
 def _degrees(edges_path, n: int, symmetric: bool, memory_limit: str, weighted: bool):
     con = duck.connect(memory_limit)  # duckdb imported there, lazily: CSR readers need only NumPy
-    con.read_parquet(str(edges_path)).create_view("edges")  # the path goes through the relation API
+    duck.read_parquet(con, [edges_path]).create_view("edges")  # a literal path, through the relation API
     counts, sums = [], []
     weight_sum = ", sum(weight) AS wsum" if weighted else ""
     for col in ("src",) if symmetric else ("src", "dst"):
@@ -243,9 +251,10 @@ def build_normalized_adjacency(
     canonical = Path(canonical_dir)
     from graphs.canonical import edge_batches, read_summary
 
+    verified(canonical, "summary.json")  # the canonical files read, checked against its hashes.json
     facts = read_summary(canonical)
     n, num_edges = int(facts["nodes"]), int(facts["edges"])
-    edges_path = canonical / "edges.parquet"
+    edges_path = verified(canonical, "edges.parquet")
 
     symmetric = bool(facts.get("symmetrized", True))
     weighted = bool(facts.get("weighted", False))
@@ -272,11 +281,11 @@ def build_normalized_adjacency(
     nnz = num_edges + loop * n
     index_dtype = np.int32 if n < 2**31 else np.int64
     with atomic_output_dir(out_dir) as tmp:
-        indptr = np.lib.format.open_memmap(tmp / "indptr.npy", mode="w+", dtype=np.int64, shape=(n + 1,))
+        indptr = create_npy_memmap(tmp / "indptr.npy", dtype=np.int64, shape=(n + 1,))
         indptr[0] = 0
         np.cumsum(row_len, out=indptr[1:])
-        indices = np.lib.format.open_memmap(tmp / "indices.npy", mode="w+", dtype=index_dtype, shape=(nnz,))
-        weights = np.lib.format.open_memmap(tmp / "weights.npy", mode="w+", dtype=np.float32, shape=(nnz,))
+        indices = create_npy_memmap(tmp / "indices.npy", dtype=index_dtype, shape=(nnz,))
+        weights = create_npy_memmap(tmp / "weights.npy", dtype=np.float32, shape=(nnz,))
 
         below_diag = np.zeros(n, dtype=np.int64)  # per row: edges whose column sorts before the self loop
         k = 0

@@ -24,6 +24,13 @@ VmHWM 20.6 GB with 14.7 GB of it file pages (BENCHMARKS.md, "streaming evaluatio
 - :class:`NpyRowWriter`: an ``.npy`` file (format 1.0 header, C order) created at its final
   size and written by row ranges with ``os.pwrite``: the data goes through the page cache,
   never through a mapping of this process.
+- :func:`create_npy_memmap`: a new ``.npy`` file memory-mapped for writing, the one way an
+  output array is mapped for writing.
+
+Both reserve the file's disk space when they create it (`graphs.storage.reserve_space`): a
+store through a mapping into a page the file system cannot back kills the process with SIGBUS
+and no message, so a full disk must show up before the first store, as a DiskFullError that
+names the file and the bytes it needs.
 
 Arrays that are not backed by a file mapping are read as they are (nothing to drop), so
 callers need not care where an array lives. Dropping pages is only an optimisation of what
@@ -39,7 +46,18 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["WINDOW_BYTES", "NpyRowWriter", "mapped_bytes", "prefetch_rows", "read_rows", "release", "take_rows"]
+from graphs.storage import reserve_space
+
+__all__ = [
+    "WINDOW_BYTES",
+    "NpyRowWriter",
+    "create_npy_memmap",
+    "mapped_bytes",
+    "prefetch_rows",
+    "read_rows",
+    "release",
+    "take_rows",
+]
 
 WINDOW_BYTES = 64 << 20
 """Bytes of the file one window of `take_rows` covers (the most RssFile one call adds)."""
@@ -184,11 +202,21 @@ def take_rows(array: np.ndarray, ids, out: np.ndarray | None = None, window_byte
     return out
 
 
+def create_npy_memmap(path: str | os.PathLike, dtype, shape: tuple[int, ...]) -> np.memmap:
+    """A new ``.npy`` file of ``dtype`` and ``shape`` (zeros), its data's disk space reserved,
+    memory-mapped for writing; DiskFullError naming the file when the disk cannot hold it."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=tuple(shape))
+    with open(path, "r+b") as f:
+        reserve_space(f.fileno(), out.offset, out.nbytes, path)
+    return out
+
+
 class NpyRowWriter:
     """An ``.npy`` file of ``dtype`` and ``shape`` written by row ranges with ``os.pwrite``.
 
-    The file is created at its final size (rows not yet written read as zeros) with an NPY
-    format 1.0 header, so ``np.load`` (memory-mapped or not) reads it like any ``.npy``.
+    The file is created at its final size (rows not yet written read as zeros, the space
+    reserved on disk) with an NPY format 1.0 header, so ``np.load`` (memory-mapped or not)
+    reads it like any ``.npy``, and a writer may also map it for writing.
     Use as a context manager, or call :meth:`close`.
     """
 
@@ -203,6 +231,8 @@ class NpyRowWriter:
             np.lib.format.write_array_header_1_0(f, header)
             self.offset = f.tell()
             f.truncate(self.offset + self.shape[0] * self.row_bytes)
+            f.flush()
+            reserve_space(f.fileno(), self.offset, self.shape[0] * self.row_bytes, self.path)
         self._fd = os.open(self.path, os.O_WRONLY)
 
     def write(self, start: int, rows) -> None:

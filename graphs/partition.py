@@ -77,7 +77,8 @@ import pyarrow.parquet as pq
 
 from graphs.canonical import edge_batches, read_summary
 from graphs.coarsen import row_chunks
-from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.config_checks import MAX_SEED, check_fields
+from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, verify_inputs, write_summary
 
 FORMAT_VERSION = 1
 METIS_WEIGHT_SCALE = 1000  # integer METIS weight of the heaviest edge (see the module docstring)
@@ -88,15 +89,22 @@ METIS_WEIGHT_TOTAL = 1 << 30  # bound on the sum of the integer weights
 class PartitionConfig:
     """Settings of the metis_partitions stage."""
 
-    num_parts: int = field(default=4, metadata={"help": "Number of parts k (one per machine/trainer group)."})
+    num_parts: int = field(
+        default=4, metadata={"max": 1 << 20, "help": "Number of parts k (one per machine/trainer group)."}
+    )
     balance_edges: bool = field(
         default=False, metadata={"help": "Ask METIS to balance edges (in-degree) per part as well as nodes."}
     )
     clusters_per_part: int = field(
-        default=8, metadata={"help": "Cluster-GCN clusters C per part (METIS on the part's induced subgraph)."}
+        default=8,
+        metadata={"max": 1 << 20, "help": "Cluster-GCN clusters C per part (METIS on the part's induced subgraph)."},
     )
     seed: int = field(
-        default=0, metadata={"help": "Seed of METIS (parts and clusters) and of the random (hash) baseline partition."}
+        default=0,
+        metadata={
+            "max": MAX_SEED,
+            "help": "Seed of METIS (parts and clusters) and of the random (hash) baseline partition.",
+        },
     )
     write_distdgl: bool = field(
         default=True, metadata={"help": "Also write DGL's distributed partition format under distdgl/."}
@@ -104,13 +112,15 @@ class PartitionConfig:
     metis_max_edges: int = field(
         default=40_000_000,
         metadata={
+            "max": 1 << 40,
             "help": "Most directed edges METIS is given (it holds ~100 bytes per edge): a larger graph, "
             "or part for the clusters, is first coarsened by size-constrained label propagation and "
-            "the result refined (graphs/coarsen.py); 0 = no limit."
+            "the result refined (graphs/coarsen.py); 0 = no limit.",
         },
     )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.num_parts < 1:
             raise ValueError(f"num_parts must be >= 1, got {self.num_parts}")
         if self.clusters_per_part < 1:
@@ -156,7 +166,7 @@ def read_edge_weights(canonical_dir: str | os.PathLike) -> np.ndarray | None:
     canonical = Path(canonical_dir)
     if not read_summary(canonical).get("weighted", False):
         return None
-    return pq.read_table(canonical / "edges.parquet", columns=["weight"]).column(0).to_numpy()
+    return pq.read_table(verified(canonical, "edges.parquet"), columns=["weight"]).column(0).to_numpy()
 
 
 def metis_edge_weights(weight: np.ndarray) -> np.ndarray:
@@ -602,8 +612,8 @@ def _node_data(canonical: Path, n: int) -> dict[str, np.ndarray]:
     (when present)."""
     data = {}
     if (canonical / "features.npy").is_file():
-        data["feat"] = np.load(canonical / "features.npy", mmap_mode="r", allow_pickle=False)
-    nodes = pq.read_table(canonical / "nodes.parquet", columns=["label", "split"])
+        data["feat"] = np.load(verified(canonical, "features.npy"), mmap_mode="r", allow_pickle=False)
+    nodes = pq.read_table(verified(canonical, "nodes.parquet"), columns=["label", "split"])
     label = nodes.column("label").to_numpy().astype(np.int64)
     if (label >= 0).any():
         data["label"] = label
@@ -635,6 +645,7 @@ def build_partitions(
     k = cfg.num_parts
     canonical = Path(canonical_dir)
     t0 = time.perf_counter()
+    _verify_inputs(canonical, cfg)
     n, indptr, indices = read_csr(canonical)
     weight = read_edge_weights(canonical)
     symmetrized = bool(read_summary(canonical).get("symmetrized", True))
@@ -708,13 +719,21 @@ def build_partitions(
     return summary
 
 
+def _verify_inputs(canonical: Path, cfg: PartitionConfig) -> None:
+    """Check every canonical file the stage will read against its hashes.json before any work
+    (`graphs.storage.verify_inputs`; the readers check again, from the per-process digest cache)."""
+    distdgl = ("nodes.parquet", "features.npy") if cfg.write_distdgl else ()
+    verify_inputs(canonical, ("summary.json", "edges.parquet", *distdgl))
+
+
 def load_parts(partitions_dir: str | os.PathLike) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-    """(part_id, core node lists, halo node lists) as written by `build_partitions`."""
+    """(part_id, core node lists, halo node lists) as written by `build_partitions`, each file
+    checked against the folder's hashes.json first (`graphs.storage.verified`)."""
     d = Path(partitions_dir)
-    part = np.load(d / "part_id.npy", allow_pickle=False)
-    k = int(json.loads((d / "summary.json").read_text())["num_parts"])
-    cores = [np.load(d / f"part-{p}" / "core_nodes.npy", allow_pickle=False) for p in range(k)]
-    halos = [np.load(d / f"part-{p}" / "halo_nodes.npy", allow_pickle=False) for p in range(k)]
+    part = np.load(verified(d, "part_id.npy"), allow_pickle=False)
+    k = int(json.loads(verified(d, "summary.json").read_text())["num_parts"])
+    cores = [np.load(verified(d, f"part-{p}/core_nodes.npy"), allow_pickle=False) for p in range(k)]
+    halos = [np.load(verified(d, f"part-{p}/halo_nodes.npy"), allow_pickle=False) for p in range(k)]
     return part, cores, halos
 
 

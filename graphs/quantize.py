@@ -480,6 +480,11 @@ class EncodedFeatures:
     from a memory map), then ``decode_gathered(rows)`` (NumPy) or
     ``decode_gathered_torch(torch_rows)`` (on the rows' device, so only compact bytes
     move) gives float32 features with the transform undone.
+
+    It holds arrays, not files: the files behind them are checked where they are opened,
+    against compressed_graph's hashes.json (`graphs.compress.load_features`) or, in training,
+    against the SHA-256 the shards' manifest recorded (`graphs.shard_format.read_manifest` with
+    ``training.verify_shards``, the default).
     """
 
     encoding: str

@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from graphs.npzio import NpzFormatError, aligned_buffer, read_npz
+from graphs.storage import HASHES_NAME, CorruptFileError, cached_file_sha256, file_is_as_published, verify_files
 
 if TYPE_CHECKING:
     from graphs.quantize import EncodedFeatures
@@ -91,6 +92,7 @@ __all__ = [
     "MANIFEST_NAME",
     "MINIBATCH_ENTRIES",
     "SUPPORTED_FORMAT_VERSION",
+    "DamagedFileError",
     "ShardError",
     "StoredBlock",
     "StoredMinibatch",
@@ -289,6 +291,11 @@ class ShardError(RuntimeError):
     """A shard file or manifest is missing, truncated, corrupt or of another format."""
 
 
+class DamagedFileError(ShardError, CorruptFileError):
+    """A file the shards read (a shard, the manifest, or an upstream stage's file) no longer
+    holds what was published: damaged or edited since. Caught as either parent."""
+
+
 # ----------------------------------------------------------------------------- names
 
 
@@ -457,14 +464,14 @@ def weight_factors_entry(folder: Path, row: Path, col: Path | None) -> dict:
     }
 
 
-def _load_compressed(compressed_dir: Path | None, what: str) -> EncodedFeatures | None:
+def _load_compressed(compressed_dir: Path | None, what: str, verify: bool = True) -> EncodedFeatures | None:
     from graphs.compress import load_features
 
     if compressed_dir is None or not (Path(compressed_dir) / "manifest.json").is_file():
         raise ValueError(
             f"{what} needs compressed_graph's files in {compressed_dir}; materialize compressed_graph first"
         )
-    return load_features(compressed_dir)
+    return load_features(compressed_dir, verify=verify)
 
 
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
@@ -489,9 +496,8 @@ UPSTREAM_FILES = {
 def upstream_hashes(folder: str | os.PathLike, inputs: dict[str, Path], features: dict | None) -> list[dict]:
     """``[{stage, path, sha256}]`` of every upstream file the shards depend on: `inputs` maps a
     stage name to its folder, `features` is the manifest's features entry, paths are stored
-    relative to `folder` (where the manifest lives)."""
-    from graphs.storage import file_sha256
-
+    relative to `folder` (where the manifest lives). The digests come from the per-process cache
+    (`graphs.storage.cached_file_sha256`), filled when the stage's readers checked the files."""
     files = []
     for stage, names in UPSTREAM_FILES.items():
         if stage in inputs:
@@ -504,25 +510,47 @@ def upstream_hashes(folder: str | os.PathLike, inputs: dict[str, Path], features
         names = (MANIFEST_NAME, FEATURE_FILES[features["codes"]], SCALES_FILE)
         files += [("compressed_graph", compressed / name) for name in names]
     return [
-        {"stage": stage, "path": os.path.relpath(path, folder), "sha256": file_sha256(path)}
+        {"stage": stage, "path": os.path.relpath(path, folder), "sha256": cached_file_sha256(path)}
         for stage, path in files
         if path.is_file()
     ]
 
 
 def verify_upstream(manifest: dict, root: str | os.PathLike) -> None:
-    """ShardError naming the stage to re-run when an upstream file recorded in the manifest is
-    missing or no longer has the recorded SHA-256 (a stage was re-materialized after the shards)."""
-    from graphs.storage import file_sha256
+    """Refuse an upstream file recorded in the manifest that is missing or no longer has the
+    recorded SHA-256, naming the stage to re-run.
 
+    Which stage depends on the file's own stage record (`graphs.storage.file_is_as_published`):
+    a file that still matches what its stage published means that stage was re-materialized
+    after the shards (ShardError: re-materialize minibatch_shards); a file that no longer
+    matches its stage's record was damaged after publishing (DamagedFileError: re-materialize
+    that stage; re-sampling would bake the damage into new shards).
+    """
     for entry in manifest["upstream"]:
         path = Path(os.path.normpath(Path(root).resolve() / entry["path"]))
-        if not path.is_file() or file_sha256(path) != entry["sha256"]:
-            what = "is missing" if not path.is_file() else "changed"
-            raise ShardError(
-                f"{path} {what} since minibatch_shards was materialized from it: {entry['stage']} was "
-                f"re-materialized; re-materialize minibatch_shards so the shards match {entry['stage']}"
-            )
+        if not path.is_file() or cached_file_sha256(path) != entry["sha256"]:
+            raise _changed_upstream(path, str(entry["stage"])[:64])
+
+
+def _changed_upstream(path: Path, stage: str) -> ShardError:
+    """The error for an upstream file that differs from the shards' record (see verify_upstream)."""
+    missing = "is missing" if not path.is_file() else "changed"
+    published = file_is_as_published(path.parent, path.name)
+    if published is False:
+        return DamagedFileError(
+            f"{path} {missing}: it no longer matches what {stage} published (its hashes.json), so it was "
+            f"damaged after publishing; re-materialize {stage} (the shards were cut from the file as published; "
+            "re-sampling now would bake the damage in)"
+        )
+    if published is None and not (path.parent / HASHES_NAME).is_file():
+        return ShardError(
+            f"{path} {missing} since minibatch_shards was materialized from it, and {path.parent} has no hash "
+            f"record to tell a re-materialized file from a damaged one; re-materialize {stage}, then minibatch_shards"
+        )
+    return ShardError(
+        f"{path} {missing} since minibatch_shards was materialized from it: {stage} was "
+        f"re-materialized; re-materialize minibatch_shards so the shards match {stage}"
+    )
 
 
 # ----------------------------------------------------------------------------- reading
@@ -546,8 +574,14 @@ def check_manifest(manifest: Any, path: str | os.PathLike) -> dict:
 
 def read_manifest(asset_dir: str | os.PathLike, verify_upstream_files: bool = False) -> dict:
     """The manifest.json of a minibatch_shards folder (version and required keys checked; with
-    `verify_upstream_files`, also every recorded upstream file's SHA-256, see `verify_upstream`)."""
+    `verify_upstream_files`, also the manifest against the folder's hashes.json and every recorded
+    upstream file's SHA-256, see `verify_upstream`)."""
     path = Path(asset_dir) / MANIFEST_NAME
+    if verify_upstream_files and path.is_file():
+        try:
+            verify_files(asset_dir, [MANIFEST_NAME], stage="minibatch_shards")
+        except CorruptFileError as exc:
+            raise DamagedFileError(str(exc)) from None
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
@@ -600,9 +634,9 @@ def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> di
         stat = path.stat()
         size = stat.st_size
         if size != record["bytes"]:
-            raise ShardError(
-                f"{path}: {size} bytes but the manifest says {record['bytes']} (truncated or replaced); "
-                "re-materialize minibatch_shards"
+            raise DamagedFileError(
+                f"{path}: {size} bytes but the manifest says {record['bytes']}: the file was damaged (truncated or "
+                "replaced) after minibatch_shards published it; re-materialize minibatch_shards"
             )
         data = aligned_buffer(size)
         with open(path, "rb") as f:
@@ -615,9 +649,9 @@ def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> di
     if verify and identity not in _VERIFIED:
         digest = hashlib.sha256(data).hexdigest()
         if digest != record["sha256"]:
-            raise ShardError(
-                f"{path}: SHA-256 {digest[:16]}... does not match the manifest's {record['sha256'][:16]}... "
-                "(file corrupt); re-materialize minibatch_shards"
+            raise DamagedFileError(
+                f"{path}: SHA-256 {digest[:16]}... does not match the manifest's {str(record['sha256'])[:16]}...: "
+                "the file was damaged after minibatch_shards published it; re-materialize minibatch_shards"
             )
         if time.time_ns() - stat.st_mtime_ns > _SETTLED_NS:
             _VERIFIED.add(identity)
@@ -662,8 +696,8 @@ def open_features(manifest: dict, root: str | os.PathLike) -> EncodedFeatures | 
         return EncodedFeatures("fp32", shape[0], shape[1], {"x": x})
     if entry["encoding"] != "compressed":
         raise ShardError(f"{root / MANIFEST_NAME}: unknown feature encoding {entry['encoding']!r}")
-    try:
-        feats = _load_compressed(path, "the shards' features")
+    try:  # unverified here: training checks these files through the manifest (verify_upstream)
+        feats = _load_compressed(path, "the shards' features", verify=False)
     except (ValueError, OSError) as exc:
         raise ShardError(str(exc)) from None
     got = None if feats is None else (feats.encoding, feats.transform, (feats.num_rows, feats.num_cols))

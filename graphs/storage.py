@@ -8,11 +8,15 @@ Three rules every writer follows (used by the assets through `assets.common`, an
   not empty, at most 128 characters.
 - `dataset_lock(folder)` takes an exclusive `fcntl.flock` on `<folder>/.lock` (the dataset's
   folder under GNNFLOW_HOME) for the duration of a write, so two runs of one dataset never
-  write at once, whether launched in-process by the CLI or by a run worker. A process started
-  by the lock's holder (the trained_model asset's torchrun ranks) runs under its ancestor's
-  lock instead of waiting for it. The holder writes its pid into the file; the kernel drops
-  the lock when the holder dies, so a killed run never leaves a lock behind. Once the lock
-  is held, `clean_stale_temporaries` removes what killed runs of that dataset left.
+  write at once, whether launched in-process by the CLI or by a run worker. The holder writes
+  its pid into the file; the kernel drops the lock when the holder dies, so a killed run never
+  leaves a lock behind. Once the lock is held, `clean_stale_temporaries` removes what killed
+  runs of that dataset left. A process started by the holder (the trained_model asset's
+  training) runs under its ancestor's lock instead of waiting for it, and calls
+  `verify_lock_held` before each write: once that ancestor is gone (and with it the lock) the
+  writer stops instead of writing beside the next run. `held_lock_fd` is the holder's
+  descriptor, which a child started with it (``pass_fds``) shares: the lock then stays held
+  while that child lives.
 - `staged_output(final)` / `atomic_output_dir(final)`: every file is written into a
   temporary sibling `.<name>.tmp-<tag>`, which replaces `final` as a whole only when
   complete (and, for `staged_output`, only when the caller's checks passed). On Linux the
@@ -77,7 +81,13 @@ class DatasetLockTimeout(TimeoutError):
     """The dataset lock was not free within the wait allowed."""
 
 
-_held = threading.local()  # per thread: lock file -> times held (re-entrant within a thread)
+class DatasetLockLost(RuntimeError):
+    """The dataset lock a writer ran under is no longer held for it."""
+
+
+# per thread, lock file -> times held (re-entrant within a thread), and lock file -> this
+# process's descriptor holding it, or None while running under an ancestor's lock
+_held = threading.local()
 
 
 def _ancestors() -> set[int]:
@@ -101,6 +111,11 @@ def _holder(lock_file: Path) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def _lock_key(folder: str | os.PathLike) -> tuple[Path, str]:
+    lock_file = Path(folder) / LOCK_NAME
+    return lock_file, str(lock_file.resolve())
+
+
 @contextlib.contextmanager
 def dataset_lock(
     folder: str | os.PathLike, *, timeout_s: float | None = None, log: Callable[[str], None] | None = None
@@ -109,14 +124,14 @@ def dataset_lock(
 
     Waits for another holder (logging once who holds it), at most `timeout_s` seconds
     when given (DatasetLockTimeout then). Re-entrant within a thread; a descendant of the
-    holder (e.g. a torchrun rank of the training asset) proceeds under the holder's lock.
-    Yields the lock file's path.
+    holder (e.g. a torchrun rank of the training asset) proceeds under the holder's lock,
+    and `verify_lock_held` tells it when that lock has ended. Yields the lock file's path.
     """
     root = Path(folder)
     root.mkdir(parents=True, exist_ok=True)
-    lock_file = root / LOCK_NAME
-    key = str(lock_file.resolve())
+    lock_file, key = _lock_key(root)
     held = _held.__dict__.setdefault("counts", {})
+    fds = _held.__dict__.setdefault("fds", {})
     if held.get(key):
         held[key] += 1
         try:
@@ -152,16 +167,49 @@ def dataset_lock(
             os.ftruncate(fd, 0)
             os.pwrite(fd, str(os.getpid()).encode(), 0)
             clean_stale_temporaries(root)
-        held[key] = 1
+        held[key], fds[key] = 1, fd if acquired else None
         try:
             yield lock_file
         finally:
             held.pop(key, None)
+            fds.pop(key, None)
     finally:
         if acquired:
             os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
+
+
+def held_lock_fd(folder: str | os.PathLike) -> int | None:
+    """The descriptor by which this thread holds `<folder>/.lock` in a `dataset_lock` block
+    (None outside one, or under an ancestor's lock). A child process started with it
+    (``pass_fds``) shares the lock: it stays held while either of them lives, until the block
+    ends (its release frees the lock for both)."""
+    _, key = _lock_key(folder)
+    return _held.__dict__.get("fds", {}).get(key)
+
+
+def verify_lock_held(folder: str | os.PathLike) -> None:
+    """Raise DatasetLockLost unless `<folder>/.lock` is held for this process: by a
+    `dataset_lock` block of this thread, or by the living ancestor that the lock file names
+    when the block runs under an ancestor's lock. Cheap (a few small /proc reads)."""
+    lock_file, key = _lock_key(folder)
+    if not _held.__dict__.get("counts", {}).get(key):
+        raise DatasetLockLost(f"{lock_file}: not inside a dataset_lock block of this thread")
+    if _held.fds.get(key) is not None:
+        return  # held by this process's own descriptor
+    holder = _holder(lock_file)
+    if holder is None or holder not in _ancestors():
+        if holder is None:
+            now = "nobody holds it now"
+        elif Path(f"/proc/{holder}").exists():
+            now = f"pid {holder}, another run, holds it now"
+        else:
+            now = f"pid {holder}, which held it, is gone"
+        raise DatasetLockLost(
+            f"{lock_file}: the process that launched this one no longer holds the dataset lock ({now}); "
+            "stopping without writing more: run the step again"
+        )
 
 
 def clean_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
@@ -227,15 +275,26 @@ def staging_dir_for(final: str | os.PathLike) -> Path:
     return final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
 
 
+_STAGING_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{8}")
+
+
+def is_staging_dir(path: str | os.PathLike) -> bool:
+    """Whether `path` is named as `staging_dir_for` names a folder being written (not yet published)."""
+    return bool(_STAGING_NAME.fullmatch(Path(path).name))
+
+
 @contextlib.contextmanager
 def staged_output(final_dir: str | os.PathLike, *, record_hashes: bool = True) -> Iterator[Path]:
     """Yield the path of a temporary sibling of `final_dir` (not created: a library writer
     creates it); when the block ends without an exception it replaces `final_dir`.
 
     The caller checks the files in the block (raising to refuse them); on any exception the
-    temporary folder is removed and `final_dir` is left untouched. With `record_hashes` (every
-    stage output), the SHA-256 of every file is written to `hashes.json` just before the swap
-    (`write_file_hashes`), so readers can tell a damaged file from a re-materialized one.
+    temporary folder is removed and `final_dir` is left untouched, and a full disk (ENOSPC from
+    any writer) is raised as DiskFullError naming the file and the free space. With
+    `record_hashes` (every stage output), the SHA-256 of every file is written to `hashes.json`
+    just before the swap (`write_file_hashes`), so readers can tell a damaged file from a
+    re-materialized one; when `final_dir` is itself a staging folder (a library writer called
+    inside an asset's `staged_output`), the outer publisher records them, once.
     """
     final = Path(final_dir)
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -244,8 +303,14 @@ def staged_output(final_dir: str | os.PathLike, *, record_hashes: bool = True) -
         yield tmp
         if not tmp.is_dir():
             raise FileNotFoundError(f"{tmp}: nothing was written to publish as {final}")
-        if record_hashes:
+        if record_hashes and not is_staging_dir(final):  # a staging `final`: its own publisher hashes it
             write_file_hashes(tmp)
+    except OSError as exc:
+        full = _as_disk_full(exc, tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if full is not None:
+            raise full from exc
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -269,8 +334,13 @@ def atomic_output_dir(final_dir: str | os.PathLike, *, record_hashes: bool = Tru
 #     {"format_version": 1, "files": {"<path relative to the folder, '/'-separated>":
 #                                      {"bytes": int, "sha256": "<hex>"}, ...}}
 # every regular file under the folder except `hashes.json` itself and `run_stats.json`
-# (run statistics change with timing; the hashes, like summary.json, do not). Readers call
-# `verify_files(folder, names, stage=...)` on the files they read.
+# (run statistics change with timing; the hashes, like summary.json, do not). A reader of
+# another stage's folder opens a file through `verified(folder, name)` (or checks several with
+# `verify_files`) before using it, so a file damaged after publishing fails the reader, naming
+# the file and the stage to re-materialize, instead of flowing on into later stages. Digests
+# are computed once per process and unchanged file (`cached_file_sha256`); each stage runs in
+# a process of its own (Dagster's multiprocess executor), so a stage run reads each input file
+# once more than it would unchecked.
 
 HASHES_NAME = "hashes.json"
 HASHES_VERSION = 1
@@ -284,7 +354,9 @@ class CorruptFileError(RuntimeError):
 def _hashed_files(folder: Path) -> list[Path]:
     skip = {HASHES_NAME, RUN_STATS_NAME}
     return sorted(
-        p for p in folder.rglob("*") if p.is_file() and not p.is_symlink() and p.relative_to(folder).as_posix() not in skip
+        p
+        for p in folder.rglob("*")
+        if p.is_file() and not p.is_symlink() and p.relative_to(folder).as_posix() not in skip
     )
 
 
@@ -301,6 +373,18 @@ def write_file_hashes(folder: str | os.PathLike) -> dict[str, dict]:
     return files
 
 
+def _valid_record(doc) -> bool:
+    files = doc.get("files") if isinstance(doc, dict) else None
+    return (
+        isinstance(files, dict)
+        and doc.get("format_version") == HASHES_VERSION
+        and all(
+            isinstance(e, dict) and isinstance(e.get("bytes"), int) and isinstance(e.get("sha256"), str)
+            for e in files.values()
+        )
+    )
+
+
 def read_file_hashes(folder: str | os.PathLike, *, stage: str) -> dict[str, dict]:
     """The `files` record of `<folder>/hashes.json`; CorruptFileError naming `stage` when the
     record is missing, unreadable or of another format version."""
@@ -309,23 +393,27 @@ def read_file_hashes(folder: str | os.PathLike, *, stage: str) -> dict[str, dict
     path = Path(folder) / HASHES_NAME
     try:
         doc = json.loads(path.read_text())
-        if doc.get("format_version") != HASHES_VERSION or not isinstance(doc.get("files"), dict):
-            raise ValueError(f"format_version {str(doc.get('format_version'))[:20]}, expected {HASHES_VERSION}")
+        if not _valid_record(doc):
+            version = str(doc.get("format_version"))[:20] if isinstance(doc, dict) else "none"
+            raise ValueError(f"format_version {version}, expected {HASHES_VERSION} with a size and SHA-256 per file")
     except FileNotFoundError:
         raise CorruptFileError(
             f"{path}: missing, so the files of {folder} cannot be checked (written by an older gnnflow, "
             f"or not by gnnflow); re-materialize {stage}"
         ) from None
-    except (OSError, ValueError, AttributeError) as exc:
+    except (OSError, ValueError) as exc:
         raise CorruptFileError(f"{path}: unreadable hash record ({exc}); re-materialize {stage}") from None
     return doc["files"]
 
 
-def verify_files(folder: str | os.PathLike, names: Iterable[str] | None = None, *, stage: str) -> None:
+def verify_files(folder: str | os.PathLike, names: Iterable[str] | None = None, *, stage: str | None = None) -> None:
     """Check files of a published stage folder against its `hashes.json`: `names` (paths relative
     to the folder), or every recorded file. CorruptFileError naming the file and `stage` (the
-    stage to re-materialize) on a missing, resized or changed file. Reads each file once."""
+    stage to re-materialize; by default the folder's name, which is the stage's under
+    GNNFLOW_HOME) on a missing, resized or changed file. Each file is hashed once per process
+    while it stays unchanged (`cached_file_sha256`)."""
     folder = Path(folder)
+    stage = stage or folder.name
     record = read_file_hashes(folder, stage=stage)
     for name in record if names is None else names:
         name = Path(name).as_posix()
@@ -339,13 +427,35 @@ def verify_files(folder: str | os.PathLike, names: Iterable[str] | None = None, 
             raise CorruptFileError(f"{path}: missing, but {stage} published it; re-materialize {stage}") from None
         if size != entry["bytes"]:
             what = f"is {size} bytes, {stage} published {entry['bytes']}"
-        elif file_sha256(path) != entry["sha256"]:
+        elif cached_file_sha256(path) != entry["sha256"]:
             what = f"its SHA-256 differs from the one {stage} recorded when it published it"
         else:
             continue
         raise CorruptFileError(
             f"{path}: {what}: the file was damaged or edited after publishing; re-materialize {stage}"
         )
+
+
+def verified(folder: str | os.PathLike, name: str, *, stage: str | None = None) -> Path:
+    """`<folder>/<name>`, after checking it against the folder's `hashes.json` (`verify_files`:
+    CorruptFileError naming the file and the stage to re-materialize). A staging folder
+    (`is_staging_dir`: being written, not yet published, so without a record) is read unchecked:
+    only the run writing it reads it, to check its own output."""
+    folder = Path(folder)
+    if not is_staging_dir(folder):
+        verify_files(folder, [name], stage=stage)
+    return folder / name
+
+
+def verify_inputs(folder: str | os.PathLike, names: Iterable[str], *, stage: str | None = None) -> None:
+    """`verified` for each of `names` that the folder holds or its record lists, so a stage can
+    check the files it is about to read before any work: an optional file (features of a graph
+    without them) is skipped when it was never published, refused when it was and is gone."""
+    folder = Path(folder)
+    if is_staging_dir(folder):
+        return
+    recorded = read_file_hashes(folder, stage=stage or folder.name)
+    verify_files(folder, [n for n in names if n in recorded or (folder / n).exists()], stage=stage)
 
 
 def file_is_as_published(folder: str | os.PathLike, name: str) -> bool | None:
@@ -357,7 +467,95 @@ def file_is_as_published(folder: str | os.PathLike, name: str) -> bool | None:
     except (CorruptFileError, KeyError):
         return None
     path = folder / name
-    return path.is_file() and path.stat().st_size == entry["bytes"] and file_sha256(path) == entry["sha256"]
+    return path.is_file() and path.stat().st_size == entry["bytes"] and cached_file_sha256(path) == entry["sha256"]
+
+
+_SETTLED_NS = 2_000_000_000
+_DIGESTS: dict[tuple[int, int], tuple[tuple[int, int, int], str]] = {}
+
+
+def cached_file_sha256(path: str | os.PathLike) -> str:
+    """`file_sha256`, computed once per process for a file that has not changed since.
+
+    The digest is kept under the file's device and inode with its size, modification and
+    change time, and used again only while all four are the same (a rewrite, or a content
+    change whose times were set back, changes the change time). A file changed in the last
+    two seconds is hashed at every call: file systems stamp times at a clock tick's
+    resolution, so a rewrite within one tick could keep them.
+    """
+    st = os.stat(path)
+    key, stamp = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    hit = _DIGESTS.get(key)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    digest = file_sha256(path)
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
+        _DIGESTS[key] = (stamp, digest)
+    return digest
+
+
+# ----------------------------------------------------------------------------- disk space
+
+
+class DiskFullError(OSError):
+    """No space left for a file being written (errno ENOSPC); the message names the file, the
+    bytes needed when known, and what its file system has free (`disk_full_error`)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def _mount_point(path: Path) -> Path:
+    p = Path(os.path.abspath(path))
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    while not os.path.ismount(p) and p != p.parent:
+        p = p.parent
+    return p
+
+
+def disk_full_error(path: str | os.PathLike, needed: int | None = None) -> DiskFullError:
+    """DiskFullError for `path`: "disk full writing <path>: N bytes needed, M bytes free on <mount>"."""
+    mount = _mount_point(Path(path))
+    try:
+        st = os.statvfs(mount)
+        free = f"{st.f_bavail * st.f_frsize:,} bytes free"
+    except OSError:
+        free = "free space unknown"
+    need = "" if needed is None else f"{needed:,} bytes needed, "
+    return DiskFullError(
+        errno.ENOSPC,
+        f"disk full writing {path}: {need}{free} on {mount}; free space there (or point GNNFLOW_HOME at a "
+        "larger disk) and run the stage again",
+        str(path),
+    )
+
+
+def _as_disk_full(exc: OSError, where: Path) -> DiskFullError | None:
+    """A raw 'no space left' OSError as DiskFullError (None for any other error)."""
+    if isinstance(exc, DiskFullError) or (exc.errno != errno.ENOSPC and "No space left on device" not in str(exc)):
+        return None
+    return disk_full_error(exc.filename or where)
+
+
+def reserve_space(fd: int, offset: int, length: int, path: str | os.PathLike) -> None:
+    """Allocate bytes [offset, offset + length) of the open file `fd` (at `path`) on disk now
+    (``posix_fallocate``, which extends the file to cover them).
+
+    A file written through a memory map must have its blocks before the first store: a store
+    into a page the file system cannot back kills the process with SIGBUS, without a message.
+    Reserved up front, a full disk is a DiskFullError naming the file and the bytes needed.
+    Where the file system or platform cannot reserve, the file is left as it is.
+    """
+    if length <= 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, offset, length)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise disk_full_error(path, length) from None
+        if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+            raise
 
 
 # ----------------------------------------------------------------------------- summaries

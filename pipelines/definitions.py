@@ -59,8 +59,8 @@ preprocess_job = dg.define_asset_job(
 
 retrain_job = dg.define_asset_job(
     "retrain",
-    # predictions (the predict job) is left out: it does not wait for promotion, so in this job it
-    # could score with the model that promotion is about to replace
+    # predictions is left out: scoring is the predict job's (it runs on the dataset's landing files
+    # as they are now); where a run selects both, predictions waits for promotion (its dependency)
     selection=dg.AssetSelection.assets(minibatch_shards).downstream() - dg.AssetSelection.assets(predictions),
     description="New samples onwards: minibatch_shards, trained_model, evaluation, promotion "
     "(what the retraining schedule runs).",

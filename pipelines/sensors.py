@@ -16,6 +16,11 @@ The cursor holds, per dataset, the fingerprint seen at the previous tick (`pendi
 fingerprint last requested (`requested`, so a failed run is not relaunched every tick; the
 next change of the files is). A dataset whose nodes.parquet holds no labels gets the
 preprocessing stages only; assets tagged `gnnflow/needs: labels` are left out for it.
+
+A problem in one dataset folder never stops the sensor for the others: a folder whose inputs
+`graphs.landing.find_dataset_files` refuses (a dangling symlink, a symlink out of the landing
+folder, a FIFO or folder in a file's place, ...) or that cannot be read is skipped with a
+warning naming the entry, at every tick until it changes; the other datasets go on.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import pyarrow.parquet as pq
 
 from assets.common import LANDING_FINGERPRINT, NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
 from assets.settings import SETTINGS_FILE, SettingsError, read_task
-from graphs.canonical import landing_fingerprint, landing_marked_ready
+from graphs.canonical import InputError, find_dataset_files, landing_fingerprint, landing_marked_ready
 from graphs.edge_split import DEFAULT_TASK, LINK_PREDICTION
 
 INGEST_ASSET = dg.AssetKey("canonical_graph")
@@ -115,10 +120,16 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
         for bad in storage.landing_folders_with_bad_names():
             context.log.warning(f"ignored landing folder {bad!r}: not a valid dataset name (see validate_dataset_name)")
         new_partitions = unregistered_datasets(context.instance, names)
-        runs, waiting = [], []
+        runs, waiting, refused = [], [], []
         for name in names:
             folder = storage.landing_dir(name)
-            fp = landing_fingerprint(folder)
+            try:
+                find_dataset_files(folder)  # the ingest's rule; opens no file
+                fp = landing_fingerprint(folder)
+            except (InputError, OSError) as exc:
+                context.log.warning(f"dataset '{name}' skipped: {exc}")
+                refused.append(name)
+                continue
             if fp == ingested_fingerprint(context.instance, name):
                 pending.pop(name, None)
                 requested.pop(name, None)
@@ -146,9 +157,9 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
             context.log.info(f"waiting for the files of {', '.join(waiting)} to stay unchanged until the next tick")
         skip = None
         if not runs and not requests:
-            skip = (
-                f"files still changing: {', '.join(waiting)}" if waiting else "every landing folder is as last ingested"
-            )
+            reasons = [f"files still changing: {', '.join(waiting)}"] if waiting else []
+            reasons += [f"refused (see the warnings): {', '.join(refused)}"] if refused else []
+            skip = "; ".join(reasons) or "every landing folder is as last ingested"
         return dg.SensorResult(
             run_requests=runs,
             dynamic_partitions_requests=requests,

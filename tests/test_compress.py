@@ -31,6 +31,7 @@ from graphs.generate import GenerateConfig, generate_dataset
 from graphs.normalize import build_normalized_adjacency, load_csr
 from graphs.partition import PartitionConfig, build_partitions, read_edges
 from graphs.quantize import dequantize_int8_rows_csr
+from graphs.storage import write_file_hashes
 
 K = 4
 
@@ -73,6 +74,7 @@ def test_files_dtypes_and_manifest(small):
             "manifest.json",
             "summary.json",
             "run_stats.json",
+            "hashes.json",
         ]
         + [f"bloom/part-{p}.bloom" for p in range(K)]
     )
@@ -204,6 +206,7 @@ def test_asinh_transform_on_heavy_tailed_features(small, tmp_path):
         shutil.copyfile(canonical / name, heavy / name)
     x = np.exp(2.5 * np.load(canonical / "features.npy")).astype(np.float32)  # log-normal columns
     np.save(heavy / "features.npy", x)
+    write_file_hashes(heavy)  # a canonical graph published with these features
     cfg = dict(feature_encoding="int4", fpr_queries=1000)
     plain = build_compressed_graph(heavy, adj, parts, tmp_path / "plain", CompressConfig(**cfg))
     s = build_compressed_graph(heavy, adj, parts, tmp_path / "asinh", CompressConfig(feature_transform="asinh", **cfg))
@@ -309,6 +312,7 @@ def test_checks_catch_corrupted_files(small, tmp_path):
     data = bytearray((out / "bloom" / "part-2.bloom").read_bytes())
     data[64:] = bytes(len(data) - 64)  # an all-zero filter rejects every edge
     (out / "bloom" / "part-2.bloom").write_bytes(bytes(data))
+    write_file_hashes(out)  # as a faulty writer would have published them
     v = verify_compressed_graph(out, *inputs)
     assert v["feature_columns_over_bound"] == 1 and v["weight_rows_over_bound"] >= 1
     assert v["bloom_false_negatives"] > 0

@@ -220,8 +220,8 @@ def test_trained_model_pod_through_pipes_k8s_client(tmp_path):
     home = tmp_path / "home"
     client, kw = k8s_pipes_run(launch, 4, home / "cora" / "run.yaml", {"OMP_NUM_THREADS": "4"}, home)
     assert isinstance(client, PipesK8sClient)
-    assert kw["command"] == torchrun_command(4, home / "cora" / "run.yaml", executable="torchrun")
-    assert kw["command"][:3] == ["torchrun", "--standalone", "--nproc-per-node=4"]
+    assert kw["command"] == torchrun_command(4, home / "cora" / "run.yaml", executable="python")
+    assert kw["command"][:4] == ["python", "-m", "training.launch", "--nproc-per-node=4"]
     assert (kw["image"], kw["namespace"], kw["env"]) == ("reg/gnnflow:1", "ml", {"OMP_NUM_THREADS": "4"})
     (container,) = kw["base_pod_spec"]["containers"]
     assert container["volume_mounts"] == [{"name": "gnnflow-home", "mount_path": str(home)}]

@@ -23,10 +23,12 @@ from training.distdgl import (
     block_from_dgl,
     config_from_args,
     dgl_env,
+    load_distdgl_model,
     model_for_fanouts,
     read_ip_config,
 )
 from training.layers import ModelConfig
+from training.outputs import MODEL_FINAL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -156,5 +158,5 @@ def test_two_machines_train_from_the_distdgl_partitions(parts, tmp_path):
     assert len(seeds[0]) == len(seeds[1]) == summary["seeds_per_trainer"]
     assert not np.intersect1d(seeds[0], seeds[1]).size  # disjoint
     assert len(train_ids) - 1 <= len(seeds[0]) + len(seeds[1]) <= len(train_ids)  # all (one dropped if odd)
-    state = torch.load(out / "model_final.pt", weights_only=True)["state_dict"]
+    state = load_distdgl_model(out / MODEL_FINAL)["state_dict"]
     assert all(torch.isfinite(v).all() for v in state.values())

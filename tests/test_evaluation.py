@@ -2,6 +2,7 @@
 `promoted` pointer moves only when the headline metric did not drop by more than the margin."""
 
 import json
+import shutil
 
 import dagster as dg
 import numpy as np
@@ -121,3 +122,29 @@ def test_bad_retrain_keeps_the_promoted_model(tmp_path, storage, instance):
     assert sorted(p.name for p in storage.versions_dir("toy").iterdir()) == sorted([good, bad, within])
     mode = (storage.versions_dir("toy") / good / "predictions.parquet").stat().st_mode
     assert mode & 0o222 == 0  # read-only: an in-place writer fails (for a non-root user) instead of altering it
+
+
+def test_evaluation_refuses_a_damaged_prediction_file_and_records_an_unrecorded_version(tmp_path, storage, instance):
+    _landing(tmp_path)
+    assert dg.materialize(
+        [canonical_graph], partition_key="toy", instance=instance, resources={"storage": storage}
+    ).success
+    good = _train_fake(storage, 6, "aaaaaaaa-1")
+    shutil.rmtree(storage.versions_dir("toy"))  # the step died after publishing trained_model, before recording it
+    ev, pr, _ = _evaluate_and_promote(storage, instance)
+    assert ev["version"].value == good and pr["promoted_version"].value == good
+    assert (storage.versions_dir("toy") / good / "predictions.parquet").is_file()
+
+    path = storage.asset_dir("toy", "trained_model") / "predictions.parquet"
+    path.chmod(0o644)
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    result = dg.materialize(
+        [evaluation], partition_key="toy", instance=instance, resources={"storage": storage}, raise_on_error=False
+    )
+    assert not result.success
+    (failure,) = [e for e in result.all_events if e.is_step_failure]
+    message = failure.step_failure_data.error.message
+    assert f"{path}: its SHA-256 differs from the one trained_model recorded" in message
+    assert "re-materialize trained_model" in message

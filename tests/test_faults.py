@@ -14,6 +14,7 @@ import pytest
 
 from graphs.generate import GenerateConfig, generate_dataset
 from tests.kill_worker import STAGES, run_stage
+from training.checkpoint import CHECKPOINT_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +110,7 @@ def test_training_killed_mid_epoch_resumes_from_its_checkpoint(dataset, tmp_path
     config = _run_yaml(dataset, out, epochs=16)
     command = [sys.executable, "-m", "training", "--config", str(config)]
     first = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    _wait_for(".trained_model.work-*/checkpoint.pt", out.parent, first)
+    _wait_for(f".trained_model.work-*/{CHECKPOINT_NAME}", out.parent, first)
     first.send_signal(signal.SIGKILL)  # between checkpoints: in the middle of a later epoch
     first.wait(30)
     first.stdout.close()
@@ -143,7 +144,7 @@ def test_a_dying_ddp_rank_fails_the_run_quickly_and_is_named(dataset, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     command = [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "training", "--config", str(config)]
     run = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait_for(".trained_model.work-*/checkpoint.pt", out.parent, run)  # both ranks are training
+    _wait_for(f".trained_model.work-*/{CHECKPOINT_NAME}", out.parent, run)  # both ranks are training
     victim = _rank_pid(run.pid, 1)
     assert victim is not None
     os.kill(victim, signal.SIGKILL)
@@ -167,18 +168,17 @@ class _Payload:
 
 
 def test_a_pickle_bearing_checkpoint_is_refused_without_running_it(tmp_path):
-    import pickle
-
     import torch
 
     from training.checkpoint import load_checkpoint
-    from training.outputs import load_model
+    from training.outputs import MODEL_FINAL, load_model
+    from training.state_file import StateFileError
 
     target = tmp_path / "ran"
-    for name in ("checkpoint.pt", "model_final.pt"):
+    for name in (CHECKPOINT_NAME, MODEL_FINAL):
         torch.save({"format_version": 1, "model": _Payload(target)}, tmp_path / name)
-    with pytest.raises(pickle.UnpicklingError):
-        load_checkpoint(tmp_path / "checkpoint.pt")
-    with pytest.raises(pickle.UnpicklingError):
-        load_model(tmp_path / "model_final.pt")
+    with pytest.raises(StateFileError, match=f"{CHECKPOINT_NAME}: a ZIP archive .* never loads pickled"):
+        load_checkpoint(tmp_path / CHECKPOINT_NAME)
+    with pytest.raises(StateFileError, match=f"{MODEL_FINAL}: a ZIP archive .* re-materialize trained_model"):
+        load_model(tmp_path / MODEL_FINAL)
     assert not target.exists()

@@ -6,6 +6,7 @@ being copied triggered a run on half a file.
 """
 
 import json
+import logging
 import os
 import time
 
@@ -135,3 +136,53 @@ def test_canonical_graph_records_the_fingerprint_of_the_files_it_read(tmp_path, 
     assert mat.metadata[LANDING_FINGERPRINT].value == landing_fingerprint(tmp_path / "landing" / "ds")
     assert ingested_fingerprint(instance, "ds") == mat.metadata[LANDING_FINGERPRINT].value
     assert ingested_fingerprint(instance, "other") is None
+
+
+class _ListHandler(logging.Handler):
+    def __init__(self, records: list):
+        super().__init__()
+        self.records = records
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+@pytest.mark.parametrize("broken", ["dangling_symlink", "fifo_nodes", "link_out_of_landing"])
+def test_one_broken_dataset_folder_never_stops_the_sensor_for_the_others(tmp_path, storage, instance, broken):
+    landing = tmp_path / "landing"
+    write_edges(landing / "good" / "edges.parquet", [1, 2], [2, 3])
+    write_edges(landing / "bad" / "edges" / "a.parquet", [1, 2], [2, 3])
+    write_edges(tmp_path / "outside.parquet", [1], [2])
+    entry = {
+        "dangling_symlink": landing / "bad" / "edges" / "b.parquet",
+        "fifo_nodes": landing / "bad" / "nodes.parquet",
+        "link_out_of_landing": landing / "bad" / "features.parquet",
+    }[broken]
+    if broken == "fifo_nodes":
+        os.mkfifo(entry)
+    else:
+        entry.symlink_to(tmp_path / ("gone.parquet" if broken == "dangling_symlink" else "outside.parquet"))
+    (landing / "good" / READY_MARKER).write_text("")
+    (landing / "bad" / READY_MARKER).write_text("")
+    sensor = make_landing_sensor(ALL_ASSETS)
+    context = dg.build_sensor_context(instance=instance, resources={"storage": storage})
+    records = []
+    context.log.addHandler(_ListHandler(records))
+    tick = sensor(context)
+    assert sorted(tick.dynamic_partitions_requests[0].partition_keys) == ["bad", "good"]  # both registered
+    assert [r.partition_key for r in tick.run_requests] == ["good"]
+    warnings = [r.getMessage() for r in records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and f"dataset 'bad' skipped: {entry}: " in warnings[0]
+    # fixed: the next tick requests it
+    entry.unlink()
+    fixed = _tick(sensor, instance, storage, tick.cursor)
+    assert [r.partition_key for r in fixed.run_requests] == ["bad"]
+
+
+def test_a_refused_dataset_alone_is_named_in_the_skip_reason(tmp_path, storage, instance):
+    landing = tmp_path / "landing"
+    write_edges(landing / "bad" / "edges.parquet", [1], [2])
+    instance.add_dynamic_partitions(dataset_partitions.name, ["bad"])
+    os.mkfifo(landing / "bad" / "features.parquet")
+    tick = _tick(make_landing_sensor(ALL_ASSETS), instance, storage)
+    assert tick.run_requests == [] and tick.skip_reason.skip_message == "refused (see the warnings): bad"

@@ -20,6 +20,7 @@ from graphs.sampling.link import write_link_shards
 from graphs.shard_format import FORMAT_VERSION, read_manifest
 from training.data import ShardStream
 from training.metrics import link_prediction_report, positive_ranks, roc_auc
+from training.outputs import LINK_MODEL
 
 
 def _edge_set(folder):
@@ -206,7 +207,7 @@ def test_training_learns_and_writes_metrics(lp, tmp_path):
     table = pq.read_table(tmp_path / "out" / "metrics.parquet").to_pylist()
     assert [r["split"] for r in table] == ["val", "val", "test"]
     assert table[-1]["auc"] == pytest.approx(summary["test"]["auc"])
-    assert (tmp_path / "out" / "model.pt").is_file()
+    assert (tmp_path / "out" / LINK_MODEL).is_file()
 
 
 def _materializations(result) -> dict:

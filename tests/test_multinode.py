@@ -17,6 +17,7 @@ from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 from training.config import RunConfig, unwrap_dagster_run_config
 from training.launch import LaunchConfig, launch_env, other_node_command, torchrun_command
+from training.outputs import MODEL_FINAL, load_model_weights
 from training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,7 +41,8 @@ def test_launch_config_validates_what_reaches_the_command_line():
 
 def test_commands_for_one_node_and_for_many(tmp_path):
     one = torchrun_command(4, tmp_path / "run.yaml")
-    assert one[-6:] == ["--standalone", "--nproc-per-node=4", "-m", "training", "--config", str(tmp_path / "run.yaml")]
+    assert one[1:4] == ["-m", "training.launch", "--nproc-per-node=4"]  # loopback only (training.launch)
+    assert one[4:] == ["-m", "training", "--config", str(tmp_path / "run.yaml")]
     launch = LaunchConfig(nnodes=3, rdzv_endpoint="10.1.0.1:29400", local_addr="10.1.0.1", socket_ifname="ib0")
     host = torchrun_command(2, "run.yaml", launch)
     assert "--standalone" not in host
@@ -144,8 +146,8 @@ def test_two_nodes_in_network_namespaces_train_the_single_process_model(shards, 
     # one process reading both streams takes the same global batch per step
     single = train(_run_config(shards, tmp_path / "one_process"))
     assert single["processes"] == 1 and single["replicas_identical"]
-    a = torch.load(tmp_path / "two_nodes" / "model_final.pt", weights_only=True)["state_dict"]
-    b = torch.load(tmp_path / "one_process" / "model_final.pt", weights_only=True)["state_dict"]
+    a = load_model_weights(tmp_path / "two_nodes" / MODEL_FINAL)
+    b = load_model_weights(tmp_path / "one_process" / MODEL_FINAL)
     assert a.keys() == b.keys()
     for k in a:
         assert torch.allclose(a[k], b[k], atol=1e-5, rtol=1e-4), k

@@ -23,6 +23,7 @@ from graphs.normalize import (
     spectral_radius_bound,
     weight_stats,
 )
+from graphs.storage import CorruptFileError, write_file_hashes
 from tests.conftest import write_edges
 
 
@@ -280,6 +281,9 @@ def test_no_scale_factors_where_the_entries_do_not_factor(tmp_path):
     assert s["scale_factors"] is None and not (tmp_path / "adj-s" / "row_scale.npy").exists()
     build_normalized_adjacency(canonical, tmp_path / "adj", AdjacencyConfig())
     np.save(tmp_path / "adj" / "row_scale.npy", np.ones(299))  # a file that no longer matches
+    with pytest.raises(CorruptFileError, match="row_scale.npy: is 2520 bytes, adj published 2528"):
+        load_scale_factors(tmp_path / "adj", n=300)
+    write_file_hashes(tmp_path / "adj")  # as if published so: the shape check refuses it
     with pytest.raises(ValueError, match="row_scale.npy.*re-materialize normalized_adjacency"):
         load_scale_factors(tmp_path / "adj", n=300)
 
@@ -385,6 +389,7 @@ def test_radius_check_fails_a_mis_scaled_adjacency_and_falls_back_to_power_itera
     w[off] *= np.float32(1.03)
     assert w.max() <= 1
     np.save(tmp_path / "adj" / "weights.npy", w)
+    write_file_hashes(tmp_path / "adj")  # a writer that published these weights
     bad = {r.check_name: r for r in check_adjacency(tmp_path / "adj", cfg, symmetrized=True)}[SPECTRAL_RADIUS]
     assert not bad.passed
     assert bad.metadata["method"].value == "power iteration"

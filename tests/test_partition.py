@@ -32,6 +32,7 @@ from graphs.partition import (
     read_csr,
     read_edges,
 )
+from graphs.storage import write_file_hashes
 from tests.conftest import write_edges
 
 BLOCKS, BLOCK_SIZE = 4, 200
@@ -302,6 +303,7 @@ def test_checks_fail_on_corrupted_files(tmp_path):
     w[5] = 2.0
     w.flush()
     del w
+    write_file_hashes(tmp_path / "adj")  # as a faulty writer would have published it
     failed = {c.check_name for c in check_adjacency(tmp_path / "adj", AdjacencyConfig(), True) if not c.passed}
     assert failed == {"symmetric", "weights_in_0_1", "largest_eigenvalue_at_most_1"}
 
@@ -314,6 +316,7 @@ def test_checks_fail_on_corrupted_files(tmp_path):
     part = ((random_assign(len(part), k, 0) + 1) % k).astype(np.int32)
     part[0] = 7
     np.save(tmp_path / "parts" / "part_id.npy", part)
+    write_file_hashes(tmp_path / "parts")
     assert not any(c.passed for c in check_partitions(tmp_path / "parts", tmp_path / "canonical", 0))
 
 

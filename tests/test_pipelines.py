@@ -228,6 +228,7 @@ def test_every_fill_and_drop_is_counted_in_metadata_and_logged(tmp_path, storage
         "nodes_without_node_row": 2,  # 4 and 5 appear only in edges
         "null_labels_as_unknown": 1,
         "null_splits_as_other": 1,
+        "unknown_splits_as_other": 0,
         "nodes_without_features": 3,  # 3, 4, 5
         "dropped_invalid_weight": 0,  # no weight column
     }

@@ -11,7 +11,7 @@ from graphs.canonical import build_canonical_graph
 from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 from training.config import RunConfig
-from training.outputs import OUTPUT_FORMAT, load_model
+from training.outputs import MODEL_BEST, OUTPUT_FORMAT, load_model
 from training.predict import predict
 from training.train import train
 
@@ -63,11 +63,15 @@ def trained(tmp_path_factory):
     return {"root": root, "home": home, "feat": feat}
 
 
-def test_model_file_holds_the_preprocessing_and_loads_weights_only(trained):
-    path = trained["home"] / "trained_model" / "model_best.pt"
-    state = torch.load(path, weights_only=True)
-    assert state["format_version"] == OUTPUT_FORMAT
+def test_model_file_holds_the_preprocessing_and_is_a_safetensors_file(trained):
+    from safetensors import safe_open
+
+    path = trained["home"] / "trained_model" / MODEL_BEST
+    with safe_open(str(path), "pt") as f:  # any safetensors reader sees the weights by name
+        assert f.metadata()["gnnflow.format_version"] == str(OUTPUT_FORMAT) == "3"
+        names = set(f.keys())
     model, config, pre, in_feats, num_classes, epoch = load_model(path)
+    assert names == {f"state_dict.{k}" for k in model.state_dict()} | {"preprocessing.mean", "preprocessing.std"}
     assert (config.conv, config.hidden, in_feats, num_classes) == ("sage", 16, 8, 3) and epoch >= 1
     assert pre.input == "features" and pre.feature_norm == "standard"
     # the statistics of the training data's features (shifted by +5), not recomputed later
@@ -78,7 +82,7 @@ def test_model_file_holds_the_preprocessing_and_loads_weights_only(trained):
 def test_predict_on_the_training_data_reproduces_the_trained_models_predictions(trained, tmp_path):
     home = trained["home"]
     summary = predict(
-        home / "trained_model" / "model_best.pt", home / "canonical_graph", home / "normalized_adjacency", tmp_path
+        home / "trained_model" / MODEL_BEST, home / "canonical_graph", home / "normalized_adjacency", tmp_path
     )
     ours = pq.read_table(tmp_path / "predictions.parquet").to_pandas()
     theirs = pq.read_table(home / "trained_model" / "predictions.parquet").to_pandas()
@@ -95,7 +99,7 @@ def test_new_nodes_are_scored_and_join_back_on_the_users_string_ids(trained, tmp
     _landing(landing, 150, rng, feat_shift=5.0)  # 30 more nodes, the same kind of data
     _stages(landing, tmp_path / "home")
     predict(
-        trained["home"] / "trained_model" / "model_best.pt",
+        trained["home"] / "trained_model" / MODEL_BEST,
         tmp_path / "home" / "canonical_graph",
         tmp_path / "home" / "normalized_adjacency",
         tmp_path / "out",
@@ -118,7 +122,7 @@ def test_predict_refuses_data_the_model_cannot_read(trained, tmp_path):
     _stages(landing, tmp_path / "home")
     with pytest.raises(ValueError, match="features.npy: missing, but the model was trained on node features"):
         predict(
-            trained["home"] / "trained_model" / "model_best.pt",
+            trained["home"] / "trained_model" / MODEL_BEST,
             tmp_path / "home" / "canonical_graph",
             tmp_path / "home" / "normalized_adjacency",
             tmp_path / "out",
@@ -148,7 +152,7 @@ def test_the_predict_job_scores_updated_landing_files_with_the_promoted_model(tr
         result = job.execute_in_process(instance=instance, partition_key="ds", resources={"storage": storage})
         assert result.success
         md = result.asset_materializations_for_node("predictions")[0].metadata
-        assert md["model"].value == str(tmp_path / "home" / "ds" / "trained_model" / "model_best.pt")
+        assert md["model"].value == str(tmp_path / "home" / "ds" / "trained_model" / MODEL_BEST)
         assert md["nodes"].value == 150 and md["nodes_since_training"].value == 30
         assert md["disk_mb"].value >= 0
         pred = pq.read_table(tmp_path / "home" / "ds" / "predictions" / "predictions.parquet")
@@ -158,4 +162,4 @@ def test_the_predict_job_scores_updated_landing_files_with_the_promoted_model(tr
         shutil.copytree(tmp_path / "home" / "ds" / "trained_model", tmp_path / "home" / "ds" / "promoted")
         again = job.execute_in_process(instance=instance, partition_key="ds", resources={"storage": storage})
         md = again.asset_materializations_for_node("predictions")[0].metadata
-        assert md["model"].value == str(tmp_path / "home" / "ds" / "promoted" / "model_best.pt")
+        assert md["model"].value == str(tmp_path / "home" / "ds" / "promoted" / MODEL_BEST)

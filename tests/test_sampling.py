@@ -32,6 +32,7 @@ from graphs.sampling import (
     segment_positions,
     write_minibatch_shards,
 )
+from graphs.storage import write_file_hashes
 from tests.conftest import write_edges
 from training.data import ShardError, ShardStream, cross_entropy, read_manifest
 
@@ -51,6 +52,7 @@ def _build(home: Path, landing: Path, clusters: int) -> dict:
     cluster = (np.random.default_rng(0).permutation(n) % clusters).astype(np.int32)
     np.save(part / "cluster_id.npy", cluster)
     np.save(part / "part_id.npy", cluster % 2)
+    write_file_hashes(part)  # as a stage publishes it, so readers can check the files
     return {"canonical": can, "adjacency": adj, "partitions": part, "n": n}
 
 
@@ -171,7 +173,13 @@ def test_neighbor_shards_cover_train_nodes_once_per_epoch(sbm, tmp_path):
             for b, nxt in zip(mb.blocks, mb.blocks[1:]):
                 assert b.num_dst == nxt.num_src
     assert m["bytes"] == sum(f["bytes"] for s in m["streams"] for f in s["files"])
-    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "epoch=1", "manifest.json", "run_stats.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "epoch=0",
+        "epoch=1",
+        "hashes.json",
+        "manifest.json",
+        "run_stats.json",
+    ]
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
@@ -310,7 +318,7 @@ def test_shards_are_deterministic_and_a_rewrite_replaces_them(sbm, tmp_path):
     _, c = _shards(sbm, tmp_path / "b", sampler="saint", epochs=2, seed=1)
     assert digests(c) != digests(b)
     out, _ = _shards(sbm, tmp_path / "b", sampler="neighbor", epochs=1)
-    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json", "run_stats.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "hashes.json", "manifest.json", "run_stats.json"]
 
 
 def test_forked_workers_write_the_files_and_facts_one_process_writes(sbm, tmp_path):
@@ -431,7 +439,12 @@ def test_compressed_features_are_referenced_with_one_layout(sbm, tmp_path):
     compressed = _compressed(sbm, tmp_path / "compressed_graph")
     out, m = _compressed_shards(sbm, tmp_path, compressed, epochs=1)
     assert (out / m["features"]["path"]).resolve() == compressed.resolve()
-    assert sorted(p.name for p in out.iterdir()) == ["epoch=0", "manifest.json", "run_stats.json"]  # nothing copied
+    assert sorted(p.name for p in out.iterdir()) == [
+        "epoch=0",
+        "hashes.json",
+        "manifest.json",
+        "run_stats.json",
+    ]  # nothing copied
     feats = load_features(compressed)
     for mb in ShardStream(out, 0, 0):
         want = feats.decode_rows_torch(mb.input_nodes.numpy())
@@ -758,6 +771,7 @@ def test_factored_shards_refuse_a_changed_scale_file(sbm, tmp_path):
     out = tmp_path / "shards"
     write_minibatch_shards(inputs, out, ShardConfig(fanouts="5,5", batch_size=64))
     np.save(adj / "row_scale.npy", np.ones(sbm["n"] + 1))
+    write_file_hashes(adj)  # normalized_adjacency re-published with another scale file
     with pytest.raises(ShardError, match="row_scale.npy.*re-materialize"):
         ShardStream(out, 0, 0)
     with pytest.raises(ShardError, match="normalized_adjacency was re-materialized"):

@@ -51,7 +51,7 @@ def _edges(tmp_path, name="tiny") -> int:
     [
         ("- a list\n", "expected a mapping"),
         ("resources: {}\n", "key 'resources' is not allowed"),
-        ("ops: {nosuch: {config: {}}}\n", "key 'ops.nosuch': no asset with settings is named 'nosuch'"),
+        ("ops: {nosuch: {config: {}}}\n", "key 'ops.nosuch': no asset with settings has this name"),
         ("ops: {canonical_graph: {config: {symetrize: false}}}\n", "key 'ops.canonical_graph.config.symetrize'"),
         ("ops: {trained_model: {config: {model: {hiden: 3}}}}\n", "key 'ops.trained_model.config.model.hiden'"),
         ("ops: {canonical_graph: {config: {}, extra: 1}}\n", "must hold only a 'config' mapping"),
@@ -195,3 +195,233 @@ def _sensor_then_schedule(tmp_path, storage, folder, instance):
         resources={"storage": storage},
     )
     assert done.success and _edges(tmp_path) == 8  # the changed file's symmetrize: true
+
+
+# ----------------------------------------------------------------------------- hostile settings files
+
+# the "billion laughs": 9^9 strings in about 350 bytes, as the value of a key whose invalid value
+# is shown in the error message
+BILLION_LAUGHS = 'task:\n  - &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+    f"  - &{n} [{','.join([f'*{p}'] * 9)}]\n" for p, n in zip("abcdefgh", "bcdefghi")
+)
+
+
+def test_alias_bomb_is_refused_at_once_naming_the_file_and_line(tmp_path, storage):
+    folder = _landing(tmp_path)
+    path = _write(folder, BILLION_LAUGHS)
+    assert path.stat().st_size < 500
+    start = time.perf_counter()
+    with pytest.raises(SettingsError) as err:
+        read_settings_file(path, registered_configs())
+    assert time.perf_counter() - start < 0.5
+    assert str(err.value) == (
+        f"{path}: line 2: YAML anchor &a: anchors and aliases are not allowed in a settings file; write each value out"
+    )
+    # the landing sensor's tick reads the same file: it requests the run (which then fails naming the
+    # file) instead of expanding the document
+    (folder / "_SUCCESS").touch()
+    later = time.time() + 5
+    os.utime(folder / "_SUCCESS", (later, later))
+    with dg.instance_for_test() as instance:
+        start = time.perf_counter()
+        result = make_landing_sensor(ALL_ASSETS)(
+            dg.build_sensor_context(instance=instance, resources={"storage": storage})
+        )
+        assert time.perf_counter() - start < 5
+    assert [r.partition_key for r in result.run_requests] == ["tiny"]
+    with pytest.raises(dg.Failure, match=r"line 2: YAML anchor &a"):
+        storage.task("tiny")
+
+
+def test_an_alias_without_anchor_text_and_deep_nesting_are_refused(tmp_path):
+    path = _write(_landing(tmp_path), "ops:\n  canonical_graph:\n    config: {symmetrize: *x}\n")
+    with pytest.raises(SettingsError, match=r"gnnflow.yaml: line 3: YAML alias \*x"):
+        read_settings_file(path, registered_configs())
+    path = _write(_landing(tmp_path), "ops: " + "[" * 5000 + "]" * 5000 + "\n")
+    with pytest.raises(SettingsError, match=r"gnnflow.yaml: line 1: nested more than 32 levels deep"):
+        read_settings_file(path, registered_configs())
+
+
+@pytest.mark.parametrize(
+    "text, says",
+    [
+        ("task: " + "z" * 100_000 + "\n", "key 'task': 'zzzz"),
+        ("ops: {canonical_graph: {config: {" + "k" * 1000 + ": 1}}}\n", "key 'ops.canonical_graph.config.kkkk"),
+        ("ops: {" + "n" * 1000 + ": {config: {}}}\n", "key 'ops.nnnn"),
+        ("t" * 1000 + ": 1\n", "key 'tttt"),
+    ],
+)
+def test_long_keys_and_values_are_cut_in_messages(tmp_path, text, says):
+    path = _write(_landing(tmp_path), text)
+    with pytest.raises(SettingsError) as err:
+        read_settings_file(path, registered_configs())
+    message = str(err.value)
+    assert says in message and "..." in message
+    assert says[-1] * 100 not in message and len(message) < len(str(path)) + 400
+
+
+def test_a_long_value_is_cut_in_the_message(tmp_path):
+    path = _write(_landing(tmp_path), "ops: {canonical_graph: {config: {memory_limit: " + "9" * 100_000 + "GB}}}\n")
+    blocks = read_settings_file(path, registered_configs())
+    with pytest.raises(SettingsError) as err:
+        resolve(CanonicalGraphConfig, "canonical_graph", {}, blocks["canonical_graph"], path)
+    message = str(err.value)
+    assert "key 'ops.canonical_graph.config.memory_limit': String should have at most 4096 characters" in message
+    assert "(got '99999999" in message and "..." in message and "9" * 100 not in message
+    assert len(message) < len(str(path)) + 300
+
+
+HOSTILE_NUMBERS = [  # (asset, YAML config block, what the message says after the file name)
+    (
+        "canonical_graph",
+        "{threads: 1000000000000000000}",
+        "key 'ops.canonical_graph.config.threads': Input should be "
+        "less than or equal to 4096 (got 1000000000000000000)",
+    ),
+    (
+        "canonical_graph",
+        "{threads: 1e18}",
+        "key 'ops.canonical_graph.config.threads': Input should be a valid integer "
+        "(got '1e18'); write an integer as digits, e.g. 1000000 (YAML reads 1e6 as text)",
+    ),
+    (
+        "canonical_graph",
+        "{split_seed: true}",
+        "key 'ops.canonical_graph.config.split_seed': Input should be a valid integer (got True)",
+    ),
+    (
+        "canonical_graph",
+        "{train_fraction: .nan}",
+        "key 'ops.canonical_graph.config.train_fraction': Input should be a finite number (got nan)",
+    ),
+    (
+        "normalized_adjacency",
+        "{self_loop_weight: .inf}",
+        "key 'ops.normalized_adjacency.config.self_loop_weight': Input should be a finite number (got inf)",
+    ),
+    (
+        "normalized_adjacency",
+        "{power_iterations: 1000000000}",
+        "power_iterations': Input should be less than or equal to 100000",
+    ),
+    (
+        "metis_partitions",
+        "{num_parts: 1000000000000000000}",
+        "key 'ops.metis_partitions.config.num_parts': Input should be less than or equal to 1048576",
+    ),
+    (
+        "compressed_graph",
+        "{bloom_fpr: .nan}",
+        "key 'ops.compressed_graph.config.bloom_fpr': Input should be a finite number",
+    ),
+    (
+        "compressed_graph",
+        "{fpr_queries: 1000000000000}",
+        "fpr_queries': Input should be less than or equal to 268435456",
+    ),
+    (
+        "edge_split",
+        "{val_fraction: -.inf}",
+        "key 'ops.edge_split.config.val_fraction': Input should be a finite number",
+    ),
+    (
+        "edge_split",
+        "{eval_negatives: 1000000000000}",
+        "eval_negatives': Input should be less than or equal to 16777216",
+    ),
+    ("promotion", "{margin: .nan}", "key 'ops.promotion.config.margin': Input should be a finite number"),
+    (
+        "minibatch_shards",
+        "{epochs: 1000000000000000000}",
+        "key 'ops.minibatch_shards.config.epochs': Input should be less than or equal to 10000",
+    ),
+    (
+        "minibatch_shards",
+        "{saint_coverage: .nan}",
+        "key 'ops.minibatch_shards.config.saint_coverage': Input should be a finite number",
+    ),
+    ("minibatch_shards", "{saint_coverage: 1.0e+18}", "saint_coverage': Input should be less than or equal to 1000"),
+    ("minibatch_shards", "{workers: 100000}", "workers': Input should be less than or equal to 4096"),
+    (
+        "minibatch_shards",
+        "{fanouts: '10,1000000000'}",
+        "ops.minibatch_shards.config: fanouts='10,1000000000': need 1 to 1024 layers, each -1 (all) or in [1, 1048576]",
+    ),
+    (
+        "trained_model",
+        "{training: {optimizer: {lr: .nan}}}",
+        "key 'ops.trained_model.config.training.optimizer.lr': Input should be a finite number (got nan)",
+    ),
+    (
+        "trained_model",
+        "{training: {optimizer: {weight_decay: .inf}}}",
+        "training.optimizer.weight_decay': Input should be a finite number",
+    ),
+    (
+        "trained_model",
+        "{training: {optimizer: {betas: [0.9, .nan]}}}",
+        "ops.trained_model.config: training.optimizer.betas[1]=nan: must be a finite number",
+    ),
+    (
+        "trained_model",
+        "{training: {gradient_clipping: .nan}}",
+        "training.gradient_clipping': Input should be a finite number",
+    ),
+    (
+        "trained_model",
+        "{training: {lr_schedule: {warmup_epochs: .nan}}}",
+        "training.lr_schedule.warmup_epochs': Input should be a finite number",
+    ),
+    (
+        "trained_model",
+        "{training: {epochs: 1000000000000}}",
+        "key 'ops.trained_model.config.training.epochs': Input should be less than or equal to 100000",
+    ),
+    (
+        "trained_model",
+        "{training: {comm: {bucket_cap_mb: .inf}}}",
+        "training.comm.bucket_cap_mb': Input should be a finite number",
+    ),
+    (
+        "trained_model",
+        "{training: {compensation: {grad_ema: .nan}}}",
+        "training.compensation.grad_ema': Input should be a finite number",
+    ),
+    (
+        "trained_model",
+        "{model: {hidden: 100000000000}}",
+        "key 'ops.trained_model.config.model.hidden': Input should be less than or equal to 1048576",
+    ),
+    ("trained_model", "{model: {dropout: .nan}}", "model.dropout': Input should be a finite number"),
+    ("trained_model", "{link: {lr: .nan}}", "key 'ops.trained_model.config.link.lr': Input should be a finite number"),
+    ("trained_model", "{link: {epochs: 1000000000000}}", "link.epochs': Input should be less than or equal to 100000"),
+]
+
+
+@pytest.mark.parametrize("asset, block, says", HOSTILE_NUMBERS)
+def test_non_finite_numbers_and_huge_counts_are_refused_naming_the_setting(tmp_path, asset, block, says):
+    path = _write(_landing(tmp_path), f"ops:\n  {asset}:\n    config: {block}\n")
+    blocks = read_settings_file(path, registered_configs())
+    with pytest.raises(SettingsError) as err:
+        resolve(registered_configs()[asset], asset, {}, blocks[asset], path)
+    assert str(err.value).startswith(f"{path}: ")
+    assert says in str(err.value)
+
+
+def test_the_launchpad_refuses_a_huge_count_before_the_stage_runs(tmp_path, storage):
+    _landing(tmp_path)
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(dataset_partitions.name, ["tiny"])
+    result = dg.materialize(
+        [canonical_graph],
+        partition_key="tiny",
+        instance=instance,
+        resources={"storage": storage},
+        run_config={"ops": {"canonical_graph": {"config": {"threads": 10**18}}}},
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = next(e for e in result.all_events if e.is_step_failure)
+    message = str(failure.step_failure_data.error.cause or failure.step_failure_data.error)
+    assert "threads" in message and "less than or equal to 4096" in message
+    assert not (tmp_path / "home" / "tiny" / "canonical_graph").exists()

@@ -29,7 +29,7 @@ from training.config import LRScheduleConfig, RunConfig, TrainingConfig
 from training.data import ShardStream, read_manifest
 from training.feature_cache import CacheSpec
 from training.features import FeatureTransform, degree_features
-from training.outputs import Preprocessing, load_model
+from training.outputs import MODEL_BEST, MODEL_FINAL, Preprocessing, load_model, load_model_weights
 from training.train import (
     check_sampler_supports,
     epoch_passes,
@@ -234,8 +234,9 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
     assert summary["global_batch"] == 48 * 2
     names = {p.name for p in out.iterdir()}
     assert {
-        "model_final.pt",
-        "model_best.pt",
+        MODEL_FINAL,
+        MODEL_BEST,
+        "version.json",
         "predictions.parquet",
         "embeddings.npy",
         "metrics.parquet",
@@ -266,8 +267,8 @@ def test_training_writes_loadable_outputs_that_join_back_to_original_ids(sbm, tm
     assert (test.predicted == test.label).mean() == pytest.approx(summary["test_acc_at_best_val"])
     assert np.load(out / "embeddings.npy").shape == (400, 16)
 
-    # model files load with weights_only=True and reproduce the predictions
-    model, model_cfg, preprocessing, *_ = load_model(out / "model_best.pt")
+    # model files (safetensors) load and reproduce the predictions
+    model, model_cfg, preprocessing, *_ = load_model(out / MODEL_BEST)
     assert model_cfg.hidden == 16 and preprocessing.input == "features"
     from training.data import read_manifest
     from training.evaluate import load_full_block
@@ -300,7 +301,7 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_o
         train(cfg, on_epoch_end=kill_after_second_epoch)
     assert not out.exists()  # only a finished run writes the asset folder
     (work,) = out.parent.glob(".trained_model.work-*")
-    ckpt = load_checkpoint(work / CHECKPOINT_NAME)  # weights_only=True inside
+    ckpt = load_checkpoint(work / CHECKPOINT_NAME)  # safetensors: no pickle
     steps = json.loads((shards / "manifest.json").read_text())["minibatches_per_epoch_per_rank"]
     assert ckpt["epoch"] == 1 and ckpt["step"] == 2 * steps and len(ckpt["history"]) == 2
 
@@ -309,8 +310,8 @@ def test_a_killed_run_resumes_from_its_checkpoint_and_matches_an_uninterrupted_o
     assert seen == [2, 3]  # epochs 0 and 1 were not repeated
     metrics = pq.read_table(out / "metrics.parquet").to_pandas()
     assert metrics.epoch.tolist() == [1, 2, 3, 4]
-    a = torch.load(tmp_path / "a" / "trained_model" / "model_final.pt", weights_only=True)["state_dict"]
-    b = torch.load(out / "model_final.pt", weights_only=True)["state_dict"]
+    a = load_model_weights(tmp_path / "a" / "trained_model" / MODEL_FINAL)
+    b = load_model_weights(out / MODEL_FINAL)
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5)
     assert resumed["final_test_acc"] == pytest.approx(full["final_test_acc"])
@@ -414,7 +415,7 @@ def test_training_through_the_feature_cache_learns_the_same_weights(sbm, tmp_pat
     the file holds, so a run through it ends with the weights of a run without it."""
     shards = sbm["w1"]["shards"]
     plain = train(_run_config(shards, tmp_path / "plain" / "trained_model", epochs=2))
-    ref = torch.load(tmp_path / "plain" / "trained_model" / "model_final.pt", weights_only=True)["state_dict"]
+    ref = load_model_weights(tmp_path / "plain" / "trained_model" / MODEL_FINAL)
     tiers = {
         "degree": dict(feature_cache=0.3),
         "lru": dict(feature_cache=0.3, feature_cache_policy="lru"),
@@ -423,7 +424,7 @@ def test_training_through_the_feature_cache_learns_the_same_weights(sbm, tmp_pat
     for name, settings in tiers.items():
         out = tmp_path / name / "trained_model"
         s = train(_run_config(shards, out, epochs=2, **settings))
-        got = torch.load(out / "model_final.pt", weights_only=True)["state_dict"]
+        got = load_model_weights(out / MODEL_FINAL)
         assert all(torch.equal(ref[k], got[k]) for k in ref), name
         assert s["final_test_acc"] == plain["final_test_acc"]
         assert 0 < s["feature_cache_hit_rate"] < 1
@@ -456,7 +457,7 @@ def test_num_layers_follows_the_shards_and_a_mismatch_is_an_error(sbm, tmp_path)
     cfg = _run_config(shards, tmp_path / "out", epochs=1)
     cfg.model.num_layers = 0
     train(cfg)
-    assert load_model(tmp_path / "out" / "model_best.pt").model.num_layers == 2
+    assert load_model(tmp_path / "out" / MODEL_BEST).model.num_layers == 2
     assert "num_layers: 2" in (tmp_path / "out" / "run.yaml").read_text()
 
 
@@ -506,7 +507,7 @@ def test_training_runs_with_dgl_unimportable(sbm, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "OK" in proc.stdout
-    assert (tmp_path / "out" / "model_final.pt").is_file()
+    assert (tmp_path / "out" / MODEL_FINAL).is_file()
 
 
 def test_a_dataset_without_features_trains_on_degree_buckets(tmp_path):
@@ -525,7 +526,7 @@ def test_a_dataset_without_features_trains_on_degree_buckets(tmp_path):
         )
     )
     assert s["in_feats"] == 6
-    assert torch.load(tmp_path / "out" / "model_final.pt", weights_only=True)["in_feats"] == 6
+    assert load_model(tmp_path / "out" / MODEL_FINAL).in_feats == 6
 
 
 def test_cora_short_run_reaches_a_sane_accuracy(shared_datasets, tmp_path):
@@ -660,7 +661,8 @@ def test_nsys_wraps_the_command_only_when_installed(monkeypatch, tmp_path):
     from assets import trained_model as tm
 
     cmd = tm.torchrun_command(2, tmp_path / "run.yaml")
-    assert cmd[-6:] == ["--standalone", "--nproc-per-node=2", "-m", "training", "--config", str(tmp_path / "run.yaml")]
+    assert cmd[-6:-4] == ["training.launch", "--nproc-per-node=2"]
+    assert cmd[-4:] == ["-m", "training", "--config", str(tmp_path / "run.yaml")]
     monkeypatch.setattr(tm.shutil, "which", lambda name: None)
     assert tm.nsys_wrap(cmd, tmp_path / "r") == (cmd, tm.nsys_wrap(cmd, tmp_path / "r")[1])
     assert tm.nsys_wrap(cmd, tmp_path / "r")[1].startswith("skipped: nsys is not on the PATH")
@@ -701,10 +703,12 @@ def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, 
     d = sbm["w1"]
     if encoding == "int8":  # shards naming compressed_graph's INT8 codes (one part: its Bloom filters are unused)
         from graphs.compress import CompressConfig, build_compressed_graph
+        from graphs.storage import write_file_hashes
 
         part = tmp_path / "one_part"
         part.mkdir()
         np.save(part / "part_id.npy", np.zeros(400, dtype=np.int32))
+        write_file_hashes(part)  # as a stage publishes it, so compressed_graph can check what it reads
         compressed = tmp_path / "compressed_graph"
         cfg = CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False)
         build_compressed_graph(d["canonical"], d["adjacency"], part, compressed, cfg)
@@ -830,12 +834,12 @@ def test_a_model_trained_without_self_loops_is_evaluated_and_applied_without_the
         train(_run_config(d["shards"], tmp_path / name, epochs=2, eval_batch_size=eval_batch_size))
         runs[name] = pq.read_table(tmp_path / name / "predictions.parquet").to_pandas()
     assert (runs["memory"].predicted == runs["streamed"].predicted).all()
-    loaded = load_model(tmp_path / "memory" / "model_best.pt")
+    loaded = load_model(tmp_path / "memory" / MODEL_BEST)
     assert loaded.preprocessing.self_loops is False and loaded.preprocessing.to_state()["self_loops"] is False
     full = load_full_block(d["adjacency"])
     assert loaded.preprocessing.graph(full).num_edges == full.num_edges - 400  # Â holds every node's loop
     # scoring the same files with the model file gives the predictions training wrote, over the same graph
-    predict(tmp_path / "memory" / "model_best.pt", d["canonical"], d["adjacency"], tmp_path / "scored")
+    predict(tmp_path / "memory" / MODEL_BEST, d["canonical"], d["adjacency"], tmp_path / "scored")
     scored = pq.read_table(tmp_path / "scored" / "predictions.parquet").to_pandas()
     assert (
         scored.sort_values("index").predicted.to_numpy() == runs["memory"].sort_values("index").predicted.to_numpy()

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 from training.config import RunConfig
+from training.outputs import MODEL_FINAL, load_model_weights
 from training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,7 +73,7 @@ def test_ddp_int8_hook_counts_its_bytes_in_the_summary(small, tmp_path):
     ]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, capture_output=True)
     summary = json.loads((out / "summary.json").read_text())
-    state = torch.load(out / "model_final.pt", weights_only=True)["state_dict"]
+    state = load_model_weights(out / MODEL_FINAL)
     numel = sum(v.numel() for k, v in state.items() if v.is_floating_point())
     # one bucket (the model is far below 25 MB): numel int8 codes + a 4-byte scale, sent once
     # per optimizer step (accumulate 2: no_sync on the first minibatch)

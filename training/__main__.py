@@ -1,6 +1,6 @@
 """``python -m training --config run.yaml`` (also under torchrun): see `training.train`.
 
-torchrun --standalone --nproc-per-node 2 -m training --config run.yaml
+python -m training.launch --nproc-per-node 2 -m training --config run.yaml   # one node (torchrun, loopback)
 python -m training --config run.yaml --set training.epochs=5 --set model.hidden=64
 python -m training --help-config          # every setting with its help text
 """
@@ -27,6 +27,16 @@ def _apply_override(data: dict, assignment: str) -> None:
     node[leaf] = yaml.safe_load(value)
 
 
+def _die_with_launcher() -> None:
+    """A rank lives no longer than its launcher (`training.lifetime`); one whose launcher is
+    already gone exits at once."""
+    from training.lifetime import LAUNCHER_PID_ENV, die_with_parent
+
+    launcher = os.environ.get(LAUNCHER_PID_ENV, "")
+    if not die_with_parent(int(launcher) if launcher.isdigit() else None):
+        raise SystemExit(f"rank {os.environ['RANK']}: its launcher (pid {launcher}) is gone; not training")
+
+
 def main(argv: list[str] | None = None) -> int:
     from training.config import RunConfig, field_help, unwrap_dagster_run_config
 
@@ -50,10 +60,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.config:
         parser.error("--config is required")
 
+    if "RANK" in os.environ:
+        _die_with_launcher()
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [rank {rank}] %(message)s", stream=sys.stdout)
-    with open(args.config) as f:
-        data = yaml.safe_load(f) or {}
+    from graphs.config_checks import read_yaml_file
+
+    try:
+        data = read_yaml_file(args.config) or {}  # size-limited, anchors and aliases refused
+    except (OSError, ValueError) as exc:
+        raise SystemExit(str(exc)) from None
     data = unwrap_dagster_run_config(data)  # a Dagster run-config file: its trained_model block
     for assignment in args.set:
         _apply_override(data, assignment)

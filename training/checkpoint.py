@@ -8,16 +8,16 @@ shards' manifest and the canonical/adjacency summaries). So re-running the same 
 on the same data resumes; changing either starts a fresh folder. A finished run moves its
 outputs into the trained_model folder atomically and removes its work folder.
 
-``checkpoint.pt`` (format version 2), written by rank 0 after every ``checkpoint_every``
-epochs, atomically (temporary file + rename), and read with ``torch.load(...,
-weights_only=True)`` — so it holds only tensors and plain containers of str/int/float/
-bool/None:
+``checkpoint.safetensors`` (format version 3), written by rank 0 after every
+``checkpoint_every`` epochs, atomically (temporary file + rename): a `training.state_file`
+of kind ``checkpoint`` (tensors in safetensors, the rest as JSON in its header, with a
+SHA-256 over both), so reading it never runs code and a damaged byte is refused. It holds:
 
     format_version  int
     epoch           int, last completed epoch (0-based)
     step            int, optimizer steps taken
     model           state dict of the (unwrapped) model
-    optimizer       optimizer state dict
+    optimizer       optimizer state dict (per-parameter tensors as named tensors)
     scaler          GradScaler state dict ({} when loss scaling is off)
     best            {epoch, val_acc, test_acc, model: state dict} (epoch counted from 1 as in the
                     metrics; 0 before any evaluation)
@@ -28,6 +28,10 @@ bool/None:
 
 Dropout randomness is re-seeded from (seed, epoch, rank) at the start of every epoch, so a
 resumed run continues exactly as an uninterrupted one (no RNG state is stored).
+
+A checkpoint that cannot be used (not a gnnflow checkpoint of this format, truncated, damaged)
+is set aside by `resume_state` as ``checkpoint.safetensors.unusable-<tag>`` beside it, with a
+warning naming it, and the run starts from its first epoch: one bad file never blocks retries.
 """
 
 from __future__ import annotations
@@ -38,22 +42,26 @@ import os
 import uuid
 from importlib import metadata
 from pathlib import Path
+from typing import Callable
 
-import torch
+from training.state_file import StateFileError, read_state_file, write_state_file
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_NAME",
+    "StateFileError",
     "code_version",
     "data_version",
     "load_checkpoint",
+    "resume_state",
     "run_key",
     "save_checkpoint",
     "work_dir_for",
 ]
 
-CHECKPOINT_FORMAT = 2  # 2: epochs in `best` and `history` counted from 1
-CHECKPOINT_NAME = "checkpoint.pt"
+CHECKPOINT_FORMAT = 3  # 3: safetensors (training.state_file)
+CHECKPOINT_NAME = "checkpoint.safetensors"
+_KIND = "checkpoint"
 
 # TrainingConfig fields that do not change what is trained (excluded from the run key).
 _NOT_IN_KEY = (
@@ -124,26 +132,47 @@ def work_dir_for(out_dir: str | os.PathLike, key: str, override: str = "") -> Pa
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """``torch.save`` to a temporary sibling, then rename: a kill never leaves half a file."""
+    """Write the checkpoint to a temporary sibling, then rename: a kill never leaves half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        torch.save({"format_version": CHECKPOINT_FORMAT, **state}, tmp)
+        write_state_file(
+            tmp, {"format_version": CHECKPOINT_FORMAT, **state}, kind=_KIND, format_version=CHECKPOINT_FORMAT
+        )
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict | None:
-    """The checkpoint at ``path`` (tensors on the CPU), or None when there is none."""
+    """The checkpoint at ``path`` (tensors on the CPU), or None when there is none;
+    StateFileError naming it when it is not a usable checkpoint (nothing in it is run)."""
     path = Path(path)
     if not path.is_file():
         return None
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    if state.get("format_version") != CHECKPOINT_FORMAT:
-        raise ValueError(
-            f"{path}: checkpoint format {state.get('format_version')!r}, this code reads {CHECKPOINT_FORMAT}; "
-            "delete the work folder to start over"
-        )
-    return state
+    return read_state_file(
+        path, kind=_KIND, format_version=CHECKPOINT_FORMAT, remedy="set it aside to start the run over"
+    )
+
+
+def resume_state(path: str | os.PathLike, warn: Callable[[str], None] | None) -> dict | None:
+    """The checkpoint to resume from, or None to start from the first epoch.
+
+    A checkpoint that cannot be used is renamed ``<name>.unusable-<tag>`` when `warn` is given
+    (the rank that writes checkpoints), which is told the file, the reason and that training
+    restarts; without `warn` (the other ranks) it is only skipped."""
+    path = Path(path)
+    try:
+        return load_checkpoint(path)
+    except StateFileError as exc:
+        if warn is None:
+            return None
+        aside = path.with_name(f"{path.name}.unusable-{uuid.uuid4().hex[:8]}")
+        try:
+            os.replace(path, aside)
+        except FileNotFoundError:
+            pass
+        reason = str(exc).split("; ")[0]
+        warn(f"{reason}; set aside as {aside.name}: training restarts from the first epoch")
+        return None

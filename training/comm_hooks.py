@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from graphs.config_checks import MAX_STEPS, bounded_repr, check_fields
+
 __all__ = ["COMM_HOOKS", "CommConfig", "CommCounter", "CountingGroup", "int8_hook", "setup_comm_hook"]
 
 COMM_HOOKS = ("none", "fp16", "bf16", "powersgd", "int8")
@@ -58,11 +60,18 @@ class CommConfig:
             "per-rank scale (training.comm_hooks)"
         },
     )
-    bucket_cap_mb: float = field(default=25.0, metadata={"help": "DDP gradient bucket size in MB (torch's default 25)"})
-    powersgd_rank: int = field(default=1, metadata={"help": "powersgd: rank r of the low-rank approximation"})
+    bucket_cap_mb: float = field(
+        default=25.0, metadata={"max": 65536.0, "help": "DDP gradient bucket size in MB (torch's default 25)"}
+    )
+    powersgd_rank: int = field(
+        default=1, metadata={"max": 1024, "help": "powersgd: rank r of the low-rank approximation"}
+    )
     powersgd_start_step: int = field(
         default=10,
-        metadata={"help": "powersgd: optimizer steps of plain all-reduce before compressing (> 1, torch's rule)"},
+        metadata={
+            "max": MAX_STEPS,
+            "help": "powersgd: optimizer steps of plain all-reduce before compressing (> 1, torch's rule)",
+        },
     )
     count_bytes: bool = field(
         default=False,
@@ -74,15 +83,16 @@ class CommConfig:
 
     def __post_init__(self) -> None:
         p = "training.comm"
+        check_fields(self, p)
         if self.hook not in COMM_HOOKS:
-            raise ValueError(f"{p}.hook={self.hook!r}: must be one of {COMM_HOOKS}")
+            raise ValueError(f"{p}.hook={bounded_repr(self.hook)}: must be one of {COMM_HOOKS}")
         if not self.bucket_cap_mb > 0:
-            raise ValueError(f"{p}.bucket_cap_mb={self.bucket_cap_mb!r}: must be > 0")
+            raise ValueError(f"{p}.bucket_cap_mb={bounded_repr(self.bucket_cap_mb)}: must be > 0")
         if self.powersgd_rank < 1:
-            raise ValueError(f"{p}.powersgd_rank={self.powersgd_rank!r}: must be >= 1")
+            raise ValueError(f"{p}.powersgd_rank={bounded_repr(self.powersgd_rank)}: must be >= 1")
         if self.powersgd_start_step < 2:
             raise ValueError(
-                f"{p}.powersgd_start_step={self.powersgd_start_step!r}: must be >= 2 (torch's PowerSGD needs "
+                f"{p}.powersgd_start_step={bounded_repr(self.powersgd_start_step)}: must be >= 2 (torch's PowerSGD needs "
                 "plain all-reduce steps before error feedback and warm start begin)"
             )
 

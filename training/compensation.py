@@ -55,6 +55,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphs.config_checks import bounded_repr, check_fields
 from training.aggregate import aggregate
 from training.blocks import Block
 
@@ -84,8 +85,11 @@ class CompensationConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self, "training.compensation")
         if not 0.0 <= self.grad_ema <= 1.0:
-            raise ValueError(f"training.compensation.grad_ema={self.grad_ema!r}: must be in [0, 1] (0 = off)")
+            raise ValueError(
+                f"training.compensation.grad_ema={bounded_repr(self.grad_ema)}: must be in [0, 1] (0 = off)"
+            )
 
 
 # ----------------------------------------------------------------------------- gradient EMA

@@ -35,8 +35,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar, Union
 
-import yaml
-
+from graphs.config_checks import (
+    MAX_EPOCHS,
+    MAX_PREFETCH,
+    MAX_ROWS,
+    MAX_SEED,
+    MAX_STEPS,
+    bounded_repr,
+    check_fields,
+    dump_yaml,
+    help_text,
+    read_yaml_file,
+)
 from training.comm_hooks import CommConfig
 from training.compensation import CompensationConfig
 from training.feature_cache import WARM_POLICIES
@@ -69,7 +79,7 @@ T = TypeVar("T")
 
 
 def _fail(path: str, value: Any, why: str) -> None:
-    raise ValueError(f"{path}={value!r}: {why}")
+    raise ValueError(f"{path}={bounded_repr(value)}: {why}")
 
 
 @dataclass(kw_only=True)
@@ -90,6 +100,7 @@ class OptimizerConfig:
 
     def __post_init__(self) -> None:
         p = "training.optimizer"
+        check_fields(self, p)
         if self.type not in OPTIMIZERS:
             _fail(f"{p}.type", self.type, f"must be one of {OPTIMIZERS}")
         if not self.lr > 0:
@@ -114,14 +125,16 @@ class LRScheduleConfig:
         },
     )
     warmup_epochs: float = field(
-        default=0.0, metadata={"help": "linear warmup from 0 over this many epochs (fractions allowed)"}
+        default=0.0,
+        metadata={"max": MAX_EPOCHS, "help": "linear warmup from 0 over this many epochs (fractions allowed)"},
     )
     min_lr_ratio: float = field(default=0.0, metadata={"help": "cosine: final lr as a fraction of lr"})
-    step_epochs: int = field(default=30, metadata={"help": "step: epochs between decays"})
+    step_epochs: int = field(default=30, metadata={"max": MAX_EPOCHS, "help": "step: epochs between decays"})
     gamma: float = field(default=0.1, metadata={"help": "step: decay factor"})
 
     def __post_init__(self) -> None:
         p = "training.lr_schedule"
+        check_fields(self, p)
         if self.type not in SCHEDULES:
             _fail(f"{p}.type", self.type, f"must be one of {SCHEDULES}")
         if self.warmup_epochs < 0:
@@ -141,23 +154,25 @@ class TrainingConfig:
     epochs: int = field(
         default=0,
         metadata={
+            "max": MAX_EPOCHS,
             "help": "epochs to train; 0 = the automatic budget: min(max_epochs, max(E, ceil(min_steps / S))) "
             "with E the shards' sampled epochs and S = ceil(M / accumulate) optimizer steps per epoch (M "
             "minibatches per rank and epoch), ended earlier by early_stopping_patience. More epochs than the "
             "shards hold replay them: epoch e reads sampled epoch e % E, its minibatches in a new seeded order "
-            "per pass"
+            "per pass",
         },
     )
     min_steps: int = field(
         default=400,
         metadata={
+            "max": MAX_STEPS,
             "help": "automatic budget (epochs=0): train at least this many optimizer steps (replaying the "
-            "shards as needed), so a small graph with one step per epoch still converges"
+            "shards as needed), so a small graph with one step per epoch still converges",
         },
     )
     max_epochs: int = field(
         default=200,
-        metadata={"help": "automatic budget (epochs=0): at most this many epochs"},
+        metadata={"max": MAX_EPOCHS, "help": "automatic budget (epochs=0): at most this many epochs"},
     )
     precision: str = field(
         default="fp32",
@@ -174,28 +189,31 @@ class TrainingConfig:
     accumulate: int = field(
         default=1,
         metadata={
+            "max": 1 << 16,
             "help": "minibatches per optimizer step on each rank (gradient accumulation); "
-            "global batch = batch_size x world_size x accumulate"
+            "global batch = batch_size x world_size x accumulate",
         },
     )
     eval_every: int = field(
         default=1,
-        metadata={"help": "full-graph validation/test accuracy every k epochs (and after the last)"},
+        metadata={"max": MAX_EPOCHS, "help": "full-graph validation/test accuracy every k epochs (and after the last)"},
     )
     eval_batch_size: int = field(
         default=0,
         metadata={
+            "max": MAX_ROWS,
             "help": "0 = rank 0 holds Â and the features in memory for the full-graph evaluation; > 0 = "
             "stream it: each layer runs over chunks of this many destination rows read from the memory-mapped "
             "Â and feature files (INT8 decoded per chunk), its output written to a memory-mapped file, so "
-            "device memory is bounded by one chunk (training.evaluate.StreamingEval)"
+            "device memory is bounded by one chunk (training.evaluate.StreamingEval)",
         },
     )
     early_stopping_patience: int = field(
         default=50,
         metadata={
+            "max": MAX_EPOCHS,
             "help": "stop when validation accuracy has not improved for this many epochs (the model of "
-            "the best epoch is the one kept); 0 = off"
+            "the best epoch is the one kept); 0 = off",
         },
     )
     feature_norm: str = field(
@@ -207,7 +225,7 @@ class TrainingConfig:
     )
     degree_buckets: int = field(
         default=16,
-        metadata={"help": "datasets without features get one-hot log2-degree buckets of this many classes"},
+        metadata={"max": 64, "help": "datasets without features get one-hot log2-degree buckets of this many classes"},
     )
     profiler: str = field(
         default="torch",
@@ -257,10 +275,13 @@ class TrainingConfig:
             "gradient through the first layer per step"
         },
     )
-    seed: int = field(default=0, metadata={"help": "seed of parameter init and dropout (per epoch and rank)"})
+    seed: int = field(
+        default=0, metadata={"max": MAX_SEED, "help": "seed of parameter init and dropout (per epoch and rank)"}
+    )
     device: str = field(default="auto", metadata={"help": f"one of {DEVICES}; auto = cuda when available, else cpu"})
     prefetch: int = field(
-        default=2, metadata={"help": "minibatches read ahead by each shard stream's background thread"}
+        default=2,
+        metadata={"max": MAX_PREFETCH, "help": "minibatches read ahead by each shard stream's background thread"},
     )
     feature_cache: float = field(
         default=0.0,
@@ -296,7 +317,7 @@ class TrainingConfig:
         },
     )
     checkpoint_every: int = field(
-        default=1, metadata={"help": "epochs between checkpoints on rank 0 (always after the last)"}
+        default=1, metadata={"max": MAX_EPOCHS, "help": "epochs between checkpoints on rank 0 (always after the last)"}
     )
     compensation: CompensationConfig = field(
         default_factory=CompensationConfig,
@@ -309,8 +330,9 @@ class TrainingConfig:
     dist_timeout_s: int = field(
         default=1800,
         metadata={
+            "max": 30 * 24 * 3600,
             "help": "seconds a rank waits in a collective (or to join the process group) before the run fails "
-            "naming the missing rank; longer than rank 0's slowest evaluation"
+            "naming the missing rank; longer than rank 0's slowest evaluation",
         },
     )
 
@@ -318,6 +340,7 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         p = "training"
+        check_fields(self, p)
         for name, choices in (
             ("precision", PRECISIONS),
             ("feature_norm", FEATURE_NORMALIZATIONS),
@@ -372,6 +395,7 @@ class PathsConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self, "paths")
         for name in ("shards", "out"):
             if not getattr(self, name):
                 _fail(f"paths.{name}", getattr(self, name), "is required")
@@ -392,10 +416,8 @@ class RunConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "RunConfig":
-        try:
-            data = yaml.safe_load(Path(path).read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ValueError(f"{path}: not valid YAML ({exc})") from exc
+        """Read, check (`graphs.config_checks.read_yaml_file`: size, no aliases) and validate a run YAML."""
+        data = read_yaml_file(path) or {}
         try:
             return cls.from_dict(data)
         except (ValueError, TypeError) as exc:
@@ -405,7 +427,7 @@ class RunConfig:
         return config_to_dict(self)
 
     def to_yaml(self, path: str | Path | None = None) -> str:
-        text = yaml.safe_dump(self.to_dict(), sort_keys=False)
+        text = dump_yaml(self.to_dict())
         if path is not None:
             Path(path).write_text(text)
         return text
@@ -442,7 +464,7 @@ def config_from_dict(cls: type[T], data: Any, path: str = "") -> T:
     if data is None:
         data = {}
     if not isinstance(data, dict):
-        raise TypeError(f"{where}: expected a mapping of fields, got {type(data).__name__} {data!r}")
+        raise TypeError(f"{where}: expected a mapping of fields, got {type(data).__name__} {bounded_repr(data)}")
     hints = typing.get_type_hints(cls)
     known = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(known))
@@ -481,31 +503,35 @@ def _convert(value: Any, hint: Any, path: str) -> Any:
                 return _convert(value, arg, path)
             except (TypeError, ValueError) as exc:
                 errors.append(str(exc))
-        raise TypeError(errors[0] if len(errors) == 1 else f"{path}={value!r}: expected {hint}")
+        raise TypeError(errors[0] if len(errors) == 1 else f"{path}={bounded_repr(value)}: expected {hint}")
     if origin is list:
         (item,) = typing.get_args(hint) or (Any,)
         if not isinstance(value, (list, tuple)):
-            raise TypeError(f"{path}={value!r}: expected a list")
+            raise TypeError(f"{path}={bounded_repr(value)}: expected a list")
         return [_convert(v, item, f"{path}[{i}]") for i, v in enumerate(value)]
     if hint is Any:
         return value
     if hint is bool:
         if not isinstance(value, bool):
-            raise TypeError(f"{path}={value!r}: expected true or false")
+            raise TypeError(f"{path}={bounded_repr(value)}: expected true or false")
         return value
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise TypeError(f"{path}={value!r}: expected an integer")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"{path}={value!r}: expected a number")
-        return float(value)
+    if hint in (int, float):
+        return _convert_number(value, hint, path)
     if hint is str:
         if not isinstance(value, str):
-            raise TypeError(f"{path}={value!r}: expected a string")
+            raise TypeError(f"{path}={bounded_repr(value)}: expected a string")
         return value
     raise TypeError(f"{path}: unsupported field type {hint}")
+
+
+def _convert_number(value: Any, hint: type, path: str) -> int | float:
+    ok = (int,) if hint is int else (int, float)
+    if not isinstance(value, bool) and isinstance(value, ok):
+        return hint(value)
+    why = "expected an integer" if hint is int else "expected a number"
+    if isinstance(value, str):  # YAML 1.1 reads 1e6 (no dot) as text
+        why += ", written as digits, e.g. 1000000" if hint is int else ", e.g. 0.001 or 1.0e-3"
+    raise TypeError(f"{path}={bounded_repr(value)}: {why}")
 
 
 def field_help(cls) -> dict[str, str]:
@@ -516,5 +542,5 @@ def field_help(cls) -> dict[str, str]:
         if dataclasses.is_dataclass(hints[f.name]):
             out.update({f"{f.name}.{k}": v for k, v in field_help(hints[f.name]).items()})
         else:
-            out[f.name] = f.metadata.get("help", "")
+            out[f.name] = help_text(f)
     return out

@@ -30,8 +30,9 @@ comparing the machine's IP addresses with ip.txt and names its shared memory aft
 graph, so two machines must not share a network namespace or ``/dev/shm``
 (tests/test_distdgl.py gives each "machine" both, with ``ip netns`` and ``unshare -m``).
 
-Outputs (``--out``): rank 0 writes ``model_final.pt`` ({"state_dict", "model"}, read with
-``torch.load(weights_only=True)``) and ``summary.json``; every trainer r writes
+Outputs (``--out``): rank 0 writes ``model_final.safetensors`` (`training.outputs.MODEL_FINAL`:
+a `training.state_file` of kind ``distdgl_model``, format ``DISTDGL_MODEL_FORMAT``, holding
+{"state_dict", "model"}; read with :func:`load_distdgl_model`) and ``summary.json``; every trainer r writes
 ``trainer-{r}/seeds.npy`` (its node_split seeds, DGL's reshuffled ids), ``labels.npy`` (the
 labels DistGraph served for them) and ``losses.json`` (mean loss per epoch, the share of its
 seeds in its machine's part, the share of its sampled input rows served by other machines'
@@ -52,14 +53,27 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from graphs.config_checks import (
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_FANOUT,
+    MAX_LAYERS,
+    MAX_RANKS,
+    MAX_SEED,
+    bounded_repr,
+    check_fields,
+)
 from training.blocks import Block
 from training.layers import ModelConfig, build_model
+from training.outputs import MODEL_FINAL
+from training.state_file import read_state_file, write_state_file
 
 __all__ = [
     "DistDGLConfig",
     "block_from_dgl",
     "config_from_args",
     "dgl_env",
+    "load_distdgl_model",
     "model_for_fanouts",
     "read_ip_config",
     "run_server",
@@ -67,6 +81,16 @@ __all__ = [
 ]
 
 ROLES = ("server", "trainer")
+DISTDGL_MODEL_FORMAT = 1  # the model file's format version (training.state_file, kind "distdgl_model")
+_MODEL_KIND = "distdgl_model"
+
+
+def load_distdgl_model(path: str | os.PathLike) -> dict:
+    """{"state_dict", "model" (ModelConfig as a dict)} of a model file rank 0 wrote; StateFileError
+    naming the file when it is not one (nothing in it is run)."""
+    return read_state_file(
+        path, kind=_MODEL_KIND, format_version=DISTDGL_MODEL_FORMAT, remedy="re-run the DistDGL training"
+    )
 
 
 @dataclass(kw_only=True)
@@ -75,20 +99,23 @@ class DistDGLConfig:
 
     ip_config: str = field(metadata={"help": "File with one 'IP [PORT]' line per machine (machine m = line m)."})
     part_config: str = field(metadata={"help": "metis_partitions' distdgl/<graph_name>.json."})
-    machine: int = field(default=0, metadata={"help": "This machine's line in ip_config."})
-    servers: int = field(default=1, metadata={"help": "DGL servers per machine."})
-    trainers: int = field(default=1, metadata={"help": "Trainers per machine."})
-    index: int = field(default=0, metadata={"help": "This server's / trainer's index on its machine."})
-    torch_port: int = field(default=29500, metadata={"help": "Port of the trainers' torch process group (machine 0)."})
+    machine: int = field(default=0, metadata={"max": MAX_RANKS, "help": "This machine's line in ip_config."})
+    servers: int = field(default=1, metadata={"max": 1024, "help": "DGL servers per machine."})
+    trainers: int = field(default=1, metadata={"max": 1024, "help": "Trainers per machine."})
+    index: int = field(default=0, metadata={"max": 1024, "help": "This server's / trainer's index on its machine."})
+    torch_port: int = field(
+        default=29500, metadata={"max": 65535, "help": "Port of the trainers' torch process group (machine 0)."}
+    )
     out: str = field(default="", metadata={"help": "Trainer output folder (rank 0 writes the model)."})
     fanouts: str = field(default="10,10", metadata={"help": "Neighbours sampled per layer, comma separated."})
-    batch_size: int = field(default=256, metadata={"help": "Seed nodes per trainer per step."})
-    epochs: int = field(default=3, metadata={"help": "Passes over each trainer's seeds."})
+    batch_size: int = field(default=256, metadata={"max": MAX_BATCH, "help": "Seed nodes per trainer per step."})
+    epochs: int = field(default=3, metadata={"max": MAX_EPOCHS, "help": "Passes over each trainer's seeds."})
     lr: float = field(default=0.01, metadata={"help": "Adam learning rate."})
-    seed: int = field(default=0, metadata={"help": "Model initialisation and shuffling seed."})
+    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "Model initialisation and shuffling seed."})
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
+        check_fields(self, "distdgl")
         for name in ("servers", "trainers", "batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"distdgl {name}={getattr(self, name)} must be at least 1")
@@ -99,16 +126,22 @@ class DistDGLConfig:
         if not self.lr > 0:
             raise ValueError(f"distdgl lr={self.lr} must be positive")
         if not Path(self.part_config).is_file():
-            raise FileNotFoundError(f"distdgl part_config {self.part_config!r} is not a file (run metis_partitions)")
+            raise FileNotFoundError(
+                f"distdgl part_config {bounded_repr(self.part_config)} is not a file (run metis_partitions)"
+            )
 
     @property
     def fanout_list(self) -> list[int]:
         try:
             out = [int(f) for f in self.fanouts.split(",")]
         except ValueError:
-            raise ValueError(f"distdgl fanouts={self.fanouts!r} is not a comma-separated list of integers") from None
-        if not out or any(f < 1 and f != -1 for f in out):
-            raise ValueError(f"distdgl fanouts={self.fanouts!r}: each must be >= 1 (or -1 for all)")
+            raise ValueError(
+                f"distdgl fanouts={bounded_repr(self.fanouts)} is not a comma-separated list of integers"
+            ) from None
+        if not 0 < len(out) <= MAX_LAYERS or any((f < 1 and f != -1) or f > MAX_FANOUT for f in out):
+            raise ValueError(
+                f"distdgl fanouts={bounded_repr(self.fanouts)}: 1 to {MAX_LAYERS} layers, each -1 (all) or in [1, {MAX_FANOUT}]"
+            )
         return out
 
 
@@ -288,7 +321,12 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
         }
         if rank == 0:
             state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-            torch.save({"state_dict": state, "model": asdict(model_cfg)}, out / "model_final.pt")
+            write_state_file(
+                out / MODEL_FINAL,
+                {"state_dict": state, "model": asdict(model_cfg)},
+                kind=_MODEL_KIND,
+                format_version=DISTDGL_MODEL_FORMAT,
+            )
             (out / "summary.json").write_text(json.dumps(summary, indent=2))
         return summary
     finally:

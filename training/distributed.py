@@ -1,10 +1,14 @@
 """torch.distributed setup: process group from torchrun's environment, or a single process.
 
-torchrun sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``;
-:func:`init_distributed` then joins the process group with ``init_method="env://"``,
-backend ``nccl`` when the run uses CUDA and ``gloo`` otherwise, and pins the rank to
-``cuda:LOCAL_RANK``. Without those variables (``python -m training`` or a test calling
-``train()`` directly) it sets up nothing and reports world size 1.
+torchrun (or ``python -m training.launch``) sets ``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``,
+``LOCAL_WORLD_SIZE``, ``MASTER_ADDR`` and ``MASTER_PORT``; :func:`init_distributed` then
+joins the process group, backend ``nccl`` when the run uses CUDA and ``gloo`` otherwise, and
+pins the rank to ``cuda:LOCAL_RANK``. When every rank is on this node, nothing listens beyond
+loopback: rank 0 serves the group's store from a socket it binds to 127.0.0.1:MASTER_PORT
+(a `TCPStore` given that socket; one given only the address would listen on every interface)
+and gloo and NCCL use the loopback interface. Across nodes it uses ``init_method="env://"``
+and the interface the launch names. Without those variables (``python -m training`` or a
+test calling ``train()`` directly) it sets up nothing and reports world size 1.
 
 The DDP rules used by the loop, stated once: every rank builds the same model from the
 same seed (and DDP broadcasts rank 0's parameters at wrap time anyway); gradients are
@@ -19,6 +23,7 @@ import datetime
 import gc
 import hashlib
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -71,8 +76,50 @@ def init_distributed(device_setting: str, timeout_s: float) -> DistInfo:
     if device.type == "cuda":
         torch.cuda.set_device(device)
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout_s))
+        timeout = datetime.timedelta(seconds=timeout_s)
+        if _one_node(world):
+            _use_loopback_interface()
+            store = loopback_store(rank, world, int(os.environ["MASTER_PORT"]), timeout)
+            dist.init_process_group(backend=backend, store=store, rank=rank, world_size=world, timeout=timeout)
+        else:
+            dist.init_process_group(backend=backend, init_method="env://", timeout=timeout)
     return DistInfo(rank, world, local_rank, device, backend)
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def _one_node(world: int) -> bool:
+    """Every rank runs on this node, and the ranks make their own store (not torchrun's static
+    rendezvous, whose agent already serves it on MASTER_PORT)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", -1)) == world and (
+        os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+    )
+
+
+def _use_loopback_interface() -> None:
+    """Point gloo and NCCL at the loopback interface (read when the group, for gloo, and its
+    first communicator, for NCCL, are made); without it gloo listens on the address of the
+    host name, which is often the network's."""
+    loopback = next((name for _, name in socket.if_nameindex() if name in ("lo", "lo0")), None)
+    if loopback is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = loopback
+
+
+def loopback_store(rank: int, world: int, port: int, timeout: datetime.timedelta) -> dist.TCPStore:
+    """The process group's key-value store on 127.0.0.1:`port` only: rank 0 serves it from a
+    socket bound to loopback, the other ranks connect there."""
+    if rank != 0:
+        return dist.TCPStore(LOOPBACK, port, world, False, timeout)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((LOOPBACK, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise RuntimeError(f"rank 0 cannot serve the process group's store on {LOOPBACK}:{port}: {exc}") from exc
+    return dist.TCPStore(LOOPBACK, port, world, True, timeout, master_listen_fd=sock.detach())
 
 
 def shutdown(info: DistInfo, clean: bool = True) -> None:

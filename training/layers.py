@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from graphs.config_checks import MAX_LAYERS, MAX_WIDTH, bounded_repr, check_fields, help_text
 from training.aggregate import aggregate, edge_softmax
 from training.blocks import Block, drop_edge_scale, drop_edges, slice_dst
 
@@ -329,18 +330,19 @@ class ModelConfig:
     """The GNN architecture: one field per hyperparameter, validated on construction."""
 
     conv: str = field(default="sage", metadata={"help": f"layer type, one of {CONVS}"})
-    hidden: int = field(default=256, metadata={"help": "hidden width (all heads together for GAT)"})
+    hidden: int = field(default=256, metadata={"max": MAX_WIDTH, "help": "hidden width (all heads together for GAT)"})
     num_layers: int = field(
         default=0,
         metadata={
+            "max": MAX_LAYERS,
             "help": "message-passing layers; 0 = the shards' blocks per minibatch (one per fanout). "
             "With neighbor/importance shards any other value must equal that count; cluster_gcn and saint "
-            "shards hold one block that serves any number of layers"
+            "shards hold one block that serves any number of layers",
         },
     )
     dropout: float = field(default=0.5, metadata={"help": "dropout on each layer's input features (incl. the first)"})
     attn_dropout: float = field(default=0.0, metadata={"help": "GAT attention dropout"})
-    heads: int = field(default=4, metadata={"help": "GAT heads of hidden layers (output: 1)"})
+    heads: int = field(default=4, metadata={"max": 1024, "help": "GAT heads of hidden layers (output: 1)"})
     residual: bool = field(
         default=False,
         metadata={"help": "add each hidden layer's input (linearly projected if widths differ)"},
@@ -379,12 +381,13 @@ class ModelConfig:
     RENAMED_FIELDS: ClassVar[dict[str, str]] = {"norm": "hidden_norm"}
 
     def __post_init__(self) -> None:
+        check_fields(self, "model")
         if self.hidden_norm == "none":  # YAML-friendly spelling of None
             self.hidden_norm = None
         if self.conv not in CONVS:
-            raise ValueError(f"model.conv={self.conv!r} is not one of {CONVS}")
+            raise ValueError(f"model.conv={bounded_repr(self.conv)} is not one of {CONVS}")
         if self.hidden_norm is not None and self.hidden_norm not in NORMS:
-            raise ValueError(f"model.hidden_norm={self.hidden_norm!r} is not one of {NORMS} or None")
+            raise ValueError(f"model.hidden_norm={bounded_repr(self.hidden_norm)} is not one of {NORMS} or None")
         for name in ("hidden", "heads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be at least 1")
@@ -402,7 +405,7 @@ class ModelConfig:
     @classmethod
     def field_help(cls) -> dict[str, str]:
         """Field name -> help text (for CLI and Dagster config descriptions)."""
-        return {f.name: f.metadata["help"] for f in fields(cls)}
+        return {f.name: help_text(f) for f in fields(cls)}
 
 
 class GNN(nn.Module):

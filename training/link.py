@@ -13,8 +13,9 @@ link_pred.py predictor ``Linear-ReLU-Linear-ReLU-Linear`` on ``h_u * h_v``.
 One process reads every rank's stream of an epoch in turn (each minibatch one optimizer
 step); link prediction is not launched under torchrun/DDP (node classification is).
 
-Files written into ``out_dir`` (`train_link`): ``model.pt`` (state_dict, read back with
-``torch.load(..., weights_only=True)``), ``metrics.parquet`` (one row per evaluated epoch
+Files written into ``out_dir`` (`train_link`): ``model.safetensors`` (`training.outputs.LINK_MODEL`:
+a `training.state_file` of kind ``link_model``, format ``LINK_MODEL_FORMAT``, holding
+{"state_dict"}; loading it never runs code), ``metrics.parquet`` (one row per evaluated epoch
 and split: epoch, split, auc, mrr, hits@10, hits@50, hits@100, loss), ``summary.json``
 (config, final val/test metrics, epoch times).
 
@@ -26,6 +27,7 @@ Usage::
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field
@@ -35,15 +37,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from graphs.config_checks import MAX_EPOCHS, MAX_PREFETCH, MAX_ROWS, MAX_SEED, MAX_STEPS, bounded_repr, check_fields
 from training.blocks import remove_self_loops
 from training.data import ShardStream, read_manifest
 from training.evaluate import load_full_block
 from training.layers import GNN, ModelConfig, build_model
+from training.loss_check import NonFiniteLossError, non_finite_loss
 from training.metrics import LINK_HITS_AT, link_prediction_report
+from training.outputs import LINK_MODEL
+from training.state_file import read_state_file, write_state_file
 
 __all__ = ["SCORERS", "LinkModel", "LinkTrainConfig", "evaluate_link", "evaluate_saved", "pair_scores", "train_link"]
 
 SCORERS = ("dot", "mlp")
+LINK_MODEL_FORMAT = 1  # the model file's format version (training.state_file, kind "link_model")
+_LINK_KIND = "link_model"
 
 
 @dataclass(kw_only=True)
@@ -52,22 +60,33 @@ class LinkTrainConfig:
 
     scorer: str = field(default="dot", metadata={"help": f"pair scorer, one of {SCORERS}"})
     lr: float = field(default=5e-4, metadata={"help": "Adam learning rate (DGL's link_pred.py: 0.0005)"})
-    epochs: int = field(default=0, metadata={"help": "training epochs; 0 = the shards' epochs (replayed in order)"})
-    eval_every: int = field(default=1, metadata={"help": "evaluate on the validation split every this many epochs"})
-    eval_batch_size: int = field(default=0, metadata={"help": "rows per chunk of full-graph inference; 0 = all"})
-    degree_buckets: int = field(
-        default=16, metadata={"help": "a graph without features gets one-hot log2-degree buckets of this many classes"}
+    epochs: int = field(
+        default=0, metadata={"max": MAX_EPOCHS, "help": "training epochs; 0 = the shards' epochs (replayed in order)"}
     )
-    seed: int = field(default=0, metadata={"help": "seed of the parameter initialization"})
-    prefetch: int = field(default=2, metadata={"help": "minibatches read ahead per stream"})
+    eval_every: int = field(
+        default=1, metadata={"max": MAX_EPOCHS, "help": "evaluate on the validation split every this many epochs"}
+    )
+    eval_batch_size: int = field(
+        default=0, metadata={"max": MAX_ROWS, "help": "rows per chunk of full-graph inference; 0 = all"}
+    )
+    degree_buckets: int = field(
+        default=16,
+        metadata={"max": 64, "help": "a graph without features gets one-hot log2-degree buckets of this many classes"},
+    )
+    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "seed of the parameter initialization"})
+    prefetch: int = field(default=2, metadata={"max": MAX_PREFETCH, "help": "minibatches read ahead per stream"})
     max_steps_per_epoch: int = field(
         default=0,
-        metadata={"help": "stop an epoch after this many minibatches (DGL's link_pred.py stops at 1000); 0 = all"},
+        metadata={
+            "max": MAX_STEPS,
+            "help": "stop an epoch after this many minibatches (DGL's link_pred.py stops at 1000); 0 = all",
+        },
     )
 
     def __post_init__(self) -> None:
+        check_fields(self, "link")
         if self.scorer not in SCORERS:
-            raise ValueError(f"scorer={self.scorer!r} is not one of {SCORERS}")
+            raise ValueError(f"scorer={bounded_repr(self.scorer)} is not one of {SCORERS}")
         if not self.lr > 0:
             raise ValueError(f"lr={self.lr} must be > 0")
         for name in ("epochs", "eval_batch_size", "prefetch", "max_steps_per_epoch"):
@@ -179,10 +198,13 @@ def train_link(
                     scores = torch.cat([pos, neg])
                     labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
                     loss = F.binary_cross_entropy_with_logits(scores, labels)
+                    value = float(loss.detach())
+                    if not math.isfinite(value):
+                        raise _non_finite_loss(value, cfg, manifest, epoch, steps)
                     opt.zero_grad()
                     loss.backward()
                     opt.step()
-                    total += float(loss.detach())
+                    total += value
                     steps += 1
                     if cfg.max_steps_per_epoch and steps >= cfg.max_steps_per_epoch:
                         break
@@ -211,15 +233,34 @@ def train_link(
     }
     if out_dir is not None:
         _write_outputs(Path(out_dir), model, rows, summary)
-    summary["trained"] = model  # not written: the state_dict is model.pt
+    summary["trained"] = model  # not written: the state_dict is LINK_MODEL
     return summary
+
+
+def _non_finite_loss(value: float, cfg: LinkTrainConfig, manifest: dict, epoch: int, step: int) -> NonFiniteLossError:
+    """The error stopping `train_link` at `step` of `epoch` (from 0; `training.loss_check`); each
+    minibatch of every rank's stream is one optimizer step."""
+    steps = int(manifest["minibatches_per_epoch_per_rank"]) * int(manifest["world_size"])
+    return non_finite_loss(
+        value,
+        epoch=epoch + 1,
+        step=step + 1,
+        steps=min(steps, cfg.max_steps_per_epoch or steps),
+        causes=[
+            f"a learning rate too high: link.lr={cfg.lr:g}",
+            "features on scales far apart, or a NaN, infinite or huge value in the dataset's features "
+            f"(features.parquet; a graph without them gets {cfg.degree_buckets} one-hot degree buckets)",
+            "a corrupted input: check the landing files, then re-materialize canonical_graph and the stages after it",
+        ],
+    )
 
 
 def evaluate_saved(
     model_dir: str | os.PathLike, shards_dir: str | os.PathLike, split_dir: str | os.PathLike, adjacency_dir
 ) -> dict:
     """{"val": report, "test": report} of the model `train_link` wrote into `model_dir`,
-    recomputed from its model.pt (``weights_only``) and summary.json."""
+    recomputed from its LINK_MODEL file and summary.json (`training.state_file.StateFileError`
+    naming the file when it is not a usable link model; nothing in it is run)."""
     from graphs.edge_split import load_edge_split
 
     model_dir, shards = Path(model_dir), Path(shards_dir)
@@ -231,7 +272,9 @@ def evaluate_saved(
     if not manifest["self_loops"]:
         full_block = remove_self_loops(full_block)
     model = LinkModel(build_model(model_cfg, x.shape[1], model_cfg.hidden), model_cfg.hidden, cfg.scorer)
-    model.load_state_dict(torch.load(model_dir / "model.pt", weights_only=True))
+    remedy = "re-materialize trained_model (retrain) to write it in this format"
+    state = read_state_file(model_dir / LINK_MODEL, kind=_LINK_KIND, format_version=LINK_MODEL_FORMAT, remedy=remedy)
+    model.load_state_dict(state["state_dict"])
     split = load_edge_split(split_dir)
     return {w: evaluate_link(model, full_block, x, split, w, cfg.eval_batch_size) for w in ("val", "test")}
 
@@ -241,7 +284,8 @@ def _write_outputs(out: Path, model: LinkModel, rows: list[dict], summary: dict)
     import pyarrow.parquet as pq
 
     out.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), out / "model.pt")
+    state = {"state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}}
+    write_state_file(out / LINK_MODEL, state, kind=_LINK_KIND, format_version=LINK_MODEL_FORMAT)
     table = pa.Table.from_pylist(rows)
     pq.write_table(table, out / "metrics.parquet")
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))

@@ -1,15 +1,19 @@
 """The trained_model folder: what a finished run writes, and how to load it back.
 
-Files (format version 2), written by rank 0 into a temporary sibling of the folder and
-renamed into place as a whole (`graphs.storage.atomic_output_dir`):
+Files (format version 3), written by rank 0 into a temporary sibling of the folder and
+renamed into place as a whole (`graphs.storage.atomic_output_dir`, which adds
+``hashes.json``: every file's size and SHA-256, checked by the readers):
 
-    model_final.pt      {"format_version", "state_dict", "model_config" (dict), "in_feats",
-                         "num_classes", "epoch" (from 1), "preprocessing" (see
-                         :class:`Preprocessing`: the feature input and its normalization
-                         statistics, and whether the model was trained with self loops)}: the parameters after the last epoch and everything
-                         inference on new data needs; tensors and plain values only, so
-                         ``torch.load(path, weights_only=True)``; rebuilt by :func:`load_model`
-    model_best.pt       the same for the epoch with the best validation accuracy
+    model_final.safetensors  a `training.state_file` of kind ``model`` holding
+                        {"state_dict", "model_config" (dict), "in_feats", "num_classes",
+                        "epoch" (from 1), "preprocessing" (see :class:`Preprocessing`: the
+                        feature input and its normalization statistics, and whether the model
+                        was trained with self loops)}: the parameters after the last epoch and
+                        everything inference on new data needs; tensors in safetensors, the
+                        rest JSON, so loading it never runs code; rebuilt by :func:`load_model`
+    model_best.safetensors   the same for the epoch with the best validation accuracy
+    version.json        {"version": "<UTC time>-<8 hex>"}: the name this model is kept under in
+                        ``<dataset>/model_versions/`` (:func:`write_version_file`)
     predictions.parquet node_id (the user's id, as in the landing files: int64 or string; join
                         on it), predicted int32, probabilities fixed_size_list<float32>[C]
                         (softmax of the best model's full-graph logits), index int64 (gnnflow's
@@ -21,13 +25,17 @@ renamed into place as a whole (`graphs.storage.atomic_output_dir`):
     summary.json        final/best accuracies, timings, settings, versions
     run.yaml            the effective run config (model.num_layers as trained)
     profile/trace.json, profile/key_averages.txt   torch.profiler output (profiler: torch)
+
+A link-prediction trained_model folder holds ``model.safetensors`` instead (`training.link`).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import os
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -37,23 +45,41 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from graphs.storage import is_valid_dataset_name
 from training.blocks import Block, remove_self_loops
 from training.layers import GNN, ModelConfig, build_model
+from training.state_file import StateFileError, read_state_file, write_state_file
 
 __all__ = [
+    "LINK_MODEL",
     "METRIC_COLUMNS",
+    "MODEL_BEST",
+    "MODEL_FINAL",
     "OUTPUT_FORMAT",
+    "PICKLED_MODEL_BEST",
+    "VERSION_FILE",
     "LoadedModel",
     "Preprocessing",
     "load_model",
+    "load_model_weights",
     "model_file_state",
+    "read_version",
+    "save_model_file",
     "plot_curves",
     "write_json",
     "write_metrics",
     "write_predictions",
+    "write_version_file",
 ]
 
-OUTPUT_FORMAT = 2  # 2: model files carry their preprocessing; epochs from 1
+OUTPUT_FORMAT = 3  # 3: model files in safetensors (training.state_file)
+MODEL_FINAL = "model_final.safetensors"
+MODEL_BEST = "model_best.safetensors"
+LINK_MODEL = "model.safetensors"  # a link-prediction trained_model's model (training.link)
+PICKLED_MODEL_BEST = "model_best.pt"  # what format 2 and older wrote (a torch pickle): refused, never loaded
+VERSION_FILE = "version.json"
+_MODEL_KIND = "model"
+_REMEDY = "re-materialize trained_model (retrain) to write it in this format"
 
 METRIC_COLUMNS = {
     "epoch": "epoch number, counted from 1 (as in the logs, summary.json and curves.png)",
@@ -114,7 +140,7 @@ class Preprocessing:
         return FeatureTransform(self.feature_norm, self.mean, self.std)
 
     def to_state(self) -> dict:
-        """Plain values and tensors (what ``torch.load(weights_only=True)`` reads back)."""
+        """Plain values and tensors (what a `training.state_file` holds)."""
         return {
             "input": self.input,
             "feature_norm": self.feature_norm,
@@ -140,9 +166,8 @@ class LoadedModel(NamedTuple):
 def model_file_state(
     model: GNN, model_cfg: dict, in_feats: int, num_classes: int, epoch: int, preprocessing: Preprocessing
 ) -> dict:
-    """The dict stored in model_*.pt (tensors and plain values only)."""
+    """What a model file holds (tensors and plain values only)."""
     return {
-        "format_version": OUTPUT_FORMAT,
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
         "model_config": dict(model_cfg),
         "in_feats": int(in_feats),
@@ -152,31 +177,68 @@ def model_file_state(
     }
 
 
+def save_model_file(path: str | os.PathLike, state: dict) -> None:
+    """Write a :func:`model_file_state` as a model file (safetensors, format ``OUTPUT_FORMAT``)."""
+    write_state_file(path, state, kind=_MODEL_KIND, format_version=OUTPUT_FORMAT)
+
+
+def _read_model_file(path: Path) -> dict:
+    return read_state_file(path, kind=_MODEL_KIND, format_version=OUTPUT_FORMAT, remedy=_REMEDY)
+
+
+def load_model_weights(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """The state_dict of a model file (tensors on the CPU)."""
+    return _read_model_file(Path(path))["state_dict"]
+
+
 def load_model(path: str | os.PathLike, map_location="cpu") -> LoadedModel:
-    """A model_final.pt / model_best.pt file: ``model, config, preprocessing, in_feats, num_classes, epoch``.
+    """A model_final / model_best file: ``model, config, preprocessing, in_feats, num_classes, epoch``.
 
     ``model`` is a ready :class:`GNN` in eval mode; ``config`` its :class:`ModelConfig`;
-    ``preprocessing`` how to build its input from a dataset (:class:`Preprocessing`). Loaded
-    with ``weights_only=True``: the file holds tensors and plain values only.
+    ``preprocessing`` how to build its input from a dataset (:class:`Preprocessing`). Any file
+    but a model file of this format (a pickle, a TorchScript archive, a damaged file) raises
+    `training.state_file.StateFileError` naming it; nothing in the file is ever run.
     """
     path = Path(path)
-    state = torch.load(path, map_location=map_location, weights_only=True)
-    if state.get("format_version") != OUTPUT_FORMAT:
-        raise ValueError(
-            f"{path}: model file format {state.get('format_version')!r}, this code reads {OUTPUT_FORMAT}; "
-            "re-materialize trained_model"
+    state = _read_model_file(path)
+    try:
+        config = ModelConfig(**state["model_config"])
+        model = build_model(config, state["in_feats"], state["num_classes"])
+        model.load_state_dict(state["state_dict"])
+        return LoadedModel(
+            model.to(map_location).eval(),
+            config,
+            Preprocessing(**state["preprocessing"]),
+            int(state["in_feats"]),
+            int(state["num_classes"]),
+            int(state["epoch"]),
         )
-    config = ModelConfig(**state["model_config"])
-    model = build_model(config, state["in_feats"], state["num_classes"])
-    model.load_state_dict(state["state_dict"])
-    return LoadedModel(
-        model.eval(),
-        config,
-        Preprocessing(**state["preprocessing"]),
-        int(state["in_feats"]),
-        int(state["num_classes"]),
-        int(state["epoch"]),
-    )
+    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        raise StateFileError(f"{path}: not a usable model ({str(exc)[:200]}); {_REMEDY}") from None
+
+
+def write_version_file(folder: str | os.PathLike) -> str:
+    """Name the model in `folder` (``<UTC time>-<8 random hex digits>``) in its version.json; the name."""
+    version = f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
+    write_json(Path(folder) / VERSION_FILE, {"version": version})
+    return version
+
+
+def read_version(folder: str | os.PathLike) -> str | None:
+    """The version named in `<folder>/version.json`, None when there is none; ValueError naming
+    the file when it is unreadable or the name could not be a folder name."""
+    path = Path(folder) / VERSION_FILE
+    if not path.is_file():
+        return None
+    try:
+        version = json.loads(path.read_text())["version"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path}: unreadable ({str(exc)[:120]}); re-materialize trained_model") from None
+    if not is_valid_dataset_name(version):
+        raise ValueError(
+            f"{path}: the version {str(version)[:80]!r} is not a valid folder name; re-materialize trained_model"
+        )
+    return version
 
 
 def write_metrics(rows: list[dict], path: str | os.PathLike) -> None:

@@ -1,19 +1,23 @@
 """Scoring a dataset with a trained model, without retraining.
 
-The model file (``model_best.pt`` of a trained_model or promoted folder, see
-`training.outputs`) holds the weights, the model config and the preprocessing it was trained
-with. :func:`predict` rebuilds the model's input for the dataset as it is now (canonical_graph
-and normalized_adjacency re-materialized from the updated landing files, so nodes that
-arrived since training are scored too), applies the stored preprocessing (the same feature
-normalization statistics, not new ones) and runs full-graph layer-wise inference::
+The model file (``model_best.safetensors`` of a trained_model, model_versions or promoted
+folder, see `training.outputs`) holds the weights, the model config and the preprocessing it
+was trained with. :func:`predict` rebuilds the model's input for the dataset as it is now
+(canonical_graph and normalized_adjacency re-materialized from the updated landing files, so
+nodes that arrived since training are scored too), applies the stored preprocessing (the
+same feature normalization statistics, not new ones) and runs full-graph layer-wise
+inference. Every file it reads is first checked against the ``hashes.json`` its stage wrote
+when it published the folder (`graphs.storage.verify_files`): a damaged model, node table,
+feature or adjacency file fails naming the file and the stage to re-materialize, instead of
+changing predictions silently. From the command line::
 
-    python -m training.predict --model .gnnflow/mydata/trained_model/model_best.pt \\
+    python -m training.predict --model .gnnflow/mydata/trained_model/model_best.safetensors \\
         --canonical .gnnflow/mydata/canonical_graph --adjacency .gnnflow/mydata/normalized_adjacency \\
         --out /tmp/mydata-predictions
 
 Files written into ``out`` (atomically): ``predictions.parquet`` (the trained_model
 layout: ``node_id`` = the user's id, ``predicted``, ``probabilities``, ``index``) and
-``summary.json`` (the model file used, node and class counts, seconds).
+``summary.json`` (the model file used and its version, node and class counts, seconds).
 
 Features come from canonical_graph's FP32 ``features.npy`` (a model trained from
 compressed_graph's codes saw their decoded approximation of the same values).
@@ -30,12 +34,24 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphs.storage import atomic_output_dir
+from graphs.storage import atomic_output_dir, verify_files
 from training.evaluate import load_full_block
 from training.features import degree_features, read_node_table
-from training.outputs import load_model, write_json, write_predictions
+from training.outputs import MODEL_BEST, MODEL_FINAL, load_model, read_version, write_json, write_predictions
 
-__all__ = ["predict"]
+__all__ = ["predict", "verify_inputs"]
+
+ADJACENCY_FILES = ("summary.json", "indptr.npy", "indices.npy", "weights.npy")
+
+
+def verify_inputs(canonical: Path, adjacency: Path, feature_input: str) -> None:
+    """`graphs.storage.CorruptFileError` naming the file and the stage to re-materialize unless
+    the canonical_graph and normalized_adjacency files scoring reads are as their stage published them."""
+    verify_files(adjacency, ADJACENCY_FILES, stage="normalized_adjacency")
+    names = ["nodes.parquet"] + (
+        ["features.npy"] if feature_input == "features" and (canonical / "features.npy").is_file() else []
+    )
+    verify_files(canonical, names, stage="canonical_graph")
 
 
 def model_input(preprocessing, canonical: Path, adjacency: Path, in_feats: int) -> torch.Tensor:
@@ -51,7 +67,7 @@ def model_input(preprocessing, canonical: Path, adjacency: Path, in_feats: int) 
                 f"{path}: missing, but the model was trained on node features; give the dataset a "
                 "features.parquet with the same columns as at training time"
             )
-        x = torch.from_numpy(np.array(np.load(path, mmap_mode="r"), dtype=np.float32))
+        x = torch.from_numpy(np.array(np.load(path, mmap_mode="r", allow_pickle=False), dtype=np.float32))
     if x.shape[1] != in_feats:
         raise ValueError(
             f"{canonical}: the dataset's model input has {x.shape[1]} columns, the model was trained on {in_feats}"
@@ -67,10 +83,15 @@ def predict(
     *,
     batch_size: int = 0,
 ) -> dict:
-    """Predictions of the model file for every node of the dataset; returns the summary."""
+    """Predictions of the model file for every node of the dataset; returns the summary.
+
+    The model file must lie in a published model folder (trained_model, model_versions/<v>,
+    promoted): it is checked against that folder's hashes.json before it is loaded."""
     t0 = time.perf_counter()
-    canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
+    canonical, adjacency, model_path = Path(canonical_dir), Path(adjacency_dir), Path(model_path)
+    verify_files(model_path.parent, [model_path.name], stage="trained_model")
     loaded = load_model(model_path)
+    verify_inputs(canonical, adjacency, loaded.preprocessing.input)
     adj_norm = json.loads((adjacency / "summary.json").read_text()).get("degree_norm", "both")
     if adj_norm != loaded.preprocessing.degree_norm:
         raise ValueError(
@@ -88,7 +109,8 @@ def predict(
     logits = loaded.model.inference(block, x, batch_size or None).float()
     counts = np.bincount(logits.argmax(1).numpy(), minlength=loaded.num_classes)
     summary = {
-        "model": str(Path(model_path).resolve()),
+        "model": str(model_path.resolve()),
+        "model_version": read_version(model_path.parent),
         "model_epoch": loaded.epoch,
         "nodes": int(nodes.n),
         "num_classes": loaded.num_classes,
@@ -105,7 +127,9 @@ def predict(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.predict", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="model_best.pt or model_final.pt of a trained_model folder")
+    parser.add_argument(
+        "--model", required=True, help=f"{MODEL_BEST} or {MODEL_FINAL} of a trained_model (or model_versions) folder"
+    )
     parser.add_argument("--canonical", required=True, help="the dataset's canonical_graph folder")
     parser.add_argument("--adjacency", required=True, help="the dataset's normalized_adjacency folder")
     parser.add_argument("--out", required=True, help="folder to write predictions.parquet and summary.json into")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from graphs.config_checks import bounded_repr, check_fields
+
 HEADLINE_METRICS = ("accuracy", "macro_f1")
 
 
@@ -27,8 +29,9 @@ class PromotionConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.metric not in HEADLINE_METRICS:
-            raise ValueError(f"metric={self.metric!r} must be one of {HEADLINE_METRICS}")
+            raise ValueError(f"metric={bounded_repr(self.metric)} must be one of {HEADLINE_METRICS}")
         if not 0 <= self.margin <= 1:
             raise ValueError(f"margin={self.margin} must lie in [0, 1]")
 

@@ -3,8 +3,9 @@
 Run it (``run.yaml``: see `training.config`; world size and batch size come from the
 shards' manifest, so ``--nproc-per-node`` must divide the manifest's ``world_size``)::
 
-    # one machine, 2 processes: gloo on CPU, nccl on GPUs (one GPU per process)
-    torchrun --standalone --nproc-per-node 2 -m training --config run.yaml
+    # one machine, 2 processes: gloo on CPU, nccl on GPUs (one GPU per process); torchrun's
+    # launcher with nothing listening beyond loopback (training.launch)
+    python -m training.launch --nproc-per-node 2 -m training --config run.yaml
 
     # several machines: the same command on every node, with a c10d rendezvous
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST:29400 \\
@@ -62,13 +63,13 @@ from torch.profiler import record_function
 
 from graphs.host_memory import reuse_freed_memory
 from graphs.progress import Progress
-from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes
+from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes, verify_lock_held
 from training.blocks import remove_self_loops
 from training.checkpoint import (
     CHECKPOINT_NAME,
     code_version,
     data_version,
-    load_checkpoint,
+    resume_state,
     run_key,
     save_checkpoint,
     work_dir_for,
@@ -90,8 +91,20 @@ from training.feature_cache import CacheSpec
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.imbalance import class_weights, selection_score
 from training.layers import build_model, use_aggregation
+from training.loss_check import NonFiniteLossError, non_finite_loss
 from training.node_stats import NodeGradStats
-from training.outputs import Preprocessing, model_file_state, plot_curves, write_json, write_metrics, write_predictions
+from training.outputs import (
+    MODEL_BEST,
+    MODEL_FINAL,
+    Preprocessing,
+    model_file_state,
+    plot_curves,
+    save_model_file,
+    write_json,
+    write_metrics,
+    write_predictions,
+    write_version_file,
+)
 from training.precision import grad_scaler, resolve_precision
 from training.profiling import StepProfiler, nvtx_context
 from training.report import Reporter, open_reporter
@@ -121,9 +134,10 @@ def train(cfg: RunConfig, *, on_epoch_end: EpochHook | None = None) -> dict | No
     """
     # Rank 0 holds the dataset's write lock (the folder holding paths.out) for the whole run,
     # before anything is read; the other ranks wait for it in the process group's rendezvous.
-    # Launched by the trained_model asset, the ranks run under the asset's lock.
+    # Launched by the trained_model asset, rank 0 runs under the step's lock and checks after
+    # every epoch and before publishing that the step still holds it (`_check_lock`).
     is_rank0 = int(os.environ.get("RANK", "0")) == 0
-    with dataset_lock(Path(cfg.paths.out).resolve().parent) if is_rank0 else contextlib.nullcontext():
+    with dataset_lock(_dataset_folder(cfg)) if is_rank0 else contextlib.nullcontext():
         info = init_distributed(cfg.training.device, cfg.training.dist_timeout_s)
         try:
             with open_reporter(info.is_main) as report:
@@ -133,6 +147,17 @@ def train(cfg: RunConfig, *, on_epoch_end: EpochHook | None = None) -> dict | No
             raise
         shutdown(info)
     return summary
+
+
+def _dataset_folder(cfg: RunConfig) -> Path:
+    """The dataset's folder (holding paths.out and its lock)."""
+    return Path(cfg.paths.out).resolve().parent
+
+
+def _check_lock(cfg: RunConfig) -> None:
+    """Rank 0, before it writes: DatasetLockLost when the dataset lock is no longer held for this
+    run (its step was killed), so an orphan never writes beside the step's next run."""
+    verify_lock_held(_dataset_folder(cfg))
 
 
 @dataclass(eq=False)
@@ -232,6 +257,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
             rows = all_gather_objects(info, row)
             run.history.extend(rows)
             if info.is_main:
+                _check_lock(cfg)
                 progress.advance(detail=_epoch_line(rows))
                 if run.stopped_early:
                     report.info(f"early stopping: validation accuracy last improved at epoch {run.best['epoch']}")
@@ -248,6 +274,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     # ------------------------------------------------------------------ outputs (rank 0)
     if not info.is_main:
         return None
+    _check_lock(cfg)
     summary = finish_run(run, replicas)
     report.materialization(_pipes_metadata(summary))
     report.info(
@@ -391,8 +418,9 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
 
 
 def resume(run: Run) -> None:
-    """Restore the model, optimizer, scaler and progress from the run's checkpoint, if any."""
-    state = load_checkpoint(run.ckpt_path)
+    """Restore the model, optimizer, scaler and progress from the run's checkpoint, if any (one
+    that cannot be used is set aside by rank 0, with a warning, and the run starts over)."""
+    state = resume_state(run.ckpt_path, run.report.warning if run.info.is_main else None)
     if state is None:
         return
     run.model.load_state_dict(state["model"])
@@ -472,7 +500,8 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
 
 
 def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
-    """Loss of one minibatch, its gradient accumulated (scaled for fp16, averaged over the step)."""
+    """Loss of one minibatch (a float; NonFiniteLossError when NaN or infinite) and its logits,
+    its gradient accumulated (scaled for fp16, averaged over the step)."""
     t0 = run.now()
     with record_function("forward"), run.precision.autocast():
         blocks = model_blocks(mb.blocks, run.cfg.model.num_layers, bool(run.manifest.get("shared_block")))
@@ -483,6 +512,9 @@ def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
             logits = run.net(blocks, x).float()
         loss = cross_entropy(mb, logits, run.class_weight)
     t1 = run.now()
+    value = float(loss.detach())  # read for the epoch's loss anyway; checked outside backward's collectives
+    if not math.isfinite(value):
+        raise _non_finite_loss(run, value)
     with record_function("backward"):
         run.scaler.scale(loss / minibatches_in_step).backward()
     if run.grad_stats is not None:  # the minibatch loss's own gradient: undo the loss scale and the 1/M
@@ -490,7 +522,28 @@ def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
     t2 = run.now()
     timing["forward"] += t1 - t0
     timing["backward"] += t2 - t1
-    return loss, logits
+    return value, logits
+
+
+def _non_finite_loss(run: Run, value: float) -> NonFiniteLossError:
+    """The error stopping the run at its current step (`training.loss_check`), with its settings."""
+    tcfg = run.cfg.training
+    epoch, step = divmod(run.step, run.steps_per_epoch)
+    norm = tcfg.feature_norm
+    return non_finite_loss(
+        value,
+        epoch=epoch + 1,
+        step=step + 1,
+        steps=run.steps_per_epoch,
+        causes=[
+            f"feature normalization: training.feature_norm={norm!r}"
+            + (" leaves features on their own scales; try 'standard'" if norm == "none" else ""),
+            f"a learning rate too high: training.optimizer.lr={tcfg.optimizer.lr:g} "
+            f"(training.gradient_clipping={tcfg.gradient_clipping:g}; 0 = off)",
+            "a corrupted input: a NaN, infinite or huge value in the dataset's features or edge weights "
+            "(check the landing files, then re-materialize canonical_graph and the stages after it)",
+        ],
+    )
 
 
 def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
@@ -538,7 +591,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
                     last = i == len(sources) - 1
                     with contextlib.nullcontext() if last or run.net is model else run.net.no_sync():
                         loss, logits = forward_backward(run, mb, len(sources), timing)
-                    loss_sum += float(loss.detach())
+                    loss_sum += loss
                     minibatches += 1
                     seeds += mb.num_seeds
                     if mb.num_seeds:
@@ -702,8 +755,9 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         "code_version": code_version(),
     }
     with atomic_output_dir(out) as tmp:
-        torch.save(final_state, tmp / "model_final.pt")
-        torch.save(best_state, tmp / "model_best.pt")
+        save_model_file(tmp / MODEL_FINAL, final_state)
+        save_model_file(tmp / MODEL_BEST, best_state)
+        summary["version"] = write_version_file(tmp)  # before the swap: a kill after it leaves a named model
         write_predictions(tmp / "predictions.parquet", original_id, logits)
         run.eval_graph.save_embeddings(emb, tmp / "embeddings.npy")
         write_metrics(history, tmp / "metrics.parquet")

@@ -5,6 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
+from graphs.config_checks import (
+    MAX_BATCH,
+    MAX_FANOUT,
+    MAX_LAYERS,
+    MAX_RANKS,
+    MAX_SEED,
+    MAX_THREADS,
+    bounded_repr,
+    check_fields,
+)
 from graphs.negatives import DISTRIBUTIONS as NEGATIVE_DISTRIBUTIONS
 from graphs.negatives import FILTERS as NEGATIVE_FILTERS
 from graphs.shard_format import (
@@ -39,7 +49,7 @@ def _ints(text: str, what: str) -> list[int]:
     try:
         values = [int(v) for v in str(text).replace(" ", "").split(",") if v != ""]
     except ValueError as exc:
-        raise ValueError(f"{what}={text!r}: expected comma-separated integers, e.g. '15,10,5'") from exc
+        raise ValueError(f"{what}={bounded_repr(text)}: expected comma-separated integers, e.g. '15,10,5'") from exc
     return values
 
 
@@ -58,15 +68,20 @@ class ShardConfig:
     batch_size: int = field(
         default=0,
         metadata={
+            "max": MAX_BATCH,
             "help": "Seeds per minibatch per rank (upper bound), neighbor and importance samplers; "
             f"0 = automatic: min({AUTO_BATCH_MAX}, ceil(T / (W x {AUTO_MINIBATCHES}))) for T training nodes "
             f"and W ranks, so a small graph still gets {AUTO_MINIBATCHES} optimizer steps per sampled epoch "
-            f"and a large one minibatches of at most {AUTO_BATCH_MAX}. The manifest records the resolved value."
+            f"and a large one minibatches of at most {AUTO_BATCH_MAX}. The manifest records the resolved value.",
         },
     )
-    epochs: int = field(default=3, metadata={"help": "Epochs of shards to write."})
-    world_size: int = field(default=2, metadata={"help": "DDP ranks W; one shard stream per rank and epoch."})
-    seed: int = field(default=0, metadata={"help": "Seed of every random draw (shards are deterministic)."})
+    epochs: int = field(default=3, metadata={"max": 10_000, "help": "Epochs of shards to write."})
+    world_size: int = field(
+        default=2, metadata={"max": MAX_RANKS, "help": "DDP ranks W; one shard stream per rank and epoch."}
+    )
+    seed: int = field(
+        default=0, metadata={"max": MAX_SEED, "help": "Seed of every random draw (shards are deterministic)."}
+    )
     placement: str = field(
         default="random",
         metadata={
@@ -77,13 +92,14 @@ class ShardConfig:
             "neighbor and importance samplers."
         },
     )
-    minibatches_per_shard: int = field(default=8, metadata={"help": "Minibatches per shard file."})
+    minibatches_per_shard: int = field(default=8, metadata={"max": 1 << 20, "help": "Minibatches per shard file."})
     workers: int = field(
         default=0,
         metadata={
+            "max": MAX_THREADS,
             "help": "Processes that sample and write the shard files, forked from the stage's process (the "
             "graph is shared, not copied); 0 = one per CPU core this process may use. The files are "
-            "byte-identical for any number."
+            "byte-identical for any number.",
         },
     )
     weight_encoding: str = field(
@@ -138,26 +154,39 @@ class ShardConfig:
         },
     )
     importance_nodes: int = field(
-        default=2048, metadata={"help": "importance: nodes drawn (with replacement) per layer."}
+        default=2048, metadata={"max": MAX_BATCH, "help": "importance: nodes drawn (with replacement) per layer."}
     )
-    cluster_batch: int = field(default=20, metadata={"help": "cluster_gcn: METIS clusters per minibatch."})
+    cluster_batch: int = field(
+        default=20, metadata={"max": 1 << 20, "help": "cluster_gcn: METIS clusters per minibatch."}
+    )
     saint_mode: str = field(default="node", metadata={"help": f"saint: sampler mode, one of {SAINT_MODES}."})
     saint_budget: int = field(
         default=6000,
-        metadata={"help": "saint: nodes (node mode), edges (edge mode) or walk roots (walk mode) per subgraph."},
+        metadata={
+            "max": MAX_BATCH,
+            "help": "saint: nodes (node mode), edges (edge mode) or walk roots (walk mode) per subgraph.",
+        },
     )
-    saint_walk_length: int = field(default=2, metadata={"help": "saint walk mode: random-walk length."})
+    saint_walk_length: int = field(default=2, metadata={"max": 1024, "help": "saint walk mode: random-walk length."})
     saint_coverage: float = field(
         default=20.0,
-        metadata={"help": "saint: pre-sample until each node is expected in this many subgraphs (normalization)."},
+        metadata={
+            "max": 1000.0,
+            "help": "saint: pre-sample until each node is expected in this many subgraphs (normalization).",
+        },
     )
     saint_subgraphs: int = field(
-        default=0, metadata={"help": "saint: subgraphs per epoch per rank; 0 = about n / (W * subgraph nodes)."}
+        default=0,
+        metadata={"max": 1 << 20, "help": "saint: subgraphs per epoch per rank; 0 = about n / (W * subgraph nodes)."},
     )
     # link prediction (the dataset's task: link_prediction; graphs/sampling/link.py): batch_size
     # then counts seed edges per minibatch, and the fields below apply
     negatives: int = field(
-        default=1, metadata={"help": "link prediction: negatives per positive seed edge (its destination corrupted)."}
+        default=1,
+        metadata={
+            "max": 1 << 12,
+            "help": "link prediction: negatives per positive seed edge (its destination corrupted).",
+        },
     )
     negative_filter: str = field(
         default="bloom",
@@ -183,11 +212,14 @@ class ShardConfig:
     )
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler={self.sampler!r} is not one of {SAMPLERS}")
+            raise ValueError(f"sampler={bounded_repr(self.sampler)} is not one of {SAMPLERS}")
         fanouts = _ints(self.fanouts, "fanouts")
-        if not fanouts or any(f == 0 or f < -1 for f in fanouts):
-            raise ValueError(f"fanouts={self.fanouts!r}: need at least one layer, each > 0 or -1 (all)")
+        if not 0 < len(fanouts) <= MAX_LAYERS or any(f == 0 or f < -1 or f > MAX_FANOUT for f in fanouts):
+            raise ValueError(
+                f"fanouts={bounded_repr(self.fanouts)}: need 1 to {MAX_LAYERS} layers, each -1 (all) or in [1, {MAX_FANOUT}]"
+            )
         if self.batch_size < 0:
             raise ValueError(f"batch_size={self.batch_size} must be >= 1, or 0 (automatic)")
         if self.workers < 0:
@@ -206,43 +238,45 @@ class ShardConfig:
         if self.seed < 0:
             raise ValueError(f"seed={self.seed} must be >= 0")
         if self.neighbor_prob not in NEIGHBOR_PROBS:
-            raise ValueError(f"neighbor_prob={self.neighbor_prob!r} is not one of {NEIGHBOR_PROBS}")
+            raise ValueError(f"neighbor_prob={bounded_repr(self.neighbor_prob)} is not one of {NEIGHBOR_PROBS}")
         if not 0.0 <= self.adaptive_alpha <= 1.0:
             raise ValueError(f"adaptive_alpha={self.adaptive_alpha} must lie in [0, 1]")
         if self.seed_weighting not in SEED_WEIGHTINGS:
-            raise ValueError(f"seed_weighting={self.seed_weighting!r} is not one of {SEED_WEIGHTINGS}")
+            raise ValueError(f"seed_weighting={bounded_repr(self.seed_weighting)} is not one of {SEED_WEIGHTINGS}")
         if self.seed_weighting != "uniform" and self.sampler not in ("neighbor", "importance"):
             raise ValueError(
-                f"seed_weighting={self.seed_weighting!r} weights seed nodes; sampler={self.sampler!r} draws whole "
+                f"seed_weighting={bounded_repr(self.seed_weighting)} weights seed nodes; sampler={bounded_repr(self.sampler)} draws whole "
                 "subgraphs (use sampler 'neighbor' or 'importance')"
             )
         if self.weight_encoding not in WEIGHT_SETTINGS:
-            raise ValueError(f"weight_encoding={self.weight_encoding!r} is not one of {WEIGHT_SETTINGS}")
+            raise ValueError(f"weight_encoding={bounded_repr(self.weight_encoding)} is not one of {WEIGHT_SETTINGS}")
         if self.feature_encoding == "int8":
             raise ValueError(
                 "feature_encoding='int8' is now 'compressed': the shards read compressed_graph's features "
                 "(set compressed_graph's feature_encoding to 'int8' for INT8 codes)"
             )
         if self.feature_encoding not in FEATURE_ENCODINGS:
-            raise ValueError(f"feature_encoding={self.feature_encoding!r} is not one of {FEATURE_ENCODINGS}")
+            raise ValueError(
+                f"feature_encoding={bounded_repr(self.feature_encoding)} is not one of {FEATURE_ENCODINGS}"
+            )
         if self.placement not in PLACEMENTS:
-            raise ValueError(f"placement={self.placement!r} is not one of {PLACEMENTS}")
+            raise ValueError(f"placement={bounded_repr(self.placement)} is not one of {PLACEMENTS}")
         if self.placement == "partition" and self.sampler not in ("neighbor", "importance"):
             raise ValueError(
-                f"placement='partition' places seed nodes; sampler={self.sampler!r} draws whole subgraphs "
+                f"placement='partition' places seed nodes; sampler={bounded_repr(self.sampler)} draws whole subgraphs "
                 "(use sampler 'neighbor' or 'importance', or placement 'random')"
             )
         if self.saint_mode not in SAINT_MODES:
-            raise ValueError(f"saint_mode={self.saint_mode!r} is not one of {SAINT_MODES}")
+            raise ValueError(f"saint_mode={bounded_repr(self.saint_mode)} is not one of {SAINT_MODES}")
         if self.saint_coverage <= 0:
             raise ValueError(f"saint_coverage={self.saint_coverage} must be > 0")
         if self.negatives < 1:
             raise ValueError(f"negatives={self.negatives} must be at least 1")
         if self.negative_filter not in NEGATIVE_FILTERS:
-            raise ValueError(f"negative_filter={self.negative_filter!r} is not one of {NEGATIVE_FILTERS}")
+            raise ValueError(f"negative_filter={bounded_repr(self.negative_filter)} is not one of {NEGATIVE_FILTERS}")
         if self.negative_distribution not in NEGATIVE_DISTRIBUTIONS:
             raise ValueError(
-                f"negative_distribution={self.negative_distribution!r} is not one of {NEGATIVE_DISTRIBUTIONS}"
+                f"negative_distribution={bounded_repr(self.negative_distribution)} is not one of {NEGATIVE_DISTRIBUTIONS}"
             )
         if self.saint_subgraphs < 0:
             raise ValueError(f"saint_subgraphs={self.saint_subgraphs} must be >= 0 (0 = automatic)")

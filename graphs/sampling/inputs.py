@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 from graphs.canonical import read_summary
 from graphs.node_scores import mean_grad_norm, read_node_scores
 from graphs.normalize import ScaleFactors, load_csr, load_scale_factors
+from graphs.storage import verified, verify_inputs
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -54,11 +55,17 @@ def load_shard_inputs(
 ) -> ShardInputs:
     """Read the canonical graph's labels/splits, Â's CSR and (if given) the METIS parts and clusters;
     `compressed_dir` (compressed_graph, optional) supplies the features for feature_encoding='compressed';
-    `node_scores` (optional) a training run's `graphs.node_scores` file, read as g(v) for adaptive sampling."""
+    `node_scores` (optional) a training run's `graphs.node_scores` file, read as g(v) for adaptive sampling.
+
+    Every file read from the canonical, adjacency and partition folders, and the features the
+    shards will reference, is checked against its folder's hashes.json first
+    (`graphs.storage.verified`): the shards record the SHA-256 of the files they depend on, and
+    must not record a damaged one as good."""
     canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
+    verified(canonical, "summary.json")
     summary = read_summary(canonical)
     n = int(summary["nodes"])
-    table = pq.read_table(canonical / "nodes.parquet", columns=["node_id", "label", "split"])
+    table = pq.read_table(verified(canonical, "nodes.parquet"), columns=["node_id", "label", "split"])
     node_id = table.column("node_id").to_numpy()
     if len(node_id) != n or (node_id != np.arange(n)).any():
         raise ValueError(f"{canonical / 'nodes.parquet'}: column 'node_id' is not 0..{n - 1} in order")
@@ -67,15 +74,16 @@ def load_shard_inputs(
     csr = load_csr(adjacency, n=n)
     cluster_id = None
     if partitions_dir is not None and (Path(partitions_dir) / "cluster_id.npy").is_file():
-        cluster_id = np.load(Path(partitions_dir) / "cluster_id.npy", allow_pickle=False)
+        cluster_id = np.load(verified(partitions_dir, "cluster_id.npy"), allow_pickle=False)
         if len(cluster_id) != n:
             raise ValueError(f"{Path(partitions_dir) / 'cluster_id.npy'}: {len(cluster_id)} entries, expected {n}")
     part_id = None
     if partitions_dir is not None and (Path(partitions_dir) / "part_id.npy").is_file():
-        part_id = np.load(Path(partitions_dir) / "part_id.npy", allow_pickle=False)
+        part_id = np.load(verified(partitions_dir, "part_id.npy"), allow_pickle=False)
         if len(part_id) != n:
             raise ValueError(f"{Path(partitions_dir) / 'part_id.npy'}: {len(part_id)} entries, expected {n}")
     feats = canonical / "features.npy"
+    verify_inputs(canonical, [feats.name])
     scores = None
     if node_scores is not None:
         scores = mean_grad_norm(*read_node_scores(node_scores, n))

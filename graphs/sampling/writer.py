@@ -3,11 +3,8 @@ of `graphs.shard_format` (`write_minibatch_shards`)."""
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
-import signal
-import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -20,6 +17,7 @@ import numpy as np
 import torch
 
 from graphs.npzio import write_npz
+from graphs.processes import die_with_parent
 from graphs.progress import Progress
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
@@ -42,7 +40,6 @@ from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes, priva
 # they inherit the sampler (its graph shared copy-on-write) instead of receiving a copy.
 _JOB: dict = {}
 _JOB_LOCK = threading.Lock()
-_PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies
 
 
 def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
@@ -82,9 +79,7 @@ def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
 def _worker_init() -> None:
     # A worker dies with the stage's process (killed for memory, or by a user): it would
     # otherwise sample on, and keep the dataset's lock, whose file it inherited, held.
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != _JOB["parent"]:  # died before the line above took effect
+    if not die_with_parent(_JOB["parent"]):  # died before the death signal was set
         os._exit(1)
     # one thread per forked worker: the parallelism is the processes, and a forked child
     # must not reuse its parent's OpenMP pool

@@ -1,0 +1,204 @@
+"""What a landing dataset folder holds, and which of its entries may be read.
+
+A dataset folder (`landing/<dataset>/`) holds the ingest's inputs:
+    edges/*.parquet and/or edges.parquet   the edge files (at least one: that makes it a dataset)
+    nodes.parquet, features.parquet        optional
+    _SUCCESS                               optional marker: "the copy is complete" (`landing_marked_ready`)
+
+The rule for every input entry, applied in one place (`find_dataset_files`) for the ingest
+(`graphs.canonical.build_canonical_graph`) and the landing sensor (`pipelines.sensors`):
+the dataset folder, `edges/` and each input file are followed through symlinks only when
+they resolve inside the landing folder (the dataset folder's parent), and must then be a
+folder (the dataset folder, `edges/`) or a regular file (every `.parquet` input). A
+dangling symlink, a symlink that leads out of the landing folder, a FIFO, socket, device or
+folder in a file's place is refused with an `InputError` naming the entry; nothing is ever
+opened before its entry passes (so a FIFO cannot block a read). Other entries of the folder
+are not inputs and are ignored.
+
+The landing sensor's view of a folder (`is_dataset_folder`, `landing_fingerprint`,
+`landing_marked_ready`) lists the same entries without opening any file and never raises for
+one bad entry, so one broken dataset folder never stops the sensor for the others: the
+sensor calls `find_dataset_files` for each dataset and skips the ones it refuses, naming them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+READY_MARKER = "_SUCCESS"
+OPTIONAL_INPUTS = ("nodes.parquet", "features.parquet")
+
+
+class InputError(ValueError):
+    """Raised for bad input; the message names the file, the column and the value."""
+
+
+@dataclass
+class DatasetFiles:
+    """The input files of one dataset folder, as named in it (symlinks not resolved)."""
+
+    edge_files: list[Path]
+    nodes: Path | None
+    features: Path | None
+
+
+def _edge_entries(root: Path, strict: bool = False) -> list[Path]:
+    """The edge entries of a dataset folder, of any kind (dangling symlinks included):
+    ``edges/*.parquet`` in name order, then ``edges.parquet``. An ``edges`` symlink or folder
+    that cannot be listed counts as one entry (raises OSError with `strict`); OSError when
+    the dataset folder itself cannot be examined."""
+    entries: list[Path] = []
+    edges = root / "edges"
+    if edges.is_symlink() or edges.is_dir():
+        try:
+            entries = sorted(p for p in edges.iterdir() if p.name.endswith(".parquet"))
+        except OSError:
+            if strict:
+                raise
+            entries = [edges]
+    if os.path.lexists(root / "edges.parquet"):
+        entries.append(root / "edges.parquet")
+    return entries
+
+
+def _input_entries(root: Path) -> list[Path]:
+    """Every input entry of a dataset folder (`_edge_entries`, then the optional files present)."""
+    return _edge_entries(root) + [root / name for name in OPTIONAL_INPUTS if os.path.lexists(root / name)]
+
+
+def edge_files_of(dataset_dir: str | os.PathLike) -> list[Path]:
+    """The edge entries of a landing folder: ``edges/*.parquet`` and ``edges.parquet``, as named
+    (`find_dataset_files` checks them). A folder is a dataset exactly when it has at least one
+    (`is_dataset_folder`)."""
+    return [p for p in _edge_entries(Path(dataset_dir)) if p.name.endswith(".parquet")]
+
+
+def is_dataset_folder(path: str | os.PathLike) -> bool:
+    """Whether `path` is a folder holding edge entries, sound or not (a broken one is then
+    refused by name by `find_dataset_files`); False when the folder cannot be examined."""
+    try:
+        return Path(path).is_dir() and bool(_edge_entries(Path(path)))
+    except OSError:
+        return False
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "a device" if stat.S_ISBLK(mode) or stat.S_ISCHR(mode) else "a special file"
+
+
+def _check_entry(path: Path, landing: Path, folder: bool = False) -> None:
+    """Refuse `path` unless it resolves inside `landing` to a folder (`folder`) or a regular file."""
+    try:
+        target = path.resolve(strict=True)
+        mode = target.stat().st_mode
+    except FileNotFoundError:
+        if not path.is_symlink():
+            raise InputError(f"{path}: does not exist") from None
+        raise InputError(
+            f"{path}: a symlink whose target does not exist; remove the link or put the file itself there"
+        ) from None
+    except (OSError, RuntimeError) as exc:  # RuntimeError: a symlink loop
+        raise InputError(f"{path}: cannot be examined ({exc}); fix its permissions or remove it") from None
+    if not target.is_relative_to(landing):
+        raise InputError(
+            f"{path}: resolves to {target}, outside the landing folder {landing}; symlinks are followed only "
+            "within the landing folder: copy the data in instead"
+        )
+    if folder and not stat.S_ISDIR(mode):
+        raise InputError(f"{path}: not a folder ({_kind(mode)})")
+    if not folder and not stat.S_ISREG(mode):
+        raise InputError(f"{path}: not a regular file ({_kind(mode)}); put the Parquet file itself there")
+
+
+def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
+    """The edge, node and feature files of a landing folder, each checked by the rule in the
+    module docstring; InputError naming the first entry refused."""
+    root = Path(dataset_dir)
+    if not os.path.lexists(root):
+        raise InputError(f"{root}: dataset folder does not exist")
+    try:
+        landing = root.parent.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise InputError(f"{root.parent}: landing folder cannot be examined ({exc})") from None
+    _check_entry(root, landing, folder=True)
+    edges = root / "edges"
+    try:
+        if edges.is_symlink() or edges.is_dir():
+            _check_entry(edges, landing, folder=True)
+        edge_files = _edge_entries(root, strict=True)
+        optional = {name: root / name if os.path.lexists(root / name) else None for name in OPTIONAL_INPUTS}
+    except OSError as exc:
+        raise InputError(
+            f"{exc.filename or root}: cannot be listed ({exc.strerror or exc}); fix its permissions"
+        ) from None
+    if not edge_files:
+        raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet")
+    for path in edge_files + [p for p in optional.values() if p is not None]:
+        _check_entry(path, landing)
+    return DatasetFiles(edge_files, optional["nodes.parquet"], optional["features.parquet"])
+
+
+def _stat_line(path: Path, root: Path) -> str:
+    """ "relative path:size:mtime" of an entry (through symlinks), or its kind when it has none."""
+    try:
+        st = path.stat()
+        return f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n"
+    except OSError as exc:
+        return f"{path.relative_to(root)}:{type(exc).__name__}\n"
+
+
+def landing_fingerprint(dataset_dir: str | os.PathLike) -> str:
+    """16 hex digits over the relative path, size and mtime of every input entry of a landing
+    folder (`_input_entries`, through symlinks; a broken entry counts by its name): what
+    canonical_graph records as `landing_fingerprint` and what the landing sensor compares with,
+    so inputs changed since the last ingest are noticed and nothing else. Never raises for
+    a broken entry."""
+    root = Path(dataset_dir)
+    h = hashlib.sha256()
+    try:
+        lines = [_stat_line(p, root) for p in sorted(_input_entries(root))]
+    except OSError as exc:  # the folder itself cannot be listed
+        lines = [f".:{type(exc).__name__}\n"]
+    for line in lines:
+        h.update(line.encode())
+    return h.hexdigest()[:16]
+
+
+def _mtime_ns(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return 0
+
+
+def landing_marked_ready(dataset_dir: str | os.PathLike) -> bool:
+    """Whether the folder holds a `_SUCCESS` marker at least as new as every input entry in
+    it (a copy that writes the marker last says "complete" without waiting for a second look)."""
+    root = Path(dataset_dir)
+    marker = root / READY_MARKER
+    try:
+        if not marker.is_file():
+            return False
+        newest = max((_mtime_ns(p) for p in _input_entries(root)), default=0)
+        return marker.stat().st_mtime_ns >= newest
+    except OSError:
+        return False
+
+
+__all__ = [
+    "READY_MARKER",
+    "DatasetFiles",
+    "InputError",
+    "edge_files_of",
+    "find_dataset_files",
+    "is_dataset_folder",
+    "landing_fingerprint",
+    "landing_marked_ready",
+]
