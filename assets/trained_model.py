@@ -103,7 +103,9 @@ class TrainedModelConfig(dg.Config):
     )
 
     def to_dataclass(self) -> tuple[ModelConfig, TrainingConfig, LaunchConfig]:
-        """The `model`, `training` and `launch` dataclasses (validated by their `__post_init__`)."""
+        """The `model`, `training` and `launch` dataclasses (validated by their `__post_init__`); the
+        `link` block is validated too, so a bad value there fails with the others, before any run."""
+        self.link.to_dataclass()
         return self.model.to_dataclass(), self.training.to_dataclass(), self.launch.to_dataclass()
 
     def to_run_config(self, paths: PathsConfig) -> RunConfig:
@@ -236,6 +238,7 @@ def trained_model(
         skipped = skip_without_labels(context, summary, "train on", [BEATS_MAJORITY])
         if skipped is not None:
             return skipped
+        keep_unrecorded_model(storage, dataset, context.run.run_id, context.log)
         result, command, nproc, work, extra = _launch(context, config, storage, dataset, canonical, shards)
         out = storage.asset_dir(dataset, _ASSET)
         check = check_accuracy(out, canonical)
@@ -352,6 +355,19 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
     else:
         result = run_tied(context, command, env, () if lock_fd is None else (lock_fd,)).get_materialize_result()
     return result, command, nproc, work, extra
+
+
+def keep_unrecorded_model(storage: GnnflowStorage, dataset: str, run_id: str, log) -> None:
+    """Record the published trained_model/ as a model version before training replaces it, when a
+    killed step published it without recording it (idempotent: a recorded one is left as it is)."""
+    try:
+        version = storage.model_version(storage.asset_dir(dataset, _ASSET))
+    except dg.Failure as exc:  # a damaged version.json: this run replaces that folder anyway
+        log.warning(f"the previous trained_model/ is not kept as a model version: {exc.description}")
+        return
+    if version is not None and not (storage.versions_dir(dataset) / version).is_dir():
+        storage.record_model_version(dataset, run_id)
+        log.info(f"the unrecorded trained_model/ of an earlier run is kept as model version {version}")
 
 
 def run_tied(

@@ -14,6 +14,8 @@ import os
 import re
 from typing import TYPE_CHECKING, Iterable
 
+from graphs.config_checks import bounded_repr
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -26,7 +28,9 @@ MEMORY_SIZE = re.compile(r"(?i)\d+(\.\d+)?\s*(b|kb|mb|gb|tb|kib|mib|gib|tib)")
 def check_memory_size(value: str, name: str = "memory_limit") -> str:
     """`value` when it reads like '4GB' / '512 MiB' / '1.5gb', else ValueError naming `name`."""
     if not isinstance(value, str) or not MEMORY_SIZE.fullmatch(value.strip()):
-        raise ValueError(f"{name}={value!r} is not a memory size; write a number and a unit, e.g. '4GB' or '512MiB'")
+        raise ValueError(
+            f"{name}={bounded_repr(value)} is not a memory size; write a number and a unit, e.g. '4GB' or '512MiB'"
+        )
     return value.strip()
 
 

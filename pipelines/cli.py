@@ -47,8 +47,8 @@ def quiet_dagster_notices() -> None:
     shows. Called when `pipelines.definitions` loads, i.e. in the `dagster` CLI before it parses
     `--select`, and in every step worker:
     - `--select '*'` resolves through ``AssetSelection.all(include_sources=...)``, a beta parameter;
-    - PipesSubprocessClient (trained_model) reads ``PipesMessageReader.expected_writer_count``, a
-      preview property.
+    - trained_model's pipes session reads ``PipesMessageReader.expected_writer_count``, a preview
+      property.
     (`dagster asset materialize` itself is "superseded" by `dg launch` of the separate dagster-dg-cli
     package; that notice comes before any project code loads, so the Makefile's demo target filters it.)
     """

@@ -32,3 +32,21 @@ def datasets_folder() -> Path:
 def shared_datasets() -> Path:
     """The folder holding cora/, citeseer/, email-eu-core/, ego-facebook/ (`datasets_folder`)."""
     return datasets_folder()
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` (relative path -> its bytes): what "byte for byte untouched" compares."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def wait_for_path(pattern: str, parent: Path, proc, seconds: float = 300) -> Path:
+    """The first path under `parent` matching `pattern`, polled while the process `proc` runs."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(parent.glob(pattern))
+        if found:
+            return found[0]
+        time.sleep(0.05)
+    raise AssertionError(f"{pattern} never appeared under {parent} (exit code {proc.poll()})")

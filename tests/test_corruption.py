@@ -33,6 +33,7 @@ from graphs.partition import PartitionConfig, build_partitions
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 from graphs.shard_format import DamagedFileError, ShardError, read_manifest, read_shard, stream_record
 from graphs.storage import CorruptFileError, DiskFullError, cached_file_sha256, staged_output
+from tests.conftest import folder_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 STAGES = ("canonical_graph", "normalized_adjacency", "metis_partitions", "compressed_graph")
@@ -53,10 +54,6 @@ def flipped_bit(path: Path, offset: int | None = None, bit: int = 4):
         with open(path, "r+b") as f:
             f.seek(offset)
             f.write(bytes([byte]))
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 # ----------------------------------------------------------------------------- stages, through the assets
@@ -114,7 +111,7 @@ def _error(result: dg.ExecuteInProcessResult, step: str) -> str:
 )
 def test_a_bit_flip_in_a_canonical_file_fails_every_stage_that_reads_it(home, name, stages):
     folder = home["dir"]
-    before = {s: _files(folder / s) for s in STAGES}
+    before = {s: folder_bytes(folder / s) for s in STAGES}
     with flipped_bit(folder / "canonical_graph" / name):
         for asset, distdgl in stages:
             step = asset.op.name
@@ -123,7 +120,7 @@ def test_a_bit_flip_in_a_canonical_file_fails_every_stage_that_reads_it(home, na
             assert "damaged or edited after publishing; re-materialize canonical_graph" in message
         if name == "features.npy":
             assert _run(home, normalized_adjacency).success  # reads only the edges and the summary
-    after = {s: _files(folder / s) for s in STAGES}
+    after = {s: folder_bytes(folder / s) for s in STAGES}
     refused = [asset.op.name for asset, _ in stages]
     for s in refused:  # the previous output, byte for byte
         assert after[s] == before[s]
@@ -321,11 +318,11 @@ def test_a_memory_mapped_output_reserves_its_space_and_names_the_file_when_the_d
 
 def test_compressed_graph_on_a_full_disk_fails_naming_the_file_and_keeps_its_previous_output(home, monkeypatch):
     folder = home["dir"] / "compressed_graph"
-    before = _files(folder)
+    before = folder_bytes(folder)
     monkeypatch.setattr(os, "posix_fallocate", _no_space)
     message = _error(_run(home, compressed_graph), "compressed_graph")
     assert "disk full writing " in message and ".tmp-" in message and "features_int8.npy: 3,200 bytes needed" in message
-    assert _files(folder) == before
+    assert folder_bytes(folder) == before
     assert [p.name for p in folder.parent.iterdir() if ".tmp-" in p.name] == []
 
 

@@ -13,14 +13,11 @@ from pathlib import Path
 import pytest
 
 from graphs.generate import GenerateConfig, generate_dataset
+from tests.conftest import folder_bytes, wait_for_path
 from tests.kill_worker import STAGES, run_stage
 from training.checkpoint import CHECKPOINT_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +36,7 @@ def dataset(tmp_path_factory) -> dict:
 @pytest.mark.parametrize("stage", sorted(STAGES, key=lambda s: s == "metis_partitions"))
 def test_sigkill_mid_write_keeps_the_previous_version_and_the_next_run_cleans_up(dataset, stage, tmp_path):
     home, landing = dataset["home"], dataset["landing"]
-    before = _files(home / stage)
+    before = folder_bytes(home / stage)
     marker = tmp_path / "written"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DGLBACKEND": "pytorch"}
     child = subprocess.Popen(
@@ -58,11 +55,11 @@ def test_sigkill_mid_write_keeps_the_previous_version_and_the_next_run_cleans_up
     child.stderr.close()
     leftovers = [p.name for p in home.iterdir() if ".tmp-" in p.name]
     assert leftovers, "the kill should have left a half-written staging folder"
-    assert _files(home / stage) == before  # the previous version, whole
+    assert folder_bytes(home / stage) == before  # the previous version, whole
 
     run_stage(stage, home, landing)  # the next run takes the lock, removes the leftovers, publishes
     assert [p.name for p in home.iterdir() if ".tmp-" in p.name or ".old-" in p.name] == []
-    after = _files(home / stage)
+    after = folder_bytes(home / stage)
     assert after.keys() == before.keys()
     if stage != "metis_partitions":  # DGL's METIS is not reproducible; every other stage is
         assert {k: v for k, v in after.items() if k != "run_stats.json"} == {
@@ -93,16 +90,6 @@ def _env() -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "DGLBACKEND": "pytorch", "OMP_NUM_THREADS": "1"}
 
 
-def _wait_for(path_glob, parent: Path, proc, seconds: float = 180) -> Path:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list(parent.glob(path_glob))
-        if found:
-            return found[0]
-        time.sleep(0.05)
-    raise AssertionError(f"{path_glob} never appeared under {parent} (exit code {proc.poll()})")
-
-
 def test_training_killed_mid_epoch_resumes_from_its_checkpoint(dataset, tmp_path):
     import pyarrow.parquet as pq
 
@@ -110,7 +97,7 @@ def test_training_killed_mid_epoch_resumes_from_its_checkpoint(dataset, tmp_path
     config = _run_yaml(dataset, out, epochs=16)
     command = [sys.executable, "-m", "training", "--config", str(config)]
     first = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    _wait_for(f".trained_model.work-*/{CHECKPOINT_NAME}", out.parent, first)
+    wait_for_path(f".trained_model.work-*/{CHECKPOINT_NAME}", out.parent, first)
     first.send_signal(signal.SIGKILL)  # between checkpoints: in the middle of a later epoch
     first.wait(30)
     first.stdout.close()
@@ -144,7 +131,7 @@ def test_a_dying_ddp_rank_fails_the_run_quickly_and_is_named(dataset, tmp_path):
     torchrun = Path(sys.executable).with_name("torchrun")
     command = [str(torchrun), "--standalone", "--nproc-per-node=2", "-m", "training", "--config", str(config)]
     run = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    _wait_for(f".trained_model.work-*/{CHECKPOINT_NAME}", out.parent, run)  # both ranks are training
+    wait_for_path(f".trained_model.work-*/{CHECKPOINT_NAME}", out.parent, run)  # both ranks are training
     victim = _rank_pid(run.pid, 1)
     assert victim is not None
     os.kill(victim, signal.SIGKILL)

@@ -382,6 +382,25 @@ def test_a_kill_between_publishing_and_recording_the_version_is_completed_by_eva
     assert [p.name for p in storage.versions_dir(DS).iterdir()] == [version]
 
 
+def test_the_next_training_keeps_an_unrecorded_model_before_replacing_it(copy):
+    """The step died before record_model_version, and the next step is trained_model again:
+    the model it is about to replace is kept as its version first (once), and a damaged
+    version.json only warns (that run replaces the folder anyway)."""
+    from assets.trained_model import keep_unrecorded_model
+
+    storage, home = copy
+    version = read_version(home / "trained_model")
+    log = logging.getLogger("test")
+    keep_unrecorded_model(storage, DS, "run-2", log)
+    assert [p.name for p in storage.versions_dir(DS).iterdir()] == [version]
+    verify_files(storage.versions_dir(DS) / version, stage="trained_model")
+    keep_unrecorded_model(storage, DS, "run-2", log)  # already kept: nothing more
+    assert [p.name for p in storage.versions_dir(DS).iterdir()] == [version]
+    (home / "trained_model" / VERSION_FILE).write_text("{not json")
+    keep_unrecorded_model(storage, DS, "run-2", log)
+    assert [p.name for p in storage.versions_dir(DS).iterdir()] == [version]
+
+
 def test_predictions_wait_for_promotion_and_the_predict_job_leaves_training_out():
     from pipelines.definitions import defs
 

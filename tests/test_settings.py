@@ -425,3 +425,11 @@ def test_the_launchpad_refuses_a_huge_count_before_the_stage_runs(tmp_path, stor
     message = str(failure.step_failure_data.error.cause or failure.step_failure_data.error)
     assert "threads" in message and "less than or equal to 4096" in message
     assert not (tmp_path / "home" / "tiny" / "canonical_graph").exists()
+
+
+def test_the_link_block_is_validated_with_the_other_training_settings(tmp_path):
+    path = _write(_landing(tmp_path), "ops: {trained_model: {config: {link: {lr: -1.0}}}}\n")
+    blocks = read_settings_file(path, registered_configs())
+    with pytest.raises(SettingsError) as err:
+        resolve(TrainedModelConfig, "trained_model", {}, blocks["trained_model"], path)
+    assert str(err.value).startswith(f"{path}: ops.trained_model.config: ") and "lr" in str(err.value)

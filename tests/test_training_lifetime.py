@@ -18,6 +18,7 @@ import pytest
 
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.storage import dataset_lock
+from tests.conftest import folder_bytes, wait_for_path
 from tests.kill_worker import STAGES, run_stage
 from training.launch import LaunchConfig, torchrun_command
 
@@ -56,16 +57,6 @@ def _run_yaml(dataset: dict, out: Path, epochs: int, **training) -> Path:
     return path
 
 
-def _wait_for(pattern: str, parent: Path, proc, seconds: float = 300) -> Path:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and proc.poll() is None:
-        found = list(parent.glob(pattern))
-        if found:
-            return found[0]
-        time.sleep(0.05)
-    raise AssertionError(f"{pattern} never appeared under {parent} (exit code {proc.poll()})")
-
-
 def _alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
@@ -102,7 +93,7 @@ def test_killing_the_step_ends_its_training_and_a_rerun_trains_alone(dataset, tm
     step_cmd += ["ds", str(epochs)]
     with open(tmp_path / "step.log", "w") as log:
         step = subprocess.Popen(step_cmd, cwd=ROOT, env=_env(mark), stdout=log, stderr=subprocess.STDOUT)
-        _wait_for(".trained_model.work-*/checkpoint.*", ds, step)  # training is under way
+        wait_for_path(".trained_model.work-*/checkpoint.*", ds, step)  # training is under way
     training = [pid for pid in _marked(mark) if pid != step.pid]
     assert len(training) == 3, (training, (tmp_path / "step.log").read_text()[-3000:])  # launcher, 2 ranks
     step.send_signal(signal.SIGKILL)  # what the OOM killer does
@@ -127,7 +118,7 @@ def test_a_process_under_a_killed_holders_lock_learns_it_lost_the_lock(tmp_path)
     cmd = [sys.executable, "-m", "tests.lifetime_worker", "hold", str(folder), str(out), str(trigger)]
     holder = subprocess.Popen(cmd, cwd=ROOT, env=_env())
     try:
-        _wait_for("answers", tmp_path, holder, 60)
+        wait_for_path("answers", tmp_path, holder, 60)
         time.sleep(0.2)
         assert out.read_text() == "held\n"  # runs under its ancestor's lock
     finally:
@@ -150,7 +141,7 @@ def test_a_child_given_the_lock_descriptor_keeps_the_lock_after_its_holder_dies(
     folder, out = tmp_path / "ds", tmp_path / "child"
     cmd = [sys.executable, "-m", "tests.lifetime_worker", "share", str(folder), str(out)]
     holder = subprocess.Popen(cmd, cwd=ROOT, env=_env())
-    _wait_for("child", tmp_path, holder, 60)
+    wait_for_path("child", tmp_path, holder, 60)
     time.sleep(0.2)
     child = int(out.read_text())
     holder.send_signal(signal.SIGKILL)
@@ -193,7 +184,7 @@ def test_one_node_training_listens_on_loopback_only_and_its_ranks_die_with_the_l
     with open(tmp_path / "train.log", "w") as log:
         launcher = subprocess.Popen(command, cwd=ROOT, env=_env(), stdout=log, stderr=subprocess.STDOUT)
     try:
-        _wait_for(".trained_model.work-*/checkpoint.*", out.parent, launcher)
+        wait_for_path(".trained_model.work-*/checkpoint.*", out.parent, launcher)
         tree = [psutil.Process(launcher.pid), *psutil.Process(launcher.pid).children(recursive=True)]
         assert len(tree) == 3, (tree, (tmp_path / "train.log").read_text()[-3000:])
         listening = {
@@ -259,10 +250,6 @@ def test_one_node_refuses_a_network_interface_and_the_command_checks_its_address
 # ----------------------------------------------------------------------------- non-finite loss
 
 
-def _files(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_path):
     from training.config import RunConfig
     from training.loss_check import NonFiniteLossError
@@ -270,7 +257,7 @@ def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_pat
 
     out = tmp_path / "ds" / "trained_model"
     train(RunConfig.from_yaml(_run_yaml(dataset, out, epochs=2)))
-    before = _files(out)
+    before = folder_bytes(out)
     cfg = RunConfig.from_yaml(_run_yaml(dataset, out, epochs=5, optimizer={"lr": 1e30}))
     with pytest.raises(NonFiniteLossError) as err:
         train(cfg)
@@ -280,7 +267,7 @@ def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_pat
     assert "nothing was published" in message
     assert "training.feature_norm='row'" in message and "training.optimizer.lr=1e+30" in message
     assert "a corrupted input" in message
-    assert _files(out) == before  # the previous model, byte for byte
+    assert folder_bytes(out) == before  # the previous model, byte for byte
 
     # the same under the one-node launcher: the run fails with the message, nothing published
     run = subprocess.run(
@@ -293,7 +280,7 @@ def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_pat
     )
     assert run.returncode != 0
     assert "NonFiniteLossError: the training loss is nan at epoch 1, optimizer step 2 of 3" in run.stdout + run.stderr
-    assert _files(out) == before
+    assert folder_bytes(out) == before
 
 
 def test_link_prediction_stops_on_a_non_finite_loss(tmp_path):

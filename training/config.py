@@ -14,7 +14,7 @@ The same YAML file works in two places::
                gradient_clipping: 1.0, accumulate: 4}
     paths:    {shards: .gnnflow/demo/minibatch_shards, ...}     # only for `python -m training`
 
-    torchrun --standalone --nproc-per-node 2 -m training --config run.yaml
+    python -m training.launch --nproc-per-node 2 -m training --config run.yaml
     dagster asset materialize -m pipelines.definitions --select trained_model --partition demo -c run.yaml
 
 For Dagster the ``model`` and ``training`` blocks go under ``ops: trained_model: config:``

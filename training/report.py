@@ -1,6 +1,6 @@
 """Progress and results of rank 0: to the log, and to Dagster when launched through dagster-pipes.
 
-When the trained_model asset launches training with ``dagster.PipesSubprocessClient``,
+When the trained_model asset launches training in a dagster-pipes session (`assets.trained_model.run_tied`),
 the environment carries ``DAGSTER_PIPES_CONTEXT``/``DAGSTER_PIPES_MESSAGES``; rank 0 then
 opens ``dagster_pipes.open_dagster_pipes()``, forwards its log lines to the Dagster run
 and reports the final metrics as the asset materialization's metadata. Otherwise (plain
