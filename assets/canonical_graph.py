@@ -21,6 +21,7 @@ from assets.common import (
     refuse_failed_checks,
 )
 from assets.config import dagster_config
+from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph, landing_fingerprint
@@ -69,7 +70,11 @@ def canonical_graph(
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     landing = storage.landing_dir(dataset)
-    with storage.lock(dataset, context.log.info), storage.publishing(dataset, "canonical_graph") as out:
+    with (
+        storage.lock(dataset, context.log.info),
+        file_errors_as_failures(dataset),
+        storage.publishing(dataset, "canonical_graph") as out,
+    ):
         fingerprint = landing_fingerprint(landing) if landing.is_dir() else ""  # of the files as read
         try:
             s = build_canonical_graph(landing, out, config.to_dataclass())

@@ -42,12 +42,14 @@ from graphs.canonical import has_training_labels, is_dataset_folder
 from graphs.edge_split import LINK_PREDICTION
 from graphs.storage import (
     HASHES_NAME,
+    CorruptFileError,
     DatasetNameError,
     dataset_lock,
     dir_bytes,
     is_valid_dataset_name,
     staged_output,
     validate_dataset_name,
+    verify_files,
 )
 from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, VERSION_FILE, read_version
 
@@ -155,6 +157,10 @@ class GnnflowStorage(dg.ConfigurableResource):
         target = self.versions_dir(dataset) / version
         if target.is_dir():
             return version
+        try:  # the version's fresh hashes.json must not vouch for a file damaged since training published it
+            verify_files(model, stage="trained_model")
+        except CorruptFileError as exc:
+            raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
         with staged_output(target) as tmp:  # a fresh hashes.json: the linked one must not be rewritten
             shutil.copytree(model, tmp, copy_function=_link_or_copy, ignore=_not_linked)
             for f in tmp.rglob("*"):  # shared inodes: an in-place writer now fails instead of altering a version

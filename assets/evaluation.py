@@ -59,6 +59,20 @@ def _verified(folder: Path, names: list[str], stage: str) -> None:
         raise dg.Failure(description=str(exc)) from None
 
 
+def _promoted_report(context, canonical: Path, promoted: Path) -> dict | None:
+    """The promoted model's report; None when nothing is promoted, or when its files are not as
+    published (damaged, or kept by an older gnnflow without hashes.json): the candidate is then
+    compared with nothing, so promotion can replace a model that can no longer be trusted."""
+    if not (promoted / "predictions.parquet").is_file():
+        return None
+    try:
+        verify_files(promoted, stage="trained_model")
+    except CorruptFileError as exc:
+        context.log.warning(f"the promoted model is left out of the comparison: {exc}")
+        return None
+    return _report(canonical, promoted)
+
+
 def _report(canonical: Path, model: Path) -> dict:
     _verified(canonical, ["nodes.parquet"], "canonical_graph")
     _verified(model, ["predictions.parquet"], "trained_model")
@@ -113,10 +127,10 @@ def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg
         if skipped is not None:
             return skipped
         model = storage.upstream_dir(dataset, "trained_model")
-        storage.record_model_version(dataset, context.run.run_id)
         candidate = _report(canonical, model)
+        storage.record_model_version(dataset, context.run.run_id)
         promoted_dir = storage.promoted_dir(dataset)
-        promoted = _report(canonical, promoted_dir) if (promoted_dir / "predictions.parquet").is_file() else None
+        promoted = _promoted_report(context, canonical, promoted_dir)
         record = {
             "candidate": {"version": storage.model_version(model), **candidate},
             "promoted": None if promoted is None else {"version": storage.model_version(promoted_dir), **promoted},

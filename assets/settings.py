@@ -51,11 +51,11 @@ from typing import Any, Mapping
 import dagster as dg
 import pydantic
 
-from graphs.config_checks import MAX_YAML_BYTES, bounded_repr, bounded_text, read_yaml_file
+from graphs.config_checks import bounded_repr, bounded_text, read_yaml_file
 from graphs.edge_split import DEFAULT_TASK, TASKS
+from graphs.landing import InputError, checked_dataset_file
 
 SETTINGS_FILE = "gnnflow.yaml"
-MAX_SETTINGS_BYTES = MAX_YAML_BYTES
 
 
 class SettingsError(ValueError):
@@ -82,7 +82,10 @@ def registered_configs() -> dict[str, type[dg.Config]]:
 def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dict[str, dict]:
     """`{asset: config block}` from a gnnflow.yaml (`{}` when there is none), its shape and keys
     checked against `assets` (asset name -> its Config class); values are checked by `resolve`."""
-    doc = _read_document(path)
+    return _config_blocks(_read_document(path), path, assets)
+
+
+def _config_blocks(doc: dict, path: Path, assets: Mapping[str, type[dg.Config]]) -> dict[str, dict]:
     ops = doc.get("ops") or {}
     if not isinstance(ops, dict):
         raise SettingsError(f"{path}: key 'ops' must be a mapping of asset names, got {type(ops).__name__}")
@@ -108,8 +111,11 @@ def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dic
 
 def _read_document(path: Path) -> dict:
     """The top level of a gnnflow.yaml (`{}` when there is none), its keys and `task` checked."""
-    if not path.is_file():
-        return {}
+    try:
+        if checked_dataset_file(path) is None:
+            return {}
+    except InputError as exc:
+        raise SettingsError(str(exc)) from None
     try:
         doc = read_yaml_file(path)
     except (OSError, ValueError) as exc:
@@ -137,10 +143,9 @@ def _check_task(task: Any, path: Path) -> str:
 def read_task(path: Path) -> str:
     """The dataset's task from its gnnflow.yaml (`DEFAULT_TASK` without a file or key);
     the file is read and checked as in `read_settings_file`."""
-    if not path.is_file():
-        return DEFAULT_TASK
-    read_settings_file(path, registered_configs())
-    return _read_document(path).get("task", DEFAULT_TASK)
+    doc = _read_document(path)
+    _config_blocks(doc, path, registered_configs())
+    return doc.get("task", DEFAULT_TASK)
 
 
 def _check_keys(cls: type[pydantic.BaseModel], block: dict, where: str, path: Path) -> None:

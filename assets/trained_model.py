@@ -71,7 +71,7 @@ from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError, read_manifest
 from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
-from training.lifetime import tied_process
+from training.lifetime import LAUNCHER_PID_ENV, tied_process
 from training.link import LinkTrainConfig
 
 _ASSET = "trained_model"
@@ -330,14 +330,11 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
             f"the other {launch.nnodes - 1} node(s) run (same files at the same paths): "
             f"{extra['launch_other_nodes']}"
         )
-    # the one-node launcher holds the dataset lock with this step (not through nsys, whose own
-    # helper processes could keep it)
-    lock_fd = held_lock_fd(storage.dataset_dir(dataset)) if launch.nnodes == 1 else None
+    lock_fd = launcher_lock_fd(launch, cfg.training.profiler, storage.dataset_dir(dataset))
     if cfg.training.profiler == "nsys":
         nsys_dir_for(work).mkdir(exist_ok=True)
         command, extra["nsys"] = nsys_wrap(command, nsys_dir_for(work) / "trained_model")
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
-        lock_fd = None
     context.log.info(f"launching: {' '.join(command)}")
     env = {
         "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc)),
@@ -357,17 +354,27 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
     return result, command, nproc, work, extra
 
 
+def launcher_lock_fd(launch: LaunchConfig, profiler: str, dataset_dir: Path) -> int | None:
+    """The descriptor of the dataset lock this step holds, for the launcher to share: only a
+    one-node launcher in this machine's process tree gets it (a pod has no such descriptor, and
+    under nsys its own helper processes could keep the lock)."""
+    if launch.nnodes != 1 or launch.runner != "subprocess" or profiler == "nsys":
+        return None
+    return held_lock_fd(dataset_dir)
+
+
 def keep_unrecorded_model(storage: GnnflowStorage, dataset: str, run_id: str, log) -> None:
     """Record the published trained_model/ as a model version before training replaces it, when a
     killed step published it without recording it (idempotent: a recorded one is left as it is)."""
     try:
         version = storage.model_version(storage.asset_dir(dataset, _ASSET))
-    except dg.Failure as exc:  # a damaged version.json: this run replaces that folder anyway
+        if version is None or (storage.versions_dir(dataset) / version).is_dir():
+            return
+        storage.record_model_version(dataset, run_id)
+    except dg.Failure as exc:  # a damaged version.json or model file: this run replaces that folder anyway
         log.warning(f"the previous trained_model/ is not kept as a model version: {exc.description}")
         return
-    if version is not None and not (storage.versions_dir(dataset) / version).is_dir():
-        storage.record_model_version(dataset, run_id)
-        log.info(f"the unrecorded trained_model/ of an earlier run is kept as model version {version}")
+    log.info(f"the unrecorded trained_model/ of an earlier run is kept as model version {version}")
 
 
 def run_tied(
@@ -378,7 +385,10 @@ def run_tied(
     by an exception or an interrupted run stops it), with the descriptors `pass_fds` handed over."""
     reader = WholeLineMessageReader()
     with dg.open_pipes_session(context, dg.PipesTempFileContextInjector(), reader) as session:
-        full_env = {**os.environ, **env, **session.get_bootstrap_env_vars()}
+        # a lock descriptor or launcher pid inherited from whatever started this process names
+        # nothing of this run: only `env` may set them
+        inherited = {k: v for k, v in os.environ.items() if k not in (LOCK_FD_ENV, LAUNCHER_PID_ENV)}
+        full_env = {**inherited, **env, **session.get_bootstrap_env_vars()}
         with tied_process(command, env=full_env, cwd=str(REPO_ROOT), pass_fds=pass_fds) as proc:
             code = proc.wait()
         if code != 0:

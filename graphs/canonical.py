@@ -1031,7 +1031,7 @@ def _class_labels(labels: pa.ChunkedArray, path: Path) -> np.ndarray:
                 f"{MAX_CLASSES} classes: the model has one output per class up to the largest label), "
                 "or -1/null for unknown: number the classes 0..C-1"
             )
-    return labels.fill_null(-1).cast(pa.int32()).to_numpy()
+    return labels.cast(pa.int32()).fill_null(-1).to_numpy()  # cast first: -1 fits no unsigned type
 
 
 def _split_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int, list[str]]:

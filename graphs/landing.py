@@ -13,7 +13,8 @@ folder (the dataset folder, `edges/`) or a regular file (every `.parquet` input)
 dangling symlink, a symlink that leads out of the landing folder, a FIFO, socket, device or
 folder in a file's place is refused with an `InputError` naming the entry; nothing is ever
 opened before its entry passes (so a FIFO cannot block a read). Other entries of the folder
-are not inputs and are ignored.
+are not inputs and are ignored; the dataset's settings file (`gnnflow.yaml`) passes the
+same rule before it is read (`checked_dataset_file`).
 
 The landing sensor's view of a folder (`is_dataset_folder`, `landing_fingerprint`,
 `landing_marked_ready`) lists the same entries without opening any file and never raises for
@@ -115,6 +116,21 @@ def _check_entry(path: Path, landing: Path, folder: bool = False) -> None:
         raise InputError(f"{path}: not a folder ({_kind(mode)})")
     if not folder and not stat.S_ISREG(mode):
         raise InputError(f"{path}: not a regular file ({_kind(mode)}); put the Parquet file itself there")
+
+
+def checked_dataset_file(path: str | os.PathLike) -> Path | None:
+    """A file of a dataset folder other than the inputs (its gnnflow.yaml) under the same rule:
+    None when there is no such entry, else the path once it passed (InputError naming it when
+    it is a dangling or outward symlink, a FIFO or a folder), so it is never opened otherwise."""
+    path = Path(path)
+    if not os.path.lexists(path):
+        return None
+    try:
+        landing = path.parent.parent.resolve(strict=True)
+    except (OSError, RuntimeError) as exc:
+        raise InputError(f"{path.parent.parent}: landing folder cannot be examined ({exc})") from None
+    _check_entry(path, landing)
+    return path
 
 
 def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:

@@ -622,8 +622,8 @@ _SETTLED_NS = 2_000_000_000
 def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> dict[str, np.ndarray]:
     """The arrays of one shard file (`record` from `stream_record`), after checking its size,
     (with `verify`) its SHA-256, its version and its minibatch count. The SHA-256 is computed
-    once per process and file: again only when the file's inode, size or modification time
-    changed (`_VERIFIED`).
+    once per process and file: again only when the file's inode, size, modification or change
+    time changed (`_VERIFIED`; a content change whose times were set back changes the change time).
 
     The file is read once into a buffer; the arrays are views into it
     (`graphs.npzio.read_npz`: no pickle, no second copy, no per-member CRC when the
@@ -645,7 +645,15 @@ def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> di
         raise ShardError(f"{path}: shard file is missing; re-materialize minibatch_shards") from None
     if got != size:
         raise ShardError(f"{path}: read {got} of {size} bytes (file changed while reading)")
-    identity = (str(path.absolute()), stat.st_dev, stat.st_ino, size, stat.st_mtime_ns, record["sha256"])
+    identity = (
+        str(path.absolute()),
+        stat.st_dev,
+        stat.st_ino,
+        size,
+        stat.st_mtime_ns,
+        stat.st_ctime_ns,
+        record["sha256"],
+    )
     if verify and identity not in _VERIFIED:
         digest = hashlib.sha256(data).hexdigest()
         if digest != record["sha256"]:
@@ -653,7 +661,7 @@ def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> di
                 f"{path}: SHA-256 {digest[:16]}... does not match the manifest's {str(record['sha256'])[:16]}...: "
                 "the file was damaged after minibatch_shards published it; re-materialize minibatch_shards"
             )
-        if time.time_ns() - stat.st_mtime_ns > _SETTLED_NS:
+        if time.time_ns() - max(stat.st_mtime_ns, stat.st_ctime_ns) > _SETTLED_NS:
             _VERIFIED.add(identity)
     try:
         arrays = read_npz(data)

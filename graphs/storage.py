@@ -366,7 +366,7 @@ def write_file_hashes(folder: str | os.PathLike) -> dict[str, dict]:
 
     folder = Path(folder)
     files = {
-        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": file_sha256(p)}
+        p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": cached_file_sha256(p)}
         for p in _hashed_files(folder)
     }
     (folder / HASHES_NAME).write_text(json.dumps({"format_version": HASHES_VERSION, "files": files}, indent=1))
@@ -386,12 +386,17 @@ def _valid_record(doc) -> bool:
 
 
 def read_file_hashes(folder: str | os.PathLike, *, stage: str) -> dict[str, dict]:
-    """The `files` record of `<folder>/hashes.json`; CorruptFileError naming `stage` when the
-    record is missing, unreadable or of another format version."""
+    """The `files` record of `<folder>/hashes.json` (parsed once per process while the file is
+    unchanged: a reader of per-part files asks once per part); CorruptFileError naming `stage`
+    when the record is missing, unreadable or of another format version."""
     import json
 
     path = Path(folder) / HASHES_NAME
     try:
+        key, stamp, settled = _file_stamp(path)
+        hit = _RECORDS.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
         doc = json.loads(path.read_text())
         if not _valid_record(doc):
             version = str(doc.get("format_version"))[:20] if isinstance(doc, dict) else "none"
@@ -403,6 +408,8 @@ def read_file_hashes(folder: str | os.PathLike, *, stage: str) -> dict[str, dict
         ) from None
     except (OSError, ValueError) as exc:
         raise CorruptFileError(f"{path}: unreadable hash record ({exc}); re-materialize {stage}") from None
+    if settled and _file_stamp(path)[1] == stamp:
+        _RECORDS[key] = (stamp, doc["files"])
     return doc["files"]
 
 
@@ -472,26 +479,41 @@ def file_is_as_published(folder: str | os.PathLike, name: str) -> bool | None:
 
 _SETTLED_NS = 2_000_000_000
 _DIGESTS: dict[tuple[int, int], tuple[tuple[int, int, int], str]] = {}
+_RECORDS: dict[tuple[int, int], tuple[tuple[int, int, int], dict]] = {}
+
+
+def _file_stamp(path: str | os.PathLike) -> tuple[tuple[int, int], tuple[int, int, int], bool]:
+    """(device and inode, (size, modification time, change time), settled) of a file: a value
+    computed from it may be kept under the inode while the stamp stays the same (a rewrite, or
+    a content change whose times were set back, changes the change time), but only once it is
+    settled, unchanged for two seconds before this call: file systems stamp times at a clock
+    tick's resolution, so a rewrite within one tick could keep them."""
+    now = time.time_ns()
+    st = os.stat(path)
+    stamp = (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    return (st.st_dev, st.st_ino), stamp, now - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS
 
 
 def cached_file_sha256(path: str | os.PathLike) -> str:
-    """`file_sha256`, computed once per process for a file that has not changed since.
-
-    The digest is kept under the file's device and inode with its size, modification and
-    change time, and used again only while all four are the same (a rewrite, or a content
-    change whose times were set back, changes the change time). A file changed in the last
-    two seconds is hashed at every call: file systems stamp times at a clock tick's
-    resolution, so a rewrite within one tick could keep them.
-    """
-    st = os.stat(path)
-    key, stamp = (st.st_dev, st.st_ino), (st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    """`file_sha256`, computed once per process for a file that has not changed since
+    (`_file_stamp`; a digest given by `remember_sha256` counts too). A file changed in the last
+    two seconds, or while it was hashed, is hashed at every call."""
+    key, stamp, settled = _file_stamp(path)
     hit = _DIGESTS.get(key)
     if hit is not None and hit[0] == stamp:
         return hit[1]
     digest = file_sha256(path)
-    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
+    if settled and _file_stamp(path)[1] == stamp:
         _DIGESTS[key] = (stamp, digest)
     return digest
+
+
+def remember_sha256(path: str | os.PathLike, digest: str) -> None:
+    """Record the SHA-256 of a file its writer computed while writing it (and has closed), so
+    publishing (`write_file_hashes`) does not read it again. Kept under the file's current
+    stamp: any later change to the file makes it be hashed anew."""
+    key, stamp, _ = _file_stamp(path)
+    _DIGESTS[key] = (stamp, digest)
 
 
 # ----------------------------------------------------------------------------- disk space

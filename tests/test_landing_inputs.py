@@ -197,6 +197,14 @@ def test_largest_allowed_label_and_unknowns(tmp_path):
     assert labels == [0, MAX_CLASSES - 1, -1, -1]
 
 
+@pytest.mark.parametrize("type_", [pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()])
+def test_unsigned_labels_with_nulls_are_read_as_classes_and_unknowns(tmp_path, type_):
+    folder = _with_nodes(tmp_path, label=pa.array([0, 2, None, 1], type_))
+    s = build_canonical_graph(folder, tmp_path / "out")
+    assert (s["num_classes"], s["labelled_nodes"], s["null_labels_as_unknown"]) == (3, 3, 1)
+    assert pq.read_table(tmp_path / "out" / "nodes.parquet").column("label").to_pylist() == [0, 2, -1, 1]
+
+
 def test_split_words_match_any_case_and_synonyms_and_others_are_counted(tmp_path):
     words = ["TEST", "validation", " Train ", "dev", "x", None, "holdout", "Valid", "training", "x", "testing", "other"]
     folder = _with_nodes(tmp_path, label=list(range(len(words))), split=pa.array(words))

@@ -2,6 +2,7 @@
 hashes their stage published, a damaged checkpoint set aside, model versions recorded again
 after a kill, and predictions scored with the model promotion just picked."""
 
+import json
 import logging
 import os
 import shutil
@@ -164,6 +165,20 @@ def test_a_damaged_or_truncated_state_file_is_refused(tmp_path):
     path.write_bytes(whole[:5])
     with pytest.raises(StateFileError, match=r"m.safetensors: not a safetensors file \(or a truncated one\)"):
         read_state_file(path, kind="model", format_version=1, remedy="retrain")
+
+
+def test_state_files_of_every_header_length_read_back(tmp_path):
+    """The header length's lowest byte can be anything (0x80 included, a pickle's first byte):
+    32 header sizes in steps of 8 bytes cover every residue the writer produces."""
+    lengths = set()
+    for pad in range(0, 256, 8):
+        path = tmp_path / f"m{pad}.safetensors"
+        state = {"w": torch.arange(3, dtype=torch.float32), "pad": "x" * pad}
+        write_state_file(path, state, kind="model", format_version=1)
+        lengths.add(struct.unpack("<Q", path.read_bytes()[:8])[0] % 256)
+        back = read_state_file(path, kind="model", format_version=1, remedy="retrain")
+        assert back["pad"] == state["pad"] and torch.equal(back["w"], state["w"])
+    assert 0x80 in lengths and len(lengths) == 32
 
 
 def test_a_crafted_state_nested_too_deep_is_refused_with_its_file_named(tmp_path):
@@ -399,6 +414,39 @@ def test_the_next_training_keeps_an_unrecorded_model_before_replacing_it(copy):
     (home / "trained_model" / VERSION_FILE).write_text("{not json")
     keep_unrecorded_model(storage, DS, "run-2", log)
     assert [p.name for p in storage.versions_dir(DS).iterdir()] == [version]
+
+
+def test_a_damaged_unrecorded_model_is_not_kept_as_a_version(copy):
+    """Recording writes the version's own hashes.json: it must not vouch for a file damaged
+    after training published it."""
+    from assets.evaluation import evaluation
+
+    storage, home = copy
+    _flip_bit_in_tensor_data(home / "trained_model" / MODEL_FINAL)
+    result = _materialize([evaluation], storage)
+    assert not result.success
+    message = _failure(result)
+    assert f"{home / 'trained_model' / MODEL_FINAL}: its SHA-256 differs" in message
+    assert "re-materialize trained_model" in message
+    assert not storage.versions_dir(DS).exists()
+
+
+def test_a_promoted_model_that_cannot_be_verified_is_left_out_and_replaced(copy):
+    """A promoted folder without hashes.json (kept by an older gnnflow) or damaged cannot be
+    compared with: evaluation leaves it out, with a warning, and promotion moves the pointer."""
+    from assets.evaluation import evaluation, promotion
+
+    storage, home = copy
+    old = storage.versions_dir(DS) / "20200101T000000Z-old"
+    shutil.copytree(home / "trained_model", old)
+    (old / "hashes.json").unlink()
+    storage.promoted_dir(DS).symlink_to("model_versions/20200101T000000Z-old")
+    result = _materialize([evaluation, promotion], storage)
+    assert result.success
+    version = read_version(home / "trained_model")
+    record = json.loads((home / "evaluation" / "metrics.json").read_text())
+    assert record["candidate"]["version"] == version and record["promoted"] is None
+    assert os.readlink(storage.promoted_dir(DS)) == f"model_versions/{version}"
 
 
 def test_predictions_wait_for_promotion_and_the_predict_job_leaves_training_out():

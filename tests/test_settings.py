@@ -14,7 +14,14 @@ import pytest
 from assets.canonical_graph import CanonicalGraphConfig, canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions
 from assets.minibatch_shards import MinibatchShardsConfig
-from assets.settings import SettingsError, explicit_run_config, read_settings_file, registered_configs, resolve
+from assets.settings import (
+    SettingsError,
+    explicit_run_config,
+    read_settings_file,
+    read_task,
+    registered_configs,
+    resolve,
+)
 from assets.trained_model import TrainedModelConfig
 from pipelines.definitions import ALL_ASSETS, train_job
 from pipelines.schedules import make_retrain_schedule
@@ -433,3 +440,25 @@ def test_the_link_block_is_validated_with_the_other_training_settings(tmp_path):
     with pytest.raises(SettingsError) as err:
         resolve(TrainedModelConfig, "trained_model", {}, blocks["trained_model"], path)
     assert str(err.value).startswith(f"{path}: ops.trained_model.config: ") and "lr" in str(err.value)
+
+
+def test_a_settings_file_linked_out_of_landing_or_dangling_is_refused_unread(tmp_path):
+    """gnnflow.yaml passes the landing folder's symlink rule before it is opened: a link to a
+    file outside landing (whose text an error message would otherwise show) is refused by name."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("aws_secret_access_key: AKIAEXAMPLE\n")
+    folder = _landing(tmp_path)
+    (folder / "gnnflow.yaml").symlink_to(secret)
+    for read in (lambda p: read_settings_file(p, registered_configs()), read_task):
+        with pytest.raises(SettingsError) as err:
+            read(folder / "gnnflow.yaml")
+        assert str(err.value).startswith(f"{folder / 'gnnflow.yaml'}: resolves to {secret}, outside the landing")
+        assert "AKIAEXAMPLE" not in str(err.value)
+    (folder / "gnnflow.yaml").unlink()
+    (folder / "gnnflow.yaml").symlink_to(tmp_path / "missing.yaml")
+    with pytest.raises(SettingsError, match="a symlink whose target does not exist"):
+        read_task(folder / "gnnflow.yaml")
+    (folder / "gnnflow.yaml").unlink()
+    (tmp_path / "landing" / "shared.yaml").write_text("task: link_prediction\n")
+    (folder / "gnnflow.yaml").symlink_to(tmp_path / "landing" / "shared.yaml")  # inside landing: followed
+    assert read_task(folder / "gnnflow.yaml") == "link_prediction"

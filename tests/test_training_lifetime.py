@@ -234,7 +234,9 @@ def test_launch_settings_are_matched_whole(name, value):
 def test_the_one_node_launcher_refuses_options_that_replace_its_rendezvous():
     from training.launch import main
 
-    for option in ("--standalone", "--rdzv-backend=c10d", "--rdzv_endpoint=0.0.0.0:29400", "--master-addr=0.0.0.0"):
+    options = ("--standalone", "--rdzv-backend=c10d", "--rdzv_endpoint=0.0.0.0:29400", "--master-addr=0.0.0.0")
+    abbreviated = ("--standa", "--rdzv-b=c10d", "--nn=2", "--local_a=0.0.0.0")  # what torchrun's parser accepts
+    for option in options + abbreviated:
         with pytest.raises(SystemExit, match="remove .*it runs one node with its own rendezvous on loopback"):
             main([option, "--nproc-per-node=2", "-m", "training", "--config", "run.yaml"])
 
@@ -312,3 +314,19 @@ def test_link_prediction_stops_on_a_non_finite_loss(tmp_path):
     with pytest.raises(NonFiniteLossError, match=r"at epoch 1, optimizer step 2 of \d+: .*link.lr=1e\+30"):
         train_link(tmp_path / "shards", tmp_path / "split", tmp_path / "adj", tmp_path / "out", cfg, log=print)
     assert not (tmp_path / "out").exists()
+
+
+def test_only_a_one_node_launcher_on_this_machine_shares_the_lock(tmp_path):
+    """A pod (runner k8s) has no such descriptor: a descriptor number in its environment would
+    name nothing, or another file; several nodes and nsys do not get it either."""
+    from assets.trained_model import launcher_lock_fd
+
+    k8s = LaunchConfig(runner="k8s", k8s_image="reg/gnnflow:1")
+    multi = LaunchConfig(nnodes=2, rdzv_endpoint="10.0.0.1:29400")
+    with dataset_lock(tmp_path):
+        fd = launcher_lock_fd(LaunchConfig(), "torch", tmp_path)
+        assert fd is not None and os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / ".lock")
+        assert launcher_lock_fd(k8s, "torch", tmp_path) is None
+        assert launcher_lock_fd(multi, "torch", tmp_path) is None
+        assert launcher_lock_fd(LaunchConfig(), "nsys", tmp_path) is None
+    assert launcher_lock_fd(LaunchConfig(), "torch", tmp_path) is None  # outside the lock

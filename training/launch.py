@@ -54,7 +54,20 @@ _K8S_NAME = re.compile(r"[a-z0-9]([a-z0-9\-]{0,61}[a-z0-9])?")  # a namespace or
 _IMAGE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-/:@]{0,254}")
 _RENDEZVOUS = "in-process"  # the one-node launcher's rendezvous backend
 # torchrun options the one-node launcher sets (a user's would reopen the network)
-_FIXED_OPTIONS = ("--standalone", "--nnodes", "--node-rank", "--rdzv", "--master", "--local-addr")
+# torchrun's settings the one-node launcher fixes (`_FIXED_ARGS`); a command line may set no other value
+_FIXED_ARGS = ("--nnodes=1", f"--rdzv-backend={_RENDEZVOUS}", "--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1")
+_FIXED_SETTINGS = (
+    "standalone",
+    "nnodes",
+    "node_rank",
+    "rdzv_backend",
+    "rdzv_endpoint",
+    "rdzv_id",
+    "rdzv_conf",
+    "master_addr",
+    "master_port",
+    "local_addr",
+)
 
 
 @dataclass(kw_only=True)
@@ -224,6 +237,15 @@ def other_node_command(nproc: int, config_path: str | os.PathLike, launch: Launc
 # ----------------------------------------------------------------------------- the one-node launcher
 
 
+def _free_loopback_port() -> int:
+    """A port free on 127.0.0.1 now (rank 0 serves the process group's store there)."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _in_process_rendezvous(params):
     """torchrun's rendezvous for one node: a store in the launcher's memory (no socket), this
     node alone (group rank 0 of 1), never waiting for more."""
@@ -238,7 +260,11 @@ def _in_process_rendezvous(params):
             return _RENDEZVOUS
 
         def next_rendezvous(self):
-            return self._store, 0, 1
+            try:  # torch >= 2.4: the workers' MASTER_ADDR / MASTER_PORT come with the rendezvous
+                from torch.distributed.elastic.rendezvous.api import RendezvousInfo, RendezvousStoreInfo
+            except ImportError:  # torch 2.2: (store, rank, world size); the agent picks the port
+                return self._store, 0, 1
+            return RendezvousInfo(self._store, 0, 1, RendezvousStoreInfo("127.0.0.1", _free_loopback_port()))
 
         def is_closed(self) -> bool:
             return self._closed
@@ -277,14 +303,18 @@ def _hold_inherited_lock() -> None:
 
 
 def _own_options(args: list[str]) -> list[str]:
-    """`args` for torchrun; SystemExit naming any that would replace this launcher's rendezvous."""
-    own = args[: args.index("-m")] if "-m" in args else args  # the launcher's options, not the program's
-    taken = [a for a in own if a.replace("_", "-").startswith(_FIXED_OPTIONS)]
-    if taken:
+    """`args` for torchrun; SystemExit naming the settings they would change that make this
+    launcher's rendezvous (read as torchrun reads them: abbreviations and ``_`` spellings too)."""
+    from torch.distributed.run import get_args_parser
+
+    parser = get_args_parser()
+    fixed = vars(parser.parse_args([*_FIXED_ARGS, "-m", "x"]))
+    given = vars(parser.parse_args([*_FIXED_ARGS, *args]))
+    changed = sorted(k for k in _FIXED_SETTINGS if given[k] != fixed[k])
+    if changed:
         raise SystemExit(
-            f"python -m training.launch: remove {bounded_repr(taken)}: it runs one node with its own rendezvous "
-            f"on loopback (options {', '.join(_FIXED_OPTIONS)}... are its own); for several nodes run torchrun "
-            "with a c10d rendezvous (training/launch.py)"
+            f"python -m training.launch: remove the options setting {', '.join(changed)}: it runs one node with its "
+            "own rendezvous on loopback; for several nodes run torchrun with a c10d rendezvous (training/launch.py)"
         )
     return args
 
@@ -303,8 +333,7 @@ def main(argv: list[str] | None = None) -> None:
     _hold_inherited_lock()
     os.environ[LAUNCHER_PID_ENV] = str(os.getpid())  # the ranks tie themselves to this process
     rendezvous_handler_registry.register(_RENDEZVOUS, _in_process_rendezvous)
-    fixed = ["--nnodes=1", f"--rdzv-backend={_RENDEZVOUS}", "--rdzv-endpoint=127.0.0.1:0", "--local-addr=127.0.0.1"]
-    torchrun_main([*fixed, *args])
+    torchrun_main([*_FIXED_ARGS, *args])
 
 
 if __name__ == "__main__":

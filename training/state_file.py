@@ -151,14 +151,14 @@ def _check_layout(path: Path, kind: str, remedy: str) -> None:
             head = f.read(9)
     except FileNotFoundError:
         raise StateFileError(f"{path}: missing; {remedy}") from None
+    if len(head) == 9 and head[8:9] == b"{" and 0 < struct.unpack("<Q", head[:8])[0] <= min(size - 8, _MAX_HEADER):
+        return  # a safetensors layout (the first byte is the header length's lowest: any value)
     if head.startswith(b"PK\x03\x04"):
         what = "a ZIP archive (a torch.save or TorchScript file)"
     elif head[:1] == b"\x80":
         what = "a pickle (a torch.save file)"
-    elif len(head) < 9 or head[8:9] != b"{" or not 0 < struct.unpack("<Q", head[:8])[0] <= min(size - 8, _MAX_HEADER):
-        what = "not a safetensors file (or a truncated one)"
     else:
-        return
+        what = "not a safetensors file (or a truncated one)"
     raise StateFileError(
         f"{path}: {what}; gnnflow reads {kind} files in safetensors format only and never loads pickled or "
         f"TorchScript files (they can run code); {remedy}"

@@ -32,7 +32,7 @@ from graphs.shard_format import (
     weight_factors_entry,
     write_manifest,
 )
-from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes, private_rss_bytes
+from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes, private_rss_bytes, remember_sha256
 
 # ----------------------------------------------------------------------------- shard files
 
@@ -142,6 +142,7 @@ def _gather(tasks: list, workers: int, stats: dict, step_shares: list, private: 
     for (epoch, rank, *_), out in zip(tasks, _written_shards(tasks, workers)):
         s = stats[epoch, rank]
         s["files"].append(out["record"])
+        remember_sha256(_JOB["root"] / out["record"]["path"], out["record"]["sha256"])  # not hashed again to publish
         s["minibatches"] += out["record"]["minibatches"]
         for key in ("seeds", "sampled_edges", "gathered_rows", "remote_rows"):
             if key in s:
