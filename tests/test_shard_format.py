@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -145,16 +146,17 @@ def test_read_shard_hashes_a_file_again_only_when_it_changed(tmp_path, monkeypat
     sf.read_shard(tmp_path, record)
     sf.read_shard(tmp_path, record)
     assert len(hashed) == 2  # written just now: hashed at every read
-    old = path.stat().st_mtime_ns - 10 * sf._SETTLED_NS
-    os.utime(path, ns=(old, old))
+    later = time.time_ns() + 10 * sf._SETTLED_NS
+    monkeypatch.setattr(sf.time, "time_ns", lambda: later)  # the file's times are now well in the past
+    written = path.stat().st_mtime_ns
     sf.read_shard(tmp_path, record)
     sf.read_shard(tmp_path, record)
     sf.read_shard(tmp_path, record, verify=False)
     assert len(hashed) == 3  # settled: hashed once, then trusted while unchanged
     data = bytearray(path.read_bytes())
-    data[len(data) // 2] ^= 0xFF  # corrupted in place: same inode and size, new modification time
+    data[len(data) // 2] ^= 0xFF  # corrupted in place: same inode and size, its modification time set back
     path.write_bytes(bytes(data))
-    os.utime(path, ns=(old + 1, old + 1))
+    os.utime(path, ns=(written, written))  # only the change time tells
     with pytest.raises(sf.ShardError, match=r"s\.npz: SHA-256 .* does not match"):
         sf.read_shard(tmp_path, record)
     assert len(hashed) == 4
