@@ -2,9 +2,9 @@
 
 import json
 import os
-import time
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
