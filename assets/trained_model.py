@@ -48,6 +48,7 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 import pyarrow.parquet as pq
 from pydantic import Field
 
@@ -60,12 +61,13 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.integrity import file_errors_as_failures
 from assets.pipes_messages import WholeLineMessageReader
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.edge_split import LINK_PREDICTION
-from graphs.storage import held_lock_fd
+from graphs.storage import held_lock_fd, verified
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError, read_manifest
@@ -238,6 +240,8 @@ def trained_model(
         skipped = skip_without_labels(context, summary, "train on", [BEATS_MAJORITY])
         if skipped is not None:
             return skipped
+        with file_errors_as_failures(dataset):
+            refuse_a_single_training_class(canonical, dataset)
         keep_unrecorded_model(storage, dataset, context.run.run_id, context.log)
         result, command, nproc, work, extra = _launch(context, config, storage, dataset, canonical, shards)
         out = storage.asset_dir(dataset, _ASSET)
@@ -352,6 +356,22 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
     else:
         result = run_tied(context, command, env, () if lock_fd is None else (lock_fd,)).get_materialize_result()
     return result, command, nproc, work, extra
+
+
+def refuse_a_single_training_class(canonical: Path, dataset: str) -> None:
+    """Fail before training when the labelled training nodes hold fewer than two classes: the
+    model would predict that one class everywhere, score 1.0 on the same labels and be promoted
+    over a useful one. Names the class and its node count."""
+    nodes = pq.read_table(verified(canonical, "nodes.parquet"), columns=["label", "split"])
+    labels = nodes.column("label").to_numpy()
+    train = labels[(nodes.column("split").to_numpy(zero_copy_only=False) == "train") & (labels >= 0)]
+    classes, counts = np.unique(train, return_counts=True)
+    if len(classes) < 2:
+        raise dg.Failure(
+            description=f"dataset '{dataset}': the labelled training nodes hold one class only (class "
+            f"{classes[0]}: {counts[0]} nodes) in {canonical / 'nodes.parquet'}: a model trained on it predicts that "
+            "class everywhere; check the label column of the landing folder's nodes.parquet"
+        )
 
 
 def launcher_lock_fd(launch: LaunchConfig, profiler: str, dataset_dir: Path) -> int | None:

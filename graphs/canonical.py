@@ -293,8 +293,12 @@ def validate_inputs(files: DatasetFiles) -> str:
                 f"ids mix integers and strings: {kind_file} has {kind} ids but {files.nodes} "
                 f"column 'node_id' has {k} ids"
             )
-        if "label" in schema.names and not pa.types.is_integer(schema.field("label").type):
-            raise InputError(f"{files.nodes}: column 'label' has type {schema.field('label').type}; expected integers")
+        label_type = schema.field("label").type if "label" in schema.names else pa.int64()
+        if not (pa.types.is_integer(label_type) or pa.types.is_floating(label_type)):
+            raise InputError(
+                f"{files.nodes}: column 'label' has type {label_type}; expected integer class indices (or floats "
+                "holding whole numbers)"
+            )
         if "split" in schema.names:
             st = schema.field("split").type
             if pa.types.is_dictionary(st):
@@ -978,8 +982,7 @@ def _write_nodes(
             dup = relabel.ids[int(np.flatnonzero(counts > 1)[0])].as_py()
             raise InputError(f"{files.nodes}: column 'node_id' repeats the id {dup!r}; one row per node")
         if "label" in t.column_names:
-            facts["null_labels_as_unknown"] = int(t.column("label").null_count)
-            label[idx] = _class_labels(t.column("label"), files.nodes)
+            label[idx], facts["null_labels_as_unknown"] = _class_labels(t.column("label"), files.nodes)
             facts["has_labels"] = bool((label >= 0).any())
         if "split" in t.column_names:
             facts["null_splits_as_other"] = int(t.column("split").null_count)
@@ -1020,18 +1023,36 @@ def _write_nodes(
     return facts
 
 
-def _class_labels(labels: pa.ChunkedArray, path: Path) -> np.ndarray:
-    """A nodes.parquet `label` column as int32 class indices, null read as -1 (unknown);
-    InputError for a value outside -1..MAX_CLASSES-1."""
-    low, high = pc.min(labels).as_py(), pc.max(labels).as_py()
+def _class_labels(labels: pa.ChunkedArray, path: Path) -> tuple[np.ndarray, int]:
+    """(a nodes.parquet `label` column as int32 class indices, the rows read as -1 (unknown):
+    null, and NaN in a float column). Floats must hold whole numbers (a pandas column of
+    integers with gaps becomes float64); InputError naming the value for any other, or for a
+    value outside -1..MAX_CLASSES-1."""
+    if pa.types.is_floating(labels.type):
+        values = labels.to_numpy()  # nulls read as NaN
+        nan = np.isnan(values)
+        given = values[~nan]
+        whole = np.isfinite(given) & (given == np.floor(given))
+        if not whole.all():
+            raise InputError(
+                f"{path}: column 'label' has the value {given[~whole][0]!r}, not a whole number; labels are class "
+                "indices 0..C-1 (or -1/null/NaN for unknown)"
+            )
+        _check_label_range(given.min(initial=0), given.max(initial=0), path)
+        return np.where(nan, -1, values).astype(np.int32), int(nan.sum())
+    _check_label_range(pc.min(labels).as_py(), pc.max(labels).as_py(), path)
+    # cast first: -1 fits no unsigned type
+    return labels.cast(pa.int32()).fill_null(-1).to_numpy(), int(labels.null_count)
+
+
+def _check_label_range(low, high, path: Path) -> None:
     for value in (low, high):
         if value is not None and not -1 <= value < MAX_CLASSES:
             raise InputError(
-                f"{path}: column 'label' has value {value}; labels are class indices 0..C-1 (at most "
+                f"{path}: column 'label' has value {int(value)}; labels are class indices 0..C-1 (at most "
                 f"{MAX_CLASSES} classes: the model has one output per class up to the largest label), "
                 "or -1/null for unknown: number the classes 0..C-1"
             )
-    return labels.cast(pa.int32()).fill_null(-1).to_numpy()  # cast first: -1 fits no unsigned type
 
 
 def _split_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int, list[str]]:

@@ -205,6 +205,30 @@ def test_unsigned_labels_with_nulls_are_read_as_classes_and_unknowns(tmp_path, t
     assert pq.read_table(tmp_path / "out" / "nodes.parquet").column("label").to_pylist() == [0, 2, -1, 1]
 
 
+def test_whole_float_labels_are_classes_and_nan_is_unknown(tmp_path):
+    """pandas turns an integer column with gaps into float64 (NaN for the gaps)."""
+    folder = _with_nodes(tmp_path, label=pa.array([0.0, 2.0, float("nan"), 1.0, None], pa.float64()))
+    s = build_canonical_graph(folder, tmp_path / "out")
+    assert (s["num_classes"], s["labelled_nodes"], s["null_labels_as_unknown"]) == (3, 3, 2)
+    assert pq.read_table(tmp_path / "out" / "nodes.parquet").column("label").to_pylist() == [0, 2, -1, 1, -1]
+
+
+@pytest.mark.parametrize(
+    "value, says",
+    [
+        (1.5, "has the value 1.5, not a whole number"),
+        (float("inf"), "has the value inf, not a whole number"),
+        (1e20, "has value 100000000000000000000; labels are class indices"),
+        (-2.0, "has value -2; labels are"),
+    ],
+)
+def test_float_labels_that_are_no_class_index_are_refused_naming_the_value(tmp_path, value, says):
+    folder = _with_nodes(tmp_path, label=pa.array([0.0, value, 1.0], pa.float64()))
+    with pytest.raises(InputError) as err:
+        build_canonical_graph(folder, tmp_path / "out")
+    assert str(err.value).startswith(f"{folder / 'nodes.parquet'}: column 'label' ") and says in str(err.value)
+
+
 def test_split_words_match_any_case_and_synonyms_and_others_are_counted(tmp_path):
     words = ["TEST", "validation", " Train ", "dev", "x", None, "holdout", "Valid", "training", "x", "testing", "other"]
     folder = _with_nodes(tmp_path, label=list(range(len(words))), split=pa.array(words))

@@ -12,6 +12,8 @@ from typing import Tuple
 
 import dagster as dg
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -20,7 +22,8 @@ from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-from graphs.storage import CorruptFileError, verify_files, write_file_hashes
+from graphs.storage import CorruptFileError, staged_output, verify_files, write_file_hashes
+from tests.conftest import write_edges
 from training.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from training.config import RunConfig
 from training.outputs import MODEL_BEST, MODEL_FINAL, VERSION_FILE, load_model, load_model_weights, read_version
@@ -482,3 +485,24 @@ def test_a_full_run_scores_predictions_with_the_model_promotion_just_promoted(bu
         assert scored["model_version"].value == promoted["promoted_version"].value
         versions.append(scored["model_version"].value)
     assert versions[0] != versions[1]  # the second run's predictions used the model it had just promoted
+
+
+def test_training_on_a_single_labelled_class_is_refused_before_it_starts(tmp_path):
+    """A nodes.parquet whose training labels are all one class would train to loss 0, score 1.0
+    on those same labels and be promoted over a useful model."""
+    from assets.trained_model import refuse_a_single_training_class
+
+    landing = tmp_path / "landing"
+    write_edges(landing / "edges.parquet", [0, 1, 2, 3, 4], [1, 2, 3, 4, 0])
+    nodes = {"node_id": [0, 1, 2, 3, 4], "label": [1, 1, 1, 0, -1], "split": ["train"] * 3 + ["test", "train"]}
+    pq.write_table(pa.table(nodes), landing / "nodes.parquet")
+    with staged_output(tmp_path / "canonical_graph") as out:
+        build_canonical_graph(landing, out)
+    with pytest.raises(dg.Failure) as err:
+        refuse_a_single_training_class(tmp_path / "canonical_graph", "d")
+    assert "the labelled training nodes hold one class only (class 1: 3 nodes)" in err.value.description
+    nodes["label"][0] = 0  # a second class among the training nodes: trains
+    pq.write_table(pa.table(nodes), landing / "nodes.parquet")
+    with staged_output(tmp_path / "canonical_graph") as out:
+        build_canonical_graph(landing, out)
+    refuse_a_single_training_class(tmp_path / "canonical_graph", "d")
