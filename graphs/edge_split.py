@@ -55,7 +55,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphs.config_checks import MAX_SEED, check_fields
-from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, verify_inputs, write_summary
+from graphs.storage import (
+    atomic_output_dir,
+    is_staging_dir,
+    peak_rss_bytes,
+    read_file_hashes,
+    remember_sha256,
+    verified,
+    verify_inputs,
+    write_summary,
+)
 
 __all__ = [
     "DEFAULT_TASK",
@@ -206,6 +215,7 @@ def build_edge_split(
     # every canonical file read or linked, checked against its hashes.json before any work: a
     # damaged nodes.parquet or features.npy would otherwise be linked in and recorded as good
     verify_inputs(canonical, ("summary.json", "edges.parquet", "nodes.parquet", "features.npy"))
+    recorded = {} if is_staging_dir(canonical) else read_file_hashes(canonical, stage="canonical_graph")
     facts = read_summary(canonical)
     n = int(facts["nodes"])
     keys = undirected_pairs(canonical, n, bool(facts.get("symmetrized", False)))
@@ -232,9 +242,11 @@ def build_edge_split(
     with atomic_output_dir(out_dir) as tmp:
         train_w = _pair_weights(canonical, keys, n)[np.searchsorted(keys, train_keys)] if weighted else None
         _write_message_passing(tmp, train_keys, n, train_w)
-        _link_or_copy(canonical / "nodes.parquet", tmp / "nodes.parquet")
-        if (canonical / "features.npy").is_file():
-            _link_or_copy(canonical / "features.npy", tmp / "features.npy")
+        for name in ("nodes.parquet", "features.npy"):
+            if (canonical / name).is_file():
+                _link_or_copy(canonical / name, tmp / name)
+                if name in recorded:  # checked above: publishing need not read it again
+                    remember_sha256(tmp / name, recorded[name]["sha256"])
         for name, k in (("train", train_keys), ("val", val_keys), ("test", test_keys)):
             np.save(tmp / SPLIT_FILES[name], pairs(k))
         for name, arr in negatives.items():

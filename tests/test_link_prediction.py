@@ -3,6 +3,7 @@
 import itertools
 import os
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -72,6 +73,17 @@ def test_split_leaves_no_held_out_edge_in_the_message_passing_graph(lp):
     build_edge_split(lp / "canonical", lp / "split2", EdgeSplitConfig(eval_negatives=2000, seed=1))
     again = load_edge_split(lp / "split2")
     assert np.array_equal(again.test, split.test) and np.array_equal(again.val_negatives, split.val_negatives)
+
+
+def test_the_split_reads_the_linked_features_once_to_check_them_not_again_to_publish(lp, tmp_path, monkeypatch):
+    from graphs import storage
+
+    real, read = storage.file_sha256, []
+    monkeypatch.setattr(storage, "file_sha256", lambda path, *a: read.append(Path(path).name) or real(path, *a))
+    monkeypatch.setattr(storage, "_DIGESTS", {})  # nothing known from earlier tests of this process
+    build_edge_split(lp / "canonical", tmp_path / "split", EdgeSplitConfig(eval_negatives=2000, seed=1))
+    assert read.count("features.npy") == 1 and read.count("nodes.parquet") == 1
+    storage.verify_files(tmp_path / "split", stage="edge_split")  # and the record is right
 
 
 def test_bloom_filtered_sampler_never_returns_a_known_positive(lp):
