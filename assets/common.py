@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import datetime
-import json
 import os
 import shutil
 from pathlib import Path
@@ -51,7 +49,7 @@ from graphs.storage import (
     validate_dataset_name,
     verify_files,
 )
-from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, VERSION_FILE, read_version
+from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, read_version, write_version_file
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
@@ -153,7 +151,7 @@ class GnnflowStorage(dg.ConfigurableResource):
         without version.json (not written by `training.train`) is named
         ``<UTC time>-<run id>`` first."""
         model = self.asset_dir(dataset, "trained_model")
-        version = self.model_version(model) or self._name_model_version(model, run_id)
+        version = self.model_version(model) or write_version_file(model, suffix=run_id[:8])
         target = self.versions_dir(dataset) / version
         if target.is_dir():
             return version
@@ -166,14 +164,6 @@ class GnnflowStorage(dg.ConfigurableResource):
             for f in tmp.rglob("*"):  # shared inodes: an in-place writer now fails instead of altering a version
                 if f.is_file():
                     f.chmod(0o444)
-        return version
-
-    @staticmethod
-    def _name_model_version(model: Path, run_id: str) -> str:
-        version = f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{run_id[:8]}"
-        staged = model / f".{VERSION_FILE}.tmp-{os.getpid()}"
-        staged.write_text(json.dumps({"version": version, "run_id": run_id}))
-        os.replace(staged, model / VERSION_FILE)
         return version
 
     def model_version(self, folder: Path) -> str | None:

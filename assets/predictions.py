@@ -24,7 +24,6 @@ from training.outputs import MODEL_BEST
 from training.predict import predict
 
 _ASSET = "predictions"
-MODEL_FILE = MODEL_BEST
 
 
 @dg.asset(
@@ -46,7 +45,7 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
     adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
     summary = read_summary(canonical)
     if not has_training_labels(summary) and not any(
-        (storage.asset_dir(dataset, name) / MODEL_FILE).is_file() for name in ("promoted", "trained_model")
+        (storage.asset_dir(dataset, name) / MODEL_BEST).is_file() for name in ("promoted", "trained_model")
     ):
         context.log.info(f"dataset '{dataset}' has no labels and no model: nothing to score with, skipped")
         return dg.MaterializeResult(metadata={"skipped": "no labels and no trained model"})
@@ -54,7 +53,7 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
     out = storage.asset_dir(dataset, _ASSET)
     with storage.publishing(dataset, _ASSET) as staged:
         try:
-            s = predict(model_dir / MODEL_FILE, canonical, adjacency, staged)
+            s = predict(model_dir / MODEL_BEST, canonical, adjacency, staged)
         except (ValueError, CorruptFileError) as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
         disk = disk_metadata(staged)
@@ -75,7 +74,7 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
         "preview": dg.MetadataValue.md(_preview(out / "predictions.parquet")),
     }
     line = (
-        f"{s['nodes']} nodes scored with {model_dir / MODEL_FILE} (version {s['model_version'] or 'unversioned'}, "
+        f"{s['nodes']} nodes scored with {model_dir / MODEL_BEST} (version {s['model_version'] or 'unversioned'}, "
         f"epoch {s['model_epoch']}) in {s['seconds']:.3g} s"
     )
     return stage_result(context, _ASSET, metadata, line=line)

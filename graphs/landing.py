@@ -71,13 +71,6 @@ def _input_entries(root: Path) -> list[Path]:
     return _edge_entries(root) + [root / name for name in OPTIONAL_INPUTS if os.path.lexists(root / name)]
 
 
-def edge_files_of(dataset_dir: str | os.PathLike) -> list[Path]:
-    """The edge entries of a landing folder: ``edges/*.parquet`` and ``edges.parquet``, as named
-    (`find_dataset_files` checks them). A folder is a dataset exactly when it has at least one
-    (`is_dataset_folder`)."""
-    return [p for p in _edge_entries(Path(dataset_dir)) if p.name.endswith(".parquet")]
-
-
 def is_dataset_folder(path: str | os.PathLike) -> bool:
     """Whether `path` is a folder holding edge entries, sound or not (a broken one is then
     refused by name by `find_dataset_files`); False when the folder cannot be examined."""
@@ -212,7 +205,6 @@ __all__ = [
     "READY_MARKER",
     "DatasetFiles",
     "InputError",
-    "edge_files_of",
     "find_dataset_files",
     "is_dataset_folder",
     "landing_fingerprint",

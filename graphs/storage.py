@@ -428,19 +428,28 @@ def verify_files(folder: str | os.PathLike, names: Iterable[str] | None = None, 
         entry = record.get(name)
         if entry is None:
             raise CorruptFileError(f"{path}: not among the files {stage} published in {folder}; re-materialize {stage}")
-        try:
-            size = path.stat().st_size
-        except OSError:
-            raise CorruptFileError(f"{path}: missing, but {stage} published it; re-materialize {stage}") from None
-        if size != entry["bytes"]:
-            what = f"is {size} bytes, {stage} published {entry['bytes']}"
-        elif cached_file_sha256(path) != entry["sha256"]:
-            what = f"its SHA-256 differs from the one {stage} recorded when it published it"
-        else:
+        what = _differs(path, entry, stage)
+        if what is None:
             continue
+        if what == "missing":
+            raise CorruptFileError(f"{path}: missing, but {stage} published it; re-materialize {stage}")
         raise CorruptFileError(
             f"{path}: {what}: the file was damaged or edited after publishing; re-materialize {stage}"
         )
+
+
+def _differs(path: Path, entry: dict, stage: str) -> str | None:
+    """How the file at `path` differs from its record `entry` ("missing", its size, its SHA-256),
+    None when it matches."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return "missing"
+    if size != entry["bytes"]:
+        return f"is {size} bytes, {stage} published {entry['bytes']}"
+    if cached_file_sha256(path) != entry["sha256"]:
+        return f"its SHA-256 differs from the one {stage} recorded when it published it"
+    return None
 
 
 def verified(folder: str | os.PathLike, name: str, *, stage: str | None = None) -> Path:
@@ -473,8 +482,7 @@ def file_is_as_published(folder: str | os.PathLike, name: str) -> bool | None:
         entry = read_file_hashes(folder, stage="")[Path(name).as_posix()]
     except (CorruptFileError, KeyError):
         return None
-    path = folder / name
-    return path.is_file() and path.stat().st_size == entry["bytes"] and cached_file_sha256(path) == entry["sha256"]
+    return (folder / name).is_file() and _differs(folder / name, entry, "") is None
 
 
 _SETTLED_NS = 2_000_000_000

@@ -217,10 +217,13 @@ def load_model(path: str | os.PathLike, map_location="cpu") -> LoadedModel:
         raise StateFileError(f"{path}: not a usable model ({str(exc)[:200]}); {_REMEDY}") from None
 
 
-def write_version_file(folder: str | os.PathLike) -> str:
-    """Name the model in `folder` (``<UTC time>-<8 random hex digits>``) in its version.json; the name."""
-    version = f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{uuid.uuid4().hex[:8]}"
-    write_json(Path(folder) / VERSION_FILE, {"version": version})
+def write_version_file(folder: str | os.PathLike, suffix: str | None = None) -> str:
+    """Name the model in `folder` (``<UTC time>-<suffix>``, by default 8 random hex digits) in its
+    version.json, written atomically (a temporary sibling, then a rename); the name."""
+    version = f"{datetime.datetime.now(datetime.timezone.utc):%Y%m%dT%H%M%SZ}-{suffix or uuid.uuid4().hex[:8]}"
+    staged = Path(folder) / f".{VERSION_FILE}.tmp-{os.getpid()}"
+    write_json(staged, {"version": version})
+    os.replace(staged, Path(folder) / VERSION_FILE)
     return version
 
 
