@@ -39,23 +39,25 @@ fmt: install
 test: lint
 	$(BIN)/python -m pytest -q
 
-# `dagster asset materialize` and `dagster dev` (what the README documents) warn that they are superseded
-# by `dg launch` / `dg dev`, which live in the separate dagster-dg-cli package and need a dg project
-# layout; the notices are printed before any project code loads, so they are filtered here, by message.
-demo ui: export PYTHONWARNINGS := ignore:Function `asset_materialize_command` is superseded,ignore:Function `dev_command` is superseded
+# `dagster dev` warns that it is superseded by `dg dev`, which lives in the separate dagster-dg-cli
+# package and needs a dg project layout; the notice is printed before any project code loads, so it
+# is filtered here, by message. LOG=info shows the daemon's lines (every sensor tick among them).
+ui: export PYTHONWARNINGS := ignore:Function `dev_command` is superseded
+LOG ?= warning
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	@# a dataset of the repository (datasets/, e.g. DEMO=cora) is copied; any other name is generated
 	if [ -d $(GNNFLOW_LANDING)/$(DEMO) ]; then :; \
 	elif [ -f datasets/$(DEMO)/edges.parquet ]; then mkdir -p $(GNNFLOW_LANDING) && cp -R datasets/$(DEMO) $(GNNFLOW_LANDING)/$(DEMO); \
 	else $(BIN)/gnnflow generate --preset demo --out $(GNNFLOW_LANDING)/$(DEMO); fi
 	$(BIN)/gnnflow datasets sync
-	$(BIN)/dagster asset materialize -m pipelines.definitions --select '*' --partition $(DEMO)
+	$(BIN)/gnnflow launch --assets '*' --partition $(DEMO)
 	@echo
 	@echo "demo done: results under $(GNNFLOW_HOME)/$(DEMO)/ (one folder per asset);"
 	@echo "run history in $(DAGSTER_HOME); browse both with 'make ui' at http://127.0.0.1:$(PORT) (make ui PORT=N for another port)"
 
 ui: install $(DAGSTER_HOME)/dagster.yaml
-	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(PORT)
+	@echo "gnnflow UI: http://127.0.0.1:$(PORT) (Ctrl-C stops it; make ui LOG=info for the daemon's lines)"
+	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(PORT) --log-level $(LOG)
 
 # Every benchmark at one scale (SCALE=small|medium|large, sizes in benchmarks/harness.py), each
 # side in its own child process; writes benchmarks/results/$(SCALE).json and .md (ours, peer,

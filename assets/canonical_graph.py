@@ -1,8 +1,8 @@
-"""canonical_graph: the landing folder's Parquet edge lists as a clean, relabelled graph.
+"""canonical_graph: the landing folder's edge lists as a clean, relabelled graph.
 
 Calls `graphs.canonical.build_canonical_graph` (DuckDB ingest, see that module for the
-files written) and reports counts, dropped rows by reason, degree statistics and a
-log-log degree plot. Bad input fails the run with the file and column named; the previous
+files written) with the column mapping of the dataset's gnnflow.yaml (`columns:`), and
+reports counts, dropped rows by reason, degree statistics and a log-log degree plot. Bad input fails the run with the file and column named; the previous
 materialization of the partition stays in place.
 """
 
@@ -23,8 +23,15 @@ from assets.common import (
 from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
-from assets.settings import register_config
-from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph, landing_fingerprint
+from assets.settings import SETTINGS_FILE, SettingsError, read_columns, register_config
+from graphs.canonical import (
+    CanonicalConfig,
+    InputError,
+    build_canonical_graph,
+    landing_fingerprint,
+    read_label_classes,
+)
+from graphs.config_checks import bounded_text
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
 _ASSET = "canonical_graph"
@@ -47,6 +54,7 @@ FILLS_AND_DROPS = {
 }
 
 EDGES_VALID = "edges_valid"
+SHOWN_LABEL_VALUES = 20  # label values (of categorical labels) shown in the metadata
 
 
 @dg.asset(
@@ -77,8 +85,9 @@ def canonical_graph(
     ):
         fingerprint = landing_fingerprint(landing) if landing.is_dir() else ""  # of the files as read
         try:
-            s = build_canonical_graph(landing, out, config.to_dataclass())
-        except InputError as exc:
+            columns = read_columns(landing / SETTINGS_FILE)
+            s = build_canonical_graph(landing, out, config.to_dataclass(), columns)
+        except (InputError, SettingsError) as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
         check = check_edges(out)
         refuse_failed_checks(dataset, "canonical_graph", [check])
@@ -122,6 +131,11 @@ def _metadata(s: dict, out: Path) -> dict:
         **disk_metadata(out),
         "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
     }
+    classes = read_label_classes(out)
+    if classes is not None:  # labels given as values (strings, booleans): class index -> value
+        metadata["label_values"] = dg.MetadataValue.json(
+            [bounded_text(str(v), 40) for v in classes[:SHOWN_LABEL_VALUES]]
+        )
     if s["weighted"]:
         metadata.update(
             weight_combine=s["weight_combine"],

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -42,14 +43,18 @@ from graphs.storage import (
     HASHES_NAME,
     CorruptFileError,
     DatasetNameError,
+    clean_stale_temporaries,
     dataset_lock,
     dir_bytes,
     is_valid_dataset_name,
     staged_output,
+    staging_dir_for,
     validate_dataset_name,
     verify_files,
 )
+from training.checkpoint import data_version
 from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, read_version, write_version_file
+from training.promotion import LABELS_FILE, read_training_label_counts, write_label_counts
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
@@ -138,18 +143,31 @@ class GnnflowStorage(dg.ConfigurableResource):
     def versions_dir(self, dataset: str) -> Path:
         return self.dataset_dir(dataset) / "model_versions"
 
+    def evaluations_dir(self, dataset: str) -> Path:
+        """<dataset>/model_evaluations/: one folder per version with the evaluation it was last judged
+        by (metrics.json, test_labels.parquet: `training.promotion`); the promoted version's is kept
+        as it was when it was promoted."""
+        return self.dataset_dir(dataset) / "model_evaluations"
+
     def promoted_dir(self, dataset: str) -> Path:
         """<GNNFLOW_HOME>/<dataset>/promoted (a symlink into model_versions/, absent before the first promotion)."""
         return self.dataset_dir(dataset) / "promoted"
+
+    def promoted_version(self, dataset: str) -> str | None:
+        """The version `promoted` points at (None before the first promotion)."""
+        link = self.promoted_dir(dataset)
+        return Path(os.readlink(link)).name if link.is_symlink() else None
 
     def record_model_version(self, dataset: str, run_id: str) -> str:
         """Keep the current trained_model/ as model_versions/<version>/ (the version its
         version.json names) unless it is already kept; the version. Idempotent: every step that
         reads trained_model/ may call it. The files are hard links where the filesystem allows
         (training replaces trained_model/ as a whole, never a file in place) made read-only, so
-        a writer that did rewrite one in place would fail, not alter a version. A trained_model/
-        without version.json (not written by `training.train`) is named
-        ``<UTC time>-<run id>`` first."""
+        a writer that did rewrite one in place would fail, not alter a version. The version also
+        gets `training.promotion.LABELS_FILE`, its training labels per class, read from
+        canonical_graph unless the model's summary names another data version than the files
+        now hold. A trained_model/ without version.json (not written by `training.train`) is
+        named ``<UTC time>-<run id>`` first. Older versions are then removed by `apply_retention`."""
         model = self.asset_dir(dataset, "trained_model")
         version = self.model_version(model) or write_version_file(model, suffix=run_id[:8])
         target = self.versions_dir(dataset) / version
@@ -157,14 +175,27 @@ class GnnflowStorage(dg.ConfigurableResource):
             return version
         try:  # the version's fresh hashes.json must not vouch for a file damaged since training published it
             verify_files(model, stage="trained_model")
+            counts = self._training_label_counts(dataset, model)
         except CorruptFileError as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
         with staged_output(target) as tmp:  # a fresh hashes.json: the linked one must not be rewritten
             shutil.copytree(model, tmp, copy_function=_link_or_copy, ignore=_not_linked)
+            if counts is not None:
+                write_label_counts(tmp / LABELS_FILE, counts)
             for f in tmp.rglob("*"):  # shared inodes: an in-place writer now fails instead of altering a version
                 if f.is_file():
                     f.chmod(0o444)
+        self.apply_retention(dataset, self.kept_versions(dataset))
         return version
+
+    def _training_label_counts(self, dataset: str, model: Path) -> dict | None:
+        """canonical_graph's training labels per class, or None when the model was trained on other files."""
+        canonical = self.asset_dir(dataset, "canonical_graph")
+        summary = json.loads((model / "summary.json").read_text()) if (model / "summary.json").is_file() else {}
+        shards, adjacency = self.asset_dir(dataset, "minibatch_shards"), self.asset_dir(dataset, "normalized_adjacency")
+        if "data_version" in summary and summary["data_version"] != data_version(shards, canonical, adjacency):
+            return None
+        return read_training_label_counts(canonical) if (canonical / "nodes.parquet").is_file() else None
 
     def model_version(self, folder: Path) -> str | None:
         """The version name recorded in a model folder (None for one without version.json)."""
@@ -184,6 +215,69 @@ class GnnflowStorage(dg.ConfigurableResource):
         os.symlink(os.path.relpath(target, link.parent), tmp)
         os.replace(tmp, link)
         return link
+
+    def model_versions(self, dataset: str) -> list[str]:
+        """The kept versions, newest first (version names start with their UTC time)."""
+        folder = self.versions_dir(dataset)
+        if not folder.is_dir():
+            return []
+        return sorted((p.name for p in folder.iterdir() if p.is_dir() and is_valid_dataset_name(p.name)), reverse=True)
+
+    def pins_file(self, dataset: str) -> Path:
+        """<dataset>/model_pins.json: {"pinned": [version, ...]} (`gnnflow models pin`)."""
+        return self.dataset_dir(dataset) / "model_pins.json"
+
+    def pinned_versions(self, dataset: str) -> list[str]:
+        path = self.pins_file(dataset)
+        if not path.is_file():
+            return []
+        try:
+            pinned = json.loads(path.read_text())["pinned"]
+            return [validate_dataset_name(v) for v in pinned]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise dg.Failure(
+                description=f"{path}: unreadable ({str(exc)[:120]}); remove it and pin the versions again"
+            ) from None
+
+    def set_pinned(self, dataset: str, version: str, pinned: bool) -> list[str]:
+        """Pin or unpin a kept version (call under the dataset lock); the pinned versions."""
+        version = validate_dataset_name(version)
+        if pinned and not (self.versions_dir(dataset) / version).is_dir():
+            raise FileNotFoundError(f"{self.versions_dir(dataset) / version}: no such model version")
+        kept = [v for v in self.pinned_versions(dataset) if v != version] + ([version] if pinned else [])
+        path = self.pins_file(dataset)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({"pinned": sorted(kept)}))
+        os.replace(tmp, path)
+        return sorted(kept)
+
+    def kept_versions(self, dataset: str) -> int:
+        """`keep_versions` of the dataset's gnnflow.yaml promotion block (its default without one)."""
+        from training.promotion import PromotionConfig
+
+        path = self.settings_file(dataset)
+        try:
+            block = read_settings_file(path, registered_configs()).get("promotion", {})
+            return PromotionConfig(**{k: v for k, v in block.items() if k == "keep_versions"}).keep_versions
+        except (SettingsError, ValueError, TypeError) as exc:
+            raise dg.Failure(description=f"dataset '{dataset}': {path}: {str(exc)[:300]}") from None
+
+    def apply_retention(self, dataset: str, keep: int) -> list[str]:
+        """Delete kept versions (and their evaluation records) beyond the newest `keep`, never the
+        promoted, a pinned one or the one trained_model/ holds (call under the dataset lock); the
+        versions deleted."""
+        spared = {self.promoted_version(dataset), self.model_version(self.asset_dir(dataset, "trained_model"))}
+        spared.update(self.pinned_versions(dataset))
+        doomed = [v for v in self.model_versions(dataset)[keep:] if v not in spared]
+        clean_stale_temporaries(self.versions_dir(dataset))
+        clean_stale_temporaries(self.evaluations_dir(dataset))
+        for version in doomed:
+            for folder in (self.versions_dir(dataset) / version, self.evaluations_dir(dataset) / version):
+                if folder.is_dir():  # renamed first: a kill mid-delete leaves a temporary the next call removes
+                    gone = staging_dir_for(folder)
+                    os.replace(folder, gone)
+                    shutil.rmtree(gone, ignore_errors=True)
+        return doomed
 
     def upstream_dir(self, dataset: str, asset: str) -> Path:
         """An upstream asset's folder; fails the run, naming it, when it was never materialized."""
@@ -317,3 +411,17 @@ def disk_metadata(folder: str | os.PathLike) -> dict:
     """`disk_mb`: what the asset's (staged) folder takes on disk, its files' sizes in MiB to 3
     significant digits; the same key on every asset's metadata panel."""
     return {"disk_mb": float(f"{dir_bytes(folder) / 2**20:.3g}")}
+
+
+INGEST_ASSET = dg.AssetKey("canonical_graph")
+
+
+def ingested_fingerprint(instance: dg.DagsterInstance, dataset: str) -> str | None:
+    """The `landing_fingerprint` recorded by the dataset's latest canonical_graph materialization."""
+    records = instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=INGEST_ASSET, asset_partitions=[dataset]), limit=1
+    ).records
+    if not records:
+        return None
+    entry = records[0].asset_materialization.metadata.get(LANDING_FINGERPRINT)
+    return None if entry is None else str(entry.value)

@@ -3,15 +3,26 @@
 `evaluation` scores `trained_model/predictions.parquet` (the newest model) on the canonical
 graph's labelled test nodes with `training.metrics` (accuracy, macro precision/recall/F1,
 per-class precision/recall/F1, the confusion matrix, and ROC-AUC / PR-AUC for two classes),
-scores the promoted model (`<dataset>/promoted/`) the same way, and writes
+and gathers what `training.promotion.decide_promotion` needs: the majority-class baseline, the
+promoted model's predictions joined on the user's node ids, scored on the labelled test nodes
+both models were evaluated on with the same label and on the current labels, and how the labels
+changed since the promoted version was evaluated. It writes
 
-    <GNNFLOW_HOME>/<dataset>/evaluation/metrics.json          {"candidate": {...}, "promoted": {...} | null}
+    <GNNFLOW_HOME>/<dataset>/evaluation/metrics.json          {"candidate": {...}, "promoted": {...} | null,
+                                                              "majority", "same_labels", "current_labels",
+                                                              "label_change", "classes"}
+    <GNNFLOW_HOME>/<dataset>/evaluation/test_labels.parquet   the labelled test nodes scored (`training.promotion`)
     <GNNFLOW_HOME>/<dataset>/evaluation/confusion_matrix.png
 
-`promotion` then applies `training.promotion.decide` (headline metric, margin; its run config
-or the dataset's gnnflow.yaml) and, when the new model passes, points `<dataset>/promoted`
-at its `model_versions/<version>/` folder. A retrain that is worse shows in the UI as a
-failed (warning) `promotion` check with the reason, and the promoted model stays.
+and the same record (metrics.json, test_labels.parquet) as `<dataset>/model_evaluations/<version>/`,
+except for the promoted version, whose record stays the one it was promoted on.
+
+`promotion` then applies `decide_promotion` (settings: `training.promotion.PromotionConfig`,
+its run config or the dataset's gnnflow.yaml) and, when the new model passes, points
+`<dataset>/promoted` at its `model_versions/<version>/` folder, then removes versions beyond
+``keep_versions`` (`GnnflowStorage.apply_retention`). A refused promotion is a failed (warning)
+`promotion` check and a warning line in the run's log, both with the reason; the promoted
+model stays.
 
 Link prediction (gnnflow.yaml ``task: link_prediction``): `evaluation` recomputes ROC-AUC,
 MRR and Hits@10/50/100 of trained_model's model on edge_split's validation and test edges
@@ -29,6 +40,7 @@ from pathlib import Path
 
 import dagster as dg
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, png_markdown, skip_without_labels
@@ -37,18 +49,58 @@ from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.edge_split import LINK_PREDICTION
-from graphs.storage import CorruptFileError, verify_files
-from training.metrics import node_classification_report
+from graphs.label_classes import read_label_classes
+from graphs.storage import CorruptFileError, staged_output, verified, verify_files
+from training.metrics import classification_report, node_classification_report
 from training.outputs import LINK_MODEL
-from training.promotion import PromotionConfig, decide
+from training.promotion import (
+    LABELS_FILE,
+    TEST_LABELS_FILE,
+    Evidence,
+    LabelRecord,
+    PromotionConfig,
+    class_values,
+    decide_promotion,
+    describe_change,
+    label_change,
+    majority_baseline,
+    positions,
+    read_canonical_labels,
+    read_label_counts,
+    remap_classes,
+    same_label_mask,
+)
 
 _EVALUATION = "evaluation"
 _PROMOTION = "promotion"
 NOT_WORSE = "not_worse_than_promoted"
 HEADLINES = ("accuracy", "macro_f1", "macro_precision", "macro_recall", "roc_auc", "pr_auc")
+_PAIR_METRICS = ("accuracy", "macro_f1")
 
 PromotionRunConfig = dagster_config(PromotionConfig, "PromotionRunConfig")
 register_config(_PROMOTION, PromotionRunConfig)
+
+
+def promotion_config(context, storage: GnnflowStorage, dataset: str) -> PromotionConfig:
+    """The dataset's effective promotion settings (run config > gnnflow.yaml > defaults), for any asset."""
+    config, _ = storage.settings(context, dataset, _PROMOTION, PromotionRunConfig())
+    return config.to_dataclass()
+
+
+def promoted_training_labels(storage: GnnflowStorage, dataset: str, log) -> tuple[dict | None, str | None]:
+    """(training-label counts, version) of the promoted model; counts None when it records none or
+    its record is damaged (said in the log: the label-shift check is then skipped)."""
+    version = storage.promoted_version(dataset)
+    folder = storage.promoted_dir(dataset)
+    if version is None or not (folder / LABELS_FILE).is_file():
+        if version is not None:
+            log.info(f"the promoted version {version} records no training labels: the label shift is not checked")
+        return None, version
+    try:
+        return read_label_counts(verified(folder, LABELS_FILE, stage="trained_model")), version
+    except (CorruptFileError, ValueError) as exc:
+        log.warning(f"the promoted model's training labels are left out of the label check: {exc}")
+        return None, version
 
 
 def _verified(folder: Path, names: list[str], stage: str) -> None:
@@ -59,18 +111,18 @@ def _verified(folder: Path, names: list[str], stage: str) -> None:
         raise dg.Failure(description=str(exc)) from None
 
 
-def _promoted_report(context, canonical: Path, promoted: Path) -> dict | None:
-    """The promoted model's report; None when nothing is promoted, or when its files are not as
-    published (damaged, or kept by an older gnnflow without hashes.json): the candidate is then
-    compared with nothing, so promotion can replace a model that can no longer be trusted."""
+def _usable_promoted(context, promoted: Path) -> bool:
+    """Whether a promoted model exists with its files as published; a damaged one (or one kept by an
+    older gnnflow without hashes.json) is left out of the comparison, said in the log, so promotion
+    can replace a model that can no longer be trusted."""
     if not (promoted / "predictions.parquet").is_file():
-        return None
+        return False
     try:
         verify_files(promoted, stage="trained_model")
     except CorruptFileError as exc:
         context.log.warning(f"the promoted model is left out of the comparison: {exc}")
-        return None
-    return _report(canonical, promoted)
+        return False
+    return True
 
 
 def _report(canonical: Path, model: Path) -> dict:
@@ -82,6 +134,84 @@ def _report(canonical: Path, model: Path) -> dict:
         return node_classification_report(nodes, predictions, "test")
     except ValueError as exc:
         raise dg.Failure(description=f"{model / 'predictions.parquet'}: {exc}") from exc
+
+
+def _test_labels(canonical: Path) -> tuple[LabelRecord, int, float]:
+    """The labelled test nodes (by the user's id) and the majority-class baseline (class, accuracy)."""
+    nodes = read_canonical_labels(canonical, ("original_id", "label", "split"))
+    labels = np.asarray(nodes.column("label").fill_null(-1).to_numpy(), dtype=np.int64)
+    split = np.asarray(nodes.column("split").to_numpy(zero_copy_only=False))
+    test = (split == "test") & (labels >= 0)
+    ids = nodes.column("original_id").combine_chunks().filter(pa.array(test))
+    record = LabelRecord(ids, labels[test], read_label_classes(canonical))
+    majority, share = majority_baseline(labels[split == "train"], record.labels)
+    return record, majority, share
+
+
+def _predicted(model: Path, now: LabelRecord) -> tuple[np.ndarray, np.ndarray]:
+    """(has a prediction, predicted class index over `now`'s classes, -1 for a class it lacks) per
+    node of `now`, joined on the user's ids."""
+    table = pq.read_table(model / "predictions.parquet")
+    column = "predicted_index" if "predicted_index" in table.column_names else "predicted"
+    row = positions(now.ids, table.column("node_id").combine_chunks())
+    found = row >= 0
+    index = np.asarray(table.column(column).to_numpy(), dtype=np.int64)[row[found]]
+    values = class_values(read_label_classes(model), int(index.max()) + 1 if index.size else 0)
+    predicted = np.full(row.size, -1, dtype=np.int64)
+    predicted[found] = remap_classes(index, values, now.values())
+    return found, predicted
+
+
+def _pair(now: LabelRecord, mask: np.ndarray, candidate: np.ndarray, promoted: np.ndarray) -> dict:
+    """Headline metrics of both models on the nodes of `mask` (a class a model lacks counts as wrong)."""
+    c = len(now.values()) + 1
+    y = now.labels[mask]
+
+    def scores(pred: np.ndarray) -> dict:
+        report = classification_report(y, np.where(pred[mask] < 0, c - 1, pred[mask]), c)
+        return {k: report[k] for k in _PAIR_METRICS}
+
+    return {"nodes": int(mask.sum()), "candidate": scores(candidate), "promoted": scores(promoted)}
+
+
+def _read_record(folder: Path) -> LabelRecord | None:
+    """The labelled test nodes a version was evaluated on (None when it has no record)."""
+    if not (folder / TEST_LABELS_FILE).is_file():
+        return None
+    table = pq.read_table(verified(folder, TEST_LABELS_FILE, stage=_EVALUATION))
+    classes = json.loads(verified(folder, "metrics.json", stage=_EVALUATION).read_text()).get("classes")
+    ids = table.column("original_id").combine_chunks()
+    return LabelRecord(ids, np.asarray(table.column("label").to_numpy(), dtype=np.int64), classes)
+
+
+def _compare_with_promoted(storage: GnnflowStorage, dataset: str, now: LabelRecord, candidate: np.ndarray) -> dict:
+    """The promoted model against the candidate on the same nodes: `same_labels`, `current_labels`,
+    `label_change` and its headline metrics on the current labels (`promoted`)."""
+    version = storage.promoted_version(dataset)
+    found, promoted = _predicted(storage.promoted_dir(dataset), now)
+    current = _pair(now, found, candidate, promoted)
+    try:
+        before = _read_record(storage.evaluations_dir(dataset) / version)
+    except (CorruptFileError, ValueError, KeyError, OSError) as exc:
+        raise dg.Failure(
+            description=f"dataset '{dataset}': the evaluation record of the promoted version {version}: {exc}; remove "
+            f"{storage.evaluations_dir(dataset) / version} to compare the models on the current labels only"
+        ) from None
+    same = None if before is None else _pair(now, found & same_label_mask(before, now), candidate, promoted)
+    return {
+        "promoted": {"version": version, **current["promoted"]},
+        "current_labels": current,
+        "same_labels": same,
+        "label_change": None if before is None else label_change(before, now),
+    }
+
+
+def _write_record(out: Path, record: dict, now: LabelRecord) -> None:
+    out.mkdir()
+    (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True, default=str))
+    pq.write_table(
+        pa.table({"original_id": now.ids, "label": pa.array(now.labels, pa.int32())}), out / TEST_LABELS_FILE
+    )
 
 
 def plot_confusion(cm: np.ndarray, path: Path) -> None:
@@ -126,20 +256,46 @@ def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg
         skipped = skip_without_labels(context, read_summary(canonical), "evaluate", [])
         if skipped is not None:
             return skipped
-        model = storage.upstream_dir(dataset, "trained_model")
-        candidate = _report(canonical, model)
-        storage.record_model_version(dataset, context.run.run_id)
-        promoted_dir = storage.promoted_dir(dataset)
-        promoted = _promoted_report(context, canonical, promoted_dir)
-        record = {
-            "candidate": {"version": storage.model_version(model), **candidate},
-            "promoted": None if promoted is None else {"version": storage.model_version(promoted_dir), **promoted},
-        }
-        with storage.publishing(dataset, _EVALUATION) as out:
-            out.mkdir()
-            (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True))
-            plot_confusion(np.asarray(candidate["confusion_matrix"]), out / "confusion_matrix.png")
+        record, candidate = _evaluate(context, storage, dataset, canonical)
         out = storage.asset_dir(dataset, _EVALUATION)
+    return stage_result(context, _EVALUATION, _evaluation_metadata(out, record, candidate), headline=_EVAL_HEADLINE)
+
+
+_EVAL_HEADLINE = ("accuracy", "macro_f1", "test_nodes", "majority_class_accuracy", "promoted_accuracy")
+
+
+def _evaluate(context, storage: GnnflowStorage, dataset: str, canonical: Path) -> tuple[dict, dict]:
+    """Score the candidate (and the promoted model), publish evaluation/ and the version's record."""
+    model = storage.upstream_dir(dataset, "trained_model")
+    candidate = _report(canonical, model)
+    version = storage.record_model_version(dataset, context.run.run_id)
+    now, majority, majority_accuracy = _test_labels(canonical)
+    _, predicted = _predicted(model, now)
+    record = {
+        "candidate": {"version": version, **candidate},
+        "promoted": None,
+        "majority": {
+            "class": class_values(now.classes, majority + 1)[majority] if majority >= 0 else None,
+            "accuracy": majority_accuracy,
+        },
+        "classes": now.classes,
+    }
+    if _usable_promoted(context, storage.promoted_dir(dataset)):
+        record.update(_compare_with_promoted(storage, dataset, now, predicted))
+    with storage.publishing(dataset, _EVALUATION) as out:
+        _write_record(out, record, now)
+        plot_confusion(np.asarray(candidate["confusion_matrix"]), out / "confusion_matrix.png")
+    if version != storage.promoted_version(dataset):  # the promoted version keeps the record it was promoted on
+        with staged_output(storage.evaluations_dir(dataset) / version) as out:
+            _write_record(
+                out,
+                {**record, "candidate": {"version": version, "test_nodes": candidate["rows"], **_headlines(candidate)}},
+                now,
+            )
+    return record, candidate
+
+
+def _evaluation_metadata(out: Path, record: dict, candidate: dict) -> dict:
     pc = candidate["per_class"]
     table = "| class | precision | recall | F1 | support |\n| --- | --- | --- | --- | --- |\n" + "\n".join(
         f"| {k} | {p:.3f} | {r:.3f} | {f:.3f} | {s} |"
@@ -150,15 +306,21 @@ def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg
         "version": record["candidate"]["version"] or "unversioned",
         "test_nodes": candidate["rows"],
         **_headlines(candidate),
+        "majority_class_accuracy": record["majority"]["accuracy"],
         "per_class": dg.MetadataValue.md(table),
         "confusion_matrix": png_markdown(out / "confusion_matrix.png", "confusion matrix"),
     }
+    promoted = record["promoted"]
     if promoted is not None:
-        metadata["promoted_version"] = record["promoted"]["version"] or "unversioned"
-        metadata.update({f"promoted_{k}": v for k, v in _headlines(promoted).items()})
+        metadata["promoted_version"] = promoted["version"]
+        metadata.update({f"promoted_{k}": promoted[k] for k in _PAIR_METRICS})
         metadata["accuracy_change_points"] = (candidate["accuracy"] - promoted["accuracy"]) * 100
-    headline = ("accuracy", "macro_f1", "test_nodes", "promoted_accuracy")
-    return stage_result(context, _EVALUATION, metadata, headline=headline)
+        if record["same_labels"] is not None:
+            metadata["same_label_nodes"] = record["same_labels"]["nodes"]
+        change = describe_change(record["label_change"])
+        if change is not None:
+            metadata["label_change"] = change
+    return metadata
 
 
 def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
@@ -203,15 +365,17 @@ def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) ->
         dg.AssetCheckSpec(
             NOT_WORSE,
             asset=_PROMOTION,
-            description="The newest model's headline test metric did not drop by more than the margin "
-            "below the promoted model's (a warning: the promoted model stays in place).",
+            description="The newest model was promoted: it beats the majority class, the promoted version is "
+            "not pinned, the labels did not change since the promoted version was evaluated (unless "
+            "accept_label_change), and its headline test metric did not drop by more than the margin below the "
+            "promoted model's on the same labelled test nodes (a warning: the promoted model stays in place).",
         )
     ],
 )
 def promotion(
     context: dg.AssetExecutionContext, config: PromotionRunConfig, storage: GnnflowStorage
 ) -> dg.MaterializeResult:
-    """Moves <dataset>/promoted to the newest model version unless its headline metric dropped by more than the margin."""
+    """Moves <dataset>/promoted to the newest model version when `training.promotion.decide_promotion` allows it."""
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _PROMOTION, config)
     cfg = config.to_dataclass()
@@ -227,15 +391,7 @@ def promotion(
         skipped = skip_without_labels(context, summary, "promote", [NOT_WORSE])
         if skipped is not None:
             return skipped
-        metrics_file = storage.asset_dir(dataset, _EVALUATION) / "metrics.json"
-        if not metrics_file.is_file():
-            raise dg.Failure(
-                description=f"dataset '{dataset}': no evaluation at {metrics_file.parent}; materialize evaluation first"
-            )
-        _verified(metrics_file.parent, [metrics_file.name], _EVALUATION)
-        if storage.asset_dir(dataset, "trained_model").is_dir():
-            storage.record_model_version(dataset, context.run.run_id)
-        record = json.loads(metrics_file.read_text())
+        record = _evaluation_record(storage, dataset, context.run.run_id)
         candidate, promoted = record["candidate"], record["promoted"]
         version = candidate["version"]
         if version is None:
@@ -243,12 +399,14 @@ def promotion(
                 description=f"dataset '{dataset}': the trained_model was written before model versions existed; "
                 "re-materialize trained_model"
             )
-        ok, why = decide(candidate[cfg.metric], None if promoted is None else promoted[cfg.metric], cfg)
+        if promoted is not None and promoted["version"] == version:
+            ok, why = True, f"{version} is the promoted version already"
+        else:
+            ok, why = decide_promotion(_evidence(storage, dataset, record), cfg)
         if ok:
             storage.promote(dataset, version)
-        current = (
-            storage.model_version(storage.promoted_dir(dataset)) if storage.promoted_dir(dataset).exists() else None
-        )
+        storage.apply_retention(dataset, cfg.keep_versions)
+        current = storage.promoted_version(dataset)
     metadata = {
         "promoted": ok,
         "reason": why,
@@ -266,5 +424,37 @@ def promotion(
         severity=dg.AssetCheckSeverity.WARN,
         metadata={"reason": why, "margin": cfg.margin},
     )
-    line = f"{'promoted' if ok else 'kept the promoted model'} {version if ok else current}: {why}"
+    line = f"promoted {version}: {why}" if ok else f"did not promote {version} (promoted: {current or 'none'}): {why}"
+    if not ok:
+        context.log.warning(f"promotion refused: {line}")
     return stage_result(context, _PROMOTION, metadata, line=line, check_results=[check])
+
+
+def _evaluation_record(storage: GnnflowStorage, dataset: str, run_id: str) -> dict:
+    """evaluation/metrics.json, checked as published (recording trained_model/ as a version if it is not yet)."""
+    metrics_file = storage.asset_dir(dataset, _EVALUATION) / "metrics.json"
+    if not metrics_file.is_file():
+        raise dg.Failure(
+            description=f"dataset '{dataset}': no evaluation at {metrics_file.parent}; materialize evaluation first"
+        )
+    _verified(metrics_file.parent, [metrics_file.name], _EVALUATION)
+    record = json.loads(metrics_file.read_text())
+    if storage.asset_dir(dataset, "trained_model").is_dir():
+        storage.record_model_version(dataset, run_id)
+    return record
+
+
+def _evidence(storage: GnnflowStorage, dataset: str, record: dict) -> Evidence:
+    promoted = record["promoted"]
+    version = None if promoted is None else promoted["version"]
+    majority = record.get("majority") or {"class": None, "accuracy": 0.0}
+    return Evidence(
+        candidate_accuracy=record["candidate"]["accuracy"],
+        majority_accuracy=majority["accuracy"],
+        majority_class=majority["class"],
+        promoted_version=version,
+        pinned=version in storage.pinned_versions(dataset),
+        label_change=describe_change(record.get("label_change")),
+        same_labels=record.get("same_labels"),
+        current_labels=record.get("current_labels"),
+    )

@@ -29,6 +29,11 @@ normalized_adjacency and the shards (`GnnflowStorage.task`, README "Link predict
       edge_split:
         config: {val_fraction: 0.05, test_fraction: 0.1}
 
+One more top-level key, ``columns``, names the dataset's columns where they differ from the
+landing layout's (`graphs.user_files`; any of src, dst, weight, node_id, label, split, feat)::
+
+    columns: {src: from_id, dst: to_id, node_id: customer_id, label: segment, weight: amount}
+
 "Explicit" is read from the run's raw config (`context.run.run_config`, what was submitted,
 before Dagster fills in defaults), so a default never hides a value from the file. The
 effective settings and which keys came from where go into each materialization's metadata.
@@ -54,6 +59,7 @@ import pydantic
 from graphs.config_checks import bounded_repr, bounded_text, read_yaml_file
 from graphs.edge_split import DEFAULT_TASK, TASKS
 from graphs.landing import InputError, checked_dataset_file
+from graphs.user_files import check_column_mapping
 
 SETTINGS_FILE = "gnnflow.yaml"
 
@@ -124,13 +130,17 @@ def _read_document(path: Path) -> dict:
         return {}
     if not isinstance(doc, dict):
         raise SettingsError(f"{path}: expected a mapping with an 'ops' key, got {type(doc).__name__}")
-    unknown = [k for k in doc if k not in ("ops", "task")]
+    unknown = [k for k in doc if k not in ("ops", "task", "columns")]
     if unknown:
         raise SettingsError(
             f"{path}: key {bounded_repr(unknown[0])} is not allowed; settings go under 'ops.<asset>.config' "
-            "(and 'task')"
+            "(and 'task', 'columns')"
         )
     _check_task(doc.get("task", DEFAULT_TASK), path)
+    try:
+        check_column_mapping(doc.get("columns"), str(path))
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
     return doc
 
 
@@ -146,6 +156,12 @@ def read_task(path: Path) -> str:
     doc = _read_document(path)
     _config_blocks(doc, path, registered_configs())
     return doc.get("task", DEFAULT_TASK)
+
+
+def read_columns(path: Path) -> dict[str, str]:
+    """The dataset's column mapping from its gnnflow.yaml (`{}` without a file or key); the file
+    is read and checked as in `read_settings_file`."""
+    return check_column_mapping(_read_document(path).get("columns"), str(path))
 
 
 def _check_keys(cls: type[pydantic.BaseModel], block: dict, where: str, path: Path) -> None:

@@ -48,7 +48,6 @@ import shutil
 from pathlib import Path
 
 import dagster as dg
-import numpy as np
 import pyarrow.parquet as pq
 from pydantic import Field
 
@@ -61,13 +60,15 @@ from assets.common import (
     skip_without_labels,
 )
 from assets.config import dagster_config
+from assets.evaluation import promoted_training_labels, promotion_config
 from assets.integrity import file_errors_as_failures
 from assets.pipes_messages import WholeLineMessageReader
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.edge_split import LINK_PREDICTION
-from graphs.storage import held_lock_fd, verified
+from graphs.shard_format import refuse_republished_upstream
+from graphs.storage import held_lock_fd
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError, read_manifest
@@ -75,6 +76,7 @@ from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_co
 from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
 from training.link import LinkTrainConfig
+from training.promotion import PromotionConfig, read_training_label_counts, training_label_problem
 
 _ASSET = "trained_model"
 BEATS_MAJORITY = "test_accuracy_above_majority_class"
@@ -241,7 +243,8 @@ def trained_model(
         if skipped is not None:
             return skipped
         with file_errors_as_failures(dataset):
-            refuse_a_single_training_class(canonical, dataset)
+            promoted = promoted_training_labels(storage, dataset, context.log)
+            refuse_unfit_training_labels(canonical, dataset, promotion_config(context, storage, dataset), *promoted)
         keep_unrecorded_model(storage, dataset, context.run.run_id, context.log)
         result, command, nproc, work, extra = _launch(context, config, storage, dataset, canonical, shards)
         out = storage.asset_dir(dataset, _ASSET)
@@ -277,13 +280,14 @@ def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: st
         with storage.publishing(dataset, _ASSET) as out:
             s = train_link(shards, split, adjacency, out, link_cfg, model_cfg, log=context.log.info)
     except (ValueError, ShardError) as exc:
-        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+        raise shard_failure(dataset, exc) from exc
     out = storage.asset_dir(dataset, _ASSET)
     test, val = s["test"], s["val"]
     metadata = {
         "task": LINK_PREDICTION,
         "path": dg.MetadataValue.path(str(out)),
         "epochs": s["epochs"],
+        "best_epoch": s["best_epoch"],
         "epoch_seconds_median": round(sorted(s["epoch_seconds"])[len(s["epoch_seconds"]) // 2], 3),
         **{f"test_{k}": round(v, 4) for k, v in test.items() if isinstance(v, float)},
         **{f"val_{k}": round(v, 4) for k, v in val.items() if isinstance(v, float) and k != "loss"},
@@ -300,12 +304,21 @@ def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: st
     return dg.MaterializeResult(metadata=metadata, check_results=[check])
 
 
+def shard_failure(dataset: str, exc: Exception) -> dg.Failure:
+    """The run's failure for shards that cannot be trained from, with the command that rebuilds them."""
+    hint = ""
+    if "re-materialize minibatch_shards" in str(exc):
+        hint = f"; the retrain job does, then trains: gnnflow launch --job retrain --partition {dataset}"
+    return dg.Failure(description=f"dataset '{dataset}': {exc}{hint}")
+
+
 def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: Path, shards: Path):
     """Write run.yaml into the work folder and run torchrun through dagster-pipes."""
     try:
         manifest = read_manifest(shards)
+        refuse_republished_upstream(manifest, shards)
     except ShardError as exc:
-        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
+        raise shard_failure(dataset, exc) from exc
 
     out = storage.asset_dir(dataset, _ASSET)
     adjacency = storage.asset_dir(dataset, "normalized_adjacency")
@@ -358,20 +371,25 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
     return result, command, nproc, work, extra
 
 
-def refuse_a_single_training_class(canonical: Path, dataset: str) -> None:
-    """Fail before training when the labelled training nodes hold fewer than two classes: the
-    model would predict that one class everywhere, score 1.0 on the same labels and be promoted
-    over a useful one. Names the class and its node count."""
-    nodes = pq.read_table(verified(canonical, "nodes.parquet"), columns=["label", "split"])
-    labels = nodes.column("label").to_numpy()
-    train = labels[(nodes.column("split").to_numpy(zero_copy_only=False) == "train") & (labels >= 0)]
-    classes, counts = np.unique(train, return_counts=True)
-    if len(classes) < 2:
-        raise dg.Failure(
-            description=f"dataset '{dataset}': the labelled training nodes hold one class only (class "
-            f"{classes[0]}: {counts[0]} nodes) in {canonical / 'nodes.parquet'}: a model trained on it predicts that "
-            "class everywhere; check the label column of the landing folder's nodes.parquet"
-        )
+def refuse_unfit_training_labels(
+    canonical: Path,
+    dataset: str,
+    cfg: PromotionConfig,
+    promoted_counts: dict | None = None,
+    promoted_version: str | None = None,
+) -> None:
+    """Fail before training when the labelled training nodes cannot judge a model
+    (`training.promotion.training_label_problem`): one class (the model would predict it
+    everywhere, score 1.0 on the same labels and be promoted over a useful one), a class above
+    ``max_class_share``, or a class distribution farther than ``max_label_shift`` from the
+    promoted model's training labels. Names the figures, the file and the setting to change."""
+    try:
+        counts = read_training_label_counts(canonical)
+    except ValueError as exc:  # an unreadable label_classes.json, named
+        raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
+    problem = training_label_problem(counts, promoted_counts, promoted_version, cfg)
+    if problem is not None:
+        raise dg.Failure(description=f"dataset '{dataset}': {problem} (labels of {canonical / 'nodes.parquet'})")
 
 
 def launcher_lock_fd(launch: LaunchConfig, profiler: str, dataset_dir: Path) -> int | None:

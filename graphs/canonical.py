@@ -1,4 +1,4 @@
-"""Canonical graph: validate raw Parquet edge lists and turn them into a clean 0..n-1 graph.
+"""Canonical graph: validate raw edge lists and turn them into a clean 0..n-1 graph.
 
 Input (a dataset folder in the landing layout; which entries may be read, symlinks and
 non-regular files included, is `graphs.landing`'s rule):
@@ -10,6 +10,11 @@ non-regular files included, is `graphs.landing`'s rule):
                                        (string: `SPLIT_WORDS`, any case, e.g. train / Validation /
                                        dev / TEST; other words and null read as 'other', counted)
     features.parquet   (optional)      node_id, feat (list of floats, one fixed width)
+
+Files as users have them (CSV, TSV and SNAP-style .txt edge lists, CSV/TSV node files, other
+column names given by the dataset's `columns:` mapping, labels as strings, booleans or other
+categorical values) are first written in this layout into the staging folder by
+`graphs.user_files.prepare_inputs`; errors name the user's files.
 
 Every file is read by DuckDB through `graphs.duck.read_parquet` (literal paths: a file named
 `*.parquet` or `[a-z].parquet` is that one file) or by pyarrow.
@@ -23,6 +28,8 @@ Output (written atomically into one folder, see `build_canonical_graph`):
     features.npy    float32 [n, D], row = node_id (only when features.parquet exists)
     degree_distribution.png   log-log plot of the degree distribution
     summary.json    the counts returned by `build_canonical_graph`
+    label_classes.json   the user's value of each class index (`graphs.label_classes`), only
+                    when the labels were categorical values rather than class indices
 
 How it scales (the 100M-edge path): DuckDB reads every edge file out of core and
 streams the rows as Arrow batches; it also computes the sorted set of distinct ids
@@ -101,6 +108,7 @@ from graphs.edge_keys import (
 from graphs.host_memory import gc_paused
 from graphs.id_codes import codes_by_hash, dictionary_codes, ranked_codes, sorted_int_codes
 from graphs.id_codes import warm_kernels as _warm_id_kernels
+from graphs.label_classes import LABEL_CLASSES, read_label_classes, write_label_classes
 from graphs.landing import (  # the landing folder's layout and rule, re-exported as part of the ingest's API
     READY_MARKER,
     DatasetFiles,
@@ -113,6 +121,7 @@ from graphs.landing import (  # the landing folder's layout and rule, re-exporte
 from graphs.npyrows import NpyRowWriter
 from graphs.plotting import headless_pyplot
 from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, write_summary
+from graphs.user_files import prepare_inputs, read_column_mapping
 
 FORMAT_VERSION = 1
 # The split words of nodes.parquet, matched case-insensitively after trimming spaces, and their
@@ -295,8 +304,8 @@ def validate_inputs(files: DatasetFiles) -> str:
         label_type = schema.field("label").type if "label" in schema.names else pa.int64()
         if not (pa.types.is_integer(label_type) or pa.types.is_floating(label_type)):
             raise InputError(
-                f"{files.nodes}: column 'label' has type {label_type}; expected integer class indices (or floats "
-                "holding whole numbers)"
+                f"{files.nodes}: column 'label' has type {label_type}; expected integer class indices, floats "
+                "holding whole numbers, or categorical values (strings, booleans)"
             )
         if "split" in schema.names:
             st = schema.field("split").type
@@ -608,200 +617,222 @@ def _refuse_invalid_weights(con, weighted_files: list[Path]) -> None:
 
 
 def build_canonical_graph(
-    dataset_dir: str | os.PathLike, out_dir: str | os.PathLike, cfg: CanonicalConfig | None = None
+    dataset_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    cfg: CanonicalConfig | None = None,
+    columns: dict[str, str] | None = None,
 ) -> dict:
     """Validate a landing folder and write its canonical graph to `out_dir` atomically.
 
+    `columns` is the dataset's column mapping (`graphs.user_files`; None: the one of the
+    folder's gnnflow.yaml, `read_column_mapping`); text files, mapped
+    columns and categorical labels are first written in the Parquet layout into the staging
+    folder (`graphs.user_files.prepare_inputs`), errors still naming the user's files. With
+    categorical labels, label_classes.json (`graphs.label_classes`) holds the value of each class.
     Returns a summary dict (also written as summary.json): node and edge counts, dropped
     rows by reason, isolated nodes, degree statistics, label/split/feature facts.
     On any error `out_dir` keeps whatever it held before.
     """
     cfg = cfg or CanonicalConfig()
     t0 = time.perf_counter()
-    files = find_dataset_files(dataset_dir)
+    given = find_dataset_files(dataset_dir)
+    columns = read_column_mapping(dataset_dir) if columns is None else columns
+    with gc_paused(), atomic_output_dir(out_dir) as tmp:
+        work = tmp / "_work"
+        work.mkdir()
+        inputs = prepare_inputs(given, columns, work / "inputs", memory_limit=cfg.memory_limit, threads=cfg.threads)
+        try:
+            summary = _ingest(dataset_dir, inputs.files, tmp, work, cfg)
+        except InputError as exc:
+            explained = inputs.explain(exc)
+            if explained is exc:
+                raise
+            raise explained from None
+        for key in ("weight_files", "weight_default_1_files"):
+            if key in summary:
+                summary[key] = [inputs.given_name(name) for name in summary[key]]
+        if inputs.label_classes:
+            write_label_classes(tmp, inputs.label_classes)
+        summary["seconds"] = round(time.perf_counter() - t0, 3)
+        summary["peak_rss_bytes"] = peak_rss_bytes()
+        write_summary(tmp, summary)
+    return summary
+
+
+def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: CanonicalConfig) -> dict:
+    """The canonical graph of input files in the Parquet layout, written into `tmp`; its summary."""
     kind = validate_inputs(files)
     sql_type = "BIGINT" if kind == "int" else "VARCHAR"
     weighted_files = [p for p in files.edge_files if "weight" in _schema(p).names]
     weighted = bool(weighted_files)
+    con = _connect(cfg, work / "duckdb")
+    if weighted:
+        _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)
+    else:
+        # file paths enter as literals through the relation API, never as SQL text
+        duck.read_parquet(con, files.edge_files, union_by_name=True).create_view("edge_files")
+        con.execute(
+            f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
+            "FROM edge_files"
+        )
+    budget = cfg.sort_budget_mb << 20
+    nodes_sql = None
+    id_files = {}  # (id, row number in the file) of the node and feature files, for factorize
+    if files.nodes:
+        duck.read_parquet(con, [files.nodes], file_row_number=True).create_view("node_file")
+        nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
+        id_files["nodes"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM node_file"
+    if files.features is not None:
+        duck.read_parquet(con, [files.features], file_row_number=True).select("node_id, file_row_number").create_view(
+            "feature_file"
+        )
+        id_files["features"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM feature_file"
+    # Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
+    # statistics), whose rows fit the sort budget are factorized in memory, and that one
+    # scan gives the counts too (no count/min/max pass over every row).
+    meta_rows = _parquet_rows(files.edge_files)
+    factorize_now = not weighted and 0 < meta_rows * 2 * BYTES_PER_KEY <= budget
+    if factorize_now and kind == "int":
+        bounds = _parquet_id_bounds(files.edge_files)
+        factorize_now = bounds is not None and _IdSpace.dense_bounds(con, kind, meta_rows, *bounds, nodes_sql) is None
+    # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files
+    # (the id encoder's only when it will run: ~0.1 s of CPU the dense path would not use).
+    # (the id encoder's first: it runs first, and numba loads one kernel at a time)
+    warm = ([_warm_id_kernels] if factorize_now else []) + [_warm_weighted_kernels if weighted else _warm_kernels]
+    warm += [_warm_feature_kernels] if files.features is not None else []
+    warmup = threading.Thread(target=_call_each, args=(warm,), daemon=True)
+    warmup.start()
+    if factorize_now:
+        rows, min_id, max_id, invalid = 0, None, None, []
+    else:
+        invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
+        rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
+            "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
+            "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
+            f"{invalid_weight_sql} FROM raw_edges"
+        ).fetchall()[0]
+    codes = None  # (src, dst) of every row in the final id space, when factorized in memory
+    file_ids = {}  # new ids of the node / feature file rows, when factorized
+    if factorize_now:
+        space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
+        src_codes, dst_codes = codes
+        rows = len(src_codes)
+        null_rows = int(np.count_nonzero((src_codes < 0) | (dst_codes < 0)))
+        self_loops = int(np.count_nonzero((src_codes == dst_codes) & (src_codes >= 0)))
+        del src_codes, dst_codes
+    if rows == 0:
+        raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
+    invalid_weights = int(invalid[0]) if invalid else 0
+    if invalid_weights and cfg.invalid_weights == "error":
+        _refuse_invalid_weights(con, weighted_files)
+    dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if invalid_weights else None
+    valid_rows = rows - null_rows - self_loops - invalid_weights
+    dense = None if codes is not None else _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
+    if codes is None and dense is None and not weighted and rows * 2 * BYTES_PER_KEY <= budget:
+        space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
+    elif codes is None:
+        has_dropped = null_rows + self_loops + invalid_weights > 0
+        space = _IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
+    n_space = space.size
 
-    with gc_paused(), atomic_output_dir(out_dir) as tmp:
-        work = tmp / "_work"
-        work.mkdir()
-        con = _connect(cfg, work / "duckdb")
+    # Stream valid edges into id space, spill keys by source range. A symmetrized graph
+    # whose keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
+    per_key = BYTES_PER_WEIGHTED_KEY if weighted else BYTES_PER_KEY
+    half = cfg.symmetrize and valid_rows * 2 * per_key <= budget
+    copies = 2 if cfg.symmetrize and not half else 1
+    groups = 1 if half else math.ceil(valid_rows * copies * per_key / budget)
+    spill = _KeySpill(n_space, groups, budget, work / "spill", weighted)
+    shift = key_shift(n_space)
+    if codes is not None:  # ids already final: keep rows with both ids and no self loop
+        # factorized only when both directions' keys fit the budget: one group in memory, half kept
+        assert spill.in_memory and (half or not cfg.symmetrize)
+        src_codes, dst_codes = codes
+        keys = np.empty(len(src_codes), dtype=np.int64)
+        spill.add(keys[: _keys_of_rows(src_codes, dst_codes, shift, half, keys)], src=None)
+        del codes, src_codes, dst_codes, keys
+        reader = ()
+    elif weighted:
+        # rows in input order, so 'first' and the order of float sums are deterministic
+        con.execute("SET preserve_insertion_order = true")
+        keep = f"{KEPT_ROW_SQL} AND {VALID_WEIGHT_SQL}" if invalid_weights else KEPT_ROW_SQL
+        reader = con.sql(f"SELECT src, dst, weight FROM raw_edges WHERE {keep}").to_arrow_reader(cfg.batch_rows)
+    else:
+        reader = con.sql(f"SELECT src, dst FROM raw_edges WHERE {KEPT_ROW_SQL}").to_arrow_reader(cfg.batch_rows)
+    for batch in reader:
+        s = space.locate(batch.column(0))
+        d = space.locate(batch.column(1))
         if weighted:
-            _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)
+            _add_weighted(spill, s, d, batch.column(2).to_numpy(), shift, half, cfg.symmetrize)
         else:
-            # file paths enter as literals through the relation API, never as SQL text
-            duck.read_parquet(con, files.edge_files, union_by_name=True).create_view("edge_files")
-            con.execute(
-                f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
-                "FROM edge_files"
-            )
-        budget = cfg.sort_budget_mb << 20
-        nodes_sql = None
-        id_files = {}  # (id, row number in the file) of the node and feature files, for factorize
-        if files.nodes:
-            duck.read_parquet(con, [files.nodes], file_row_number=True).create_view("node_file")
-            nodes_sql = f"SELECT CAST(node_id AS {sql_type}) AS id FROM node_file"
-            id_files["nodes"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM node_file"
-        if files.features is not None:
-            duck.read_parquet(con, [files.features], file_row_number=True).select(
-                "node_id, file_row_number"
-            ).create_view("feature_file")
-            id_files["features"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM feature_file"
-        # Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
-        # statistics), whose rows fit the sort budget are factorized in memory, and that one
-        # scan gives the counts too (no count/min/max pass over every row).
-        meta_rows = _parquet_rows(files.edge_files)
-        factorize_now = not weighted and 0 < meta_rows * 2 * BYTES_PER_KEY <= budget
-        if factorize_now and kind == "int":
-            bounds = _parquet_id_bounds(files.edge_files)
-            factorize_now = (
-                bounds is not None and _IdSpace.dense_bounds(con, kind, meta_rows, *bounds, nodes_sql) is None
-            )
-        # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files
-        # (the id encoder's only when it will run: ~0.1 s of CPU the dense path would not use).
-        # (the id encoder's first: it runs first, and numba loads one kernel at a time)
-        warm = ([_warm_id_kernels] if factorize_now else []) + [_warm_weighted_kernels if weighted else _warm_kernels]
-        warm += [_warm_feature_kernels] if files.features is not None else []
-        warmup = threading.Thread(target=_call_each, args=(warm,), daemon=True)
-        warmup.start()
-        if factorize_now:
-            rows, min_id, max_id, invalid = 0, None, None, []
-        else:
-            invalid_weight_sql = (
-                f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
-            )
-            rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
-                "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
-                "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
-                f"{invalid_weight_sql} FROM raw_edges"
-            ).fetchall()[0]
-        codes = None  # (src, dst) of every row in the final id space, when factorized in memory
-        file_ids = {}  # new ids of the node / feature file rows, when factorized
-        if factorize_now:
-            space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
-            src_codes, dst_codes = codes
-            rows = len(src_codes)
-            null_rows = int(np.count_nonzero((src_codes < 0) | (dst_codes < 0)))
-            self_loops = int(np.count_nonzero((src_codes == dst_codes) & (src_codes >= 0)))
-            del src_codes, dst_codes
-        if rows == 0:
-            raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
-        invalid_weights = int(invalid[0]) if invalid else 0
-        if invalid_weights and cfg.invalid_weights == "error":
-            _refuse_invalid_weights(con, weighted_files)
-        dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if invalid_weights else None
-        valid_rows = rows - null_rows - self_loops - invalid_weights
-        dense = None if codes is not None else _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
-        if codes is None and dense is None and not weighted and rows * 2 * BYTES_PER_KEY <= budget:
-            space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
-        elif codes is None:
-            has_dropped = null_rows + self_loops + invalid_weights > 0
-            space = _IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
-        n_space = space.size
+            _add_unweighted(spill, s, d, shift, half, cfg.symmetrize)
+    con.close()
+    relabel, lut = space.finish()
+    warmup.join()
+    n = relabel.n
 
-        # Stream valid edges into id space, spill keys by source range. A symmetrized graph
-        # whose keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
-        per_key = BYTES_PER_WEIGHTED_KEY if weighted else BYTES_PER_KEY
-        half = cfg.symmetrize and valid_rows * 2 * per_key <= budget
-        copies = 2 if cfg.symmetrize and not half else 1
-        groups = 1 if half else math.ceil(valid_rows * copies * per_key / budget)
-        spill = _KeySpill(n_space, groups, budget, work / "spill", weighted)
-        shift = key_shift(n_space)
-        if codes is not None:  # ids already final: keep rows with both ids and no self loop
-            # factorized only when both directions' keys fit the budget: one group in memory, half kept
-            assert spill.in_memory and (half or not cfg.symmetrize)
-            src_codes, dst_codes = codes
-            keys = np.empty(len(src_codes), dtype=np.int64)
-            spill.add(keys[: _keys_of_rows(src_codes, dst_codes, shift, half, keys)], src=None)
-            del codes, src_codes, dst_codes, keys
-            reader = ()
-        elif weighted:
-            # rows in input order, so 'first' and the order of float sums are deterministic
-            con.execute("SET preserve_insertion_order = true")
-            keep = f"{KEPT_ROW_SQL} AND {VALID_WEIGHT_SQL}" if invalid_weights else KEPT_ROW_SQL
-            reader = con.sql(f"SELECT src, dst, weight FROM raw_edges WHERE {keep}").to_arrow_reader(cfg.batch_rows)
-        else:
-            reader = con.sql(f"SELECT src, dst FROM raw_edges WHERE {KEPT_ROW_SQL}").to_arrow_reader(cfg.batch_rows)
-        for batch in reader:
-            s = space.locate(batch.column(0))
-            d = space.locate(batch.column(1))
-            if weighted:
-                _add_weighted(spill, s, d, batch.column(2).to_numpy(), shift, half, cfg.symmetrize)
-            else:
-                _add_unweighted(spill, s, d, shift, half, cfg.symmetrize)
-        con.close()
-        relabel, lut = space.finish()
-        warmup.join()
-        n = relabel.n
-
-        # Edges are deduplicated and written in a worker thread (numba and Parquet encoding
-        # release the GIL) while this thread writes the node table and the features.
-        degree_ready: Future = Future()
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            edges_job = pool.submit(
-                _write_edges,
-                spill,
-                tmp / "edges.parquet",
-                shift=shift,
-                half=half,
-                directed=not cfg.symmetrize,
-                lut=lut,
-                degree_ready=degree_ready,
-                combine=cfg.weight_combine,
-            )
-            try:
-                node_facts = _write_nodes(tmp, files, relabel, cfg, file_ids.get("nodes"))
-                feat_facts = (
-                    _write_features(tmp, files, relabel, cfg, file_ids.get("features"))
-                    if files.features is not None
-                    else {}
-                )
-                headless_pyplot()  # ~0.5 s, done while the edge thread is still busy
-                wait([degree_ready, edges_job], return_when=FIRST_COMPLETED)
-                if degree_ready.done():  # plot while the last edges are still being encoded
-                    degree = degree_ready.result()
-                    degree = degree[space.present] if lut is not None else degree
-                    _plot_degrees(degree, tmp / "degree_distribution.png")
-            finally:
-                _, distinct_input_pairs, edges_written, weight_facts = edges_job.result()
-        shutil.rmtree(work, ignore_errors=True)
-
-        summary = {
-            "format_version": FORMAT_VERSION,
-            "id_type": kind,
-            "nodes": int(n),
-            "edges": int(edges_written),
-            "symmetrized": cfg.symmetrize,
-            "input_rows": int(rows),
-            "input_files": len(files.edge_files),
-            "dropped_null_id": int(null_rows),
-            "dropped_self_loop": int(self_loops),
-            "dropped_duplicate": int(valid_rows - distinct_input_pairs),
-            "combined_reverse_pairs": int(distinct_input_pairs - edges_written // 2) if cfg.symmetrize else 0,
-            "weighted": weighted,
-            **(
-                {
-                    "weight_combine": cfg.weight_combine,
-                    "weight_files": [p.name for p in weighted_files],
-                    "weight_default_1_files": [p.name for p in files.edge_files if p not in weighted_files],
-                    "dropped_invalid_weight": invalid_weights,
-                    **weight_facts,
-                }
-                if weighted
+    # Edges are deduplicated and written in a worker thread (numba and Parquet encoding
+    # release the GIL) while this thread writes the node table and the features.
+    degree_ready: Future = Future()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        edges_job = pool.submit(
+            _write_edges,
+            spill,
+            tmp / "edges.parquet",
+            shift=shift,
+            half=half,
+            directed=not cfg.symmetrize,
+            lut=lut,
+            degree_ready=degree_ready,
+            combine=cfg.weight_combine,
+        )
+        try:
+            node_facts = _write_nodes(tmp, files, relabel, cfg, file_ids.get("nodes"))
+            feat_facts = (
+                _write_features(tmp, files, relabel, cfg, file_ids.get("features"))
+                if files.features is not None
                 else {}
-            ),
-            "isolated_nodes": int(np.count_nonzero(degree == 0)),
-            "degree_max": int(degree.max()),
-            "degree_mean": float(degree.mean()),
-            "degree_p99": float(np.percentile(degree, 99)),
-            **node_facts,
-            **feat_facts,
-            "seconds": round(time.perf_counter() - t0, 3),
-            "peak_rss_bytes": peak_rss_bytes(),
-        }
-        write_summary(tmp, summary)
+            )
+            headless_pyplot()  # ~0.5 s, done while the edge thread is still busy
+            wait([degree_ready, edges_job], return_when=FIRST_COMPLETED)
+            if degree_ready.done():  # plot while the last edges are still being encoded
+                degree = degree_ready.result()
+                degree = degree[space.present] if lut is not None else degree
+                _plot_degrees(degree, tmp / "degree_distribution.png")
+        finally:
+            _, distinct_input_pairs, edges_written, weight_facts = edges_job.result()
+    shutil.rmtree(work, ignore_errors=True)
+
+    summary = {
+        "format_version": FORMAT_VERSION,
+        "id_type": kind,
+        "nodes": int(n),
+        "edges": int(edges_written),
+        "symmetrized": cfg.symmetrize,
+        "input_rows": int(rows),
+        "input_files": len(files.edge_files),
+        "dropped_null_id": int(null_rows),
+        "dropped_self_loop": int(self_loops),
+        "dropped_duplicate": int(valid_rows - distinct_input_pairs),
+        "combined_reverse_pairs": int(distinct_input_pairs - edges_written // 2) if cfg.symmetrize else 0,
+        "weighted": weighted,
+        **(
+            {
+                "weight_combine": cfg.weight_combine,
+                "weight_files": [p.name for p in weighted_files],
+                "weight_default_1_files": [p.name for p in files.edge_files if p not in weighted_files],
+                "dropped_invalid_weight": invalid_weights,
+                **weight_facts,
+            }
+            if weighted
+            else {}
+        ),
+        "isolated_nodes": int(np.count_nonzero(degree == 0)),
+        "degree_max": int(degree.max()),
+        "degree_mean": float(degree.mean()),
+        "degree_p99": float(np.percentile(degree, 99)),
+        **node_facts,
+        **feat_facts,
+    }
     return summary
 
 
@@ -1268,6 +1299,7 @@ __all__ = [
     "CanonicalConfig",
     "DatasetFiles",
     "InputError",
+    "LABEL_CLASSES",
     "Relabeler",
     "build_canonical_graph",
     "has_training_labels",
@@ -1276,6 +1308,7 @@ __all__ = [
     "landing_marked_ready",
     "edge_batches",
     "find_dataset_files",
+    "read_label_classes",
     "read_summary",
     "validate_inputs",
 ]

@@ -1,8 +1,8 @@
 """DuckDB connections whose settings never pass through SQL text.
 
 Settings go in `duckdb.connect(config=...)`; file paths go through the relation API, never
-formatted into a statement, and every file is read by `read_parquet` here, which passes each
-path as a literal (`literal_path`): DuckDB expands `*`, `?` and `[...]` in the paths it reads,
+formatted into a statement, and every file is read by `read_parquet` or `read_csv` here, which
+pass each path as a literal (`literal_path`): DuckDB expands `*`, `?` and `[...]` in the paths it reads,
 so a landing file named `*.parquet` would otherwise read every file of its folder. A size
 such as `memory_limit` is checked against `MEMORY_SIZE` first, so a run config value like
 `"1GB'; COPY ... TO '/x'; --"` is refused with a clear error.
@@ -73,3 +73,9 @@ def read_parquet(
     if not patterns:
         raise ValueError("read_parquet needs at least one file")
     return con.read_parquet(patterns, hive_partitioning=False, **options)
+
+
+def read_csv(con: duckdb.DuckDBPyConnection, path: str | os.PathLike, **options) -> duckdb.DuckDBPyRelation:
+    """A relation over exactly this text file (the path literal, see `literal_path`; no hive
+    partition columns). `options` go to DuckDB's `read_csv` (e.g. `delimiter`, `header`)."""
+    return con.read_csv(literal_path(path), hive_partitioning=False, **options)

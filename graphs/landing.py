@@ -1,15 +1,19 @@
 """What a landing dataset folder holds, and which of its entries may be read.
 
 A dataset folder (`landing/<dataset>/`) holds the ingest's inputs:
-    edges/*.parquet and/or edges.parquet   the edge files (at least one: that makes it a dataset)
-    nodes.parquet, features.parquet        optional
-    _SUCCESS                               optional marker: "the copy is complete" (`landing_marked_ready`)
+    edges/*.<fmt> and/or edges.<fmt>   the edge files (at least one: that makes it a dataset);
+                                       <fmt> one of `EDGE_SUFFIXES`: parquet, csv, tsv, txt
+    nodes.<fmt>                        optional; parquet, csv or tsv (`NODE_SUFFIXES`)
+    features.parquet                   optional
+    _SUCCESS                           optional marker: "the copy is complete" (`landing_marked_ready`)
+One input in two formats (edges.parquet and edges.csv, nodes.parquet and nodes.csv) is refused.
+How the text formats are read is `graphs.user_files`' part.
 
 The rule for every input entry, applied in one place (`find_dataset_files`) for the ingest
 (`graphs.canonical.build_canonical_graph`) and the landing sensor (`pipelines.sensors`):
 the dataset folder, `edges/` and each input file are followed through symlinks only when
 they resolve inside the landing folder (the dataset folder's parent), and must then be a
-folder (the dataset folder, `edges/`) or a regular file (every `.parquet` input). A
+folder (the dataset folder, `edges/`) or a regular file (every input file). A
 dangling symlink, a symlink that leads out of the landing folder, a FIFO, socket, device or
 folder in a file's place is refused with an `InputError` naming the entry; nothing is ever
 opened before its entry passes (so a FIFO cannot block a read). Other entries of the folder
@@ -17,9 +21,12 @@ are not inputs and are ignored; the dataset's settings file (`gnnflow.yaml`) pas
 same rule before it is read (`checked_dataset_file`).
 
 The landing sensor's view of a folder (`is_dataset_folder`, `landing_fingerprint`,
-`landing_marked_ready`) lists the same entries without opening any file and never raises for
-one bad entry, so one broken dataset folder never stops the sensor for the others: the
-sensor calls `find_dataset_files` for each dataset and skips the ones it refuses, naming them.
+`landing_marked_ready`) lists the same entries and never raises for one bad entry, so one
+broken dataset folder never stops the sensor for the others: the sensor calls
+`find_dataset_files` for each dataset and skips the ones it refuses, naming them.
+`landing_fingerprint` reads the content of the entries that pass the rule (a SHA-256 per
+file, kept per process while the file's size and times stay the same:
+`graphs.storage.cached_file_sha256`); it opens no other entry.
 """
 
 from __future__ import annotations
@@ -30,8 +37,14 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from graphs.storage import cached_file_sha256
+
 READY_MARKER = "_SUCCESS"
-OPTIONAL_INPUTS = ("nodes.parquet", "features.parquet")
+EDGE_SUFFIXES = (".parquet", ".csv", ".tsv", ".txt")
+NODE_SUFFIXES = (".parquet", ".csv", ".tsv")
+FEATURE_SUFFIXES = (".parquet",)
+# the optional inputs: file stem -> the formats it may come in
+OPTIONAL_INPUTS = {"nodes": NODE_SUFFIXES, "features": FEATURE_SUFFIXES}
 
 
 class InputError(ValueError):
@@ -47,28 +60,41 @@ class DatasetFiles:
     features: Path | None
 
 
+def _present(root: Path, stem: str, suffixes: tuple[str, ...]) -> list[Path]:
+    """The entries `<stem><suffix>` of `root` that exist (dangling symlinks included)."""
+    return [root / f"{stem}{suffix}" for suffix in suffixes if os.path.lexists(root / f"{stem}{suffix}")]
+
+
 def _edge_entries(root: Path, strict: bool = False) -> list[Path]:
     """The edge entries of a dataset folder, of any kind (dangling symlinks included):
-    ``edges/*.parquet`` in name order, then ``edges.parquet``. An ``edges`` symlink or folder
-    that cannot be listed counts as one entry (raises OSError with `strict`); OSError when
-    the dataset folder itself cannot be examined."""
+    ``edges/*.<fmt>`` in name order, then ``edges.<fmt>`` (`EDGE_SUFFIXES`). An ``edges``
+    symlink or folder that cannot be listed counts as one entry (raises OSError with
+    `strict`); OSError when the dataset folder itself cannot be examined."""
     entries: list[Path] = []
     edges = root / "edges"
     if edges.is_symlink() or edges.is_dir():
         try:
-            entries = sorted(p for p in edges.iterdir() if p.name.endswith(".parquet"))
+            entries = sorted(p for p in edges.iterdir() if p.name.endswith(EDGE_SUFFIXES))
         except OSError:
             if strict:
                 raise
             entries = [edges]
-    if os.path.lexists(root / "edges.parquet"):
-        entries.append(root / "edges.parquet")
-    return entries
+    return entries + _present(root, "edges", EDGE_SUFFIXES)
 
 
 def _input_entries(root: Path) -> list[Path]:
     """Every input entry of a dataset folder (`_edge_entries`, then the optional files present)."""
-    return _edge_entries(root) + [root / name for name in OPTIONAL_INPUTS if os.path.lexists(root / name)]
+    return _edge_entries(root) + [p for stem, sfx in OPTIONAL_INPUTS.items() for p in _present(root, stem, sfx)]
+
+
+def _one_format(entries: list[Path]) -> Path | None:
+    """The one entry of an input, None when absent; InputError naming both when it comes in two formats."""
+    if len(entries) > 1:
+        raise InputError(
+            f"{entries[0]} and {entries[1].name}: one input in two formats; keep one of them "
+            "(move the other out of the dataset folder)"
+        )
+    return entries[0] if entries else None
 
 
 def is_dataset_folder(path: str | os.PathLike) -> bool:
@@ -142,37 +168,47 @@ def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
         if edges.is_symlink() or edges.is_dir():
             _check_entry(edges, landing, folder=True)
         edge_files = _edge_entries(root, strict=True)
-        optional = {name: root / name if os.path.lexists(root / name) else None for name in OPTIONAL_INPUTS}
+        _one_format(_present(root, "edges", EDGE_SUFFIXES))
+        optional = {stem: _one_format(_present(root, stem, sfx)) for stem, sfx in OPTIONAL_INPUTS.items()}
     except OSError as exc:
         raise InputError(
             f"{exc.filename or root}: cannot be listed ({exc.strerror or exc}); fix its permissions"
         ) from None
     if not edge_files:
-        raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet")
+        raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet (or .csv, .tsv, .txt)")
     for path in edge_files + [p for p in optional.values() if p is not None]:
         _check_entry(path, landing)
-    return DatasetFiles(edge_files, optional["nodes.parquet"], optional["features.parquet"])
+    return DatasetFiles(edge_files, optional["nodes"], optional["features"])
 
 
-def _stat_line(path: Path, root: Path) -> str:
-    """ "relative path:size:mtime" of an entry (through symlinks), or its kind when it has none."""
+def _content_line(path: Path, root: Path, landing: Path | None) -> str:
+    """ "relative path:sha256" of an input entry that passes the module's rule, else
+    "relative path:" and why it does not (no entry that fails the rule is opened)."""
     try:
-        st = path.stat()
-        return f"{path.relative_to(root)}:{st.st_size}:{st.st_mtime_ns}\n"
-    except OSError as exc:
+        if landing is None:
+            raise InputError("landing folder cannot be examined")
+        _check_entry(path, landing)
+        return f"{path.relative_to(root)}:{cached_file_sha256(path)}\n"
+    except (InputError, OSError) as exc:
         return f"{path.relative_to(root)}:{type(exc).__name__}\n"
 
 
 def landing_fingerprint(dataset_dir: str | os.PathLike) -> str:
-    """16 hex digits over the relative path, size and mtime of every input entry of a landing
-    folder (`_input_entries`, through symlinks; a broken entry counts by its name): what
-    canonical_graph records as `landing_fingerprint` and what the landing sensor compares with,
-    so inputs changed since the last ingest are noticed and nothing else. Never raises for
-    a broken entry."""
+    """16 hex digits over the relative path and content (SHA-256) of every input entry of a
+    landing folder (`_input_entries`, through symlinks within the landing folder; an entry the
+    module's rule refuses counts by its name and is not opened): what canonical_graph records
+    as `landing_fingerprint` and what the landing sensor compares with, so inputs whose content
+    changed since the last ingest are noticed, and a file copied back unchanged is not. A
+    file's digest is computed once per process while its size and times stay the same
+    (`graphs.storage.cached_file_sha256`). Never raises for a broken entry."""
     root = Path(dataset_dir)
     h = hashlib.sha256()
     try:
-        lines = [_stat_line(p, root) for p in sorted(_input_entries(root))]
+        landing = root.parent.resolve(strict=True)
+    except (OSError, RuntimeError):
+        landing = None
+    try:
+        lines = [_content_line(p, root, landing) for p in sorted(_input_entries(root))]
     except OSError as exc:  # the folder itself cannot be listed
         lines = [f".:{type(exc).__name__}\n"]
     for line in lines:
@@ -204,7 +240,9 @@ def landing_marked_ready(dataset_dir: str | os.PathLike) -> bool:
 __all__ = [
     "READY_MARKER",
     "DatasetFiles",
+    "EDGE_SUFFIXES",
     "InputError",
+    "NODE_SUFFIXES",
     "find_dataset_files",
     "is_dataset_folder",
     "landing_fingerprint",

@@ -78,7 +78,14 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 
 from graphs.npzio import NpzFormatError, aligned_buffer, read_npz
-from graphs.storage import HASHES_NAME, CorruptFileError, cached_file_sha256, file_is_as_published, verify_files
+from graphs.storage import (
+    HASHES_NAME,
+    CorruptFileError,
+    cached_file_sha256,
+    file_is_as_published,
+    read_file_hashes,
+    verify_files,
+)
 
 if TYPE_CHECKING:
     from graphs.quantize import EncodedFeatures
@@ -116,6 +123,7 @@ __all__ = [
     "shard_relpath",
     "stream_record",
     "upstream_hashes",
+    "refuse_republished_upstream",
     "verify_upstream",
     "write_manifest",
 ]
@@ -529,6 +537,20 @@ def verify_upstream(manifest: dict, root: str | os.PathLike) -> None:
     for entry in manifest["upstream"]:
         path = Path(os.path.normpath(Path(root).resolve() / entry["path"]))
         if not path.is_file() or cached_file_sha256(path) != entry["sha256"]:
+            raise _changed_upstream(path, str(entry["stage"])[:64])
+
+
+def refuse_republished_upstream(manifest: dict, root: str | os.PathLike) -> None:
+    """ShardError naming the first upstream file whose stage published another version of it
+    since the shards were written (its hashes.json records another SHA-256 than the manifest).
+    Reads the stages' records only, no file's bytes: the cheap check before a training launch."""
+    for entry in manifest["upstream"]:
+        path = Path(os.path.normpath(Path(root).resolve() / entry["path"]))
+        try:
+            published = read_file_hashes(path.parent, stage="")[path.name]["sha256"]
+        except (CorruptFileError, KeyError):
+            continue  # no record to compare with: the training's own full check decides
+        if published != entry["sha256"]:
             raise _changed_upstream(path, str(entry["stage"])[:64])
 
 

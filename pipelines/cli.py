@@ -4,6 +4,9 @@
     gnnflow generate --num-nodes 1000000 --num-edges 10000000 --out landing/big
     gnnflow datasets sync                                  # landing sub-folders -> `dataset` partitions
     gnnflow datasets list
+    gnnflow launch --assets '*' --partition mydata         # run stages (see pipelines.launch_cli)
+    gnnflow backfills                                      # how the newest backfills' runs ended
+    gnnflow models list --dataset mydata                   # model versions; promote / pin / unpin VERSION
 
 `datasets sync` does from the shell what the landing sensor does in the daemon: it adds
 every landing sub-folder as a partition of the Dagster instance in $DAGSTER_HOME, so
@@ -23,21 +26,39 @@ import typing
 from datetime import datetime, timezone
 from pathlib import Path
 
-DAGSTER_HOME_MISSING = (
-    "DAGSTER_HOME is not set, so Dagster uses a throw-away instance that knows no dataset partitions "
-    "and keeps no run history; export DAGSTER_HOME=$PWD/.dagster_home (the one the Makefile, make demo and "
-    "make ui use) and run `gnnflow datasets sync` before the dagster command"
-)
+from pipelines.launch_cli import DAGSTER_HOME_MISSING, DATASETS_SYNC_HINT, add_parsers, failure_causes
+from pipelines.models_cli import add_parser as add_models_parser
 
 
 def warn_if_dagster_home_missing() -> None:
-    """In the `dagster` CLI without DAGSTER_HOME: say so as the last line the user sees.
-
-    The CLI then runs against an ephemeral instance and fails with a partition error that does
-    not mention DAGSTER_HOME; an exit handler prints the cause after Dagster's own output."""
-    if os.environ.get("DAGSTER_HOME") or Path(sys.argv[0]).name not in ("dagster", "dagster-daemon"):
+    """In the `dagster` CLI: say what is wrong as the last line the user sees, when DAGSTER_HOME
+    is not set (Dagster then runs against a throw-away instance and fails with a partition error
+    that does not mention it) or when the `--partition` given is not a registered dataset
+    partition (a forgotten `gnnflow datasets sync`; Dagster's own error is a long traceback)."""
+    if Path(sys.argv[0]).name not in ("dagster", "dagster-daemon"):
         return
-    atexit.register(lambda: print(f"gnnflow: {DAGSTER_HOME_MISSING}", file=sys.stderr))
+    if not os.environ.get("DAGSTER_HOME"):
+        atexit.register(lambda: print(f"gnnflow: {DAGSTER_HOME_MISSING}", file=sys.stderr))
+        return
+    args = sys.argv[1:]
+    if "--partition" in args[:-1]:
+        atexit.register(_hint_unregistered, args[args.index("--partition") + 1])
+
+
+def _hint_unregistered(partition: str) -> None:
+    import dagster as dg
+
+    from assets.common import dataset_partitions
+
+    try:
+        with dg.DagsterInstance.get() as instance:
+            known = instance.get_dynamic_partitions(dataset_partitions.name)
+    except Exception:  # never mask Dagster's own exit with ours
+        return
+    if partition not in known:
+        print(
+            f"gnnflow: dataset {partition[:80]!r} is not a registered partition; {DATASETS_SYNC_HINT}", file=sys.stderr
+        )
 
 
 def quiet_dagster_notices() -> None:
@@ -60,34 +81,6 @@ def quiet_dagster_notices() -> None:
     warnings.filterwarnings("ignore", r"Function `PipesMessageReader\.expected_writer_count`", dg.PreviewWarning)
 
 
-def failure_causes(instance, since: float) -> list[str]:
-    """One line per failed step of the runs created after `since` (a timestamp): the asset,
-    the dataset and the cause (a `dagster.Failure`'s description, which names the file and
-    column for bad input; else the innermost error's first line)."""
-    import dagster as dg
-
-    lines = []
-    runs = instance.get_runs(
-        filters=dg.RunsFilter(
-            statuses=[dg.DagsterRunStatus.FAILURE], created_after=datetime.fromtimestamp(since, tz=timezone.utc)
-        )
-    )
-    for run in runs:
-        for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
-            event = record.dagster_event
-            data = event.step_failure_data
-            if data.user_failure_data is not None and data.user_failure_data.description:
-                cause = data.user_failure_data.description
-            else:
-                err = data.error
-                while err is not None and err.cause is not None:
-                    err = err.cause
-                cause = err.message.strip().splitlines()[0] if err is not None else "unknown error"
-            where = f" ({run.tags['dagster/partition']})" if "dagster/partition" in run.tags else ""
-            lines.append(f"{event.step_key}{where} failed: {cause}")
-    return lines
-
-
 def summarize_failures_at_exit() -> None:
     """In `dagster asset materialize` / `dagster job execute`: after Dagster's "Materialization
     failed" and its tracebacks, print each failed step's one-line cause as the last lines."""
@@ -102,7 +95,11 @@ def summarize_failures_at_exit() -> None:
 
         try:
             with dg.DagsterInstance.get() as instance:
-                lines = failure_causes(instance, since)
+                after = datetime.fromtimestamp(since, tz=timezone.utc)
+                runs = instance.get_runs(
+                    filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], created_after=after)
+                )
+                lines = failure_causes(instance, runs)
         except Exception:  # never mask Dagster's own exit with ours
             return
         for line in lines:
@@ -194,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     ds = sub.add_parser("datasets", help="register landing sub-folders as `dataset` partitions")
     ds.add_argument("action", choices=["sync", "list"])
     ds.set_defaults(func=_cmd_datasets)
+    add_parsers(sub)
+    add_models_parser(sub)
     return parser
 
 

@@ -14,6 +14,7 @@ from assets.normalized_adjacency import normalized_adjacency
 from assets.predictions import predictions
 from assets.trained_model import trained_model
 from pipelines.cli import quiet_dagster_notices, summarize_failures_at_exit, warn_if_dagster_home_missing
+from pipelines.console import console_logger
 from pipelines.schedules import make_retrain_schedule
 from pipelines.sensors import make_landing_sensor
 
@@ -31,12 +32,13 @@ ALL_ASSETS = [
     trained_model,
     evaluation,
     promotion,
+    predictions,
 ]
 
 pipeline_job = dg.define_asset_job(
     "gnnflow_pipeline",
     selection=dg.AssetSelection.assets(*ALL_ASSETS),
-    description="Every stage for one dataset partition.",
+    description="Every stage for one dataset partition, ending with predictions from the model promotion decided on.",
 )
 
 ingest_job = dg.define_asset_job(
@@ -59,26 +61,26 @@ preprocess_job = dg.define_asset_job(
 
 retrain_job = dg.define_asset_job(
     "retrain",
-    # predictions is left out: scoring is the predict job's (it runs on the dataset's landing files
-    # as they are now); where a run selects both, predictions waits for promotion (its dependency)
-    selection=dg.AssetSelection.assets(minibatch_shards).downstream() - dg.AssetSelection.assets(predictions),
-    description="New samples onwards: minibatch_shards, trained_model, evaluation, promotion "
+    # predictions waits for promotion (its dependency), so it scores with the model just decided on
+    selection=dg.AssetSelection.assets(minibatch_shards).downstream(),
+    description="New samples onwards: minibatch_shards, trained_model, evaluation, promotion, predictions "
     "(what the retraining schedule runs).",
 )
 
 predict_job = dg.define_asset_job(
     "predict",
-    selection=dg.AssetSelection.assets(canonical_graph, normalized_adjacency, predictions),
+    selection=dg.AssetSelection.assets(predictions),
     description="Score a dataset's current landing files with its promoted (else latest) trained model, "
-    "without retraining: canonical_graph, normalized_adjacency, then predictions.",
+    "without retraining and without replacing the published canonical_graph (see assets.predictions).",
 )
 
 defs = dg.Definitions(
-    assets=[*ALL_ASSETS, predictions],
+    assets=ALL_ASSETS,
     jobs=[pipeline_job, ingest_job, train_job, preprocess_job, retrain_job, predict_job],
     schedules=[make_retrain_schedule(retrain_job)],
     sensors=[make_landing_sensor(ALL_ASSETS)],
     resources={"storage": GnnflowStorage.from_env()},
+    loggers={"console": console_logger},  # errors on one line in the terminal (pipelines.console)
     # each step is forked from a server that imported this code location once: a spawned process
     # per step re-imported torch, DGL and Dagster (~4.5 s each; Cora's whole pipeline 86 s -> 42 s),
     # and unlike the in-process executor a step's memory still goes back when it ends (measured at

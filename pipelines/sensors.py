@@ -1,21 +1,25 @@
 """The landing sensor: every landing sub-folder becomes a `dataset` partition, and a change
 to its files requests a run of the stages that dataset can feed, once the files are stable.
 
-What counts as a change: the landing files' fingerprint (`graphs.canonical.landing_fingerprint`:
-names, sizes, mtimes of the Parquet files) differs from the one recorded in the metadata of the
-dataset's latest canonical_graph materialization in the instance (`landing_fingerprint`),
-whoever launched it (`make demo`, a CLI run with tuned settings, the UI). A dataset whose
-files were ingested as they are requests nothing, even the first time the sensor sees it.
+What counts as a change: the landing files' fingerprint (`graphs.landing.landing_fingerprint`:
+the name and content hash of every input file, hashed again only when a file's size or times
+change) differs from the one recorded in the metadata of the dataset's latest canonical_graph
+materialization in the instance (`landing_fingerprint`), whoever launched it (`make demo`, a
+CLI run with tuned settings, the UI). A dataset whose files were ingested as they are requests
+nothing, even the first time the sensor sees it, and copying back an identical file is no change.
 
 When it is stable: a changed fingerprint is requested once it is the same on two
 consecutive ticks (the sensor runs every 30 s), or at once when the folder holds a
 `_SUCCESS` marker newer than every Parquet file (write it last when copying). A file still
-being copied changes size or mtime between ticks, so its dataset waits.
+being copied changes between ticks, so its dataset waits.
 
 The cursor holds, per dataset, the fingerprint seen at the previous tick (`pending`) and the
 fingerprint last requested (`requested`, so a failed run is not relaunched every tick; the
-next change of the files is). A dataset whose nodes.parquet holds no labels gets the
-preprocessing stages only; assets tagged `gnnflow/needs: labels` are left out for it.
+next change of the files is). While the run requested for a dataset's current files has
+failed, the tick's skip reason says so, naming the dataset (never "as last ingested"). A
+dataset whose nodes hold no labels gets the stages that need none; assets tagged
+`gnnflow/needs: labels` are left out for it. A run ends with `predictions`, scored by the
+model its promotion step decided on.
 
 A problem in one dataset folder never stops the sensor for the others: a folder whose inputs
 `graphs.landing.find_dataset_files` refuses (a dangling symlink, a symlink out of the landing
@@ -30,41 +34,26 @@ from pathlib import Path
 from typing import Sequence
 
 import dagster as dg
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from assets.common import LANDING_FINGERPRINT, NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
+from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, ingested_fingerprint
 from assets.settings import SETTINGS_FILE, SettingsError, read_task
 from graphs.canonical import InputError, find_dataset_files, landing_fingerprint, landing_marked_ready
 from graphs.edge_split import DEFAULT_TASK, LINK_PREDICTION
+from graphs.user_files import landing_has_labels
 
-INGEST_ASSET = dg.AssetKey("canonical_graph")
-
-
-def ingested_fingerprint(instance: dg.DagsterInstance, dataset: str) -> str | None:
-    """The `landing_fingerprint` recorded by the dataset's latest canonical_graph materialization."""
-    records = instance.fetch_materializations(
-        dg.AssetRecordsFilter(asset_key=INGEST_ASSET, asset_partitions=[dataset]), limit=1
-    ).records
-    if not records:
-        return None
-    entry = records[0].asset_materialization.metadata.get(LANDING_FINGERPRINT)
-    return None if entry is None else str(entry.value)
+RUN_KEY_TAG = "dagster/run_key"  # the tag a sensor's run carries its RunRequest's run_key in
+FAILED_RUN = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)
 
 
-def dataset_has_labels(folder: Path) -> bool:
-    """True when nodes.parquet has a `label` column with at least one known (>= 0) label."""
-    nodes = folder / "nodes.parquet"
-    if not nodes.is_file():
-        return False
-    try:
-        if "label" not in pq.read_schema(nodes).names:
-            return False
-        labels = pq.read_table(nodes, columns=["label"]).column("label")
-    except Exception:
-        return True  # unreadable: let the run fail with the ingest stage's clear message
-    top = pc.max(labels).as_py()
-    return top is not None and top >= 0
+def run_key(dataset: str, fingerprint: str) -> str:
+    """The run key of the sensor's request for these files of a dataset (one run per content)."""
+    return f"{dataset}:{fingerprint}"
+
+
+def requested_run_status(instance: dg.DagsterInstance, dataset: str, fingerprint: str) -> dg.DagsterRunStatus | None:
+    """The status of the newest run the sensor requested for these files (None: none found)."""
+    runs = instance.get_runs(filters=dg.RunsFilter(tags={RUN_KEY_TAG: run_key(dataset, fingerprint)}), limit=1)
+    return runs[0].status if runs else None
 
 
 def dataset_task(folder: Path) -> str:
@@ -120,7 +109,7 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
         for bad in storage.landing_folders_with_bad_names():
             context.log.warning(f"ignored landing folder {bad!r}: not a valid dataset name (see validate_dataset_name)")
         new_partitions = unregistered_datasets(context.instance, names)
-        runs, waiting, refused = [], [], []
+        runs, waiting, refused, failed = [], [], [], []
         for name in names:
             folder = storage.landing_dir(name)
             try:
@@ -135,6 +124,9 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
                 requested.pop(name, None)
                 continue
             if requested.get(name) == fp:  # already asked for these files; their run decides
+                status = requested_run_status(context.instance, name, fp)
+                if status in FAILED_RUN:
+                    failed.append(f"{name} ({status.value.lower()})")
                 continue
             if not (landing_marked_ready(folder) or pending.get(name) == fp):
                 pending[name] = fp
@@ -142,13 +134,13 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
                 continue
             pending.pop(name, None)
             requested[name] = fp
-            labelled = dataset_has_labels(folder) or dataset_task(folder) == LINK_PREDICTION
+            labelled = landing_has_labels(folder) or dataset_task(folder) == LINK_PREDICTION
             selection = every if labelled else [k for k in every if k not in needs_labels]
             context.log.info(
                 f"dataset '{name}' changed since its last ingest ({'with' if labelled else 'without'} labels): "
                 f"requesting {', '.join(k.to_user_string() for k in selection)}"
             )
-            runs.append(dg.RunRequest(run_key=f"{name}:{fp}", partition_key=name, asset_selection=selection))
+            runs.append(dg.RunRequest(run_key=run_key(name, fp), partition_key=name, asset_selection=selection))
         for name in list(pending):
             if name not in names:
                 del pending[name]
@@ -159,6 +151,8 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
         if not runs and not requests:
             reasons = [f"files still changing: {', '.join(waiting)}"] if waiting else []
             reasons += [f"refused (see the warnings): {', '.join(refused)}"] if refused else []
+            if failed:
+                reasons.append(f"the run for the current files failed, retried when they change: {', '.join(failed)}")
             skip = "; ".join(reasons) or "every landing folder is as last ingested"
         return dg.SensorResult(
             run_requests=runs,

@@ -103,9 +103,7 @@ def test_readme_cli_section_runs_as_written(tmp_path, env, daemon):
     assert "newly registered: mydata, otherdata" in sync.stdout
 
     # one asset, one partition: in the shell's process, nothing else running
-    one = _run(
-        readme_command(".venv/bin/dagster asset materialize -m pipelines.definitions --select canonical_graph"), env
-    )
+    one = _run(readme_command(".venv/bin/gnnflow launch --assets canonical_graph"), env)
     assert one.returncode == 0, one.stdout[-3000:] + one.stderr[-3000:]
     gnn = Path(env["GNNFLOW_HOME"])
     assert pq.read_table(gnn / "mydata" / "canonical_graph" / "edges.parquet").num_rows == 8
@@ -134,26 +132,60 @@ def test_readme_cli_section_runs_as_written(tmp_path, env, daemon):
     assert pq.read_table(gnn / "mydata" / "canonical_graph" / "edges.parquet").num_rows == 8
     nodes = pq.read_table(gnn / "otherdata" / "canonical_graph" / "nodes.parquet")
     assert nodes.column("original_id").to_pylist() == ["a", "b", "c"]
+    report = _run(readme_command(".venv/bin/gnnflow backfills"), env)
+    assert report.returncode == 0 and "ingest [mydata,otherdata] succeeded: 2 runs" in report.stdout, report.stdout
+
+    # the same backfill once otherdata's file is bad: reported as failed, with the cause
+    pq.write_table(
+        pa.table({"from": ["a"], "to": ["b"]}), Path(env["GNNFLOW_LANDING"]) / "otherdata" / "edges" / "0.parquet"
+    )
+    assert _run(readme_command(".venv/bin/dagster job backfill"), env).returncode == 0
+    with dg.instance_for_test(temp_dir=env["DAGSTER_HOME"]) as instance:
+        while not (len(runs := instance.get_runs()) >= 5 and all(r.is_finished for r in runs)):
+            assert time.time() < deadline, (tmp_path / "daemon.log").read_text()[-4000:]
+            time.sleep(2)
+    report = _run(readme_command(".venv/bin/gnnflow backfills"), env)
+    assert report.returncode == 1, report.stdout + report.stderr
+    newest = report.stdout.splitlines()
+    assert "ingest [mydata,otherdata] failed: 1 of 2 runs failed" in newest[0], newest
+    assert newest[1].startswith("  canonical_graph (otherdata) failed: ") and "missing column 'src'" in newest[1], (
+        newest
+    )
+    assert "succeeded: 2 runs" in newest[2]  # the first backfill, as it ended
 
 
 def test_bad_input_and_a_missing_dagster_home_end_with_the_cause(tmp_path, env):
+    """A bad file: a few lines, the error on one line, no stack trace, no Dagster notice, the cause
+    last; a dataset not yet synced and a missing DAGSTER_HOME: the hint, exit code 2."""
     pq.write_table(
         pa.table({"src": [1, 2], "dst": [2.5, 3.0]}), Path(env["GNNFLOW_LANDING"]) / "mydata" / "edges.parquet"
     )
+    argv = readme_command(".venv/bin/gnnflow launch --assets canonical_graph")
+    unsynced = _run(argv, env)
+    assert unsynced.returncode == 2 and "`gnnflow datasets sync`" in unsynced.stderr, unsynced.stderr
     assert _run(readme_command(".venv/bin/gnnflow datasets sync"), env).returncode == 0
-    argv = readme_command(".venv/bin/dagster asset materialize -m pipelines.definitions --select canonical_graph")
     bad = _run(argv, env)
-    assert bad.returncode != 0
-    last = bad.stderr.strip().splitlines()[-1]
-    assert last.startswith("gnnflow: canonical_graph (mydata) failed:"), last
-    assert "edges.parquet: column 'dst' has type double" in last
+    assert bad.returncode == 1
+    lines = (bad.stdout + bad.stderr).strip().splitlines()
+    assert len(lines) <= 12 and not [line for line in lines if "Stack Trace" in line or "Traceback" in line], lines
+    assert not [line for line in lines if "superseded" in line], lines
+    cause = bad.stderr.strip().splitlines()[-2]
+    assert cause.startswith("gnnflow: canonical_graph (mydata) failed:"), cause
+    assert "edges.parquet: column 'dst' has type double" in cause
+    verbose = _run([*argv, "--verbose"], env)
+    assert "Stack Trace" in verbose.stderr and verbose.returncode == 1
 
+    # the dagster CLI itself: the datasets-sync hint as its last line, whatever DAGSTER_HOME is
+    dagster_cli = [str(BIN / "dagster"), "asset", "materialize", "-m", "pipelines.definitions"]
+    lost = _run([*dagster_cli, "--select", "canonical_graph", "--partition", "notsynced"], env)
+    assert lost.returncode != 0 and "`gnnflow datasets sync`" in lost.stderr.strip().splitlines()[-1]
     no_home = {k: v for k, v in env.items() if k != "DAGSTER_HOME"}
     sync = _run(readme_command(".venv/bin/gnnflow datasets sync"), no_home)
     assert sync.returncode == 2 and "DAGSTER_HOME is not set" in sync.stderr
-    lost = _run(argv, no_home)
-    assert lost.returncode != 0
-    assert "DAGSTER_HOME is not set" in lost.stderr.strip().splitlines()[-1]
+    for command in (argv, [*dagster_cli, "--select", "canonical_graph", "--partition", "mydata"]):
+        lost = _run(command, no_home)
+        assert lost.returncode != 0
+        assert "DAGSTER_HOME is not set" in lost.stderr.strip().splitlines()[-1]
 
 
 def test_make_ui_takes_a_port():

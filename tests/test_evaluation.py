@@ -117,7 +117,14 @@ def test_bad_retrain_keeps_the_promoted_model(tmp_path, storage, instance):
     within = _train_fake(storage, 5, "cccccccc-3")
     ev, pr, check = _evaluate_and_promote(storage, instance)
     assert pr["promoted"].value is True and check.passed
-    assert pr["config"].value == {"metric": "accuracy", "margin": 0.2}
+    assert pr["config"].value == {
+        "metric": "accuracy",
+        "margin": 0.2,
+        "max_class_share": 0.99,
+        "max_label_shift": 0.3,
+        "accept_label_change": False,
+        "keep_versions": 10,
+    }
     assert storage.model_version(promoted) == within
     assert sorted(p.name for p in storage.versions_dir("toy").iterdir()) == sorted([good, bad, within])
     mode = (storage.versions_dir("toy") / good / "predictions.parquet").stat().st_mode

@@ -267,8 +267,8 @@ def test_canonical_graph_warns_naming_unknown_split_words(tmp_path):
     assert warnings[0].endswith("e.g. ['holdout']")
 
 
-def test_sound_inputs_keep_their_fingerprint_format(tmp_path):
-    """Only input entries count, in the same lines as before, so recorded fingerprints stay valid."""
+def test_the_fingerprint_is_over_the_input_entries_names_and_contents(tmp_path):
+    """Only input entries count, one line each: relative name and SHA-256 of the content."""
     import hashlib
 
     root = tmp_path / "ds"
@@ -277,6 +277,5 @@ def test_sound_inputs_keep_their_fingerprint_format(tmp_path):
     write_edges(root / "notes" / "other.parquet", [1], [2])  # not an input
     h = hashlib.sha256()
     for rel in ("edges/a.parquet", "edges.parquet"):
-        st = (root / rel).stat()
-        h.update(f"{rel}:{st.st_size}:{st.st_mtime_ns}\n".encode())
+        h.update(f"{rel}:{hashlib.sha256((root / rel).read_bytes()).hexdigest()}\n".encode())
     assert landing_fingerprint(root) == h.hexdigest()[:16]

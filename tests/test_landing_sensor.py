@@ -16,10 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets.canonical_graph import canonical_graph
-from assets.common import LANDING_FINGERPRINT, GnnflowStorage, dataset_partitions
+from assets.common import LANDING_FINGERPRINT, GnnflowStorage, dataset_partitions, ingested_fingerprint
 from graphs.canonical import READY_MARKER, landing_fingerprint
 from pipelines.definitions import ALL_ASSETS
-from pipelines.sensors import ingested_fingerprint, make_landing_sensor
+from pipelines.sensors import make_landing_sensor
 from tests.conftest import write_edges
 
 

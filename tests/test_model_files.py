@@ -462,21 +462,22 @@ def test_predictions_wait_for_promotion_and_the_predict_job_leaves_training_out(
 
 
 def test_a_full_run_scores_predictions_with_the_model_promotion_just_promoted(built, tmp_path):
-    from assets.predictions import predictions
     from pipelines.definitions import ALL_ASSETS
 
     storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(built / "landing"))
     run_config = {
         "ops": {
             "minibatch_shards": {"config": {"fanouts": "4,4", "batch_size": 32, "epochs": 1, "world_size": 1}},
-            "trained_model": {"config": {"model": {"hidden": 8}, "training": {"epochs": 2, "profiler": "none"}}},
+            # a model that learns: promotion refuses one that does no better than the majority class
+            "trained_model": {"config": {"model": {"hidden": 16}, "training": {"epochs": 30, "profiler": "none"}}},
             "promotion": {"config": {"margin": 1.0}},  # any retrain is promoted
         }
     }
     retrain = {"ops": {k: v for k, v in run_config["ops"].items() if k != "minibatch_shards"}}
-    assert [a.key.to_user_string() for a in ALL_ASSETS[-3:]] == ["trained_model", "evaluation", "promotion"]
+    retrained = ["trained_model", "evaluation", "promotion", "predictions"]
+    assert [a.key.to_user_string() for a in ALL_ASSETS[-4:]] == retrained
     versions = []
-    for assets, config in (([*ALL_ASSETS, predictions], run_config), ([*ALL_ASSETS[-3:], predictions], retrain)):
+    for assets, config in ((ALL_ASSETS, run_config), (ALL_ASSETS[-4:], retrain)):
         result = _materialize(assets, storage, run_config=config)
         assert result.success
         promoted = result.asset_materializations_for_node("promotion")[0].metadata
@@ -490,7 +491,8 @@ def test_a_full_run_scores_predictions_with_the_model_promotion_just_promoted(bu
 def test_training_on_a_single_labelled_class_is_refused_before_it_starts(tmp_path):
     """A nodes.parquet whose training labels are all one class would train to loss 0, score 1.0
     on those same labels and be promoted over a useful model."""
-    from assets.trained_model import refuse_a_single_training_class
+    from assets.trained_model import refuse_unfit_training_labels
+    from training.promotion import PromotionConfig
 
     landing = tmp_path / "landing"
     write_edges(landing / "edges.parquet", [0, 1, 2, 3, 4], [1, 2, 3, 4, 0])
@@ -499,10 +501,10 @@ def test_training_on_a_single_labelled_class_is_refused_before_it_starts(tmp_pat
     with staged_output(tmp_path / "canonical_graph") as out:
         build_canonical_graph(landing, out)
     with pytest.raises(dg.Failure) as err:
-        refuse_a_single_training_class(tmp_path / "canonical_graph", "d")
+        refuse_unfit_training_labels(tmp_path / "canonical_graph", "d", PromotionConfig())
     assert "the labelled training nodes hold one class only (class 1: 3 nodes)" in err.value.description
     nodes["label"][0] = 0  # a second class among the training nodes: trains
     pq.write_table(pa.table(nodes), landing / "nodes.parquet")
     with staged_output(tmp_path / "canonical_graph") as out:
         build_canonical_graph(landing, out)
-    refuse_a_single_training_class(tmp_path / "canonical_graph", "d")
+    refuse_unfit_training_labels(tmp_path / "canonical_graph", "d", PromotionConfig())

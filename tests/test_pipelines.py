@@ -192,6 +192,7 @@ def test_real_definitions_keep_label_stages_from_unlabelled_datasets():
         "normalized_adjacency",
         "metis_partitions",
         "compressed_graph",
+        "predictions",  # scores with a model trained earlier; skipped when there is none
     }
 
 

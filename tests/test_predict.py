@@ -86,9 +86,10 @@ def test_predict_on_the_training_data_reproduces_the_trained_models_predictions(
     )
     ours = pq.read_table(tmp_path / "predictions.parquet").to_pandas()
     theirs = pq.read_table(home / "trained_model" / "predictions.parquet").to_pandas()
-    assert summary["nodes"] == 120 and list(ours.columns) == ["node_id", "predicted", "probabilities", "index"]
+    assert summary["nodes"] == 120
+    assert list(ours.columns) == ["node_id", "predicted", "predicted_index", "probabilities", "index"]
     assert ours.node_id.tolist() == theirs.node_id.tolist()
-    assert (ours.predicted == theirs.predicted).all()
+    assert (ours.predicted == theirs.predicted).all() and (ours.predicted_index == theirs.predicted).all()
     np.testing.assert_allclose(np.stack(ours.probabilities), np.stack(theirs.probabilities), atol=1e-5)
 
 
@@ -141,18 +142,16 @@ def test_the_predict_job_scores_updated_landing_files_with_the_promoted_model(tr
     _landing(tmp_path / "landing" / "ds", 150, np.random.default_rng(3), feat_shift=5.0)
     shutil.copytree(trained["home"] / "trained_model", tmp_path / "home" / "ds" / "trained_model")
     job = defs.resolve_job_def("predict")
-    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {
-        "canonical_graph",
-        "edge_split",  # the normalized_adjacency step's second asset (link prediction only; skipped here)
-        "normalized_adjacency",
-        "predictions",
-    }
+    # scoring alone: the published stages are never re-materialized by it
+    assert {k.to_user_string() for k in job.asset_layer.executable_asset_keys} == {"predictions"}
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(dataset_partitions.name, ["ds"])
         result = job.execute_in_process(instance=instance, partition_key="ds", resources={"storage": storage})
         assert result.success
         md = result.asset_materializations_for_node("predictions")[0].metadata
         assert md["model"].value == str(tmp_path / "home" / "ds" / "trained_model" / MODEL_BEST)
+        assert md["graph"].value == "landing files as they are now"  # nothing was ever ingested
+        assert not (tmp_path / "home" / "ds" / "canonical_graph").exists()
         assert md["nodes"].value == 150 and md["nodes_since_training"].value == 30
         assert md["disk_mb"].value >= 0
         pred = pq.read_table(tmp_path / "home" / "ds" / "predictions" / "predictions.parquet")
@@ -163,3 +162,46 @@ def test_the_predict_job_scores_updated_landing_files_with_the_promoted_model(tr
         again = job.execute_in_process(instance=instance, partition_key="ds", resources={"storage": storage})
         md = again.asset_materializations_for_node("predictions")[0].metadata
         assert md["model"].value == str(tmp_path / "home" / "ds" / "promoted" / MODEL_BEST)
+
+
+def test_scoring_new_landing_files_leaves_the_published_stages_as_they_were(trained, tmp_path):
+    """The predict job after the landing files grew: the new nodes are scored from a scratch ingest,
+    and canonical_graph / normalized_adjacency (what the shards and the next `train` run were made
+    from) stay byte for byte; with the files as ingested it scores the published stages."""
+    import shutil
+
+    import dagster as dg
+
+    from assets.common import GnnflowStorage, dataset_partitions
+    from pipelines.definitions import defs
+    from tests.conftest import folder_bytes
+
+    storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
+    landing = tmp_path / "landing" / "ds"
+    _landing(landing, 120, np.random.default_rng(0), feat_shift=5.0)
+    shutil.copytree(trained["home"] / "trained_model", tmp_path / "home" / "ds" / "trained_model")
+    home = tmp_path / "home" / "ds"
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(dataset_partitions.name, ["ds"])
+        run = {"partition_key": "ds", "instance": instance, "resources": {"storage": storage}}
+        assert defs.resolve_job_def("ingest").execute_in_process(**run).success
+        assert (
+            defs.resolve_implicit_global_asset_job_def()
+            .get_subset(asset_selection={dg.AssetKey("normalized_adjacency")})
+            .execute_in_process(**run)
+            .success
+        )
+        published = {name: folder_bytes(home / name) for name in ("canonical_graph", "normalized_adjacency")}
+        predict_job = defs.resolve_job_def("predict")
+
+        same = predict_job.execute_in_process(**run).asset_materializations_for_node("predictions")[0].metadata
+        assert same["graph"].value == "published canonical_graph" and same["nodes"].value == 120
+
+        _landing(landing, 150, np.random.default_rng(3), feat_shift=5.0)  # 30 nodes arrive
+        grown = predict_job.execute_in_process(**run).asset_materializations_for_node("predictions")[0].metadata
+        assert grown["graph"].value == "landing files as they are now" and grown["nodes"].value == 150
+        assert grown["nodes_since_training"].value == 30
+        pred = pq.read_table(home / "predictions" / "predictions.parquet")
+        assert pred.num_rows == 150 and "n149" in pred.column("node_id").to_pylist()
+        assert {name: folder_bytes(home / name) for name in published} == published
+        assert not [p.name for p in home.iterdir() if p.name.startswith(".scoring-")]  # the scratch is gone

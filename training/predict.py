@@ -15,9 +15,13 @@ changing predictions silently. From the command line::
         --canonical .gnnflow/mydata/canonical_graph --adjacency .gnnflow/mydata/normalized_adjacency \\
         --out /tmp/mydata-predictions
 
-Files written into ``out`` (atomically): ``predictions.parquet`` (the trained_model
-layout: ``node_id`` = the user's id, ``predicted``, ``probabilities``, ``index``) and
-``summary.json`` (the model file used and its version, node and class counts, seconds).
+Files written into ``out`` (atomically): ``predictions.parquet`` and ``summary.json`` (the
+model file used and its version, node and class counts, seconds). predictions.parquet has the
+trained_model layout plus ``predicted_index``: ``node_id`` = the user's id, ``predicted`` = the
+user's label value when the model folder holds a ``label_classes.json`` (labels given as
+strings, booleans or other categorical values; `graphs.label_classes`), of that value's type,
+else the class index (int32, as ``predicted_index``), ``predicted_index`` int32,
+``probabilities`` (one per class index), ``index`` (gnnflow's internal node index).
 
 Features come from canonical_graph's FP32 ``features.npy`` (a model trained from
 compressed_graph's codes saw their decoded approximation of the same values).
@@ -32,12 +36,15 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import torch
 
+from graphs.label_classes import LABEL_CLASSES, label_values, read_label_classes
 from graphs.storage import atomic_output_dir, verify_files
 from training.evaluate import load_full_block
 from training.features import degree_features, read_node_table
-from training.outputs import MODEL_BEST, MODEL_FINAL, load_model, read_version, write_json, write_predictions
+from training.outputs import MODEL_BEST, MODEL_FINAL, load_model, read_version, write_json
 
 __all__ = ["predict", "verify_inputs"]
 
@@ -91,6 +98,7 @@ def predict(
     canonical, adjacency, model_path = Path(canonical_dir), Path(adjacency_dir), Path(model_path)
     verify_files(model_path.parent, [model_path.name], stage="trained_model")
     loaded = load_model(model_path)
+    classes = model_label_classes(model_path.parent, loaded.num_classes)
     verify_inputs(canonical, adjacency, loaded.preprocessing.input)
     adj_norm = json.loads((adjacency / "summary.json").read_text()).get("degree_norm", "both")
     if adj_norm != loaded.preprocessing.degree_norm:
@@ -120,9 +128,40 @@ def predict(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     with atomic_output_dir(out_dir) as tmp:
-        write_predictions(tmp / "predictions.parquet", nodes.original_id, logits)
+        write_scored(tmp / "predictions.parquet", nodes.original_id, logits, classes)
         write_json(tmp / "summary.json", summary)
     return summary
+
+
+def model_label_classes(model_dir: Path, num_classes: int) -> list | None:
+    """The user's label value of each class of a model folder (None without label_classes.json),
+    checked against the folder's hashes.json and the model's class count."""
+    if not (model_dir / LABEL_CLASSES).is_file():
+        return None
+    verify_files(model_dir, [LABEL_CLASSES], stage="trained_model")
+    classes = read_label_classes(model_dir)
+    if len(classes) != num_classes:
+        raise ValueError(
+            f"{model_dir / LABEL_CLASSES}: {len(classes)} label values for a model of {num_classes} classes; "
+            "re-materialize trained_model"
+        )
+    return classes
+
+
+def write_scored(path: Path, original_id: pa.Array, logits: torch.Tensor, classes: list | None) -> None:
+    """predictions.parquet (see the module docstring) for these logits."""
+    probs = torch.softmax(logits.float(), dim=1).cpu().numpy().astype(np.float32)
+    index = probs.argmax(1).astype(np.int32)
+    table = pa.table(
+        {
+            "node_id": original_id,
+            "predicted": pa.array(index) if classes is None else label_values(classes, index),
+            "predicted_index": pa.array(index),
+            "probabilities": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), probs.shape[1]),
+            "index": pa.array(np.arange(len(index), dtype=np.int64)),
+        }
+    )
+    pq.write_table(table, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -62,6 +62,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
 from graphs.host_memory import reuse_freed_memory
+from graphs.label_classes import copy_label_classes
 from graphs.progress import Progress
 from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes, verify_lock_held
 from training.blocks import remove_self_loops
@@ -759,6 +760,7 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         save_model_file(tmp / MODEL_BEST, best_state)
         summary["version"] = write_version_file(tmp)  # before the swap: a kill after it leaves a named model
         write_predictions(tmp / "predictions.parquet", original_id, logits)
+        copy_label_classes(run.canonical, tmp)  # the user's label values, in every model version
         run.eval_graph.save_embeddings(emb, tmp / "embeddings.npy")
         write_metrics(history, tmp / "metrics.parquet")
         plot_curves(history, tmp / "curves.png")
