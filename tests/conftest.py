@@ -50,3 +50,20 @@ def wait_for_path(pattern: str, parent: Path, proc, seconds: float = 300) -> Pat
             return found[0]
         time.sleep(0.05)
     raise AssertionError(f"{pattern} never appeared under {parent} (exit code {proc.poll()})")
+
+
+@pytest.fixture
+def storage(tmp_path):
+    """The storage resource over `tmp_path/home` and `tmp_path/landing`."""
+    from assets.common import GnnflowStorage
+
+    return GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
+
+
+@pytest.fixture
+def instance():
+    """A Dagster instance of its own (runs, materializations, partitions), removed afterwards."""
+    import dagster as dg
+
+    with dg.instance_for_test() as inst:
+        yield inst

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions
+from assets.common import dataset_partitions
 from assets.evaluation import NOT_WORSE, evaluation, promotion
 from graphs.storage import atomic_output_dir
 from tests.conftest import write_edges
@@ -20,11 +20,6 @@ from training.outputs import write_predictions
 from training.promotion import PromotionConfig, decide
 
 N = 12
-
-
-@pytest.fixture
-def storage(tmp_path) -> GnnflowStorage:
-    return GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
 
 
 @pytest.fixture

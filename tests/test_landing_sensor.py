@@ -16,22 +16,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets.canonical_graph import canonical_graph
-from assets.common import LANDING_FINGERPRINT, GnnflowStorage, dataset_partitions, ingested_fingerprint
+from assets.common import LANDING_FINGERPRINT, dataset_partitions, ingested_fingerprint
 from graphs.canonical import READY_MARKER, landing_fingerprint
 from pipelines.definitions import ALL_ASSETS
 from pipelines.sensors import make_landing_sensor
 from tests.conftest import write_edges
-
-
-@pytest.fixture
-def storage(tmp_path) -> GnnflowStorage:
-    return GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
-
-
-@pytest.fixture
-def instance():
-    with dg.instance_for_test() as inst:
-        yield inst
 
 
 def _tick(sensor, instance, storage, cursor=None):

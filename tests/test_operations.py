@@ -8,24 +8,12 @@ import dagster as dg
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import pytest
 
 from assets.canonical_graph import canonical_graph
-from assets.common import GnnflowStorage, dataset_partitions
+from assets.common import dataset_partitions
 from pipelines.definitions import ALL_ASSETS, defs
 from pipelines.sensors import make_landing_sensor, requested_run_status, run_key, split_by_labels
 from tests.conftest import write_edges
-
-
-@pytest.fixture
-def storage(tmp_path) -> GnnflowStorage:
-    return GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
-
-
-@pytest.fixture
-def instance():
-    with dg.instance_for_test() as inst:
-        yield inst
 
 
 def _selected(job: str) -> set[str]:

@@ -11,15 +11,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets.canonical_graph import canonical_graph
-from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions
+from assets.common import NEEDS_LABELS_TAG, dataset_partitions
 from pipelines.definitions import ALL_ASSETS, defs
 from pipelines.sensors import make_landing_sensor, register_datasets
 from tests.conftest import write_edges
-
-
-@pytest.fixture
-def storage(tmp_path) -> GnnflowStorage:
-    return GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
 
 
 def _instance_with(*names: str) -> dg.DagsterInstance:
