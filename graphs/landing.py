@@ -24,9 +24,9 @@ The landing sensor's view of a folder (`is_dataset_folder`, `landing_fingerprint
 `landing_marked_ready`) lists the same entries and never raises for one bad entry, so one
 broken dataset folder never stops the sensor for the others: the sensor calls
 `find_dataset_files` for each dataset and skips the ones it refuses, naming them.
-`landing_fingerprint` reads the content of the entries that pass the rule (a SHA-256 per
-file, kept per process while the file's size and times stay the same:
-`graphs.storage.cached_file_sha256`); it opens no other entry.
+`landing_fingerprint` reads the content of the entries that pass the rule, the inputs and
+the settings file (a SHA-256 per file, kept per process while the file's size and times
+stay the same: `graphs.storage.cached_file_sha256`); it opens no other entry.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pathlib import Path
 from graphs.storage import cached_file_sha256
 
 READY_MARKER = "_SUCCESS"
+SETTINGS_FILE = "gnnflow.yaml"  # the dataset's settings: its column mapping and stage settings
 EDGE_SUFFIXES = (".parquet", ".csv", ".tsv", ".txt")
 NODE_SUFFIXES = (".parquet", ".csv", ".tsv")
 FEATURE_SUFFIXES = (".parquet",)
@@ -182,7 +183,7 @@ def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
 
 
 def _content_line(path: Path, root: Path, landing: Path | None) -> str:
-    """ "relative path:sha256" of an input entry that passes the module's rule, else
+    """ "relative path:sha256" of an input or settings entry that passes the module's rule, else
     "relative path:" and why it does not (no entry that fails the rule is opened)."""
     try:
         if landing is None:
@@ -193,13 +194,21 @@ def _content_line(path: Path, root: Path, landing: Path | None) -> str:
         return f"{path.relative_to(root)}:{type(exc).__name__}\n"
 
 
+def _fingerprinted_entries(root: Path) -> list[Path]:
+    """The entries `landing_fingerprint` reads: every input entry, then the settings file when present."""
+    settings = root / SETTINGS_FILE
+    return sorted(_input_entries(root)) + ([settings] if os.path.lexists(settings) else [])
+
+
 def landing_fingerprint(dataset_dir: str | os.PathLike) -> str:
     """16 hex digits over the relative path and content (SHA-256) of every input entry of a
-    landing folder (`_input_entries`, through symlinks within the landing folder; an entry the
-    module's rule refuses counts by its name and is not opened): what canonical_graph records
-    as `landing_fingerprint` and what the landing sensor compares with, so inputs whose content
-    changed since the last ingest are noticed, and a file copied back unchanged is not. A
-    file's digest is computed once per process while its size and times stay the same
+    landing folder (`_input_entries`, through symlinks within the landing folder) and of its
+    settings file (`SETTINGS_FILE`: its column mapping and stage settings change what the
+    pipeline makes of the inputs); an entry the module's rule refuses counts by its name and
+    is not opened. It is what canonical_graph records as `landing_fingerprint` and what the
+    landing sensor compares with, so inputs or settings whose content changed since the last
+    ingest are noticed, and a file copied back unchanged is not. A file's digest is computed
+    once per process while its size and times stay the same
     (`graphs.storage.cached_file_sha256`). Never raises for a broken entry."""
     root = Path(dataset_dir)
     h = hashlib.sha256()
@@ -208,7 +217,7 @@ def landing_fingerprint(dataset_dir: str | os.PathLike) -> str:
     except (OSError, RuntimeError):
         landing = None
     try:
-        lines = [_content_line(p, root, landing) for p in sorted(_input_entries(root))]
+        lines = [_content_line(p, root, landing) for p in _fingerprinted_entries(root)]
     except OSError as exc:  # the folder itself cannot be listed
         lines = [f".:{type(exc).__name__}\n"]
     for line in lines:
@@ -239,6 +248,7 @@ def landing_marked_ready(dataset_dir: str | os.PathLike) -> bool:
 
 __all__ = [
     "READY_MARKER",
+    "SETTINGS_FILE",
     "DatasetFiles",
     "EDGE_SUFFIXES",
     "InputError",

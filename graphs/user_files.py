@@ -19,9 +19,12 @@ are read exactly as before):
   file order. ``.csv`` (comma-separated) and ``.tsv`` (tab-separated) edge and node files: a
   first row that names a column of the file (the layout's name or the mapped one) is the
   header; without one the columns are positional (`POSITIONAL`: edges src, dst[, weight];
-  nodes node_id[, label[, split]]). Column types are DuckDB's detection: integer or string
-  ids, numeric weights, labels as integers, floats (whole numbers only, as for Parquet) or
-  categorical values. ``.txt`` edge files (SNAP style): whitespace-separated columns, no
+  nodes node_id[, label[, split]]). Ids are read as text, spaces and tabs around them
+  trimmed; the ids of all text files are integers when every one is in canonical decimal
+  form (`CANONICAL_INT`: an optional minus, no '+', no leading zero, no decimal point, within
+  int64), else strings, so ``007`` and ``7`` stay two nodes (`_typed_ids`, one DuckDB
+  aggregate per file). The other columns' types are DuckDB's detection: numeric weights,
+  labels as integers, floats (whole numbers only, as for Parquet) or categorical values. ``.txt`` edge files (SNAP style): whitespace-separated columns, no
   header, blank lines and lines starting with ``#`` or ``%`` skipped; src, dst and an optional
   weight, the same number of columns on every line. A line DuckDB cannot read is named by its
   number.
@@ -49,9 +52,8 @@ import pyarrow.parquet as pq
 
 from graphs import duck
 from graphs.config_checks import MAX_CLASSES, bounded_repr, bounded_text, read_yaml_file
-from graphs.landing import DatasetFiles, InputError, checked_dataset_file, find_dataset_files
+from graphs.landing import SETTINGS_FILE, DatasetFiles, InputError, checked_dataset_file, find_dataset_files
 
-SETTINGS_FILE = "gnnflow.yaml"
 # the layout's columns of each kind of input file; a column mapping may rename any of them
 KIND_KEYS = {"edges": ("src", "dst", "weight"), "nodes": ("node_id", "label", "split"), "features": ("node_id", "feat")}
 COLUMN_KEYS = ("src", "dst", "weight", "node_id", "label", "split", "feat")
@@ -59,6 +61,9 @@ REQUIRED = {"edges": ("src", "dst"), "nodes": ("node_id",), "features": ("node_i
 # the columns of a text file without a header, in order (the first `len(REQUIRED[kind])` required)
 POSITIONAL = {"edges": ("src", "dst", "weight"), "nodes": ("node_id", "label", "split")}
 DELIMITERS = {".csv": ",", ".tsv": "\t"}
+ID_KEYS = ("src", "dst", "node_id")  # the id columns of the layout
+# a text id read as an integer: the canonical decimal form (no '+', no leading zero, no "-0"), in int64
+CANONICAL_INT = "0|-?[1-9][0-9]{0,18}"
 MAX_COLUMN_NAME = 256
 SHOWN_COLUMNS = 20  # columns named in an error message, each cut to MAX_REPR characters
 COMMENT_STARTS = ("#", "%")
@@ -189,6 +194,7 @@ def prepare_inputs(
     finally:
         out.close()
     prepared = DatasetFiles(edges, nodes, features)
+    _ids_as_strings_if_any(prepared, out.integer_ids, memory_limit, threads)
     return PreparedInputs(prepared, out.sources, out.label_classes)
 
 
@@ -201,6 +207,7 @@ class _Converter:
         self.memory_limit, self.threads = memory_limit, threads
         self.sources: dict[str, str] = {}
         self.label_classes: list | None = None
+        self.integer_ids: list[Path] = []  # written files whose text ids were all integers
         self._con = None
 
     def con(self):
@@ -227,8 +234,23 @@ class _Converter:
         if path.suffix == ".txt":
             self._whitespace(path, target)
         else:
-            _write(self._text(path, "edges"), target, path)
+            _write(self._typed_ids(self._text(path, "edges"), path, target), target, path)
         return target
+
+    def _typed_ids(self, rel, path: Path, target: Path):
+        """`rel` (a text file's layout columns, ids as trimmed text) with its ids cast to BIGINT
+        when every one is in canonical integer form (`CANONICAL_INT`), else as they are; the
+        written file is noted in `integer_ids`. One aggregate over the file."""
+        ids = [c for c in rel.columns if c in ID_KEYS]
+        bad = " OR ".join(_not_canonical_sql(c) for c in ids)
+        try:
+            (strings,) = rel.aggregate(f"count(*) FILTER (WHERE {bad})").fetchall()[0]
+        except duckdb.Error as exc:
+            raise _read_error(path, exc) from None
+        if strings:
+            return rel
+        self.integer_ids.append(target)
+        return rel.project(", ".join(f"CAST({c} AS BIGINT) AS {c}" if c in ids else c for c in rel.columns))
 
     def _whitespace(self, path: Path, target: Path) -> None:
         """A .txt edge list as Parquet: by DuckDB's CSV reader when its first lines use one
@@ -249,11 +271,12 @@ class _Converter:
                 escapechar="",
             )
             try:
-                _write(rel, target, path)
+                _write(self._typed_ids(rel.project(_trimmed_ids(rel.columns)), path, target), target, path)
                 return
             except InputError:
-                pass  # the general reader below reads the whole file again, naming the line at fault
-        _write(_whitespace_edges(self.con(), path), target, path)
+                self.integer_ids = [p for p in self.integer_ids if p != target]
+                # the general reader below reads the whole file again, naming the line at fault
+        _write(self._typed_ids(_whitespace_edges(self.con(), path), path, target), target, path)
 
     def nodes(self, path: Path) -> Path:
         if path.suffix == ".parquet":
@@ -263,7 +286,7 @@ class _Converter:
             pairs = _columns_of(path, "nodes", self.columns, schema.names)
             table = pq.read_table(path, columns=[c for c, _ in pairs]).rename_columns([k for _, k in pairs])
         else:
-            table = _fetch(self._text(path, "nodes"), path)
+            table = _fetch(self._typed_ids(self._text(path, "nodes"), path, self.scratch / "nodes.parquet"), path)
         if "label" in table.column_names and _is_categorical(table.schema.field("label").type):
             indices, self.label_classes = class_indices(table.column("label"), path)
             table = table.set_column(table.column_names.index("label"), "label", indices)
@@ -288,7 +311,8 @@ class _Converter:
         return target
 
     def _text(self, path: Path, kind: str):
-        """A relation of a .csv / .tsv file's layout columns (header or positional, see the module docstring)."""
+        """A relation of a .csv / .tsv file's layout columns (header or positional, see the module
+        docstring), the ids as text with spaces and tabs around them trimmed (`_typed_ids` types them)."""
         if path.stat().st_size == 0:
             raise InputError(f"{path}: file is empty (0 bytes)")
         con, delimiter = self.con(), DELIMITERS[path.suffix]
@@ -298,16 +322,21 @@ class _Converter:
             if header:
                 rel = duck.read_csv(con, path, delimiter=delimiter, header=True)
                 pairs = _columns_of(path, kind, self.columns, rel.columns)
+                ids_as_text = {c: "VARCHAR" for c, k in pairs if k in ID_KEYS}
+                rel = duck.read_csv(con, path, delimiter=delimiter, header=True, dtype=ids_as_text)
             else:
                 rel = self._positional(path, kind, delimiter, first_row)
                 pairs = [(c, c) for c in rel.columns]
         except duckdb.Error as exc:  # DuckDB could not detect the dialect: a strict read names the line
             raise _read_error(path, _strict_read_error(con, path, delimiter, header, len(first_row)) or exc) from None
-        return rel.project(", ".join(f"{_quoted(c)} AS {k}" for c, k in pairs))
+        return rel.project(", ".join(f"{_quoted(c)} AS {k}" for c, k in pairs)).project(
+            _trimmed_ids([k for _, k in pairs])
+        )
 
     def _positional(self, path: Path, kind: str, delimiter: str, first_row: list[str]):
         """A header-less text file's relation with its columns named by position; InputError when
-        its first row looks like a header (named columns of other types) or the count is wrong."""
+        its first row looks like a header (named columns of other types, not all numbers, such
+        as 007 or 0x7, that DuckDB's sniffer may take for names) or the count is wrong."""
         mapped = [k for k in KIND_KEYS[kind] if k in self.columns]
         if mapped:
             key = mapped[0]
@@ -324,15 +353,18 @@ class _Converter:
             )
         con = self.con()
         sniffed = duck.read_csv(con, path, delimiter=delimiter)
-        if sniffed.columns != [f"column{i}" for i in range(len(sniffed.columns))] and any(
-            str(t) != "VARCHAR" for t in sniffed.types
+        if (
+            sniffed.columns != [f"column{i}" for i in range(len(sniffed.columns))]
+            and any(str(t) != "VARCHAR" for t in sniffed.types)
+            and not all(map(_is_number, first_row))
         ):
             raise InputError(
                 f"{path}: the first row {_shown(first_row)} looks like a header but names none of the columns "
                 f"{', '.join(KIND_KEYS[kind])}; rename them, or map them in gnnflow.yaml, e.g. columns: "
                 f"{{{KIND_KEYS[kind][0]}: <your column>}}"
             )
-        return duck.read_csv(con, path, delimiter=delimiter, header=False, names=list(names[:width]))
+        ids_as_text = {k: "VARCHAR" for k in names[:width] if k in ID_KEYS}
+        return duck.read_csv(con, path, delimiter=delimiter, header=False, names=list(names[:width]), dtype=ids_as_text)
 
 
 def _first_row(path: Path, delimiter: str) -> list[str]:
@@ -340,6 +372,17 @@ def _first_row(path: Path, delimiter: str) -> list[str]:
     with open(path, encoding="utf-8-sig", errors="replace", newline="") as f:
         line = f.readline(FIRST_LINE_BYTES)
     return [v.strip() for v in next(csv.reader([line], delimiter=delimiter), [])]
+
+
+def _is_number(text: str) -> bool:
+    """Whether `text` reads as a number (decimal, float or 0x / 0o / 0b integer)."""
+    for parse in (float, lambda t: int(t, 0)):
+        try:
+            parse(text)
+            return True
+        except ValueError:
+            pass
+    return False
 
 
 def _strict_read_error(con, path: Path, delimiter: str, header: bool, width: int) -> Exception | None:
@@ -383,6 +426,44 @@ def _fetch(rel, path: Path) -> pa.Table:
     return table
 
 
+def _trimmed_ids(columns: list[str]) -> str:
+    """A projection of these layout columns with each id's spaces and tabs around it trimmed
+    (an id of only those is null, as an empty field is)."""
+    return ", ".join(f"nullif(trim({c}, ' \t'), '') AS {c}" if c in ID_KEYS else c for c in columns)
+
+
+def _not_canonical_sql(column: str) -> str:
+    """SQL true for a text id in `column` that is not a canonical int64 (`CANONICAL_INT`)."""
+    canonical = f"regexp_full_match({column}, '{CANONICAL_INT}') AND TRY_CAST({column} AS BIGINT) IS NOT NULL"
+    return f"({column} IS NOT NULL AND NOT ({canonical}))"
+
+
+def _ids_as_strings_if_any(files: DatasetFiles, integer_ids: list[Path], memory_limit: str, threads: int) -> None:
+    """When any input holds string ids, rewrite the written files whose text ids were all
+    integers with those ids as strings (their text, unchanged: it was canonical), so a dataset's
+    text files never mix integer and string ids."""
+    paths = [p for p in files.edge_files + [files.nodes, files.features] if p is not None]
+    if not integer_ids or all(p in integer_ids or not _has_string_ids(p) for p in paths):
+        return
+    con = duck.connect(memory_limit, threads=threads, temp_directory=integer_ids[0].parent / "duckdb")
+    try:
+        con.execute("SET preserve_insertion_order = true")
+        for path in integer_ids:
+            rel = duck.read_parquet(con, [path])
+            cast = ", ".join(f"CAST({c} AS VARCHAR) AS {c}" if c in ID_KEYS else c for c in rel.columns)
+            rel.project(cast).write_parquet(str(path.with_suffix(".strings")))
+            path.with_suffix(".strings").replace(path)
+    finally:
+        con.close()
+
+
+def _has_string_ids(path: Path) -> bool:
+    schema = _schema_or_none(path)
+    return schema is not None and any(
+        pa.types.is_string(f.type) or pa.types.is_large_string(f.type) for f in schema if f.name in ID_KEYS
+    )
+
+
 def _schema_or_none(path: Path) -> pa.Schema | None:
     try:
         return pq.read_schema(path)
@@ -396,8 +477,8 @@ def _schema_or_none(path: Path) -> pa.Schema | None:
 def _single_delimiter(path: Path) -> tuple[str, str, tuple[str, ...]] | None:
     """(delimiter, comment character, column types) when the data lines among a .txt file's
     first `HEAD_BYTES` split into 2 or 3 non-empty fields on one tab or one space each, and its
-    comment lines all start with one character; else None. The ids' type is BIGINT when
-    those lines' ids are integers, else VARCHAR; a weight is DOUBLE."""
+    comment lines all start with one character; else None. The ids are read as text
+    (`_typed_ids` types them), a weight as DOUBLE."""
     with open(path, encoding="utf-8", errors="replace", newline="") as f:
         text = f.read(HEAD_BYTES + 1)
     head = text.splitlines()[:-1] if len(text) > HEAD_BYTES else text.splitlines()  # the last may be cut
@@ -413,18 +494,9 @@ def _single_delimiter(path: Path) -> tuple[str, str, tuple[str, ...]] | None:
             and widths <= {2, 3}
             and all(f and f == f.strip() and f.isprintable() for r in rows for f in r)
         ):
-            ints = all(_is_int(f) for r in rows for f in r[:2])
             width = widths.pop()
-            return (
-                delimiter,
-                (comments or {"#"}).pop(),
-                ("BIGINT" if ints else "VARCHAR",) * 2 + ("DOUBLE",) * (width - 2),
-            )
+            return delimiter, (comments or {"#"}).pop(), ("VARCHAR",) * 2 + ("DOUBLE",) * (width - 2)
     return None
-
-
-def _is_int(text: str) -> bool:
-    return text.lstrip("-").isdigit() and text.isascii()
 
 
 def _column_count_error(rows, path: Path) -> InputError:
@@ -443,7 +515,7 @@ def _column_count_error(rows, path: Path) -> InputError:
 
 def _whitespace_edges(con, path: Path):
     """A relation (src, dst[, weight]) of a SNAP-style .txt edge list (see the module docstring):
-    ids BIGINT when every one is an integer, else VARCHAR; InputError naming a line whose
+    ids as text (`_typed_ids` types them); InputError naming a line whose
     column count differs from the first data line's or whose weight is not a number."""
     try:
         lines = duck.read_csv(
@@ -455,10 +527,9 @@ def _whitespace_edges(con, path: Path):
         )
         stats = rows.aggregate(
             "count(*), min(len(t)), max(len(t)), "
-            "count(*) FILTER (WHERE TRY_CAST(t[1] AS BIGINT) IS NULL OR TRY_CAST(t[2] AS BIGINT) IS NULL), "
             "count(*) FILTER (WHERE len(t) > 2 AND TRY_CAST(t[3] AS DOUBLE) IS NULL)"
         ).fetchall()[0]
-        count, narrow, wide, not_int, bad_weight = stats
+        count, narrow, wide, bad_weight = stats
         if not count:
             raise InputError(f"{path}: holds no edge lines (only comments or blank lines)")
         if narrow != wide or narrow not in (2, 3):
@@ -468,10 +539,9 @@ def _whitespace_edges(con, path: Path):
             raise InputError(
                 f"{path}: line {line}: weight {bounded_repr(tokens[2])} is not a number (the third column is the weight)"
             )
-        id_type = "VARCHAR" if not_int else "BIGINT"
         weight = ", CAST(t[3] AS DOUBLE) AS weight" if wide == 3 else ""
         # file order without a sort: the connection preserves insertion order
-        return rows.project(f"CAST(t[1] AS {id_type}) AS src, CAST(t[2] AS {id_type}) AS dst{weight}")
+        return rows.project(f"t[1] AS src, t[2] AS dst{weight}")
     except duckdb.Error as exc:
         raise _read_error(path, exc) from None
 

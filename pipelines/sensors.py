@@ -2,8 +2,8 @@
 to its files requests a run of the stages that dataset can feed, once the files are stable.
 
 What counts as a change: the landing files' fingerprint (`graphs.landing.landing_fingerprint`:
-the name and content hash of every input file, hashed again only when a file's size or times
-change) differs from the one recorded in the metadata of the dataset's latest canonical_graph
+the name and content hash of every input file and of the dataset's gnnflow.yaml, hashed again
+only when a file's size or times change) differs from the one recorded in the metadata of the dataset's latest canonical_graph
 materialization in the instance (`landing_fingerprint`), whoever launched it (`make demo`, a
 CLI run with tuned settings, the UI). A dataset whose files were ingested as they are requests
 nothing, even the first time the sensor sees it, and copying back an identical file is no change.

@@ -19,6 +19,7 @@ from graphs.canonical import (
     is_dataset_folder,
     landing_fingerprint,
 )
+from graphs.landing import checked_dataset_file
 from tests.conftest import write_edges
 
 # Names DuckDB's globbing gives a meaning, beside names that only look odd.
@@ -267,15 +268,58 @@ def test_canonical_graph_warns_naming_unknown_split_words(tmp_path):
     assert warnings[0].endswith("e.g. ['holdout']")
 
 
-def test_the_fingerprint_is_over_the_input_entries_names_and_contents(tmp_path):
-    """Only input entries count, one line each: relative name and SHA-256 of the content."""
+def test_the_fingerprint_is_over_the_input_entries_and_settings_names_and_contents(tmp_path):
+    """Only input entries and the settings file count, one line each: relative name and SHA-256
+    of the content, inputs in name order, then gnnflow.yaml."""
     import hashlib
 
     root = tmp_path / "ds"
     write_edges(root / "edges" / "a.parquet", [1], [2])
     write_edges(root / "edges.parquet", [1], [2])
     write_edges(root / "notes" / "other.parquet", [1], [2])  # not an input
+    (root / "other.yaml").write_text("columns: {src: a}\n")  # not the settings file
     h = hashlib.sha256()
     for rel in ("edges/a.parquet", "edges.parquet"):
         h.update(f"{rel}:{hashlib.sha256((root / rel).read_bytes()).hexdigest()}\n".encode())
     assert landing_fingerprint(root) == h.hexdigest()[:16]
+    (root / "gnnflow.yaml").write_bytes(b"task: node_classification\n")
+    h.update(f"gnnflow.yaml:{hashlib.sha256(b'task: node_classification' + bytes([10])).hexdigest()}\n".encode())
+    assert landing_fingerprint(root) == h.hexdigest()[:16]
+
+
+def test_the_fingerprint_follows_the_settings_files_content(tmp_path):
+    ds = tmp_path / "landing" / "ds"
+    write_edges(ds / "edges.parquet", [1, 2], [2, 3])
+    bare = landing_fingerprint(ds)
+    settings = ds / "gnnflow.yaml"
+    settings.write_text("columns: {src: from_id}\n")
+    first = landing_fingerprint(ds)
+    assert first != bare
+    settings.unlink()
+    settings.write_text("columns: {src: from_id}\n")  # the same bytes again: a new inode and mtime
+    os.utime(settings, ns=(settings.stat().st_atime_ns, settings.stat().st_mtime_ns + 10**9))
+    assert landing_fingerprint(ds) == first
+    settings.write_text("columns: {src: from_ix}\n")  # one byte changed, same size
+    assert landing_fingerprint(ds) not in (first, bare)
+    settings.unlink()
+    assert landing_fingerprint(ds) == bare
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda p, root: os.mkfifo(p),
+        lambda p, root: p.symlink_to(root.parent / "outside.yaml"),
+        lambda p, root: p.mkdir(),
+    ],
+)
+def test_a_settings_entry_the_rule_refuses_counts_by_name_unopened(tmp_path, make):
+    ds = tmp_path / "landing" / "ds"
+    write_edges(ds / "edges.parquet", [1, 2], [2, 3])
+    (tmp_path / "outside.yaml").write_text("columns: {src: a}\n")
+    bare = landing_fingerprint(ds)
+    make(ds / "gnnflow.yaml", tmp_path / "landing")
+    refused = landing_fingerprint(ds)  # returns: a FIFO is never opened
+    assert refused != bare and len(refused) == 16
+    with pytest.raises(InputError, match="gnnflow.yaml: "):
+        checked_dataset_file(ds / "gnnflow.yaml")

@@ -467,3 +467,78 @@ def test_windows_line_ends_and_stray_whitespace_are_read(tmp_path, name, data):
     s = build_canonical_graph(ds, tmp_path / "out")
     assert s["input_rows"] == 2 and s["id_type"] == "int"
     assert _graph(tmp_path / "out")[1]["original_id"] == [1, 2, 3]
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("edges.csv", "src,dst\n{a},7\n7,8\n"),
+        ("edges.csv", "{a},7\n7,8\n"),  # no header: positional
+        ("edges.tsv", "src\tdst\n7\t8\n{a}\t7\n"),
+        ("edges.txt", "# snap\n{a} 7\n7 8\n"),  # one space: DuckDB's CSV reader
+        ("edges.txt", "{a}  7\n7\t8\n"),  # mixed whitespace: the general reader
+    ],
+)
+@pytest.mark.parametrize("a", ["007", "+7", "7.0", "-0", "0x7"])
+def test_text_ids_that_are_no_canonical_integer_stay_distinct_strings(tmp_path, name, text, a):
+    """`007` and `7` are two nodes: the ids of a text file are integers only when every one is a
+    canonical integer, else strings as written."""
+    ds = tmp_path / "landing" / "ds"
+    _write(ds / name, text.format(a=a))
+    s = build_canonical_graph(ds, tmp_path / "out")
+    nodes = pq.read_table(tmp_path / "out" / "nodes.parquet")
+    assert s["id_type"] == "string" and s["nodes"] == 3
+    assert nodes.schema.field("original_id").type == pa.string()
+    assert nodes.column("original_id").to_pylist() == sorted([a, "7", "8"])
+
+
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("edges.csv", "src,dst\n-7,0\n0,8\n"),
+        ("edges.csv", "src, dst\n-7, 0\n 0 ,8\n"),  # spaces around a field are no part of the id
+        ("edges.tsv", "-7\t0\n0\t8\n"),
+        ("edges.txt", "-7 0\n0 8\n"),
+        ("edges.txt", "-7  0\n0\t8\n"),
+    ],
+)
+def test_text_ids_in_canonical_integer_form_are_int64(tmp_path, name, text):
+    ds = tmp_path / "landing" / "ds"
+    _write(ds / name, text)
+    s = build_canonical_graph(ds, tmp_path / "out")
+    nodes = pq.read_table(tmp_path / "out" / "nodes.parquet")
+    assert s["id_type"] == "int" and nodes.schema.field("original_id").type == pa.int64()
+    assert nodes.column("original_id").to_pylist() == [-7, 0, 8]
+
+
+def test_text_ids_beyond_int64_are_strings(tmp_path):
+    ds = tmp_path / "landing" / "ds"
+    _write(ds / "edges.csv", "src,dst\n9223372036854775807,9223372036854775808\n")
+    s = build_canonical_graph(ds, tmp_path / "out")
+    assert s["id_type"] == "string"
+    assert _graph(tmp_path / "out")[1]["original_id"] == ["9223372036854775807", "9223372036854775808"]
+
+
+def test_one_text_file_with_string_ids_makes_every_text_files_ids_strings(tmp_path):
+    """edges.csv holds integers only, nodes.csv a `007`: the dataset's ids are the strings as
+    written (no "ids mix integers and strings" refusal, no merge of 007 with 7)."""
+    ds = tmp_path / "landing" / "ds"
+    _write(ds / "edges" / "a.csv", "src,dst\n7,8\n")
+    _write(ds / "edges" / "b.txt", "8 9\n")
+    _write(ds / "nodes.csv", "node_id,label\n007,ant\n7,cat\n8,ant\n")
+    s = build_canonical_graph(ds, tmp_path / "out")
+    edges, nodes = _graph(tmp_path / "out")
+    assert s["id_type"] == "string" and s["nodes"] == 4 and s["input_rows"] == 2
+    assert nodes["original_id"] == ["007", "7", "8", "9"] and nodes["label"] == [0, 1, 0, -1]
+
+
+def test_a_leading_zero_id_past_duckdbs_type_sample_is_no_merge(tmp_path):
+    """DuckDB's type detection samples the first rows: an `007` further on would be cast to the
+    integer 7 by a detected BIGINT column; every value is checked, so the ids are strings."""
+    ds = tmp_path / "landing" / "ds"
+    n = 30_000
+    _write(ds / "edges.csv", "src,dst\n" + "".join(f"{i},{i + 1}\n" for i in range(1, n)) + "007,7\n")
+    s = build_canonical_graph(ds, tmp_path / "out")
+    original = _graph(tmp_path / "out")[1]["original_id"]
+    assert s["id_type"] == "string" and s["nodes"] == n + 1 and s["input_rows"] == n
+    assert "007" in original and "7" in original
