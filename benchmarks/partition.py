@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.append(str(Path(__file__).resolve().parents[1] / "tests"))  # DGL's own writer: dgl_reference.py
 import harness  # noqa: E402  (benchmarks/harness.py)
 from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
@@ -115,7 +116,9 @@ def _stage(canonical: str, out: str, k: int, queue) -> None:
 
 
 def _distdgl(canonical: str, out: str, k: int, queue) -> None:
-    from graphs.partition import dgl_graph, metis_assign_csr, read_csr, write_distdgl
+    from dgl_reference import write_distdgl  # tests/dgl_reference.py (on sys.path above)
+
+    from graphs.partition import dgl_graph, metis_assign_csr, read_csr
     from graphs.storage import peak_rss_bytes
 
     base = peak_rss_bytes()

@@ -44,7 +44,7 @@ that scan also gives the row counts). The node and feature files' ids are encode
 same pass, so their rows need no lookup either. Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
 (flag 1 marks the reversed copy added by symmetrization). When the keys of a symmetrized
 graph fit the sort budget only the (min, max) orientation is kept and the reverse
-direction is produced after deduplication (`_mirror`), halving the work. Keys are spilled into fine
+direction is produced after deduplication (`mirror`), halving the work. Keys are spilled into fine
 buckets by source-id range; buckets are then grouped up to `sort_budget_mb`, and each
 group is counting-sorted into rows by source (a numba kernel: O(keys) plus a small sort
 per row, about 5x faster than sorting all keys) and deduplicated row by row. Because
@@ -90,20 +90,20 @@ import pyarrow.parquet as pq
 from graphs import duck
 from graphs.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_THREADS, bounded_repr, check_fields
 from graphs.edge_keys import (
-    _NO_LUT,
     BYTES_PER_KEY,
     BYTES_PER_WEIGHTED_KEY,
-    _dedupe_rows,
-    _dedupe_rows_weighted,
-    _keys_of_rows,
-    _KeySpill,
-    _map_inplace,
-    _mirror,
-    _mirror_weighted,
-    _repeat_rows,
-    _warm_kernels,
-    _warm_weighted_kernels,
+    NO_LUT,
+    KeySpill,
+    dedupe_rows,
+    dedupe_rows_weighted,
     key_shift,
+    keys_of_rows,
+    map_inplace,
+    mirror,
+    mirror_weighted,
+    repeat_rows,
+    warm_kernels,
+    warm_weighted_kernels,
 )
 from graphs.host_memory import gc_paused
 from graphs.id_codes import codes_by_hash, dictionary_codes, ranked_codes, sorted_int_codes
@@ -698,7 +698,7 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
     # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files
     # (the id encoder's only when it will run: ~0.1 s of CPU the dense path would not use).
     # (the id encoder's first: it runs first, and numba loads one kernel at a time)
-    warm = ([_warm_id_kernels] if factorize_now else []) + [_warm_weighted_kernels if weighted else _warm_kernels]
+    warm = ([_warm_id_kernels] if factorize_now else []) + [warm_weighted_kernels if weighted else warm_kernels]
     warm += [_warm_feature_kernels] if files.features is not None else []
     warmup = threading.Thread(target=_call_each, args=(warm,), daemon=True)
     warmup.start()
@@ -741,14 +741,14 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
     half = cfg.symmetrize and valid_rows * 2 * per_key <= budget
     copies = 2 if cfg.symmetrize and not half else 1
     groups = 1 if half else math.ceil(valid_rows * copies * per_key / budget)
-    spill = _KeySpill(n_space, groups, budget, work / "spill", weighted)
+    spill = KeySpill(n_space, groups, budget, work / "spill", weighted)
     shift = key_shift(n_space)
     if codes is not None:  # ids already final: keep rows with both ids and no self loop
         # factorized only when both directions' keys fit the budget: one group in memory, half kept
         assert spill.in_memory and (half or not cfg.symmetrize)
         src_codes, dst_codes = codes
         keys = np.empty(len(src_codes), dtype=np.int64)
-        spill.add(keys[: _keys_of_rows(src_codes, dst_codes, shift, half, keys)], src=None)
+        spill.add(keys[: keys_of_rows(src_codes, dst_codes, shift, half, keys)], src=None)
         del codes, src_codes, dst_codes, keys
         reader = ()
     elif weighted:
@@ -841,18 +841,18 @@ def _call_each(functions) -> None:
         f()
 
 
-def _add_unweighted(spill: _KeySpill, s, d, shift: int, half: bool, symmetrize: bool) -> None:
+def _add_unweighted(spill: KeySpill, s, d, shift: int, half: bool, symmetrize: bool) -> None:
     """Keys of one batch of rows (see the module docstring)."""
     if half:  # flag = orientation, so distinct directed pairs stay countable; one group in memory
         keys = np.empty(len(s), dtype=np.int64)
-        spill.add(keys[: _keys_of_rows(s, d, shift, True, keys)], src=None)
+        spill.add(keys[: keys_of_rows(s, d, shift, True, keys)], src=None)
     elif symmetrize:  # flag 1 = the reversed copy
         spill.add(np.concatenate([(s << shift) | (d << 1), (d << shift) | (s << 1) | 1]), np.concatenate([s, d]))
     else:
         spill.add((s << shift) | (d << 1), s)
 
 
-def _add_weighted(spill: _KeySpill, s, d, w, shift: int, half: bool, symmetrize: bool) -> None:
+def _add_weighted(spill: KeySpill, s, d, w, shift: int, half: bool, symmetrize: bool) -> None:
     """Keys and weights of one batch of rows, in row order (see the module docstring)."""
     if half:  # flag = orientation, so distinct directed pairs stay countable
         lo_, hi_ = np.minimum(s, d), np.maximum(s, d)
@@ -869,7 +869,7 @@ def _add_weighted(spill: _KeySpill, s, d, w, shift: int, half: bool, symmetrize:
 
 
 def _write_edges(
-    spill: _KeySpill, path: Path, *, shift: int, half: bool, directed: bool, lut, degree_ready, combine: str
+    spill: KeySpill, path: Path, *, shift: int, half: bool, directed: bool, lut, degree_ready, combine: str
 ) -> tuple:
     """Deduplicate each key group and append it to edges.parquet, sorted by (src, dst).
 
@@ -906,17 +906,17 @@ def _write_edges(
         pieces = 0
         for keys, weights, lo, hi in spill.groups():
             if weighted:
-                counts, dst, weight, distinct = _dedupe_rows_weighted(keys, weights, shift, lo, hi - lo, half, rule)
+                counts, dst, weight, distinct = dedupe_rows_weighted(keys, weights, shift, lo, hi - lo, half, rule)
                 del weights
                 if half:
-                    counts, dst, weight = _mirror_weighted(counts, dst, weight)
+                    counts, dst, weight = mirror_weighted(counts, dst, weight)
                 if len(weight):
                     w_min, w_max = min(w_min, float(weight.min())), max(w_max, float(weight.max()))
                     w_sum += float(weight.sum())
             else:
-                counts, dst, distinct = _dedupe_rows(keys, shift, lo, hi - lo, half)
+                counts, dst, distinct = dedupe_rows(keys, shift, lo, hi - lo, half)
                 if half:
-                    counts, dst = _mirror(counts, dst)
+                    counts, dst = mirror(counts, dst)
             del keys
             distinct_input_pairs += distinct
             out_deg[lo:hi] = counts
@@ -936,10 +936,10 @@ def _write_edges(
                 elif len(src_buffers[k]) < e1 - e0:
                     src_buffers[k] = np.empty(e1 - e0, np.int64)
                 src = src_buffers[k][: e1 - e0]
-                _repeat_rows(lo, ends, e0, e1, lut if lut is not None else _NO_LUT, src)
+                repeat_rows(lo, ends, e0, e1, lut if lut is not None else NO_LUT, src)
                 pieces += 1
                 if lut is not None:
-                    _map_inplace(dst[e0:e1], lut)
+                    map_inplace(dst[e0:e1], lut)
                 columns = {"src": src, "dst": dst[e0:e1]} | ({"weight": weight[e0:e1]} if weighted else {})
                 if len(pending) == 2:
                     pending.pop(0).result()

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from graphs.metis import metis_idx_dtype, quiet_stdout
+
 CLUSTERS_PER_PART = 16  # cluster weight bound U = total node weight / (k * this)
 LP_ROUNDS = 5  # label-propagation rounds per level
 REFINE_ROUNDS = 8  # most refinement rounds per level
@@ -320,8 +322,6 @@ def metis_levels(
     """int32 part per node of `g`: coarsen until at most `max_edges` edges, METIS, uncoarsen + refine."""
     import pymetis
 
-    from graphs.partition import _quiet, metis_idx_dtype
-
     levels, maps = [g], []
     total = int(g.vweight.sum())
     max_weight = max(1, total // (k * CLUSTERS_PER_PART))
@@ -347,7 +347,7 @@ def metis_levels(
         part = np.arange(top.n, dtype=np.int32)
     else:
         eweights = top.eweight.astype(dtype) if top.eweight is not None else None
-        with _quiet():
+        with quiet_stdout():
             _, parts = pymetis.part_graph(
                 k,
                 pymetis.CSRAdjacency(top.indptr.astype(dtype), top.indices.astype(dtype)),

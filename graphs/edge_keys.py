@@ -1,10 +1,10 @@
 """Edge keys of the canonical stage: numba kernels that sort, deduplicate and mirror edges.
 
 An edge (u, v) of a graph with n nodes is one int64 key ``(u << shift) | (v << 1) | flag``
-(`key_shift`); `_KeySpill` collects keys into source-range buckets (in memory or spilled
-to files) and yields groups within a memory budget; `_dedupe_rows` counting-sorts a group
-into rows by source and deduplicates each row; `_mirror` adds the reverse direction of a
-half-kept symmetrized graph; `_repeat_rows` / `_map_inplace` expand and relabel ids without
+(`key_shift`); `KeySpill` collects keys into source-range buckets (in memory or spilled
+to files) and yields groups within a memory budget; `dedupe_rows` counting-sorts a group
+into rows by source and deduplicates each row; `mirror` adds the reverse direction of a
+half-kept symmetrized graph; `repeat_rows` / `map_inplace` expand and relabel ids without
 the GIL. The ``_weighted`` variants carry a float64 weight per key and combine the weights
 of one edge by a rule (see `graphs.canonical`, "Weights"). Used by `graphs.canonical` (see its docstring for how they fit together).
 """
@@ -24,7 +24,7 @@ import numpy as np
 
 BYTES_PER_KEY = 40  # while deduplicating one group: key, row value, output src/dst, counts
 BYTES_PER_WEIGHTED_KEY = 72  # + the weight, its row-ordered copy, the combined output weight
-# Rows of at most this many keys are sorted by insertion (in place) in `_dedupe_rows_weighted`;
+# Rows of at most this many keys are sorted by insertion (in place) in `dedupe_rows_weighted`;
 # longer ones by a stable argsort, whose index arrays cost more than the sort for short rows.
 SMALL_ROW = 32
 
@@ -34,7 +34,7 @@ def key_shift(n: int) -> int:
     return max(1, int(n - 1).bit_length()) + 1
 
 
-class _KeySpill:
+class KeySpill:
     """Edge keys (and, when weighted, a float64 weight per key) collected into fine
     source-range buckets, in memory or in files."""
 
@@ -111,7 +111,7 @@ class _KeySpill:
 
 
 @numba.njit(cache=True, nogil=True)
-def _keys_of_rows(src, dst, shift, half, out):  # pragma: no cover - compiled
+def keys_of_rows(src, dst, shift, half, out):  # pragma: no cover - compiled
     """The keys of the rows with both ids (>= 0) and no self loop into out[:k]; returns k.
     `half`: the (min, max) orientation with the flag = the row's orientation, else
     src -> dst, flag 0. One pass, no temporaries."""
@@ -165,7 +165,7 @@ def _group_by_bucket_weighted(keys, weights, src, width, num_buckets):  # pragma
 
 
 @numba.njit(cache=True, nogil=True)
-def _dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover - compiled
+def dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover - compiled
     """Counting-sort the keys of sources lo..lo+rows-1 into rows; sort and dedupe each row.
 
     Returns (unique neighbours per row, the neighbours row after row, the number of
@@ -207,8 +207,8 @@ def _dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover -
 
 
 @numba.njit(cache=True, nogil=True)
-def _dedupe_rows_weighted(keys, weights, shift, lo, rows, count_both_flags, rule):  # pragma: no cover - compiled
-    """`_dedupe_rows` with a weight per key, combined per (src, dst) by `rule`.
+def dedupe_rows_weighted(keys, weights, shift, lo, rows, count_both_flags, rule):  # pragma: no cover - compiled
+    """`dedupe_rows` with a weight per key, combined per (src, dst) by `rule`.
 
     `rule` indexes COMBINE_RULES: 0 sum, 1 max, 2 mean, 3 first. The counting sort into
     rows is stable and each row is sorted stably by neighbour alone (not the flag), so the
@@ -279,8 +279,8 @@ def _dedupe_rows_weighted(keys, weights, shift, lo, rows, count_both_flags, rule
 
 
 @numba.njit(cache=True, nogil=True)
-def _mirror_weighted(upper_counts, upper, upper_w):  # pragma: no cover - compiled
-    """`_mirror` carrying each upper-triangle edge's weight to both of its directions."""
+def mirror_weighted(upper_counts, upper, upper_w):  # pragma: no cover - compiled
+    """`mirror` carrying each upper-triangle edge's weight to both of its directions."""
     n = len(upper_counts)
     deg = upper_counts.copy()
     for j in range(len(upper)):
@@ -308,7 +308,7 @@ def _mirror_weighted(upper_counts, upper, upper_w):  # pragma: no cover - compil
 
 
 @numba.njit(cache=True, nogil=True)
-def _mirror(upper_counts, upper):  # pragma: no cover - compiled
+def mirror(upper_counts, upper):  # pragma: no cover - compiled
     """Both directions, sorted, from the sorted upper triangle (u < v) of a symmetric graph.
 
     Row x's neighbours are its lower ones (u < x, met in increasing u while walking the
@@ -337,32 +337,32 @@ def _mirror(upper_counts, upper):  # pragma: no cover - compiled
     return deg, dst
 
 
-_NO_LUT = np.empty(0, np.int64)
+NO_LUT = np.empty(0, np.int64)  # the `lut` argument of `repeat_rows` that maps no ids
 
 
-def _warm_kernels() -> None:
+def warm_kernels() -> None:
     """Call every kernel once on tiny inputs so their cached machine code is loaded."""
     keys = np.array([(0 << 2) | (1 << 1), (1 << 2) | (0 << 1) | 1], dtype=np.int64)
-    counts, dst, _ = _dedupe_rows(keys, 2, 0, 2, True)
-    _mirror(counts, dst)
-    _repeat_rows(0, np.cumsum(counts), 0, 1, _NO_LUT, np.empty(1, np.int64))
-    _map_inplace(dst.copy(), np.arange(2, dtype=np.int64))
+    counts, dst, _ = dedupe_rows(keys, 2, 0, 2, True)
+    mirror(counts, dst)
+    repeat_rows(0, np.cumsum(counts), 0, 1, NO_LUT, np.empty(1, np.int64))
+    map_inplace(dst.copy(), np.arange(2, dtype=np.int64))
     _group_by_bucket(keys, np.array([0, 1], dtype=np.int64), 1, 2)
-    _keys_of_rows(np.zeros(1, np.int64), np.ones(1, np.int64), 2, True, np.empty(1, np.int64))
+    keys_of_rows(np.zeros(1, np.int64), np.ones(1, np.int64), 2, True, np.empty(1, np.int64))
 
 
-def _warm_weighted_kernels() -> None:
-    """`_warm_kernels` plus the weighted kernels."""
-    _warm_kernels()  # the shared ones (_repeat_rows, _map_inplace)
+def warm_weighted_kernels() -> None:
+    """`warm_kernels` plus the weighted kernels."""
+    warm_kernels()  # the shared ones (repeat_rows, map_inplace)
     keys = np.array([(0 << 2) | (1 << 1), (1 << 2) | (0 << 1) | 1], dtype=np.int64)
     weights = np.ones(2, dtype=np.float64)
-    counts, dst, w, _ = _dedupe_rows_weighted(keys, weights, 2, 0, 2, True, 0)
-    _mirror_weighted(counts, dst, w)
+    counts, dst, w, _ = dedupe_rows_weighted(keys, weights, 2, 0, 2, True, 0)
+    mirror_weighted(counts, dst, w)
     _group_by_bucket_weighted(keys, weights, np.array([0, 1], dtype=np.int64), 1, 2)
 
 
 @numba.njit(cache=True, nogil=True)
-def _repeat_rows(lo, ends, e0, e1, lut, out):  # pragma: no cover - compiled
+def repeat_rows(lo, ends, e0, e1, lut, out):  # pragma: no cover - compiled
     """The source ids of edges e0..e1-1 of rows whose edges end at `ends` (the running sum of
     the row counts) into out[: e1 - e0]: row r's id lo + r (mapped through lut unless it is
     empty) once per edge, np.repeat of a slice without the GIL."""
@@ -374,7 +374,7 @@ def _repeat_rows(lo, ends, e0, e1, lut, out):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True, nogil=True)
-def _map_inplace(values, lut):  # pragma: no cover - compiled
+def map_inplace(values, lut):  # pragma: no cover - compiled
     """values[i] = lut[values[i]], without the GIL."""
     for i in range(len(values)):
         values[i] = lut[values[i]]

@@ -50,19 +50,12 @@ BENCHMARKS.md). The DistDGL export is written part by part from the CSR and our
 assignment (`graphs.distdgl_format.write_distdgl_parts`: one int32 edge id per edge plus
 one part's graph at a time, features read from the file in blocks), in DGL's format.
 
-`write_distdgl` (kept for comparison and tests) has DGL 2.1's own `partition_graph` write
-the same files instead; it holds several whole-graph copies. DGL's `partition_graph`
-accepts no precomputed assignment (with part_method="metis" it runs METIS again); it looks
-the function up as the module attribute `dgl.distributed.partition.metis_partition_assignment`
-at call time, so `write_distdgl` substitutes that attribute, for the duration of one call,
-with a function that returns our assignment, and checks that it was called (a DGL that no
-longer makes the call fails loudly instead of silently re-partitioning).
+The tests check this writer against DGL's own `partition_graph` given the same assignment
+(tests/dgl_reference.py).
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import time
@@ -76,8 +69,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graphs.canonical import edge_batches, read_summary
-from graphs.coarsen import row_chunks
+from graphs.coarsen import Level, metis_levels, row_chunks
 from graphs.config_checks import MAX_SEED, check_fields
+from graphs.distdgl_format import write_distdgl_parts
+from graphs.metis import metis_idx_dtype, quiet_stdout
 from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, verify_inputs, write_summary
 
 FORMAT_VERSION = 1
@@ -132,13 +127,6 @@ class PartitionConfig:
 
 
 # ----------------------------------------------------------------------------- graph
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Keep DGL's progress prints out of stdout (Dagster's compute log)."""
-    with contextlib.redirect_stdout(io.StringIO()):
-        yield
 
 
 def read_edges(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarray]:
@@ -200,14 +188,6 @@ def csr_indptr(src: np.ndarray, n: int) -> np.ndarray:
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
     return indptr
-
-
-def metis_idx_dtype() -> np.dtype:
-    """METIS's idx_t as built into pymetis (int64 in the PyPI wheels): CSR arrays of this
-    dtype reach METIS without a copy."""
-    import pymetis
-
-    return np.dtype(pymetis.zero_copy_dtype())
 
 
 def read_csr(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarray]:
@@ -297,8 +277,6 @@ def metis_assign_csr(
             weight = a.data if weight is not None else None
         del a
     if max_edges and len(indices) > max_edges:
-        from graphs.coarsen import Level, metis_levels
-
         vweight = np.diff(np.asarray(indptr, dtype=np.int64)) + 1 if balance_edges else np.ones(n, dtype=np.int64)
         eweight = metis_edge_weights(weight).astype(np.int64) if weight is not None else None
         level = Level(np.asarray(indptr, dtype=np.int64), indices, eweight, vweight)
@@ -306,7 +284,7 @@ def metis_assign_csr(
     xadj, adjncy = np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype)
     vweights = (np.diff(xadj) + 1).astype(dtype) if balance_edges else None
     eweights = metis_edge_weights(weight).astype(dtype) if weight is not None else None
-    with _quiet():
+    with quiet_stdout():
         _, parts = pymetis.part_graph(
             k,
             pymetis.CSRAdjacency(xadj, adjncy),
@@ -462,7 +440,7 @@ def metis_assign(graph, k: int, balance_edges: bool = False) -> np.ndarray:
         return np.zeros(n, dtype=np.int32)
     if k >= n:
         return np.arange(n, dtype=np.int32)
-    with _quiet():
+    with quiet_stdout():
         parts = dgl.metis_partition_assignment(graph, k, balance_edges=balance_edges)
     if parts is None:
         raise RuntimeError(f"DGL's METIS returned no assignment for {n} nodes and k={k}")
@@ -572,41 +550,6 @@ def partition_problems(part: np.ndarray, k: int, cores: list[np.ndarray]) -> lis
 # ----------------------------------------------------------------------------- DistDGL
 
 
-def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, graph_name: str) -> np.ndarray:
-    """DGL's distributed partition format for our assignment (1-hop halos); returns orig_nids.
-
-    `graph` carries the node data to split (feat, label, masks). See the module docstring
-    for how DGL 2.1's `partition_graph` is made to use `part` instead of re-running METIS.
-    """
-    from unittest import mock
-
-    import dgl
-    import dgl.distributed.partition as dgl_partition
-    import torch
-
-    calls = []
-
-    def precomputed(sim_g, num_parts, **_kwargs):
-        if sim_g.num_nodes() != len(part) or num_parts != k:
-            raise RuntimeError(
-                f"partition_graph asked for {num_parts} parts of {sim_g.num_nodes()} nodes; "
-                f"the precomputed assignment has {k} parts of {len(part)} nodes"
-            )
-        calls.append(num_parts)
-        return torch.from_numpy(part.astype(np.int64))
-
-    with _quiet(), mock.patch.object(dgl_partition, "metis_partition_assignment", precomputed):
-        orig_nids, _ = dgl.distributed.partition_graph(
-            graph, graph_name, k, str(out_dir), num_hops=1, part_method="metis", return_mapping=True
-        )
-    if k > 1 and len(calls) != 1:
-        raise RuntimeError(
-            "dgl.distributed.partition_graph did not take the precomputed assignment (DGL version "
-            f"{dgl.__version__}; written for 2.1.0): see graphs/partition.py's module docstring"
-        )
-    return orig_nids.numpy().astype(np.int64)
-
-
 def _node_data(canonical: Path, n: int) -> dict[str, np.ndarray]:
     """Node arrays for the DistDGL parts: feat (memory-mapped), label, train/val/test masks
     (when present)."""
@@ -687,8 +630,6 @@ def build_partitions(
             np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
         del cluster, cores, halos  # written: the DistDGL export below needs only the CSR and part
         if cfg.write_distdgl:
-            from graphs.distdgl_format import write_distdgl_parts
-
             t = time.perf_counter()
             orig_nids = write_distdgl_parts(
                 indptr, indices, part, k, tmp / "distdgl", graph_name, _node_data(canonical, n)
@@ -768,7 +709,6 @@ __all__ = [
     "csr_metrics",
     "induced_csr",
     "metis_assign_csr",
-    "metis_idx_dtype",
     "read_csr",
     "core_and_halo",
     "csr_indptr",
@@ -779,5 +719,4 @@ __all__ = [
     "partition_problems",
     "random_assign",
     "read_edges",
-    "write_distdgl",
 ]

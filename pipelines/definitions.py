@@ -49,8 +49,9 @@ ingest_job = dg.define_asset_job(
 
 train_job = dg.define_asset_job(
     "train",
-    selection=dg.AssetSelection.groups("training"),
-    description="Train the GNN from a dataset's minibatch shards, evaluate it, promote it when not worse (trained_model, evaluation, promotion).",
+    selection=dg.AssetSelection.groups("training") | dg.AssetSelection.assets(predictions),
+    description="Train the GNN from a dataset's minibatch shards, evaluate it, promote it when not worse, score "
+    "the dataset with the promoted model (trained_model, evaluation, promotion, predictions).",
 )
 
 preprocess_job = dg.define_asset_job(

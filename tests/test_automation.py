@@ -30,11 +30,14 @@ def test_jobs_cover_their_stages_and_old_names_still_resolve():
             "minibatch_shards",
         ]
     )
-    assert _keys("retrain") == sorted(["minibatch_shards", "trained_model", "evaluation", "promotion"])
-    assert _keys("train") == sorted(["trained_model", "evaluation", "promotion"])
+    # every job that trains ends with predictions from the model its promotion decided on
+    trains = ["trained_model", "evaluation", "promotion", "predictions"]
+    assert _keys("retrain") == sorted(["minibatch_shards", *trains])
+    assert _keys("train") == sorted(trains)
     assert _keys("ingest") == ["canonical_graph"]
-    assert len(_keys("gnnflow_pipeline")) == 9
-    for name in ("preprocess", "retrain", "train", "ingest", "gnnflow_pipeline"):
+    assert _keys("predict") == ["predictions"]
+    assert len(_keys("gnnflow_pipeline")) == 10
+    for name in ("preprocess", "retrain", "train", "ingest", "predict", "gnnflow_pipeline"):
         assert defs.resolve_job_def(name).partitions_def == dataset_partitions
 
 

@@ -17,7 +17,8 @@ from graphs.distdgl_format import (
     reshuffled_node_ids,
     write_distdgl_parts,
 )
-from graphs.partition import dgl_graph, write_distdgl
+from graphs.partition import dgl_graph
+from tests.dgl_reference import write_distdgl
 
 
 def _graph(n, m, symmetric, seed=0):

@@ -22,7 +22,7 @@ def _selected(job: str) -> set[str]:
 
 def test_every_run_that_trains_ends_with_predictions_and_scoring_alone_ingests_nothing():
     assert "predictions" in _selected("retrain") and "promotion" in _selected("retrain")
-    assert "predictions" in _selected("gnnflow_pipeline")
+    assert "predictions" in _selected("gnnflow_pipeline") and "predictions" in _selected("train")
     assert _selected("predict") == {"predictions"}
     every, needs_labels = split_by_labels(ALL_ASSETS)  # what the landing sensor requests
     assert dg.AssetKey("predictions") in every and dg.AssetKey("predictions") not in needs_labels

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 
 import dagster as dg
@@ -29,6 +30,7 @@ from training.config import LRScheduleConfig, RunConfig, TrainingConfig
 from training.data import ShardStream, read_manifest
 from training.feature_cache import CacheSpec
 from training.features import FeatureTransform, degree_features
+from training.layers import ModelConfig
 from training.outputs import MODEL_BEST, MODEL_FINAL, Preprocessing, load_model, load_model_weights
 from training.train import (
     check_sampler_supports,
@@ -464,12 +466,36 @@ def test_num_layers_follows_the_shards_and_a_mismatch_is_an_error(sbm, tmp_path)
 def test_gat_and_sage_pool_refuse_non_uniform_samplers(tmp_path):
     for sampler in ("importance", "saint"):
         for conv in ("gat", "sage_pool"):
-            with pytest.raises(ValueError, match=rf"model.conv='{conv}' cannot be trained on '{sampler}' shards"):
+            with pytest.raises(
+                ValueError, match=rf"model.conv='{conv}' cannot be trained on shards cut with sampler '{sampler}' \("
+            ):
                 check_sampler_supports(conv, {"sampler": sampler}, tmp_path)
         for conv in ("sage", "gcn", "gin"):
             check_sampler_supports(conv, {"sampler": sampler}, tmp_path)
     for sampler in ("neighbor", "cluster_gcn"):
         check_sampler_supports("gat", {"sampler": sampler}, tmp_path)
+
+
+def _shard_manifest(**shard_settings) -> dict:
+    """The sampler facts of a shard manifest as graphs.sampling.writer writes them."""
+    cfg = ShardConfig(**shard_settings)
+    return {"sampler": cfg.sampler, "settings": {k: v for k, v in asdict(cfg).items() if k != "workers"}}
+
+
+@pytest.mark.parametrize("prob", ["weight", "adaptive"])
+@pytest.mark.parametrize("conv", ["gat", "sage_pool"])
+def test_gat_and_sage_pool_refuse_neighbor_draws_in_proportion_to_a_weight(tmp_path, conv, prob):
+    manifest = _shard_manifest(sampler="neighbor", neighbor_prob=prob)
+    with pytest.raises(ValueError) as err:
+        check_sampler_supports(ModelConfig(conv=conv).conv, manifest, tmp_path)
+    assert str(err.value).startswith(
+        f"model.conv='{conv}' cannot be trained on shards cut with sampler 'neighbor' with neighbor_prob '{prob}' "
+        f"({tmp_path / 'manifest.json'}): a "
+    )
+    assert "re-materialize minibatch_shards with sampler neighbor (neighbor_prob uniform)" in str(err.value)
+    for ok in ("sage", "gcn", "gin"):  # a (weighted) sum or mean takes the Hansen-Hurwitz correction
+        check_sampler_supports(ok, manifest, tmp_path)
+    check_sampler_supports(conv, _shard_manifest(sampler="neighbor", neighbor_prob="uniform"), tmp_path)
 
 
 def test_early_stopping_stops_every_rank_when_validation_stalls(sbm, tmp_path):

@@ -581,7 +581,7 @@ def sampled_edge_weight(
       `weighted_mean_weights`; None with neither (a plain mean). A correction that is one value
       per destination (``block.correction_per_dst``) cancels and is left out.
     - ``gat``, ``sage_pool``: no correction (a softmax ratio and a max have no unbiased form;
-      training refuses non-uniform samplers for them, `training.train.check_sampler_supports`);
+      training refuses non-uniform draws for them, `training.train.check_sampler_supports`);
       sage_pool weighs by Â's entries with edge_weights.
     """
     # Â's weights and the correction are read only where used: a block read from shards

@@ -190,7 +190,7 @@ def training_label_problem(
         return (
             f"the labelled training nodes hold one class only (class {bounded_repr(value)}: {n} nodes): a model "
             "trained on it predicts that class everywhere; check the label column of the landing folder's "
-            "nodes.parquet"
+            "node file"
         )
     value, largest = max(counts.items(), key=lambda kv: kv[1])
     if largest / total > cfg.max_class_share:

@@ -116,6 +116,7 @@ __all__ = [
     "epoch_passes",
     "learning_rate",
     "make_optimizer",
+    "non_uniform_draws",
     "replay_order_seed",
     "resolve_inputs",
     "resolve_num_layers",
@@ -833,24 +834,39 @@ def resolve_num_layers(num_layers: int, manifest: dict, shards: Path) -> int:
 
 
 # Samplers whose blocks are not a uniform draw of neighbours: their edges carry corrections
-# (importance c/(s·q), saint C_v/C_uv) that only a (weighted) sum or mean can use.
+# (importance c/(s·q), saint C_v/C_uv) that only a (weighted) sum or mean can use; the same
+# holds for the neighbor sampler when `neighbor_prob` draws in proportion to a weight.
 NON_UNIFORM_SAMPLERS = ("importance", "saint")
+NON_UNIFORM_NEIGHBOR_PROBS = ("weight", "adaptive")
 UNCORRECTABLE_CONVS = ("gat", "sage_pool")
+
+
+def non_uniform_draws(manifest: dict) -> str | None:
+    """The settings that make the shards' draws non-uniform (e.g. "sampler 'saint'" or
+    "sampler 'neighbor' with neighbor_prob 'weight'"), or None for uniform draws."""
+    sampler = manifest.get("sampler")
+    if sampler in NON_UNIFORM_SAMPLERS:
+        return f"sampler {sampler!r}"
+    prob = manifest.get("settings", {}).get("neighbor_prob", "uniform")
+    if sampler == "neighbor" and prob in NON_UNIFORM_NEIGHBOR_PROBS:
+        return f"sampler 'neighbor' with neighbor_prob {prob!r}"
+    return None
 
 
 def check_sampler_supports(conv: str, manifest: dict, shards: Path) -> None:
     """Refuse a layer whose aggregation cannot use the sampler's correction weights.
 
     GAT (a softmax ratio of attention scores) and SAGE-pool (an element-wise max) have no
-    unbiased form over a non-uniform sample: their result would silently differ from the
-    full-graph one the model is evaluated with.
+    unbiased form over a non-uniform sample (`non_uniform_draws`): their result would
+    silently differ from the full-graph one the model is evaluated with.
     """
-    sampler = manifest.get("sampler")
-    if conv in UNCORRECTABLE_CONVS and sampler in NON_UNIFORM_SAMPLERS:
+    draws = non_uniform_draws(manifest)
+    if conv in UNCORRECTABLE_CONVS and draws is not None:
         raise ValueError(
-            f"model.conv={conv!r} cannot be trained on {sampler!r} shards ({shards / 'manifest.json'}): a "
-            f"{'softmax attention' if conv == 'gat' else 'max'} aggregation has no correction for that sampler's "
-            "non-uniform draws; use sampler neighbor or cluster_gcn, or a sage/gcn/gin layer"
+            f"model.conv={conv!r} cannot be trained on shards cut with {draws} ({shards / 'manifest.json'}): a "
+            f"{'softmax attention' if conv == 'gat' else 'max'} aggregation has no correction for non-uniform "
+            "draws; re-materialize minibatch_shards with sampler neighbor (neighbor_prob uniform) or cluster_gcn, "
+            "or use a sage/gcn/gin layer"
         )
 
 

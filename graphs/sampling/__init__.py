@@ -58,7 +58,7 @@ seeds drawn with replacement in inverse proportion to their class's training-nod
 ``cluster_gcn`` 1 (Â restricted to the subgraph). Each layer type applies the correction
 its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c (Â·c with
 ``edge_weights``), SAGE-mean the c-weighted (Â·c-weighted) mean; GAT and SAGE-pool refuse
-importance/saint shards). With ``weight_encoding="int8"`` the weights are stored as
+importance/saint shards and neighbor shards with ``neighbor_prob`` weight/adaptive). With ``weight_encoding="int8"`` the weights are stored as
 per-destination symmetric INT8
 (`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
 destination; weight = q * scale[dst]); the correction stays FP32.
