@@ -1,37 +1,36 @@
-"""Link-prediction benchmark: our pipeline against DGL's link-prediction example, and Bloom
-rejection against exact rejection of negatives.
+"""Link-prediction benchmark: our defaults against DGL's link-prediction example and training-free
+heuristics, and Bloom rejection against exact rejection of negatives.
 
     .venv/bin/python benchmarks/link_prediction.py                         # ego-Facebook + a generated graph
-    .venv/bin/python benchmarks/link_prediction.py --graphs generated --nodes 20000 --edges 200000 --epochs 2
+    .venv/bin/python benchmarks/link_prediction.py --graphs ego-facebook,email-eu-core --threads 1
+    .venv/bin/python benchmarks/link_prediction.py --graphs generated --nodes 20000 --edges 200000
 
-Both sides, one process, one after the other, on the same edge split (`graphs.edge_split`:
-5% validation, 10% test, seeded), the same input features (the dataset's, or one-hot
-log2-degree buckets when it has none), the same evaluation (full-graph embeddings scored on
-the held-out test edges against the split's 10 000 fixed negatives with
-`training.metrics.link_prediction_report`: ROC-AUC, MRR, Hits@K).
+Every row in one process, on the same edge split (`graphs.edge_split`: 5% validation, 10%
+test, seeded) and the same evaluation (test edges ranked against the split's 10 000 fixed
+negatives with `training.metrics.link_prediction_report`: ROC-AUC, MRR, Hits@K).
 
-peer  DGL's ``examples/pytorch/graphsage/link_pred.py`` configuration, in DGL: the training
-      graph made bidirected with ``to_bidirected_with_reverse_mapping`` (copied from the
-      example), every directed edge a seed edge, ``NeighborSampler([15, 10, 5])`` wrapped by
-      ``as_edge_prediction_sampler(exclude="reverse_id", negative_sampler=Uniform(1))``,
-      ``DataLoader(batch_size=512, shuffle=True)``, three ``dgl.nn.SAGEConv`` mean layers
-      of 256 units (ReLU between), Adam lr 0.0005, BCE with logits. The example's scorer is
-      an MLP on ``h_u * h_v``; the issue's configuration (and DGL's user guide on minibatch
-      link prediction) is the dot product: ``--scorer dot`` (default) or ``mlp``, the same
-      on both sides.
-ours  edge_split -> normalized_adjacency -> metis_partitions -> compressed_graph (Bloom
-      filters over *all* edges) -> `graphs.sampling.link.write_link_shards` (the same
-      fanouts, batch size, one negative per positive drawn uniformly and rejected by the
-      Bloom filters, seed edges and reverses excluded, no added self loops: the blocks DGL
-      samples) -> `training.link.train_link` (plain-torch SAGE, same width, Adam lr).
+ours       the pipeline with no configuration: edge_split -> normalized_adjacency ->
+           metis_partitions -> compressed_graph (Bloom filters over *all* edges) ->
+           `graphs.sampling.link.write_link_shards` with `ShardConfig()` ->
+           `training.link.train_link` with `LinkTrainConfig()` and `ModelConfig()` (the
+           defaults trained_model uses: the hybrid scorer, the step floor, early stopping on
+           validation MRR, the best validation model tested).
+DGL        DGL's ``examples/pytorch/graphsage/link_pred.py`` configuration, in DGL: the training
+           graph made bidirected with ``to_bidirected_with_reverse_mapping`` (copied from the
+           example), every directed edge a seed edge, ``NeighborSampler([15, 10, 5])`` wrapped by
+           ``as_edge_prediction_sampler(exclude="reverse_id", negative_sampler=Uniform(1))``,
+           ``DataLoader(batch_size=512, shuffle=True)``, three ``dgl.nn.SAGEConv`` mean layers
+           of 256 units (ReLU between), Adam lr 0.0005, BCE with logits, the example's MLP
+           scorer on ``h_u * h_v`` (``--peer-scorer dot``: the dot product), at most
+           ``--steps`` minibatches per epoch (the example: 1000) for ``--peer-epochs`` epochs,
+           the same input features as ours (the dataset's, or one-hot log2-degree buckets).
+heuristics common neighbours, Adamic-Adar and resource allocation of each pair on the
+           message-passing graph (`training.pair_features.PairHeuristics`), no training.
 
-Epoch time: the training loop (sampling included for DGL, which samples online; reading
-the shards for ours), median over the epochs; ours is printed twice, reading shards only and
-with the shard-writing time per epoch added (for the minibatches an epoch trains on, when
-``--steps`` stops epochs early; DGL's example stops each epoch at 1000 minibatches). Then, per graph, Bloom rejection
-against exact sorted-key rejection on 1M uniform candidate pairs (`graphs.negatives.compare_rejection`)
-and both structures' sizes at 100M undirected edges computed from the formats
-(`graphs.negatives.sizes_at`).
+Seconds: ours = writing the shards + training (evaluation included); DGL = its training loop
+(sampling included). Then, per graph, Bloom rejection against exact sorted-key rejection on 1M
+uniform candidate pairs (`graphs.negatives.compare_rejection`) and both structures' sizes at
+100M undirected edges computed from the formats (`graphs.negatives.sizes_at`).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -93,44 +91,50 @@ def features_for(d: dict):
 # ----------------------------------------------------------------------------- ours
 
 
-def run_ours(d: dict, epochs: int, scorer: str, steps: int) -> dict:
+def run_ours(d: dict) -> dict:
+    """The pipeline's defaults: ShardConfig(), LinkTrainConfig(), ModelConfig()."""
     from graphs.sampling import ShardConfig, load_shard_inputs
     from graphs.sampling.link import write_link_shards
     from training.layers import ModelConfig
     from training.link import LinkTrainConfig, train_link
 
     inputs = load_shard_inputs(d["split"], d["adj"], d["parts"], d["compressed"])
-    cfg = ShardConfig(
-        fanouts=",".join(map(str, FANOUTS)),
-        batch_size=BATCH,
-        epochs=epochs,
-        world_size=1,
-        self_loops=False,
-        negatives=1,
-        negative_filter="bloom",
-    )
-    shards = d["split"].parent / f"shards-{epochs}"
+    shards = d["split"].parent / "shards-default"
     t0 = time.perf_counter()
-    m = write_link_shards(inputs, shards, cfg, canonical_dir=d["canonical"])
+    m = write_link_shards(inputs, shards, ShardConfig(), canonical_dir=d["canonical"])
     shard_seconds = time.perf_counter() - t0
     s = train_link(
-        shards,
-        d["split"],
-        d["adj"],
-        None,
-        LinkTrainConfig(scorer=scorer, lr=LR, eval_every=epochs, max_steps_per_epoch=steps),
-        ModelConfig(hidden=HIDDEN, dropout=0.0),
-        log=lambda msg: print("  ours:", msg, flush=True),
+        shards, d["split"], d["adj"], None, LinkTrainConfig(), ModelConfig(), log=lambda msg: print("  ours:", msg)
     )
-    used = min(steps, m["minibatches_per_epoch_per_rank"]) if steps else m["minibatches_per_epoch_per_rank"]
     return {
         "test": s["test"],
-        "epoch_seconds": s["epoch_seconds"],
-        "shard_seconds": shard_seconds,
-        # shard writing per epoch, counted for the minibatches an epoch trains on
-        "shard_seconds_per_epoch": shard_seconds / epochs * used / m["minibatches_per_epoch_per_rank"],
+        "seconds": shard_seconds + sum(s["epoch_seconds"]),
+        "note": f"{s['epochs']} epochs, best {s['best_epoch']}",
         "negative_sampling": m["link"]["negative_sampling"],
-        "negative_sampling_seconds": m["negative_sampling_seconds"],
+    }
+
+
+def run_heuristics(d: dict) -> dict:
+    """Test reports of common neighbours, Adamic-Adar and resource allocation on the message-passing graph."""
+    import torch
+
+    from graphs.edge_split import load_edge_split
+    from training.blocks import remove_self_loops
+    from training.evaluate import load_full_block
+    from training.metrics import link_prediction_report
+    from training.pair_features import PairHeuristics
+
+    split = load_edge_split(d["split"])
+    block = remove_self_loops(load_full_block(d["adj"]))
+    t0 = time.perf_counter()
+    g = PairHeuristics(block.indptr, block.indices)
+    pos = g.counts(torch.from_numpy(split.test).T)
+    neg = g.counts(torch.from_numpy(split.test_negatives).T)
+    seconds = time.perf_counter() - t0
+    names = ("common neighbours", "Adamic-Adar", "resource allocation")
+    return {
+        name: {"test": link_prediction_report(p.double().numpy(), q.double().numpy()), "seconds": seconds, "note": ""}
+        for name, p, q in zip(names, pos, neg)
     }
 
 
@@ -247,7 +251,7 @@ def run_peer(d: dict, epochs: int, scorer: str, x, max_steps: int) -> dict:
             if steps == max_steps:  # link_pred.py: `if (it + 1) == 1000: break`
                 break
         times.append(time.perf_counter() - t0)
-        print(f"  peer: epoch {epoch}: loss {total / max(steps, 1):.4f} ({times[-1]:.2f} s)", flush=True)
+        print(f"  DGL: epoch {epoch + 1}: loss {total / max(steps, 1):.4f} ({times[-1]:.2f} s)", flush=True)
     model.eval()
     with torch.no_grad():
         h = model.encode(g, x, full=True)
@@ -256,7 +260,7 @@ def run_peer(d: dict, epochs: int, scorer: str, x, max_steps: int) -> dict:
         report = link_prediction_report(
             model.score(h[pos[0]], h[pos[1]]).numpy(), model.score(h[neg[0]], h[neg[1]]).numpy()
         )
-    return {"test": report, "epoch_seconds": times}
+    return {"test": report, "seconds": sum(times), "note": f"{epochs} epochs of <= {max_steps} steps"}
 
 
 # ----------------------------------------------------------------------------- Bloom vs exact
@@ -322,19 +326,30 @@ def print_sizes() -> None:
 # ----------------------------------------------------------------------------- main
 
 
+def print_table(rows: list[tuple[str, str, dict]]) -> None:
+    print("\n## Link prediction on the test edges (same split, same 10,000 fixed negatives)")
+    print("| graph | method | MRR | Hits@50 | ROC-AUC | seconds | notes |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for graph, method, r in rows:
+        t = r["test"]
+        print(
+            f"| {graph} | {method} | {t['mrr']:.4f} | {t['hits@50']:.4f} | {t['auc']:.4f} | {r['seconds']:.1f} "
+            f"| {r['note']} |"
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--graphs", default="ego-facebook,generated")
+    ap.add_argument("--graphs", default="ego-facebook,generated", help="dataset folders under datasets/, or generated")
     ap.add_argument("--nodes", type=int, default=10_000, help="generated graph: nodes")
     ap.add_argument("--edges", type=int, default=100_000, help="generated graph: edge rows")
-    ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument(
-        "--steps", type=int, default=100, help="minibatches per epoch at most, both sides (link_pred.py: 1000)"
-    )
-    ap.add_argument("--scorer", default="dot", choices=("dot", "mlp"))
+    ap.add_argument("--peer-epochs", type=int, default=3, help="DGL's epochs (link_pred.py: 10)")
+    ap.add_argument("--steps", type=int, default=1000, help="DGL's minibatches per epoch at most (link_pred.py: 1000)")
+    ap.add_argument("--peer-scorer", default="mlp", choices=("dot", "mlp"), help="DGL's scorer (link_pred.py: mlp)")
     ap.add_argument("--parts", type=int, default=4)
     ap.add_argument("--work", default=".bench/link_prediction")
-    ap.add_argument("--threads", type=int, default=0, help="OpenMP/torch threads for both sides; 0 = default")
+    ap.add_argument("--threads", type=int, default=0, help="OpenMP/torch threads for every row; 0 = default")
+    ap.add_argument("--no-peer", action="store_true", help="skip DGL's example (ours and the heuristics only)")
     args = ap.parse_args()
     if args.threads:  # before torch and DGL start their OpenMP pools
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
@@ -342,54 +357,49 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from graphs.generate import GenerateConfig, generate_dataset
-
     work = Path(args.work).resolve()
-    repo = Path(__file__).resolve().parents[1]
-    rows = []
+    rows: list[tuple[str, str, dict]] = []
     for name in args.graphs.split(","):
-        if name == "generated":
-            landing = work / f"landing-{args.nodes}-{args.edges}"
-            if not landing.exists():
-                generate_dataset(
-                    GenerateConfig(num_nodes=args.nodes, num_edges=args.edges, feature_dim=32, seed=0),
-                    landing,
-                    progress=False,
-                )
-            label = f"generated ({args.nodes:,} nodes, {args.edges:,} edge rows)"
-        else:
-            landing = repo / "datasets" / name
-            if not landing.is_dir():
-                raise SystemExit(f"{landing}: no such dataset folder")
-            label = name
-        home = work / f"home-{name}-{args.nodes}-{args.edges}" if name == "generated" else work / f"home-{name}"
+        label, landing, home = _graph(name, args, work)
         print(f"\n# {label}", flush=True)
         d = prepare(landing, home, args.parts)
-        x = features_for(d)
-        peer = run_peer(d, args.epochs, args.scorer, x, args.steps)
-        ours = run_ours(d, args.epochs, args.scorer, args.steps)
-        rows.append((label, ours, peer))
+        for method, r in run_heuristics(d).items():
+            rows.append((label, method, r))
+        if not args.no_peer:
+            rows.append(
+                (
+                    label,
+                    "DGL link_pred.py",
+                    run_peer(d, args.peer_epochs, args.peer_scorer, features_for(d), args.steps),
+                )
+            )
+        rows.append((label, "ours (defaults)", run_ours(d)))
         print_rejection(label, rejection(d))
-    print(
-        f"\n## Link prediction, ours vs DGL's link_pred.py configuration ({args.scorer} scorer, {args.epochs} epochs)"
-    )
-    print(
-        "| graph | AUC ours / DGL | Hits@50 ours / DGL | MRR ours / DGL | epoch s ours / DGL | ratio "
-        "| ratio with shard writing | Bloom rejections (of candidates) |"
-    )
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    for label, ours, peer in rows:
-        e_ours, e_peer = statistics.median(ours["epoch_seconds"]), statistics.median(peer["epoch_seconds"])
-        with_shards = e_ours + ours["shard_seconds_per_epoch"]
-        ns = ours["negative_sampling"]
-        print(
-            f"| {label} | {ours['test']['auc']:.4f} / {peer['test']['auc']:.4f} "
-            f"| {ours['test']['hits@50']:.4f} / {peer['test']['hits@50']:.4f} "
-            f"| {ours['test']['mrr']:.4f} / {peer['test']['mrr']:.4f} "
-            f"| {e_ours:.2f} / {e_peer:.2f} | {e_ours / e_peer:.2f}x | {with_shards / e_peer:.2f}x "
-            f"| {ns['rejected_as_edge']:,} of {ns['candidates']:,} |"
-        )
+    print_table(rows)
     print_sizes()
+
+
+def _graph(name: str, args, work: Path) -> tuple[str, Path, Path]:
+    """(label, landing folder, cache folder) of a --graphs entry; a generated graph is written once."""
+    from graphs.generate import GenerateConfig, generate_dataset
+
+    if name == "generated":
+        landing = work / f"landing-{args.nodes}-{args.edges}"
+        if not landing.exists():
+            generate_dataset(
+                GenerateConfig(num_nodes=args.nodes, num_edges=args.edges, feature_dim=32, seed=0),
+                landing,
+                progress=False,
+            )
+        return (
+            f"generated ({args.nodes:,} nodes, {args.edges:,} edge rows)",
+            landing,
+            work / f"home-{name}-{args.nodes}-{args.edges}",
+        )
+    landing = Path(__file__).resolve().parents[1] / "datasets" / name
+    if not landing.is_dir():
+        raise SystemExit(f"{landing}: no such dataset folder")
+    return name, landing, work / f"home-{name}"
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
     gnnflow launch --assets '*' --partition mydata         # run stages (see pipelines.launch_cli)
     gnnflow backfills                                      # how the newest backfills' runs ended
     gnnflow models list --dataset mydata                   # model versions; promote / pin / unpin VERSION
+    gnnflow score-pairs --dataset mydata --pairs c.parquet --out s.parquet   # link prediction
 
 `datasets sync` does from the shell what the landing sensor does in the daemon: it adds
 every landing sub-folder as a partition of the Dagster instance in $DAGSTER_HOME, so
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from pipelines.launch_cli import DAGSTER_HOME_MISSING, DATASETS_SYNC_HINT, add_parsers, failure_causes
 from pipelines.models_cli import add_parser as add_models_parser
+from pipelines.score_pairs_cli import add_parser as add_score_pairs_parser
 
 
 def warn_if_dagster_home_missing() -> None:
@@ -193,6 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     ds.set_defaults(func=_cmd_datasets)
     add_parsers(sub)
     add_models_parser(sub)
+    add_score_pairs_parser(sub)
     return parser
 
 

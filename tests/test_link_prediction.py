@@ -199,27 +199,92 @@ def test_edge_seed_shards_hold_pairs_negatives_and_blocks_without_seed_edges(lp,
     assert seen == seed_edges  # every seed edge once per epoch
 
 
-def test_training_learns_and_writes_metrics(lp, tmp_path):
+def test_training_learns_and_writes_metrics(lp, tmp_path, monkeypatch):
+    import functools
+
+    from graphs.progress import Progress
+    from training import link
     from training.layers import ModelConfig
     from training.link import LinkTrainConfig, train_link
+
+    monkeypatch.setattr(link, "Progress", functools.partial(Progress, every=0.0))  # a line per step
 
     inputs = load_shard_inputs(lp / "split", lp / "adj", lp / "parts", lp / "compressed")
     cfg = ShardConfig(fanouts="5,5", batch_size=512, epochs=2, world_size=1)
     write_link_shards(inputs, tmp_path / "shards", cfg, canonical_dir=lp / "canonical")
+    lines = []
     summary = train_link(
         tmp_path / "shards",
         lp / "split",
         lp / "adj",
         tmp_path / "out",
-        LinkTrainConfig(lr=0.005),
+        LinkTrainConfig(lr=0.005, epochs=2),
         ModelConfig(hidden=32, dropout=0.0),
-        log=lambda msg: None,
+        log=lines.append,
     )
     assert summary["test"]["auc"] > 0.65  # a homophilous SBM after 2 epochs: random scoring gives 0.5
     table = pq.read_table(tmp_path / "out" / "metrics.parquet").to_pylist()
-    assert [r["split"] for r in table] == ["val", "val", "test"]
+    assert [(r["epoch"], r["split"]) for r in table] == [(1, "val"), (2, "val"), (summary["best_epoch"], "test")]
     assert table[-1]["auc"] == pytest.approx(summary["test"]["auc"])
     assert (tmp_path / "out" / LINK_MODEL).is_file()
+    # epochs numbered from 1 in the log; the best validation MRR is the model kept and tested
+    assert [line.split(":")[0] for line in lines if line.startswith("epoch ")] == ["epoch 1/2", "epoch 2/2"]
+    best = max(table[:2], key=lambda r: r["mrr"])
+    assert summary["best_epoch"] == best["epoch"] and summary["val"]["mrr"] == pytest.approx(best["mrr"])
+    # the saved file is that model: evaluation recomputes the same test figures from it
+    from training.link import evaluate_saved
+
+    again = evaluate_saved(tmp_path / "out", tmp_path / "shards", lp / "split", lp / "adj")
+    assert again["test"]["mrr"] == pytest.approx(summary["test"]["mrr"])
+    assert again["val"]["mrr"] == pytest.approx(best["mrr"])
+    # within-epoch progress: steps, seeds/s and ETA, epochs from 1
+    steps = [line for line in lines if line.startswith("step ")]
+    assert steps[0].startswith("step 1/") and "ETA" in steps[0] and "epoch 1/2" in steps[0]
+    assert all(" seeds/s" in line for line in steps) and "epoch 2/2" in steps[-1]
+
+
+def test_pair_features_see_the_message_passing_graph_only(lp):
+    """A held-out edge is never an edge of the heuristics' graph nor a common-neighbour path."""
+    import torch
+
+    from training.blocks import remove_self_loops
+    from training.evaluate import load_full_block
+    from training.pair_features import PairHeuristics
+
+    split = load_edge_split(lp / "split")
+    block = remove_self_loops(load_full_block(lp / "adj"))  # what train_link and score_pairs build it from
+    g = PairHeuristics(block.indptr, block.indices)
+    held_out = torch.from_numpy(np.concatenate([split.val, split.test])).T
+    assert not g.is_edge(held_out).any() and not g.is_edge(held_out.flip(0)).any()
+
+    def brute_force(edges, pairs):
+        nbrs = {}
+        for u, v in edges:
+            nbrs.setdefault(u, set()).add(v)
+            nbrs.setdefault(v, set()).add(u)
+        return [len(nbrs.get(u, set()) & nbrs.get(v, set())) for u, v in pairs]
+
+    pairs = split.test.tolist()
+    cn = g.counts(torch.tensor(pairs).T)[0].tolist()
+    assert cn == brute_force(_edge_set(lp / "split"), pairs)  # the message-passing graph's counts
+    full = brute_force(_edge_set(lp / "canonical"), pairs)
+    assert sum(f > c for f, c in zip(full, cn)) > 0  # with held-out edges some counts would be higher
+
+
+def test_early_stopping_keeps_the_best_validation_epoch(lp, tmp_path, monkeypatch):
+    from training import link
+    from training.layers import ModelConfig
+
+    inputs = load_shard_inputs(lp / "split", lp / "adj", lp / "parts", lp / "compressed")
+    shard_cfg = ShardConfig(fanouts="5", batch_size=2048, epochs=1, world_size=1)
+    write_link_shards(inputs, tmp_path / "shards", shard_cfg, canonical_dir=lp / "canonical")
+    real, mrrs = link.evaluate_link, iter([0.5, 0.4, 0.45, 0.3, 0.9])
+    monkeypatch.setattr(link, "evaluate_link", lambda *a, **k: {**real(*a, **k), "mrr": next(mrrs)})
+    lines = []
+    cfg = link.LinkTrainConfig(epochs=5, early_stopping_patience=2)
+    s = link.train_link(tmp_path / "shards", lp / "split", lp / "adj", None, cfg, ModelConfig(hidden=8), lines.append)
+    assert s["epochs"] == 3 and s["best_epoch"] == 1 and s["val"]["mrr"] == 0.5
+    assert "early stopping after epoch 3: validation MRR has not improved for 2 evaluations" in lines
 
 
 def _materializations(result) -> dict:
@@ -248,7 +313,7 @@ def test_link_prediction_pipeline_materializes_through_dagster(tmp_path):
         "  metis_partitions: {config: {num_parts: 2, write_distdgl: false}}\n"
         "  compressed_graph: {config: {fpr_queries: 20000}}\n"
         "  minibatch_shards: {config: {fanouts: '5,5', epochs: 2, world_size: 2, batch_size: 256}}\n"
-        "  trained_model: {config: {model: {hidden: 16, dropout: 0.0}, link: {lr: 0.005}}}\n"
+        "  trained_model: {config: {model: {hidden: 16, dropout: 0.0}, link: {lr: 0.005, min_steps: 64}}}\n"
     )
     storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
     instance = dg.DagsterInstance.ephemeral()
