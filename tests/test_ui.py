@@ -127,7 +127,7 @@ def test_ui_lists_assets_launches_a_partition_and_shows_its_plot(dagster_dev):
     for a in ALL_ASSETS:
         for spec in a.specs:
             groups.setdefault(spec.group_name, []).append(spec.key.to_user_string())
-    assert sum(len(m) for m in groups.values()) == 9  # edge_split: a second asset of the normalized_adjacency step
+    assert sum(len(m) for m in groups.values()) == 10  # edge_split: a second asset of the normalized_adjacency step
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1600, "height": 1000})
