@@ -37,6 +37,7 @@ from assets.normalized_adjacency import NormalizedAdjacencyConfig
 from assets.reporting import stage_result
 from assets.settings import SettingsError, read_settings_file, registered_configs, resolve
 from graphs.canonical import InputError, build_canonical_graph, has_training_labels, landing_fingerprint, read_summary
+from graphs.edge_split import LINK_PREDICTION
 from graphs.normalize import build_normalized_adjacency
 from graphs.storage import CorruptFileError, staged_output
 from training.outputs import MODEL_BEST
@@ -60,6 +61,10 @@ def predictions(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> d
 
 
 def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
+    if storage.task(dataset) == LINK_PREDICTION:
+        why = "link prediction: node predictions do not apply; score candidate pairs with `gnnflow score-pairs`"
+        context.log.info(f"dataset '{dataset}': {why}")
+        return dg.MaterializeResult(metadata={"skipped": why})
     if not any((storage.asset_dir(dataset, name) / MODEL_BEST).is_file() for name in ("promoted", "trained_model")):
         canonical = storage.asset_dir(dataset, "canonical_graph")
         if not (canonical / "summary.json").is_file() or not has_training_labels(read_summary(canonical)):

@@ -329,6 +329,7 @@ def test_link_prediction_pipeline_materializes_through_dagster(tmp_path):
     assert checks["no_held_out_edge_in_message_passing"]
     evaluation = mats["evaluation"].metadata
     assert 0.5 < evaluation["test_auc"].value <= 1.0
+    assert "gnnflow score-pairs" in mats["predictions"].metadata["skipped"].value  # pairs, not nodes
     home = tmp_path / "home" / "lp"
     # normalized_adjacency was built from the message-passing graph: its entries are 2 x train edges + n loops
     split = load_edge_split(home / "edge_split")
