@@ -86,24 +86,8 @@ def minibatch_shards(
             )
             if skipped is not None:
                 return skipped
-        if cfg.placement == "partition" and not (partitions / "part_id.npy").is_file():
-            raise dg.Failure(
-                description=f"dataset '{dataset}': placement 'partition' needs {partitions / 'part_id.npy'}; "
-                "materialize metis_partitions first"
-            )
-        if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
-            raise dg.Failure(
-                description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
-                "materialize metis_partitions first"
-            )
-        # adaptive sampling's feedback loop: the gradient statistics of the dataset's last training run
-        scores = storage.asset_dir(dataset, "trained_model") / NODE_SCORES_NAME
-        scores = scores if cfg.neighbor_prob == "adaptive" and scores.is_file() else None
-        if cfg.neighbor_prob == "adaptive" and scores is None:
-            context.log.info(
-                f"neighbor_prob 'adaptive': no {NODE_SCORES_NAME} in trained_model yet (train with "
-                "training.node_grad_stats on); sampling by degree alone this round"
-            )
+        _require_partition_files(dataset, cfg, partitions)
+        scores = _adaptive_node_scores(context, storage, dataset, cfg)
         with file_errors_as_failures(dataset), storage.publishing(dataset, _ASSET) as out:
             try:
                 inputs = load_shard_inputs(
@@ -124,8 +108,41 @@ def minibatch_shards(
             disk = disk_metadata(out)
         out = storage.asset_dir(dataset, _ASSET)
 
+    metadata = {"path": dg.MetadataValue.path(str(out))} | _shard_metadata(m, cfg, disk)
+    metadata.update(config_metadata)
+    headline = ("sampler", "epochs", "world_size", "minibatches_per_rank_per_epoch", "sampled_edges", "seconds")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=checks)
+
+
+def _require_partition_files(dataset: str, cfg: ShardConfig, partitions: Path) -> None:
+    """dg.Failure when partition placement or Cluster-GCN needs a metis_partitions file that is missing."""
+    if cfg.placement == "partition" and not (partitions / "part_id.npy").is_file():
+        raise dg.Failure(
+            description=f"dataset '{dataset}': placement 'partition' needs {partitions / 'part_id.npy'}; "
+            "materialize metis_partitions first"
+        )
+    if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
+        raise dg.Failure(
+            description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
+            "materialize metis_partitions first"
+        )
+
+
+def _adaptive_node_scores(context, storage: GnnflowStorage, dataset: str, cfg: ShardConfig) -> Path | None:
+    """The node scores adaptive sampling reads: the gradient statistics of the dataset's last training run."""
+    scores = storage.asset_dir(dataset, "trained_model") / NODE_SCORES_NAME
+    scores = scores if cfg.neighbor_prob == "adaptive" and scores.is_file() else None
+    if cfg.neighbor_prob == "adaptive" and scores is None:
+        context.log.info(
+            f"neighbor_prob 'adaptive': no {NODE_SCORES_NAME} in trained_model yet (train with "
+            "training.node_grad_stats on); sampling by degree alone this round"
+        )
+    return scores
+
+
+def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
+    """The materialization's metadata from the shards' manifest `m`: counts, sizes, rates and sampler facts."""
     metadata = {
-        "path": dg.MetadataValue.path(str(out)),
         "sampler": m["sampler"],
         "num_layers": m["num_layers"],
         "fanouts": cfg.fanouts,
@@ -147,8 +164,8 @@ def minibatch_shards(
         "peak_rss_mb": m["peak_rss_bytes"] / 2**20,
         "sampling_processes": m["sampling_processes"],
         "workers_private_rss_mb": m["workers_private_rss_bytes"] / 2**20,
+        "placement": cfg.placement,
     }
-    metadata["placement"] = cfg.placement
     if "placement" in m:
         metadata["remote_feature_row_share"] = m["placement"]["remote_row_share_mean"]
         metadata["rank_of_part"] = str(m["placement"]["rank_of_part"])
@@ -168,9 +185,7 @@ def minibatch_shards(
             negatives_rejected_as_edge=ns["rejected_as_edge"],
             negative_rejection_rate=round(ns["rejection_rate"], 6),
         )
-    metadata.update(config_metadata)
-    headline = ("sampler", "epochs", "world_size", "minibatches_per_rank_per_epoch", "sampled_edges", "seconds")
-    return stage_result(context, _ASSET, metadata, headline=headline, check_results=checks)
+    return metadata
 
 
 def check_shards(out: Path) -> list[dg.AssetCheckResult]:

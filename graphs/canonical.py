@@ -659,6 +659,21 @@ def build_canonical_graph(
     return summary
 
 
+@dataclass(frozen=True)
+class _RowCounts:
+    """Rows of the edge files: all, and those dropped for a null id, a self loop or an invalid weight."""
+
+    rows: int
+    null_rows: int
+    self_loops: int
+    invalid_weights: int
+
+    @property
+    def valid(self) -> int:
+        """Rows kept: neither null nor a self loop nor an invalid weight."""
+        return self.rows - self.null_rows - self.self_loops - self.invalid_weights
+
+
 def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: CanonicalConfig) -> dict:
     """The canonical graph of input files in the Parquet layout, written into `tmp`; its summary."""
     kind = validate_inputs(files)
@@ -666,16 +681,65 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
     weighted_files = [p for p in files.edge_files if "weight" in _schema(p).names]
     weighted = bool(weighted_files)
     con = _connect(cfg, work / "duckdb")
-    if weighted:
-        _create_weighted_view(con, files.edge_files, set(weighted_files), sql_type)
-    else:
-        # file paths enter as literals through the relation API, never as SQL text
-        duck.read_parquet(con, files.edge_files, union_by_name=True).create_view("edge_files")
-        con.execute(
-            f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
-            "FROM edge_files"
-        )
+    _create_edge_views(con, files.edge_files, weighted_files, sql_type)
+    nodes_sql, id_files = _create_id_file_views(con, files, sql_type)
     budget = cfg.sort_budget_mb << 20
+    factorize_now = _factorizes_first(con, files.edge_files, kind, weighted, budget, nodes_sql)
+    warmup = _start_kernel_warmup(factorize_now, weighted, files.features is not None)
+    codes = None  # (src, dst) of every row in the final id space, when factorized in memory
+    file_ids = {}  # new ids of the node / feature file rows, when factorized
+    if factorize_now:
+        space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
+        counts, min_id, max_id = _code_counts(codes), None, None
+    else:
+        counts, min_id, max_id = _sql_counts(con, weighted)
+    if counts.rows == 0:
+        raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
+    if counts.invalid_weights and cfg.invalid_weights == "error":
+        _refuse_invalid_weights(con, weighted_files)
+    dense = None if codes is not None else _IdSpace.dense_bounds(con, kind, counts.rows, min_id, max_id, nodes_sql)
+    if codes is None and dense is None and not weighted and counts.rows * 2 * BYTES_PER_KEY <= budget:
+        space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
+    elif codes is None:
+        has_dropped = counts.rows > counts.valid
+        dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if counts.invalid_weights else None
+        space = _IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
+
+    # Stream valid edges into id space, spill keys by source range. A symmetrized graph
+    # whose keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
+    spill, half = _new_spill(space.size, counts.valid, weighted, cfg, work / "spill")
+    shift = key_shift(space.size)
+    if codes is not None:  # ids already final: keep rows with both ids and no self loop
+        # factorized only when both directions' keys fit the budget: one group in memory, half kept
+        assert spill.in_memory and (half or not cfg.symmetrize)
+        _spill_codes(spill, codes, shift, half)
+        del codes
+    else:
+        _spill_rows(spill, _valid_edge_rows(con, weighted, counts.invalid_weights, cfg), space, shift, half, cfg)
+    con.close()
+    relabel, lut = space.finish()
+    warmup.join()
+
+    edges, node_facts, feat_facts = _write_tables(tmp, files, spill, space, relabel, lut, shift, half, cfg, file_ids)
+    shutil.rmtree(work, ignore_errors=True)
+    return _summary(kind, relabel.n, counts, edges, files, weighted_files, cfg) | node_facts | feat_facts
+
+
+def _create_edge_views(con, edge_files: list[Path], weighted_files: list[Path], sql_type: str) -> None:
+    """View `raw_edges` over the edge files: src and dst cast to `sql_type`, and the weight when any file has one."""
+    if weighted_files:
+        _create_weighted_view(con, edge_files, set(weighted_files), sql_type)
+        return
+    # file paths enter as literals through the relation API, never as SQL text
+    duck.read_parquet(con, edge_files, union_by_name=True).create_view("edge_files")
+    con.execute(
+        f"CREATE VIEW raw_edges AS SELECT CAST(src AS {sql_type}) AS src, CAST(dst AS {sql_type}) AS dst "
+        "FROM edge_files"
+    )
+
+
+def _create_id_file_views(con, files: DatasetFiles, sql_type: str) -> tuple[str | None, dict[str, str]]:
+    """Views over the node and feature files; the node ids' SQL and the (id, row) SQL of each file."""
     nodes_sql = None
     id_files = {}  # (id, row number in the file) of the node and feature files, for factorize
     if files.nodes:
@@ -687,89 +751,100 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
             "feature_file"
         )
         id_files["features"] = f"SELECT CAST(node_id AS {sql_type}) AS id, file_row_number AS row FROM feature_file"
-    # Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
-    # statistics), whose rows fit the sort budget are factorized in memory, and that one
-    # scan gives the counts too (no count/min/max pass over every row).
-    meta_rows = _parquet_rows(files.edge_files)
+    return nodes_sql, id_files
+
+
+def _factorizes_first(con, edge_files: list[Path], kind: str, weighted: bool, budget: int, nodes_sql) -> bool:
+    """Whether the ids are factorized in memory before any count of the rows.
+
+    Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
+    statistics), whose rows fit the sort budget are factorized in memory, and that one
+    scan gives the counts too (no count/min/max pass over every row).
+    """
+    meta_rows = _parquet_rows(edge_files)
     factorize_now = not weighted and 0 < meta_rows * 2 * BYTES_PER_KEY <= budget
     if factorize_now and kind == "int":
-        bounds = _parquet_id_bounds(files.edge_files)
+        bounds = _parquet_id_bounds(edge_files)
         factorize_now = bounds is not None and _IdSpace.dense_bounds(con, kind, meta_rows, *bounds, nodes_sql) is None
+    return factorize_now
+
+
+def _start_kernel_warmup(factorize_now: bool, weighted: bool, features: bool) -> threading.Thread:
+    """A started thread that loads the numba kernels the ingest will run."""
     # Loading the cached numba kernels costs ~0.3 s; do it while DuckDB scans the files
     # (the id encoder's only when it will run: ~0.1 s of CPU the dense path would not use).
     # (the id encoder's first: it runs first, and numba loads one kernel at a time)
     warm = ([_warm_id_kernels] if factorize_now else []) + [warm_weighted_kernels if weighted else warm_kernels]
-    warm += [_warm_feature_kernels] if files.features is not None else []
+    warm += [_warm_feature_kernels] if features else []
     warmup = threading.Thread(target=_call_each, args=(warm,), daemon=True)
     warmup.start()
-    if factorize_now:
-        rows, min_id, max_id, invalid = 0, None, None, []
-    else:
-        invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
-        rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
-            "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
-            "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
-            f"{invalid_weight_sql} FROM raw_edges"
-        ).fetchall()[0]
-    codes = None  # (src, dst) of every row in the final id space, when factorized in memory
-    file_ids = {}  # new ids of the node / feature file rows, when factorized
-    if factorize_now:
-        space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
-        src_codes, dst_codes = codes
-        rows = len(src_codes)
-        null_rows = int(np.count_nonzero((src_codes < 0) | (dst_codes < 0)))
-        self_loops = int(np.count_nonzero((src_codes == dst_codes) & (src_codes >= 0)))
-        del src_codes, dst_codes
-    if rows == 0:
-        raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
-    invalid_weights = int(invalid[0]) if invalid else 0
-    if invalid_weights and cfg.invalid_weights == "error":
-        _refuse_invalid_weights(con, weighted_files)
-    dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if invalid_weights else None
-    valid_rows = rows - null_rows - self_loops - invalid_weights
-    dense = None if codes is not None else _IdSpace.dense_bounds(con, kind, rows, min_id, max_id, nodes_sql)
-    if codes is None and dense is None and not weighted and rows * 2 * BYTES_PER_KEY <= budget:
-        space, codes, file_ids = _factorize(con, id_files, dataset_dir, kind, files.features)
-    elif codes is None:
-        has_dropped = null_rows + self_loops + invalid_weights > 0
-        space = _IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
-    n_space = space.size
+    return warmup
 
-    # Stream valid edges into id space, spill keys by source range. A symmetrized graph
-    # whose keys fit the budget keeps only the (min, max) orientation and mirrors after dedupe.
+
+def _code_counts(codes: tuple[np.ndarray, np.ndarray]) -> _RowCounts:
+    """The row counts of factorized (src, dst) ids (-1 for a null id)."""
+    src_codes, dst_codes = codes
+    null_rows = int(np.count_nonzero((src_codes < 0) | (dst_codes < 0)))
+    self_loops = int(np.count_nonzero((src_codes == dst_codes) & (src_codes >= 0)))
+    return _RowCounts(rows=len(src_codes), null_rows=null_rows, self_loops=self_loops, invalid_weights=0)
+
+
+def _sql_counts(con, weighted: bool) -> tuple[_RowCounts, object, object]:
+    """The row counts of `raw_edges`, and its smallest and largest id, in one scan."""
+    invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
+    rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
+        "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
+        "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
+        f"{invalid_weight_sql} FROM raw_edges"
+    ).fetchall()[0]
+    invalid_weights = int(invalid[0]) if invalid else 0
+    counts = _RowCounts(rows=rows, null_rows=null_rows, self_loops=self_loops, invalid_weights=invalid_weights)
+    return counts, min_id, max_id
+
+
+def _new_spill(n_space: int, valid_rows: int, weighted: bool, cfg: CanonicalConfig, path: Path):
+    """The key spill for `valid_rows` edges, and whether it keeps one orientation only (half)."""
+    budget = cfg.sort_budget_mb << 20
     per_key = BYTES_PER_WEIGHTED_KEY if weighted else BYTES_PER_KEY
     half = cfg.symmetrize and valid_rows * 2 * per_key <= budget
     copies = 2 if cfg.symmetrize and not half else 1
     groups = 1 if half else math.ceil(valid_rows * copies * per_key / budget)
-    spill = KeySpill(n_space, groups, budget, work / "spill", weighted)
-    shift = key_shift(n_space)
-    if codes is not None:  # ids already final: keep rows with both ids and no self loop
-        # factorized only when both directions' keys fit the budget: one group in memory, half kept
-        assert spill.in_memory and (half or not cfg.symmetrize)
-        src_codes, dst_codes = codes
-        keys = np.empty(len(src_codes), dtype=np.int64)
-        spill.add(keys[: keys_of_rows(src_codes, dst_codes, shift, half, keys)], src=None)
-        del codes, src_codes, dst_codes, keys
-        reader = ()
-    elif weighted:
-        # rows in input order, so 'first' and the order of float sums are deterministic
-        con.execute("SET preserve_insertion_order = true")
-        keep = f"{KEPT_ROW_SQL} AND {VALID_WEIGHT_SQL}" if invalid_weights else KEPT_ROW_SQL
-        reader = con.sql(f"SELECT src, dst, weight FROM raw_edges WHERE {keep}").to_arrow_reader(cfg.batch_rows)
-    else:
-        reader = con.sql(f"SELECT src, dst FROM raw_edges WHERE {KEPT_ROW_SQL}").to_arrow_reader(cfg.batch_rows)
+    return KeySpill(n_space, groups, budget, path, weighted), half
+
+
+def _spill_codes(spill: KeySpill, codes: tuple[np.ndarray, np.ndarray], shift: int, half: bool) -> None:
+    """Add the keys of factorized rows with both ids and no self loop."""
+    src_codes, dst_codes = codes
+    keys = np.empty(len(src_codes), dtype=np.int64)
+    spill.add(keys[: keys_of_rows(src_codes, dst_codes, shift, half, keys)], src=None)
+
+
+def _valid_edge_rows(con, weighted: bool, invalid_weights: int, cfg: CanonicalConfig):
+    """A record-batch reader of the kept rows of `raw_edges`: (src, dst) and the weight when weighted."""
+    if not weighted:
+        return con.sql(f"SELECT src, dst FROM raw_edges WHERE {KEPT_ROW_SQL}").to_arrow_reader(cfg.batch_rows)
+    # rows in input order, so 'first' and the order of float sums are deterministic
+    con.execute("SET preserve_insertion_order = true")
+    keep = f"{KEPT_ROW_SQL} AND {VALID_WEIGHT_SQL}" if invalid_weights else KEPT_ROW_SQL
+    return con.sql(f"SELECT src, dst, weight FROM raw_edges WHERE {keep}").to_arrow_reader(cfg.batch_rows)
+
+
+def _spill_rows(spill: KeySpill, reader, space: _IdSpace, shift: int, half: bool, cfg: CanonicalConfig) -> None:
+    """Add the keys (and weights) of each batch of rows, its ids located in the id space."""
     for batch in reader:
         s = space.locate(batch.column(0))
         d = space.locate(batch.column(1))
-        if weighted:
+        if spill.weighted:
             _add_weighted(spill, s, d, batch.column(2).to_numpy(), shift, half, cfg.symmetrize)
         else:
             _add_unweighted(spill, s, d, shift, half, cfg.symmetrize)
-    con.close()
-    relabel, lut = space.finish()
-    warmup.join()
-    n = relabel.n
 
+
+def _write_tables(tmp: Path, files, spill, space, relabel, lut, shift: int, half: bool, cfg, file_ids: dict):
+    """Write edges.parquet, the node table, the features and the degree plot into `tmp`.
+
+    Returns ((degree, distinct input pairs, edges written, weight facts), node facts, feature facts).
+    """
     # Edges are deduplicated and written in a worker thread (numba and Parquet encoding
     # release the GIL) while this thread writes the node table and the features.
     degree_ready: Future = Future()
@@ -800,19 +875,24 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
                 _plot_degrees(degree, tmp / "degree_distribution.png")
         finally:
             _, distinct_input_pairs, edges_written, weight_facts = edges_job.result()
-    shutil.rmtree(work, ignore_errors=True)
+    return (degree, distinct_input_pairs, edges_written, weight_facts), node_facts, feat_facts
 
-    summary = {
+
+def _summary(kind: str, n: int, counts: _RowCounts, edges: tuple, files, weighted_files, cfg) -> dict:
+    """The summary's id, edge, dropped-row, weight and degree facts."""
+    degree, distinct_input_pairs, edges_written, weight_facts = edges
+    weighted = bool(weighted_files)
+    return {
         "format_version": FORMAT_VERSION,
         "id_type": kind,
         "nodes": int(n),
         "edges": int(edges_written),
         "symmetrized": cfg.symmetrize,
-        "input_rows": int(rows),
+        "input_rows": int(counts.rows),
         "input_files": len(files.edge_files),
-        "dropped_null_id": int(null_rows),
-        "dropped_self_loop": int(self_loops),
-        "dropped_duplicate": int(valid_rows - distinct_input_pairs),
+        "dropped_null_id": int(counts.null_rows),
+        "dropped_self_loop": int(counts.self_loops),
+        "dropped_duplicate": int(counts.valid - distinct_input_pairs),
         "combined_reverse_pairs": int(distinct_input_pairs - edges_written // 2) if cfg.symmetrize else 0,
         "weighted": weighted,
         **(
@@ -820,7 +900,7 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
                 "weight_combine": cfg.weight_combine,
                 "weight_files": [p.name for p in weighted_files],
                 "weight_default_1_files": [p.name for p in files.edge_files if p not in weighted_files],
-                "dropped_invalid_weight": invalid_weights,
+                "dropped_invalid_weight": counts.invalid_weights,
                 **weight_facts,
             }
             if weighted
@@ -830,10 +910,7 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
         "degree_max": int(degree.max()),
         "degree_mean": float(degree.mean()),
         "degree_p99": float(np.percentile(degree, 99)),
-        **node_facts,
-        **feat_facts,
     }
-    return summary
 
 
 def _call_each(functions) -> None:
@@ -886,24 +963,7 @@ def _write_edges(
     weighted = spill.weighted
     rule = COMBINE_RULES.index(combine)
     w_min, w_max, w_sum = np.inf, -np.inf, 0.0
-    fields = [("src", pa.int64()), ("dst", pa.int64())] + ([("weight", pa.float64())] if weighted else [])
-    schema = pa.schema(fields)
-    # Sorted int64 ids delta-encode to a few bits each: about half the bytes of snappy and
-    # twice its speed, with no general-purpose compression on top.
-    writer = pq.ParquetWriter(
-        path,
-        schema,
-        compression="none",
-        use_dictionary=False,
-        column_encoding={"src": "DELTA_BINARY_PACKED", "dst": "DELTA_BINARY_PACKED"}
-        | ({"weight": "PLAIN"} if weighted else {}),
-    )
-    with writer, ThreadPoolExecutor(max_workers=1) as pool:
-        pending: list[Future] = []  # the pieces being written, oldest first
-        # Source-id buffers, one per piece in flight (at most two wait on the writer) and one
-        # being made: a fresh 32 MB array per piece was faulted in (and zeroed) every time.
-        src_buffers: list[np.ndarray] = []
-        pieces = 0
+    with _EdgePieces(path, weighted, lut) as pieces:
         for keys, weights, lo, hi in spill.groups():
             if weighted:
                 counts, dst, weight, distinct = dedupe_rows_weighted(keys, weights, shift, lo, hi - lo, half, rule)
@@ -915,6 +975,7 @@ def _write_edges(
                     w_sum += float(weight.sum())
             else:
                 counts, dst, distinct = dedupe_rows(keys, shift, lo, hi - lo, half)
+                weight = None
                 if half:
                     counts, dst = mirror(counts, dst)
             del keys
@@ -923,41 +984,83 @@ def _write_edges(
             if in_deg is not None:
                 in_deg += np.bincount(dst, minlength=n_space)
             edges_written += len(dst)
-            # Pieces of WRITE_PIECE edges: piece k+1's source ids are made while piece k is
-            # encoded (one Parquet writer: its encoding runs in one thread), and at most two
-            # pieces wait on the writer. Ids go from id-space offsets to new ids (monotone, so
-            # the order is kept), without the GIL.
-            ends = np.cumsum(counts)
-            for e0 in range(0, len(dst), WRITE_PIECE):
-                e1 = min(len(dst), e0 + WRITE_PIECE)
-                k = pieces % 3  # this buffer's piece, three back, is written: at most two are pending
-                if len(src_buffers) <= k:
-                    src_buffers.append(np.empty(e1 - e0, np.int64))
-                elif len(src_buffers[k]) < e1 - e0:
-                    src_buffers[k] = np.empty(e1 - e0, np.int64)
-                src = src_buffers[k][: e1 - e0]
-                repeat_rows(lo, ends, e0, e1, lut if lut is not None else NO_LUT, src)
-                pieces += 1
-                if lut is not None:
-                    map_inplace(dst[e0:e1], lut)
-                columns = {"src": src, "dst": dst[e0:e1]} | ({"weight": weight[e0:e1]} if weighted else {})
-                if len(pending) == 2:
-                    pending.pop(0).result()
-                pending.append(
-                    pool.submit(writer.write_table, pa.table(columns, schema=schema), row_group_size=1 << 20)
-                )
-                del src, columns
-            del counts, dst, ends
+            pieces.write_group(lo, counts, dst, weight)
+            del counts, dst, weight
         degree = out_deg if in_deg is None else out_deg + in_deg
         degree_ready.set_result(degree)
-        for job in pending:
-            job.result()
     weight_facts = (
         {"weight_min": w_min, "weight_max": w_max, "weight_mean": w_sum / edges_written}
         if weighted and edges_written
         else {}
     )
     return degree, distinct_input_pairs, edges_written, weight_facts
+
+
+class _EdgePieces:
+    """The edges.parquet writer: appends deduplicated groups piece by piece, encoding in a second thread."""
+
+    def __init__(self, path: Path, weighted: bool, lut):
+        fields = [("src", pa.int64()), ("dst", pa.int64())] + ([("weight", pa.float64())] if weighted else [])
+        self.schema = pa.schema(fields)
+        self.weighted = weighted
+        self.lut = lut
+        # Sorted int64 ids delta-encode to a few bits each: about half the bytes of snappy and
+        # twice its speed, with no general-purpose compression on top.
+        self.writer = pq.ParquetWriter(
+            path,
+            self.schema,
+            compression="none",
+            use_dictionary=False,
+            column_encoding={"src": "DELTA_BINARY_PACKED", "dst": "DELTA_BINARY_PACKED"}
+            | ({"weight": "PLAIN"} if weighted else {}),
+        )
+        self.pool = ThreadPoolExecutor(max_workers=1)
+        self.pending: list[Future] = []  # the pieces being written, oldest first
+        # Source-id buffers, one per piece in flight (at most two wait on the writer) and one
+        # being made: a fresh 32 MB array per piece was faulted in (and zeroed) every time.
+        self.src_buffers: list[np.ndarray] = []
+        self.pieces = 0
+
+    def __enter__(self) -> "_EdgePieces":
+        return self
+
+    def write_group(self, lo: int, counts: np.ndarray, dst: np.ndarray, weight: np.ndarray | None) -> None:
+        """Queue one group's edges (sources `lo`.. with `counts` edges each) in pieces of WRITE_PIECE edges."""
+        # Piece k+1's source ids are made while piece k is encoded (one Parquet writer: its
+        # encoding runs in one thread), and at most two pieces wait on the writer. Ids go from
+        # id-space offsets to new ids (monotone, so the order is kept), without the GIL.
+        ends = np.cumsum(counts)
+        for e0 in range(0, len(dst), WRITE_PIECE):
+            e1 = min(len(dst), e0 + WRITE_PIECE)
+            src = self._src_buffer(e1 - e0)
+            repeat_rows(lo, ends, e0, e1, self.lut if self.lut is not None else NO_LUT, src)
+            self.pieces += 1
+            if self.lut is not None:
+                map_inplace(dst[e0:e1], self.lut)
+            columns = {"src": src, "dst": dst[e0:e1]} | ({"weight": weight[e0:e1]} if self.weighted else {})
+            if len(self.pending) == 2:
+                self.pending.pop(0).result()
+            table = pa.table(columns, schema=self.schema)
+            self.pending.append(self.pool.submit(self.writer.write_table, table, row_group_size=1 << 20))
+            del src, columns, table
+
+    def _src_buffer(self, size: int) -> np.ndarray:
+        """This piece's source-id buffer of `size` rows, reused from three pieces back."""
+        k = self.pieces % 3  # this buffer's piece, three back, is written: at most two are pending
+        if len(self.src_buffers) <= k:
+            self.src_buffers.append(np.empty(size, np.int64))
+        elif len(self.src_buffers[k]) < size:
+            self.src_buffers[k] = np.empty(size, np.int64)
+        return self.src_buffers[k][:size]
+
+    def __exit__(self, kind, *_) -> None:
+        try:
+            if kind is None:
+                for job in self.pending:
+                    job.result()
+        finally:
+            self.pool.shutdown(wait=True)
+            self.writer.close()
 
 
 def _factorize(con, id_files: dict, where, kind: str, features: Path | None):

@@ -798,8 +798,21 @@ def verify_compressed_graph(
     verified(canonical, "summary.json")
     facts = read_summary(canonical)
     part = np.load(verified(partitions_dir, "part_id.npy"), allow_pickle=False)
+    result = _bloom_misses(out, canonical, part, int(facts["edges"]), sample_edges, seed)
+    feats = load_features(out)
+    result.update(
+        feature_encoding=feats.encoding if feats else None, feature_bound_excess=0.0, feature_columns_over_bound=0
+    )
+    if feats is not None:
+        result.update(_feature_bound_excess(out, canonical, feats))
+    result.update(_weight_bound_excess(out, adjacency))
+    return result
+
+
+def _bloom_misses(out: Path, canonical: Path, part: np.ndarray, edges: int, sample_edges: int, seed: int) -> dict:
+    """Sampled true edges asked of the Bloom filters of both endpoints' parts, both directions; the misses."""
     filters = load_bloom_filters(out)
-    u, v = _sample_edges(canonical, int(facts["edges"]), sample_edges, seed)
+    u, v = _sample_edges(canonical, edges, sample_edges, seed)
     misses = np.zeros(len(u), dtype=bool)
     for a, b in ((u, v), (v, u)):
         for owner in (a, b):
@@ -808,36 +821,37 @@ def verify_compressed_graph(
                 sel = po == p
                 if sel.any():
                     misses[sel] |= ~bf.might_contain(a[sel], b[sel])
-    result = {"bloom_edges_checked": int(len(u)), "bloom_false_negatives": int(np.count_nonzero(misses))}
+    return {"bloom_edges_checked": int(len(u)), "bloom_false_negatives": int(np.count_nonzero(misses))}
 
-    feats = load_features(out)
-    result.update(
-        feature_encoding=feats.encoding if feats else None, feature_bound_excess=0.0, feature_columns_over_bound=0
-    )
-    if feats is not None:
-        x = np.load(verified(canonical, "features.npy"), mmap_mode="r", allow_pickle=False)
-        n, d = x.shape
-        if (feats.num_rows, feats.num_cols) != (n, d):
-            raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")
-        # Compared where the quantizer worked: on asinh(x) when the features were transformed.
-        step = np.zeros(d) if feats.encoding == "binary" else feats.arrays["scale"].astype(np.float64)
-        acc = ErrorAccumulator(d)
-        magnitude = np.zeros(d, dtype=np.float32)
-        rows = _rows_per_block(d, 0)
-        for a, b in _blocks(n, rows):
-            t = forward_transform(x[a:b], feats.transform)
-            if len(t):
-                np.maximum(magnitude, np.abs(t).max(axis=0), out=magnitude)
-            acc.add(t, _rows_of(feats, a, b).decode())
-        bound = step * (0.5 + 1e-4) + 4 * np.spacing(magnitude).astype(np.float64)
-        if feats.encoding == "binary":
-            bound[:] = 0.0
-        excess = acc.col_max - bound
-        result.update(
-            feature_bound_excess=float(max(excess.max(initial=0.0), 0.0)),
-            feature_columns_over_bound=int(np.count_nonzero(excess > 0)),
-        )
 
+def _feature_bound_excess(out: Path, canonical: Path, feats: EncodedFeatures) -> dict:
+    """The largest excess of the decoded features' error over its bound per column, and the columns over it."""
+    x = np.load(verified(canonical, "features.npy"), mmap_mode="r", allow_pickle=False)
+    n, d = x.shape
+    if (feats.num_rows, feats.num_cols) != (n, d):
+        raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")
+    # Compared where the quantizer worked: on asinh(x) when the features were transformed.
+    step = np.zeros(d) if feats.encoding == "binary" else feats.arrays["scale"].astype(np.float64)
+    acc = ErrorAccumulator(d)
+    magnitude = np.zeros(d, dtype=np.float32)
+    rows = _rows_per_block(d, 0)
+    for a, b in _blocks(n, rows):
+        t = forward_transform(x[a:b], feats.transform)
+        if len(t):
+            np.maximum(magnitude, np.abs(t).max(axis=0), out=magnitude)
+        acc.add(t, _rows_of(feats, a, b).decode())
+    bound = step * (0.5 + 1e-4) + 4 * np.spacing(magnitude).astype(np.float64)
+    if feats.encoding == "binary":
+        bound[:] = 0.0
+    excess = acc.col_max - bound
+    return {
+        "feature_bound_excess": float(max(excess.max(initial=0.0), 0.0)),
+        "feature_columns_over_bound": int(np.count_nonzero(excess > 0)),
+    }
+
+
+def _weight_bound_excess(out: Path, adjacency: Path) -> dict:
+    """The largest excess of the int8 weights' error over its bound per row, and the rows over it."""
     indptr, _, weights = load_csr(adjacency)
     q, scale = load_weights(out)
     worst, rows_over = 0.0, 0
@@ -856,5 +870,4 @@ def verify_compressed_graph(
         over = row_err - bound
         worst = max(worst, float(over.max(initial=0.0)))
         rows_over += int(np.count_nonzero(over > 0))
-    result.update(weight_bound_excess=worst, weight_rows_over_bound=rows_over)
-    return result
+    return {"weight_bound_excess": worst, "weight_rows_over_bound": rows_over}

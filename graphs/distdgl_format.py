@@ -316,42 +316,8 @@ def write_distdgl_parts(
     out.mkdir(parents=True, exist_ok=True)
     n, m = len(indptr) - 1, int(indptr[-1])
     node_data = node_data or {}
-    for name, values in node_data.items():
-        if len(values) != n:
-            raise ValueError(f"node data {name!r} has {len(values)} rows for {n} nodes")
-    part = np.asarray(part)
-    if part.dtype.kind not in "iu":
-        raise TypeError(f"part ids must be integers, got {part.dtype}")
-    if not np.can_cast(part.dtype, np.int64):  # uint64: bincount takes int64 at most
-        part = part.astype(np.int64)
-    if len(part) != n:
-        raise ValueError(f"the assignment has {len(part)} part ids for {n} nodes")
-    if k > 1 and n and (int(part.min()) < 0 or int(part.max()) >= k):
-        raise ValueError(f"part ids outside 0..{k - 1}: {int(part.min())}..{int(part.max())}")
-    if k == 1:  # DGL does not reshuffle one part
-        part = np.zeros(n, dtype=np.int64)
-        orig_nids = np.arange(n, dtype=np.int64)
-        node_bounds = np.array([0, n], dtype=np.int64)
-        edge_bounds = np.array([0, m], dtype=np.int64)
-        shuffle = None
-    else:
-        orig_nids, new_of_old = reshuffled_node_ids(part)
-        node_bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=k))]).astype(np.int64)
-        into, out_counts = _part_edge_counts(indptr, indices, part, k)
-        edge_bounds = np.concatenate([[0], np.cumsum(into)]).astype(np.int64)
-        shuffle = _Reshuffle(
-            indptr=indptr,
-            indices=indices,
-            part=part,
-            orig_nids=orig_nids,
-            new_of_old=new_of_old,
-            eid=reshuffled_edge_ids(indptr, indices, new_of_old),
-            node_bounds=node_bounds,
-            edge_bounds=edge_bounds,
-            out_counts=out_counts,
-            mark=np.zeros(n, dtype=bool),
-            local=np.full(n, -1, dtype=np.int64),
-        )
+    part = _checked_assignment(part, k, n, node_data)
+    part, orig_nids, node_bounds, edge_bounds, shuffle = _reshuffle_plan(indptr, indices, part, k)
     metadata = {
         "graph_name": graph_name,
         "num_nodes": n,
@@ -370,19 +336,7 @@ def write_distdgl_parts(
         if shuffle is None:
             g = _whole_graph(indptr, indices)
         else:
-            src, dst, ids, nodes, n_in = shuffle.part_graph(p)
-            g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=len(nodes))
-            del src, dst
-            g.ndata["part_id"] = torch.from_numpy(part[orig_nids[nodes]].astype(np.int64))
-            g.ndata["inner_node"] = torch.from_numpy(
-                (np.arange(len(nodes)) < node_bounds[p + 1] - node_bounds[p]).astype(np.uint8)
-            )
-            g.ndata["_ID"] = torch.from_numpy(nodes)
-            inner_edge = np.zeros(len(ids), dtype=np.uint8)
-            inner_edge[:n_in] = 1
-            g.edata["inner_edge"] = torch.from_numpy(inner_edge)
-            g.edata["_ID"] = torch.from_numpy(ids)
-            del nodes, ids, inner_edge
+            g = _reshuffled_part_graph(shuffle, p)
         dgl.save_graphs(str(part_dir / "graph.dgl"), [g])
         del g  # the part's graph goes before its node data is gathered
         core = orig_nids[node_bounds[p] : node_bounds[p + 1]]
@@ -399,6 +353,69 @@ def write_distdgl_parts(
         }
     (out / f"{graph_name}.json").write_text(json.dumps(metadata, indent=4))
     return orig_nids
+
+
+def _checked_assignment(part: np.ndarray, k: int, n: int, node_data: dict[str, np.ndarray]) -> np.ndarray:
+    """`part` as a signed integer array, after checking it and the node data against the `n` nodes and `k` parts."""
+    for name, values in node_data.items():
+        if len(values) != n:
+            raise ValueError(f"node data {name!r} has {len(values)} rows for {n} nodes")
+    part = np.asarray(part)
+    if part.dtype.kind not in "iu":
+        raise TypeError(f"part ids must be integers, got {part.dtype}")
+    if not np.can_cast(part.dtype, np.int64):  # uint64: bincount takes int64 at most
+        part = part.astype(np.int64)
+    if len(part) != n:
+        raise ValueError(f"the assignment has {len(part)} part ids for {n} nodes")
+    if k > 1 and n and (int(part.min()) < 0 or int(part.max()) >= k):
+        raise ValueError(f"part ids outside 0..{k - 1}: {int(part.min())}..{int(part.max())}")
+    return part
+
+
+def _reshuffle_plan(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, k: int):
+    """(part, orig_nids, node bounds, edge bounds, `_Reshuffle` or None for one part) of the new id order."""
+    n, m = len(indptr) - 1, int(indptr[-1])
+    if k == 1:  # DGL does not reshuffle one part
+        bounds = np.array([0, n], dtype=np.int64), np.array([0, m], dtype=np.int64)
+        return np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64), *bounds, None
+    orig_nids, new_of_old = reshuffled_node_ids(part)
+    node_bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=k))]).astype(np.int64)
+    into, out_counts = _part_edge_counts(indptr, indices, part, k)
+    edge_bounds = np.concatenate([[0], np.cumsum(into)]).astype(np.int64)
+    shuffle = _Reshuffle(
+        indptr=indptr,
+        indices=indices,
+        part=part,
+        orig_nids=orig_nids,
+        new_of_old=new_of_old,
+        eid=reshuffled_edge_ids(indptr, indices, new_of_old),
+        node_bounds=node_bounds,
+        edge_bounds=edge_bounds,
+        out_counts=out_counts,
+        mark=np.zeros(n, dtype=bool),
+        local=np.full(n, -1, dtype=np.int64),
+    )
+    return part, orig_nids, node_bounds, edge_bounds, shuffle
+
+
+def _reshuffled_part_graph(shuffle: "_Reshuffle", p: int):
+    """Part `p`'s DGL graph in new ids, with its part_id, inner_node, inner_edge and _ID data."""
+    import dgl
+    import torch
+
+    src, dst, ids, nodes, n_in = shuffle.part_graph(p)
+    g = dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=len(nodes))
+    del src, dst
+    g.ndata["part_id"] = torch.from_numpy(shuffle.part[shuffle.orig_nids[nodes]].astype(np.int64))
+    g.ndata["inner_node"] = torch.from_numpy(
+        (np.arange(len(nodes)) < shuffle.node_bounds[p + 1] - shuffle.node_bounds[p]).astype(np.uint8)
+    )
+    g.ndata["_ID"] = torch.from_numpy(nodes)
+    inner_edge = np.zeros(len(ids), dtype=np.uint8)
+    inner_edge[:n_in] = 1
+    g.edata["inner_edge"] = torch.from_numpy(inner_edge)
+    g.edata["_ID"] = torch.from_numpy(ids)
+    return g
 
 
 __all__ = [

@@ -249,7 +249,7 @@ def build_normalized_adjacency(
     cfg = cfg or AdjacencyConfig()
     t0 = time.perf_counter()
     canonical = Path(canonical_dir)
-    from graphs.canonical import edge_batches, read_summary
+    from graphs.canonical import read_summary
 
     verified(canonical, "summary.json")  # the canonical files read, checked against its hashes.json
     facts = read_summary(canonical)
@@ -262,20 +262,9 @@ def build_normalized_adjacency(
     if int(out_deg.sum()) != num_edges:
         raise ValueError(f"{edges_path}: holds {int(out_deg.sum())} edges but summary.json says {num_edges}")
     loop = 1 if cfg.add_self_loops else 0
-    loop_w = cfg.self_loop_weight if cfg.add_self_loops else 0.0
     row_len = out_deg + loop
     # weighted degrees: weight sums (edge counts when unweighted) plus the self-loop weight
-    out_w, in_w = sums if weighted else (out_deg, in_deg)
-    row_deg = out_w.astype(np.float64) + loop_w
-    col_deg = in_w.astype(np.float64) + loop_w
-    # Scale factors in float64; each weight is one product, rounded once to float32.
-    with np.errstate(divide="ignore"):
-        if cfg.degree_norm == "both":
-            row_scale = row_deg**-0.5
-            col_scale = col_deg**-0.5
-        else:
-            row_scale = 1.0 / row_deg
-            col_scale = None
+    row_scale, col_scale = _scale_factors(*(sums if weighted else (out_deg, in_deg)), cfg)
     t_degrees = time.perf_counter() - t0
 
     nnz = num_edges + loop * n
@@ -286,45 +275,18 @@ def build_normalized_adjacency(
         np.cumsum(row_len, out=indptr[1:])
         indices = create_npy_memmap(tmp / "indices.npy", dtype=index_dtype, shape=(nnz,))
         weights = create_npy_memmap(tmp / "weights.npy", dtype=np.float32, shape=(nnz,))
-
-        below_diag = np.zeros(n, dtype=np.int64)  # per row: edges whose column sorts before the self loop
-        k = 0
-        for batch in edge_batches(canonical, cfg.batch_rows, with_weight=weighted):
-            src, dst = batch[0], batch[1]
-            pos = np.arange(k, k + len(src), dtype=np.int64)
-            if loop and len(src):
-                before = dst < src
-                first = int(src[0])  # src is sorted: only rows first..src[-1] occur in this batch
-                below_diag[first : int(src[-1]) + 1] += np.bincount(
-                    src[before] - first, minlength=int(src[-1]) - first + 1
-                )
-                pos += src
-                pos += ~before
-            indices[pos] = dst
-            w = row_scale[src] * col_scale[dst] if col_scale is not None else row_scale[src]
-            if weighted:
-                w *= batch[2]
-            weights[pos] = w
-            k += len(src)
+        k, below_diag = _fill_edges(canonical, cfg, weighted, indices, weights, row_scale, col_scale)
         if k != num_edges:
             raise ValueError(f"{edges_path}: streamed {k} edges but summary.json says {num_edges}")
         if loop:
             diag_pos = indptr[:-1] + below_diag
             indices[diag_pos] = np.arange(n, dtype=index_dtype)
             diag = row_scale * col_scale if col_scale is not None else row_scale
-            weights[diag_pos] = diag * loop_w if loop_w != 1.0 else diag
+            weights[diag_pos] = diag * cfg.self_loop_weight if cfg.self_loop_weight != 1.0 else diag
         for arr in (indptr, indices, weights):
             arr.flush()
         del indptr, indices, weights
-        factors = None
-        if not weighted and loop_w in (0.0, 1.0):  # Â = diag(row) (A + I) diag(col), entry by entry
-            np.save(tmp / ROW_SCALE_FILE, row_scale)
-            col_file = None
-            if col_scale is not None:
-                col_file = ROW_SCALE_FILE if np.array_equal(col_scale, row_scale) else COL_SCALE_FILE
-                if col_file == COL_SCALE_FILE:
-                    np.save(tmp / COL_SCALE_FILE, col_scale)
-            factors = {"row": ROW_SCALE_FILE, "col": col_file}
+        factors = _save_scale_factors(tmp, row_scale, col_scale, weighted, cfg)
 
         seconds = time.perf_counter() - t0
         nonempty = row_len > 0
@@ -350,6 +312,60 @@ def build_normalized_adjacency(
         }
         write_summary(tmp, summary)
     return summary
+
+
+def _scale_factors(out_w: np.ndarray, in_w: np.ndarray, cfg: AdjacencyConfig) -> tuple[np.ndarray, np.ndarray | None]:
+    """Row and column scale factors (float64) of the weighted degrees; no column factor for `degree_norm: row`."""
+    loop_w = cfg.self_loop_weight if cfg.add_self_loops else 0.0
+    row_deg = out_w.astype(np.float64) + loop_w
+    col_deg = in_w.astype(np.float64) + loop_w
+    # Scale factors in float64; each weight is one product, rounded once to float32.
+    with np.errstate(divide="ignore"):
+        if cfg.degree_norm == "both":
+            return row_deg**-0.5, col_deg**-0.5
+        return 1.0 / row_deg, None
+
+
+def _fill_edges(canonical: Path, cfg: AdjacencyConfig, weighted: bool, indices, weights, row_scale, col_scale):
+    """Stream the canonical edges into the CSR arrays; (edges streamed, per row the edges before its self loop).
+
+    With self loops, each row's loop slot (after its edges with a smaller column) is left free.
+    """
+    from graphs.canonical import edge_batches
+
+    loop = 1 if cfg.add_self_loops else 0
+    below_diag = np.zeros(len(row_scale), dtype=np.int64)
+    k = 0
+    for batch in edge_batches(canonical, cfg.batch_rows, with_weight=weighted):
+        src, dst = batch[0], batch[1]
+        pos = np.arange(k, k + len(src), dtype=np.int64)
+        if loop and len(src):
+            before = dst < src
+            first = int(src[0])  # src is sorted: only rows first..src[-1] occur in this batch
+            below_diag[first : int(src[-1]) + 1] += np.bincount(src[before] - first, minlength=int(src[-1]) - first + 1)
+            pos += src
+            pos += ~before
+        indices[pos] = dst
+        w = row_scale[src] * col_scale[dst] if col_scale is not None else row_scale[src]
+        if weighted:
+            w *= batch[2]
+        weights[pos] = w
+        k += len(src)
+    return k, below_diag
+
+
+def _save_scale_factors(tmp: Path, row_scale, col_scale, weighted: bool, cfg: AdjacencyConfig) -> dict | None:
+    """Save the scale factors when Â = diag(row) (A + I) diag(col) entry by entry; their file names."""
+    loop_w = cfg.self_loop_weight if cfg.add_self_loops else 0.0
+    if weighted or loop_w not in (0.0, 1.0):
+        return None
+    np.save(tmp / ROW_SCALE_FILE, row_scale)
+    col_file = None
+    if col_scale is not None:
+        col_file = ROW_SCALE_FILE if np.array_equal(col_scale, row_scale) else COL_SCALE_FILE
+        if col_file == COL_SCALE_FILE:
+            np.save(tmp / COL_SCALE_FILE, col_scale)
+    return {"row": ROW_SCALE_FILE, "col": col_file}
 
 
 # ----------------------------------------------------------------------------- checks

@@ -594,13 +594,7 @@ def build_partitions(
     symmetrized = bool(read_summary(canonical).get("symmetrized", True))
     seconds = {"load": time.perf_counter() - t0}
 
-    t = time.perf_counter()
-    random_part = random_assign(n, k, cfg.seed)
-    seconds["random_assign"] = time.perf_counter() - t
-    random_halos = csr_halos(indptr, indices, random_part, k)[1]
-    random = csr_metrics(indptr, indices, random_part, k, random_halos, weight)
-    random.update(seconds=round(seconds["random_assign"], 3), peak_rss_bytes=peak_rss_bytes())
-    del random_halos, random_part
+    random = _random_baseline(indptr, indices, k, cfg.seed, weight, seconds)
 
     t = time.perf_counter()
     part = metis_assign_csr(
@@ -621,13 +615,7 @@ def build_partitions(
     seconds["clusters"] = time.perf_counter() - t
 
     with atomic_output_dir(out_dir) as tmp:
-        np.save(tmp / "part_id.npy", part)
-        np.save(tmp / "cluster_id.npy", cluster)
-        num_clusters = int(len(np.unique(cluster)))
-        for p in range(k):
-            (tmp / f"part-{p}").mkdir()
-            np.save(tmp / f"part-{p}" / "core_nodes.npy", cores[p])
-            np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
+        num_clusters = _save_assignments(tmp, part, cluster, cores, halos)
         del cluster, cores, halos  # written: the DistDGL export below needs only the CSR and part
         if cfg.write_distdgl:
             t = time.perf_counter()
@@ -658,6 +646,28 @@ def build_partitions(
         }
         write_summary(tmp, summary)
     return summary
+
+
+def _random_baseline(indptr, indices, k: int, seed: int, weight, seconds: dict) -> dict:
+    """The metrics of a seeded random assignment, the baseline METIS is compared with; its time into `seconds`."""
+    t = time.perf_counter()
+    random_part = random_assign(len(indptr) - 1, k, seed)
+    seconds["random_assign"] = time.perf_counter() - t
+    random_halos = csr_halos(indptr, indices, random_part, k)[1]
+    random = csr_metrics(indptr, indices, random_part, k, random_halos, weight)
+    random.update(seconds=round(seconds["random_assign"], 3), peak_rss_bytes=peak_rss_bytes())
+    return random
+
+
+def _save_assignments(tmp: Path, part: np.ndarray, cluster: np.ndarray, cores: list, halos: list) -> int:
+    """Save part_id.npy, cluster_id.npy and each part's core and halo nodes; the number of clusters."""
+    np.save(tmp / "part_id.npy", part)
+    np.save(tmp / "cluster_id.npy", cluster)
+    for p in range(len(cores)):
+        (tmp / f"part-{p}").mkdir()
+        np.save(tmp / f"part-{p}" / "core_nodes.npy", cores[p])
+        np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
+    return int(len(np.unique(cluster)))
 
 
 def _verify_inputs(canonical: Path, cfg: PartitionConfig) -> None:

@@ -223,7 +223,6 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
     os.environ.update(dgl_env(cfg, "trainer"))
     import dgl
     import torch.distributed as dist
-    import torch.nn.functional as F
 
     ips = read_ip_config(cfg.ip_config)
     model_cfg = model_for_fanouts(cfg)
@@ -241,21 +240,7 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
     )
     try:
         g = dgl.distributed.DistGraph(graph_name, part_config=cfg.part_config)
-        for name in ("feat", "label", "train_mask"):
-            if name not in g.ndata:
-                raise ValueError(f"{cfg.part_config}: the DistDGL graph has no node data {name!r}")
-        seeds = dgl.distributed.node_split(g.ndata["train_mask"], g.get_partition_book(), force_even=True)
-        # equal step counts on every trainer (DDP): all take the smallest split's length
-        count = torch.tensor([len(seeds)])
-        dist.all_reduce(count, op=dist.ReduceOp.MIN)
-        seeds = seeds[: int(count)]
-        labels = g.ndata["label"][seeds]
-        # classes: 1 + the largest label any trainer's seeds carry
-        num_classes = torch.tensor([int(labels.max()) + 1 if len(labels) else 0])
-        dist.all_reduce(num_classes, op=dist.ReduceOp.MAX)
-        num_classes = int(num_classes)
-        if num_classes < 2:
-            raise ValueError(f"{cfg.part_config}: the training nodes carry {num_classes} classes; need at least 2")
+        seeds, labels, num_classes = _trainer_seeds(g, cfg)
         in_feats = int(g.ndata["feat"].shape[1])
 
         torch.manual_seed(cfg.seed)
@@ -268,42 +253,17 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
             g, seeds, sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False
         )
         book = g.get_partition_book()
-        local_part = book.partid
-        local_seed_share = float((book.nid2partid(seeds) == local_part).float().mean()) if len(seeds) else 0.0
-        losses, steps, inputs, remote = [], 0, 0, 0
-        for _epoch in range(cfg.epochs):
-            total, n = 0.0, 0
-            for input_nodes, out_nodes, dgl_blocks in loader:
-                blocks = [block_from_dgl(b).to(device) for b in dgl_blocks]
-                inputs += len(input_nodes)
-                remote += int((book.nid2partid(input_nodes) != local_part).sum())
-                x = g.ndata["feat"][input_nodes].float().to(device)
-                y = g.ndata["label"][out_nodes].long().to(device)
-                ddp.train()
-                loss = F.cross_entropy(ddp(blocks, x), y)
-                optim.zero_grad(set_to_none=True)
-                loss.backward()
-                optim.step()
-                total, n, steps = total + float(loss) * len(out_nodes), n + len(out_nodes), steps + 1
-            losses.append(total / max(n, 1))
+        local_seed_share = float((book.nid2partid(seeds) == book.partid).float().mean()) if len(seeds) else 0.0
+        losses, steps, inputs, remote = _train_epochs(cfg, g, loader, ddp, optim, device)
 
         out = Path(cfg.out)
         mine = out / f"trainer-{rank}"
         mine.mkdir(parents=True, exist_ok=True)
         np.save(mine / "seeds.npy", seeds.numpy().astype(np.int64))
         np.save(mine / "labels.npy", labels.numpy().astype(np.int64))
-        (mine / "losses.json").write_text(
-            json.dumps(
-                {
-                    "rank": rank,
-                    "part": int(local_part),
-                    "steps": steps,
-                    "losses": losses,
-                    "local_seed_share": local_seed_share,
-                    "remote_input_share": remote / max(inputs, 1),
-                }
-            )
-        )
+        trainer_facts = {"rank": rank, "part": int(book.partid), "steps": steps, "losses": losses}
+        trainer_facts |= {"local_seed_share": local_seed_share, "remote_input_share": remote / max(inputs, 1)}
+        (mine / "losses.json").write_text(json.dumps(trainer_facts))
         totals = torch.tensor([inputs, remote], dtype=torch.float64)
         dist.all_reduce(totals)
         summary = {
@@ -312,7 +272,7 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
             "machines": len(ips),
             "trainers": world,
             "servers_per_machine": cfg.servers,
-            "seeds_per_trainer": int(count),
+            "seeds_per_trainer": len(seeds),
             "steps_per_trainer": steps,
             "epoch_loss_rank0": losses,
             "remote_input_share": float(totals[1] / max(float(totals[0]), 1.0)),
@@ -320,17 +280,70 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
             "config": {k: v for k, v in asdict(cfg).items() if k != "model"} | {"model": asdict(model_cfg)},
         }
         if rank == 0:
-            state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-            write_state_file(
-                out / MODEL_FINAL,
-                {"state_dict": state, "model": asdict(model_cfg)},
-                kind=_MODEL_KIND,
-                format_version=DISTDGL_MODEL_FORMAT,
-            )
-            (out / "summary.json").write_text(json.dumps(summary, indent=2))
+            _write_rank0_outputs(out, model, model_cfg, summary)
         return summary
     finally:
         dist.destroy_process_group()
+
+
+def _trainer_seeds(g, cfg: DistDGLConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """This trainer's training seeds (as many as every other trainer's), their labels and the class count."""
+    import dgl
+    import torch.distributed as dist
+
+    for name in ("feat", "label", "train_mask"):
+        if name not in g.ndata:
+            raise ValueError(f"{cfg.part_config}: the DistDGL graph has no node data {name!r}")
+    seeds = dgl.distributed.node_split(g.ndata["train_mask"], g.get_partition_book(), force_even=True)
+    # equal step counts on every trainer (DDP): all take the smallest split's length
+    count = torch.tensor([len(seeds)])
+    dist.all_reduce(count, op=dist.ReduceOp.MIN)
+    seeds = seeds[: int(count)]
+    labels = g.ndata["label"][seeds]
+    # classes: 1 + the largest label any trainer's seeds carry
+    num_classes = torch.tensor([int(labels.max()) + 1 if len(labels) else 0])
+    dist.all_reduce(num_classes, op=dist.ReduceOp.MAX)
+    num_classes = int(num_classes)
+    if num_classes < 2:
+        raise ValueError(f"{cfg.part_config}: the training nodes carry {num_classes} classes; need at least 2")
+    return seeds, labels, num_classes
+
+
+def _train_epochs(cfg: DistDGLConfig, g, loader, ddp, optim, device) -> tuple[list[float], int, int, int]:
+    """Every epoch's optimizer steps; (mean loss per epoch, steps, input nodes, remote input nodes)."""
+    import torch.nn.functional as F
+
+    book = g.get_partition_book()
+    local_part = book.partid
+    losses, steps, inputs, remote = [], 0, 0, 0
+    for _epoch in range(cfg.epochs):
+        total, n = 0.0, 0
+        for input_nodes, out_nodes, dgl_blocks in loader:
+            blocks = [block_from_dgl(b).to(device) for b in dgl_blocks]
+            inputs += len(input_nodes)
+            remote += int((book.nid2partid(input_nodes) != local_part).sum())
+            x = g.ndata["feat"][input_nodes].float().to(device)
+            y = g.ndata["label"][out_nodes].long().to(device)
+            ddp.train()
+            loss = F.cross_entropy(ddp(blocks, x), y)
+            optim.zero_grad(set_to_none=True)
+            loss.backward()
+            optim.step()
+            total, n, steps = total + float(loss) * len(out_nodes), n + len(out_nodes), steps + 1
+        losses.append(total / max(n, 1))
+    return losses, steps, inputs, remote
+
+
+def _write_rank0_outputs(out: Path, model: torch.nn.Module, model_cfg: ModelConfig, summary: dict) -> None:
+    """Rank 0: the trained model file and summary.json."""
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    write_state_file(
+        out / MODEL_FINAL,
+        {"state_dict": state, "model": asdict(model_cfg)},
+        kind=_MODEL_KIND,
+        format_version=DISTDGL_MODEL_FORMAT,
+    )
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -296,19 +296,7 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
     # with verify_shards, also every upstream file the shards were cut from: a stage re-run
     # since then (same shapes, new values) is refused, naming it, instead of trained on silently
     manifest = read_manifest(shards, verify_upstream_files=tcfg.verify_shards)
-    W = int(manifest["world_size"])
-    if W % info.world_size:
-        raise ValueError(
-            f"{shards}: the shards were cut for world_size={W}; launch a number of processes that divides it "
-            f"(got {info.world_size}), e.g. torchrun --nproc-per-node {W}, or re-materialize minibatch_shards "
-            f"with world_size={info.world_size}"
-        )
-    my_streams = list(range(info.rank, W, info.world_size))
-    shard_epochs = int(manifest["epochs"])
-    per_stream = int(manifest["minibatches_per_epoch_per_rank"])
-    steps_per_epoch = math.ceil(per_stream / tcfg.accumulate)
-    epochs = training_epochs(tcfg, shard_epochs, steps_per_epoch)
-    total_steps = epochs * steps_per_epoch
+    plan = _shard_plan(manifest, shards, info, tcfg)
 
     # The shards own the layer count (one block per layer); the resolved count is what is
     # trained, checkpointed and written to run.yaml. The run key (work folder) stays that of
@@ -319,6 +307,76 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
     check_sampler_supports(cfg.model.conv, manifest, shards)
 
     # ------------------------------------------------------------------ features
+    features = _stream_features(manifest, shards, adjacency, tcfg)
+
+    # ------------------------------------------------------------------ model, DDP, optimizer, AMP
+    trained = _model_and_optimizer(cfg, info, features["in_feats"], features["num_classes"], adjacency)
+
+    # ------------------------------------------------------------------ checkpoint identity
+    dver = data_version(shards, canonical, adjacency)
+    key = run_key(given.to_dict(), dver)
+    work = work_dir_for(cfg.paths.out, key, cfg.paths.work)
+    run = Run(
+        cfg=cfg,
+        info=info,
+        report=report,
+        t_start=t_start,
+        shards=shards,
+        canonical=canonical,
+        adjacency=adjacency,
+        manifest=manifest,
+        num_blocks=num_blocks,
+        **plan,
+        **features,
+        **trained,
+        dver=dver,
+        key=key,
+        work=work,
+        ckpt_path=work / CHECKPOINT_NAME,
+        feature_rows=(
+            FeatureRows("manifest", manifest, shards, cache=_cache_spec(tcfg, adjacency, device))
+            if (tcfg.feature_cache > 0 or tcfg.feature_cache_hot > 0) and isinstance(features["stream_features"], str)
+            else None
+        ),
+    )
+    if tcfg.class_weighted_loss:
+        nodes = read_node_table(canonical)
+        run.class_weight = class_weights(nodes.labels, nodes.masks["train"], run.num_classes).to(device)
+    if tcfg.node_grad_stats:
+        run.grad_stats = NodeGradStats(int(manifest["n"]))
+    resume(run)
+
+    if info.is_main:
+        _log_run_start(run)
+        run.eval_graph = load_eval_graph(run)
+    return run
+
+
+def _shard_plan(manifest: dict, shards: Path, info: DistInfo, tcfg: TrainingConfig) -> dict:
+    """The `Run` fields of the shards' plan: this rank's streams, epochs and steps."""
+    W = int(manifest["world_size"])
+    if W % info.world_size:
+        raise ValueError(
+            f"{shards}: the shards were cut for world_size={W}; launch a number of processes that divides it "
+            f"(got {info.world_size}), e.g. torchrun --nproc-per-node {W}, or re-materialize minibatch_shards "
+            f"with world_size={info.world_size}"
+        )
+    shard_epochs = int(manifest["epochs"])
+    per_stream = int(manifest["minibatches_per_epoch_per_rank"])
+    steps_per_epoch = math.ceil(per_stream / tcfg.accumulate)
+    epochs = training_epochs(tcfg, shard_epochs, steps_per_epoch)
+    return {
+        "my_streams": list(range(info.rank, W, info.world_size)),
+        "shard_epochs": shard_epochs,
+        "epochs": epochs,
+        "per_stream": per_stream,
+        "steps_per_epoch": steps_per_epoch,
+        "total_steps": epochs * steps_per_epoch,
+    }
+
+
+def _stream_features(manifest: dict, shards: Path, adjacency: Path, tcfg: TrainingConfig) -> dict:
+    """The `Run` fields of the features: their source, width, class count and fitted transform."""
     if manifest.get("features") is not None:
         stream_features = "manifest"
         in_feats = int(manifest["feature_dim"])
@@ -330,9 +388,17 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         stream_features = degree_features(load_csr(adjacency).indptr, tcfg.degree_buckets)
         in_feats = tcfg.degree_buckets
         transform = FeatureTransform.fit(tcfg.feature_norm, iter([stream_features]))
-    num_classes = int(manifest["num_classes"])
+    return {
+        "stream_features": stream_features,
+        "in_feats": in_feats,
+        "num_classes": int(manifest["num_classes"]),
+        "transform": transform,
+    }
 
-    # ------------------------------------------------------------------ model, DDP, optimizer, AMP
+
+def _model_and_optimizer(cfg: RunConfig, info: DistInfo, in_feats: int, num_classes: int, adjacency: Path) -> dict:
+    """The `Run` fields of the model, its DDP wrapper and communication hook, optimizer, VR-GCN and AMP."""
+    tcfg, device = cfg.training, info.device
     torch.manual_seed(tcfg.seed)  # the same initial parameters on every rank
     model = build_model(cfg.model, in_feats, num_classes).to(device)
     net, comm_counter = model, None
@@ -352,71 +418,33 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         vrgcn = VRGCN.from_adjacency(adjacency, device)
     precision = resolve_precision(tcfg.precision, device)
     scaler = grad_scaler(enabled=precision.loss_scaling)
+    return {
+        "model": model,
+        "net": net,
+        "optimizer": optimizer,
+        "precision": precision,
+        "scaler": scaler,
+        "comm_counter": comm_counter,
+        "vrgcn": vrgcn,
+    }
 
-    # ------------------------------------------------------------------ checkpoint identity
-    dver = data_version(shards, canonical, adjacency)
-    key = run_key(given.to_dict(), dver)
-    work = work_dir_for(cfg.paths.out, key, cfg.paths.work)
-    run = Run(
-        cfg=cfg,
-        info=info,
-        report=report,
-        t_start=t_start,
-        shards=shards,
-        canonical=canonical,
-        adjacency=adjacency,
-        manifest=manifest,
-        my_streams=my_streams,
-        shard_epochs=shard_epochs,
-        epochs=epochs,
-        per_stream=per_stream,
-        steps_per_epoch=steps_per_epoch,
-        total_steps=total_steps,
-        num_blocks=num_blocks,
-        stream_features=stream_features,
-        in_feats=in_feats,
-        num_classes=num_classes,
-        transform=transform,
-        model=model,
-        net=net,
-        optimizer=optimizer,
-        precision=precision,
-        scaler=scaler,
-        dver=dver,
-        key=key,
-        work=work,
-        ckpt_path=work / CHECKPOINT_NAME,
-        feature_rows=(
-            FeatureRows("manifest", manifest, shards, cache=_cache_spec(tcfg, adjacency, device))
-            if (tcfg.feature_cache > 0 or tcfg.feature_cache_hot > 0) and isinstance(stream_features, str)
-            else None
-        ),
-        comm_counter=comm_counter,
-        vrgcn=vrgcn,
+
+def _log_run_start(run: Run) -> None:
+    """Rank 0's opening lines: the model, processes, batch, epochs, precision and work folder."""
+    tcfg, manifest, W = run.cfg.training, run.manifest, int(run.manifest["world_size"])
+    run.report.info(
+        f"training {run.cfg.model.conv} ({sum(p.numel() for p in run.model.parameters())} parameters) on "
+        f"{run.device} with {run.info.world_size} process(es) x {len(run.my_streams)} stream(s) of W={W}, "
+        f"{run.per_stream} minibatches of <= {manifest['batch_size']} seeds per stream and epoch, accumulate "
+        f"{tcfg.accumulate}: global batch {manifest['batch_size'] * W * tcfg.accumulate} seeds; "
+        f"{run.epochs} epochs (shards hold {run.shard_epochs}); precision {tcfg.precision} -> "
+        f"{run.precision.note}; backend {run.info.backend or 'none'}; work folder {run.work}"
     )
-    if tcfg.class_weighted_loss:
-        nodes = read_node_table(canonical)
-        run.class_weight = class_weights(nodes.labels, nodes.masks["train"], num_classes).to(device)
-    if tcfg.node_grad_stats:
-        run.grad_stats = NodeGradStats(int(manifest["n"]))
-    resume(run)
-
-    if info.is_main:
-        report.info(
-            f"training {cfg.model.conv} ({sum(p.numel() for p in model.parameters())} parameters) on {device} "
-            f"with {info.world_size} process(es) x {len(my_streams)} stream(s) of W={W}, "
-            f"{per_stream} minibatches of <= {manifest['batch_size']} seeds per stream and epoch, accumulate "
-            f"{tcfg.accumulate}: global batch {manifest['batch_size'] * W * tcfg.accumulate} seeds; "
-            f"{epochs} epochs (shards hold {shard_epochs}); precision {tcfg.precision} -> {precision.note}; "
-            f"backend {info.backend or 'none'}; work folder {work}"
+    if run.epochs > run.shard_epochs:
+        run.report.info(
+            f"{run.epochs} epochs over {run.shard_epochs} sampled epochs: epoch e replays sampled epoch e % "
+            f"{run.shard_epochs} with its minibatches in a new seeded order per pass"
         )
-        if epochs > shard_epochs:
-            report.info(
-                f"{epochs} epochs over {shard_epochs} sampled epochs: epoch e replays sampled epoch e % {shard_epochs} "
-                "with its minibatches in a new seeded order per pass"
-            )
-        run.eval_graph = load_eval_graph(run)
-    return run
 
 
 def resume(run: Run) -> None:
@@ -558,20 +586,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model.train()
-    streams = [
-        ShardStream(
-            run.shards,
-            r,
-            epoch % run.shard_epochs,
-            device,
-            tcfg.prefetch,
-            features=run.feature_rows if run.feature_rows is not None else run.stream_features,
-            verify=tcfg.verify_shards,
-            manifest=run.manifest,
-            order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
-        )
-        for r in run.my_streams
-    ]
+    streams = _epoch_streams(run, epoch)
     iters = [iter(s) for s in streams]
     timing = dict.fromkeys(("data", "forward", "backward", "update"), 0.0)
     loss_sum = correct = seeds = minibatches = 0
@@ -600,17 +615,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
                         correct += int((logits.detach()[mb.seed_pos].argmax(1) == mb.labels).sum())
                 t0 = run.now()
                 with record_function("update"):
-                    lr = learning_rate(
-                        tcfg.lr_schedule, tcfg.optimizer.lr, run.step, run.steps_per_epoch, run.total_steps
-                    )
-                    for group in optimizer.param_groups:
-                        group["lr"] = lr
-                    if tcfg.gradient_clipping > 0:
-                        run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-                        torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.gradient_clipping)
-                    run.scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
-                    run.scaler.update()
-                    optimizer.zero_grad(set_to_none=True)
+                    lr = _optimizer_step(run)
                 timing["update"] += run.now() - t0
                 run.step += 1
                 profiler.step()
@@ -618,15 +623,55 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
         for stream in streams:
             stream.close()
     train_seconds = run.now() - t_epoch
+    loss, acc = loss_sum / max(minibatches, 1), correct / seeds if seeds else float("nan")
+    return _epoch_row(run, epoch, streams, timing, train_seconds, loss=loss, acc=acc, lr=lr, seeds=seeds)
+
+
+def _epoch_streams(run: Run, epoch: int) -> list[ShardStream]:
+    """This rank's shard streams of `epoch` (a replayed sampled epoch in its own seeded order)."""
+    tcfg = run.cfg.training
+    return [
+        ShardStream(
+            run.shards,
+            r,
+            epoch % run.shard_epochs,
+            run.device,
+            tcfg.prefetch,
+            features=run.feature_rows if run.feature_rows is not None else run.stream_features,
+            verify=tcfg.verify_shards,
+            manifest=run.manifest,
+            order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
+        )
+        for r in run.my_streams
+    ]
+
+
+def _optimizer_step(run: Run) -> float:
+    """Set the scheduled learning rate, clip, step the optimizer through the loss scaler; the rate."""
+    tcfg, optimizer = run.cfg.training, run.optimizer
+    lr = learning_rate(tcfg.lr_schedule, tcfg.optimizer.lr, run.step, run.steps_per_epoch, run.total_steps)
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    if tcfg.gradient_clipping > 0:
+        run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), tcfg.gradient_clipping)
+    run.scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
+    run.scaler.update()
+    optimizer.zero_grad(set_to_none=True)
+    return lr
+
+
+def _epoch_row(run: Run, epoch: int, streams, timing: dict, train_seconds: float, *, loss, acc, lr, seeds) -> dict:
+    """This rank's metric row of one epoch."""
     comm = {}
     if run.comm_counter is not None:
         comm = {"comm_bytes_per_step": run.comm_counter.take()["sent"] / max(run.steps_per_epoch, 1)}
     return {
         **comm,
         "epoch": epoch + 1,  # numbered from 1 in metrics, logs, summaries and plots
-        "rank": info.rank,
-        "loss": loss_sum / max(minibatches, 1),
-        "minibatch_acc": correct / seeds if seeds else float("nan"),
+        "rank": run.info.rank,
+        "loss": loss,
+        "minibatch_acc": acc,
         "lr": lr,
         "steps": run.steps_per_epoch,
         "seeds": seeds,
@@ -638,7 +683,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
         "backward_seconds": timing["backward"],
         "update_seconds": timing["update"],
         "queue_wait_seconds": sum(s.wait_seconds for s in streams),
-        "peak_memory_mb": _peak_memory_mb(device),
+        "peak_memory_mb": _peak_memory_mb(run.device),
     }
 
 
@@ -694,7 +739,7 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
     """Rank 0: write the trained_model folder atomically (models, predictions, embeddings,
     metrics, curves, summary), then drop the work folder; returns the summary.
     `replicas`: every rank's `state_digest` of its final model, in rank order."""
-    cfg, model, info, manifest, history = run.cfg, run.model, run.info, run.manifest, run.history
+    cfg, model, history = run.cfg, run.model, run.history
     in_feats, num_classes, work = run.in_feats, run.num_classes, run.work
     best = run.best
     if best["model"] is None:  # never evaluated (cannot happen with eval after the last epoch)
@@ -712,9 +757,34 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         emb, logits = run.best_outputs[1:]  # the best model is the last one evaluated: its outputs
     else:
         emb, logits = run.eval_graph.forward(model)
+    summary = _run_summary(run, best, last_epoch, seconds, replicas)
+    with atomic_output_dir(out) as tmp:
+        save_model_file(tmp / MODEL_FINAL, final_state)
+        save_model_file(tmp / MODEL_BEST, best_state)
+        summary["version"] = write_version_file(tmp)  # before the swap: a kill after it leaves a named model
+        write_predictions(tmp / "predictions.parquet", original_id, logits)
+        copy_label_classes(run.canonical, tmp)  # the user's label values, in every model version
+        run.eval_graph.save_embeddings(emb, tmp / "embeddings.npy")
+        write_metrics(history, tmp / "metrics.parquet")
+        plot_curves(history, tmp / "curves.png")
+        cfg_out = replace(cfg, paths=replace(cfg.paths, work=str(work)))
+        cfg_out.to_yaml(tmp / "run.yaml")
+        if (work / "profile").is_dir():
+            shutil.copytree(work / "profile", tmp / "profile")
+            summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
+        if run.grad_stats is not None:
+            summary["node_grad_stats"] = run.grad_stats.write(tmp)
+        write_json(tmp / "summary.json", summary)
+    shutil.rmtree(work, ignore_errors=True)
+    return summary
+
+
+def _run_summary(run: Run, best: dict, last_epoch: int, seconds: float, replicas: list[str] | None) -> dict:
+    """The summary's accuracies, epochs, timings, batch and setup facts and identities."""
+    cfg, info, manifest, history = run.cfg, run.info, run.manifest, run.history
     final_row = next(r for r in reversed(history) if r["rank"] == 0 and "val_acc" in r)
     main_rows = [r for r in history if r["rank"] == 0]
-    summary = {
+    return {
         "best_epoch": best["epoch"],
         "best_val_acc": best["val_acc"],
         "test_acc_at_best_val": best["test_acc"],
@@ -747,8 +817,8 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         "backend": info.backend or "none",
         "device": str(info.device),
         "nodes": int(manifest["n"]),
-        "num_classes": num_classes,
-        "in_feats": in_feats,
+        "num_classes": run.num_classes,
+        "in_feats": run.in_feats,
         "seconds": seconds,
         "run_key": run.key,
         "data_version": run.dver,
@@ -756,25 +826,6 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         "replicas_identical": len(set(replicas or [])) <= 1,
         "code_version": code_version(),
     }
-    with atomic_output_dir(out) as tmp:
-        save_model_file(tmp / MODEL_FINAL, final_state)
-        save_model_file(tmp / MODEL_BEST, best_state)
-        summary["version"] = write_version_file(tmp)  # before the swap: a kill after it leaves a named model
-        write_predictions(tmp / "predictions.parquet", original_id, logits)
-        copy_label_classes(run.canonical, tmp)  # the user's label values, in every model version
-        run.eval_graph.save_embeddings(emb, tmp / "embeddings.npy")
-        write_metrics(history, tmp / "metrics.parquet")
-        plot_curves(history, tmp / "curves.png")
-        cfg_out = replace(cfg, paths=replace(cfg.paths, work=str(work)))
-        cfg_out.to_yaml(tmp / "run.yaml")
-        if (work / "profile").is_dir():
-            shutil.copytree(work / "profile", tmp / "profile")
-            summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
-        if run.grad_stats is not None:
-            summary["node_grad_stats"] = run.grad_stats.write(tmp)
-        write_json(tmp / "summary.json", summary)
-    shutil.rmtree(work, ignore_errors=True)
-    return summary
 
 
 # ---------------------------------------------------------------------------- helpers

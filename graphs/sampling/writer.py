@@ -185,14 +185,7 @@ def write_minibatch_shards(
         tasks = _shard_tasks(sampler, cfg)
         workers = sampling_workers(cfg.workers, len(tasks))
         log(f"sampling {len(tasks)} shard files with {workers} process(es)")
-        stats = {
-            (e, r): {"epoch": e, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
-            for e in range(cfg.epochs)
-            for r in range(cfg.world_size)
-        }
-        if measure:
-            for s in stats.values():
-                s["gathered_rows"] = s["remote_rows"] = 0
+        stats = _empty_stream_stats(cfg, measure)
         progress = Progress("sampling", per_rank * cfg.world_size * cfg.epochs, log, unit="minibatches")
         with _JOB_LOCK:  # one job at a time per process: the workers read _JOB
             _JOB.update(sampler=sampler, cfg=cfg, root=tmp, measure=measure)
@@ -200,94 +193,130 @@ def write_minibatch_shards(
                 _gather(tasks, workers, stats, step_shares, private, progress)
             finally:
                 _JOB.clear()
-        streams = list(stats.values())
-        for s in streams:
-            s["bytes"] = sum(f["bytes"] for f in s["files"])
-        counts = {s["minibatches"] for s in streams}
-        if len(counts) != 1:  # unequal step counts would hang DDP
-            raise AssertionError(f"ranks got different minibatch counts {sorted(counts)}")
+        streams, written = _finished_streams(stats)
         seconds = time.perf_counter() - t0
-        total_bytes = sum(s["bytes"] for s in streams)
-        edges = sum(s["sampled_edges"] for s in streams)
-        seeds = sum(s["seeds"] for s in streams)
-        manifest = {
-            "format_version": FORMAT_VERSION,
-            "sampler": cfg.sampler,
-            "settings": {k: v for k, v in asdict(cfg).items() if k != "workers"},  # workers change no byte
-            "num_layers": cfg.num_layers,
-            "shared_block": sampler.shared_block,
-            "world_size": cfg.world_size,
-            "batch_size": cfg.batch_size,
-            "epochs": cfg.epochs,
-            "n": inputs.n,
-            "num_classes": inputs.num_classes,
-            "feature_dim": inputs.feature_dim,
-            "train_nodes": int(len(inputs.train_nodes)),
-            "weight_encoding": sampler.weight_encoding,
-            "self_loops": sampler.add_loops,
-            "features": features,
-            "minibatches_per_epoch_per_rank": per_rank,
-            "streams": streams,
-            "sampled_edges": int(edges),
-            "seeds": int(seeds),
-            "bytes": int(total_bytes),
-            "bytes_per_sampled_edge": round(total_bytes / edges, 3) if edges else 0.0,
-            "seconds": round(seconds, 3),
-            "seeds_per_second": round(seeds / seconds, 1) if seconds > 0 else 0.0,
-            "sampled_edges_per_second": round(edges / seconds, 1) if seconds > 0 else 0.0,
-            # the stage's memory: this process's peak plus what its forked workers held of their own
-            "peak_rss_bytes": peak_rss_bytes() + sum(private.values()),
-            # run statistics (`graphs.storage.is_run_statistic`): the files are the same for any number
-            "sampling_processes": workers,
-            # what the forked workers held beside this process's pages, which they share (summed
-            # over the workers, each at the most seen: sampled on its 1st, 2nd, 4th, ... file)
-            "workers_private_rss_bytes": sum(private.values()),
-            "inputs": {
-                name: os.path.relpath(path, final)
-                for name, path in (
-                    ("canonical_graph", inputs.canonical_dir),
-                    ("normalized_adjacency", inputs.adjacency_dir),
-                    ("metis_partitions", inputs.partitions_dir),
-                    ("compressed_graph", inputs.compressed_dir),
-                )
-                if path is not None
-            },
-        }
-        if sampler.weight_encoding == "factors":
-            factors = inputs.scale_factors
-            manifest["weight_factors"] = weight_factors_entry(final, factors.row_path, factors.col_path)
-        manifest["upstream"] = upstream_hashes(
-            final,
-            {
-                name: path
-                for name, path in (
-                    ("canonical_graph", inputs.canonical_dir),
-                    ("normalized_adjacency", inputs.adjacency_dir),
-                )
-                if path is not None
-            },
-            features,
-        )
-        if cfg.sampler == "saint":
-            manifest["saint"] = sampler.saint_info
-        if sampler.adaptive_info:
-            manifest["adaptive"] = sampler.adaptive_info
-            if inputs.node_scores_path is not None:
-                manifest["adaptive"]["node_scores_sha256"] = file_sha256(inputs.node_scores_path)
+        manifest = _manifest(inputs, cfg, sampler, features, per_rank, streams, seconds)
+        # run statistics (`graphs.storage.is_run_statistic`): the files are the same for any number
+        manifest |= _process_facts(workers, private)
+        manifest["inputs"] = {name: os.path.relpath(path, final) for name, path in _input_dirs(inputs)}
+        _add_sampler_facts(manifest, inputs, cfg, sampler, final, features)
         if measure:
-            gathered = sum(s["gathered_rows"] for s in streams)
-            manifest["placement"] = {
-                "mode": cfg.placement,
-                "rank_of_part": sampler.rank_of_part.tolist(),
-                "remote_row_share_mean": round(float(np.mean(step_shares)), 4) if step_shares else 0.0,
-                "remote_row_share_max": round(float(np.max(step_shares)), 4) if step_shares else 0.0,
-                "remote_row_share_total": round(sum(s["remote_rows"] for s in streams) / gathered, 4)
-                if gathered
-                else 0.0,
-            }
+            manifest["placement"] = _placement_facts(cfg, sampler, streams, step_shares)
         if hasattr(sampler, "manifest_facts"):
             manifest.update(sampler.manifest_facts())
-        if per_rank != counts.pop():
+        if per_rank != written:
             raise AssertionError(f"planned {per_rank} minibatches per rank, wrote {streams[0]['minibatches']}")
         write_manifest(tmp, manifest)
     return manifest
+
+
+def _empty_stream_stats(cfg: ShardConfig, measure: bool) -> dict[tuple[int, int], dict]:
+    """Zeroed statistics of each (epoch, rank) stream, with the remote-row counters when measured."""
+    stats = {
+        (e, r): {"epoch": e, "rank": r, "minibatches": 0, "seeds": 0, "sampled_edges": 0, "files": []}
+        for e in range(cfg.epochs)
+        for r in range(cfg.world_size)
+    }
+    if measure:
+        for s in stats.values():
+            s["gathered_rows"] = s["remote_rows"] = 0
+    return stats
+
+
+def _finished_streams(stats: dict[tuple[int, int], dict]) -> tuple[list[dict], int]:
+    """The streams with their byte totals, and the minibatch count every stream has."""
+    streams = list(stats.values())
+    for s in streams:
+        s["bytes"] = sum(f["bytes"] for f in s["files"])
+    counts = {s["minibatches"] for s in streams}
+    if len(counts) != 1:  # unequal step counts would hang DDP
+        raise AssertionError(f"ranks got different minibatch counts {sorted(counts)}")
+    return streams, counts.pop()
+
+
+def _manifest(inputs: ShardInputs, cfg: ShardConfig, sampler, features: dict, per_rank: int, streams, seconds) -> dict:
+    """The manifest's settings, graph facts, streams, totals and rates."""
+    total_bytes = sum(s["bytes"] for s in streams)
+    edges = sum(s["sampled_edges"] for s in streams)
+    seeds = sum(s["seeds"] for s in streams)
+    return {
+        "format_version": FORMAT_VERSION,
+        "sampler": cfg.sampler,
+        "settings": {k: v for k, v in asdict(cfg).items() if k != "workers"},  # workers change no byte
+        "num_layers": cfg.num_layers,
+        "shared_block": sampler.shared_block,
+        "world_size": cfg.world_size,
+        "batch_size": cfg.batch_size,
+        "epochs": cfg.epochs,
+        "n": inputs.n,
+        "num_classes": inputs.num_classes,
+        "feature_dim": inputs.feature_dim,
+        "train_nodes": int(len(inputs.train_nodes)),
+        "weight_encoding": sampler.weight_encoding,
+        "self_loops": sampler.add_loops,
+        "features": features,
+        "minibatches_per_epoch_per_rank": per_rank,
+        "streams": streams,
+        "sampled_edges": int(edges),
+        "seeds": int(seeds),
+        "bytes": int(total_bytes),
+        "bytes_per_sampled_edge": round(total_bytes / edges, 3) if edges else 0.0,
+        "seconds": round(seconds, 3),
+        "seeds_per_second": round(seeds / seconds, 1) if seconds > 0 else 0.0,
+        "sampled_edges_per_second": round(edges / seconds, 1) if seconds > 0 else 0.0,
+    }
+
+
+def _process_facts(workers: int, private: dict[int, int]) -> dict:
+    """The stage's memory and sampling processes."""
+    return {
+        # the stage's memory: this process's peak plus what its forked workers held of their own
+        "peak_rss_bytes": peak_rss_bytes() + sum(private.values()),
+        "sampling_processes": workers,
+        # what the forked workers held beside this process's pages, which they share (summed
+        # over the workers, each at the most seen: sampled on its 1st, 2nd, 4th, ... file)
+        "workers_private_rss_bytes": sum(private.values()),
+    }
+
+
+def _input_dirs(inputs: ShardInputs) -> list[tuple[str, Path]]:
+    """(asset name, folder) of each upstream stage the shards were sampled from."""
+    return [
+        (name, path)
+        for name, path in (
+            ("canonical_graph", inputs.canonical_dir),
+            ("normalized_adjacency", inputs.adjacency_dir),
+            ("metis_partitions", inputs.partitions_dir),
+            ("compressed_graph", inputs.compressed_dir),
+        )
+        if path is not None
+    ]
+
+
+def _add_sampler_facts(manifest: dict, inputs: ShardInputs, cfg: ShardConfig, sampler, final: Path, features) -> None:
+    """Add the weight factors, upstream hashes and the SAINT / adaptive sampler facts to `manifest`."""
+    if sampler.weight_encoding == "factors":
+        factors = inputs.scale_factors
+        manifest["weight_factors"] = weight_factors_entry(final, factors.row_path, factors.col_path)
+    hashed = ("canonical_graph", "normalized_adjacency")
+    manifest["upstream"] = upstream_hashes(
+        final, {name: path for name, path in _input_dirs(inputs) if name in hashed}, features
+    )
+    if cfg.sampler == "saint":
+        manifest["saint"] = sampler.saint_info
+    if sampler.adaptive_info:
+        manifest["adaptive"] = sampler.adaptive_info
+        if inputs.node_scores_path is not None:
+            manifest["adaptive"]["node_scores_sha256"] = file_sha256(inputs.node_scores_path)
+
+
+def _placement_facts(cfg: ShardConfig, sampler, streams: list[dict], step_shares: list[float]) -> dict:
+    """The placement of partitions on ranks and the share of feature rows gathered from other ranks."""
+    gathered = sum(s["gathered_rows"] for s in streams)
+    return {
+        "mode": cfg.placement,
+        "rank_of_part": sampler.rank_of_part.tolist(),
+        "remote_row_share_mean": round(float(np.mean(step_shares)), 4) if step_shares else 0.0,
+        "remote_row_share_max": round(float(np.max(step_shares)), 4) if step_shares else 0.0,
+        "remote_row_share_total": round(sum(s["remote_rows"] for s in streams) / gathered, 4) if gathered else 0.0,
+    }
