@@ -13,7 +13,7 @@ export GNNFLOW_LANDING ?= $(CURDIR)/landing
 DEMO ?= demo
 PORT ?= 3000
 
-.PHONY: install test lint fmt demo ui bench clean
+.PHONY: install test lint fmt demo ui bench clean peers
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -67,6 +67,24 @@ SCALE ?= small
 ONLY  ?=
 bench: install
 	$(BIN)/python benchmarks/run.py --scale $(SCALE) $(if $(ONLY),--only $(ONLY))
+
+# PyG beside gnnflow and DGL in the benchmarks (benchmarks/frameworks.py) and tests (tests/test_layers_pyg.py):
+# the [peers] extra plus torch-scatter and torch-sparse, which PyPI has as source only. They are compiled for
+# the CPU against the venv's torch once (minutes each) into $(PEER_WHEELS) and installed from there; `make
+# install`, `make test` and CI never build them. ClusterData also needs METIS in torch-sparse: apt-get install
+# libmetis-dev before the first `make peers` (optional; NeighborLoader, LinkNeighborLoader and GraphSAINT work
+# without it). `rm -r $(PEER_WHEELS)` forces a rebuild.
+PEER_WHEELS := .cache/peer-wheels
+PEER_BUILDS := torch-scatter==2.1.2 torch-sparse==0.6.18
+peers: install
+	mkdir -p $(PEER_WHEELS)
+	$(BIN)/python -m pip install --quiet wheel
+	for req in $(PEER_BUILDS); do \
+		name=$$(echo $${req%%==*} | tr - _); version=$${req##*==}; \
+		ls $(PEER_WHEELS)/$$name-$$version-*.whl >/dev/null 2>&1 || \
+		FORCE_ONLY_CPU=1 $(BIN)/python -m pip wheel --no-build-isolation --no-deps -w $(PEER_WHEELS) $$req || exit 1; \
+	done
+	$(BIN)/python -m pip install --quiet --find-links $(PEER_WHEELS) $(PEER_BUILDS) -e '.[dev,scaleout,peers]'
 
 clean:
 	rm -rf $(GNNFLOW_HOME) $(DAGSTER_HOME)

@@ -108,6 +108,7 @@ BENCHMARKS = (
     "partition",
     "sampling",
     "train_vs_dgl",
+    "frameworks",
     "aggregate",
     "bloom",
     "accuracy",
@@ -170,6 +171,10 @@ def bench_args(name: str, scale: str) -> list[str]:
         "sampling": size + ["--epochs", "1"],
         "train_vs_dgl": ["--nodes", str(min(s.nodes, 1_000_000)), "--edges", str(min(s.edges, 10_000_000))]
         + ["--epochs", str(s.train_epochs), "--repeat", str(s.train_repeat), "--fanouts", "15,10,5", "--hidden", "256"],
+        # PyG, DGL and gnnflow on cora, citeseer and the generated graph (up to 1M nodes), alternating
+        "frameworks": (["--graphs", "cora", "--planetoid-epochs", "2"] if scale == "tiny" else [])
+        + ["--nodes", str(min(s.nodes, 1_000_000)), "--edges", str(min(s.edges, 10_000_000))]
+        + ["--epochs", str(s.train_epochs), "--repeat", str(max(s.train_repeat, 1 if scale == "tiny" else 2))],
         "aggregate": ["--nodes", str(max(s.nodes // 10, 1000)), "--edges", str(max(s.edges * 9 // 10, 9000))],
         "bloom": ["--nodes", str(s.nodes), "--edges", str(s.edges), "--fpr-queries", str(min(s.edges, 1_000_000))],
         "accuracy": ["--parts", s.accuracy_parts, "--seeds", str(s.accuracy_seeds)],

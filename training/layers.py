@@ -5,7 +5,7 @@ The layers compute exactly what DGL's ``SAGEConv``, ``GraphConv``, ``GATConv`` a
 into ours and back), but read the CSC arrays of a :class:`~training.blocks.Block`
 instead of a ``DGLGraph``, so training runs where DGL is not installed and on GPUs the
 CPU-only PyPI DGL wheel cannot use. ``tests/test_layers.py`` checks each one against DGL
-to 1e-5. All neighbour reductions go through :func:`training.aggregate.aggregate`.
+to 1e-5, and ``tests/test_layers_pyg.py`` SAGE, GCN, GAT and GIN against PyG (with `make peers`). All neighbour reductions go through :func:`training.aggregate.aggregate`.
 
 Each layer's ``forward(block, x)`` takes the features of the block's *source* nodes
 ``[num_src, F]`` and returns those of its destination nodes; the destination nodes are
