@@ -17,97 +17,17 @@ every landing sub-folder as a partition of the Dagster instance in $DAGSTER_HOME
 from __future__ import annotations
 
 import argparse
-import atexit
 import dataclasses
 import json
 import os
 import sys
-import time
 import typing
-from datetime import datetime, timezone
 from pathlib import Path
 
-from pipelines.launch_cli import DAGSTER_HOME_MISSING, DATASETS_SYNC_HINT, add_parsers, failure_causes
+from pipelines.dagster_cli_hooks import DAGSTER_HOME_MISSING
+from pipelines.launch_cli import add_parsers
 from pipelines.models_cli import add_parser as add_models_parser
 from pipelines.score_pairs_cli import add_parser as add_score_pairs_parser
-
-
-def warn_if_dagster_home_missing() -> None:
-    """In the `dagster` CLI: say what is wrong as the last line the user sees, when DAGSTER_HOME
-    is not set (Dagster then runs against a throw-away instance and fails with a partition error
-    that does not mention it) or when the `--partition` given is not a registered dataset
-    partition (a forgotten `gnnflow datasets sync`; Dagster's own error is a long traceback)."""
-    if Path(sys.argv[0]).name not in ("dagster", "dagster-daemon"):
-        return
-    if not os.environ.get("DAGSTER_HOME"):
-        atexit.register(lambda: print(f"gnnflow: {DAGSTER_HOME_MISSING}", file=sys.stderr))
-        return
-    args = sys.argv[1:]
-    if "--partition" in args[:-1]:
-        atexit.register(_hint_unregistered, args[args.index("--partition") + 1])
-
-
-def _hint_unregistered(partition: str) -> None:
-    import dagster as dg
-
-    from assets.common import dataset_partitions
-
-    try:
-        with dg.DagsterInstance.get() as instance:
-            known = instance.get_dynamic_partitions(dataset_partitions.name)
-    except Exception:  # never mask Dagster's own exit with ours
-        return
-    if partition not in known:
-        print(
-            f"gnnflow: dataset {partition[:80]!r} is not a registered partition; {DATASETS_SYNC_HINT}", file=sys.stderr
-        )
-
-
-def quiet_dagster_notices() -> None:
-    """Ignore two notices about Dagster's own internals that a gnnflow user can do nothing about.
-
-    Filtered by their message, not their category, so every other beta / preview warning still
-    shows. Called when `pipelines.definitions` loads, i.e. in the `dagster` CLI before it parses
-    `--select`, and in every step worker:
-    - `--select '*'` resolves through ``AssetSelection.all(include_sources=...)``, a beta parameter;
-    - trained_model's pipes session reads ``PipesMessageReader.expected_writer_count``, a preview
-      property.
-    (`dagster asset materialize` itself is "superseded" by `dg launch` of the separate dagster-dg-cli
-    package; that notice comes before any project code loads, so the Makefile's demo target filters it.)
-    """
-    import warnings
-
-    import dagster as dg
-
-    warnings.filterwarnings("ignore", r"Parameter `include_sources` of function `AssetSelection\.all`", dg.BetaWarning)
-    warnings.filterwarnings("ignore", r"Function `PipesMessageReader\.expected_writer_count`", dg.PreviewWarning)
-
-
-def summarize_failures_at_exit() -> None:
-    """In `dagster asset materialize` / `dagster job execute`: after Dagster's "Materialization
-    failed" and its tracebacks, print each failed step's one-line cause as the last lines."""
-    if Path(sys.argv[0]).name != "dagster" or not os.environ.get("DAGSTER_HOME"):
-        return
-    if not ({"materialize", "execute"} & set(sys.argv[1:3])):
-        return
-    since = time.time()
-
-    def report() -> None:
-        import dagster as dg
-
-        try:
-            with dg.DagsterInstance.get() as instance:
-                after = datetime.fromtimestamp(since, tz=timezone.utc)
-                runs = instance.get_runs(
-                    filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], created_after=after)
-                )
-                lines = failure_causes(instance, runs)
-        except Exception:  # never mask Dagster's own exit with ours
-            return
-        for line in lines:
-            print(f"gnnflow: {line}", file=sys.stderr)
-
-    atexit.register(report)
 
 
 def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) -> None:
@@ -125,7 +45,6 @@ def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) ->
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from pathlib import Path
 
     from assets.reporting import rounded
     from graphs import generate

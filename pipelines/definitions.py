@@ -13,8 +13,8 @@ from assets.minibatch_shards import minibatch_shards
 from assets.normalized_adjacency import normalized_adjacency
 from assets.predictions import predictions
 from assets.trained_model import trained_model
-from pipelines.cli import quiet_dagster_notices, summarize_failures_at_exit, warn_if_dagster_home_missing
 from pipelines.console import console_logger
+from pipelines.dagster_cli_hooks import quiet_dagster_notices, summarize_failures_at_exit, warn_if_dagster_home_missing
 from pipelines.schedules import make_retrain_schedule
 from pipelines.sensors import make_landing_sensor
 

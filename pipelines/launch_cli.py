@@ -27,38 +27,10 @@ import os
 import sys
 from pathlib import Path
 
-DAGSTER_HOME_MISSING = (
-    "DAGSTER_HOME is not set, so Dagster uses a throw-away instance that knows no dataset partitions "
-    "and keeps no run history; export DAGSTER_HOME=$PWD/.dagster_home (the one the Makefile, make demo and "
-    "make ui use) and run `gnnflow datasets sync` before the dagster command"
-)
-DATASETS_SYNC_HINT = "run `gnnflow datasets sync` to register the landing folders as dataset partitions"
+from pipelines.dagster_cli_hooks import DAGSTER_HOME_MISSING, DATASETS_SYNC_HINT, failure_causes
+
 FAILED_STATUSES = ("FAILURE", "CANCELED")
 EVERY_ASSET_JOB = "gnnflow_pipeline"  # the job whose assets `--assets` selects from
-
-
-def failure_causes(instance, runs) -> list[str]:
-    """One line per failed step of `runs`: the step, the dataset and the cause (a
-    `dagster.Failure`'s description, which names the file and column for bad input; else the
-    innermost error's first line)."""
-    import dagster as dg
-
-    lines = []
-    for run in runs:
-        where = f" ({run.tags['dagster/partition']})" if "dagster/partition" in run.tags else ""
-        for record in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE):
-            event = record.dagster_event
-            lines.append(f"{event.step_key}{where} failed: {_cause(event.step_failure_data)}")
-    return lines
-
-
-def _cause(data) -> str:
-    if data.user_failure_data is not None and data.user_failure_data.description:
-        return data.user_failure_data.description
-    err = data.error
-    while err is not None and err.cause is not None:
-        err = err.cause
-    return err.message.strip().splitlines()[0] if err is not None else "unknown error"
 
 
 def named_job(name: str):

@@ -78,7 +78,7 @@ def test_rounded_metadata_rounds_plain_float_and_json_values_and_keeps_the_rest(
 
 
 def test_the_dagster_notices_are_filtered_by_message_only():
-    from pipelines.cli import quiet_dagster_notices
+    from pipelines.dagster_cli_hooks import quiet_dagster_notices
     from pipelines.definitions import defs
 
     with warnings.catch_warnings(record=True) as caught:

@@ -615,7 +615,7 @@ def test_asset_trains_with_torchrun_through_pipes(sbm, tmp_path, capfd):
             },
         }
     }
-    from pipelines.cli import quiet_dagster_notices
+    from pipelines.dagster_cli_hooks import quiet_dagster_notices
 
     stages = ["canonical_graph", "normalized_adjacency", "minibatch_shards", "trained_model"]
     settings = yaml.safe_load((Path(__file__).resolve().parents[1] / "pipelines" / "dagster.yaml").read_text())
