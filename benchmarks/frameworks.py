@@ -100,24 +100,10 @@ def graph_runs(args) -> list[GraphRun]:
 
 def prepare(graph: GraphRun, work: Path) -> tuple[Path, Path]:
     """The graph's canonical graph and normalized adjacency under `work` (built once)."""
-    from graphs.canonical import build_canonical_graph
-    from graphs.generate import GenerateConfig, demo_config, generate_dataset
-    from graphs.normalize import build_normalized_adjacency
-
     if graph.name in PLANETOID:
-        landing, home = DATASETS / graph.name, work / graph.name
-    else:
-        landing = work / f"landing-{graph.nodes}-{graph.edges}"
-        home = work / f"home-{graph.nodes}-{graph.edges}"
-        if not landing.exists():
-            cfg = GenerateConfig(**{**demo_config().__dict__, "num_nodes": graph.nodes, "num_edges": graph.edges})
-            generate_dataset(cfg, landing, progress=False)
-    can, adj = home / "canonical_graph", home / "normalized_adjacency"
-    if not (can / "summary.json").exists():
-        build_canonical_graph(landing, can)
-    if not harness.adjacency_current(adj):
-        build_normalized_adjacency(can, adj)
-    return can, adj
+        return train_vs_dgl.staged_inputs(DATASETS / graph.name, work / graph.name)
+    tag = f"{graph.nodes}-{graph.edges}"
+    return train_vs_dgl.staged_inputs(work / f"landing-{tag}", work / f"home-{tag}", (graph.nodes, graph.edges))
 
 
 def _prepare(graph: GraphRun, work: str, queue) -> None:

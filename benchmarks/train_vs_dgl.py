@@ -47,16 +47,24 @@ from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
 
 def prepare(args) -> tuple[Path, Path]:
+    """The generated graph of `args.nodes` / `args.edges` under `args.work` (built once)."""
+    work = Path(args.work).resolve()
+    landing = work / f"landing-{args.nodes}-{args.edges}"
+    return staged_inputs(landing, work / f"home-{args.nodes}-{args.edges}", (args.nodes, args.edges))
+
+
+def staged_inputs(landing: Path, home: Path, generate: tuple[int, int] | None = None) -> tuple[Path, Path]:
+    """(canonical graph, normalized adjacency) of `landing` under `home`, each built only when
+    missing or stale; `generate` = (nodes, edges) writes a demo-recipe graph into `landing` first
+    when it does not exist yet."""
     from graphs.canonical import build_canonical_graph
     from graphs.generate import GenerateConfig, demo_config, generate_dataset
     from graphs.normalize import build_normalized_adjacency
 
-    work = Path(args.work).resolve()
-    landing = work / f"landing-{args.nodes}-{args.edges}"
-    if not landing.exists():
-        cfg = GenerateConfig(**{**demo_config().__dict__, "num_nodes": args.nodes, "num_edges": args.edges})
+    if generate is not None and not landing.exists():
+        nodes, edges = generate
+        cfg = GenerateConfig(**{**demo_config().__dict__, "num_nodes": nodes, "num_edges": edges})
         generate_dataset(cfg, landing, progress=False)
-    home = work / f"home-{args.nodes}-{args.edges}"
     can, adj = home / "canonical_graph", home / "normalized_adjacency"
     if not (can / "summary.json").exists():
         build_canonical_graph(landing, can)
