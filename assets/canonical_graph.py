@@ -31,6 +31,7 @@ from graphs.canonical import (
     landing_fingerprint,
     read_label_classes,
 )
+from graphs.canonical_files import CanonicalGraph
 from graphs.config_checks import bounded_text
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
@@ -129,7 +130,7 @@ def _metadata(s: dict, out: Path) -> dict:
         "seconds": s["seconds"],
         "peak_rss_mb": s["peak_rss_bytes"] / 2**20,
         **disk_metadata(out),
-        "degree_distribution": png_markdown(out / "degree_distribution.png", "degree distribution"),
+        "degree_distribution": png_markdown(out / CanonicalGraph.DEGREE_PLOT, "degree distribution"),
     }
     classes = read_label_classes(out)
     if classes is not None:  # labels given as values (strings, booleans): class index -> value
@@ -155,10 +156,10 @@ def check_edges(out: Path, batch_rows: int = 1 << 22) -> dg.AssetCheckResult:
     Streams edges.parquet in file order, `batch_rows` rows at a time (memory ~16 bytes per row
     of a batch, whatever the graph's size), comparing each row with the one before it, across
     batch boundaries too."""
-    n = pq.ParquetFile(out / "nodes.parquet").metadata.num_rows
+    n = pq.ParquetFile(out / CanonicalGraph.NODES).metadata.num_rows
     bad_order, self_loops, out_of_range = 0, 0, 0
     prev_src = prev_dst = None
-    for batch in pq.ParquetFile(out / "edges.parquet").iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
+    for batch in pq.ParquetFile(out / CanonicalGraph.EDGES).iter_batches(batch_size=batch_rows, columns=["src", "dst"]):
         src = batch.column(0).to_numpy(zero_copy_only=False)
         dst = batch.column(1).to_numpy(zero_copy_only=False)
         if prev_src is not None:  # the previous batch's last row before this batch's first

@@ -38,7 +38,9 @@ from assets.settings import (
     resolve,
 )
 from graphs.canonical import has_training_labels, is_dataset_folder
+from graphs.canonical_files import CanonicalGraph
 from graphs.edge_split import LINK_PREDICTION
+from graphs.stage_artifact import StageArtifact
 from graphs.storage import (
     HASHES_NAME,
     CorruptFileError,
@@ -53,7 +55,7 @@ from graphs.storage import (
     verify_files,
 )
 from training.checkpoint import data_version
-from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, read_version, write_version_file
+from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, PREDICTIONS, SUMMARY, read_version, write_version_file
 from training.promotion import LABELS_FILE, read_training_label_counts, write_label_counts
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
@@ -191,11 +193,11 @@ class GnnflowStorage(dg.ConfigurableResource):
     def _training_label_counts(self, dataset: str, model: Path) -> dict | None:
         """canonical_graph's training labels per class, or None when the model was trained on other files."""
         canonical = self.asset_dir(dataset, "canonical_graph")
-        summary = json.loads((model / "summary.json").read_text()) if (model / "summary.json").is_file() else {}
+        summary = json.loads((model / SUMMARY).read_text()) if (model / SUMMARY).is_file() else {}
         shards, adjacency = self.asset_dir(dataset, "minibatch_shards"), self.asset_dir(dataset, "normalized_adjacency")
         if "data_version" in summary and summary["data_version"] != data_version(shards, canonical, adjacency):
             return None
-        return read_training_label_counts(canonical) if (canonical / "nodes.parquet").is_file() else None
+        return read_training_label_counts(canonical) if (canonical / CanonicalGraph.NODES).is_file() else None
 
     def model_version(self, folder: Path) -> str | None:
         """The version name recorded in a model folder (None for one without version.json)."""
@@ -207,7 +209,7 @@ class GnnflowStorage(dg.ConfigurableResource):
     def promote(self, dataset: str, version: str) -> Path:
         """Point <dataset>/promoted at model_versions/<version> (an atomic symlink replace)."""
         target = self.versions_dir(dataset) / validate_dataset_name(version)
-        if not (target / "predictions.parquet").is_file():
+        if not (target / PREDICTIONS).is_file():
             raise FileNotFoundError(f"{target}: no such model version")
         link = self.promoted_dir(dataset)
         tmp = link.with_name(f".promoted.tmp-{os.getpid()}")
@@ -282,7 +284,7 @@ class GnnflowStorage(dg.ConfigurableResource):
     def upstream_dir(self, dataset: str, asset: str) -> Path:
         """An upstream asset's folder; fails the run, naming it, when it was never materialized."""
         path = self.asset_dir(dataset, asset)
-        if not (path / "summary.json").is_file():
+        if not (path / StageArtifact.SUMMARY).is_file():
             raise dg.Failure(description=f"dataset '{dataset}': no {asset} at {path}; materialize {asset} first")
         return path
 

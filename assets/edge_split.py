@@ -33,7 +33,8 @@ from assets.common import GnnflowStorage, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.settings import register_config
-from graphs.edge_split import EdgeSplitConfig, build_edge_split, load_edge_split
+from graphs.canonical_files import CanonicalGraph
+from graphs.edge_split import EdgeSplit, EdgeSplitConfig, build_edge_split, load_edge_split
 from graphs.negatives import EdgeKeys
 from graphs.storage import read_file_hashes, verified
 
@@ -64,7 +65,7 @@ def skipped_check(why: str) -> dg.AssetCheckResult:
 
 def _is_current(storage: GnnflowStorage, dataset: str, cfg, edges_sha: str) -> bool:
     """Whether the published split was made from these canonical edges with these settings."""
-    current = storage.asset_dir(dataset, SPLIT_ASSET) / "summary.json"
+    current = storage.asset_dir(dataset, SPLIT_ASSET) / EdgeSplit.SUMMARY
     if not current.is_file():
         return False
     split = json.loads(current.read_text()).get("split", {})
@@ -81,8 +82,8 @@ def edge_split_is_current(context: dg.AssetExecutionContext, storage: GnnflowSto
 
 def _canonical_edges_sha(canonical) -> str:
     """The SHA-256 canonical_graph recorded for its edges.parquet, once the file is checked against it."""
-    verified(canonical, "edges.parquet")
-    return read_file_hashes(canonical, stage="canonical_graph")["edges.parquet"]["sha256"]
+    verified(canonical, CanonicalGraph.EDGES)
+    return read_file_hashes(canonical, stage=CanonicalGraph.STAGE)[CanonicalGraph.EDGES]["sha256"]
 
 
 def materialize_edge_split(
@@ -126,7 +127,7 @@ def materialize_edge_split(
 
 def _record_canonical(out, edges_sha: str) -> None:
     """Note in the split's summary which canonical edges it was made from (the 'made once' test)."""
-    path = out / "summary.json"
+    path = out / EdgeSplit.SUMMARY
     summary = json.loads(path.read_text())
     summary["split"]["canonical_edges_sha256"] = edges_sha
     path.write_text(json.dumps(summary, indent=2))

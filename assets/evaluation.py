@@ -48,11 +48,12 @@ from assets.config import dagster_config
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
+from graphs.canonical_files import CanonicalGraph
 from graphs.edge_split import LINK_PREDICTION
 from graphs.label_classes import read_label_classes
 from graphs.storage import CorruptFileError, staged_output, verified, verify_files
 from training.metrics import classification_report, node_classification_report
-from training.outputs import LINK_MODEL
+from training.outputs import LINK_MODEL, PREDICTIONS, SUMMARY
 from training.promotion import (
     LABELS_FILE,
     TEST_LABELS_FILE,
@@ -115,7 +116,7 @@ def _usable_promoted(context, promoted: Path) -> bool:
     """Whether a promoted model exists with its files as published; a damaged one (or one kept by an
     older gnnflow without hashes.json) is left out of the comparison, said in the log, so promotion
     can replace a model that can no longer be trusted."""
-    if not (promoted / "predictions.parquet").is_file():
+    if not (promoted / PREDICTIONS).is_file():
         return False
     try:
         verify_files(promoted, stage="trained_model")
@@ -126,14 +127,15 @@ def _usable_promoted(context, promoted: Path) -> bool:
 
 
 def _report(canonical: Path, model: Path) -> dict:
-    _verified(canonical, ["nodes.parquet"], "canonical_graph")
-    _verified(model, ["predictions.parquet"], "trained_model")
-    nodes = pq.read_table(canonical / "nodes.parquet", columns=["node_id", "label", "split"])
-    predictions = pq.read_table(model / "predictions.parquet")
+    graph = CanonicalGraph.open(canonical)
+    _verified(canonical, [graph.NODES], graph.STAGE)
+    _verified(model, [PREDICTIONS], "trained_model")
+    nodes = pq.read_table(graph.nodes_path, columns=["node_id", "label", "split"])
+    predictions = pq.read_table(model / PREDICTIONS)
     try:
         return node_classification_report(nodes, predictions, "test")
     except ValueError as exc:
-        raise dg.Failure(description=f"{model / 'predictions.parquet'}: {exc}") from exc
+        raise dg.Failure(description=f"{model / PREDICTIONS}: {exc}") from exc
 
 
 def _test_labels(canonical: Path) -> tuple[LabelRecord, int, float]:
@@ -151,7 +153,7 @@ def _test_labels(canonical: Path) -> tuple[LabelRecord, int, float]:
 def _predicted(model: Path, now: LabelRecord) -> tuple[np.ndarray, np.ndarray]:
     """(has a prediction, predicted class index over `now`'s classes, -1 for a class it lacks) per
     node of `now`, joined on the user's ids."""
-    table = pq.read_table(model / "predictions.parquet")
+    table = pq.read_table(model / PREDICTIONS)
     column = "predicted_index" if "predicted_index" in table.column_names else "predicted"
     row = positions(now.ids, table.column("node_id").combine_chunks())
     found = row >= 0
@@ -333,7 +335,7 @@ def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) ->
         split = storage.upstream_dir(dataset, "edge_split")
         adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
         shards = storage.asset_dir(dataset, "minibatch_shards")
-        _verified(model, [LINK_MODEL, "summary.json"], "trained_model")
+        _verified(model, [LINK_MODEL, SUMMARY], "trained_model")
         try:
             reports = evaluate_saved(model, shards, split, adjacency)
         except (ValueError, FileNotFoundError, KeyError) as exc:

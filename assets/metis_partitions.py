@@ -7,8 +7,6 @@ checks, evaluated on the written files: every node is in exactly one part, and M
 cuts fewer edges than the random baseline.
 """
 
-import json
-
 import dagster as dg
 import numpy as np
 
@@ -21,6 +19,7 @@ from assets.settings import register_config
 from graphs.canonical import edge_batches, read_summary
 from graphs.partition import (
     PartitionConfig,
+    Partitions,
     build_partitions,
     load_parts,
     partition_problems,
@@ -104,13 +103,13 @@ def _metadata(out, s: dict) -> dict:
         "peak_rss_mb": s["peak_rss_bytes"] / 2**20,
         "distdgl_config": s["distdgl_config"] or "not written",
         **disk_metadata(out),
-        "partition_sizes": png_markdown(out / "partition_sizes.png", "core and halo nodes per part"),
+        "partition_sizes": png_markdown(out / Partitions.SIZES_PLOT, "core and halo nodes per part"),
     }
 
 
 def check_partitions(out, canonical, seed: int) -> list[dg.AssetCheckResult]:
     """The two asset checks, recomputed from the files in `out` and the canonical edges."""
-    k = int(json.loads((out / "summary.json").read_text())["num_parts"])
+    k = Partitions.open(out).num_parts
     part, cores, _halos = load_parts(out)
     problems = partition_problems(part, k, cores)
     one_part = dg.AssetCheckResult(

@@ -32,7 +32,8 @@ from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.edge_split import LINK_PREDICTION
 from graphs.node_scores import NODE_SCORES_NAME
-from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.partition_files import Partitions
+from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class, write_minibatch_shards
 from graphs.sampling.link import write_link_shards
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
@@ -116,14 +117,14 @@ def minibatch_shards(
 
 def _require_partition_files(dataset: str, cfg: ShardConfig, partitions: Path) -> None:
     """dg.Failure when partition placement or Cluster-GCN needs a metis_partitions file that is missing."""
-    if cfg.placement == "partition" and not (partitions / "part_id.npy").is_file():
+    if cfg.placement == "partition" and not (partitions / Partitions.PART_ID).is_file():
         raise dg.Failure(
-            description=f"dataset '{dataset}': placement 'partition' needs {partitions / 'part_id.npy'}; "
+            description=f"dataset '{dataset}': placement 'partition' needs {partitions / Partitions.PART_ID}; "
             "materialize metis_partitions first"
         )
-    if cfg.sampler == "cluster_gcn" and not (partitions / "cluster_id.npy").is_file():
+    if sampler_class(cfg.sampler).traits.needs_clusters and not (partitions / Partitions.CLUSTER_ID).is_file():
         raise dg.Failure(
-            description=f"dataset '{dataset}': sampler 'cluster_gcn' needs {partitions / 'cluster_id.npy'}; "
+            description=f"dataset '{dataset}': sampler {cfg.sampler!r} needs {partitions / Partitions.CLUSTER_ID}; "
             "materialize metis_partitions first"
         )
 

@@ -24,7 +24,6 @@ job, the landing sensor's runs) scores with the model promotion has just decided
 
 import contextlib
 import dataclasses
-import json
 import tempfile
 from pathlib import Path
 
@@ -38,9 +37,9 @@ from assets.reporting import stage_result
 from assets.settings import SettingsError, read_settings_file, registered_configs, resolve
 from graphs.canonical import InputError, build_canonical_graph, has_training_labels, landing_fingerprint, read_summary
 from graphs.edge_split import LINK_PREDICTION
-from graphs.normalize import build_normalized_adjacency
+from graphs.normalize import Adjacency, build_normalized_adjacency
 from graphs.storage import CorruptFileError, staged_output
-from training.outputs import MODEL_BEST
+from training.outputs import MODEL_BEST, PREDICTIONS
 from training.predict import predict
 
 _ASSET = "predictions"
@@ -67,7 +66,7 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
         return dg.MaterializeResult(metadata={"skipped": why})
     if not any((storage.asset_dir(dataset, name) / MODEL_BEST).is_file() for name in ("promoted", "trained_model")):
         canonical = storage.asset_dir(dataset, "canonical_graph")
-        if not (canonical / "summary.json").is_file() or not has_training_labels(read_summary(canonical)):
+        if not (canonical / Adjacency.SUMMARY).is_file() or not has_training_labels(read_summary(canonical)):
             context.log.info(f"dataset '{dataset}' has no labels and no model: nothing to score with, skipped")
             return dg.MaterializeResult(metadata={"skipped": "no labels and no trained model"})
     model_dir = storage.inference_model_dir(dataset)
@@ -95,7 +94,7 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
         "feature_norm": s["feature_norm"],
         "seconds": s["seconds"],
         **disk,
-        "preview": dg.MetadataValue.md(_preview(out / "predictions.parquet")),
+        "preview": dg.MetadataValue.md(_preview(out / PREDICTIONS)),
     }
     line = (
         f"{s['nodes']} nodes of the {graph} scored with {model_dir / MODEL_BEST} (version "
@@ -116,7 +115,7 @@ def _scoring_graph(context, storage: GnnflowStorage, dataset: str):
     landing = storage.landing_dir(dataset)
     canonical = storage.asset_dir(dataset, "canonical_graph")
     adjacency = storage.asset_dir(dataset, "normalized_adjacency")
-    published = (canonical / "summary.json").is_file() and (adjacency / "summary.json").is_file()
+    published = (canonical / Adjacency.SUMMARY).is_file() and (adjacency / Adjacency.SUMMARY).is_file()
     if not landing.is_dir() or (
         published and ingested_fingerprint(context.instance, dataset) == landing_fingerprint(landing)
     ):
@@ -161,7 +160,7 @@ def _scratch_settings(storage: GnnflowStorage, dataset: str, published_adjacency
         raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
     adjacency_cfg = adjacency.to_dataclass()
     if published_adjacency is not None:
-        recorded = json.loads((published_adjacency / "summary.json").read_text())
+        recorded = Adjacency.open(published_adjacency).summary
         kept = {k: recorded[k] for k in _ADJACENCY_VALUES if k in recorded}
         adjacency_cfg = dataclasses.replace(adjacency_cfg, **kept)
     return canonical.to_dataclass(), adjacency_cfg
@@ -169,7 +168,7 @@ def _scratch_settings(storage: GnnflowStorage, dataset: str, published_adjacency
 
 def _nodes_at_training(model_dir) -> int | None:
     """Node count of the dataset the model was trained on (its predictions.parquet), if present."""
-    path = model_dir / "predictions.parquet"
+    path = model_dir / PREDICTIONS
     return pq.ParquetFile(path).metadata.num_rows if path.is_file() else None
 
 

@@ -66,6 +66,7 @@ from assets.pipes_messages import WholeLineMessageReader
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
+from graphs.canonical_files import CanonicalGraph
 from graphs.edge_split import LINK_PREDICTION
 from graphs.shard_format import refuse_republished_upstream
 from graphs.storage import held_lock_fd
@@ -76,6 +77,7 @@ from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_co
 from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
 from training.link import LinkTrainConfig
+from training.outputs import CURVES, METRICS, SUMMARY
 from training.promotion import PromotionConfig, read_training_label_counts, training_label_problem
 
 _ASSET = "trained_model"
@@ -257,7 +259,7 @@ def trained_model(
             "processes": nproc,
             **disk_metadata(out),
             "launch": " ".join(command),
-            "curves": png_markdown(out / "curves.png", "training curves"),
+            "curves": png_markdown(out / CURVES, "training curves"),
             **config_metadata,
         }
         if (out / "profile" / "trace.json").is_file():
@@ -291,7 +293,7 @@ def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: st
         "epoch_seconds_median": round(sorted(s["epoch_seconds"])[len(s["epoch_seconds"]) // 2], 3),
         **{f"test_{k}": round(v, 4) for k, v in test.items() if isinstance(v, float)},
         **{f"val_{k}": round(v, 4) for k, v in val.items() if isinstance(v, float) and k != "loss"},
-        "metrics": dg.MetadataValue.path(str(out / "metrics.parquet")),
+        "metrics": dg.MetadataValue.path(str(out / METRICS)),
         **disk_metadata(out),
         **config_metadata,
     }
@@ -389,7 +391,7 @@ def refuse_unfit_training_labels(
         raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
     problem = training_label_problem(counts, promoted_counts, promoted_version, cfg)
     if problem is not None:
-        raise dg.Failure(description=f"dataset '{dataset}': {problem} (labels of {canonical / 'nodes.parquet'})")
+        raise dg.Failure(description=f"dataset '{dataset}': {problem} (labels of {canonical / CanonicalGraph.NODES})")
 
 
 def launcher_lock_fd(launch: LaunchConfig, profiler: str, dataset_dir: Path) -> int | None:
@@ -439,8 +441,8 @@ def run_tied(
 
 def check_accuracy(out: Path, canonical: Path) -> dg.AssetCheckResult:
     """Test accuracy of the written model vs the majority-class baseline (labels from canonical_graph)."""
-    s = json.loads((out / "summary.json").read_text())
-    nodes = pq.read_table(canonical / "nodes.parquet", columns=["label", "split"]).to_pandas()
+    s = json.loads((out / SUMMARY).read_text())
+    nodes = pq.read_table(CanonicalGraph.open(canonical).nodes_path, columns=["label", "split"]).to_pandas()
     train = nodes[(nodes.split == "train") & (nodes.label >= 0)].label
     test = nodes[(nodes.split == "test") & (nodes.label >= 0)].label
     majority = float((test == train.mode().iloc[0]).mean()) if len(train) and len(test) else 0.0

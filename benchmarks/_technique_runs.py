@@ -52,6 +52,7 @@ def train_child(shard_dir: Path, out: Path, model: dict, training: dict) -> dict
 def train_torchrun(shard_dir: Path, out: Path, model: dict, training: dict, nproc: int = 2) -> dict:
     """One DDP run (`torchrun --standalone`, gloo on CPU); rank 0's summary."""
     from training.config import RunConfig
+    from training.outputs import SUMMARY
 
     out.parent.mkdir(parents=True, exist_ok=True)
     run_yaml = out.parent / f"{out.name}.yaml"
@@ -60,7 +61,7 @@ def train_torchrun(shard_dir: Path, out: Path, model: dict, training: dict, npro
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [str(torchrun), "--standalone", f"--nproc-per-node={nproc}", "-m", "training", "--config", str(run_yaml)]
     subprocess.run(cmd, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return json.loads((out / "summary.json").read_text())
+    return json.loads((out / SUMMARY).read_text())
 
 
 def seeds_of(args, default: int) -> int:

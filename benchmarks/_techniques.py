@@ -27,10 +27,10 @@ def build(landing: Path, home: Path, partitions: bool = False) -> dict:
     """canonical_graph, normalized_adjacency (`accuracy.build`) and metis_partitions' clusters of
     `landing`, once."""
     can, adj = build_graph(landing, home)
-    part = home / "metis_partitions"
-    if partitions and not (part / "cluster_id.npy").exists():
-        from graphs.partition import PartitionConfig, build_partitions
+    from graphs.partition import PartitionConfig, Partitions, build_partitions
 
+    part = home / "metis_partitions"
+    if partitions and not (part / Partitions.CLUSTER_ID).exists():
         build_partitions(can, part, PartitionConfig(num_parts=4, clusters_per_part=32, write_distdgl=False))
     return {"canonical": can, "adjacency": adj, "partitions": part if partitions else None, "home": home}
 
@@ -64,19 +64,21 @@ def _train_child(cfg: dict, canonical: str, q) -> None:
 
     torch.set_num_threads(1)
 
+    from graphs.canonical import CanonicalGraph
     from graphs.storage import peak_rss_bytes
     from training.config import RunConfig
     from training.metrics import node_classification_report
+    from training.outputs import METRICS, PREDICTIONS
     from training.train import train
 
     summary = train(RunConfig.from_dict(cfg))
     out = Path(cfg["paths"]["out"])
-    hist = pq.read_table(out / "metrics.parquet").to_pandas()
+    hist = pq.read_table(out / METRICS).to_pandas()
     hist = hist[hist["rank"] == 0]
     report = None
     if canonical:
-        nodes = pq.read_table(Path(canonical) / "nodes.parquet")
-        report = node_classification_report(nodes, pq.read_table(out / "predictions.parquet"))
+        nodes = pq.read_table(CanonicalGraph.open(canonical).nodes_path)
+        report = node_classification_report(nodes, pq.read_table(out / PREDICTIONS))
     q.put(
         {
             "peak_rss_mb": peak_rss_bytes() / 2**20,
@@ -92,13 +94,15 @@ def train_run(shard_dir: Path, out: Path, model: dict, training: dict, canonical
     """One training run in a fresh child: {peak_rss_mb (`graphs.storage.peak_rss_bytes`), summary, val_acc per epoch,
     train_seconds per epoch, report (training.metrics.node_classification_report of the test
     split, when `canonical`)}."""
+    from training.outputs import SUMMARY
+
     cfg = {
         "model": model,
         "training": {"profiler": "none", "checkpoint_every": 100_000, **training},  # no per-epoch checkpoint I/O
         "paths": {"shards": str(shard_dir), "out": str(out)},
     }
     done = out.parent / f"{out.name}.result.json"  # a finished run of the same config is reused
-    if done.is_file() and (out / "summary.json").is_file():
+    if done.is_file() and (out / SUMMARY).is_file():
         cached = json.loads(done.read_text())
         if cached.get("config") == cfg:
             return cached["result"]

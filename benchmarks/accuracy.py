@@ -80,11 +80,11 @@ PLANETOID_TRAINING = {
 
 
 def build(source: Path, home: Path) -> tuple[Path, Path]:
-    from graphs.canonical import build_canonical_graph
+    from graphs.canonical import CanonicalGraph, build_canonical_graph
     from graphs.normalize import build_normalized_adjacency
 
     can, adj = home / "canonical_graph", home / "normalized_adjacency"
-    if not (can / "summary.json").exists():
+    if not (can / CanonicalGraph.SUMMARY).exists():
         build_canonical_graph(source, can)
     if not harness.adjacency_current(adj):
         build_normalized_adjacency(can, adj)
@@ -93,15 +93,18 @@ def build(source: Path, home: Path) -> tuple[Path, Path]:
 
 def compressed_int8(home: Path) -> Path:
     """compressed_graph with INT8 features (one METIS-free part: its Bloom filters are unused here)."""
-    from graphs.compress import CompressConfig, build_compressed_graph
-    from graphs.storage import write_file_hashes
+    from graphs.canonical import CanonicalGraph
+    from graphs.compress import CompressConfig, CompressedGraph, build_compressed_graph
+    from graphs.partition import Partitions
+    from graphs.storage import write_file_hashes, write_summary
 
     out = home / "compressed_graph"
-    if not (out / "manifest.json").exists():
-        n = json.loads((home / "canonical_graph" / "summary.json").read_text())["nodes"]
+    if not (out / CompressedGraph.MANIFEST).exists():
+        n = CanonicalGraph.open(home / "canonical_graph").num_nodes
         part = home / "one_part"
         part.mkdir(parents=True, exist_ok=True)
-        np.save(part / "part_id.npy", np.zeros(n, dtype=np.int32))
+        np.save(part / Partitions.PART_ID, np.zeros(n, dtype=np.int32))
+        write_summary(part, {"format_version": Partitions.FORMAT_VERSION, "num_parts": 1})
         write_file_hashes(part)  # recorded as a stage records its files: compressed_graph checks them
         cfg = CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False)
         build_compressed_graph(home / "canonical_graph", home / "normalized_adjacency", part, out, cfg)
@@ -122,6 +125,7 @@ def shards(home: Path, name: str, **cfg) -> Path:
 def train_run(shard_dir: Path, out: Path, model: dict, training: dict, nproc: int = 1) -> dict:
     """One training run; the summary dict (rank 0's)."""
     from training.config import RunConfig
+    from training.outputs import SUMMARY
 
     cfg = RunConfig.from_dict(
         {"model": model, "training": training, "paths": {"shards": str(shard_dir), "out": str(out)}}
@@ -142,7 +146,7 @@ def train_run(shard_dir: Path, out: Path, model: dict, training: dict, nproc: in
         check=True,
         stdout=subprocess.DEVNULL,
     )
-    return json.loads((out / "summary.json").read_text())
+    return json.loads((out / SUMMARY).read_text())
 
 
 def seeds_runs(
@@ -190,13 +194,15 @@ def _dgl_inputs(canonical: Path, adjacency: Path):
     import dgl
     import torch
 
+    from graphs.canonical import CanonicalGraph
+    from graphs.normalize import Adjacency
     from training.features import read_node_table
 
-    indptr = np.load(adjacency / "indptr.npy")
-    indices = np.load(adjacency / "indices.npy")
+    indptr = np.load(adjacency / Adjacency.INDPTR)
+    indices = np.load(adjacency / Adjacency.INDICES)
     dst = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
     g = dgl.graph((torch.from_numpy(indices.astype(np.int64)), torch.from_numpy(dst)), num_nodes=len(indptr) - 1)
-    x = torch.from_numpy(np.load(canonical / "features.npy"))
+    x = torch.from_numpy(np.load(CanonicalGraph.open(canonical).features_path))
     nodes = read_node_table(canonical)
     return g, x, nodes.labels, nodes.masks
 
@@ -307,8 +313,11 @@ def mlp_accuracy(canonical: Path, hidden: int, epochs: int, seed: int) -> float:
     import torch
     import torch.nn.functional as F
 
-    x = torch.from_numpy(np.load(canonical / "features.npy"))
-    nodes = pq.read_table(canonical / "nodes.parquet", columns=["label", "split"]).to_pandas()
+    from graphs.canonical import CanonicalGraph
+
+    graph = CanonicalGraph.open(canonical)
+    x = torch.from_numpy(np.load(graph.features_path))
+    nodes = pq.read_table(graph.nodes_path, columns=["label", "split"]).to_pandas()
     y = torch.from_numpy(nodes.label.to_numpy().astype(np.int64))
     split = nodes.split.to_numpy()
     masks = {s: torch.from_numpy((split == s) & (nodes.label.to_numpy() >= 0)) for s in ("train", "val", "test")}
@@ -355,9 +364,11 @@ def main() -> None:
     rows = []
 
     def planetoid(name: str, **shard_kw) -> Path:
+        from graphs.canonical import CanonicalGraph
+
         home = work / name
         build(Path(args.datasets) / name, home)
-        train_nodes = json.loads((home / "canonical_graph" / "summary.json").read_text())["train_nodes"]
+        train_nodes = CanonicalGraph.open(home / "canonical_graph").summary["train_nodes"]
         world = shard_kw.pop("world_size", 1)
         tag = "-".join(f"{k}{v}" for k, v in sorted(shard_kw.items())) or "fp32"
         return shards(

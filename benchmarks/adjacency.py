@@ -28,11 +28,11 @@ from _child import run_in_child  # benchmarks/_child.py
 
 def canonical_graph_for(nodes: int, edges: int, work: Path, landing: Path | None = None) -> Path:
     """The canonical graph of the generated nodes/edges dataset (or of `landing`), cached."""
-    from graphs.canonical import build_canonical_graph
+    from graphs.canonical import CanonicalGraph, build_canonical_graph
 
     root = work / f"n{nodes}-e{edges}" if landing is None else work / f"landing-{landing.name}"
     canonical = root / "canonical"
-    if (canonical / "summary.json").is_file():
+    if (canonical / CanonicalGraph.SUMMARY).is_file():
         return canonical
     if landing is None:
         from graphs.generate import generate_dataset, scale_config
@@ -73,18 +73,19 @@ def _ours(canonical: str, out: str, queue) -> None:
 
 
 def _scipy(canonical: str, out: str, queue) -> None:
-    import json
-
     import numpy as np
     import pyarrow.parquet as pq
     import scipy.sparse as sp
 
+    from graphs.canonical import CanonicalGraph
+    from graphs.normalize import Adjacency
     from graphs.storage import peak_rss_bytes
 
     base = peak_rss_bytes()
     t, c = time.perf_counter(), harness.cpu_seconds()
-    n = json.loads((Path(canonical) / "summary.json").read_text())["nodes"]
-    edges = pq.read_table(Path(canonical) / "edges.parquet", columns=["src", "dst"])
+    graph = CanonicalGraph.open(canonical)
+    n = graph.num_nodes
+    edges = pq.read_table(graph.edges_path, columns=["src", "dst"])
     src, dst = edges.column("src").to_numpy(), edges.column("dst").to_numpy()
     del edges
     a = sp.csr_matrix((np.ones(len(src), dtype=np.float32), (src, dst)), shape=(n, n))
@@ -94,9 +95,9 @@ def _scipy(canonical: str, out: str, queue) -> None:
     a_hat = (scale @ a @ scale).tocsr()
     a_hat.sort_indices()
     Path(out).mkdir(parents=True, exist_ok=True)
-    np.save(Path(out) / "indptr.npy", a_hat.indptr.astype(np.int64))
-    np.save(Path(out) / "indices.npy", a_hat.indices.astype(np.int32))
-    np.save(Path(out) / "weights.npy", a_hat.data.astype(np.float32))
+    np.save(Path(out) / Adjacency.INDPTR, a_hat.indptr.astype(np.int64))
+    np.save(Path(out) / Adjacency.INDICES, a_hat.indices.astype(np.int32))
+    np.save(Path(out) / Adjacency.WEIGHTS, a_hat.data.astype(np.float32))
     seconds, cpu = time.perf_counter() - t, harness.cpu_seconds() - c
     queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "base": base})
 
@@ -105,12 +106,12 @@ def _agree(ours: Path, ref: Path) -> float:
     """Largest |weight difference|; raises if the sparsity patterns differ."""
     import numpy as np
 
-    for name in ("indptr", "indices"):
-        if not np.array_equal(
-            np.load(ours / f"{name}.npy", mmap_mode="r"), np.load(ref / f"{name}.npy", mmap_mode="r")
-        ):
-            raise AssertionError(f"{name}.npy differs between ours and scipy")
-    w1, w2 = np.load(ours / "weights.npy", mmap_mode="r"), np.load(ref / "weights.npy", mmap_mode="r")
+    from graphs.normalize import Adjacency
+
+    for name in (Adjacency.INDPTR, Adjacency.INDICES):
+        if not np.array_equal(np.load(ours / name, mmap_mode="r"), np.load(ref / name, mmap_mode="r")):
+            raise AssertionError(f"{name} differs between ours and scipy")
+    w1, w2 = np.load(ours / Adjacency.WEIGHTS, mmap_mode="r"), np.load(ref / Adjacency.WEIGHTS, mmap_mode="r")
     return float(np.max(np.abs(w1 - w2))) if len(w1) else 0.0
 
 

@@ -61,7 +61,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from graphs.canonical import build_canonical_graph  # noqa: E402
+from graphs.canonical import CanonicalGraph, build_canonical_graph  # noqa: E402
 from graphs.compress import (  # noqa: E402
     CompressConfig,
     build_compressed_graph,
@@ -70,8 +70,8 @@ from graphs.compress import (  # noqa: E402
     load_weights,
 )
 from graphs.generate import GenerateConfig, demo_config, generate_dataset  # noqa: E402
-from graphs.normalize import build_normalized_adjacency, load_csr  # noqa: E402
-from graphs.partition import PartitionConfig, build_partitions  # noqa: E402
+from graphs.normalize import Adjacency, build_normalized_adjacency, load_csr  # noqa: E402
+from graphs.partition import PartitionConfig, Partitions, build_partitions  # noqa: E402
 from graphs.quantize import dequantize_int8_rows_csr  # noqa: E402
 from graphs.storage import write_file_hashes  # noqa: E402
 
@@ -84,11 +84,11 @@ DATASETS = Path(__file__).resolve().parents[1] / "datasets"  # in the repository
 def _staged(landing: Path, root: Path, parts: int) -> tuple[Path, Path, Path]:
     """(canonical, adjacency, partitions) folders for `landing`, built once under `root`."""
     canonical, adj, partitions = root / "canonical", root / "adj", root / "parts"
-    if not (canonical / "summary.json").is_file():
+    if not (canonical / CanonicalGraph.SUMMARY).is_file():
         build_canonical_graph(landing, canonical)
-    if not (adj / "summary.json").is_file():
+    if not (adj / Adjacency.SUMMARY).is_file():
         build_normalized_adjacency(canonical, adj)
-    if not (partitions / "summary.json").is_file():
+    if not (partitions / Partitions.SUMMARY).is_file():
         build_partitions(canonical, partitions, PartitionConfig(num_parts=parts, write_distdgl=False))
     return canonical, adj, partitions
 
@@ -102,14 +102,15 @@ def heavy_tailed_config() -> GenerateConfig:
 def heavy_tailed(canonical: Path, out: Path, seed: int = 0) -> Path:
     """A canonical folder sharing `canonical`'s graph whose features are exp(s_j * x_j),
     s_j uniform in [1.5, 3] per column: log-normal columns, max ~1000x the median."""
-    if (out / "summary.json").is_file():
+    graph = CanonicalGraph
+    if (out / graph.SUMMARY).is_file():
         return out
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("edges.parquet", "nodes.parquet", "summary.json"):
+    for name in (graph.EDGES, graph.NODES, graph.SUMMARY):
         shutil.copyfile(canonical / name, out / name)
-    x = np.load(canonical / "features.npy")
+    x = np.load(canonical / graph.FEATURES)
     s = np.random.default_rng(seed).uniform(1.5, 3.0, size=x.shape[1]).astype(np.float32)
-    np.save(out / "features.npy", np.exp(x * s).astype(np.float32))
+    np.save(out / graph.FEATURES, np.exp(x * s).astype(np.float32))
     write_file_hashes(out)  # recorded as a stage records its files: compressed_graph checks them
     return out
 
@@ -129,7 +130,7 @@ def prepare(name: str, work: Path) -> tuple[Path, Path, Path]:
 
 
 def labels_and_masks(canonical: Path) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    t = pq.read_table(canonical / "nodes.parquet", columns=["label", "split"])
+    t = pq.read_table(CanonicalGraph.open(canonical).nodes_path, columns=["label", "split"])
     label = torch.from_numpy(t.column("label").to_numpy().astype(np.int64))
     split = t.column("split").to_numpy(zero_copy_only=False)
     masks = {s: torch.from_numpy((split == s) & (label.numpy() >= 0)) for s in ("train", "val", "test")}
@@ -206,7 +207,7 @@ class GCN(nn.Module):
     """Kipf & Welling's 2-layer GCN: logits = Â dropout(relu(Â X W1 + b1)) W2 + b2.
 
     Dropout (p = 0.5) is on the hidden layer only, so the first layer needs no sparse
-    product per epoch on dense features. Initialised like ``training.layers.GraphConv``
+    product per epoch on dense features. Initialised like ``training.convs.gcn.GraphConv``
     (Xavier-uniform weights, zero biases).
     """
 
@@ -283,7 +284,7 @@ def variants(binary: bool, heavy: bool) -> list[tuple[str, str, str]]:
 def run_dataset(name: str, work: Path, seeds: int, epochs: int, fpr_queries: int) -> list[dict]:
     t0 = time.perf_counter()
     canonical, adj, parts = prepare(name, work)
-    x32 = np.load(canonical / "features.npy")
+    x32 = np.load(CanonicalGraph.open(canonical).features_path)
     label, masks = labels_and_masks(canonical)
     classes = int(label.max()) + 1
     csr = load_csr(adj, mmap=False)

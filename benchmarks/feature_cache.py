@@ -109,11 +109,11 @@ def _graph(args) -> tuple[Path, Path]:
         return args.adjacency, args.features
     from adjacency import _build  # benchmarks/adjacency.py: the cached generated graph, built in a child
 
-    from graphs.normalize import AdjacencyConfig, build_normalized_adjacency
+    from graphs.normalize import Adjacency, AdjacencyConfig, build_normalized_adjacency
 
     canonical = Path(run_in_child(_build, args.nodes, args.edges, str(args.work), None)["canonical"])
     adj = canonical.parent / "adjacency"
-    if not (adj / "indptr.npy").is_file():
+    if not (adj / Adjacency.INDPTR).is_file():
         build_normalized_adjacency(canonical, adj, AdjacencyConfig())
     feats = canonical.parent / f"features-{args.dim}.npy"
     if not feats.is_file():

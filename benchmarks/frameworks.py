@@ -107,10 +107,10 @@ def prepare(graph: GraphRun, work: Path) -> tuple[Path, Path]:
 
 
 def _prepare(graph: GraphRun, work: str, queue) -> None:
-    import json
+    from graphs.canonical import CanonicalGraph
 
     can, adj = prepare(graph, Path(work))
-    summary = json.loads((can / "summary.json").read_text())
+    summary = CanonicalGraph.open(can).summary
     queue.put({"can": str(can), "adj": str(adj), "nodes": summary["nodes"], "edges": summary["edges"]})
 
 
@@ -140,14 +140,17 @@ def load_pyg_data(can: Path):
     import torch
     from torch_geometric.data import Data
 
-    edges = pq.read_table(can / "edges.parquet", columns=["src", "dst"])
-    nodes = pq.read_table(can / "nodes.parquet", columns=["label", "split"]).to_pandas()
+    from graphs.canonical import CanonicalGraph
+
+    graph = CanonicalGraph.open(can)
+    edges = pq.read_table(graph.edges_path, columns=["src", "dst"])
+    nodes = pq.read_table(graph.nodes_path, columns=["label", "split"]).to_pandas()
     src = torch.from_numpy(edges.column("src").to_numpy().astype(np.int64))
     dst = torch.from_numpy(edges.column("dst").to_numpy().astype(np.int64))
     label = nodes.label.to_numpy().astype(np.int64)
     split = nodes.split.to_numpy()
     data = Data(
-        x=torch.from_numpy(np.load(can / "features.npy")),
+        x=torch.from_numpy(np.load(graph.features_path)),
         y=torch.from_numpy(label),
         edge_index=torch.stack([src, dst]),  # messages flow src -> dst, as in DGL
         num_nodes=len(nodes),

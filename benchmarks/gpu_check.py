@@ -95,6 +95,8 @@ def run_one(data: Path, name: str, device: str, epochs: int, out_root: Path) -> 
     import pyarrow.parquet as pq
     import yaml
 
+    from training.outputs import METRICS, SUMMARY
+
     precision, conv, shards, settings = RUNS[name]
     out = out_root / f"trained-{name}"
     config = {
@@ -129,9 +131,9 @@ def run_one(data: Path, name: str, device: str, epochs: int, out_root: Path) -> 
     wall = time.perf_counter() - t
     if proc.returncode != 0:
         return {"ok": False, "error": (proc.stdout + proc.stderr)[-2000:], "wall_s": wall}
-    rows = pq.read_table(out / "metrics.parquet").to_pandas()
+    rows = pq.read_table(out / METRICS).to_pandas()
     rows = rows[rows["rank"] == 0].sort_values("epoch")
-    summary = json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / SUMMARY).read_text())
     later = rows.iloc[1:] if len(rows) > 1 else rows  # the first epoch carries warm-up (CUDA context, kernels)
     losses = [float(v) for v in rows["loss"]]
     return {

@@ -140,8 +140,13 @@ def adjacency_current(adj: Path) -> bool:
     """Whether `adj` holds a normalized adjacency written by this code: one written before Â's
     scale factors (`graphs.normalize`) is built again, so that the shards made from it get the
     weight encoding a user's would."""
-    summary = Path(adj) / "summary.json"
-    return summary.is_file() and "scale_factors" in json.loads(summary.read_text())
+    from graphs.normalize import Adjacency
+    from graphs.stage_artifact import StageFormatError
+
+    try:
+        return "scale_factors" in Adjacency.open(adj).summary
+    except StageFormatError:  # none yet, or of another format version: built again
+        return False
 
 
 def target_at(size: int, bound: float, set_at: int = TARGET_EDGES) -> float | None:

@@ -60,17 +60,19 @@ def prepare(landing: Path, home: Path, parts: int) -> dict:
     from graphs.edge_split import EdgeSplitConfig, build_edge_split
     from graphs.normalize import build_normalized_adjacency
     from graphs.partition import PartitionConfig, build_partitions
+    from graphs.stage_artifact import StageArtifact
 
     d = {name: home / name for name in ("canonical", "split", "adj", "parts", "compressed")}
-    if not (d["canonical"] / "summary.json").exists():
+    summary = StageArtifact.SUMMARY  # every stage writes one, last
+    if not (d["canonical"] / summary).exists():
         build_canonical_graph(landing, d["canonical"])
-    if not (d["split"] / "summary.json").exists():
+    if not (d["split"] / summary).exists():
         build_edge_split(d["canonical"], d["split"], EdgeSplitConfig())
-    if not (d["adj"] / "summary.json").exists():
+    if not (d["adj"] / summary).exists():
         build_normalized_adjacency(d["split"], d["adj"])
-    if not (d["parts"] / "summary.json").exists():
+    if not (d["parts"] / summary).exists():
         build_partitions(d["split"], d["parts"], PartitionConfig(num_parts=parts, write_distdgl=False))
-    if not (d["compressed"] / "summary.json").exists():
+    if not (d["compressed"] / summary).exists():
         build_compressed_graph(d["canonical"], d["adj"], d["parts"], d["compressed"], CompressConfig())
     return d
 
@@ -78,9 +80,10 @@ def prepare(landing: Path, home: Path, parts: int) -> dict:
 def features_for(d: dict):
     import torch
 
+    from graphs.canonical import CanonicalGraph
     from training.features import degree_features
 
-    path = d["canonical"] / "features.npy"
+    path = CanonicalGraph.open(d["canonical"]).features_path
     if path.is_file():
         return torch.from_numpy(np.load(path))
     from graphs.normalize import load_csr
@@ -272,10 +275,11 @@ def rejection(d: dict) -> dict:
     from graphs.canonical import read_summary
     from graphs.compress import load_bloom_filters
     from graphs.negatives import EdgeKeys, compare_rejection
+    from graphs.partition import Partitions
 
     n = read_summary(d["canonical"])["nodes"]
     filters = load_bloom_filters(d["compressed"])
-    part = np.load(d["parts"] / "part_id.npy").astype(np.int32)
+    part = np.load(Partitions.open(d["parts"]).path(Partitions.PART_ID)).astype(np.int32)
     t0 = time.perf_counter()
     exact = EdgeKeys.from_canonical(d["canonical"], n)
     build_exact = time.perf_counter() - t0

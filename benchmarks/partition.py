@@ -169,7 +169,9 @@ def main() -> None:
         canonical = str(args.canonical.resolve())
     else:
         canonical = run_in_child(_build, args.nodes, args.edges, str(work), landing)["canonical"]
-    facts = json.loads((Path(canonical) / "summary.json").read_text())
+    from graphs.canonical import CanonicalGraph
+
+    facts = CanonicalGraph.open(canonical).summary
     k = args.parts
 
     from adjacency import warm  # the same warm page cache for each side

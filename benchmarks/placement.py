@@ -46,9 +46,9 @@ GRAPHS = {
 
 
 def prepare(name: str, work: Path, parts: int, nodes: int) -> Path:
-    from graphs.canonical import build_canonical_graph
-    from graphs.normalize import build_normalized_adjacency
-    from graphs.partition import PartitionConfig, build_partitions
+    from graphs.canonical import CanonicalGraph, build_canonical_graph
+    from graphs.normalize import Adjacency, build_normalized_adjacency
+    from graphs.partition import PartitionConfig, Partitions, build_partitions
 
     home = work / name
     if name == "cora":
@@ -60,12 +60,12 @@ def prepare(name: str, work: Path, parts: int, nodes: int) -> Path:
         if not landing.exists():
             cfg = GenerateConfig(num_nodes=nodes, num_edges=8 * nodes, feature_dim=32, num_classes=8)
             generate_dataset(cfg, landing, progress=False)
-    if not (home / "canonical_graph" / "summary.json").exists():
+    if not (home / "canonical_graph" / CanonicalGraph.SUMMARY).exists():
         build_canonical_graph(landing, home / "canonical_graph")
-    if not (home / "normalized_adjacency" / "summary.json").exists():
+    if not (home / "normalized_adjacency" / Adjacency.SUMMARY).exists():
         build_normalized_adjacency(home / "canonical_graph", home / "normalized_adjacency")
     part = home / f"metis_partitions-k{parts}"
-    if not (part / "summary.json").exists():
+    if not (part / Partitions.SUMMARY).exists():
         build_partitions(home / "canonical_graph", part, PartitionConfig(num_parts=parts, write_distdgl=False))
     return home
 

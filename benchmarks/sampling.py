@@ -47,7 +47,7 @@ from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
 
 def prepare(args) -> tuple[Path, Path]:
-    from graphs.canonical import build_canonical_graph
+    from graphs.canonical import CanonicalGraph, build_canonical_graph
     from graphs.generate import generate_dataset, scale_config
     from graphs.normalize import build_normalized_adjacency
 
@@ -59,7 +59,7 @@ def prepare(args) -> tuple[Path, Path]:
         print(f"generated {landing} in {time.perf_counter() - t:.1f} s")
     home = work / f"home-{landing.name}"
     can, adj = home / "canonical_graph", home / "normalized_adjacency"
-    if not (can / "summary.json").exists():
+    if not (can / CanonicalGraph.SUMMARY).exists():
         t = time.perf_counter()
         build_canonical_graph(landing, can)
         print(f"canonical graph in {time.perf_counter() - t:.1f} s")
@@ -74,12 +74,15 @@ def dgl_loader(can: Path, train: np.ndarray, fanouts: list[int], batch_size: int
     import dgl
     import pyarrow.parquet as pq
 
-    edges = pq.read_table(can / "edges.parquet")
+    from graphs.canonical import CanonicalGraph
+
+    graph = CanonicalGraph.open(can)
+    edges = pq.read_table(graph.edges_path)
     g = dgl.graph((torch.from_numpy(edges["src"].to_numpy().copy()), torch.from_numpy(edges["dst"].to_numpy().copy())))
     g = g.formats("csc")  # what in-edge sampling uses; built here, outside the timing
     kw = {}
     if features:
-        g.ndata["feat"] = torch.from_numpy(np.load(can / "features.npy"))
+        g.ndata["feat"] = torch.from_numpy(np.load(graph.features_path))
         kw["prefetch_node_feats"] = ["feat"]
     sampler = dgl.dataloading.NeighborSampler(fanouts, **kw)
     return dgl.dataloading.DataLoader(g, torch.from_numpy(train), sampler, batch_size=batch_size, shuffle=True)
@@ -137,9 +140,10 @@ def train_nodes(can: Path) -> np.ndarray:
     """The training nodes our shards sample (`graphs.sampling.inputs.train_nodes_of`)."""
     import pyarrow.parquet as pq
 
+    from graphs.canonical import CanonicalGraph
     from graphs.sampling.inputs import train_nodes_of
 
-    t = pq.read_table(can / "nodes.parquet", columns=["label", "split"])
+    t = pq.read_table(CanonicalGraph.open(can).nodes_path, columns=["label", "split"])
     return train_nodes_of(
         t.column("label").to_numpy().astype(np.int64), t.column("split").to_numpy(zero_copy_only=False).astype(str)
     )
@@ -195,7 +199,7 @@ def main() -> None:
 
     paths = run_in_child(_prepare, args)
     can, adj = Path(paths["can"]), Path(paths["adj"])
-    from graphs.canonical import read_summary
+    from graphs.canonical import CanonicalGraph, read_summary
 
     facts = read_summary(can)
     fanouts = [int(f) for f in args.fanouts.split(",")]
@@ -224,7 +228,7 @@ def main() -> None:
     base = min(base_default, base_one, key=lambda r: r["seconds"])
 
     # (b) reading shards (+ blocks + features) vs sampling online with features
-    _warm(out, can / "features.npy")
+    _warm(out, CanonicalGraph(can, facts).features_path)
     read = run_in_child(_ours_read, str(out), args.world_size)
     ours_read = read["seconds"]
     _warm(can)

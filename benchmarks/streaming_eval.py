@@ -90,10 +90,10 @@ def child(args) -> None:
 
     torch.set_num_threads(args.threads)
     data = Path(args.data)
-    x = np.load(data / "canonical_graph" / "features.npy", mmap_mode="r")
+    x = np.load(data / "canonical_graph" / args.features_file, mmap_mode="r")  # named by the parent's code
     n, dim = x.shape
     del x
-    manifest = {"features": {"encoding": "fp32", "shape": [n, dim], "path": "features.npy"}}
+    manifest = {"features": {"encoding": "fp32", "shape": [n, dim], "path": args.features_file}}
     features = FeatureRows("manifest", manifest, data / "canonical_graph")
     transform = FeatureTransform("row")
 
@@ -147,9 +147,9 @@ def child(args) -> None:
     )
 
 
-def warm(data: Path) -> None:
+def warm(data: Path, features_file: str) -> None:
     """Read every input file once (page cache warm for every variant alike)."""
-    for path in [data / "canonical_graph" / "features.npy", *sorted((data / "normalized_adjacency").glob("*.npy"))]:
+    for path in [data / "canonical_graph" / features_file, *sorted((data / "normalized_adjacency").glob("*.npy"))]:
         with open(path, "rb") as f:
             while f.read(1 << 24):
                 pass
@@ -171,6 +171,7 @@ def main(argv=None) -> None:
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--work", help=argparse.SUPPRESS)
+    p.add_argument("--features-file", help=argparse.SUPPRESS)  # the canonical features' name, as this checkout has it
     args = p.parse_args(argv)
     if args.make:
         make(Path(args.make), args.nodes, args.edges, args.dim)
@@ -180,14 +181,18 @@ def main(argv=None) -> None:
         return
     import numpy as np
 
+    sys.path.insert(0, str(HERE))
+    from graphs.canonical import CanonicalGraph
+
     data = Path(args.data)
-    warm(data)
+    warm(data, CanonicalGraph.FEATURES)
     codes = [str(HERE), *[str(Path(c).resolve()) for c in args.code]]
     first = None
     for r in range(args.repeats):
         for code in codes:
             work = data / "work"  # one at a time: a layer file is n x hidden x 4 bytes
             cmd = [sys.executable, __file__, "--child", "--data", str(data), "--work", str(work), "--code", code]
+            cmd += ["--features-file", CanonicalGraph.FEATURES]
             for name in ("chunk_rows", "layers", "hidden", "classes", "threads"):
                 cmd += [f"--{name.replace('_', '-')}", str(getattr(args, name))]
             env = {**os.environ, "PYTHONPATH": code}

@@ -48,6 +48,8 @@ def mean_pair_cosine(embeddings: np.ndarray, pairs: int = 20_000, seed: int = 0)
 
 def ablation_runs(args: argparse.Namespace) -> tuple[dict, str]:
     """{(depth, variant): [summary + "cosine"]}, the dataset label."""
+    from training.outputs import EMBEDDINGS
+
     nodes = int(getattr(args, "nodes", 0) or (1500 if args.quick else 5000))
     seeds = seeds_of(args, 1 if args.quick else 2)
     work = Path(args.work) / f"depth-{nodes}"
@@ -64,7 +66,7 @@ def ablation_runs(args: argparse.Namespace) -> tuple[dict, str]:
             for seed in range(seeds):
                 out = work / "runs" / f"d{depth}-{label.replace(' ', '_')}-{seed}" / "trained_model"
                 s = train_child(shard_dir, out, model, {**training, "seed": seed})
-                s["cosine"] = mean_pair_cosine(np.load(out / "embeddings.npy"))
+                s["cosine"] = mean_pair_cosine(np.load(out / EMBEDDINGS))
                 results.setdefault((depth, label), []).append(s)
                 print(
                     f"  {depth} layers {label} seed {seed}: test {s['test_acc_at_best_val']:.4f}, "

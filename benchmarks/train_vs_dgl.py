@@ -57,7 +57,7 @@ def staged_inputs(landing: Path, home: Path, generate: tuple[int, int] | None = 
     """(canonical graph, normalized adjacency) of `landing` under `home`, each built only when
     missing or stale; `generate` = (nodes, edges) writes a demo-recipe graph into `landing` first
     when it does not exist yet."""
-    from graphs.canonical import build_canonical_graph
+    from graphs.canonical import CanonicalGraph, build_canonical_graph
     from graphs.generate import GenerateConfig, demo_config, generate_dataset
     from graphs.normalize import build_normalized_adjacency
 
@@ -66,7 +66,7 @@ def staged_inputs(landing: Path, home: Path, generate: tuple[int, int] | None = 
         cfg = GenerateConfig(**{**demo_config().__dict__, "num_nodes": nodes, "num_edges": edges})
         generate_dataset(cfg, landing, progress=False)
     can, adj = home / "canonical_graph", home / "normalized_adjacency"
-    if not (can / "summary.json").exists():
+    if not (can / CanonicalGraph.SUMMARY).exists():
         build_canonical_graph(landing, can)
     if not harness.adjacency_current(adj):
         build_normalized_adjacency(can, adj)
@@ -101,16 +101,18 @@ def run_dgl(can: Path, args) -> dict:
     import torch.nn.functional as F
     from torch import nn
 
+    from graphs.canonical import CanonicalGraph
     from graphs.host_memory import reuse_freed_memory
 
-    edges = pq.read_table(can / "edges.parquet")
-    nodes = pq.read_table(can / "nodes.parquet", columns=["label", "split"]).to_pandas()
+    graph = CanonicalGraph.open(can)
+    edges = pq.read_table(graph.edges_path)
+    nodes = pq.read_table(graph.nodes_path, columns=["label", "split"]).to_pandas()
     n = len(nodes)
     g = dgl.graph(
         (torch.from_numpy(edges.column("src").to_numpy()), torch.from_numpy(edges.column("dst").to_numpy())),
         num_nodes=n,
     )
-    g.ndata["feat"] = torch.from_numpy(np.load(can / "features.npy"))
+    g.ndata["feat"] = torch.from_numpy(np.load(graph.features_path))
     g.ndata["label"] = torch.from_numpy(nodes.label.to_numpy().astype(np.int64))
     split = nodes.split.to_numpy()
     train_nids = torch.from_numpy(np.flatnonzero((split == "train") & (nodes.label.to_numpy() >= 0)))
@@ -180,6 +182,7 @@ def run_ours(can: Path, adj: Path, args) -> dict:
 
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
     from training.config import RunConfig
+    from training.outputs import METRICS
     from training.train import train
 
     work = Path(args.work).resolve() / "ours"
@@ -222,7 +225,7 @@ def run_ours(can: Path, adj: Path, args) -> dict:
         }
     )
     summary = train(cfg)
-    metrics = pq.read_table(work / "trained_model" / "metrics.parquet").to_pandas()
+    metrics = pq.read_table(work / "trained_model" / METRICS).to_pandas()
     shard_bytes = sum(p.stat().st_size for p in (work / "minibatch_shards").rglob("*.npz"))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)

@@ -49,9 +49,9 @@ SAGE_TRAINING = {"profiler": "none", "optimizer": {"type": "Adam", "lr": 0.005}}
 
 def build(landing: Path, home: Path, combine: str = "sum") -> None:
     from graphs.canonical import CanonicalConfig, build_canonical_graph
-    from graphs.normalize import build_normalized_adjacency
+    from graphs.normalize import Adjacency, build_normalized_adjacency
 
-    if not (home / "normalized_adjacency" / "summary.json").exists():
+    if not (home / "normalized_adjacency" / Adjacency.SUMMARY).exists():
         build_canonical_graph(landing, home / "canonical_graph", CanonicalConfig(weight_combine=combine))
         build_normalized_adjacency(home / "canonical_graph", home / "normalized_adjacency")
 
@@ -88,6 +88,7 @@ def main() -> None:
     ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
 
+    from graphs.canonical import CanonicalGraph
     from graphs.generate import GenerateConfig, generate_dataset
 
     work = Path(args.work).resolve()
@@ -105,7 +106,7 @@ def main() -> None:
         if not landing.exists():
             generate_dataset(dataclasses.replace(base, heavy_weight=heavy), landing, progress=False)
         build(landing, work / name, combine="max" if name == "ones" else "sum")
-    train_nodes = json.loads((work / "unweighted" / "canonical_graph" / "summary.json").read_text())["train_nodes"]
+    train_nodes = CanonicalGraph.open(work / "unweighted" / "canonical_graph").summary["train_nodes"]
     adj = {name: digest(work / name / "normalized_adjacency", "*.npy") for name in graphs}
     print(f"Â digests: {adj}; all-ones == unweighted: {adj['ones'] == adj['unweighted']}", flush=True)
 

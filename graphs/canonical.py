@@ -69,7 +69,6 @@ both output edges. The summary counts the rows combined into duplicates
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -88,6 +87,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graphs import duck
+from graphs.canonical_files import CanonicalGraph, edge_batches, read_summary
 from graphs.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_THREADS, bounded_repr, check_fields
 from graphs.edge_keys import (
     BYTES_PER_KEY,
@@ -120,10 +120,10 @@ from graphs.landing import (  # the landing folder's layout and rule, re-exporte
 )
 from graphs.npyrows import NpyRowWriter
 from graphs.plotting import headless_pyplot
-from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, write_summary
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 from graphs.user_files import prepare_inputs, read_column_mapping
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = CanonicalGraph.FORMAT_VERSION
 # The split words of nodes.parquet, matched case-insensitively after trimming spaces, and their
 # code in SPLIT_NAMES (the output's split values); any other word is read as 'other', counted.
 SPLIT_NAMES = ("train", "val", "test", "other")
@@ -852,7 +852,7 @@ def _write_tables(tmp: Path, files, spill, space, relabel, lut, shift: int, half
         edges_job = pool.submit(
             _write_edges,
             spill,
-            tmp / "edges.parquet",
+            tmp / CanonicalGraph.EDGES,
             shift=shift,
             half=half,
             directed=not cfg.symmetrize,
@@ -872,7 +872,7 @@ def _write_tables(tmp: Path, files, spill, space, relabel, lut, shift: int, half
             if degree_ready.done():  # plot while the last edges are still being encoded
                 degree = degree_ready.result()
                 degree = degree[space.present] if lut is not None else degree
-                _plot_degrees(degree, tmp / "degree_distribution.png")
+                _plot_degrees(degree, tmp / CanonicalGraph.DEGREE_PLOT)
         finally:
             _, distinct_input_pairs, edges_written, weight_facts = edges_job.result()
     return (degree, distinct_input_pairs, edges_written, weight_facts), node_facts, feat_facts
@@ -1148,7 +1148,7 @@ def _write_nodes(
     original = "DELTA_BINARY_PACKED" if pa.types.is_integer(relabel.ids.type) else "DELTA_BYTE_ARRAY"
     pq.write_table(
         table,
-        tmp / "nodes.parquet",
+        tmp / CanonicalGraph.NODES,
         compression="none",
         use_dictionary=["label", "split"],
         column_encoding={"node_id": "DELTA_BINARY_PACKED", "original_id": original},
@@ -1235,7 +1235,7 @@ def _write_features(
     rows_per_batch = max(1024, min(cfg.batch_rows, FEATURE_BATCH_BYTES // (4 * width_guess), largest_group))
     if new_ids is None:  # one call: a string relabeller builds its hash set once, not per batch
         new_ids = relabel(pf.read(columns=["node_id"]).column(0))
-    with _FeatureWriter(tmp / "features.npy", n, new_ids, cfg.sort_budget_mb << 20) as out:
+    with _FeatureWriter(tmp / CanonicalGraph.FEATURES, n, new_ids, cfg.sort_budget_mb << 20) as out:
         _copy_features(pf, path, rows_per_batch, new_ids, seen, out)
     if out.dim is None:
         raise InputError(f"{path}: holds no rows")
@@ -1377,29 +1377,10 @@ def _plot_degrees(degree: np.ndarray, path: Path) -> None:
     plt.close(fig)
 
 
-def read_summary(canonical_dir: str | os.PathLike) -> dict:
-    """The summary.json written next to a canonical graph."""
-    return json.loads((Path(canonical_dir) / "summary.json").read_text())
-
-
-def edge_batches(canonical_dir: str | os.PathLike, batch_rows: int = 1 << 22, *, with_weight: bool = False):
-    """Stream a canonical graph's edges.parquet: (src, dst) int64 arrays of up to `batch_rows`
-    edges, in the file's (src, dst) order; memory is one batch whatever the edge count.
-    With `with_weight`, (src, dst, weight float64) of a weighted graph. The file is first
-    checked against the folder's hashes.json (`graphs.storage.verified`)."""
-    path = verified(canonical_dir, "edges.parquet")
-    columns = ["src", "dst", "weight"] if with_weight else ["src", "dst"]
-    for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_rows, columns=columns):
-        ids = (
-            np.asarray(batch.column(0).to_numpy(), dtype=np.int64),
-            np.asarray(batch.column(1).to_numpy(), dtype=np.int64),
-        )
-        yield (*ids, np.asarray(batch.column(2).to_numpy(), dtype=np.float64)) if with_weight else ids
-
-
 __all__ = [
     "READY_MARKER",
     "CanonicalConfig",
+    "CanonicalGraph",
     "DatasetFiles",
     "InputError",
     "LABEL_CLASSES",

@@ -107,10 +107,13 @@ import numpy as np
 if TYPE_CHECKING:
     from graphs.bloom import BloomFilter
 
+from graphs.canonical_files import CanonicalGraph, edge_batches
+from graphs.compress_files import CompressedGraph
 from graphs.config_checks import MAX_ROWS, MAX_SEED, bounded_repr, check_fields
 from graphs.host_memory import reuse_freed_memory
-from graphs.normalize import load_csr
+from graphs.normalize import Adjacency, load_csr
 from graphs.npyrows import create_npy_memmap
+from graphs.partition_files import Partitions
 from graphs.quantize import (
     FEATURE_TRANSFORMS,
     EncodedFeatures,
@@ -129,7 +132,7 @@ from graphs.quantize import (
     quantize_int8_rows_csr,
     unpack_binary,
 )
-from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, verify_inputs, write_summary
+from graphs.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
 
 __all__ = [
     "FORMAT_VERSION",
@@ -137,6 +140,7 @@ __all__ = [
     "FEATURE_TRANSFORMS",
     "FEATURE_FILES",
     "CompressConfig",
+    "CompressedGraph",
     "build_compressed_graph",
     "verify_compressed_graph",
     "load_features",
@@ -147,10 +151,10 @@ __all__ = [
     "encoding_nbytes",
 ]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = CompressedGraph.FORMAT_VERSION
 FEATURE_ENCODINGS = ("auto", "int8", "int4", "binary")
-FEATURE_FILES = {"int8": "features_int8.npy", "int4": "features_int4.npy", "binary": "features_binary.npy"}
-SCALES_FILE = "feature_scales.npy"
+FEATURE_FILES = CompressedGraph.FEATURE_FILES
+SCALES_FILE = CompressedGraph.FEATURE_SCALES
 
 _BLOCK_ELEMENTS = 1 << 22  # elements per feature block (~32 MiB as float64)
 _WEIGHT_BLOCK = 1 << 24  # CSR entries per weight block
@@ -355,10 +359,11 @@ def _alternative_errors(x: np.ndarray, encodings: list[str], transform: str, row
 
 
 def _compress_features(canonical: Path, tmp: Path, cfg: CompressConfig) -> dict | None:
-    path = canonical / "features.npy"
-    if not path.is_file():
+    graph = CanonicalGraph(canonical, {})
+    path = graph.features_path
+    if not graph.has_features:
         return None
-    x = np.load(verified(canonical, path.name), mmap_mode="r", allow_pickle=False)
+    x = np.load(graph.verified(graph.FEATURES), mmap_mode="r", allow_pickle=False)
     if x.ndim != 2 or x.dtype != np.float32:
         raise ValueError(f"{path}: expected float32 [n, D] features, got {x.dtype} {x.shape}")
     n, d = x.shape
@@ -409,8 +414,8 @@ def _compress_weights(adjacency: Path, tmp: Path) -> dict:
     indptr, weights = csr.indptr, csr.weights
     n, nnz = csr.n, csr.nnz
     t0 = time.perf_counter()
-    q = create_npy_memmap(tmp / "weights_int8.npy", dtype=np.int8, shape=(nnz,))
-    scale = create_npy_memmap(tmp / "weight_scales.npy", dtype=np.float32, shape=(n,))
+    q = create_npy_memmap(tmp / CompressedGraph.WEIGHTS_INT8, dtype=np.int8, shape=(nnz,))
+    scale = create_npy_memmap(tmp / CompressedGraph.WEIGHT_SCALES, dtype=np.float32, shape=(n,))
     acc = ErrorAccumulator(1)
     for r0, r1, a, b in _csr_blocks(indptr, _WEIGHT_BLOCK):
         ptr = np.asarray(indptr[r0 : r1 + 1], dtype=np.int64) - a
@@ -439,8 +444,6 @@ def _csr_blocks(indptr: np.ndarray, target: int) -> Iterator[tuple[int, int, int
 
 
 def _edge_batches(canonical: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    from graphs.canonical import edge_batches
-
     return edge_batches(canonical, _EDGE_BATCH)
 
 
@@ -578,19 +581,13 @@ def build_compressed_graph(
     cfg = cfg or CompressConfig()
     t0 = time.perf_counter()
     canonical, adjacency, partitions = Path(canonical_dir), Path(adjacency_dir), Path(partitions_dir)
-    from graphs.canonical import read_summary
-
     _verify_inputs(canonical, adjacency, partitions)
-    facts = read_summary(canonical)
-    n, num_edges = int(facts["nodes"]), int(facts["edges"])
-    symmetrized = bool(facts.get("symmetrized", True))
-    part = np.load(partitions / "part_id.npy", allow_pickle=False)
+    graph, parts = CanonicalGraph.open(canonical), Partitions.open(partitions)
+    n, num_edges, symmetrized = graph.num_nodes, graph.num_edges, graph.symmetrized
+    part = np.load(parts.path(parts.PART_ID), allow_pickle=False)
     if part.shape != (n,):
-        raise ValueError(f"{partitions / 'part_id.npy'}: {part.shape[0]} entries but the canonical graph has {n} nodes")
-    k = int(part.max()) + 1 if n else 1
-    parts_summary = partitions / "summary.json"
-    if parts_summary.is_file():
-        k = max(k, int(json.loads(parts_summary.read_text())["num_parts"]))
+        raise ValueError(f"{parts.path(parts.PART_ID)}: {part.shape[0]} entries but the canonical graph has {n} nodes")
+    k = max(int(part.max()) + 1 if n else 1, parts.num_parts)
 
     with atomic_output_dir(out_dir) as tmp:
         # the per-chunk and per-part arrays reuse the pages their predecessors freed (graphs.host_memory)
@@ -628,7 +625,7 @@ def build_compressed_graph(
             "seconds": round(time.perf_counter() - t0, 3),
             "peak_rss_bytes": peak_rss_bytes(),
         }
-        (tmp / "manifest.json").write_text(json.dumps(_manifest(tmp, summary, cfg), indent=2))
+        (tmp / CompressedGraph.MANIFEST).write_text(json.dumps(_manifest(tmp, summary, cfg), indent=2))
         write_summary(tmp, summary)
     return summary
 
@@ -636,9 +633,9 @@ def build_compressed_graph(
 def _verify_inputs(canonical: Path, adjacency: Path, partitions: Path) -> None:
     """Check every upstream file the stage reads against its folder's hashes.json before any
     work (`graphs.storage.verify_inputs`; the readers check again, from the digest cache)."""
-    verify_inputs(canonical, ("summary.json", "edges.parquet", "features.npy"))
-    verify_inputs(adjacency, ("indptr.npy", "indices.npy", "weights.npy"))
-    verify_inputs(partitions, ("part_id.npy", "summary.json"))
+    verify_inputs(canonical, (CanonicalGraph.SUMMARY, CanonicalGraph.EDGES, CanonicalGraph.FEATURES))
+    verify_inputs(adjacency, Adjacency.CSR_FILES)
+    verify_inputs(partitions, (Partitions.PART_ID, Partitions.SUMMARY))
 
 
 def _manifest(tmp: Path, summary: dict, cfg: CompressConfig) -> dict:
@@ -660,23 +657,13 @@ def _manifest(tmp: Path, summary: dict, cfg: CompressConfig) -> dict:
         "feature_dims": summary["features"]["dims"] if summary["features"] else 0,
         "bloom_parts": summary["bloom"]["parts"],
         "bloom_directions": "both",
-        "weights_align_with": "normalized_adjacency/indptr.npy, indices.npy",
+        "weights_align_with": f"{Adjacency.STAGE}/{Adjacency.INDPTR}, {Adjacency.INDICES}",
         "files": files,
         "config": asdict(cfg),
     }
 
 
 # ----------------------------------------------------------------------------- readers
-
-
-def _read_manifest(out_dir: Path, verify: bool = True) -> dict:
-    manifest = json.loads((verified(out_dir, "manifest.json") if verify else out_dir / "manifest.json").read_text())
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
-            f"{out_dir / 'manifest.json'}: compressed graph format version {manifest.get('format_version')}, "
-            f"this reader reads {FORMAT_VERSION}; rematerialize compressed_graph"
-        )
-    return manifest
 
 
 def load_features(out_dir: str | os.PathLike, mmap: bool = True, *, verify: bool = True) -> EncodedFeatures | None:
@@ -688,19 +675,19 @@ def load_features(out_dir: str | os.PathLike, mmap: bool = True, *, verify: bool
     it checks the same files against the hashes the shards' manifest recorded
     (`graphs.shard_format.read_manifest`), so each rank need not hash them twice.
     """
-    out_dir = Path(out_dir)
-    manifest = _read_manifest(out_dir, verify)
+    art = CompressedGraph.open(out_dir, verify=verify)
+    manifest = art.manifest
     encoding = manifest["feature_encoding"]
     if encoding is None:
         return None
-    path = verified(out_dir, FEATURE_FILES[encoding]) if verify else out_dir / FEATURE_FILES[encoding]
+    path = art.verified(FEATURE_FILES[encoding]) if verify else art.path(FEATURE_FILES[encoding])
     mode = "c" if mmap else None  # copy-on-write: writable for torch.from_numpy, the file never changes
     main = np.load(path, mmap_mode=mode, allow_pickle=False)
     d = int(manifest["feature_dims"])
     if encoding == "binary":
         arrays = {"packed": main}
     else:
-        scales = np.load(verified(out_dir, SCALES_FILE) if verify else out_dir / SCALES_FILE, allow_pickle=False)
+        scales = np.load(art.verified(SCALES_FILE) if verify else art.path(SCALES_FILE), allow_pickle=False)
         arrays = {"q" if encoding == "int8" else "packed": main, "scale": scales[0], "zero_point": scales[1]}
     return EncodedFeatures(
         encoding=encoding,
@@ -714,23 +701,21 @@ def load_features(out_dir: str | os.PathLike, mmap: bool = True, *, verify: bool
 def load_weights(out_dir: str | os.PathLike, mmap: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(q int8 [nnz], scale float32 [n]); decode with ``dequantize_int8_rows_csr(indptr, q, scale)``.
     The files are checked against the folder's hashes.json first."""
-    out_dir = Path(out_dir)
-    _read_manifest(out_dir)
+    art = CompressedGraph.open(out_dir, verify=True)
     mode = "c" if mmap else None
     return (
-        np.load(verified(out_dir, "weights_int8.npy"), mmap_mode=mode, allow_pickle=False),
-        np.load(verified(out_dir, "weight_scales.npy"), mmap_mode=mode, allow_pickle=False),
+        np.load(art.verified(art.WEIGHTS_INT8), mmap_mode=mode, allow_pickle=False),
+        np.load(art.verified(art.WEIGHT_SCALES), mmap_mode=mode, allow_pickle=False),
     )
 
 
 def load_bloom_filters(out_dir: str | os.PathLike) -> list[BloomFilter]:
     """The per-part filters, part 0 first (bit arrays memory-mapped), each file checked against
     the folder's hashes.json first (`BloomFilter.load` itself checks only the header)."""
-    out_dir = Path(out_dir)
-    k = int(_read_manifest(out_dir)["bloom_parts"])
+    art = CompressedGraph.open(out_dir, verify=True)
     from graphs.bloom import BloomFilter
 
-    return [BloomFilter.load(verified(out_dir, f"bloom/part-{p}.bloom")) for p in range(k)]
+    return [BloomFilter.load(art.verified(art.bloom_file(p))) for p in range(int(art.manifest["bloom_parts"]))]
 
 
 def might_be_edge(filters: list[BloomFilter], part: np.ndarray, u, v) -> np.ndarray:
@@ -793,12 +778,10 @@ def verify_compressed_graph(
     quantizer's bound holds.
     """
     out, canonical, adjacency = Path(out_dir), Path(canonical_dir), Path(adjacency_dir)
-    from graphs.canonical import read_summary
-
-    verified(canonical, "summary.json")
-    facts = read_summary(canonical)
-    part = np.load(verified(partitions_dir, "part_id.npy"), allow_pickle=False)
-    result = _bloom_misses(out, canonical, part, int(facts["edges"]), sample_edges, seed)
+    graph = CanonicalGraph.open(canonical, verify=True)
+    parts = Partitions.open(partitions_dir)
+    part = np.load(parts.verified(parts.PART_ID), allow_pickle=False)
+    result = _bloom_misses(out, canonical, part, graph.num_edges, sample_edges, seed)
     feats = load_features(out)
     result.update(
         feature_encoding=feats.encoding if feats else None, feature_bound_excess=0.0, feature_columns_over_bound=0
@@ -826,7 +809,7 @@ def _bloom_misses(out: Path, canonical: Path, part: np.ndarray, edges: int, samp
 
 def _feature_bound_excess(out: Path, canonical: Path, feats: EncodedFeatures) -> dict:
     """The largest excess of the decoded features' error over its bound per column, and the columns over it."""
-    x = np.load(verified(canonical, "features.npy"), mmap_mode="r", allow_pickle=False)
+    x = np.load(CanonicalGraph(canonical, {}).verified(CanonicalGraph.FEATURES), mmap_mode="r", allow_pickle=False)
     n, d = x.shape
     if (feats.num_rows, feats.num_cols) != (n, d):
         raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")

@@ -73,6 +73,24 @@ def bounded_text(text: str, limit: int = MAX_REPR) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+DEFAULT_FANOUTS = "10,10"  # the default of every fanouts setting
+
+
+def parse_fanouts(text: Any, what: str = "fanouts") -> list[int]:
+    """The neighbours sampled per layer, input layer first (DGL's order), from ``"15,10,5"``:
+    1 to MAX_LAYERS values, each -1 (every neighbour) or in [1, MAX_FANOUT]; ValueError naming
+    `what` otherwise. The one parser of every fanouts setting (shards, DistDGL)."""
+    try:
+        values = [int(v) for v in str(text).replace(" ", "").split(",") if v != ""]
+    except ValueError as exc:
+        raise ValueError(f"{what}={bounded_repr(text)}: expected comma-separated integers, e.g. '15,10,5'") from exc
+    if not 0 < len(values) <= MAX_LAYERS or any(f == 0 or f < -1 or f > MAX_FANOUT for f in values):
+        raise ValueError(
+            f"{what}={bounded_repr(text)}: need 1 to {MAX_LAYERS} layers, each -1 (all) or in [1, {MAX_FANOUT}]"
+        )
+    return values
+
+
 def bounded_repr(value: Any, limit: int = MAX_REPR) -> str:
     """``repr(value)`` of at most `limit` characters, cut with "..." (never builds the whole repr
     of a long string or a deeply nested container)."""

@@ -43,7 +43,6 @@ in row blocks after one sort of the training keys in both directions.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -54,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphs.canonical_files import CanonicalGraph, edge_batches
 from graphs.config_checks import MAX_SEED, check_fields
 from graphs.storage import (
     atomic_output_dir,
@@ -61,7 +61,6 @@ from graphs.storage import (
     peak_rss_bytes,
     read_file_hashes,
     remember_sha256,
-    verified,
     verify_inputs,
     write_summary,
 )
@@ -74,6 +73,7 @@ __all__ = [
     "SPLIT_FILES",
     "EdgeSplitConfig",
     "EdgeSplit",
+    "SplitPairs",
     "build_edge_split",
     "load_edge_split",
     "undirected_pairs",
@@ -84,14 +84,31 @@ TASKS = ("node_classification", "link_prediction")
 DEFAULT_TASK = TASKS[0]
 LINK_PREDICTION = TASKS[1]
 
-FORMAT_VERSION = 1
-SPLIT_FILES = {
-    "train": "train_edges.npy",
-    "val": "val_edges.npy",
-    "test": "test_edges.npy",
-    "val_negatives": "val_negatives.npy",
-    "test_negatives": "test_negatives.npy",
-}
+
+class EdgeSplit(CanonicalGraph):
+    """An edge_split folder: the message-passing graph in the canonical layout (`CanonicalGraph`'s
+    files) plus the split's pairs (files in the module docstring). The summary's top-level
+    ``format_version`` is the canonical layout's; the split's own is ``split.format_version``."""
+
+    STAGE = "edge_split"
+    FORMAT_VERSION = 1
+    SPLIT_FILES = {
+        "train": "train_edges.npy",
+        "val": "val_edges.npy",
+        "test": "test_edges.npy",
+        "val_negatives": "val_negatives.npy",
+        "test_negatives": "test_negatives.npy",
+    }
+    LINKED = (CanonicalGraph.NODES, CanonicalGraph.FEATURES)  # the canonical graph's, linked in
+
+    @classmethod
+    def format_version_of(cls, summary) -> object:
+        split = summary.get("split") if isinstance(summary, dict) else None
+        return split.get("format_version") if isinstance(split, dict) else None
+
+
+FORMAT_VERSION = EdgeSplit.FORMAT_VERSION
+SPLIT_FILES = EdgeSplit.SPLIT_FILES
 _WRITE_ROWS = 1 << 22
 
 
@@ -129,7 +146,7 @@ class EdgeSplitConfig:
 
 
 @dataclass
-class EdgeSplit:
+class SplitPairs:
     """A written split, read back: pairs int64 [m, 2] per split name of `SPLIT_FILES`."""
 
     n: int
@@ -147,8 +164,6 @@ def undirected_pairs(canonical_dir: str | os.PathLike, n: int, symmetrized: bool
     Streams edges.parquet; a `symmetrized` graph (both directions stored) keeps the (u < v)
     orientation of each pair, a directed one folds every edge onto (min, max) and deduplicates.
     """
-    from graphs.canonical import edge_batches
-
     keys = []
     for src, dst in edge_batches(canonical_dir):
         if symmetrized:
@@ -179,7 +194,7 @@ def _write_message_passing(tmp: Path, train_keys: np.ndarray, n: int, weights: n
     if w is not None:
         fields.append(pa.field("weight", pa.float64()))
     schema = pa.schema(fields)
-    with pq.ParquetWriter(tmp / "edges.parquet", schema) as writer:
+    with pq.ParquetWriter(tmp / EdgeSplit.EDGES, schema) as writer:
         for a in range(0, max(len(directed), 1), _WRITE_ROWS):
             s, d = np.divmod(directed[a : a + _WRITE_ROWS], np.int64(n))
             cols = [pa.array(s), pa.array(d)] + ([pa.array(w[a : a + _WRITE_ROWS])] if w is not None else [])
@@ -188,8 +203,6 @@ def _write_message_passing(tmp: Path, train_keys: np.ndarray, n: int, weights: n
 
 def _pair_weights(canonical: Path, keys: np.ndarray, n: int) -> np.ndarray:
     """The canonical weight of each undirected key (that of the (min, max) direction when present)."""
-    from graphs.canonical import edge_batches
-
     out = np.zeros(len(keys), np.float64)
     for src, dst, w in edge_batches(canonical, with_weight=True):
         k = np.minimum(src, dst) * np.int64(n) + np.maximum(src, dst)
@@ -206,7 +219,6 @@ def build_edge_split(
 ) -> dict:
     """Write the split of the canonical graph in `canonical_dir` (files in the module
     docstring) into `out_dir`, atomically. Returns the summary (also summary.json)."""
-    from graphs.canonical import read_summary
     from graphs.negatives import EdgeKeys, draw_non_edges
 
     cfg = cfg or EdgeSplitConfig()
@@ -214,15 +226,15 @@ def build_edge_split(
     canonical = Path(canonical_dir)
     # every canonical file read or linked, checked against its hashes.json before any work: a
     # damaged nodes.parquet or features.npy would otherwise be linked in and recorded as good
-    verify_inputs(canonical, ("summary.json", "edges.parquet", "nodes.parquet", "features.npy"))
-    recorded = {} if is_staging_dir(canonical) else read_file_hashes(canonical, stage="canonical_graph")
-    facts = read_summary(canonical)
-    n = int(facts["nodes"])
+    verify_inputs(canonical, (EdgeSplit.SUMMARY, EdgeSplit.EDGES, *EdgeSplit.LINKED))
+    recorded = {} if is_staging_dir(canonical) else read_file_hashes(canonical, stage=CanonicalGraph.STAGE)
+    graph = CanonicalGraph.open(canonical)
+    facts, n = graph.summary, graph.num_nodes
     keys = undirected_pairs(canonical, n, bool(facts.get("symmetrized", False)))
     m = len(keys)
     n_val, n_test = int(round(cfg.val_fraction * m)), int(round(cfg.test_fraction * m))
     if m - n_val - n_test < 1:
-        raise ValueError(f"{canonical / 'edges.parquet'}: {m} undirected edges leave no training edge after the split")
+        raise ValueError(f"{graph.edges_path}: {m} undirected edges leave no training edge after the split")
     rng = np.random.default_rng(cfg.seed)
     perm = rng.permutation(m)
     val_keys = np.sort(keys[perm[:n_val]])
@@ -238,11 +250,11 @@ def build_edge_split(
     def pairs(k: np.ndarray) -> np.ndarray:
         return np.stack(np.divmod(k, np.int64(n)), axis=1).astype(np.int64)
 
-    weighted = bool(facts.get("weighted", False))
+    weighted = graph.weighted
     with atomic_output_dir(out_dir) as tmp:
         train_w = _pair_weights(canonical, keys, n)[np.searchsorted(keys, train_keys)] if weighted else None
         _write_message_passing(tmp, train_keys, n, train_w)
-        for name in ("nodes.parquet", "features.npy"):
+        for name in EdgeSplit.LINKED:
             if (canonical / name).is_file():
                 _link_or_copy(canonical / name, tmp / name)
                 if name in recorded:  # checked above: publishing need not read it again
@@ -273,16 +285,9 @@ def build_edge_split(
     return summary
 
 
-def load_edge_split(split_dir: str | os.PathLike) -> EdgeSplit:
+def load_edge_split(split_dir: str | os.PathLike) -> SplitPairs:
     """The pairs of a written split, each file checked against the folder's hashes.json first
     (`graphs.storage.verified`); refuses another format version, naming the stage to re-run."""
-    d = Path(split_dir)
-    summary = json.loads(verified(d, "summary.json").read_text())
-    version = summary.get("split", {}).get("format_version")
-    if version != FORMAT_VERSION:
-        raise ValueError(
-            f"{d / 'summary.json'}: edge split format version {version}, this reader reads {FORMAT_VERSION}; "
-            "rematerialize edge_split"
-        )
-    arrays = {name: np.load(verified(d, f), allow_pickle=False) for name, f in SPLIT_FILES.items()}
-    return EdgeSplit(n=int(summary["nodes"]), summary=summary, **arrays)
+    split = EdgeSplit.open(split_dir, verify=True)
+    arrays = {name: np.load(split.verified(f), allow_pickle=False) for name, f in split.SPLIT_FILES.items()}
+    return SplitPairs(n=split.num_nodes, summary=split.summary, **arrays)

@@ -53,7 +53,6 @@ is O(n) plus one batch, whatever the edge count.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -64,14 +63,33 @@ from typing import NamedTuple
 import numpy as np
 
 from graphs import duck
+from graphs.canonical_files import CanonicalGraph, edge_batches
 from graphs.config_checks import MAX_ROWS, bounded_repr, check_fields
 from graphs.npyrows import create_npy_memmap
-from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, write_summary
+from graphs.stage_artifact import StageArtifact
+from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
-FORMAT_VERSION = 1
 NORMS = ("both", "right")
-ROW_SCALE_FILE = "row_scale.npy"
-COL_SCALE_FILE = "col_scale.npy"
+
+
+class Adjacency(StageArtifact):
+    """A normalized_adjacency folder (files in the module docstring)."""
+
+    STAGE = "normalized_adjacency"
+    FORMAT_VERSION = 1
+    INDPTR = "indptr.npy"
+    INDICES = "indices.npy"
+    WEIGHTS = "weights.npy"
+    ROW_SCALE = "row_scale.npy"
+    COL_SCALE = "col_scale.npy"
+    CSR_FILES = (INDPTR, INDICES, WEIGHTS)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.summary["nodes"])
+
+
+FORMAT_VERSION = Adjacency.FORMAT_VERSION
 
 
 @dataclass(kw_only=True)
@@ -135,23 +153,23 @@ def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True, n: int | None 
     Missing files, files changed since they were published, arrays of inconsistent lengths, or
     (with `n`) a row count other than `n` raise naming the file and the stage to re-materialize.
     """
-    d = Path(adjacency_dir)
+    adj = Adjacency.open(adjacency_dir)
     mode = "r" if mmap else None
     arrays = []
-    for name in ("indptr", "indices", "weights"):
-        path = d / f"{name}.npy"
-        if not path.is_file():
-            raise FileNotFoundError(f"{path}: missing; materialize normalized_adjacency first")
-        arrays.append(np.load(verified(d, path.name), mmap_mode=mode, allow_pickle=False))
+    for name in Adjacency.CSR_FILES:
+        if not adj.has(name):
+            raise FileNotFoundError(f"{adj.path(name)}: missing; materialize normalized_adjacency first")
+        arrays.append(np.load(adj.verified(name), mmap_mode=mode, allow_pickle=False))
     csr = CSR(*arrays)
     if not len(csr.indices) == len(csr.weights) == (int(csr.indptr[-1]) if len(csr.indptr) else -1):
         raise ValueError(
-            f"{d}: indptr ends at {int(csr.indptr[-1]) if len(csr.indptr) else None} but indices.npy has "
-            f"{len(csr.indices)} and weights.npy {len(csr.weights)} entries; re-materialize normalized_adjacency"
+            f"{adj.root}: indptr ends at {int(csr.indptr[-1]) if len(csr.indptr) else None} but {adj.INDICES} has "
+            f"{len(csr.indices)} and {adj.WEIGHTS} {len(csr.weights)} entries; re-materialize normalized_adjacency"
         )
     if n is not None and csr.n != n:
         raise ValueError(
-            f"{d / 'indptr.npy'}: {csr.n} rows but the canonical graph has {n} nodes; re-materialize normalized_adjacency"
+            f"{adj.path(adj.INDPTR)}: {csr.n} rows but the canonical graph has {n} nodes; "
+            "re-materialize normalized_adjacency"
         )
     return csr
 
@@ -168,23 +186,23 @@ class ScaleFactors(NamedTuple):
 
 def load_scale_factors(adjacency_dir: str | os.PathLike, n: int | None = None) -> ScaleFactors | None:
     """Â's row and column scales when it factors (module docstring), memory-mapped; None when
-    it does not (a weighted graph, another self-loop weight, or a folder written before them).
-    The summary and the scale files are checked against the folder's hashes.json first."""
-    d = Path(adjacency_dir)
-    summary = json.loads(verified(d, "summary.json").read_text()) if (d / "summary.json").is_file() else {}
-    entry = summary.get("scale_factors")
+    it does not (a weighted graph, another self-loop weight). The summary and the scale files are
+    checked against the folder's hashes.json first."""
+    adj = Adjacency.open(adjacency_dir, verify=True)
+    d = adj.root
+    entry = adj.summary.get("scale_factors")
     if not entry:
         return None
     loaded = {}
     for name in (entry["row"], entry["col"]):
         if name is None or name in loaded:
             continue
-        if name not in (ROW_SCALE_FILE, COL_SCALE_FILE):
-            raise ValueError(f"{d / 'summary.json'}: scale_factors names {name!r}; re-materialize normalized_adjacency")
+        if name not in (adj.ROW_SCALE, adj.COL_SCALE):
+            raise ValueError(f"{d / adj.SUMMARY}: scale_factors names {name!r}; re-materialize normalized_adjacency")
         path = d / name
         if not path.is_file():
             raise FileNotFoundError(f"{path}: missing; re-materialize normalized_adjacency")
-        arr = np.load(verified(d, name), mmap_mode="r", allow_pickle=False)
+        arr = np.load(adj.verified(name), mmap_mode="r", allow_pickle=False)
         if arr.dtype != np.float64 or arr.ndim != 1 or (n is not None and len(arr) != n):
             raise ValueError(
                 f"{path}: {arr.dtype} {list(arr.shape)}, expected float64 [{n}]; re-materialize normalized_adjacency"
@@ -248,19 +266,17 @@ def build_normalized_adjacency(
     """
     cfg = cfg or AdjacencyConfig()
     t0 = time.perf_counter()
-    canonical = Path(canonical_dir)
-    from graphs.canonical import read_summary
+    # the canonical files read, checked against its hashes.json
+    graph = CanonicalGraph.open(canonical_dir, verify=True)
+    canonical = graph.root
+    n, num_edges = graph.num_nodes, graph.num_edges
+    edges_path = graph.verified(graph.EDGES)
 
-    verified(canonical, "summary.json")  # the canonical files read, checked against its hashes.json
-    facts = read_summary(canonical)
-    n, num_edges = int(facts["nodes"]), int(facts["edges"])
-    edges_path = verified(canonical, "edges.parquet")
-
-    symmetric = bool(facts.get("symmetrized", True))
-    weighted = bool(facts.get("weighted", False))
+    symmetric = graph.symmetrized
+    weighted = graph.weighted
     (out_deg, in_deg), sums = _degrees(edges_path, n, symmetric, cfg.memory_limit, weighted)
     if int(out_deg.sum()) != num_edges:
-        raise ValueError(f"{edges_path}: holds {int(out_deg.sum())} edges but summary.json says {num_edges}")
+        raise ValueError(f"{edges_path}: holds {int(out_deg.sum())} edges but {graph.SUMMARY} says {num_edges}")
     loop = 1 if cfg.add_self_loops else 0
     row_len = out_deg + loop
     # weighted degrees: weight sums (edge counts when unweighted) plus the self-loop weight
@@ -270,14 +286,14 @@ def build_normalized_adjacency(
     nnz = num_edges + loop * n
     index_dtype = np.int32 if n < 2**31 else np.int64
     with atomic_output_dir(out_dir) as tmp:
-        indptr = create_npy_memmap(tmp / "indptr.npy", dtype=np.int64, shape=(n + 1,))
+        indptr = create_npy_memmap(tmp / Adjacency.INDPTR, dtype=np.int64, shape=(n + 1,))
         indptr[0] = 0
         np.cumsum(row_len, out=indptr[1:])
-        indices = create_npy_memmap(tmp / "indices.npy", dtype=index_dtype, shape=(nnz,))
-        weights = create_npy_memmap(tmp / "weights.npy", dtype=np.float32, shape=(nnz,))
+        indices = create_npy_memmap(tmp / Adjacency.INDICES, dtype=index_dtype, shape=(nnz,))
+        weights = create_npy_memmap(tmp / Adjacency.WEIGHTS, dtype=np.float32, shape=(nnz,))
         k, below_diag = _fill_edges(canonical, cfg, weighted, indices, weights, row_scale, col_scale)
         if k != num_edges:
-            raise ValueError(f"{edges_path}: streamed {k} edges but summary.json says {num_edges}")
+            raise ValueError(f"{edges_path}: streamed {k} edges but {graph.SUMMARY} says {num_edges}")
         if loop:
             diag_pos = indptr[:-1] + below_diag
             indices[diag_pos] = np.arange(n, dtype=index_dtype)
@@ -331,8 +347,6 @@ def _fill_edges(canonical: Path, cfg: AdjacencyConfig, weighted: bool, indices, 
 
     With self loops, each row's loop slot (after its edges with a smaller column) is left free.
     """
-    from graphs.canonical import edge_batches
-
     loop = 1 if cfg.add_self_loops else 0
     below_diag = np.zeros(len(row_scale), dtype=np.int64)
     k = 0
@@ -359,13 +373,13 @@ def _save_scale_factors(tmp: Path, row_scale, col_scale, weighted: bool, cfg: Ad
     loop_w = cfg.self_loop_weight if cfg.add_self_loops else 0.0
     if weighted or loop_w not in (0.0, 1.0):
         return None
-    np.save(tmp / ROW_SCALE_FILE, row_scale)
+    np.save(tmp / Adjacency.ROW_SCALE, row_scale)
     col_file = None
     if col_scale is not None:
-        col_file = ROW_SCALE_FILE if np.array_equal(col_scale, row_scale) else COL_SCALE_FILE
-        if col_file == COL_SCALE_FILE:
-            np.save(tmp / COL_SCALE_FILE, col_scale)
-    return {"row": ROW_SCALE_FILE, "col": col_file}
+        col_file = Adjacency.ROW_SCALE if np.array_equal(col_scale, row_scale) else Adjacency.COL_SCALE
+        if col_file == Adjacency.COL_SCALE:
+            np.save(tmp / Adjacency.COL_SCALE, col_scale)
+    return {"row": Adjacency.ROW_SCALE, "col": col_file}
 
 
 # ----------------------------------------------------------------------------- checks
@@ -520,6 +534,7 @@ def largest_eigenvalue(csr: CSR, iterations: int = 50) -> float:
 
 
 __all__ = [
+    "Adjacency",
     "AdjacencyConfig",
     "CSR",
     "FORMAT_VERSION",

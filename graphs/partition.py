@@ -56,7 +56,6 @@ The tests check this writer against DGL's own `partition_graph` given the same a
 
 from __future__ import annotations
 
-import json
 import os
 import time
 import warnings
@@ -68,14 +67,15 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graphs.canonical import edge_batches, read_summary
+from graphs.canonical_files import CanonicalGraph, edge_batches
 from graphs.coarsen import Level, metis_levels, row_chunks
 from graphs.config_checks import MAX_SEED, check_fields
 from graphs.distdgl_format import write_distdgl_parts
 from graphs.metis import metis_idx_dtype, quiet_stdout
-from graphs.storage import atomic_output_dir, peak_rss_bytes, verified, verify_inputs, write_summary
+from graphs.partition_files import Partitions, load_parts
+from graphs.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = Partitions.FORMAT_VERSION
 METIS_WEIGHT_SCALE = 1000  # integer METIS weight of the heaviest edge (see the module docstring)
 METIS_WEIGHT_TOTAL = 1 << 30  # bound on the sum of the integer weights
 
@@ -131,14 +131,12 @@ class PartitionConfig:
 
 def read_edges(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.ndarray]:
     """(n, src, dst) of a canonical graph; src/dst int64, sorted by (src, dst)."""
-    canonical = Path(canonical_dir)
-    facts = read_summary(canonical)
-    n, m = int(facts["nodes"]), int(facts["edges"])
-    path = canonical / "edges.parquet"
+    graph = CanonicalGraph.open(canonical_dir)
+    n, m, path = graph.num_nodes, graph.num_edges, graph.edges_path
     # streamed into preallocated arrays: a whole Arrow table would double the peak memory
     src, dst = np.empty(m, dtype=np.int64), np.empty(m, dtype=np.int64)
     k = 0
-    for s, d in edge_batches(canonical):
+    for s, d in edge_batches(graph.root):
         if k + len(s) > m:
             raise ValueError(f"{path}: holds more than the {m} edges summary.json gives")
         src[k : k + len(s)] = s
@@ -151,10 +149,10 @@ def read_edges(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.nd
 
 def read_edge_weights(canonical_dir: str | os.PathLike) -> np.ndarray | None:
     """float64 weight per edge of a weighted canonical graph (edges.parquet order), else None."""
-    canonical = Path(canonical_dir)
-    if not read_summary(canonical).get("weighted", False):
+    graph = CanonicalGraph.open(canonical_dir)
+    if not graph.weighted:
         return None
-    return pq.read_table(verified(canonical, "edges.parquet"), columns=["weight"]).column(0).to_numpy()
+    return pq.read_table(graph.verified(graph.EDGES), columns=["weight"]).column(0).to_numpy()
 
 
 def metis_edge_weights(weight: np.ndarray) -> np.ndarray:
@@ -197,15 +195,13 @@ def read_csr(canonical_dir: str | os.PathLike) -> tuple[int, np.ndarray, np.ndar
     per-batch counts of src: no src array and no Arrow table is ever whole in memory; the
     peak is the CSR itself plus one batch.
     """
-    canonical = Path(canonical_dir)
-    facts = read_summary(canonical)
-    n, m = int(facts["nodes"]), int(facts["edges"])
-    path = canonical / "edges.parquet"
+    graph = CanonicalGraph.open(canonical_dir)
+    n, m, path = graph.num_nodes, graph.num_edges, graph.edges_path
     dtype = metis_idx_dtype()
     counts = np.zeros(n + 1, dtype=dtype)
     indices = np.empty(m, dtype=dtype)
     k, last = 0, -1
-    for s, d in edge_batches(canonical):
+    for s, d in edge_batches(graph.root):
         if not len(s):
             continue
         if k + len(s) > m:
@@ -553,10 +549,10 @@ def partition_problems(part: np.ndarray, k: int, cores: list[np.ndarray]) -> lis
 def _node_data(canonical: Path, n: int) -> dict[str, np.ndarray]:
     """Node arrays for the DistDGL parts: feat (memory-mapped), label, train/val/test masks
     (when present)."""
-    data = {}
-    if (canonical / "features.npy").is_file():
-        data["feat"] = np.load(verified(canonical, "features.npy"), mmap_mode="r", allow_pickle=False)
-    nodes = pq.read_table(verified(canonical, "nodes.parquet"), columns=["label", "split"])
+    data, graph = {}, CanonicalGraph.open(canonical)
+    if graph.has_features:
+        data["feat"] = np.load(graph.verified(graph.FEATURES), mmap_mode="r", allow_pickle=False)
+    nodes = pq.read_table(graph.verified(graph.NODES), columns=["label", "split"])
     label = nodes.column("label").to_numpy().astype(np.int64)
     if (label >= 0).any():
         data["label"] = label
@@ -591,7 +587,7 @@ def build_partitions(
     _verify_inputs(canonical, cfg)
     n, indptr, indices = read_csr(canonical)
     weight = read_edge_weights(canonical)
-    symmetrized = bool(read_summary(canonical).get("symmetrized", True))
+    symmetrized = CanonicalGraph.open(canonical).symmetrized
     seconds = {"load": time.perf_counter() - t0}
 
     random = _random_baseline(indptr, indices, k, cfg.seed, weight, seconds)
@@ -620,12 +616,12 @@ def build_partitions(
         if cfg.write_distdgl:
             t = time.perf_counter()
             orig_nids = write_distdgl_parts(
-                indptr, indices, part, k, tmp / "distdgl", graph_name, _node_data(canonical, n)
+                indptr, indices, part, k, tmp / Partitions.DISTDGL, graph_name, _node_data(canonical, n)
             )
-            np.save(tmp / "distdgl" / "orig_nids.npy", orig_nids)
+            np.save(tmp / Partitions.ORIG_NIDS, orig_nids)
             del orig_nids
             seconds["distdgl_write"] = time.perf_counter() - t
-        _plot_sizes(metis, random, tmp / "partition_sizes.png")
+        _plot_sizes(metis, random, tmp / Partitions.SIZES_PLOT)
         summary = {
             "format_version": FORMAT_VERSION,
             "nodes": n,
@@ -637,7 +633,7 @@ def build_partitions(
             "clusters_per_part": cfg.clusters_per_part,
             "clusters": num_clusters,
             "graph_name": graph_name,
-            "distdgl_config": f"distdgl/{graph_name}.json" if cfg.write_distdgl else None,
+            "distdgl_config": f"{Partitions.DISTDGL}/{graph_name}.json" if cfg.write_distdgl else None,
             "metis": metis,
             "random": random,
             "seconds": {name: round(v, 3) for name, v in seconds.items()},
@@ -661,31 +657,20 @@ def _random_baseline(indptr, indices, k: int, seed: int, weight, seconds: dict) 
 
 def _save_assignments(tmp: Path, part: np.ndarray, cluster: np.ndarray, cores: list, halos: list) -> int:
     """Save part_id.npy, cluster_id.npy and each part's core and halo nodes; the number of clusters."""
-    np.save(tmp / "part_id.npy", part)
-    np.save(tmp / "cluster_id.npy", cluster)
+    np.save(tmp / Partitions.PART_ID, part)
+    np.save(tmp / Partitions.CLUSTER_ID, cluster)
     for p in range(len(cores)):
-        (tmp / f"part-{p}").mkdir()
-        np.save(tmp / f"part-{p}" / "core_nodes.npy", cores[p])
-        np.save(tmp / f"part-{p}" / "halo_nodes.npy", halos[p])
+        (tmp / Partitions.part_file(p, Partitions.CORE_NODES)).parent.mkdir()
+        np.save(tmp / Partitions.part_file(p, Partitions.CORE_NODES), cores[p])
+        np.save(tmp / Partitions.part_file(p, Partitions.HALO_NODES), halos[p])
     return int(len(np.unique(cluster)))
 
 
 def _verify_inputs(canonical: Path, cfg: PartitionConfig) -> None:
     """Check every canonical file the stage will read against its hashes.json before any work
     (`graphs.storage.verify_inputs`; the readers check again, from the per-process digest cache)."""
-    distdgl = ("nodes.parquet", "features.npy") if cfg.write_distdgl else ()
-    verify_inputs(canonical, ("summary.json", "edges.parquet", *distdgl))
-
-
-def load_parts(partitions_dir: str | os.PathLike) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-    """(part_id, core node lists, halo node lists) as written by `build_partitions`, each file
-    checked against the folder's hashes.json first (`graphs.storage.verified`)."""
-    d = Path(partitions_dir)
-    part = np.load(verified(d, "part_id.npy"), allow_pickle=False)
-    k = int(json.loads(verified(d, "summary.json").read_text())["num_parts"])
-    cores = [np.load(verified(d, f"part-{p}/core_nodes.npy"), allow_pickle=False) for p in range(k)]
-    halos = [np.load(verified(d, f"part-{p}/halo_nodes.npy"), allow_pickle=False) for p in range(k)]
-    return part, cores, halos
+    distdgl = (CanonicalGraph.NODES, CanonicalGraph.FEATURES) if cfg.write_distdgl else ()
+    verify_inputs(canonical, (CanonicalGraph.SUMMARY, CanonicalGraph.EDGES, *distdgl))
 
 
 def _plot_sizes(metis: dict, random: dict, path: Path) -> None:
@@ -711,6 +696,7 @@ def _plot_sizes(metis: dict, random: dict, path: Path) -> None:
 
 
 __all__ = [
+    "Partitions",
     "FORMAT_VERSION",
     "PartitionConfig",
     "build_partitions",

@@ -77,6 +77,9 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
+from graphs.canonical_files import CanonicalGraph
+from graphs.compress_files import CompressedGraph
+from graphs.normalize import Adjacency
 from graphs.npzio import NpzFormatError, aligned_buffer, read_npz
 from graphs.storage import (
     HASHES_NAME,
@@ -128,14 +131,9 @@ __all__ = [
     "write_manifest",
 ]
 
-FORMAT_VERSION = 6
-"""Version of the files this code writes (2: features referenced from compressed_graph in
-any of its encodings and with its transform; ``weight_encoding`` in the manifest; 3: the
-SHA-256 of every upstream file read (``upstream``), run statistics moved to run_stats.json;
-4: link-prediction shards: ``pos_pairs`` / ``neg_pairs`` per minibatch, ``task`` and ``link``
-in the manifest; 5: a block's correction stored per destination (``correction_first`` +
-``correction_rest``) when that holds it exactly, as for uniform neighbour sampling; 6: weight
-encoding ``factors``, no weight per edge where Â factors, ``weight_factors`` in the manifest)."""
+FORMAT_VERSION = 7
+"""Version of the files this code writes; the reader refuses any other (what each version
+changed is in git's history of this line)."""
 SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
 """Version of the files this code reads (only its own: a format change re-samples)."""
 
@@ -234,10 +232,14 @@ class ManifestKey:
 
 MANIFEST_KEYS = {
     "format_version": ManifestKey("int, FORMAT_VERSION of the shard files"),
-    "sampler": ManifestKey("neighbor | importance | cluster_gcn | saint"),
+    "sampler": ManifestKey("the registered sampler's name (graphs.sampling.registry)"),
     "settings": ManifestKey("every ShardConfig field"),
     "num_layers": ManifestKey("blocks per minibatch (the model's number of layers)"),
     "shared_block": ManifestKey("true when only block l0 is stored and stands for every layer"),
+    "non_uniform_draws": ManifestKey(
+        "null for draws with equal probabilities, else the settings that draw unequally (e.g. \"sampler 'saint'\"):"
+        " the edges' corrections then suit only a (weighted) sum or mean (a layer's `linear` trait)"
+    ),
     "world_size": ManifestKey("W, ranks the shards were cut for"),
     "batch_size": ManifestKey("seeds per minibatch per rank (upper bound; neighbor/importance)"),
     "epochs": ManifestKey("E"),
@@ -475,7 +477,7 @@ def weight_factors_entry(folder: Path, row: Path, col: Path | None) -> dict:
 def _load_compressed(compressed_dir: Path | None, what: str, verify: bool = True) -> EncodedFeatures | None:
     from graphs.compress import load_features
 
-    if compressed_dir is None or not (Path(compressed_dir) / "manifest.json").is_file():
+    if compressed_dir is None or not (Path(compressed_dir) / CompressedGraph.MANIFEST).is_file():
         raise ValueError(
             f"{what} needs compressed_graph's files in {compressed_dir}; materialize compressed_graph first"
         )
@@ -492,12 +494,11 @@ def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
     write_summary(folder, manifest, MANIFEST_NAME)
 
 
-# The files of each upstream stage that the shards reference or training reads (besides the
-# shard files themselves, hashed in `streams`). compressed_graph's feature files are named by
-# graphs.compress (FEATURE_FILES, SCALES_FILE) and hashed when the features are referenced.
+# The files of each upstream stage that the shards reference or training reads (besides the shard
+# files, hashed in `streams`); compressed_graph's feature files are hashed when referenced.
 UPSTREAM_FILES = {
-    "canonical_graph": ("nodes.parquet", "features.npy"),
-    "normalized_adjacency": ("indptr.npy", "indices.npy", "weights.npy", "row_scale.npy", "col_scale.npy"),
+    CanonicalGraph.STAGE: (CanonicalGraph.NODES, CanonicalGraph.FEATURES),
+    Adjacency.STAGE: (*Adjacency.CSR_FILES, Adjacency.ROW_SCALE, Adjacency.COL_SCALE),
 }
 
 
@@ -511,12 +512,10 @@ def upstream_hashes(folder: str | os.PathLike, inputs: dict[str, Path], features
         if stage in inputs:
             files += [(stage, Path(inputs[stage]) / name) for name in names]
     if features is not None and features["encoding"] == "compressed":
-        from graphs.compress import FEATURE_FILES, SCALES_FILE
-
         # lexically: `folder` may not exist yet (a first write), and '..' must not need it to
         compressed = Path(os.path.normpath(Path(folder) / features["path"]))
-        names = (MANIFEST_NAME, FEATURE_FILES[features["codes"]], SCALES_FILE)
-        files += [("compressed_graph", compressed / name) for name in names]
+        c = CompressedGraph  # its manifest, the codes referenced and their scales
+        files += [(c.STAGE, compressed / f) for f in (c.MANIFEST, c.FEATURE_FILES[features["codes"]], c.FEATURE_SCALES)]
     return [
         {"stage": stage, "path": os.path.relpath(path, folder), "sha256": cached_file_sha256(path)}
         for stage, path in files

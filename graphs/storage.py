@@ -31,6 +31,7 @@ import ctypes
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -362,8 +363,6 @@ def _hashed_files(folder: Path) -> list[Path]:
 
 def write_file_hashes(folder: str | os.PathLike) -> dict[str, dict]:
     """Write `<folder>/hashes.json` for the files under `folder` (see above); returns its `files`."""
-    import json
-
     folder = Path(folder)
     files = {
         p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "sha256": cached_file_sha256(p)}
@@ -389,8 +388,6 @@ def read_file_hashes(folder: str | os.PathLike, *, stage: str) -> dict[str, dict
     """The `files` record of `<folder>/hashes.json` (parsed once per process while the file is
     unchanged: a reader of per-part files asks once per part); CorruptFileError naming `stage`
     when the record is missing, unreadable or of another format version."""
-    import json
-
     path = Path(folder) / HASHES_NAME
     try:
         key, stamp, settled = _file_stamp(path)
@@ -591,6 +588,7 @@ def reserve_space(fd: int, offset: int, length: int, path: str | os.PathLike) ->
 # ----------------------------------------------------------------------------- summaries
 
 RUN_STATS_NAME = "run_stats.json"
+SUMMARY_NAME = "summary.json"  # every stage's summary: `graphs.stage_artifact.StageArtifact.SUMMARY`
 
 
 def is_run_statistic(key: str) -> bool:
@@ -620,12 +618,10 @@ def split_run_stats(obj):
     return obj, None
 
 
-def write_summary(folder: str | os.PathLike, summary: dict, name: str = "summary.json") -> None:
+def write_summary(folder: str | os.PathLike, summary: dict, name: str = SUMMARY_NAME) -> None:
     """Write `summary` as `<folder>/<name>` without its run statistics, and those statistics
     (seconds, rates, peak RSS) as `<folder>/run_stats.json`: the content file, and so every
     hash or data version over it, is then the same for the same inputs and settings."""
-    import json
-
     folder = Path(folder)
     content, stats = split_run_stats(summary)
     (folder / name).write_text(json.dumps(content, indent=2))

@@ -114,6 +114,7 @@ def _shown(value) -> str:
 def _change(storage, dataset: str, version: str, action: str) -> str:
     """Promote, pin or unpin under the dataset lock, then apply retention; what was done."""
     from graphs.storage import CorruptFileError, verify_files
+    from training.outputs import PREDICTIONS
 
     folder = storage.versions_dir(dataset) / version
     if not storage.dataset_dir(dataset).is_dir():
@@ -130,7 +131,7 @@ def _change(storage, dataset: str, version: str, action: str) -> str:
                 verify_files(folder, stage="trained_model")
             except CorruptFileError as exc:
                 raise _Refused(f"{exc}; promote another version") from None
-            if not (folder / "predictions.parquet").is_file():
+            if not (folder / PREDICTIONS).is_file():
                 raise _Refused(f"{folder}: not a node-classification model (no predictions.parquet); nothing promoted")
             before = storage.promoted_version(dataset)
             storage.promote(dataset, version)

@@ -22,7 +22,8 @@ import dagster as dg
 
 from assets.common import GnnflowStorage, dataset_partitions
 from assets.settings import SettingsError, read_settings_file, registered_configs
-from graphs.canonical import has_training_labels, read_summary
+from graphs.canonical import CanonicalGraph, has_training_labels, read_summary
+from graphs.stage_artifact import StageFormatError
 from graphs.storage import is_valid_dataset_name
 
 DEFAULT_RETRAIN_CRON = "0 3 * * 0"
@@ -41,9 +42,13 @@ def labelled_datasets(instance: dg.DagsterInstance, storage: GnnflowStorage) -> 
         if not is_valid_dataset_name(name):  # a key added by hand that cannot be a folder
             continue
         folder = storage.asset_dir(name, "canonical_graph")
-        if not (folder / "summary.json").is_file():
+        if not (folder / CanonicalGraph.SUMMARY).is_file():
             continue
-        summary = read_summary(folder)
+        try:
+            summary = read_summary(folder)
+        except StageFormatError:  # written by another gnnflow: its run fails naming the stage to redo
+            names.append(name)
+            continue
         if has_training_labels(summary):
             names.append(name)
     return names

@@ -55,7 +55,7 @@ def test_schedule_cron_is_configurable_and_stopped_by_default(monkeypatch):
 def _labelled(home, name):
     folder = home / name / "canonical_graph"
     folder.mkdir(parents=True)
-    (folder / "summary.json").write_text(json.dumps({"has_labels": True, "train_nodes": 5}))
+    (folder / "summary.json").write_text(json.dumps({"format_version": 1, "has_labels": True, "train_nodes": 5}))
 
 
 def _tick(schedule, instance, storage, when):

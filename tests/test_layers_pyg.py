@@ -1,4 +1,4 @@
-"""training.layers against PyTorch Geometric's layers, a second reference beside DGL's.
+"""training.convs against PyTorch Geometric's layers, a second reference beside DGL's.
 
 Each of gnnflow's SAGEConv (mean), GraphConv, GATConv and GINConv is compared with its PyG
 counterpart, weights copied across, on the graphs tests/test_layers.py builds: outputs and
@@ -46,7 +46,10 @@ from tests.test_layers import (  # noqa: E402
     weighted_block,
 )
 from training.blocks import Block  # noqa: E402
-from training.layers import GATConv, GINConv, GraphConv, SAGEConv  # noqa: E402
+from training.convs.gat import GATConv  # noqa: E402
+from training.convs.gcn import GraphConv  # noqa: E402
+from training.convs.gin import GINConv  # noqa: E402
+from training.convs.sage import SAGEConv  # noqa: E402
 
 GRAPHS = {"directed": directed_graph, "sampled": sampled_block}
 

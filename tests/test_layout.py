@@ -8,7 +8,10 @@ packages, subpackages included:
   in graphs/, training/ and assets/ none even through imports inside functions;
 - no private name (leading underscore) imported from another project module, except by a
   package's ``__init__`` from its own submodules;
-- no ``unittest.mock`` outside tests/.
+- no ``unittest.mock`` outside tests/;
+- no variant switch: no comparison of a sampler or layer name (``.sampler``, ``.conv``) with a
+  literal name anywhere; what a sampler or a layer is, every check reads from its declared
+  traits (`graphs.sampling.registry`, `training.layer_registry`; docs/extending.md).
 """
 
 import ast
@@ -125,7 +128,7 @@ def _cycles(top_level_only: bool) -> list[list[str]]:
 
 def test_every_subpackage_is_walked():
     walked = {str(p.relative_to(ROOT)) for package in PACKAGES for p in _files(package)}
-    assert {"graphs/sampling/samplers.py", "graphs/sampling/__init__.py", "training/train.py"} <= walked
+    assert {"graphs/sampling/kinds/saint.py", "graphs/sampling/__init__.py", "training/train.py"} <= walked
     assert MODULES["graphs.sampling"] == ROOT / "graphs" / "sampling" / "__init__.py"
 
 
@@ -205,3 +208,52 @@ def test_no_unittest_mock_outside_tests():
 )
 def test_the_mock_rule_sees_each_spelling(source, expected):
     assert _uses_mock(ast.parse(source)) == expected
+
+
+VARIANT_FIELDS = ("sampler", "conv")
+
+
+def _variant_switches(tree: ast.AST) -> list[int]:
+    """Lines comparing ``<x>.sampler`` / ``<x>.conv`` (or a name ``sampler`` / ``conv``) with a
+    string literal or a tuple of them: a dispatch on a variant's name."""
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        named = any(
+            (isinstance(n, ast.Attribute) and n.attr in VARIANT_FIELDS)
+            or (isinstance(n, ast.Name) and n.id in VARIANT_FIELDS)
+            for n in sides
+        )
+        literal = any(
+            (isinstance(n, ast.Constant) and isinstance(n.value, str))
+            or (isinstance(n, (ast.Tuple, ast.List, ast.Set)) and any(isinstance(e, ast.Constant) for e in n.elts))
+            for n in sides
+        )
+        if named and literal:
+            lines.append(node.lineno)
+    return lines
+
+
+def test_no_code_switches_on_a_sampler_or_layer_name():
+    found = {
+        str(p.relative_to(ROOT)): lines
+        for p in MODULES.values()
+        if (lines := _variant_switches(ast.parse(p.read_text(), filename=str(p))))
+    }
+    assert found == {}, "read the declared traits (docs/extending.md) instead of comparing names"
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("if cfg.sampler == 'saint': pass\n", [1]),
+        ("if self.conv in ('gin', 'gcn'): pass\n", [1]),
+        ("x = conv != 'gat'\n", [1]),
+        ("if kind.traits.seeds: pass\n", []),
+        ("if cfg.sampler != NeighborSampler.name: pass\n", []),
+    ],
+)
+def test_the_variant_rule_sees_each_spelling(source, expected):
+    assert _variant_switches(ast.parse(source)) == expected

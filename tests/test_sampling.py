@@ -19,24 +19,25 @@ from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.normalize import build_normalized_adjacency, load_csr
 from graphs.sampling import (
-    SAMPLERS,
-    MinibatchSampler,
     ShardConfig,
     epoch_cluster_groups,
     epoch_seed_batches,
     insert_self_loops,
     load_shard_inputs,
+    make_sampler,
     minibatch_seed,
     resolve_batch_size,
     sampling_workers,
     segment_positions,
     write_minibatch_shards,
 )
+from graphs.sampling.kinds.neighbor import NeighborSampler
 from graphs.storage import write_file_hashes
 from tests.conftest import write_edges
 from training.data import ShardError, ShardStream, cross_entropy, read_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
+BUILT_IN_SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
 
 
 # ----------------------------------------------------------------------------- fixtures
@@ -52,6 +53,7 @@ def _build(home: Path, landing: Path, clusters: int) -> dict:
     cluster = (np.random.default_rng(0).permutation(n) % clusters).astype(np.int32)
     np.save(part / "cluster_id.npy", cluster)
     np.save(part / "part_id.npy", cluster % 2)
+    (part / "summary.json").write_text(json.dumps({"format_version": 1, "num_parts": 2}))  # its readers open it
     write_file_hashes(part)  # as a stage publishes it, so readers can check the files
     return {"canonical": can, "adjacency": adj, "partitions": part, "n": n}
 
@@ -182,7 +184,7 @@ def test_neighbor_shards_cover_train_nodes_once_per_epoch(sbm, tmp_path):
     ]
 
 
-@pytest.mark.parametrize("sampler", SAMPLERS)
+@pytest.mark.parametrize("sampler", BUILT_IN_SAMPLERS)
 def test_every_sampler_gives_equal_minibatch_counts_per_rank(sbm, tmp_path, sampler):
     out, m = _shards(sbm, tmp_path, sampler=sampler, cluster_batch=4, world_size=3)
     counts = {(s["epoch"], s["rank"]): s["minibatches"] for s in m["streams"]}
@@ -248,7 +250,7 @@ def test_neighbor_blocks_equal_dgl_sampler_blocks_with_adjacency_weights(sbm, tm
 
 def test_importance_weights_make_the_aggregation_unbiased(sbm, dense_adj):
     cfg = ShardConfig(sampler="importance", fanouts="5", importance_nodes=40, weight_encoding="fp32")
-    sampler = MinibatchSampler(sbm["inputs"], cfg)
+    sampler = make_sampler(sbm["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(sbm["n"], 3))
     targets = sbm["inputs"].train_nodes[:16]
     exact = dense_adj[targets] @ x
@@ -256,7 +258,7 @@ def test_importance_weights_make_the_aggregation_unbiased(sbm, dense_adj):
     corrected = np.zeros_like(exact)
     plain = np.zeros_like(exact)
     for i in range(trials):
-        mb = sampler.sample_importance(targets, seed=i)
+        mb = sampler.sample(targets, seed=i)
         (b,) = mb.blocks
         ids = mb.input_nodes
         dst = np.repeat(np.arange(b.num_dst), np.diff(b.indptr))
@@ -290,12 +292,12 @@ def test_cluster_gcn_blocks_are_adjacency_restricted_to_the_clusters(sbm, tmp_pa
 
 def test_saint_normalizations_estimate_the_mean_loss_and_rescale_edges(sbm, tmp_path):
     cfg = ShardConfig(sampler="saint", saint_budget=150, saint_coverage=60, fanouts="5,5", weight_encoding="fp32")
-    sampler = MinibatchSampler(sbm["inputs"], cfg)
+    sampler = make_sampler(sbm["inputs"], cfg)
     train = sbm["inputs"].train_nodes
     node_loss = np.random.default_rng(2).uniform(0.5, 2.0, size=sbm["n"])
     estimates = []
     for i in range(1500):
-        mb = sampler.sample_saint(seed=10_000 + i)
+        mb = sampler.sample(None, seed=10_000 + i)
         estimates.append(float((mb.loss_weight * node_loss[mb.seeds]).sum()))
         if i == 0:
             b = mb.blocks[0]
@@ -347,7 +349,7 @@ def test_forked_workers_write_the_files_and_facts_one_process_writes(sbm, tmp_pa
         ShardConfig(workers=-1)
 
 
-class _FailingSampler(MinibatchSampler):
+class _FailingSampler(NeighborSampler):
     """Fails (raises, or dies) on one minibatch, and only in a forked worker."""
 
     def __init__(self, inputs, cfg, seed: int, die: bool):
@@ -648,7 +650,7 @@ def test_each_layer_type_corrects_the_sample_to_the_full_aggregation(sbm, dense_
     from training.layers import sampled_edge_weight
 
     cfg = ShardConfig(sampler=sampler_name, fanouts="3", importance_nodes=40, weight_encoding="fp32")
-    sampler = MinibatchSampler(sbm["inputs"], cfg)
+    sampler = make_sampler(sbm["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(sbm["n"], 3))
     pattern = (dense_adj != 0).astype(np.float64)  # A + I
     train = sbm["inputs"].train_nodes
@@ -664,7 +666,7 @@ def test_each_layer_type_corrects_the_sample_to_the_full_aggregation(sbm, dense_
     trials = 600
     corrected = {c: np.zeros_like(exact[c]) for c in convs}
     plain = {c: np.zeros_like(exact[c]) for c in convs}
-    draw = sampler.sample_neighbor if sampler_name == "neighbor" else sampler.sample_importance
+    draw = sampler.sample
     for i in range(trials):
         mb = draw(targets, seed=i)
         (b,) = mb.blocks
@@ -713,7 +715,7 @@ def test_weight_proportional_neighbor_sampling_is_unbiased_and_prefers_heavy_edg
     a = d["dense"]
     off = a - np.diag(np.diag(a))
     cfg = ShardConfig(fanouts="3", neighbor_prob="weight", self_loops=False, weight_encoding="fp32")
-    sampler = MinibatchSampler(d["inputs"], cfg)
+    sampler = make_sampler(d["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(d["n"], 3))
     targets = d["inputs"].train_nodes[:24]
     exact = off[targets] @ x

@@ -18,15 +18,13 @@ MAX_MODULE_LINES = 600
 # when its module shrinks); an entry is refused once its module is at most MAX_MODULE_LINES.
 MODULE_CEILINGS = {
     "graphs/bloom.py": 609,
-    "graphs/canonical.py": 1417,
-    "graphs/compress.py": 873,
-    "graphs/partition.py": 732,
+    "graphs/canonical.py": 1398,
+    "graphs/compress.py": 856,
+    "graphs/partition.py": 718,
     "graphs/quantize.py": 646,
-    "graphs/sampling/samplers.py": 613,
-    "graphs/shard_format.py": 888,
-    "graphs/storage.py": 679,
+    "graphs/shard_format.py": 887,
+    "graphs/storage.py": 675,
     "graphs/user_files.py": 632,
-    "training/layers.py": 658,
     "training/train.py": 1029,
 }
 

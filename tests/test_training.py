@@ -23,7 +23,7 @@ from assets.trained_model import TrainedModelConfig, trained_model
 from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.normalize import build_normalized_adjacency
-from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class, write_minibatch_shards
 from training import precision as precision_mod
 from training.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from training.config import LRScheduleConfig, RunConfig, TrainingConfig
@@ -465,21 +465,26 @@ def test_num_layers_follows_the_shards_and_a_mismatch_is_an_error(sbm, tmp_path)
 
 def test_gat_and_sage_pool_refuse_non_uniform_samplers(tmp_path):
     for sampler in ("importance", "saint"):
+        manifest = _shard_manifest(sampler=sampler)
         for conv in ("gat", "sage_pool"):
             with pytest.raises(
                 ValueError, match=rf"model.conv='{conv}' cannot be trained on shards cut with sampler '{sampler}' \("
             ):
-                check_sampler_supports(conv, {"sampler": sampler}, tmp_path)
+                check_sampler_supports(conv, manifest, tmp_path)
         for conv in ("sage", "gcn", "gin"):
-            check_sampler_supports(conv, {"sampler": sampler}, tmp_path)
+            check_sampler_supports(conv, manifest, tmp_path)
     for sampler in ("neighbor", "cluster_gcn"):
-        check_sampler_supports("gat", {"sampler": sampler}, tmp_path)
+        check_sampler_supports("gat", _shard_manifest(sampler=sampler), tmp_path)
 
 
 def _shard_manifest(**shard_settings) -> dict:
     """The sampler facts of a shard manifest as graphs.sampling.writer writes them."""
     cfg = ShardConfig(**shard_settings)
-    return {"sampler": cfg.sampler, "settings": {k: v for k, v in asdict(cfg).items() if k != "workers"}}
+    return {
+        "sampler": cfg.sampler,
+        "settings": {k: v for k, v in asdict(cfg).items() if k != "workers"},
+        "non_uniform_draws": sampler_class(cfg.sampler).non_uniform_draws(cfg),
+    }
 
 
 @pytest.mark.parametrize("prob", ["weight", "adaptive"])
@@ -704,7 +709,8 @@ def test_retrain_schedule_requests_every_labelled_dataset(sbm, tmp_path):
     (home / "labelled").mkdir(parents=True)
     shutil.copytree(sbm["w1"]["canonical"], home / "labelled" / "canonical_graph")
     (home / "plain" / "canonical_graph").mkdir(parents=True)
-    (home / "plain" / "canonical_graph" / "summary.json").write_text(json.dumps({"has_labels": False}))
+    plain = {"format_version": 1, "has_labels": False}
+    (home / "plain" / "canonical_graph" / "summary.json").write_text(json.dumps(plain))
     schedule = defs.resolve_schedule_def("retrain_schedule")
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
     with dg.instance_for_test() as instance:  # schedule contexts need a persistent instance
@@ -734,6 +740,7 @@ def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, 
         part = tmp_path / "one_part"
         part.mkdir()
         np.save(part / "part_id.npy", np.zeros(400, dtype=np.int32))
+        (part / "summary.json").write_text('{"format_version": 1, "num_parts": 1}')  # its readers open it
         write_file_hashes(part)  # as a stage publishes it, so compressed_graph can check what it reads
         compressed = tmp_path / "compressed_graph"
         cfg = CompressConfig(feature_encoding="int8", fpr_queries=1000, compare_encodings=False)

@@ -11,7 +11,7 @@ from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.node_scores import mean_grad_norm, read_node_scores, write_node_scores
 from graphs.normalize import build_normalized_adjacency, load_csr
-from graphs.sampling import MinibatchSampler, ShardConfig, epoch_seed_batches, load_shard_inputs, write_minibatch_shards
+from graphs.sampling import ShardConfig, epoch_seed_batches, load_shard_inputs, make_sampler, write_minibatch_shards
 from graphs.sampling.weighting import adaptive_node_probs, class_balanced_probs
 
 
@@ -73,7 +73,7 @@ def test_adaptive_neighbour_sampling_is_unbiased(graph, tmp_path):
     g = _scores_file(tmp_path / "scores.npz", n)
     inputs = load_shard_inputs(graph["canonical"], graph["adjacency"], node_scores=tmp_path / "scores.npz")
     np.testing.assert_allclose(inputs.node_scores, g)
-    sampler = MinibatchSampler(
+    sampler = make_sampler(
         inputs,
         ShardConfig(
             fanouts="2", neighbor_prob="adaptive", adaptive_alpha=0.3, self_loops=False, weight_encoding="fp32"
@@ -87,7 +87,7 @@ def test_adaptive_neighbour_sampling_is_unbiased(graph, tmp_path):
     est = np.zeros((trials, *exact.shape))
     naive = np.zeros_like(est)
     for i in range(trials):
-        mb = sampler.sample_neighbor(targets, seed=i)
+        mb = sampler.sample(targets, seed=i)
         ids, (b,) = mb.input_nodes, mb.blocks
         dst = np.repeat(np.arange(b.num_dst), np.diff(b.indptr))
         xs = x[ids[b.indices]]
@@ -135,7 +135,7 @@ def test_class_balanced_sampler_oversamples_the_minority(tmp_path):
     inputs = load_shard_inputs(tmp_path / "can", tmp_path / "adj")
     labels = inputs.labels
     assert np.bincount(labels).tolist() == [980, 980, 40]  # round(2000 x 0.02) minority nodes
-    sampler = MinibatchSampler(inputs, ShardConfig(fanouts="2", world_size=1, seed_weighting="class_balanced"))
+    sampler = make_sampler(inputs, ShardConfig(fanouts="2", world_size=1, seed_weighting="class_balanced"))
     seeds = np.concatenate([mb.seeds for e in range(5) for _, _, mb in sampler.epoch(e)])
     share = np.bincount(labels[seeds], minlength=3) / len(seeds)
     assert abs(share[2] - 1 / 3) < 0.03 and share[2] > 10 * 0.02

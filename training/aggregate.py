@@ -35,10 +35,20 @@ import contextlib
 import logging
 
 import torch
+from torch import nn
 
 from training.blocks import Block, CSRStructure
 
-__all__ = ["BACKENDS", "aggregate", "edge_softmax", "resolve_backend"]
+__all__ = [
+    "Aggregating",
+    "BACKENDS",
+    "aggregate",
+    "edge_softmax",
+    "per_row",
+    "resolve_backend",
+    "use_aggregation",
+    "weighted_mean_weights",
+]
 
 log = logging.getLogger(__name__)
 
@@ -287,3 +297,55 @@ def _aggregate_dgl(block, x, reduce, w):
         no_in = (block.in_degrees() == 0).view(-1, *([1] * (out.dim() - 1)))
         out = torch.where(no_in, torch.zeros((), dtype=out.dtype), out)
     return out
+
+
+# ----------------------------------------------------------------------------- layers
+
+
+def per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``values [N]`` shaped to broadcast over the rows of ``like [N, ...]``."""
+    return values.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
+
+
+def weighted_mean_weights(block: Block, edge_weight: torch.Tensor) -> torch.Tensor:
+    """Per-edge multipliers that turn a mean (sum / in-degree) into the weighted mean
+    ``Σ w x / Σ w`` of each destination: ``w_vu · deg(v) / Σ_u w_vu`` (0 where a row's weights sum to 0)."""
+    dst = block.dst_ids()
+    w = edge_weight.to(torch.float32 if edge_weight.dtype in (torch.float16, torch.bfloat16) else edge_weight.dtype)
+    row_sum = torch.zeros(block.num_dst, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
+    scale = torch.where(row_sum > 0, block.in_degrees().to(w.dtype) / row_sum, torch.zeros_like(row_sum))
+    return w * scale[dst]
+
+
+class Aggregating(nn.Module):
+    """A layer that aggregates over a block: ``aggregation`` is the `training.aggregate`
+    backend its aggregations use ("auto", "torch" or "dgl"; see `use_aggregation`)."""
+
+    aggregation: str = "auto"
+    # set for one training forward pass by `training.compensation.VRGCN.attach`: a callable
+    # that replaces `aggregate` (VR-GCN's control variate); None = plain aggregation
+    control_variate = None
+
+    def aggregate(
+        self, block: Block, x: torch.Tensor, reduce: str, edge_weight: torch.Tensor | None, transform=None
+    ) -> torch.Tensor:
+        """`training.aggregate.aggregate` with this layer's backend (or its control variate, when
+        set). ``transform``: the linear map the layer applied to its input to get ``x`` (None: x is
+        the input), which the control variate applies to the input without dropout."""
+        if self.control_variate is not None:
+            return self.control_variate(block, x, reduce, edge_weight, self.aggregation, transform)
+        return aggregate(block, x, reduce=reduce, edge_weight=edge_weight, backend=self.aggregation)
+
+
+@contextlib.contextmanager
+def use_aggregation(model: nn.Module, backend: str):
+    """Within the block, every layer of `model` aggregates with `backend`; restored after."""
+    layers = [m for m in model.modules() if isinstance(m, Aggregating)]
+    old = [m.aggregation for m in layers]
+    for m in layers:
+        m.aggregation = backend
+    try:
+        yield
+    finally:
+        for m, name in zip(layers, old):
+            m.aggregation = name

@@ -44,6 +44,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
+from graphs.canonical_files import CanonicalGraph
+from graphs.compress_files import CompressedGraph
 from training.state_file import StateFileError, read_state_file, write_state_file
 
 __all__ = [
@@ -84,18 +86,18 @@ def data_version(shards: str | os.PathLike, canonical: str | os.PathLike, adjace
     (run statistics live apart, in run_stats.json), so a re-run of any upstream stage that
     gives the same files keeps the version, and checkpoints stay resumable.
     """
-    shards = Path(shards)
+    shards, summary = Path(shards), CanonicalGraph.SUMMARY  # every stage's summary.json
     manifest = shards / "manifest.json"
     paths = {
         "shards/manifest.json": manifest,
-        "canonical/summary.json": Path(canonical) / "summary.json",
-        "adjacency/summary.json": Path(adjacency) / "summary.json",
+        f"canonical/{summary}": Path(canonical) / summary,
+        f"adjacency/{summary}": Path(adjacency) / summary,
     }
     named = json.loads(manifest.read_text()).get("inputs", {}) if manifest.is_file() else {}
     if "compressed_graph" in named:
         compressed = shards / named["compressed_graph"]
-        paths["compressed/manifest.json"] = compressed / "manifest.json"
-        paths["compressed/summary.json"] = compressed / "summary.json"
+        paths[f"compressed/{CompressedGraph.MANIFEST}"] = compressed / CompressedGraph.MANIFEST
+        paths[f"compressed/{summary}"] = compressed / summary
     h = hashlib.sha256()
     for role, path in paths.items():
         h.update(role.encode())

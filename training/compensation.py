@@ -33,7 +33,7 @@ aggregation over a sampled block (of its input h after dropout) then becomes
 
     Σ_{u ∈ sample(v)} α̂_vu (h_u − h̄_u)  +  Σ_{u ∈ N(v)} α_vu h̄_u,
 
-the sampled (corrected, `training.layers.sampled_edge_weight`) aggregation of the
+the sampled (corrected, `training.layer_registry.LayerKind.edge_weight`) aggregation of the
 *difference* to the history plus the exact aggregation of the histories over the full
 neighbourhood read from Â (``normalized_adjacency``, the graph the model is evaluated on).
 It is an unbiased estimate of the full aggregation for any h̄, and equal to it when the
@@ -42,8 +42,9 @@ accuracy: the sample only has to estimate the small change since a node was last
 After the step each sampled source's history is set to its current value. Histories start
 at zero (the plain sampled estimator) and are per rank and not checkpointed (a resumed run
 rebuilds them). Memory: n × (width aggregated) floats per layer on the training device.
-It applies to the linear aggregations only: ``sage`` (mean), ``gcn`` over Â's weights, and
-``gin`` (sum); ``gat`` and ``sage_pool`` (softmax, max) are refused.
+It applies to the layers whose declared aggregation is ``linear`` (`training.layer_registry`):
+``sage`` (mean), ``gcn`` over Â's weights, and ``gin`` (sum); ``gat`` and ``sage_pool``
+(softmax, max) are refused.
 """
 
 from __future__ import annotations
@@ -58,10 +59,9 @@ import torch
 from graphs.config_checks import bounded_repr, check_fields
 from training.aggregate import aggregate
 from training.blocks import Block
+from training.layer_registry import layer_kind
 
-__all__ = ["CompensationConfig", "GradientEMA", "VRGCN", "VRGCN_CONVS", "check_vrgcn_supports", "full_rows_block"]
-
-VRGCN_CONVS = ("sage", "gcn", "gin")
+__all__ = ["CompensationConfig", "GradientEMA", "VRGCN", "check_vrgcn_supports", "full_rows_block"]
 
 
 @dataclass(kw_only=True)
@@ -164,16 +164,9 @@ class GradientEMA:
 
 def check_vrgcn_supports(model_cfg) -> None:
     """Refuse a model VR-GCN cannot serve (``model_cfg``: `training.layers.ModelConfig`)."""
-    if model_cfg.conv not in VRGCN_CONVS:
-        raise ValueError(
-            f"training.compensation.vrgcn needs a linear aggregation (model.conv one of {VRGCN_CONVS}); "
-            f"model.conv={model_cfg.conv!r} aggregates by {'softmax attention' if model_cfg.conv == 'gat' else 'max'}"
-        )
-    if model_cfg.conv == "gcn" and not model_cfg.gcn_edge_weight:
-        raise ValueError(
-            "training.compensation.vrgcn with model.conv='gcn' needs model.gcn_edge_weight: true (the control "
-            "variate's full term is Â's rows; degree normalization over the sampled block has no such form)"
-        )
+    problem = layer_kind(model_cfg.conv).compensation_problem(model_cfg)
+    if problem is not None:
+        raise ValueError(f"training.compensation.vrgcn {problem}")
     if model_cfg.activation_checkpointing:
         raise ValueError(
             "training.compensation.vrgcn and model.activation_checkpointing cannot be combined: the recomputed "
@@ -257,8 +250,6 @@ class _LayerVariate:
     def __call__(
         self, block: Block, x: torch.Tensor, reduce: str, edge_weight, backend: str, transform=None
     ) -> torch.Tensor:
-        from training.layers import sampled_edge_weight
-
         if block is not self.sampled:  # e.g. DropEdge's copy: same sources, fewer edges
             if block.num_src != self.sampled.num_src or block.num_dst != self.sampled.num_dst:
                 raise ValueError("VR-GCN: the layer aggregated over a block that is not its sampled one")
@@ -273,7 +264,7 @@ class _LayerVariate:
         x_bar = hist[self.src].to(x.dtype)
         sampled = aggregate(block, x - x_bar, reduce=reduce, edge_weight=edge_weight, backend=backend)
         full = full_rows_block(self.vr.indptr, self.vr.indices, self.vr.weights, self.src[: block.num_dst])
-        w_full = sampled_edge_weight(self.model.conv, full, self.model.gcn_edge_weight, None, self.model.edge_weights)
+        w_full = self.model.kind.edge_weight(full, self.model.options)
         exact = aggregate(full, hist, reduce=reduce, edge_weight=w_full, backend="torch")
         with torch.no_grad():
             hist[self.src] = current.float()

@@ -82,6 +82,9 @@ def _fail(path: str, value: Any, why: str) -> None:
     raise ValueError(f"{path}={bounded_repr(value)}: {why}")
 
 
+DEFAULT_LR = 0.003  # the default learning rate of every training engine (shards, DistDGL)
+
+
 @dataclass(kw_only=True)
 class OptimizerConfig:
     """The optimizer (its parameters are the model's; one param group)."""
@@ -93,7 +96,7 @@ class OptimizerConfig:
             "(the GCN paper's recipe), AdamW decoupled"
         },
     )
-    lr: float = field(default=0.003, metadata={"help": "peak learning rate (after warmup)"})
+    lr: float = field(default=DEFAULT_LR, metadata={"help": "peak learning rate (after warmup)"})
     weight_decay: float = field(default=0.0, metadata={"help": "weight decay (L2 for Adam/SGD, decoupled for AdamW)"})
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999], metadata={"help": "Adam/AdamW (beta1, beta2)"})
     momentum: float = field(default=0.9, metadata={"help": "SGD momentum"})

@@ -54,18 +54,19 @@ import numpy as np
 import torch
 
 from graphs.config_checks import (
+    DEFAULT_FANOUTS,
     MAX_BATCH,
     MAX_EPOCHS,
-    MAX_FANOUT,
-    MAX_LAYERS,
     MAX_RANKS,
     MAX_SEED,
     bounded_repr,
     check_fields,
+    parse_fanouts,
 )
 from training.blocks import Block
+from training.config import DEFAULT_LR
 from training.layers import ModelConfig, build_model
-from training.outputs import MODEL_FINAL
+from training.outputs import MODEL_FINAL, SUMMARY
 from training.state_file import read_state_file, write_state_file
 
 __all__ = [
@@ -107,10 +108,13 @@ class DistDGLConfig:
         default=29500, metadata={"max": 65535, "help": "Port of the trainers' torch process group (machine 0)."}
     )
     out: str = field(default="", metadata={"help": "Trainer output folder (rank 0 writes the model)."})
-    fanouts: str = field(default="10,10", metadata={"help": "Neighbours sampled per layer, comma separated."})
+    fanouts: str = field(
+        default=DEFAULT_FANOUTS,
+        metadata={"help": "Neighbours sampled per layer, input layer first, comma separated (-1 = all)."},
+    )
     batch_size: int = field(default=256, metadata={"max": MAX_BATCH, "help": "Seed nodes per trainer per step."})
     epochs: int = field(default=3, metadata={"max": MAX_EPOCHS, "help": "Passes over each trainer's seeds."})
-    lr: float = field(default=0.01, metadata={"help": "Adam learning rate."})
+    lr: float = field(default=DEFAULT_LR, metadata={"help": "Adam learning rate (training.optimizer.lr's default)."})
     seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "Model initialisation and shuffling seed."})
     model: ModelConfig = field(default_factory=ModelConfig)
 
@@ -132,17 +136,7 @@ class DistDGLConfig:
 
     @property
     def fanout_list(self) -> list[int]:
-        try:
-            out = [int(f) for f in self.fanouts.split(",")]
-        except ValueError:
-            raise ValueError(
-                f"distdgl fanouts={bounded_repr(self.fanouts)} is not a comma-separated list of integers"
-            ) from None
-        if not 0 < len(out) <= MAX_LAYERS or any((f < 1 and f != -1) or f > MAX_FANOUT for f in out):
-            raise ValueError(
-                f"distdgl fanouts={bounded_repr(self.fanouts)}: 1 to {MAX_LAYERS} layers, each -1 (all) or in [1, {MAX_FANOUT}]"
-            )
-        return out
+        return parse_fanouts(self.fanouts, "distdgl fanouts")
 
 
 def read_ip_config(path: str | os.PathLike) -> list[str]:
@@ -343,7 +337,7 @@ def _write_rank0_outputs(out: Path, model: torch.nn.Module, model_cfg: ModelConf
         kind=_MODEL_KIND,
         format_version=DISTDGL_MODEL_FORMAT,
     )
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2))
 
 
 def _parser() -> argparse.ArgumentParser:

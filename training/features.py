@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import pyarrow.parquet as pq
 import torch
+
+from graphs.canonical_files import CanonicalGraph
 
 __all__ = [
     "FeatureTransform",
@@ -59,7 +60,7 @@ class NodeTable:
 
 def read_node_table(canonical_dir: str | os.PathLike) -> NodeTable:
     """Labels, train/val/test masks and original ids of ``canonical_dir/nodes.parquet``."""
-    path = Path(canonical_dir) / "nodes.parquet"
+    path = CanonicalGraph.open(canonical_dir).nodes_path
     try:
         table = pq.read_table(path, columns=["node_id", "original_id", "label", "split"])
     except FileNotFoundError:

@@ -1,11 +1,14 @@
-"""GNN layers and the node-classification model, in plain torch over :class:`Block`.
+"""The node-classification model (`GNN`, `ModelConfig`), in plain torch over :class:`Block`.
 
-The layers compute exactly what DGL's ``SAGEConv``, ``GraphConv``, ``GATConv`` and
-``GINConv`` compute, with the same parameter names (a DGL module's ``state_dict`` loads
-into ours and back), but read the CSC arrays of a :class:`~training.blocks.Block`
-instead of a ``DGLGraph``, so training runs where DGL is not installed and on GPUs the
-CPU-only PyPI DGL wheel cannot use. ``tests/test_layers.py`` checks each one against DGL
-to 1e-5, and ``tests/test_layers_pyg.py`` SAGE, GCN, GAT and GIN against PyG (with `make peers`). All neighbour reductions go through :func:`training.aggregate.aggregate`.
+Its layers are the registered layer types of `training.layer_registry` (``model.conv``; the
+built-in ones in `training.convs`), which compute exactly what DGL's ``SAGEConv``,
+``GraphConv``, ``GATConv`` and ``GINConv`` compute, with the same parameter names (a DGL
+module's ``state_dict`` loads into ours and back), but read the CSC arrays of a
+:class:`~training.blocks.Block` instead of a ``DGLGraph``, so training runs where DGL is not
+installed and on GPUs the CPU-only PyPI DGL wheel cannot use. ``tests/test_layers.py`` checks
+each one against DGL to 1e-5, and ``tests/test_layers_pyg.py`` SAGE, GCN, GAT and GIN against
+PyG (with `make peers`). All neighbour reductions go through
+:func:`training.aggregate.aggregate`.
 
 Each layer's ``forward(block, x)`` takes the features of the block's *source* nodes
 ``[num_src, F]`` and returns those of its destination nodes; the destination nodes are
@@ -15,7 +18,7 @@ the first ``num_dst`` source nodes, so a layer reads their own features as
 Edge weights: a sampled block carries Â's entries (``edge_weight``) and, apart, the
 sampler's correction (``correction``); :func:`sampled_edge_weight` applies both per layer
 type: GCN aggregates ``Â·c``, GIN scales its sum by ``c``, SAGE-mean takes the c-weighted
-mean ``Σ c x / Σ c`` (:func:`weighted_mean_weights`; a per-row factor such as uniform
+mean ``Σ c x / Σ c`` (`training.aggregate.weighted_mean_weights`; a per-row factor such as uniform
 neighbour rescaling cancels), so each is the full-neighbourhood aggregation in expectation.
 With ``ModelConfig.edge_weights`` SAGE and GIN also weigh by Â's entries (``w = Â·c``): SAGE
 the weighted mean ``Σ w x / Σ w``, GIN the weighted sum (an unbiased estimate of ``(Â x)_v``).
@@ -28,7 +31,6 @@ evaluation. Build it from a :class:`ModelConfig` with :func:`build_model`.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field, fields
 from typing import ClassVar
 
@@ -38,288 +40,20 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from graphs.config_checks import MAX_LAYERS, MAX_WIDTH, bounded_repr, check_fields, help_text
-from training.aggregate import aggregate, edge_softmax
+from training.aggregate import use_aggregation
 from training.blocks import Block, drop_edge_scale, drop_edges, slice_dst
+from training.layer_registry import LayerOptions, layer_kind
 
 __all__ = [
-    "Aggregating",
-    "CONVS",
-    "GATConv",
-    "GINConv",
     "GNN",
-    "GraphConv",
     "ModelConfig",
     "NORMS",
-    "SAGEConv",
     "build_model",
     "sampled_edge_weight",
-    "weighted_mean_weights",
     "use_aggregation",
 ]
 
-CONVS = ("sage", "sage_pool", "gcn", "gat", "gin")
 NORMS = ("batch", "layer")
-
-
-def _per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """``values [N]`` shaped to broadcast over the rows of ``like [N, ...]``."""
-    return values.to(like.dtype).view(-1, *([1] * (like.dim() - 1)))
-
-
-def weighted_mean_weights(block: Block, edge_weight: torch.Tensor) -> torch.Tensor:
-    """Per-edge multipliers that turn a mean (sum / in-degree) into the weighted mean
-    ``Σ w x / Σ w`` of each destination: ``w_vu · deg(v) / Σ_u w_vu`` (0 where a row's weights sum to 0)."""
-    dst = block.dst_ids()
-    w = edge_weight.to(torch.float32 if edge_weight.dtype in (torch.float16, torch.bfloat16) else edge_weight.dtype)
-    row_sum = torch.zeros(block.num_dst, dtype=w.dtype, device=w.device).index_add_(0, dst, w)
-    scale = torch.where(row_sum > 0, block.in_degrees().to(w.dtype) / row_sum, torch.zeros_like(row_sum))
-    return w * scale[dst]
-
-
-class Aggregating(nn.Module):
-    """A layer that aggregates over a block: ``aggregation`` is the `training.aggregate`
-    backend its aggregations use ("auto", "torch" or "dgl"; see `use_aggregation`)."""
-
-    aggregation: str = "auto"
-    # set for one training forward pass by `training.compensation.VRGCN.attach`: a callable
-    # that replaces `aggregate` (VR-GCN's control variate); None = plain aggregation
-    control_variate = None
-
-    def aggregate(
-        self, block: Block, x: torch.Tensor, reduce: str, edge_weight: torch.Tensor | None, transform=None
-    ) -> torch.Tensor:
-        """`training.aggregate.aggregate` with this layer's backend (or its control variate, when
-        set). ``transform``: the linear map the layer applied to its input to get ``x`` (None: x is
-        the input), which the control variate applies to the input without dropout."""
-        if self.control_variate is not None:
-            return self.control_variate(block, x, reduce, edge_weight, self.aggregation, transform)
-        return aggregate(block, x, reduce=reduce, edge_weight=edge_weight, backend=self.aggregation)
-
-
-@contextlib.contextmanager
-def use_aggregation(model: nn.Module, backend: str):
-    """Within the block, every layer of `model` aggregates with `backend`; restored after."""
-    layers = [m for m in model.modules() if isinstance(m, Aggregating)]
-    old = [m.aggregation for m in layers]
-    for m in layers:
-        m.aggregation = backend
-    try:
-        yield
-    finally:
-        for m, name in zip(layers, old):
-            m.aggregation = name
-
-
-class SAGEConv(Aggregating):
-    """GraphSAGE: ``fc_self(x_v) + fc_neigh(reduce_{u->v} x_u)`` (= ``dgl.nn.SAGEConv``).
-
-    ``aggregator="mean"`` averages the neighbours; ``"pool"`` takes the element-wise max of
-    ``relu(fc_pool(x_u))``. For mean with ``in_feats > out_feats``, ``fc_neigh`` is applied
-    before aggregating (same result, fewer features to move), as DGL does.
-    """
-
-    def __init__(self, in_feats: int, out_feats: int, aggregator: str = "mean", bias: bool = True):
-        super().__init__()
-        if aggregator not in ("mean", "pool"):
-            raise ValueError(f"SAGEConv aggregator must be 'mean' or 'pool', got {aggregator!r}")
-        self.in_feats, self.out_feats, self.aggregator = in_feats, out_feats, aggregator
-        if aggregator == "pool":
-            self.fc_pool = nn.Linear(in_feats, in_feats)
-        self.fc_neigh = nn.Linear(in_feats, out_feats, bias=False)
-        self.fc_self = nn.Linear(in_feats, out_feats, bias=bias)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        gain = nn.init.calculate_gain("relu")
-        if self.aggregator == "pool":
-            nn.init.xavier_uniform_(self.fc_pool.weight, gain=gain)
-        nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
-        nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
-
-    def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        if self.aggregator == "pool":
-            pooled = F.relu(self.fc_pool(x))
-            h_neigh = self.fc_neigh(self.aggregate(block, pooled, "max", edge_weight))
-        elif self.in_feats > self.out_feats:
-            h_neigh = self.aggregate(block, self.fc_neigh(x), "mean", edge_weight, self.fc_neigh)
-        else:
-            h_neigh = self.fc_neigh(self.aggregate(block, x, "mean", edge_weight))
-        return self.fc_self(x[: block.num_dst]) + h_neigh
-
-
-class GraphConv(Aggregating):
-    """GCN layer (Kipf & Welling) (= ``dgl.nn.GraphConv`` with ``allow_zero_in_degree=True``).
-
-    ``norm="both"`` scales sources by ``out_degree^-1/2`` and destinations by
-    ``in_degree^-1/2`` (degrees counted in the block, clamped at 1); ``"right"`` divides by
-    the in-degree, ``"left"`` by the out-degree, ``"none"`` does neither. With
-    ``edge_weight`` each message is also multiplied by its weight: pass the normalized
-    adjacency weights with ``norm="none"`` to get ``Â x W``.
-    """
-
-    def __init__(
-        self,
-        in_feats: int,
-        out_feats: int,
-        norm: str = "both",
-        weight: bool = True,
-        bias: bool = True,
-    ):
-        super().__init__()
-        self.in_feats, self.out_feats, self.norm = in_feats, out_feats, _check_gcn_norm(norm)
-        if weight:
-            self.weight = nn.Parameter(torch.empty(in_feats, out_feats))
-        else:
-            self.register_parameter("weight", None)
-        if bias:
-            self.bias = nn.Parameter(torch.empty(out_feats))
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        if self.weight is not None:
-            nn.init.xavier_uniform_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
-
-    def forward(
-        self,
-        block: Block,
-        x: torch.Tensor,
-        edge_weight: torch.Tensor | None = None,
-        *,
-        norm: str | None = None,
-    ) -> torch.Tensor:
-        """``norm`` overrides the module's normalization for this call."""
-        norm = self.norm if norm is None else _check_gcn_norm(norm)
-        if norm in ("left", "both"):
-            deg = block.out_degrees().clamp(min=1).to(x.dtype)
-            x = x * _per_row(deg.rsqrt() if norm == "both" else deg.reciprocal(), x)
-        # Multiply by W on the smaller side of the aggregation.
-        if self.weight is not None and self.in_feats > self.out_feats:
-            h = self.aggregate(block, x @ self.weight, "sum", edge_weight, lambda t: t @ self.weight)
-        else:
-            h = self.aggregate(block, x, "sum", edge_weight)
-            if self.weight is not None:
-                h = h @ self.weight
-        if norm in ("right", "both"):
-            deg = block.in_degrees().clamp(min=1).to(h.dtype)
-            h = h * _per_row(deg.rsqrt() if norm == "both" else deg.reciprocal(), h)
-        if self.bias is not None:
-            h = h + self.bias
-        return h
-
-
-def _check_gcn_norm(norm: str) -> str:
-    if norm not in ("none", "both", "right", "left"):
-        raise ValueError(f"GraphConv norm must be 'none', 'both', 'right' or 'left', got {norm!r}")
-    return norm
-
-
-class GATConv(Aggregating):
-    """Graph attention (Veličković et al.) (= ``dgl.nn.GATConv``, ``allow_zero_in_degree=True``).
-
-    Returns ``[num_dst, num_heads, out_feats]``. Attention logits
-    ``leaky_relu(a_l·Wx_u + a_r·Wx_v)`` are softmax-normalised over each destination's
-    in-edges (:func:`training.aggregate.edge_softmax`), optionally multiplied by
-    ``edge_weight``, and used as the aggregation weights.
-    """
-
-    def __init__(
-        self,
-        in_feats: int,
-        out_feats: int,
-        num_heads: int,
-        feat_drop: float = 0.0,
-        attn_drop: float = 0.0,
-        negative_slope: float = 0.2,
-        residual: bool = False,
-        bias: bool = True,
-    ):
-        super().__init__()
-        self.in_feats, self.out_feats, self.num_heads = in_feats, out_feats, num_heads
-        self.fc = nn.Linear(in_feats, out_feats * num_heads, bias=False)
-        self.attn_l = nn.Parameter(torch.empty(1, num_heads, out_feats))
-        self.attn_r = nn.Parameter(torch.empty(1, num_heads, out_feats))
-        self.feat_drop = nn.Dropout(feat_drop)
-        self.attn_drop = nn.Dropout(attn_drop)
-        self.leaky_relu = nn.LeakyReLU(negative_slope)
-        # Same attribute layout as DGL: a linear residual carries the bias when present.
-        self.has_linear_res = residual and in_feats != out_feats * num_heads
-        if not residual:
-            self.register_buffer("res_fc", None)
-        elif self.has_linear_res:
-            self.res_fc = nn.Linear(in_feats, num_heads * out_feats, bias=bias)
-        else:
-            self.res_fc = nn.Identity()
-        if bias and not self.has_linear_res:
-            self.bias = nn.Parameter(torch.empty(num_heads * out_feats))
-        else:
-            self.register_buffer("bias", None)
-        self.reset_parameters()
-
-    def reset_parameters(self) -> None:
-        gain = nn.init.calculate_gain("relu")
-        nn.init.xavier_normal_(self.fc.weight, gain=gain)
-        nn.init.xavier_normal_(self.attn_l, gain=gain)
-        nn.init.xavier_normal_(self.attn_r, gain=gain)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
-        if isinstance(self.res_fc, nn.Linear):
-            nn.init.xavier_normal_(self.res_fc.weight, gain=gain)
-            if self.res_fc.bias is not None:
-                nn.init.zeros_(self.res_fc.bias)
-
-    def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        num_dst, heads, out = block.num_dst, self.num_heads, self.out_feats
-        h = self.feat_drop(x)
-        ft = self.fc(h).view(-1, heads, out)
-        el = (ft * self.attn_l).sum(-1)  # [num_src, heads]
-        er = (ft[:num_dst] * self.attn_r).sum(-1)  # [num_dst, heads]
-        scores = self.leaky_relu(el[block.indices] + er[block.dst_ids()])  # [E, heads]
-        attn = self.attn_drop(edge_softmax(block, scores))
-        if edge_weight is not None:
-            attn = attn * edge_weight.view(-1, 1)
-        rst = aggregate(block, ft, reduce="sum", edge_weight=attn, backend=self.aggregation)  # [num_dst, heads, out]
-        if self.res_fc is not None:
-            rst = rst + self.res_fc(h[:num_dst]).view(num_dst, -1, out)
-        if self.bias is not None:
-            rst = rst + self.bias.view(1, heads, out)
-        return rst
-
-
-class GINConv(Aggregating):
-    """Graph isomorphism layer: ``apply_func((1 + eps) x_v + reduce_{u->v} x_u``).
-
-    Equals ``dgl.nn.GINConv(apply_func, aggregator, init_eps, learn_eps)``. The default
-    ``apply_func`` is the MLP ``Linear(in, out) -> ReLU -> Linear(out, out)``.
-    """
-
-    def __init__(
-        self,
-        in_feats: int,
-        out_feats: int,
-        aggregator: str = "sum",
-        learn_eps: bool = False,
-        init_eps: float = 0.0,
-        apply_func: nn.Module | None = None,
-    ):
-        super().__init__()
-        if aggregator not in ("sum", "mean", "max"):
-            raise ValueError(f"GINConv aggregator must be sum, mean or max, got {aggregator!r}")
-        self.aggregator = aggregator
-        self.apply_func = apply_func or nn.Sequential(
-            nn.Linear(in_feats, out_feats), nn.ReLU(), nn.Linear(out_feats, out_feats)
-        )
-        if learn_eps:
-            self.eps = nn.Parameter(torch.tensor([float(init_eps)]))
-        else:
-            self.register_buffer("eps", torch.tensor([float(init_eps)]))
-
-    def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        neigh = self.aggregate(block, x, self.aggregator, edge_weight)
-        return self.apply_func((1 + self.eps) * x[: block.num_dst] + neigh)
 
 
 # --------------------------------------------------------------------------------- model
@@ -329,7 +63,13 @@ class GINConv(Aggregating):
 class ModelConfig:
     """The GNN architecture: one field per hyperparameter, validated on construction."""
 
-    conv: str = field(default="sage", metadata={"help": f"layer type, one of {CONVS}"})
+    conv: str = field(
+        default="sage",
+        metadata={
+            "help": "layer type, by its registered name: the built-in sage, sage_pool, gcn, gat and gin "
+            "(training/convs/), or one a module registers (docs/extending.md)"
+        },
+    )
     hidden: int = field(default=256, metadata={"max": MAX_WIDTH, "help": "hidden width (all heads together for GAT)"})
     num_layers: int = field(
         default=0,
@@ -384,8 +124,7 @@ class ModelConfig:
         check_fields(self, "model")
         if self.hidden_norm == "none":  # YAML-friendly spelling of None
             self.hidden_norm = None
-        if self.conv not in CONVS:
-            raise ValueError(f"model.conv={bounded_repr(self.conv)} is not one of {CONVS}")
+        kind = layer_kind(self.conv)  # ValueError naming the registered layers
         if self.hidden_norm is not None and self.hidden_norm not in NORMS:
             raise ValueError(f"model.hidden_norm={bounded_repr(self.hidden_norm)} is not one of {NORMS} or None")
         for name in ("hidden", "heads"):
@@ -396,11 +135,7 @@ class ModelConfig:
         for name in ("dropout", "attn_dropout", "drop_edge"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be in [0, 1)")
-        if self.conv == "gat" and self.num_layers != 1 and self.hidden % self.heads:
-            raise ValueError(
-                f"model.hidden={self.hidden} must be divisible by model.heads={self.heads} "
-                "for conv='gat' (each head gets hidden / heads features)"
-            )
+        kind.check(self)
 
     @classmethod
     def field_help(cls) -> dict[str, str]:
@@ -435,12 +170,10 @@ class GNN(nn.Module):
         activation_checkpointing: bool = False,
     ):
         super().__init__()
-        if conv not in CONVS:
-            raise ValueError(f"conv={conv!r} is not one of {CONVS}")
-        if conv == "gat" and num_layers > 1 and hidden % heads:
-            raise ValueError(f"GAT hidden={hidden} must be divisible by heads={heads}")
+        self.kind = layer_kind(conv)
         self.conv, self.num_layers = conv, num_layers
         self.drop_edge, self.gcn_edge_weight, self.edge_weights = drop_edge, gcn_edge_weight, edge_weights
+        self.options = LayerOptions(heads, attn_dropout, edge_weights, gcn_edge_weight)
         self.activation_checkpointing = activation_checkpointing
         dims = [in_feats] + [hidden] * (num_layers - 1) + [num_classes]
         self.convs = nn.ModuleList()
@@ -449,7 +182,7 @@ class GNN(nn.Module):
         for layer in range(num_layers):
             d_in, d_out = dims[layer], dims[layer + 1]
             last = layer == num_layers - 1
-            self.convs.append(_make_conv(conv, d_in, d_out, 1 if last else heads, attn_dropout))
+            self.convs.append(self.kind.build(d_in, d_out, last, self.options))
             if last:
                 continue
             self.norms.append(_make_norm(hidden_norm, d_out))
@@ -466,9 +199,9 @@ class GNN(nn.Module):
             scale = None
             if self.training and self.drop_edge > 0:
                 block = drop_edges(block, self.drop_edge)
-                # sums (GIN) and weighted sums (GCN over Â) keep their expectation when the kept
-                # edges count 1/(1-p); means, attention softmax and max run over the kept edges
-                if self.conv in ("gin", "gcn"):
+                # sums (GIN, GCN over Â) keep their expectation when the kept edges count
+                # 1/(1-p); means, attention softmax and max run over the kept edges
+                if self.kind.sums:
                     scale = drop_edge_scale(block, self.drop_edge)
             if self.activation_checkpointing and self.training and torch.is_grad_enabled():
                 h = checkpoint(self.layer, layer, block, h, scale, use_reentrant=False)
@@ -479,32 +212,20 @@ class GNN(nn.Module):
     def layer(self, index: int, block: Block, h: torch.Tensor, edge_scale: torch.Tensor | None = None) -> torch.Tensor:
         """Layer ``index`` on one block: features of its sources -> of its destinations.
 
-        ``edge_scale`` (per edge; DropEdge's 1/(1-p)) multiplies the messages of sum and
-        weighted-sum layers (gin, gcn); the other layers ignore it.
+        ``edge_scale`` (per edge; DropEdge's 1/(1-p)) multiplies the messages of summing layers
+        (the kind's ``sums`` trait); the other layers ignore it.
         """
         last = index == self.num_layers - 1
-        if self.convs[index].control_variate is not None:  # VR-GCN keeps histories of the input before dropout
-            self.convs[index].control_variate.undropped = h
-        out = self._conv(index, block, self.dropout(h), edge_scale)
+        variate = getattr(self.convs[index], "control_variate", None)
+        if variate is not None:  # VR-GCN keeps histories of the input before dropout
+            variate.undropped = h
+        weight = self.kind.edge_weight(block, self.options, edge_scale)
+        out = self.kind.forward(self.convs[index], block, self.dropout(h), weight, last)
         if last:
             return out
         if self.residuals is not None:
             out = out + self.residuals[index](h[: block.num_dst])
         return F.relu(self.norms[index](out))
-
-    def _conv(self, index: int, block: Block, h: torch.Tensor, edge_scale: torch.Tensor | None) -> torch.Tensor:
-        conv = self.convs[index]
-        weight = sampled_edge_weight(self.conv, block, self.gcn_edge_weight, edge_scale, self.edge_weights)
-        if self.conv == "gcn":
-            if weight is not None:
-                return conv(block, h, edge_weight=weight, norm="none")
-            return conv(block, h)  # degree normalization over the (kept) edges: a mean, no scale
-        if self.conv in ("gin", "sage", "sage_pool"):
-            return conv(block, h, edge_weight=weight)
-        if self.conv == "gat":
-            out = conv(block, h)  # [num_dst, heads, out]
-            return out.mean(1) if index == self.num_layers - 1 else out.flatten(1)
-        return conv(block, h)
 
     @torch.no_grad()
     def inference(
@@ -565,61 +286,20 @@ def sampled_edge_weight(
     edge_scale: torch.Tensor | None = None,
     edge_weights: bool = False,
 ) -> torch.Tensor | None:
-    """The per-edge weights layer type ``conv`` aggregates with over ``block``.
+    """The per-edge weights layer type ``conv`` aggregates with over ``block``
+    (`training.layer_registry.LayerKind.edge_weight`).
 
     A sampled block carries ``correction`` (the inverse inclusion probability of each edge,
-    `graphs.shard_format`); DropEdge passes ``edge_scale`` (1/(1-p) per kept edge). Both are
-    applied the way each aggregation needs, so that the expected aggregation over the draws
-    equals the full-neighbourhood one (tests/test_sampling.py checks this per type). With
-    ``edge_weights`` (``ModelConfig.edge_weights``) SAGE and GIN also weigh by Â's entries.
-
-    - ``gcn``: ``Â_vu · c_uv`` (· scale), a weighted sum; None with ``gcn_edge_weight`` off or
-      no weights (the layer then normalizes by the block's degrees).
-    - ``gin``: ``c_uv`` (· Â_vu with edge_weights) (· scale): the sum scaled by the inverse
-      inclusion probability.
-    - ``sage`` (mean): the weighted mean ``Σ c x / Σ c`` (c · Â with edge_weights) through
-      `weighted_mean_weights`; None with neither (a plain mean). A correction that is one value
-      per destination (``block.correction_per_dst``) cancels and is left out.
-    - ``gat``, ``sage_pool``: no correction (a softmax ratio and a max have no unbiased form;
-      training refuses non-uniform draws for them, `training.train.check_sampler_supports`);
-      sage_pool weighs by Â's entries with edge_weights.
+    `graphs.shard_format`); DropEdge passes ``edge_scale`` (1/(1-p) per kept edge). Each
+    layer type applies both the way its aggregation needs, so that the expected aggregation
+    over the draws equals the full-neighbourhood one (tests/test_sampling.py checks this per
+    type): gcn ``Â·c`` (· scale), gin ``c`` (· Â with ``edge_weights``) (· scale), sage the
+    weighted mean ``Σ c x / Σ c``; gat and sage_pool take no correction (a softmax ratio and a
+    max have no unbiased form: training refuses non-uniform draws for layers that are not
+    ``linear``, `training.train.check_sampler_supports`).
     """
-    # Â's weights and the correction are read only where used: a block read from shards
-    # computes them from their compact forms on first access (training.blocks)
-    if conv == "gcn":
-        w = block.edge_weight if gcn_edge_weight else None
-        if w is None:
-            return None
-        c = block.correction
-        w = w if c is None else w * c
-        return w if edge_scale is None else w * edge_scale
-    if conv == "sage_pool":  # a max: Â's weights when asked, no correction
-        w = block.edge_weight if edge_weights else None
-        return None if w is None else weighted_mean_weights(block, w)
-    if conv not in ("gin", "sage"):
-        return None
-    base = block.edge_weight if edge_weights else None
-    # one correction per destination cancels in SAGE's weighted mean Σ c x / Σ c
-    c = None if conv == "sage" and block.correction_per_dst else block.correction
-    if c is not None:
-        base = c if base is None else base * c
-    if conv == "gin":
-        if edge_scale is not None:
-            base = edge_scale if base is None else base * edge_scale
-        return base
-    return None if base is None else weighted_mean_weights(block, base)
-
-
-def _make_conv(conv: str, d_in: int, d_out: int, heads: int, attn_dropout: float) -> nn.Module:
-    if conv == "sage":
-        return SAGEConv(d_in, d_out, "mean")
-    if conv == "sage_pool":
-        return SAGEConv(d_in, d_out, "pool")
-    if conv == "gcn":
-        return GraphConv(d_in, d_out, norm="both")
-    if conv == "gat":
-        return GATConv(d_in, d_out // heads, heads, attn_drop=attn_dropout)
-    return GINConv(d_in, d_out)
+    opts = LayerOptions(edge_weights=edge_weights, gcn_edge_weight=gcn_edge_weight)
+    return layer_kind(conv).edge_weight(block, opts, edge_scale)
 
 
 def _make_norm(hidden_norm: str | None, width: int) -> nn.Module:

@@ -56,6 +56,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphs.config_checks import MAX_EPOCHS, MAX_PREFETCH, MAX_ROWS, MAX_SEED, MAX_STEPS, bounded_repr, check_fields
+from graphs.normalize import Adjacency
 from graphs.progress import Progress
 from graphs.storage import CorruptFileError, read_file_hashes
 from training.blocks import remove_self_loops
@@ -64,7 +65,7 @@ from training.evaluate import load_full_block
 from training.layers import GNN, ModelConfig, build_model
 from training.loss_check import NonFiniteLossError, non_finite_loss
 from training.metrics import LINK_HITS_AT, link_prediction_report
-from training.outputs import LINK_MODEL
+from training.outputs import LINK_MODEL, METRICS, SUMMARY
 from training.pair_features import FEATURE_NAMES, PairHeuristics, two_hop_negatives
 from training.state_file import read_state_file, write_state_file
 
@@ -233,7 +234,7 @@ def embed(model: LinkModel, full_block, x: torch.Tensor, batch_size: int = 0) ->
 
 @torch.no_grad()
 def evaluate_link(model: LinkModel, full_block, x: torch.Tensor, split, which: str, batch_size: int = 0) -> dict:
-    """`link_prediction_report` of split `which` ("val" or "test") of an `EdgeSplit`, from
+    """`link_prediction_report` of split `which` ("val" or "test") of a `SplitPairs`, from
     full-graph embeddings over `full_block`."""
     h = embed(model, full_block, x, batch_size)
     pos = torch.from_numpy(getattr(split, which)).T.contiguous()
@@ -259,7 +260,7 @@ class _Graph:
         if not manifest["self_loops"]:  # evaluate over the graph the blocks were sampled from
             block = plain
         try:
-            digest = read_file_hashes(adjacency_dir, stage="normalized_adjacency")["indices.npy"]["sha256"]
+            digest = read_file_hashes(adjacency_dir, stage=Adjacency.STAGE)[Adjacency.INDICES]["sha256"]
         except (CorruptFileError, KeyError):
             digest = ""
         return cls(block, x, PairHeuristics(plain.indptr, plain.indices), digest)
@@ -532,5 +533,5 @@ def _write_outputs(out: Path, model: LinkModel, rows: list[dict], summary: dict)
     }
     write_state_file(out / LINK_MODEL, state, kind=_LINK_KIND, format_version=LINK_MODEL_FORMAT)
     table = pa.Table.from_pylist(rows)
-    pq.write_table(table, out / "metrics.parquet")
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    pq.write_table(table, out / METRICS)
+    (out / SUMMARY).write_text(json.dumps(summary, indent=2, default=float))

@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from graphs.storage import is_valid_dataset_name
+from graphs.storage import SUMMARY_NAME, is_valid_dataset_name
 from training.blocks import Block, remove_self_loops
 from training.layers import GNN, ModelConfig, build_model
 from training.state_file import StateFileError, read_state_file, write_state_file
@@ -55,7 +55,12 @@ __all__ = [
     "METRIC_COLUMNS",
     "MODEL_BEST",
     "MODEL_FINAL",
+    "CURVES",
+    "EMBEDDINGS",
+    "METRICS",
     "OUTPUT_FORMAT",
+    "PREDICTIONS",
+    "SUMMARY",
     "PICKLED_MODEL_BEST",
     "VERSION_FILE",
     "LoadedModel",
@@ -78,6 +83,11 @@ MODEL_BEST = "model_best.safetensors"
 LINK_MODEL = "model.safetensors"  # a link-prediction trained_model's model (training.link)
 PICKLED_MODEL_BEST = "model_best.pt"  # what format 2 and older wrote (a torch pickle): refused, never loaded
 VERSION_FILE = "version.json"
+SUMMARY = SUMMARY_NAME  # every stage's summary (`graphs.stage_artifact.StageArtifact.SUMMARY`)
+PREDICTIONS = "predictions.parquet"
+METRICS = "metrics.parquet"
+EMBEDDINGS = "embeddings.npy"
+CURVES = "curves.png"
 _MODEL_KIND = "model"
 _REMEDY = "re-materialize trained_model (retrain) to write it in this format"
 

@@ -30,7 +30,6 @@ compressed_graph's codes saw their decoded approximation of the same values).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from pathlib import Path
@@ -40,25 +39,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from graphs.canonical_files import CanonicalGraph
 from graphs.label_classes import LABEL_CLASSES, label_values, read_label_classes
+from graphs.normalize import Adjacency
 from graphs.storage import atomic_output_dir, verify_files
 from training.evaluate import load_full_block
 from training.features import degree_features, read_node_table
-from training.outputs import MODEL_BEST, MODEL_FINAL, load_model, read_version, write_json
+from training.outputs import MODEL_BEST, MODEL_FINAL, PREDICTIONS, SUMMARY, load_model, read_version, write_json
 
 __all__ = ["predict", "verify_inputs"]
 
-ADJACENCY_FILES = ("summary.json", "indptr.npy", "indices.npy", "weights.npy")
+ADJACENCY_FILES = (Adjacency.SUMMARY, *Adjacency.CSR_FILES)
 
 
 def verify_inputs(canonical: Path, adjacency: Path, feature_input: str) -> None:
     """`graphs.storage.CorruptFileError` naming the file and the stage to re-materialize unless
     the canonical_graph and normalized_adjacency files scoring reads are as their stage published them."""
-    verify_files(adjacency, ADJACENCY_FILES, stage="normalized_adjacency")
-    names = ["nodes.parquet"] + (
-        ["features.npy"] if feature_input == "features" and (canonical / "features.npy").is_file() else []
-    )
-    verify_files(canonical, names, stage="canonical_graph")
+    verify_files(adjacency, ADJACENCY_FILES, stage=Adjacency.STAGE)
+    graph = CanonicalGraph.open(canonical)
+    names = [graph.NODES] + ([graph.FEATURES] if feature_input == "features" and graph.has_features else [])
+    verify_files(canonical, names, stage=graph.STAGE)
 
 
 def model_input(preprocessing, canonical: Path, adjacency: Path, in_feats: int) -> torch.Tensor:
@@ -68,7 +68,7 @@ def model_input(preprocessing, canonical: Path, adjacency: Path, in_feats: int) 
 
         x = degree_features(load_csr(adjacency).indptr, preprocessing.degree_buckets)
     else:
-        path = canonical / "features.npy"
+        path = CanonicalGraph.open(canonical).features_path
         if not path.is_file():
             raise ValueError(
                 f"{path}: missing, but the model was trained on node features; give the dataset a "
@@ -100,7 +100,7 @@ def predict(
     loaded = load_model(model_path)
     classes = model_label_classes(model_path.parent, loaded.num_classes)
     verify_inputs(canonical, adjacency, loaded.preprocessing.input)
-    adj_norm = json.loads((adjacency / "summary.json").read_text()).get("degree_norm", "both")
+    adj_norm = Adjacency.open(adjacency).summary.get("degree_norm", "both")
     if adj_norm != loaded.preprocessing.degree_norm:
         raise ValueError(
             f"{adjacency}: degree_norm={adj_norm!r}, the model was trained over degree_norm="
@@ -128,8 +128,8 @@ def predict(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     with atomic_output_dir(out_dir) as tmp:
-        write_scored(tmp / "predictions.parquet", nodes.original_id, logits, classes)
-        write_json(tmp / "summary.json", summary)
+        write_scored(tmp / PREDICTIONS, nodes.original_id, logits, classes)
+        write_json(tmp / SUMMARY, summary)
     return summary
 
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=0, help="destination nodes per inference chunk (0: all)")
     args = parser.parse_args(argv)
     summary = predict(args.model, args.canonical, args.adjacency, args.out, batch_size=args.batch_size)
-    print(f"{summary['nodes']} nodes scored with {summary['model']}: {Path(args.out) / 'predictions.parquet'}")
+    print(f"{summary['nodes']} nodes scored with {summary['model']}: {Path(args.out) / PREDICTIONS}")
     return 0
 
 

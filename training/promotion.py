@@ -47,6 +47,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from graphs.canonical_files import CanonicalGraph
 from graphs.config_checks import bounded_repr, check_fields
 from graphs.label_classes import read_label_classes
 from graphs.storage import verified
@@ -133,7 +134,8 @@ def training_label_counts(labels: np.ndarray, split: np.ndarray, classes: list |
 
 def read_canonical_labels(canonical: Path, columns: tuple[str, ...] = ("label", "split")) -> pa.Table:
     """`columns` of canonical_graph's nodes.parquet, checked against its published hashes."""
-    return pq.read_table(verified(canonical, "nodes.parquet", stage="canonical_graph"), columns=list(columns))
+    graph = CanonicalGraph.open(canonical)
+    return pq.read_table(verified(canonical, graph.NODES, stage=graph.STAGE), columns=list(columns))
 
 
 def read_training_label_counts(canonical: Path) -> ClassCounts:

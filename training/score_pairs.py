@@ -34,6 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
+from graphs.canonical_files import CanonicalGraph
 from graphs.config_checks import bounded_repr
 from graphs.storage import validate_dataset_name
 from training.outputs import LINK_MODEL
@@ -93,7 +94,7 @@ def score_pairs(pairs_file, out_file, *, model_dir, canonical_dir, shards_dir, a
 
     pairs_file, out_file = Path(pairs_file), Path(out_file)
     table = _read_pairs(pairs_file)
-    nodes_file = Path(canonical_dir) / "nodes.parquet"
+    nodes_file = CanonicalGraph.open(canonical_dir).nodes_path
     ids = [map_original_ids(table.column(c), nodes_file, f"{pairs_file}: column '{c}'") for c in PAIR_COLUMNS]
     saved = load_saved(model_dir, shards_dir, adjacency_dir)
     pairs = torch.from_numpy(np.stack(ids)) if len(table) else torch.zeros(2, 0, dtype=torch.int64)

@@ -47,7 +47,6 @@ Reading order (top to bottom): `train` sets up the process group; `_train` is th
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -63,6 +62,7 @@ from torch.profiler import record_function
 
 from graphs.host_memory import reuse_freed_memory
 from graphs.label_classes import copy_label_classes
+from graphs.normalize import Adjacency
 from graphs.progress import Progress
 from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes, verify_lock_held
 from training.blocks import remove_self_loops
@@ -91,12 +91,18 @@ from training.evaluate import EvalGraph, StreamingEval, accuracies, load_full_bl
 from training.feature_cache import CacheSpec
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.imbalance import class_weights, selection_score
+from training.layer_registry import layer_kind, linear_layer_names
 from training.layers import build_model, use_aggregation
 from training.loss_check import NonFiniteLossError, non_finite_loss
 from training.node_stats import NodeGradStats
 from training.outputs import (
+    CURVES,
+    EMBEDDINGS,
+    METRICS,
     MODEL_BEST,
     MODEL_FINAL,
+    PREDICTIONS,
+    SUMMARY,
     Preprocessing,
     model_file_state,
     plot_curves,
@@ -116,7 +122,6 @@ __all__ = [
     "epoch_passes",
     "learning_rate",
     "make_optimizer",
-    "non_uniform_draws",
     "replay_order_seed",
     "resolve_inputs",
     "resolve_num_layers",
@@ -762,11 +767,11 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         save_model_file(tmp / MODEL_FINAL, final_state)
         save_model_file(tmp / MODEL_BEST, best_state)
         summary["version"] = write_version_file(tmp)  # before the swap: a kill after it leaves a named model
-        write_predictions(tmp / "predictions.parquet", original_id, logits)
+        write_predictions(tmp / PREDICTIONS, original_id, logits)
         copy_label_classes(run.canonical, tmp)  # the user's label values, in every model version
-        run.eval_graph.save_embeddings(emb, tmp / "embeddings.npy")
-        write_metrics(history, tmp / "metrics.parquet")
-        plot_curves(history, tmp / "curves.png")
+        run.eval_graph.save_embeddings(emb, tmp / EMBEDDINGS)
+        write_metrics(history, tmp / METRICS)
+        plot_curves(history, tmp / CURVES)
         cfg_out = replace(cfg, paths=replace(cfg.paths, work=str(work)))
         cfg_out.to_yaml(tmp / "run.yaml")
         if (work / "profile").is_dir():
@@ -774,7 +779,7 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
             summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
         if run.grad_stats is not None:
             summary["node_grad_stats"] = run.grad_stats.write(tmp)
-        write_json(tmp / "summary.json", summary)
+        write_json(tmp / SUMMARY, summary)
     shutil.rmtree(work, ignore_errors=True)
     return summary
 
@@ -833,7 +838,7 @@ def _run_summary(run: Run, best: dict, last_epoch: int, seconds: float, replicas
 
 def model_preprocessing(run: Run) -> Preprocessing:
     """How this run built the model's input (stored in the model files for inference on new data)."""
-    adjacency_summary = json.loads((run.adjacency / "summary.json").read_text())
+    adjacency_summary = Adjacency.open(run.adjacency).summary
     return Preprocessing(
         input="features" if run.stream_features == "manifest" else "degree",
         feature_norm=run.transform.kind,
@@ -884,40 +889,22 @@ def resolve_num_layers(num_layers: int, manifest: dict, shards: Path) -> int:
     return num_layers
 
 
-# Samplers whose blocks are not a uniform draw of neighbours: their edges carry corrections
-# (importance c/(s·q), saint C_v/C_uv) that only a (weighted) sum or mean can use; the same
-# holds for the neighbor sampler when `neighbor_prob` draws in proportion to a weight.
-NON_UNIFORM_SAMPLERS = ("importance", "saint")
-NON_UNIFORM_NEIGHBOR_PROBS = ("weight", "adaptive")
-UNCORRECTABLE_CONVS = ("gat", "sage_pool")
-
-
-def non_uniform_draws(manifest: dict) -> str | None:
-    """The settings that make the shards' draws non-uniform (e.g. "sampler 'saint'" or
-    "sampler 'neighbor' with neighbor_prob 'weight'"), or None for uniform draws."""
-    sampler = manifest.get("sampler")
-    if sampler in NON_UNIFORM_SAMPLERS:
-        return f"sampler {sampler!r}"
-    prob = manifest.get("settings", {}).get("neighbor_prob", "uniform")
-    if sampler == "neighbor" and prob in NON_UNIFORM_NEIGHBOR_PROBS:
-        return f"sampler 'neighbor' with neighbor_prob {prob!r}"
-    return None
-
-
 def check_sampler_supports(conv: str, manifest: dict, shards: Path) -> None:
     """Refuse a layer whose aggregation cannot use the sampler's correction weights.
 
-    GAT (a softmax ratio of attention scores) and SAGE-pool (an element-wise max) have no
-    unbiased form over a non-uniform sample (`non_uniform_draws`): their result would
-    silently differ from the full-graph one the model is evaluated with.
+    A layer that is not ``linear`` (`training.layer_registry`: GAT's softmax ratio of
+    attention scores, SAGE-pool's element-wise max) has no unbiased form over the draws the
+    manifest records as non-uniform (``non_uniform_draws``, declared by the sampler): its result
+    would silently differ from the full-graph one the model is evaluated with.
     """
-    draws = non_uniform_draws(manifest)
-    if conv in UNCORRECTABLE_CONVS and draws is not None:
+    kind = layer_kind(conv)
+    draws = manifest.get("non_uniform_draws")
+    if draws and not kind.linear:
         raise ValueError(
             f"model.conv={conv!r} cannot be trained on shards cut with {draws} ({shards / 'manifest.json'}): a "
-            f"{'softmax attention' if conv == 'gat' else 'max'} aggregation has no correction for non-uniform "
-            "draws; re-materialize minibatch_shards with sampler neighbor (neighbor_prob uniform) or cluster_gcn, "
-            "or use a sage/gcn/gin layer"
+            f"{kind.aggregates_by} aggregation has no correction for non-uniform draws; re-materialize "
+            "minibatch_shards with sampler neighbor (neighbor_prob uniform) or cluster_gcn, or use a layer whose "
+            f"aggregation is linear ({', '.join(linear_layer_names())})"
         )
 
 

@@ -1,6 +1,8 @@
 """Minibatch sampling written once as shard files: one stream of sampled blocks per DDP rank.
 
-Four samplers (``ShardConfig.sampler``), each producing, per minibatch, one block per GNN
+Four built-in samplers (``ShardConfig.sampler``; registered with their traits in
+`graphs.sampling.registry`, one module each in `graphs.sampling.kinds`, where a new sampler is
+one new module: docs/extending.md), each producing, per minibatch, one block per GNN
 layer in the CSC layout of `training.blocks.Block` (destination nodes are the first
 ``num_dst`` source nodes; block ``l``'s destination nodes are block ``l + 1``'s source
 nodes, so one array ``input_nodes`` of global ids names the nodes of every block):
@@ -57,9 +59,10 @@ seeds drawn with replacement in inverse proportion to their class's training-nod
 ``importance`` and ``saint`` store their corrections above (``c_u/(s·q_u)``, ``C_v/C_uv``),
 ``cluster_gcn`` 1 (Â restricted to the subgraph). Each layer type applies the correction
 its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c (Â·c with
-``edge_weights``), SAGE-mean the c-weighted (Â·c-weighted) mean; GAT and SAGE-pool refuse
-importance/saint shards and neighbor shards with ``neighbor_prob`` weight/adaptive). With ``weight_encoding="int8"`` the weights are stored as
-per-destination symmetric INT8
+``edge_weights``), SAGE-mean the c-weighted (Â·c-weighted) mean; layers whose aggregation
+is not linear, GAT and SAGE-pool, refuse shards whose manifest records ``non_uniform_draws``:
+importance, saint, and neighbor with ``neighbor_prob`` weight/adaptive). With
+``weight_encoding="int8"`` the weights are stored as per-destination symmetric INT8
 (`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
 destination; weight = q * scale[dst]); the correction stays FP32.
 
@@ -113,25 +116,26 @@ Usage::
     manifest = write_minibatch_shards(inputs, home / "cora/minibatch_shards", ShardConfig())
 """
 
-from graphs.sampling.config import (
-    AUTO_BATCH_MAX,
-    AUTO_MINIBATCHES,
-    PLACEMENTS,
-    SAINT_MODES,
-    SAMPLERS,
-    ShardConfig,
-    auto_batch_size,
-    resolve_batch_size,
-)
-from graphs.sampling.inputs import ShardInputs, load_shard_inputs, train_nodes_of
-from graphs.sampling.samplers import (
+from graphs.sampling.base import (
     MinibatchSampler,
     SampledBlock,
     SampledMinibatch,
     dgl_neighbor_blocks,
     insert_self_loops,
+    make_sampler,
     segment_positions,
 )
+from graphs.sampling.config import (
+    AUTO_BATCH_MAX,
+    AUTO_MINIBATCHES,
+    PLACEMENTS,
+    SAINT_MODES,
+    ShardConfig,
+    auto_batch_size,
+    resolve_batch_size,
+)
+from graphs.sampling.inputs import ShardInputs, load_shard_inputs, train_nodes_of
+from graphs.sampling.registry import SamplerTraits, register_sampler, sampler_class, sampler_names
 from graphs.sampling.schedule import (
     derive_seed,
     epoch_cluster_groups,
@@ -146,9 +150,9 @@ __all__ = [
     "AUTO_BATCH_MAX",
     "AUTO_MINIBATCHES",
     "MinibatchSampler",
+    "SamplerTraits",
     "PLACEMENTS",
     "SAINT_MODES",
-    "SAMPLERS",
     "SampledBlock",
     "SampledMinibatch",
     "ShardConfig",
@@ -160,10 +164,14 @@ __all__ = [
     "epoch_seed_batches",
     "insert_self_loops",
     "load_shard_inputs",
+    "make_sampler",
     "minibatch_seed",
     "ranks_of_parts",
+    "register_sampler",
     "remote_rows",
     "resolve_batch_size",
+    "sampler_class",
+    "sampler_names",
     "sampling_workers",
     "segment_positions",
     "train_nodes_of",

@@ -6,23 +6,23 @@ import math
 from dataclasses import dataclass, field, replace
 
 from graphs.config_checks import (
+    DEFAULT_FANOUTS,
     MAX_BATCH,
-    MAX_FANOUT,
-    MAX_LAYERS,
     MAX_RANKS,
     MAX_SEED,
     MAX_THREADS,
     bounded_repr,
     check_fields,
+    parse_fanouts,
 )
 from graphs.negatives import DISTRIBUTIONS as NEGATIVE_DISTRIBUTIONS
 from graphs.negatives import FILTERS as NEGATIVE_FILTERS
+from graphs.sampling.registry import sampler_class, sampler_names
 from graphs.shard_format import (
     FEATURE_ENCODINGS,
     WEIGHT_ENCODINGS,
 )
 
-SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
 # the automatic per-rank batch size (ShardConfig.batch_size = 0): see `auto_batch_size`
 AUTO_BATCH_MAX = 1024
 AUTO_MINIBATCHES = 4
@@ -45,21 +45,19 @@ def stored_weight_encoding(setting: str, factors_available: bool) -> str:
 # ----------------------------------------------------------------------------- config
 
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in str(text).replace(" ", "").split(",") if v != ""]
-    except ValueError as exc:
-        raise ValueError(f"{what}={bounded_repr(text)}: expected comma-separated integers, e.g. '15,10,5'") from exc
-    return values
-
-
 @dataclass(kw_only=True)
 class ShardConfig:
     """Settings of the minibatch_shards stage (sampler, batch geometry, epochs, ranks)."""
 
-    sampler: str = field(default="neighbor", metadata={"help": f"Sampler, one of {SAMPLERS}."})
+    sampler: str = field(
+        default="neighbor",
+        metadata={
+            "help": "Sampler, by its registered name: the built-in neighbor, importance, cluster_gcn and saint "
+            "(graphs/sampling/kinds/), or one a module registers (docs/extending.md)."
+        },
+    )
     fanouts: str = field(
-        default="10,10",
+        default=DEFAULT_FANOUTS,
         metadata={
             "help": "Neighbours sampled per node for each layer, input layer first (DGL's order); "
             "-1 = all. Its length is the number of layers for every sampler (and the model's, by default)."
@@ -213,13 +211,8 @@ class ShardConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.sampler not in SAMPLERS:
-            raise ValueError(f"sampler={bounded_repr(self.sampler)} is not one of {SAMPLERS}")
-        fanouts = _ints(self.fanouts, "fanouts")
-        if not 0 < len(fanouts) <= MAX_LAYERS or any(f == 0 or f < -1 or f > MAX_FANOUT for f in fanouts):
-            raise ValueError(
-                f"fanouts={bounded_repr(self.fanouts)}: need 1 to {MAX_LAYERS} layers, each -1 (all) or in [1, {MAX_FANOUT}]"
-            )
+        kind = sampler_class(self.sampler)  # ValueError naming the registered samplers
+        parse_fanouts(self.fanouts)
         if self.batch_size < 0:
             raise ValueError(f"batch_size={self.batch_size} must be >= 1, or 0 (automatic)")
         if self.workers < 0:
@@ -243,10 +236,10 @@ class ShardConfig:
             raise ValueError(f"adaptive_alpha={self.adaptive_alpha} must lie in [0, 1]")
         if self.seed_weighting not in SEED_WEIGHTINGS:
             raise ValueError(f"seed_weighting={bounded_repr(self.seed_weighting)} is not one of {SEED_WEIGHTINGS}")
-        if self.seed_weighting != "uniform" and self.sampler not in ("neighbor", "importance"):
+        if self.seed_weighting != "uniform" and not kind.traits.seeds:
             raise ValueError(
-                f"seed_weighting={bounded_repr(self.seed_weighting)} weights seed nodes; sampler={bounded_repr(self.sampler)} draws whole "
-                "subgraphs (use sampler 'neighbor' or 'importance')"
+                f"seed_weighting={bounded_repr(self.seed_weighting)} weights seed nodes; sampler={bounded_repr(self.sampler)} draws "
+                f"whole subgraphs (use a sampler that grows minibatches from seeds: {seed_samplers()})"
             )
         if self.weight_encoding not in WEIGHT_SETTINGS:
             raise ValueError(f"weight_encoding={bounded_repr(self.weight_encoding)} is not one of {WEIGHT_SETTINGS}")
@@ -261,10 +254,10 @@ class ShardConfig:
             )
         if self.placement not in PLACEMENTS:
             raise ValueError(f"placement={bounded_repr(self.placement)} is not one of {PLACEMENTS}")
-        if self.placement == "partition" and self.sampler not in ("neighbor", "importance"):
+        if self.placement == "partition" and not kind.traits.seeds:
             raise ValueError(
                 f"placement='partition' places seed nodes; sampler={bounded_repr(self.sampler)} draws whole subgraphs "
-                "(use sampler 'neighbor' or 'importance', or placement 'random')"
+                f"(use a sampler that grows minibatches from seeds: {seed_samplers()}, or placement 'random')"
             )
         if self.saint_mode not in SAINT_MODES:
             raise ValueError(f"saint_mode={bounded_repr(self.saint_mode)} is not one of {SAINT_MODES}")
@@ -283,11 +276,16 @@ class ShardConfig:
 
     @property
     def fanout_list(self) -> list[int]:
-        return _ints(self.fanouts, "fanouts")
+        return parse_fanouts(self.fanouts)
 
     @property
     def num_layers(self) -> int:
         return len(self.fanout_list)
+
+
+def seed_samplers() -> str:
+    """The registered samplers that grow minibatches from seed nodes, for messages."""
+    return ", ".join(repr(n) for n in sampler_names() if sampler_class(n).traits.seeds)
 
 
 def auto_batch_size(train_nodes: int, world_size: int) -> int:

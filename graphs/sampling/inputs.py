@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from graphs.canonical import read_summary
+from graphs.canonical_files import CanonicalGraph
 from graphs.node_scores import mean_grad_norm, read_node_scores
 from graphs.normalize import ScaleFactors, load_csr, load_scale_factors
-from graphs.storage import verified, verify_inputs
+from graphs.partition_files import Partitions
+from graphs.storage import verify_inputs
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -62,28 +63,27 @@ def load_shard_inputs(
     (`graphs.storage.verified`): the shards record the SHA-256 of the files they depend on, and
     must not record a damaged one as good."""
     canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
-    verified(canonical, "summary.json")
-    summary = read_summary(canonical)
-    n = int(summary["nodes"])
-    table = pq.read_table(verified(canonical, "nodes.parquet"), columns=["node_id", "label", "split"])
+    graph = CanonicalGraph.open(canonical, verify=True)
+    summary, n = graph.summary, graph.num_nodes
+    table = pq.read_table(graph.verified(graph.NODES), columns=["node_id", "label", "split"])
     node_id = table.column("node_id").to_numpy()
     if len(node_id) != n or (node_id != np.arange(n)).any():
-        raise ValueError(f"{canonical / 'nodes.parquet'}: column 'node_id' is not 0..{n - 1} in order")
+        raise ValueError(f"{graph.nodes_path}: column 'node_id' is not 0..{n - 1} in order")
     labels = table.column("label").to_numpy().astype(np.int64)
     split = table.column("split").to_numpy(zero_copy_only=False).astype(str)
     csr = load_csr(adjacency, n=n)
-    cluster_id = None
-    if partitions_dir is not None and (Path(partitions_dir) / "cluster_id.npy").is_file():
-        cluster_id = np.load(verified(partitions_dir, "cluster_id.npy"), allow_pickle=False)
+    cluster_id = part_id = None
+    parts = Partitions.open(partitions_dir) if partitions_dir is not None else None
+    if parts is not None and parts.has(parts.CLUSTER_ID):
+        cluster_id = np.load(parts.verified(parts.CLUSTER_ID), allow_pickle=False)
         if len(cluster_id) != n:
-            raise ValueError(f"{Path(partitions_dir) / 'cluster_id.npy'}: {len(cluster_id)} entries, expected {n}")
-    part_id = None
-    if partitions_dir is not None and (Path(partitions_dir) / "part_id.npy").is_file():
-        part_id = np.load(verified(partitions_dir, "part_id.npy"), allow_pickle=False)
+            raise ValueError(f"{parts.path(parts.CLUSTER_ID)}: {len(cluster_id)} entries, expected {n}")
+    if parts is not None and parts.has(parts.PART_ID):
+        part_id = np.load(parts.verified(parts.PART_ID), allow_pickle=False)
         if len(part_id) != n:
-            raise ValueError(f"{Path(partitions_dir) / 'part_id.npy'}: {len(part_id)} entries, expected {n}")
-    feats = canonical / "features.npy"
-    verify_inputs(canonical, [feats.name])
+            raise ValueError(f"{parts.path(parts.PART_ID)}: {len(part_id)} entries, expected {n}")
+    feats = graph.features_path
+    verify_inputs(canonical, [graph.FEATURES])
     scores = None
     if node_scores is not None:
         scores = mean_grad_norm(*read_node_scores(node_scores, n))

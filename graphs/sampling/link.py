@@ -6,7 +6,7 @@ negative_sampler=Uniform(k))``), written once as shards:
 
 - **Seed edges** are the directed edges of the message-passing graph (`graphs.edge_split`:
   the training edges in both directions, i.e. the off-diagonal entries of its Â; edge id =
-  position in the off-diagonal CSR, as in `graphs.sampling.samplers`). Each epoch permutes
+  position in the off-diagonal CSR, as in `graphs.sampling.base.Adjacency`). Each epoch permutes
   them and cuts them over the ranks and into minibatches of at most ``batch_size`` seed
   edges with equal step counts (`graphs.sampling.schedule.epoch_seed_batches`, the seeds
   being edge ids).
@@ -33,9 +33,10 @@ from typing import Callable
 import numpy as np
 
 from graphs.negatives import EdgeKeys, NegativeSampler
+from graphs.sampling.base import SampledMinibatch
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
-from graphs.sampling.samplers import MinibatchSampler, SampledMinibatch
+from graphs.sampling.kinds.neighbor import NeighborSampler
 from graphs.sampling.schedule import epoch_seed_batches
 
 __all__ = ["LinkMinibatch", "LinkSampler", "negative_sampler_for", "seed_edge_reverse", "write_link_shards"]
@@ -105,7 +106,7 @@ def negative_sampler_for(
     )
 
 
-class LinkSampler(MinibatchSampler):
+class LinkSampler(NeighborSampler):
     """Samples the link-prediction minibatches of every (epoch, rank); the interface
     `graphs.sampling.write_minibatch_shards` reads (``schedule``, ``sample``, ``minibatches_per_rank``)."""
 
@@ -116,19 +117,16 @@ class LinkSampler(MinibatchSampler):
         negatives: NegativeSampler,
         log: Callable[[str], None] | None = None,
     ):
-        if cfg.sampler != "neighbor":
-            raise ValueError(f"link prediction samples with sampler='neighbor', got {cfg.sampler!r}")
-        # the state MinibatchSampler.sample_neighbor reads; no training nodes are needed
+        if cfg.sampler != NeighborSampler.name:  # a LinkSampler is a NeighborSampler around seed edges
+            raise ValueError(f"link prediction samples with sampler={NeighborSampler.name!r}, got {cfg.sampler!r}")
+        # the state NeighborSampler.sample_neighbor reads; no training nodes are needed
         self.inputs, self.log = inputs, log or (lambda msg: None)
+        self.cfg = cfg
         self._init_adjacency(inputs, cfg)
         self.is_train = np.zeros(inputs.n, dtype=bool)
         self._scratch = np.full(inputs.n, -1, dtype=np.int64)
-        self.saint_info: dict = {}
-        self._dgl_mapping: dict = {}
-        self._row_sums = None
-        self._edge_prob = None
-        self.adaptive_info: dict = {}
         self.seed_probs = None
+        self.setup()
         self.rank_of_node = self.rank_of_part = None
         self.dst_of, self.reverse = seed_edge_reverse(self.adj.indptr, self.adj.indices)
         self.num_seed_edges = len(self.dst_of)

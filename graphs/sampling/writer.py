@@ -19,9 +19,9 @@ import torch
 from graphs.npzio import write_npz
 from graphs.processes import die_with_parent
 from graphs.progress import Progress
+from graphs.sampling.base import make_sampler
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
-from graphs.sampling.samplers import MinibatchSampler
 from graphs.sampling.schedule import minibatch_seed, remote_rows
 from graphs.shard_format import (
     FORMAT_VERSION,
@@ -32,7 +32,7 @@ from graphs.shard_format import (
     weight_factors_entry,
     write_manifest,
 )
-from graphs.storage import atomic_output_dir, file_sha256, peak_rss_bytes, private_rss_bytes, remember_sha256
+from graphs.storage import atomic_output_dir, peak_rss_bytes, private_rss_bytes, remember_sha256
 
 # ----------------------------------------------------------------------------- shard files
 
@@ -165,7 +165,7 @@ def write_minibatch_shards(
 
     Returns the manifest (also written as manifest.json). A previous materialization in
     `out_dir` is replaced as a whole, only once everything is written. `sampler` replaces
-    the node-classification `MinibatchSampler` (link prediction passes its
+    the registered node-classification sampler ``cfg.sampler`` (link prediction passes its
     `graphs.sampling.link.LinkSampler`, configured with a resolved batch size); its
     ``manifest_facts()`` are added to the manifest. Shard files are sampled and written by
     ``cfg.workers`` forked processes (`sampling_workers`).
@@ -174,7 +174,7 @@ def write_minibatch_shards(
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     final = Path(out_dir).resolve()
-    sampler = sampler if sampler is not None else MinibatchSampler(inputs, cfg, log)
+    sampler = sampler if sampler is not None else make_sampler(inputs, cfg, log)
     per_rank = sampler.minibatches_per_rank()
     measure = sampler.rank_of_node is not None  # remote feature rows, per step
     step_shares: list[float] = []
@@ -199,11 +199,10 @@ def write_minibatch_shards(
         # run statistics (`graphs.storage.is_run_statistic`): the files are the same for any number
         manifest |= _process_facts(workers, private)
         manifest["inputs"] = {name: os.path.relpath(path, final) for name, path in _input_dirs(inputs)}
-        _add_sampler_facts(manifest, inputs, cfg, sampler, final, features)
+        _add_upstream_facts(manifest, inputs, sampler, final, features)
         if measure:
             manifest["placement"] = _placement_facts(cfg, sampler, streams, step_shares)
-        if hasattr(sampler, "manifest_facts"):
-            manifest.update(sampler.manifest_facts())
+        manifest.update(sampler.manifest_facts())
         if per_rank != written:
             raise AssertionError(f"planned {per_rank} minibatches per rank, wrote {streams[0]['minibatches']}")
         write_manifest(tmp, manifest)
@@ -245,6 +244,7 @@ def _manifest(inputs: ShardInputs, cfg: ShardConfig, sampler, features: dict, pe
         "settings": {k: v for k, v in asdict(cfg).items() if k != "workers"},  # workers change no byte
         "num_layers": cfg.num_layers,
         "shared_block": sampler.shared_block,
+        "non_uniform_draws": type(sampler).non_uniform_draws(cfg),
         "world_size": cfg.world_size,
         "batch_size": cfg.batch_size,
         "epochs": cfg.epochs,
@@ -293,8 +293,8 @@ def _input_dirs(inputs: ShardInputs) -> list[tuple[str, Path]]:
     ]
 
 
-def _add_sampler_facts(manifest: dict, inputs: ShardInputs, cfg: ShardConfig, sampler, final: Path, features) -> None:
-    """Add the weight factors, upstream hashes and the SAINT / adaptive sampler facts to `manifest`."""
+def _add_upstream_facts(manifest: dict, inputs: ShardInputs, sampler, final: Path, features) -> None:
+    """Add the weight factors and upstream hashes to `manifest`."""
     if sampler.weight_encoding == "factors":
         factors = inputs.scale_factors
         manifest["weight_factors"] = weight_factors_entry(final, factors.row_path, factors.col_path)
@@ -302,12 +302,6 @@ def _add_sampler_facts(manifest: dict, inputs: ShardInputs, cfg: ShardConfig, sa
     manifest["upstream"] = upstream_hashes(
         final, {name: path for name, path in _input_dirs(inputs) if name in hashed}, features
     )
-    if cfg.sampler == "saint":
-        manifest["saint"] = sampler.saint_info
-    if sampler.adaptive_info:
-        manifest["adaptive"] = sampler.adaptive_info
-        if inputs.node_scores_path is not None:
-            manifest["adaptive"]["node_scores_sha256"] = file_sha256(inputs.node_scores_path)
 
 
 def _placement_facts(cfg: ShardConfig, sampler, streams: list[dict], step_shares: list[float]) -> dict:

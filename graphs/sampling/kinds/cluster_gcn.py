@@ -1,0 +1,65 @@
+"""cluster_gcn: Cluster-GCN, minibatches of ``cluster_batch`` METIS clusters (metis_partitions'
+cluster_id.npy) with the block of Â induced by their nodes, shared by every layer."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphs.sampling.base import MinibatchSampler, SampledBlock, SampledMinibatch, csc_indptr, segment_positions
+from graphs.sampling.registry import SamplerTraits, register_sampler
+from graphs.sampling.schedule import epoch_cluster_groups
+from graphs.shard_format import index_dtype
+
+
+@register_sampler
+class ClusterGCNSampler(MinibatchSampler):
+    """Groups of clusters per minibatch; the loss nodes are their training nodes."""
+
+    name = "cluster_gcn"
+    traits = SamplerTraits(seeds=False, shares_block=True, needs_clusters=True)
+
+    def setup(self) -> None:
+        cluster_id = self.inputs.cluster_id
+        if cluster_id is None:
+            raise ValueError("sampler='cluster_gcn' needs cluster_id.npy from metis_partitions")
+        order = np.argsort(cluster_id, kind="stable")
+        ids, starts, counts = np.unique(cluster_id[order], return_index=True, return_counts=True)
+        self._cluster_order, self._cluster_ids = order, ids.astype(np.int64)
+        self._cluster_start = dict(zip(ids.tolist(), zip(starts.tolist(), counts.tolist())))
+
+    def schedule(self, epoch: int) -> list[list]:
+        """Epoch `epoch`'s cluster groups, one list per rank."""
+        return epoch_cluster_groups(self._cluster_ids, epoch, self.cfg)
+
+    def sample(self, item: np.ndarray, seed: int) -> SampledMinibatch:
+        parts = []
+        for c in np.asarray(item).tolist():
+            start, count = self._cluster_start[c]
+            parts.append(self._cluster_order[start : start + count])
+        nodes = np.sort(np.concatenate(parts)).astype(np.int64)
+        block = self.induced_block(nodes)
+        seeds, pos, labels = self.labelled(nodes, seeds_only=False)
+        return SampledMinibatch(nodes, [block], seeds, pos, labels)
+
+    def induced_block(self, nodes: np.ndarray) -> SampledBlock:
+        """The block of Â restricted to `nodes` (num_src == num_dst == len(nodes))."""
+        adj = self.adj
+        counts = np.diff(adj.full_indptr)[nodes]
+        pos = segment_positions(adj.full_indptr[nodes], counts)
+        owner = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
+        col = np.asarray(adj.full_indices[pos], dtype=np.int64)
+        self.local_ids(nodes)
+        local = self.local_of(col)
+        self.reset_local(nodes)
+        keep = local >= 0
+        if not self.cfg.self_loops:
+            keep &= col != nodes[owner]
+        m = len(nodes)
+        return SampledBlock(
+            csc_indptr(np.bincount(owner[keep], minlength=m)),
+            local[keep].astype(index_dtype(m)),
+            m,
+            m,
+            np.asarray(adj.full_weights[pos[keep]], dtype=np.float32) if self.edge_weights else None,
+            np.ones(int(keep.sum()), dtype=np.float32),  # an induced subgraph: nothing sampled per edge
+        )

@@ -1,0 +1,93 @@
+"""sage and sage_pool: GraphSAGE with a mean (linear: takes the sampler's correction as a
+weighted mean) or a max-pool aggregator (no unbiased form over a non-uniform draw)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from training.aggregate import Aggregating, weighted_mean_weights
+from training.blocks import Block
+from training.layer_registry import LayerKind, LayerOptions, register_layer
+
+__all__ = ["SAGEConv", "Sage", "SagePool"]
+
+
+class SAGEConv(Aggregating):
+    """GraphSAGE: ``fc_self(x_v) + fc_neigh(reduce_{u->v} x_u)`` (= ``dgl.nn.SAGEConv``).
+
+    ``aggregator="mean"`` averages the neighbours; ``"pool"`` takes the element-wise max of
+    ``relu(fc_pool(x_u))``. For mean with ``in_feats > out_feats``, ``fc_neigh`` is applied
+    before aggregating (same result, fewer features to move), as DGL does.
+    """
+
+    def __init__(self, in_feats: int, out_feats: int, aggregator: str = "mean", bias: bool = True):
+        super().__init__()
+        if aggregator not in ("mean", "pool"):
+            raise ValueError(f"SAGEConv aggregator must be 'mean' or 'pool', got {aggregator!r}")
+        self.in_feats, self.out_feats, self.aggregator = in_feats, out_feats, aggregator
+        if aggregator == "pool":
+            self.fc_pool = nn.Linear(in_feats, in_feats)
+        self.fc_neigh = nn.Linear(in_feats, out_feats, bias=False)
+        self.fc_self = nn.Linear(in_feats, out_feats, bias=bias)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        gain = nn.init.calculate_gain("relu")
+        if self.aggregator == "pool":
+            nn.init.xavier_uniform_(self.fc_pool.weight, gain=gain)
+        nn.init.xavier_uniform_(self.fc_self.weight, gain=gain)
+        nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
+
+    def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
+        if self.aggregator == "pool":
+            pooled = F.relu(self.fc_pool(x))
+            h_neigh = self.fc_neigh(self.aggregate(block, pooled, "max", edge_weight))
+        elif self.in_feats > self.out_feats:
+            h_neigh = self.aggregate(block, self.fc_neigh(x), "mean", edge_weight, self.fc_neigh)
+        else:
+            h_neigh = self.fc_neigh(self.aggregate(block, x, "mean", edge_weight))
+        return self.fc_self(x[: block.num_dst]) + h_neigh
+
+
+@register_layer
+class Sage(LayerKind):
+    """GraphSAGE-mean: the c-weighted mean ``Σ c x / Σ c`` (c · Â with ``edge_weights``)."""
+
+    name = "sage"
+    linear = True
+    aggregates_by = "a mean"
+
+    @classmethod
+    def build(cls, d_in: int, d_out: int, last: bool, opts: LayerOptions) -> nn.Module:
+        return SAGEConv(d_in, d_out, "mean")
+
+    @classmethod
+    def edge_weight(cls, block: Block, opts: LayerOptions, edge_scale: torch.Tensor | None = None):
+        """A weighted mean through `weighted_mean_weights`; None for a plain mean. A correction
+        that is one value per destination (``block.correction_per_dst``) cancels and is left out."""
+        base = block.edge_weight if opts.edge_weights else None
+        c = None if block.correction_per_dst else block.correction
+        if c is not None:
+            base = c if base is None else base * c
+        return None if base is None else weighted_mean_weights(block, base)
+
+
+@register_layer
+class SagePool(LayerKind):
+    """GraphSAGE-pool: the element-wise max of ``relu(fc_pool(x_u))``; Â's weights with
+    ``edge_weights``, no sampling correction (a max has no unbiased form)."""
+
+    name = "sage_pool"
+    linear = False
+    aggregates_by = "max"
+
+    @classmethod
+    def build(cls, d_in: int, d_out: int, last: bool, opts: LayerOptions) -> nn.Module:
+        return SAGEConv(d_in, d_out, "pool")
+
+    @classmethod
+    def edge_weight(cls, block: Block, opts: LayerOptions, edge_scale: torch.Tensor | None = None):
+        w = block.edge_weight if opts.edge_weights else None
+        return None if w is None else weighted_mean_weights(block, w)

@@ -1,0 +1,153 @@
+"""The GNN layer types (``model.conv``), by name, each with the traits it declares.
+
+A layer type is a `LayerKind` subclass registered with `register_layer` under its ``name``;
+the built-in ones live one module each in `training.convs` (its module also holds the
+``nn.Module``), and every module of that package is imported on the first lookup, so adding a
+layer is one new file there plus its test. A layer type defined elsewhere (a test, a user's
+package imported before training starts) registers the same way. `training.layers.GNN` builds
+and calls layers only through their kind, and every check reads a declared trait:
+
+- ``linear``: the layer combines its messages by a (weighted) sum or mean, so a sampler's
+  per-edge correction makes it unbiased under any draw (training refuses shards whose manifest
+  records ``non_uniform_draws`` for a layer that is not linear) and VR-GCN's control variate
+  applies (`training.compensation`);
+- ``sums``: a (weighted) sum, so DropEdge's kept edges count 1/(1-p);
+- ``aggregates_by``: the words for its aggregation in messages ("mean", "softmax attention").
+
+docs/extending.md walks through a new layer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+from torch import nn
+
+from graphs.config_checks import bounded_repr
+from training.blocks import Block
+
+__all__ = ["LayerKind", "LayerOptions", "layer_kind", "layer_names", "linear_layer_names", "register_layer"]
+
+CONVS_PACKAGE = "training.convs"
+_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+@dataclass(frozen=True)
+class LayerOptions:
+    """The model settings a layer type may read (`training.layers.ModelConfig`'s fields)."""
+
+    heads: int = 1  # attention heads of a hidden layer (the output layer gets 1)
+    attn_dropout: float = 0.0
+    edge_weights: bool = False  # aggregate with Â's entries too (sage, gin, sage_pool)
+    gcn_edge_weight: bool = True  # gcn: Â's entries with norm 'none', else the block's degrees
+
+
+class LayerKind:
+    """A layer type: how to build one layer, call it, and weigh its edges.
+
+    Subclasses set ``name``, ``linear`` and ``aggregates_by`` (and ``sums`` for a sum) and
+    implement `build`; `edge_weight`, `forward`, `check` and `compensation_problem` have
+    defaults that suit a layer called as ``module(block, x, edge_weight=w)``.
+    """
+
+    name: ClassVar[str]
+    linear: ClassVar[bool]
+    aggregates_by: ClassVar[str]
+    sums: ClassVar[bool] = False
+
+    @classmethod
+    def build(cls, d_in: int, d_out: int, last: bool, opts: LayerOptions) -> nn.Module:
+        """The layer mapping `d_in` features to `d_out` (`last`: the output layer)."""
+        raise NotImplementedError(f"layer {cls.name!r} ({cls.__qualname__}) implements no build()")
+
+    @classmethod
+    def check(cls, cfg) -> None:
+        """Refuse a `training.layers.ModelConfig` this layer type cannot be built from (ValueError)."""
+
+    @classmethod
+    def edge_weight(
+        cls, block: Block, opts: LayerOptions, edge_scale: torch.Tensor | None = None
+    ) -> torch.Tensor | None:
+        """Per-edge weights of one call over `block`: by default the sampler's correction (and
+        Â's entries with ``opts.edge_weights``) times `edge_scale` (DropEdge's 1/(1-p), given to
+        summing layers only), None where all are absent."""
+        w = block.edge_weight if opts.edge_weights else None
+        c = block.correction
+        if c is not None:
+            w = c if w is None else w * c
+        if edge_scale is not None:
+            w = edge_scale if w is None else w * edge_scale
+        return w
+
+    @classmethod
+    def forward(cls, module: nn.Module, block: Block, h: torch.Tensor, weight, last: bool) -> torch.Tensor:
+        """One call of the layer: source features -> destination features ``[num_dst, width]``."""
+        return module(block, h, edge_weight=weight)
+
+    @classmethod
+    def compensation_problem(cls, cfg) -> str | None:
+        """Why VR-GCN's control variate cannot run with this layer and `cfg` (a phrase following
+        "training.compensation.vrgcn"), or None."""
+        if cls.linear:
+            return None
+        return (
+            f"needs a linear aggregation (model.conv one of {linear_layer_names()}); "
+            f"model.conv={cls.name!r} aggregates by {cls.aggregates_by}"
+        )
+
+
+_REGISTRY: dict[str, type[LayerKind]] = {}
+_DISCOVERED = False
+
+
+def register_layer(cls: type[LayerKind]) -> type[LayerKind]:
+    """Class decorator: register the `LayerKind` subclass `cls` under ``cls.name``."""
+    name = getattr(cls, "name", None)
+    if not (isinstance(cls, type) and issubclass(cls, LayerKind)):
+        raise TypeError(f"{cls!r} is not a LayerKind subclass")
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise ValueError(f"{cls.__qualname__}.name={name!r}: a layer needs a lower-case name ([a-z][a-z0-9_]*)")
+    for trait, kind in (("linear", bool), ("aggregates_by", str), ("sums", bool)):
+        if not isinstance(getattr(cls, trait, None), kind):
+            raise TypeError(f"layer {name!r} ({cls.__qualname__}) declares no {kind.__name__} `{trait}`")
+    held = _REGISTRY.get(name)
+    if held is not None and held.__qualname__ != cls.__qualname__:
+        raise ValueError(f"layer {name!r} is already registered by {held.__module__}.{held.__qualname__}")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def _discover() -> None:
+    """Import every module of `training.convs` once (each registers its layer types)."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    package = importlib.import_module(CONVS_PACKAGE)
+    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+        importlib.import_module(f"{CONVS_PACKAGE}.{module}")
+
+
+def layer_names() -> tuple[str, ...]:
+    """The registered layer names."""
+    _discover()
+    return tuple(_REGISTRY)
+
+
+def linear_layer_names() -> tuple[str, ...]:
+    """The registered layers whose aggregation is linear (a (weighted) sum or mean)."""
+    return tuple(n for n in layer_names() if _REGISTRY[n].linear)
+
+
+def layer_kind(name: str) -> type[LayerKind]:
+    """The layer type registered as `name` (ValueError naming the registered ones otherwise)."""
+    _discover()
+    kind = _REGISTRY.get(name) if isinstance(name, str) else None
+    if kind is None:
+        raise ValueError(f"model.conv={bounded_repr(name)} is not one of {layer_names()}")
+    return kind
