@@ -35,7 +35,7 @@ from graphs.canonical_files import CanonicalGraph
 from graphs.config_checks import bounded_text
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
-_ASSET = "canonical_graph"
+_ASSET = CanonicalGraph.STAGE
 register_config(_ASSET, CanonicalGraphConfig)
 
 # Every row the ingest drops or value it fills instead of failing: summary key -> what happened.
@@ -59,13 +59,14 @@ SHOWN_LABEL_VALUES = 20  # label values (of categorical labels) shown in the met
 
 
 @dg.asset(
+    name=_ASSET,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
     group_name="ingest",
     kinds={"duckdb", "parquet"},
     check_specs=[
         dg.AssetCheckSpec(
             EDGES_VALID,
-            asset="canonical_graph",
+            asset=CanonicalGraph.STAGE,
             description="edges.parquet is sorted by (src, dst), has no duplicates or self loops, "
             "and every id is in 0..n-1 (re-read from the written files before they are published).",
             blocking=True,
@@ -82,7 +83,7 @@ def canonical_graph(
     with (
         storage.lock(dataset, context.log.info),
         file_errors_as_failures(dataset),
-        storage.publishing(dataset, "canonical_graph") as out,
+        storage.publishing(dataset, CanonicalGraph.STAGE) as out,
     ):
         fingerprint = landing_fingerprint(landing) if landing.is_dir() else ""  # of the files as read
         try:
@@ -91,9 +92,9 @@ def canonical_graph(
         except (InputError, SettingsError) as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
         check = check_edges(out)
-        refuse_failed_checks(dataset, "canonical_graph", [check])
+        refuse_failed_checks(dataset, CanonicalGraph.STAGE, [check])
         metadata = _metadata(s, out)
-        metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, "canonical_graph")))
+        metadata["path"] = dg.MetadataValue.path(str(storage.asset_dir(dataset, CanonicalGraph.STAGE)))
         metadata[LANDING_FINGERPRINT] = fingerprint
     for key, what in FILLS_AND_DROPS.items():
         if s.get(key):

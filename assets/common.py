@@ -39,7 +39,9 @@ from assets.settings import (
 )
 from graphs.canonical import has_training_labels, is_dataset_folder
 from graphs.canonical_files import CanonicalGraph
-from graphs.edge_split import LINK_PREDICTION
+from graphs.edge_split import LINK_PREDICTION, EdgeSplit
+from graphs.normalize import Adjacency
+from graphs.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.stage_artifact import StageArtifact
 from graphs.storage import (
     HASHES_NAME,
@@ -56,7 +58,9 @@ from graphs.storage import (
 )
 from training.checkpoint import data_version
 from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, PREDICTIONS, SUMMARY, read_version, write_version_file
+from training.outputs import STAGE as TRAINED_MODEL
 from training.promotion import LABELS_FILE, read_training_label_counts, write_label_counts
+from training.promotion import STAGE as PROMOTION
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
 dataset_partitions = dg.DynamicPartitionsDefinition(name="dataset")
@@ -170,13 +174,13 @@ class GnnflowStorage(dg.ConfigurableResource):
         canonical_graph unless the model's summary names another data version than the files
         now hold. A trained_model/ without version.json (not written by `training.train`) is
         named ``<UTC time>-<run id>`` first. Older versions are then removed by `apply_retention`."""
-        model = self.asset_dir(dataset, "trained_model")
+        model = self.asset_dir(dataset, TRAINED_MODEL)
         version = self.model_version(model) or write_version_file(model, suffix=run_id[:8])
         target = self.versions_dir(dataset) / version
         if target.is_dir():
             return version
         try:  # the version's fresh hashes.json must not vouch for a file damaged since training published it
-            verify_files(model, stage="trained_model")
+            verify_files(model, stage=TRAINED_MODEL)
             counts = self._training_label_counts(dataset, model)
         except CorruptFileError as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from None
@@ -192,9 +196,9 @@ class GnnflowStorage(dg.ConfigurableResource):
 
     def _training_label_counts(self, dataset: str, model: Path) -> dict | None:
         """canonical_graph's training labels per class, or None when the model was trained on other files."""
-        canonical = self.asset_dir(dataset, "canonical_graph")
+        canonical = self.asset_dir(dataset, CanonicalGraph.STAGE)
         summary = json.loads((model / SUMMARY).read_text()) if (model / SUMMARY).is_file() else {}
-        shards, adjacency = self.asset_dir(dataset, "minibatch_shards"), self.asset_dir(dataset, "normalized_adjacency")
+        shards, adjacency = self.asset_dir(dataset, MINIBATCH_SHARDS), self.asset_dir(dataset, Adjacency.STAGE)
         if "data_version" in summary and summary["data_version"] != data_version(shards, canonical, adjacency):
             return None
         return read_training_label_counts(canonical) if (canonical / CanonicalGraph.NODES).is_file() else None
@@ -259,7 +263,7 @@ class GnnflowStorage(dg.ConfigurableResource):
 
         path = self.settings_file(dataset)
         try:
-            block = read_settings_file(path, registered_configs()).get("promotion", {})
+            block = read_settings_file(path, registered_configs()).get(PROMOTION, {})
             return PromotionConfig(**{k: v for k, v in block.items() if k == "keep_versions"}).keep_versions
         except (SettingsError, ValueError, TypeError) as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {path}: {str(exc)[:300]}") from None
@@ -268,7 +272,7 @@ class GnnflowStorage(dg.ConfigurableResource):
         """Delete kept versions (and their evaluation records) beyond the newest `keep`, never the
         promoted, a pinned one or the one trained_model/ holds (call under the dataset lock); the
         versions deleted."""
-        spared = {self.promoted_version(dataset), self.model_version(self.asset_dir(dataset, "trained_model"))}
+        spared = {self.promoted_version(dataset), self.model_version(self.asset_dir(dataset, TRAINED_MODEL))}
         spared.update(self.pinned_versions(dataset))
         doomed = [v for v in self.model_versions(dataset)[keep:] if v not in spared]
         clean_stale_temporaries(self.versions_dir(dataset))
@@ -299,14 +303,16 @@ class GnnflowStorage(dg.ConfigurableResource):
     def graph_dir(self, dataset: str) -> Path:
         """The graph that message passing sees, in the canonical layout: edge_split's (held-out
         edges removed) for link prediction, else canonical_graph's."""
-        return self.upstream_dir(dataset, "edge_split" if self.task(dataset) == LINK_PREDICTION else "canonical_graph")
+        return self.upstream_dir(
+            dataset, EdgeSplit.STAGE if self.task(dataset) == LINK_PREDICTION else CanonicalGraph.STAGE
+        )
 
     def inference_model_dir(self, dataset: str) -> Path:
         """The model folder that scores new data: `<dataset>/promoted/` when a model was
         promoted, else `<dataset>/trained_model/`; fails the run, naming both, when neither
         holds a model file, and naming the file when the first one found was written in the
         pickled format of older gnnflow versions (never loaded)."""
-        for name in ("promoted", "trained_model"):
+        for name in ("promoted", TRAINED_MODEL):
             path = self.asset_dir(dataset, name)
             if (path / MODEL_BEST).is_file():
                 return path
@@ -318,7 +324,7 @@ class GnnflowStorage(dg.ConfigurableResource):
                 )
         raise dg.Failure(
             description=f"dataset '{dataset}': no model to score with in {self.asset_dir(dataset, 'promoted')} "
-            f"nor {self.asset_dir(dataset, 'trained_model')}; materialize trained_model first"
+            f"nor {self.asset_dir(dataset, TRAINED_MODEL)}; materialize trained_model first"
         )
 
     def landing_dir(self, dataset: str) -> Path:
@@ -415,7 +421,7 @@ def disk_metadata(folder: str | os.PathLike) -> dict:
     return {"disk_mb": float(f"{dir_bytes(folder) / 2**20:.3g}")}
 
 
-INGEST_ASSET = dg.AssetKey("canonical_graph")
+INGEST_ASSET = dg.AssetKey(CanonicalGraph.STAGE)
 
 
 def ingested_fingerprint(instance: dg.DagsterInstance, dataset: str) -> str | None:

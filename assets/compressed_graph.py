@@ -19,21 +19,26 @@ from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
+from graphs.canonical_files import CanonicalGraph
 from graphs.compress import CompressConfig, build_compressed_graph, verify_compressed_graph
+from graphs.compress_files import CompressedGraph
+from graphs.normalize import Adjacency
+from graphs.partition_files import Partitions
 
 CompressedGraphConfig = dagster_config(CompressConfig, "CompressedGraphConfig")
 
 NO_FALSE_NEGATIVES = "bloom_no_false_negatives"
 WITHIN_BOUND = "dequantization_within_bound"
 
-_ASSET = "compressed_graph"
+_ASSET = CompressedGraph.STAGE
 register_config(_ASSET, CompressedGraphConfig)
-_INPUTS = ("canonical_graph", "normalized_adjacency", "metis_partitions")
+_INPUTS = (CanonicalGraph.STAGE, Adjacency.STAGE, Partitions.STAGE)
 
 
 @dg.asset(
+    name=_ASSET,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
-    deps=[canonical_graph, "normalized_adjacency", "metis_partitions"],
+    deps=[canonical_graph, Adjacency.STAGE, Partitions.STAGE],
     group_name="preprocess",
     kinds={"numpy"},
     check_specs=[
@@ -150,9 +155,9 @@ def check_compressed_graph(out, inputs: dict, cfg: CompressConfig) -> list[dg.As
     """The two asset checks, evaluated on the files in `out` against the stage's inputs."""
     v = verify_compressed_graph(
         out,
-        inputs["canonical_graph"],
-        inputs["normalized_adjacency"],
-        inputs["metis_partitions"],
+        inputs[CanonicalGraph.STAGE],
+        inputs[Adjacency.STAGE],
+        inputs[Partitions.STAGE],
         sample_edges=cfg.check_edges,
         seed=cfg.seed,
     )

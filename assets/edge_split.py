@@ -40,7 +40,7 @@ from graphs.storage import read_file_hashes, verified
 
 EdgeSplitRunConfig = dagster_config(EdgeSplitConfig, "EdgeSplitRunConfig")
 
-SPLIT_ASSET = "edge_split"
+SPLIT_ASSET = EdgeSplit.STAGE
 NO_LEAK = "no_held_out_edge_in_message_passing"
 SPLIT_DESCRIPTION = (
     "Link prediction only: seeded train/val/test split of the undirected edges, fixed evaluation negatives, "
@@ -76,7 +76,7 @@ def edge_split_is_current(context: dg.AssetExecutionContext, storage: GnnflowSto
     """Whether `materialize_edge_split` would keep the published split (same canonical edges and settings)."""
     config, _ = storage.settings(context, dataset, SPLIT_ASSET, EdgeSplitRunConfig())
     with file_errors_as_failures(dataset):
-        edges_sha = _canonical_edges_sha(storage.upstream_dir(dataset, "canonical_graph"))
+        edges_sha = _canonical_edges_sha(storage.upstream_dir(dataset, CanonicalGraph.STAGE))
     return _is_current(storage, dataset, config.to_dataclass(), edges_sha)
 
 
@@ -94,7 +94,7 @@ def materialize_edge_split(
     config, config_metadata = storage.settings(context, dataset, SPLIT_ASSET, EdgeSplitRunConfig())
     cfg = config.to_dataclass()
     with storage.lock(dataset, context.log.info), file_errors_as_failures(dataset):
-        canonical = storage.upstream_dir(dataset, "canonical_graph")
+        canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
         edges_sha = _canonical_edges_sha(canonical)
         if _is_current(storage, dataset, cfg, edges_sha):
             context.log.info(f"edge_split of '{dataset}' is current (same canonical edges and settings): kept")

@@ -49,11 +49,14 @@ from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.canonical_files import CanonicalGraph
-from graphs.edge_split import LINK_PREDICTION
+from graphs.edge_split import LINK_PREDICTION, EdgeSplit
 from graphs.label_classes import read_label_classes
+from graphs.normalize import Adjacency
+from graphs.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.storage import CorruptFileError, staged_output, verified, verify_files
 from training.metrics import classification_report, node_classification_report
 from training.outputs import LINK_MODEL, PREDICTIONS, SUMMARY
+from training.outputs import STAGE as TRAINED_MODEL
 from training.promotion import (
     LABELS_FILE,
     TEST_LABELS_FILE,
@@ -71,20 +74,20 @@ from training.promotion import (
     remap_classes,
     same_label_mask,
 )
+from training.promotion import STAGE as PROMOTION
 
-_EVALUATION = "evaluation"
-_PROMOTION = "promotion"
+STAGE = "evaluation"  # this module also defines promotion (`training.promotion.STAGE`)
 NOT_WORSE = "not_worse_than_promoted"
 HEADLINES = ("accuracy", "macro_f1", "macro_precision", "macro_recall", "roc_auc", "pr_auc")
 _PAIR_METRICS = ("accuracy", "macro_f1")
 
 PromotionRunConfig = dagster_config(PromotionConfig, "PromotionRunConfig")
-register_config(_PROMOTION, PromotionRunConfig)
+register_config(PROMOTION, PromotionRunConfig)
 
 
 def promotion_config(context, storage: GnnflowStorage, dataset: str) -> PromotionConfig:
     """The dataset's effective promotion settings (run config > gnnflow.yaml > defaults), for any asset."""
-    config, _ = storage.settings(context, dataset, _PROMOTION, PromotionRunConfig())
+    config, _ = storage.settings(context, dataset, PROMOTION, PromotionRunConfig())
     return config.to_dataclass()
 
 
@@ -98,7 +101,7 @@ def promoted_training_labels(storage: GnnflowStorage, dataset: str, log) -> tupl
             log.info(f"the promoted version {version} records no training labels: the label shift is not checked")
         return None, version
     try:
-        return read_label_counts(verified(folder, LABELS_FILE, stage="trained_model")), version
+        return read_label_counts(verified(folder, LABELS_FILE, stage=TRAINED_MODEL)), version
     except (CorruptFileError, ValueError) as exc:
         log.warning(f"the promoted model's training labels are left out of the label check: {exc}")
         return None, version
@@ -119,7 +122,7 @@ def _usable_promoted(context, promoted: Path) -> bool:
     if not (promoted / PREDICTIONS).is_file():
         return False
     try:
-        verify_files(promoted, stage="trained_model")
+        verify_files(promoted, stage=TRAINED_MODEL)
     except CorruptFileError as exc:
         context.log.warning(f"the promoted model is left out of the comparison: {exc}")
         return False
@@ -129,7 +132,7 @@ def _usable_promoted(context, promoted: Path) -> bool:
 def _report(canonical: Path, model: Path) -> dict:
     graph = CanonicalGraph.open(canonical)
     _verified(canonical, [graph.NODES], graph.STAGE)
-    _verified(model, [PREDICTIONS], "trained_model")
+    _verified(model, [PREDICTIONS], TRAINED_MODEL)
     nodes = pq.read_table(graph.nodes_path, columns=["node_id", "label", "split"])
     predictions = pq.read_table(model / PREDICTIONS)
     try:
@@ -180,8 +183,8 @@ def _read_record(folder: Path) -> LabelRecord | None:
     """The labelled test nodes a version was evaluated on (None when it has no record)."""
     if not (folder / TEST_LABELS_FILE).is_file():
         return None
-    table = pq.read_table(verified(folder, TEST_LABELS_FILE, stage=_EVALUATION))
-    classes = json.loads(verified(folder, "metrics.json", stage=_EVALUATION).read_text()).get("classes")
+    table = pq.read_table(verified(folder, TEST_LABELS_FILE, stage=STAGE))
+    classes = json.loads(verified(folder, "metrics.json", stage=STAGE).read_text()).get("classes")
     ids = table.column("original_id").combine_chunks()
     return LabelRecord(ids, np.asarray(table.column("label").to_numpy(), dtype=np.int64), classes)
 
@@ -242,8 +245,9 @@ def _headlines(report: dict) -> dict:
 
 
 @dg.asset(
+    name=STAGE,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
-    deps=["trained_model"],
+    deps=[TRAINED_MODEL],
     group_name="training",
     kinds={"numpy"},
     tags={NEEDS_LABELS_TAG: "labels"},
@@ -254,13 +258,13 @@ def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg
     if storage.task(dataset) == LINK_PREDICTION:
         return _evaluate_link_prediction(context, storage, dataset)
     with storage.lock(dataset, context.log.info):
-        canonical = storage.upstream_dir(dataset, "canonical_graph")
+        canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
         skipped = skip_without_labels(context, read_summary(canonical), "evaluate", [])
         if skipped is not None:
             return skipped
         record, candidate = _evaluate(context, storage, dataset, canonical)
-        out = storage.asset_dir(dataset, _EVALUATION)
-    return stage_result(context, _EVALUATION, _evaluation_metadata(out, record, candidate), headline=_EVAL_HEADLINE)
+        out = storage.asset_dir(dataset, STAGE)
+    return stage_result(context, STAGE, _evaluation_metadata(out, record, candidate), headline=_EVAL_HEADLINE)
 
 
 _EVAL_HEADLINE = ("accuracy", "macro_f1", "test_nodes", "majority_class_accuracy", "promoted_accuracy")
@@ -268,7 +272,7 @@ _EVAL_HEADLINE = ("accuracy", "macro_f1", "test_nodes", "majority_class_accuracy
 
 def _evaluate(context, storage: GnnflowStorage, dataset: str, canonical: Path) -> tuple[dict, dict]:
     """Score the candidate (and the promoted model), publish evaluation/ and the version's record."""
-    model = storage.upstream_dir(dataset, "trained_model")
+    model = storage.upstream_dir(dataset, TRAINED_MODEL)
     candidate = _report(canonical, model)
     version = storage.record_model_version(dataset, context.run.run_id)
     now, majority, majority_accuracy = _test_labels(canonical)
@@ -284,7 +288,7 @@ def _evaluate(context, storage: GnnflowStorage, dataset: str, canonical: Path) -
     }
     if _usable_promoted(context, storage.promoted_dir(dataset)):
         record.update(_compare_with_promoted(storage, dataset, now, predicted))
-    with storage.publishing(dataset, _EVALUATION) as out:
+    with storage.publishing(dataset, STAGE) as out:
         _write_record(out, record, now)
         plot_confusion(np.asarray(candidate["confusion_matrix"]), out / "confusion_matrix.png")
     if version != storage.promoted_version(dataset):  # the promoted version keeps the record it was promoted on
@@ -331,20 +335,20 @@ def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) ->
     from training.link import evaluate_saved
 
     with storage.lock(dataset, context.log.info):
-        model = storage.upstream_dir(dataset, "trained_model")
-        split = storage.upstream_dir(dataset, "edge_split")
-        adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
-        shards = storage.asset_dir(dataset, "minibatch_shards")
-        _verified(model, [LINK_MODEL, SUMMARY], "trained_model")
+        model = storage.upstream_dir(dataset, TRAINED_MODEL)
+        split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
+        adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
+        shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
+        _verified(model, [LINK_MODEL, SUMMARY], TRAINED_MODEL)
         try:
             reports = evaluate_saved(model, shards, split, adjacency)
         except (ValueError, FileNotFoundError, KeyError) as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from exc
         record = {"task": LINK_PREDICTION, "candidate": reports, "promoted": None}
-        with storage.publishing(dataset, _EVALUATION) as out:
+        with storage.publishing(dataset, STAGE) as out:
             out.mkdir()
             (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True))
-        out = storage.asset_dir(dataset, _EVALUATION)
+        out = storage.asset_dir(dataset, STAGE)
     test = reports["test"]
     context.log.info(
         f"evaluation: test ROC-AUC {test['auc']:.4f}, MRR {test['mrr']:.4f}, Hits@50 {test['hits@50']:.4f} "
@@ -359,6 +363,7 @@ def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) ->
 
 
 @dg.asset(
+    name=PROMOTION,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
     deps=[evaluation],
     group_name="training",
@@ -366,7 +371,7 @@ def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) ->
     check_specs=[
         dg.AssetCheckSpec(
             NOT_WORSE,
-            asset=_PROMOTION,
+            asset=PROMOTION,
             description="The newest model was promoted: it beats the majority class, the promoted version is "
             "not pinned, the labels did not change since the promoted version was evaluated (unless "
             "accept_label_change), and its headline test metric did not drop by more than the margin below the "
@@ -379,7 +384,7 @@ def promotion(
 ) -> dg.MaterializeResult:
     """Moves <dataset>/promoted to the newest model version when `training.promotion.decide_promotion` allows it."""
     dataset = storage.dataset(context)
-    config, config_metadata = storage.settings(context, dataset, _PROMOTION, config)
+    config, config_metadata = storage.settings(context, dataset, PROMOTION, config)
     cfg = config.to_dataclass()
     if storage.task(dataset) == LINK_PREDICTION:
         why = "link prediction: promotion compares node-classification metrics; not applied"
@@ -389,7 +394,7 @@ def promotion(
             check_results=[dg.AssetCheckResult(check_name=NOT_WORSE, passed=True, metadata={"skipped": why})],
         )
     with storage.lock(dataset, context.log.info):
-        summary = read_summary(storage.upstream_dir(dataset, "canonical_graph"))
+        summary = read_summary(storage.upstream_dir(dataset, CanonicalGraph.STAGE))
         skipped = skip_without_labels(context, summary, "promote", [NOT_WORSE])
         if skipped is not None:
             return skipped
@@ -429,19 +434,19 @@ def promotion(
     line = f"promoted {version}: {why}" if ok else f"did not promote {version} (promoted: {current or 'none'}): {why}"
     if not ok:
         context.log.warning(f"promotion refused: {line}")
-    return stage_result(context, _PROMOTION, metadata, line=line, check_results=[check])
+    return stage_result(context, PROMOTION, metadata, line=line, check_results=[check])
 
 
 def _evaluation_record(storage: GnnflowStorage, dataset: str, run_id: str) -> dict:
     """evaluation/metrics.json, checked as published (recording trained_model/ as a version if it is not yet)."""
-    metrics_file = storage.asset_dir(dataset, _EVALUATION) / "metrics.json"
+    metrics_file = storage.asset_dir(dataset, STAGE) / "metrics.json"
     if not metrics_file.is_file():
         raise dg.Failure(
             description=f"dataset '{dataset}': no evaluation at {metrics_file.parent}; materialize evaluation first"
         )
-    _verified(metrics_file.parent, [metrics_file.name], _EVALUATION)
+    _verified(metrics_file.parent, [metrics_file.name], STAGE)
     record = json.loads(metrics_file.read_text())
-    if storage.asset_dir(dataset, "trained_model").is_dir():
+    if storage.asset_dir(dataset, TRAINED_MODEL).is_dir():
         storage.record_model_version(dataset, run_id)
     return record
 

@@ -17,6 +17,7 @@ from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import edge_batches, read_summary
+from graphs.canonical_files import CanonicalGraph
 from graphs.partition import (
     PartitionConfig,
     Partitions,
@@ -31,12 +32,13 @@ MetisPartitionsConfig = dagster_config(PartitionConfig, "MetisPartitionsConfig")
 ONE_PART_PER_NODE = "every_node_in_one_part"
 BEATS_RANDOM = "metis_cut_below_random"
 
-_ASSET = "metis_partitions"
+_ASSET = Partitions.STAGE
 register_config(_ASSET, MetisPartitionsConfig)
 _COMPARED = ("edge_cut_ratio", "node_balance", "edge_balance", "halo_replication", "seconds")
 
 
 @dg.asset(
+    name=_ASSET,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
     deps=[canonical_graph],
     group_name="preprocess",
@@ -68,7 +70,7 @@ def metis_partitions(
         file_errors_as_failures(dataset),
         storage.publishing(dataset, _ASSET) as out,
     ):
-        canonical = storage.upstream_dir(dataset, "canonical_graph")
+        canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
         s = build_partitions(canonical, out, cfg, graph_name=dataset)
         checks = check_partitions(out, canonical, cfg.seed)
         refuse_failed_checks(dataset, _ASSET, checks)

@@ -12,7 +12,6 @@ prediction: then edge-seed shards of edge_split's message-passing graph are writ
 filters, and the metadata counts the rejected candidates.
 """
 
-import json
 from pathlib import Path
 
 import dagster as dg
@@ -30,24 +29,31 @@ from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
+from graphs.canonical_files import CanonicalGraph
+from graphs.compress_files import CompressedGraph
 from graphs.edge_split import LINK_PREDICTION
 from graphs.node_scores import NODE_SCORES_NAME
+from graphs.normalize import Adjacency
 from graphs.partition_files import Partitions
 from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class, write_minibatch_shards
 from graphs.sampling.link import write_link_shards
+from graphs.shard_format import STAGE as MINIBATCH_SHARDS
+from graphs.shard_format import read_manifest
+from training.outputs import STAGE as TRAINED_MODEL
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
 
 BALANCED = "equal_minibatches_per_rank"
 FILES_INTACT = "files_match_manifest"
 
-_ASSET = "minibatch_shards"
+_ASSET = MINIBATCH_SHARDS
 register_config(_ASSET, MinibatchShardsConfig)
 
 
 @dg.asset(
+    name=_ASSET,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
-    deps=["canonical_graph", "normalized_adjacency", "metis_partitions", "compressed_graph"],
+    deps=[CanonicalGraph.STAGE, Adjacency.STAGE, Partitions.STAGE, CompressedGraph.STAGE],
     group_name="training_data",
     kinds={"numpy", "dgl"},
     tags={NEEDS_LABELS_TAG: "labels"},
@@ -76,10 +82,10 @@ def minibatch_shards(
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     cfg = config.to_dataclass()
     with storage.lock(dataset, context.log.info):
-        canonical = storage.upstream_dir(dataset, "canonical_graph")
-        adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
-        partitions = storage.asset_dir(dataset, "metis_partitions")
-        compressed = storage.asset_dir(dataset, "compressed_graph")
+        canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
+        adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
+        partitions = storage.asset_dir(dataset, Partitions.STAGE)
+        compressed = storage.asset_dir(dataset, CompressedGraph.STAGE)
         link = storage.task(dataset) == LINK_PREDICTION
         if not link:
             skipped = skip_without_labels(
@@ -131,7 +137,7 @@ def _require_partition_files(dataset: str, cfg: ShardConfig, partitions: Path) -
 
 def _adaptive_node_scores(context, storage: GnnflowStorage, dataset: str, cfg: ShardConfig) -> Path | None:
     """The node scores adaptive sampling reads: the gradient statistics of the dataset's last training run."""
-    scores = storage.asset_dir(dataset, "trained_model") / NODE_SCORES_NAME
+    scores = storage.asset_dir(dataset, TRAINED_MODEL) / NODE_SCORES_NAME
     scores = scores if cfg.neighbor_prob == "adaptive" and scores.is_file() else None
     if cfg.neighbor_prob == "adaptive" and scores is None:
         context.log.info(
@@ -191,11 +197,12 @@ def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
 
 def check_shards(out: Path) -> list[dg.AssetCheckResult]:
     """The two asset checks, evaluated on the manifest.json and the shard files in `out`."""
-    manifest = json.loads((out / "manifest.json").read_text())
+    manifest = read_manifest(out)
     counts = sorted({s["minibatches"] for s in manifest["streams"]})
     balanced = len(counts) == 1
     meta = {"minibatches_per_stream": counts}
-    if manifest["sampler"] in ("neighbor", "importance") and manifest.get("task") != LINK_PREDICTION:
+    # a seed sampler takes every training node once per epoch (class-balanced: as many draws)
+    if sampler_class(manifest["sampler"]).traits.seeds and manifest.get("task") != LINK_PREDICTION:
         per_epoch = {}
         for s in manifest["streams"]:
             per_epoch[s["epoch"]] = per_epoch.get(s["epoch"], 0) + s["seeds"]

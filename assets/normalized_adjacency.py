@@ -30,6 +30,7 @@ from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.edge_split import LINK_PREDICTION
 from graphs.normalize import (
+    Adjacency,
     AdjacencyConfig,
     asymmetric_entries,
     build_normalized_adjacency,
@@ -48,7 +49,7 @@ WEIGHTS_IN_RANGE = "weights_in_0_1"
 SPECTRAL_RADIUS = "largest_eigenvalue_at_most_1"
 EIGENVALUE_TOLERANCE = 1e-4
 
-_ASSET = "normalized_adjacency"
+_ASSET = Adjacency.STAGE
 register_config(_ASSET, NormalizedAdjacencyConfig)
 
 

@@ -36,19 +36,23 @@ from assets.normalized_adjacency import NormalizedAdjacencyConfig
 from assets.reporting import stage_result
 from assets.settings import SettingsError, read_settings_file, registered_configs, resolve
 from graphs.canonical import InputError, build_canonical_graph, has_training_labels, landing_fingerprint, read_summary
+from graphs.canonical_files import CanonicalGraph
 from graphs.edge_split import LINK_PREDICTION
 from graphs.normalize import Adjacency, build_normalized_adjacency
 from graphs.storage import CorruptFileError, staged_output
 from training.outputs import MODEL_BEST, PREDICTIONS
+from training.outputs import STAGE as TRAINED_MODEL
 from training.predict import predict
+from training.promotion import STAGE as PROMOTION
 
-_ASSET = "predictions"
+STAGE = "predictions"
 
 
 @dg.asset(
+    name=STAGE,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
     # promotion (after trained_model and evaluation): in a run with both, score with the model promotion picked
-    deps=["normalized_adjacency", "trained_model", "promotion"],
+    deps=[Adjacency.STAGE, TRAINED_MODEL, PROMOTION],
     group_name="inference",
     kinds={"pytorch", "parquet"},
 )
@@ -64,16 +68,16 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
         why = "link prediction: node predictions do not apply; score candidate pairs with `gnnflow score-pairs`"
         context.log.info(f"dataset '{dataset}': {why}")
         return dg.MaterializeResult(metadata={"skipped": why})
-    if not any((storage.asset_dir(dataset, name) / MODEL_BEST).is_file() for name in ("promoted", "trained_model")):
-        canonical = storage.asset_dir(dataset, "canonical_graph")
+    if not any((storage.asset_dir(dataset, name) / MODEL_BEST).is_file() for name in ("promoted", TRAINED_MODEL)):
+        canonical = storage.asset_dir(dataset, CanonicalGraph.STAGE)
         if not (canonical / Adjacency.SUMMARY).is_file() or not has_training_labels(read_summary(canonical)):
             context.log.info(f"dataset '{dataset}' has no labels and no model: nothing to score with, skipped")
             return dg.MaterializeResult(metadata={"skipped": "no labels and no trained model"})
     model_dir = storage.inference_model_dir(dataset)
-    out = storage.asset_dir(dataset, _ASSET)
+    out = storage.asset_dir(dataset, STAGE)
     with _scoring_graph(context, storage, dataset) as (canonical, adjacency, graph):
         summary = read_summary(canonical)
-        with storage.publishing(dataset, _ASSET) as staged:
+        with storage.publishing(dataset, STAGE) as staged:
             try:
                 s = predict(model_dir / MODEL_BEST, canonical, adjacency, staged)
             except (ValueError, CorruptFileError) as exc:
@@ -100,7 +104,7 @@ def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: 
         f"{s['nodes']} nodes of the {graph} scored with {model_dir / MODEL_BEST} (version "
         f"{s['model_version'] or 'unversioned'}, epoch {s['model_epoch']}) in {s['seconds']:.3g} s"
     )
-    return stage_result(context, _ASSET, metadata, line=line)
+    return stage_result(context, STAGE, metadata, line=line)
 
 
 PUBLISHED = "published canonical_graph"
@@ -113,15 +117,15 @@ def _scoring_graph(context, storage: GnnflowStorage, dataset: str):
     landing files as they are now (or the landing folder is gone), else the landing files
     ingested and normalized into a scratch folder that is removed when the block ends."""
     landing = storage.landing_dir(dataset)
-    canonical = storage.asset_dir(dataset, "canonical_graph")
-    adjacency = storage.asset_dir(dataset, "normalized_adjacency")
+    canonical = storage.asset_dir(dataset, CanonicalGraph.STAGE)
+    adjacency = storage.asset_dir(dataset, Adjacency.STAGE)
     published = (canonical / Adjacency.SUMMARY).is_file() and (adjacency / Adjacency.SUMMARY).is_file()
     if not landing.is_dir() or (
         published and ingested_fingerprint(context.instance, dataset) == landing_fingerprint(landing)
     ):
         yield (
-            storage.upstream_dir(dataset, "canonical_graph"),
-            storage.upstream_dir(dataset, "normalized_adjacency"),
+            storage.upstream_dir(dataset, CanonicalGraph.STAGE),
+            storage.upstream_dir(dataset, Adjacency.STAGE),
             PUBLISHED,
         )
         return
@@ -133,13 +137,13 @@ def _scoring_graph(context, storage: GnnflowStorage, dataset: str):
     with tempfile.TemporaryDirectory(prefix=".scoring-", dir=storage.dataset_dir(dataset)) as scratch:
         root = Path(scratch)
         try:
-            with staged_output(root / "canonical_graph") as tmp:
+            with staged_output(root / CanonicalGraph.STAGE) as tmp:
                 build_canonical_graph(landing, tmp, canonical_cfg)
-            with staged_output(root / "normalized_adjacency") as tmp:
-                build_normalized_adjacency(root / "canonical_graph", tmp, adjacency_cfg)
+            with staged_output(root / Adjacency.STAGE) as tmp:
+                build_normalized_adjacency(root / CanonicalGraph.STAGE, tmp, adjacency_cfg)
         except InputError as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
-        yield root / "canonical_graph", root / "normalized_adjacency", SCRATCH
+        yield root / CanonicalGraph.STAGE, root / Adjacency.STAGE, SCRATCH
 
 
 # the settings of the published adjacency that decide the values a model was trained over
@@ -152,10 +156,10 @@ def _scratch_settings(storage: GnnflowStorage, dataset: str, published_adjacency
     path = storage.settings_file(dataset)
     try:
         blocks = read_settings_file(path, registered_configs())
-        canonical, _ = resolve(CanonicalGraphConfig, "canonical_graph", {}, blocks.get("canonical_graph", {}), path)
-        adjacency, _ = resolve(
-            NormalizedAdjacencyConfig, "normalized_adjacency", {}, blocks.get("normalized_adjacency", {}), path
+        canonical, _ = resolve(
+            CanonicalGraphConfig, CanonicalGraph.STAGE, {}, blocks.get(CanonicalGraph.STAGE, {}), path
         )
+        adjacency, _ = resolve(NormalizedAdjacencyConfig, Adjacency.STAGE, {}, blocks.get(Adjacency.STAGE, {}), path)
     except SettingsError as exc:
         raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
     adjacency_cfg = adjacency.to_dataclass()

@@ -56,7 +56,14 @@ from typing import Any, Mapping
 import dagster as dg
 import pydantic
 
-from graphs.config_checks import bounded_repr, bounded_text, read_yaml_file
+from graphs.config_checks import (
+    RunConfigShapeError,
+    asset_config_block,
+    bounded_repr,
+    bounded_text,
+    read_yaml_file,
+    run_config_ops,
+)
 from graphs.edge_split import DEFAULT_TASK, TASKS
 from graphs.landing import InputError, checked_dataset_file
 from graphs.user_files import check_column_mapping
@@ -92,26 +99,21 @@ def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dic
 
 
 def _config_blocks(doc: dict, path: Path, assets: Mapping[str, type[dg.Config]]) -> dict[str, dict]:
-    ops = doc.get("ops") or {}
-    if not isinstance(ops, dict):
-        raise SettingsError(f"{path}: key 'ops' must be a mapping of asset names, got {type(ops).__name__}")
     blocks: dict[str, dict] = {}
-    for name, block in ops.items():
-        if name not in assets:
-            raise SettingsError(
-                f"{path}: key 'ops.{bounded_text(str(name))}': no asset with settings has this name (those with "
-                f"settings: {', '.join(sorted(assets))})"
-            )
-        where = f"ops.{name}"
-        if block is None:
-            continue
-        if not isinstance(block, dict) or any(k != "config" for k in block):
-            raise SettingsError(f"{path}: key {where!r} must hold only a 'config' mapping")
-        config = block.get("config") or {}
-        if not isinstance(config, dict):
-            raise SettingsError(f"{path}: key '{where}.config' must be a mapping, got {type(config).__name__}")
-        _check_keys(assets[name], config, f"{where}.config", path)
-        blocks[name] = config
+    try:
+        for name, block in run_config_ops(doc).items():
+            if name not in assets:
+                raise SettingsError(
+                    f"{path}: key 'ops.{bounded_text(str(name))}': no asset with settings has this name (those "
+                    f"with settings: {', '.join(sorted(assets))})"
+                )
+            if block is None:
+                continue
+            config = asset_config_block(doc, name, only_config=True)
+            _check_keys(assets[name], config, f"ops.{name}.config", path)
+            blocks[name] = config
+    except RunConfigShapeError as exc:
+        raise SettingsError(f"{path}: {exc}") from None
     return blocks
 
 
@@ -181,9 +183,7 @@ def _check_keys(cls: type[pydantic.BaseModel], block: dict, where: str, path: Pa
 
 def explicit_run_config(run_config: Mapping[str, Any], asset: str) -> dict:
     """The config block written for `asset` in a run's raw config ({} when none)."""
-    ops = run_config.get("ops") or {}
-    block = ops.get(asset) or {}
-    return dict(block.get("config") or {})
+    return asset_config_block(run_config, asset)
 
 
 def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict:

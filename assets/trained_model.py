@@ -67,7 +67,10 @@ from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.canonical import read_summary
 from graphs.canonical_files import CanonicalGraph
-from graphs.edge_split import LINK_PREDICTION
+from graphs.compress_files import CompressedGraph
+from graphs.edge_split import LINK_PREDICTION, EdgeSplit
+from graphs.normalize import Adjacency
+from graphs.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.shard_format import refuse_republished_upstream
 from graphs.storage import held_lock_fd
 from training.checkpoint import data_version, run_key, work_dir_for
@@ -78,9 +81,10 @@ from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
 from training.link import LinkTrainConfig
 from training.outputs import CURVES, METRICS, SUMMARY
+from training.outputs import STAGE as TRAINED_MODEL
 from training.promotion import PromotionConfig, read_training_label_counts, training_label_problem
 
-_ASSET = "trained_model"
+_ASSET = TRAINED_MODEL
 BEATS_MAJORITY = "test_accuracy_above_majority_class"
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -211,10 +215,11 @@ def _threads_per_process(nproc: int) -> str:
 
 
 @dg.asset(
+    name=_ASSET,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
     # every stage whose files training reads: the shards, and through them the canonical
     # graph (labels, splits, features), Â (full-graph evaluation) and compressed_graph (INT8 codes)
-    deps=["canonical_graph", "normalized_adjacency", "compressed_graph", "minibatch_shards"],
+    deps=[CanonicalGraph.STAGE, Adjacency.STAGE, CompressedGraph.STAGE, MINIBATCH_SHARDS],
     group_name="training",
     kinds={"pytorch"},
     tags={NEEDS_LABELS_TAG: "labels"},
@@ -236,8 +241,8 @@ def trained_model(
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     # the launcher shares this lock; rank 0 runs under it, and stops if it ends (graphs.storage)
     with storage.lock(dataset, context.log.info):
-        canonical = storage.upstream_dir(dataset, "canonical_graph")
-        shards = storage.asset_dir(dataset, "minibatch_shards")
+        canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
+        shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
         if storage.task(dataset) == LINK_PREDICTION:
             return _train_link_prediction(context, config, storage, dataset, config_metadata)
         summary = read_summary(canonical)
@@ -274,9 +279,9 @@ def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: st
     edge-seed shards; the check is then test ROC-AUC above 0.5 (random scoring)."""
     from training.link import train_link
 
-    split = storage.upstream_dir(dataset, "edge_split")
-    adjacency = storage.upstream_dir(dataset, "normalized_adjacency")
-    shards = storage.asset_dir(dataset, "minibatch_shards")
+    split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
+    adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
+    shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
     try:
         model_cfg, link_cfg = config.model.to_dataclass(), config.link.to_dataclass()
         with storage.publishing(dataset, _ASSET) as out:
@@ -323,7 +328,7 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
         raise shard_failure(dataset, exc) from exc
 
     out = storage.asset_dir(dataset, _ASSET)
-    adjacency = storage.asset_dir(dataset, "normalized_adjacency")
+    adjacency = storage.asset_dir(dataset, Adjacency.STAGE)
     try:
         cfg = config.to_run_config(
             PathsConfig(shards=str(shards), canonical=str(canonical), adjacency=str(adjacency), out=str(out))
@@ -352,7 +357,7 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
     lock_fd = launcher_lock_fd(launch, cfg.training.profiler, storage.dataset_dir(dataset))
     if cfg.training.profiler == "nsys":
         nsys_dir_for(work).mkdir(exist_ok=True)
-        command, extra["nsys"] = nsys_wrap(command, nsys_dir_for(work) / "trained_model")
+        command, extra["nsys"] = nsys_wrap(command, nsys_dir_for(work) / TRAINED_MODEL)
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
     context.log.info(f"launching: {' '.join(command)}")
     env = {

@@ -18,6 +18,10 @@ training's ``--config run.yaml``. This module holds what all of them need:
   choices stay in each ``__post_init__``.
 - `help_text`: a field's help text with its upper bound, for the Dagster launchpad and
   ``python -m training --help-config``.
+- `asset_config_block`: an asset's block of the Dagster run-config shape
+  ``{"ops": {<asset>: {"config": {...}}}}``, the one parser of that shape (a dataset's
+  gnnflow.yaml, a run's raw config, a Dagster run-config file given to ``python -m training``);
+  a malformed shape raises `RunConfigShapeError` naming the key.
 
 `assets.config.dagster_config` turns the same metadata into pydantic constraints (``le``,
 ``max_length``, ``allow_inf_nan=False``, ``strict`` ints), so the launchpad refuses the same
@@ -34,7 +38,7 @@ import os
 import reprlib
 import types
 import typing
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import yaml
@@ -240,3 +244,38 @@ def _check_max(value: Any, meta: typing.Mapping, name: str) -> None:
 
 def _fail(name: str, value: Any, why: str) -> None:
     raise ValueError(f"{name}={bounded_repr(value)}: {why}")
+
+
+class RunConfigShapeError(ValueError):
+    """A run config (or settings file) is not shaped ``{"ops": {<asset>: {"config": {...}}}}``."""
+
+
+def run_config_ops(run_config: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The ``ops`` mapping of a Dagster-shaped run config (``{}`` without one)."""
+    ops = run_config.get("ops") or {}
+    if not isinstance(ops, Mapping):
+        raise RunConfigShapeError(f"key 'ops' must be a mapping of asset names, got {type(ops).__name__}")
+    return ops
+
+
+def asset_config_block(
+    run_config: Mapping[str, Any], asset: str, *, needs: str | None = None, only_config: bool = False
+) -> dict:
+    """`asset`'s ``config`` mapping in a run config ``{"ops": {<asset>: {"config": {...}}}}``.
+
+    Without a block for `asset` (or with ``config: null``) it is ``{}``; with `needs` (what the
+    block must hold, for the message) a missing block or ``config`` key is an error instead.
+    `only_config` refuses a block holding any key besides ``config`` (a settings file: Dagster's
+    own run config may carry other op keys)."""
+    ops = run_config_ops(run_config)
+    block = ops.get(asset)
+    if needs is not None and not (isinstance(block, Mapping) and "config" in block):
+        raise RunConfigShapeError(f"a Dagster run config needs ops: {asset}: config: {needs}")
+    if block is None:
+        return {}
+    if not isinstance(block, Mapping) or (only_config and any(k != "config" for k in block)):
+        raise RunConfigShapeError(f"key 'ops.{asset}' must hold only a 'config' mapping")
+    config = block.get("config") or {}
+    if not isinstance(config, Mapping):
+        raise RunConfigShapeError(f"key 'ops.{asset}.config' must be a mapping, got {type(config).__name__}")
+    return dict(config)

@@ -1,10 +1,9 @@
 """The minibatch shard format, defined once: file names, keys, version, manifest schema, readers.
 
-The writer (`graphs.sampling`, the minibatch_shards stage) and the reader
-(`training.data`, on every training rank) both import this module, so every name, dtype
-and version of the format has one owner. It needs only NumPy (no DGL, no torch): training
-runs where DGL is not installed. Every change to what is stored bumps `FORMAT_VERSION`
-here; a reader refuses any other version with a message naming the stage to re-run.
+The writer (`graphs.sampling`, the minibatch_shards stage: `STAGE`) and the reader (`training.data`, on every
+training rank) both import this module, so every name, dtype and version of the format has one owner. It needs only
+NumPy (no DGL, no torch): training runs where DGL is not installed. Every change to what is stored bumps
+`FORMAT_VERSION` here; a reader refuses any other version with a message naming the stage to re-run.
 
 Layout of a minibatch_shards folder (replaced atomically as a whole):
 
@@ -101,6 +100,7 @@ __all__ = [
     "MANIFEST_KEYS",
     "MANIFEST_NAME",
     "MINIBATCH_ENTRIES",
+    "STAGE",
     "SUPPORTED_FORMAT_VERSION",
     "DamagedFileError",
     "ShardError",
@@ -131,9 +131,9 @@ __all__ = [
     "write_manifest",
 ]
 
+STAGE = "minibatch_shards"  # the asset (stage) whose folder holds this format
 FORMAT_VERSION = 7
-"""Version of the files this code writes; the reader refuses any other (what each version
-changed is in git's history of this line)."""
+"""Version of the files this code writes; the reader refuses any other (git's history of this line: what changed)."""
 SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
 """Version of the files this code reads (only its own: a format change re-samples)."""
 
@@ -600,7 +600,7 @@ def read_manifest(asset_dir: str | os.PathLike, verify_upstream_files: bool = Fa
     path = Path(asset_dir) / MANIFEST_NAME
     if verify_upstream_files and path.is_file():
         try:
-            verify_files(asset_dir, [MANIFEST_NAME], stage="minibatch_shards")
+            verify_files(asset_dir, [MANIFEST_NAME], stage=STAGE)
         except CorruptFileError as exc:
             raise DamagedFileError(str(exc)) from None
     try:

@@ -115,6 +115,7 @@ def _change(storage, dataset: str, version: str, action: str) -> str:
     """Promote, pin or unpin under the dataset lock, then apply retention; what was done."""
     from graphs.storage import CorruptFileError, verify_files
     from training.outputs import PREDICTIONS
+    from training.outputs import STAGE as TRAINED_MODEL
 
     folder = storage.versions_dir(dataset) / version
     if not storage.dataset_dir(dataset).is_dir():
@@ -128,7 +129,7 @@ def _change(storage, dataset: str, version: str, action: str) -> str:
     with storage.lock(dataset):
         if action == "promote":
             try:
-                verify_files(folder, stage="trained_model")
+                verify_files(folder, stage=TRAINED_MODEL)
             except CorruptFileError as exc:
                 raise _Refused(f"{exc}; promote another version") from None
             if not (folder / PREDICTIONS).is_file():

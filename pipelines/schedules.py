@@ -23,6 +23,7 @@ import dagster as dg
 from assets.common import GnnflowStorage, dataset_partitions
 from assets.settings import SettingsError, read_settings_file, registered_configs
 from graphs.canonical import CanonicalGraph, has_training_labels, read_summary
+from graphs.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.stage_artifact import StageFormatError
 from graphs.storage import is_valid_dataset_name
 
@@ -41,7 +42,7 @@ def labelled_datasets(instance: dg.DagsterInstance, storage: GnnflowStorage) -> 
     for name in instance.get_dynamic_partitions(dataset_partitions.name):
         if not is_valid_dataset_name(name):  # a key added by hand that cannot be a folder
             continue
-        folder = storage.asset_dir(name, "canonical_graph")
+        folder = storage.asset_dir(name, CanonicalGraph.STAGE)
         if not (folder / CanonicalGraph.SUMMARY).is_file():
             continue
         try:
@@ -61,7 +62,7 @@ def pinned_seed(storage: GnnflowStorage, dataset: str) -> int | None:
         blocks = read_settings_file(storage.settings_file(dataset), registered_configs())
     except SettingsError:
         return None
-    seed = blocks.get("minibatch_shards", {}).get("seed")
+    seed = blocks.get(MINIBATCH_SHARDS, {}).get("seed")
     return seed if isinstance(seed, int) else None
 
 
@@ -91,7 +92,7 @@ def make_retrain_schedule(job: dg.UnresolvedAssetJobDefinition, cron: str | None
             for name in names:
                 pinned = pinned_seed(storage, name)
                 seed = fresh_seed(name, tick) if pinned is None else pinned
-                run_config = {} if pinned is not None else {"ops": {"minibatch_shards": {"config": {"seed": seed}}}}
+                run_config = {} if pinned is not None else {"ops": {MINIBATCH_SHARDS: {"config": {"seed": seed}}}}
                 requests.append(
                     dg.RunRequest(
                         run_key=f"{name}:{context.scheduled_execution_time:%Y-%m-%dT%H:%M}",

@@ -15,7 +15,14 @@ from assets.canonical_graph import CanonicalGraphConfig
 from assets.minibatch_shards import MinibatchShardsConfig
 from graphs.canonical import CanonicalConfig
 from graphs.compress import CompressConfig
-from graphs.config_checks import MAX_REPR, bounded_repr, dump_yaml, load_yaml
+from graphs.config_checks import (
+    MAX_REPR,
+    RunConfigShapeError,
+    asset_config_block,
+    bounded_repr,
+    dump_yaml,
+    load_yaml,
+)
 from graphs.edge_split import EdgeSplitConfig
 from graphs.generate import GenerateConfig
 from graphs.normalize import AdjacencyConfig
@@ -164,3 +171,36 @@ def test_deep_nesting_and_huge_files_are_refused(tmp_path):
     big.write_text("# padding\n" * 200_000)
     with pytest.raises(ValueError, match=rf"^{big}: more than the 1048576 bytes allowed for a settings file$"):
         RunConfig.from_yaml(big)
+
+
+@pytest.mark.parametrize(
+    "run_config,kwargs,expected",
+    [
+        ({"ops": {"a": {"config": {"x": 1}}}}, {}, {"x": 1}),
+        ({"ops": {"a": {"config": None}}}, {}, {}),
+        ({"ops": {"b": {"config": {"x": 1}}}}, {}, {}),  # no block for `a`
+        ({"ops": None, "paths": {}}, {}, {}),
+        ({}, {}, {}),
+        ({"ops": {"a": {"config": {"x": 1}, "outputs": {}}}}, {}, {"x": 1}),  # Dagster's other op keys
+        ({"ops": {"a": {"config": {"x": 1}}}}, {"needs": "{x}", "only_config": True}, {"x": 1}),
+    ],
+)
+def test_asset_config_block_reads_the_dagster_shape(run_config, kwargs, expected):
+    assert asset_config_block(run_config, "a", **kwargs) == expected
+
+
+@pytest.mark.parametrize(
+    "run_config,kwargs,says",
+    [
+        ({"ops": ["a"]}, {}, "key 'ops' must be a mapping of asset names, got list"),
+        ({"ops": {"a": 3}}, {}, "key 'ops.a' must hold only a 'config' mapping"),
+        ({"ops": {"a": {"config": {}, "x": 1}}}, {"only_config": True}, "key 'ops.a' must hold only a 'config'"),
+        ({"ops": {"a": {"config": [1]}}}, {}, "key 'ops.a.config' must be a mapping, got list"),
+        ({"ops": {"b": {}}}, {"needs": "{x, y}"}, "a Dagster run config needs ops: a: config: {x, y}"),
+        ({"ops": {"a": {}}}, {"needs": "{x, y}"}, "a Dagster run config needs ops: a: config: {x, y}"),
+    ],
+)
+def test_asset_config_block_names_the_malformed_key(run_config, kwargs, says):
+    with pytest.raises(RunConfigShapeError) as exc:
+        asset_config_block(run_config, "a", **kwargs)
+    assert says in str(exc.value)

@@ -214,8 +214,9 @@ VARIANT_FIELDS = ("sampler", "conv")
 
 
 def _variant_switches(tree: ast.AST) -> list[int]:
-    """Lines comparing ``<x>.sampler`` / ``<x>.conv`` (or a name ``sampler`` / ``conv``) with a
-    string literal or a tuple of them: a dispatch on a variant's name."""
+    """Lines comparing ``<x>.sampler`` / ``<x>.conv`` (a name ``sampler`` / ``conv``, or
+    ``<x>["sampler"]`` / ``<x>["conv"]``) with a string literal or a tuple of them: a dispatch on
+    a variant's name."""
     lines = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Compare):
@@ -224,6 +225,7 @@ def _variant_switches(tree: ast.AST) -> list[int]:
         named = any(
             (isinstance(n, ast.Attribute) and n.attr in VARIANT_FIELDS)
             or (isinstance(n, ast.Name) and n.id in VARIANT_FIELDS)
+            or (isinstance(n, ast.Subscript) and isinstance(n.slice, ast.Constant) and n.slice.value in VARIANT_FIELDS)
             for n in sides
         )
         literal = any(
@@ -251,6 +253,7 @@ def test_no_code_switches_on_a_sampler_or_layer_name():
         ("if cfg.sampler == 'saint': pass\n", [1]),
         ("if self.conv in ('gin', 'gcn'): pass\n", [1]),
         ("x = conv != 'gat'\n", [1]),
+        ("ok = manifest['sampler'] in ('neighbor', 'importance')\n", [1]),
         ("if kind.traits.seeds: pass\n", []),
         ("if cfg.sampler != NeighborSampler.name: pass\n", []),
     ],

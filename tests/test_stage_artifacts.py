@@ -1,7 +1,9 @@
 """Stage contracts as objects (`graphs.stage_artifact`): each stage's file names are spelled in
 its format owner only, and each stage's reader refuses a folder of another format version,
-naming the file, both versions and the stage to re-materialize."""
+naming the file, both versions and the stage to re-materialize. Each stage's asset name is one
+constant (`STAGE`) of one owner module."""
 
+import ast
 import json
 import re
 import shutil
@@ -12,6 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from assets import evaluation, predictions
+from graphs import shard_format
 from graphs.canonical import CanonicalGraph, build_canonical_graph, edge_batches, read_summary
 from graphs.compress import CompressConfig, CompressedGraph, build_compressed_graph, load_features
 from graphs.edge_split import EdgeSplit, EdgeSplitConfig, build_edge_split, load_edge_split
@@ -19,7 +23,9 @@ from graphs.normalize import Adjacency, build_normalized_adjacency, load_csr, lo
 from graphs.partition import PartitionConfig, Partitions, build_partitions, load_parts
 from graphs.stage_artifact import StageArtifact, StageFormatError
 from graphs.storage import write_file_hashes
+from pipelines.definitions import defs
 from tests.conftest import write_edges
+from training import outputs, promotion
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION = ("graphs", "training", "assets", "pipelines", "benchmarks")
@@ -195,3 +201,92 @@ def test_a_folder_without_its_summary_is_refused_naming_the_stage(stages, tmp_pa
     (copy / "summary.json").unlink()
     with pytest.raises(StageFormatError, match=r"summary.json: missing.*re-materialize normalized_adjacency"):
         load_csr(copy)
+
+
+# ----------------------------------------------------------------------------- stage (asset) names
+
+# Each stage's asset name and the one module that spells it, as its `STAGE` constant; every other
+# module (Dagster's deps, asset keys, folders under storage) uses that constant.
+STAGE_OWNERS = {
+    CanonicalGraph.STAGE: "graphs/canonical_files.py",
+    Adjacency.STAGE: "graphs/normalize.py",
+    Partitions.STAGE: "graphs/partition_files.py",
+    CompressedGraph.STAGE: "graphs/compress_files.py",
+    EdgeSplit.STAGE: "graphs/edge_split.py",
+    shard_format.STAGE: "graphs/shard_format.py",
+    outputs.STAGE: "training/outputs.py",
+    promotion.STAGE: "training/promotion.py",
+    evaluation.STAGE: "assets/evaluation.py",
+    predictions.STAGE: "assets/predictions.py",
+}
+STAGE_PACKAGES = ("graphs", "training", "assets", "pipelines")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring nodes of `tree` (module, classes, functions)."""
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def _stage_definitions(tree: ast.AST) -> set[int]:
+    """ids of the values of ``STAGE = "..."`` assignments (module or class level)."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["STAGE"]
+    }
+
+
+def stage_names_outside_owner(rel: str, source: str) -> list[str]:
+    """'file:line: name' for each string literal of `source` (module `rel`) that is exactly a stage
+    name, docstrings and the owner's ``STAGE = "<name>"`` excepted (comments are not in the ast)."""
+    tree = ast.parse(source)
+    docstrings, definitions = _docstrings(tree), _stage_definitions(tree)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in STAGE_OWNERS):
+            continue
+        owner = STAGE_OWNERS[node.value]
+        if id(node) in docstrings or (rel == owner and id(node) in definitions):
+            continue
+        found.append((node.lineno, f"{rel}:{node.lineno}: {node.value} (owner: {owner})"))
+    return [text for _, text in sorted(found)]
+
+
+def test_stage_names_are_spelled_only_by_their_owner():
+    offenders = [
+        problem
+        for package in STAGE_PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        for problem in stage_names_outside_owner(path.relative_to(ROOT).as_posix(), path.read_text(encoding="utf-8"))
+    ]
+    assert not offenders, "use the stage's STAGE constant instead:\n" + "\n".join(offenders)
+
+
+def test_the_stage_constants_are_the_asset_names():
+    keys = {key.to_user_string() for key in defs.resolve_asset_graph().get_all_asset_keys()}
+    assert keys == set(STAGE_OWNERS)
+
+
+@pytest.mark.parametrize(
+    "rel,source,expected",
+    [
+        ("assets/x.py", 'd = storage.asset_dir(dataset, "trained_model")', ["assets/x.py:1: trained_model"]),
+        ("assets/x.py", "m = f\"{d / 'canonical_graph'}\"", ["assets/x.py:1: canonical_graph"]),
+        ("pipelines/x.py", 'deps = [\n    "promotion",\n]', ["pipelines/x.py:2: promotion"]),
+        ("training/x.py", '"""trained_model"""\ndef f():\n    """edge_split"""', []),
+        ("training/x.py", 'm = "re-materialize canonical_graph"  # "canonical_graph"', []),
+        ("training/outputs.py", 'STAGE = "trained_model"', []),
+        ("training/outputs.py", 'OTHER = "trained_model"', ["training/outputs.py:1: trained_model"]),
+        ("assets/x.py", 'STAGE = "trained_model"', ["assets/x.py:1: trained_model"]),
+    ],
+)
+def test_the_stage_name_scan_reads_literals_only(rel, source, expected):
+    found = [line.split(" (owner")[0] for line in stage_names_outside_owner(rel, source)]
+    assert found == expected

@@ -94,8 +94,8 @@ def data_version(shards: str | os.PathLike, canonical: str | os.PathLike, adjace
         f"adjacency/{summary}": Path(adjacency) / summary,
     }
     named = json.loads(manifest.read_text()).get("inputs", {}) if manifest.is_file() else {}
-    if "compressed_graph" in named:
-        compressed = shards / named["compressed_graph"]
+    if CompressedGraph.STAGE in named:
+        compressed = shards / named[CompressedGraph.STAGE]
         paths[f"compressed/{CompressedGraph.MANIFEST}"] = compressed / CompressedGraph.MANIFEST
         paths[f"compressed/{summary}"] = compressed / summary
     h = hashlib.sha256()

@@ -41,6 +41,7 @@ from graphs.config_checks import (
     MAX_ROWS,
     MAX_SEED,
     MAX_STEPS,
+    asset_config_block,
     bounded_repr,
     check_fields,
     dump_yaml,
@@ -52,6 +53,7 @@ from training.compensation import CompensationConfig
 from training.feature_cache import WARM_POLICIES
 from training.imbalance import SELECT_BY
 from training.layers import ModelConfig
+from training.outputs import STAGE as TRAINED_MODEL
 
 __all__ = [
     "CommConfig",
@@ -444,10 +446,7 @@ def unwrap_dagster_run_config(data: Any) -> Any:
     top-level keys, e.g. ``paths``); any other dict unchanged."""
     if not isinstance(data, dict) or "ops" not in data:
         return data
-    try:
-        block = data["ops"]["trained_model"]["config"] or {}
-    except (KeyError, TypeError):
-        raise ValueError("a Dagster run config needs ops: trained_model: config: {model, training}") from None
+    block = asset_config_block(data, TRAINED_MODEL, needs="{model, training}")
     block = {k: v for k, v in block.items() if k != "launch"}  # the launcher's (training.launch), not the run's
     return {**block, **{k: v for k, v in data.items() if k not in ("ops", "resources", "execution", "loggers")}}
 

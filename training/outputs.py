@@ -52,6 +52,7 @@ from training.state_file import StateFileError, read_state_file, write_state_fil
 
 __all__ = [
     "LINK_MODEL",
+    "STAGE",
     "METRIC_COLUMNS",
     "MODEL_BEST",
     "MODEL_FINAL",
@@ -77,6 +78,7 @@ __all__ = [
     "write_version_file",
 ]
 
+STAGE = "trained_model"  # the asset (stage) that writes these folders
 OUTPUT_FORMAT = 3  # 3: model files in safetensors (training.state_file)
 MODEL_FINAL = "model_final.safetensors"
 MODEL_BEST = "model_best.safetensors"

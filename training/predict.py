@@ -46,6 +46,7 @@ from graphs.storage import atomic_output_dir, verify_files
 from training.evaluate import load_full_block
 from training.features import degree_features, read_node_table
 from training.outputs import MODEL_BEST, MODEL_FINAL, PREDICTIONS, SUMMARY, load_model, read_version, write_json
+from training.outputs import STAGE as TRAINED_MODEL
 
 __all__ = ["predict", "verify_inputs"]
 
@@ -96,7 +97,7 @@ def predict(
     promoted): it is checked against that folder's hashes.json before it is loaded."""
     t0 = time.perf_counter()
     canonical, adjacency, model_path = Path(canonical_dir), Path(adjacency_dir), Path(model_path)
-    verify_files(model_path.parent, [model_path.name], stage="trained_model")
+    verify_files(model_path.parent, [model_path.name], stage=TRAINED_MODEL)
     loaded = load_model(model_path)
     classes = model_label_classes(model_path.parent, loaded.num_classes)
     verify_inputs(canonical, adjacency, loaded.preprocessing.input)
@@ -138,7 +139,7 @@ def model_label_classes(model_dir: Path, num_classes: int) -> list | None:
     checked against the folder's hashes.json and the model's class count."""
     if not (model_dir / LABEL_CLASSES).is_file():
         return None
-    verify_files(model_dir, [LABEL_CLASSES], stage="trained_model")
+    verify_files(model_dir, [LABEL_CLASSES], stage=TRAINED_MODEL)
     classes = read_label_classes(model_dir)
     if len(classes) != num_classes:
         raise ValueError(

@@ -52,12 +52,13 @@ from graphs.config_checks import bounded_repr, check_fields
 from graphs.label_classes import read_label_classes
 from graphs.storage import verified
 
+STAGE = "promotion"  # the asset (stage) that applies these rules; its settings block in gnnflow.yaml
 HEADLINE_METRICS = ("accuracy", "macro_f1")
 LABELS_FILE = "training_labels.json"
 TEST_LABELS_FILE = "test_labels.parquet"
 MAX_KEPT_VERSIONS = 100_000
 _EXAMPLES = 3  # changed nodes or moved classes named in a message
-_GYAML = "ops.promotion.config"
+_GYAML = f"ops.{STAGE}.config"
 
 
 @dataclass(frozen=True, kw_only=True)

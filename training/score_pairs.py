@@ -36,8 +36,11 @@ import torch
 
 from graphs.canonical_files import CanonicalGraph
 from graphs.config_checks import bounded_repr
+from graphs.normalize import Adjacency
+from graphs.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.storage import validate_dataset_name
 from training.outputs import LINK_MODEL
+from training.outputs import STAGE as TRAINED_MODEL
 
 __all__ = ["PairsError", "link_model_dir", "map_original_ids", "score_dataset_pairs", "score_pairs"]
 
@@ -52,11 +55,11 @@ class PairsError(ValueError):
 def link_model_dir(dataset_dir: str | os.PathLike) -> Path:
     """``promoted/`` when it holds a link model, else ``trained_model/``; PairsError naming both when neither does."""
     dataset_dir = Path(dataset_dir)
-    for name in ("promoted", "trained_model"):
+    for name in ("promoted", TRAINED_MODEL):
         if (dataset_dir / name / LINK_MODEL).is_file():
             return dataset_dir / name
     raise PairsError(
-        f"no link-prediction model in {dataset_dir / 'promoted'} nor {dataset_dir / 'trained_model'}; "
+        f"no link-prediction model in {dataset_dir / 'promoted'} nor {dataset_dir / TRAINED_MODEL}; "
         "materialize trained_model for this dataset (task: link_prediction in its gnnflow.yaml) first"
     )
 
@@ -113,9 +116,9 @@ def score_dataset_pairs(home, dataset: str, pairs_file, out_file) -> dict:
         pairs_file,
         out_file,
         model_dir=link_model_dir(dataset_dir),
-        canonical_dir=dataset_dir / "canonical_graph",
-        shards_dir=dataset_dir / "minibatch_shards",
-        adjacency_dir=dataset_dir / "normalized_adjacency",
+        canonical_dir=dataset_dir / CanonicalGraph.STAGE,
+        shards_dir=dataset_dir / MINIBATCH_SHARDS,
+        adjacency_dir=dataset_dir / Adjacency.STAGE,
     )
 
 

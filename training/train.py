@@ -60,6 +60,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
+from graphs.canonical_files import CanonicalGraph
 from graphs.host_memory import reuse_freed_memory
 from graphs.label_classes import copy_label_classes
 from graphs.normalize import Adjacency
@@ -943,7 +944,7 @@ def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
             )
         return (shards / named[name]).resolve()
 
-    return shards, pick(cfg.paths.canonical, "canonical_graph"), pick(cfg.paths.adjacency, "normalized_adjacency")
+    return shards, pick(cfg.paths.canonical, CanonicalGraph.STAGE), pick(cfg.paths.adjacency, Adjacency.STAGE)
 
 
 def make_optimizer(cfg: OptimizerConfig, model: torch.nn.Module) -> torch.optim.Optimizer:

@@ -16,7 +16,11 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from graphs.canonical_files import CanonicalGraph
+from graphs.compress_files import CompressedGraph
+from graphs.normalize import Adjacency
 from graphs.npzio import write_npz
+from graphs.partition_files import Partitions
 from graphs.processes import die_with_parent
 from graphs.progress import Progress
 from graphs.sampling.base import make_sampler
@@ -284,10 +288,10 @@ def _input_dirs(inputs: ShardInputs) -> list[tuple[str, Path]]:
     return [
         (name, path)
         for name, path in (
-            ("canonical_graph", inputs.canonical_dir),
-            ("normalized_adjacency", inputs.adjacency_dir),
-            ("metis_partitions", inputs.partitions_dir),
-            ("compressed_graph", inputs.compressed_dir),
+            (CanonicalGraph.STAGE, inputs.canonical_dir),
+            (Adjacency.STAGE, inputs.adjacency_dir),
+            (Partitions.STAGE, inputs.partitions_dir),
+            (CompressedGraph.STAGE, inputs.compressed_dir),
         )
         if path is not None
     ]
@@ -298,7 +302,7 @@ def _add_upstream_facts(manifest: dict, inputs: ShardInputs, sampler, final: Pat
     if sampler.weight_encoding == "factors":
         factors = inputs.scale_factors
         manifest["weight_factors"] = weight_factors_entry(final, factors.row_path, factors.col_path)
-    hashed = ("canonical_graph", "normalized_adjacency")
+    hashed = (CanonicalGraph.STAGE, Adjacency.STAGE)
     manifest["upstream"] = upstream_hashes(
         final, {name: path for name, path in _input_dirs(inputs) if name in hashed}, features
     )
