@@ -38,7 +38,7 @@ from graphs.partition_files import Partitions
 from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class, write_minibatch_shards
 from graphs.sampling.link import write_link_shards
 from graphs.shard_format import STAGE as MINIBATCH_SHARDS
-from graphs.shard_format import read_manifest
+from graphs.shard_manifest import ShardManifest
 from training.outputs import STAGE as TRAINED_MODEL
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
@@ -197,20 +197,20 @@ def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
 
 def check_shards(out: Path) -> list[dg.AssetCheckResult]:
     """The two asset checks, evaluated on the manifest.json and the shard files in `out`."""
-    manifest = read_manifest(out)
-    counts = sorted({s["minibatches"] for s in manifest["streams"]})
+    manifest = ShardManifest.open(out)
+    counts = sorted(set(manifest.stream_minibatches()))
     balanced = len(counts) == 1
     meta = {"minibatches_per_stream": counts}
     # a seed sampler takes every training node once per epoch (class-balanced: as many draws)
-    if sampler_class(manifest["sampler"]).traits.seeds and manifest.get("task") != LINK_PREDICTION:
+    if sampler_class(manifest.sampler).traits.seeds and manifest.task != LINK_PREDICTION:
         per_epoch = {}
-        for s in manifest["streams"]:
+        for s in manifest.doc["streams"]:
             per_epoch[s["epoch"]] = per_epoch.get(s["epoch"], 0) + s["seeds"]
-        wrong = {e: c for e, c in per_epoch.items() if c != manifest["train_nodes"]}
+        wrong = {e: c for e, c in per_epoch.items() if c != manifest.train_nodes}
         balanced = balanced and not wrong
         meta["epochs_with_wrong_seed_count"] = len(wrong)
     missing = []
-    for s in manifest["streams"]:
+    for s in manifest.doc["streams"]:
         for f in s["files"]:
             p = out / f["path"]
             if not p.is_file() or p.stat().st_size != f["bytes"]:

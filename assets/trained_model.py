@@ -72,10 +72,11 @@ from graphs.edge_split import LINK_PREDICTION, EdgeSplit
 from graphs.normalize import Adjacency
 from graphs.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.shard_format import refuse_republished_upstream
+from graphs.shard_manifest import ShardManifest
 from graphs.storage import held_lock_fd
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
-from training.data import ShardError, read_manifest
+from training.data import ShardError
 from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
@@ -322,8 +323,8 @@ def shard_failure(dataset: str, exc: Exception) -> dg.Failure:
 def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: Path, shards: Path):
     """Write run.yaml into the work folder and run torchrun through dagster-pipes."""
     try:
-        manifest = read_manifest(shards)
-        refuse_republished_upstream(manifest, shards)
+        manifest = ShardManifest.open(shards)
+        refuse_republished_upstream(manifest.doc, shards)
     except ShardError as exc:
         raise shard_failure(dataset, exc) from exc
 
@@ -344,7 +345,7 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
         launch = config.launch.to_dataclass()
     except ValueError as exc:
         raise dg.Failure(description=f"trained_model config: {exc}") from exc
-    nproc = process_count(int(manifest["world_size"]), cfg.training.device, launch)
+    nproc = process_count(manifest.world_size, cfg.training.device, launch)
     command = torchrun_command(nproc, run_yaml, launch)
     extra: dict = {}
     if launch.nnodes > 1:

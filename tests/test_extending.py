@@ -115,11 +115,11 @@ class _Max(LayerKind):
 def test_checks_read_the_declared_traits(tmp_path):
     register_sampler(_Drawn)
     register_layer(_Max)
-    manifest = {"non_uniform_draws": _Drawn.non_uniform_draws(ShardConfig(sampler="drawn_for_test"))}
-    assert manifest["non_uniform_draws"] == "sampler 'drawn_for_test'"
+    draws = _Drawn.non_uniform_draws(ShardConfig(sampler="drawn_for_test"))
+    assert draws == "sampler 'drawn_for_test'"
     with pytest.raises(ValueError, match="model.conv='max_for_test' cannot be trained on shards cut with sampler "):
-        check_sampler_supports("max_for_test", manifest, tmp_path)
-    check_sampler_supports("sum_conv", manifest, tmp_path)  # linear: takes the correction
+        check_sampler_supports("max_for_test", draws, tmp_path)
+    check_sampler_supports("sum_conv", draws, tmp_path)  # linear: takes the correction
     with pytest.raises(ValueError, match="placement='partition' places seed nodes; sampler='saint'"):
         ShardConfig(sampler="saint", placement="partition")
     ShardConfig(sampler="drawn_for_test", placement="partition")  # a seed sampler

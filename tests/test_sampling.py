@@ -32,6 +32,7 @@ from graphs.sampling import (
     write_minibatch_shards,
 )
 from graphs.sampling.kinds.neighbor import NeighborSampler
+from graphs.shard_manifest import ShardManifest
 from graphs.storage import write_file_hashes
 from tests.conftest import write_edges
 from training.data import ShardError, ShardStream, cross_entropy, read_manifest
@@ -778,3 +779,26 @@ def test_factored_shards_refuse_a_changed_scale_file(sbm, tmp_path):
         ShardStream(out, 0, 0)
     with pytest.raises(ShardError, match="normalized_adjacency was re-materialized"):
         read_manifest(out, verify_upstream_files=True)
+
+
+@pytest.mark.parametrize("sampler", ["importance", "cluster_gcn"])
+def test_the_typed_manifest_reads_what_the_writer_wrote(sbm, tmp_path, sampler):
+    out, m = _shards(sbm, tmp_path, sampler=sampler, cluster_batch=4)
+    typed = ShardManifest.open(out)
+    assert (typed.sampler, typed.num_layers, typed.world_size, typed.epochs, typed.n) == (
+        sampler,
+        3,
+        m["world_size"],
+        2,
+        sbm["inputs"].n,
+    )
+    assert typed.shared_block is (sampler == "cluster_gcn")  # the sampler's declared trait
+    assert typed.non_uniform_draws == ("sampler 'importance'" if sampler == "importance" else None)
+    assert typed.train_nodes == len(sbm["inputs"].train_nodes) and typed.task == "node_classification"
+    assert typed.stream_minibatches() == [s["minibatches"] for s in m["streams"]]
+    assert typed.input_dir(out, "canonical_graph") == (out / m["inputs"]["canonical_graph"]).resolve()
+    doc = json.loads((out / "manifest.json").read_text())
+    del doc["non_uniform_draws"]
+    (out / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(ShardError, match=r"manifest lacks \['non_uniform_draws'\]; re-materialize minibatch_shards"):
+        ShardManifest.open(out)

@@ -1,6 +1,7 @@
 """training: config, AMP shim, schedule, features, DDP gradients, resume, no-DGL run,
 outputs, a short Cora run through the pipeline's functions, and the Dagster asset via pipes."""
 
+import dataclasses
 import datetime
 import json
 import os
@@ -9,7 +10,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from dataclasses import asdict
 from pathlib import Path
 
 import dagster as dg
@@ -24,6 +24,7 @@ from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class, write_minibatch_shards
+from graphs.shard_manifest import ShardManifest
 from training import precision as precision_mod
 from training.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from training.config import LRScheduleConfig, RunConfig, TrainingConfig
@@ -449,13 +450,13 @@ def test_automatic_budget_replays_the_shards_and_reports_it(sbm, tmp_path):
 
 def test_num_layers_follows_the_shards_and_a_mismatch_is_an_error(sbm, tmp_path):
     shards = sbm["w1"]["shards"]
-    manifest = read_manifest(shards)
-    assert resolve_num_layers(0, manifest, shards) == 2 == manifest["num_layers"]
+    manifest = ShardManifest.open(shards)
+    assert resolve_num_layers(0, manifest, shards) == 2 == manifest.num_layers
     with pytest.raises(ValueError, match=r"model.num_layers=3 .* holds 2 sampled blocks"):
         resolve_num_layers(3, manifest, shards)
     with pytest.raises(ValueError, match=r"model.num_layers=1 "):
         resolve_num_layers(1, manifest, shards)
-    assert resolve_num_layers(5, {**manifest, "shared_block": True}, shards) == 5  # cluster_gcn / saint
+    assert resolve_num_layers(5, dataclasses.replace(manifest, shared_block=True), shards) == 5  # cluster_gcn / saint
     cfg = _run_config(shards, tmp_path / "out", epochs=1)
     cfg.model.num_layers = 0
     train(cfg)
@@ -477,14 +478,10 @@ def test_gat_and_sage_pool_refuse_non_uniform_samplers(tmp_path):
         check_sampler_supports("gat", _shard_manifest(sampler=sampler), tmp_path)
 
 
-def _shard_manifest(**shard_settings) -> dict:
-    """The sampler facts of a shard manifest as graphs.sampling.writer writes them."""
+def _shard_manifest(**shard_settings) -> str | None:
+    """The manifest's ``non_uniform_draws`` as graphs.sampling.writer writes it for these settings."""
     cfg = ShardConfig(**shard_settings)
-    return {
-        "sampler": cfg.sampler,
-        "settings": {k: v for k, v in asdict(cfg).items() if k != "workers"},
-        "non_uniform_draws": sampler_class(cfg.sampler).non_uniform_draws(cfg),
-    }
+    return sampler_class(cfg.sampler).non_uniform_draws(cfg)
 
 
 @pytest.mark.parametrize("prob", ["weight", "adaptive"])

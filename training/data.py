@@ -63,6 +63,7 @@ from graphs.shard_format import (
     read_shard,
     stream_record,
 )
+from graphs.shard_manifest import ShardManifest
 from training.blocks import Block, NodeScales, correction_is_per_dst
 from training.feature_cache import CacheSpec, HotSplit, TieredFeatures
 
@@ -282,6 +283,7 @@ class ShardStream:
             raise ValueError(f"prefetch={prefetch} must be >= 0")
         self.root = Path(asset_dir)
         self.manifest = manifest if manifest is not None else read_manifest(self.root)
+        facts = ShardManifest.from_doc(self.manifest)
         self.record = stream_record(self.manifest, epoch, rank)
         self.rank, self.epoch, self.prefetch, self.verify = rank, epoch, prefetch, verify
         self.order_seed = order_seed
@@ -292,9 +294,9 @@ class ShardStream:
             self.features = features
         else:
             self.features = FeatureRows(features, self.manifest, self.root)
-        self.num_layers = int(self.manifest["num_layers"])
-        self.shared_block = bool(self.manifest["shared_block"])
-        self.weight_encoding = self.manifest["weight_encoding"]
+        self.num_layers = facts.num_layers
+        self.shared_block = facts.shared_block
+        self.weight_encoding = facts.weight_encoding
         self.weight_factors = open_weight_factors(self.manifest, self.root)
         self.wait_seconds = 0.0
         self.load_seconds = 0.0

@@ -56,11 +56,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from graphs.config_checks import MAX_EPOCHS, MAX_PREFETCH, MAX_ROWS, MAX_SEED, MAX_STEPS, bounded_repr, check_fields
+from graphs.edge_split import LINK_PREDICTION, load_edge_split
 from graphs.normalize import Adjacency
 from graphs.progress import Progress
+from graphs.shard_format import MANIFEST_NAME
+from graphs.shard_manifest import ShardManifest
 from graphs.storage import CorruptFileError, read_file_hashes
 from training.blocks import remove_self_loops
-from training.data import ShardStream, read_manifest
+from training.data import ShardStream
 from training.evaluate import load_full_block
 from training.layers import GNN, ModelConfig, build_model
 from training.loss_check import NonFiniteLossError, non_finite_loss
@@ -212,11 +215,11 @@ def pair_scores(model: LinkModel, hu: torch.Tensor, hv: torch.Tensor, feats: tor
     return (model.predictor(torch.cat([hu * hv, feats], 1)) + model.wide(feats)).squeeze(-1)
 
 
-def _features(manifest: dict, shards: Path, adjacency_block, buckets: int) -> torch.Tensor:
+def _features(manifest: ShardManifest, shards: Path, adjacency_block, buckets: int) -> torch.Tensor:
     """The input features: the manifest's, else one-hot log2-degree buckets of the message-passing Â."""
     from training.features import degree_features, full_features
 
-    x = full_features(manifest, shards)
+    x = full_features(manifest.doc, shards)
     if x is None:
         x = degree_features(adjacency_block.indptr.numpy(), buckets)
     return x
@@ -253,11 +256,11 @@ class _Graph:
     indices_sha256: str  # of the adjacency's indices.npy as its stage published it ("" without a record)
 
     @classmethod
-    def load(cls, manifest: dict, shards: Path, adjacency_dir, degree_buckets: int) -> "_Graph":
+    def load(cls, manifest: ShardManifest, shards: Path, adjacency_dir, degree_buckets: int) -> "_Graph":
         block = load_full_block(adjacency_dir)
         x = _features(manifest, shards, block, degree_buckets)
         plain = remove_self_loops(block)
-        if not manifest["self_loops"]:  # evaluate over the graph the blocks were sampled from
+        if not manifest.self_loops:  # evaluate over the graph the blocks were sampled from
             block = plain
         try:
             digest = read_file_hashes(adjacency_dir, stage=Adjacency.STAGE)[Adjacency.INDICES]["sha256"]
@@ -292,7 +295,7 @@ class _Run:
     """The state of one `train_link` run: what the loop reads, and what it changes as it goes."""
 
     cfg: LinkTrainConfig
-    manifest: dict
+    manifest: ShardManifest
     shards: Path
     graph: _Graph
     model: LinkModel
@@ -313,11 +316,11 @@ def _train_epoch(run: _Run, epoch: int) -> None:
     cfg, manifest = run.cfg, run.manifest
     t0 = time.perf_counter()
     total, steps, seeds = 0.0, 0, 0
-    for r in range(int(manifest["world_size"])):
+    for r in range(manifest.world_size):
         if steps >= run.steps_per_epoch:
             break
-        sampled = (epoch - 1) % int(manifest["epochs"])
-        stream = ShardStream(run.shards, r, sampled, "cpu", cfg.prefetch, features=run.graph.x, manifest=manifest)
+        sampled = (epoch - 1) % manifest.epochs
+        stream = ShardStream(run.shards, r, sampled, "cpu", cfg.prefetch, features=run.graph.x, manifest=manifest.doc)
         with stream:
             for mb in stream:
                 value = _step(run, mb, epoch, steps)
@@ -383,14 +386,12 @@ def train_link(
 ) -> dict:
     """Train on the link-prediction shards, evaluate on the split; write `out_dir` (module
     docstring) unless None. Returns the summary."""
-    from graphs.edge_split import load_edge_split
-
     cfg = cfg or LinkTrainConfig()
     shards = Path(shards_dir)
-    manifest = read_manifest(shards)
-    if manifest.get("task") != "link_prediction":
-        raise ValueError(f"{shards / 'manifest.json'}: not link-prediction shards; materialize minibatch_shards")
-    layers = int(manifest["num_layers"])
+    manifest = ShardManifest.open(shards)
+    if manifest.task != LINK_PREDICTION:
+        raise ValueError(f"{shards / MANIFEST_NAME}: not link-prediction shards; materialize minibatch_shards")
+    layers = manifest.num_layers
     model_cfg = model_cfg or ModelConfig(dropout=0.0)
     if model_cfg.num_layers not in (0, layers):
         raise ValueError(f"model.num_layers={model_cfg.num_layers}, but the shards hold {layers} blocks")
@@ -400,9 +401,9 @@ def train_link(
 
     torch.manual_seed(cfg.seed)
     model = _new_model(cfg, model_cfg, graph)
-    steps = int(manifest["minibatches_per_epoch_per_rank"]) * int(manifest["world_size"])
+    steps = manifest.minibatches_per_epoch_per_rank * manifest.world_size
     steps = min(steps, cfg.max_steps_per_epoch or steps)
-    epochs = epoch_budget(cfg, int(manifest["epochs"]), steps)
+    epochs = epoch_budget(cfg, manifest.epochs, steps)
     run = _Run(
         cfg, manifest, shards, graph, model, torch.optim.Adam(model.parameters(), lr=cfg.lr), epochs, steps,
         Progress("step", epochs * steps, log, unit="steps"), torch.Generator().manual_seed(cfg.seed),
@@ -445,10 +446,12 @@ def _finish(run: _Run, split, model_cfg: ModelConfig, out_dir, log) -> dict:
     return summary
 
 
-def _non_finite_loss(value: float, cfg: LinkTrainConfig, manifest: dict, epoch: int, step: int) -> NonFiniteLossError:
+def _non_finite_loss(
+    value: float, cfg: LinkTrainConfig, manifest: ShardManifest, epoch: int, step: int
+) -> NonFiniteLossError:
     """The error stopping `train_link` at `step` (from 0) of `epoch` (from 1; `training.loss_check`);
     each minibatch of every rank's stream is one optimizer step."""
-    steps = int(manifest["minibatches_per_epoch_per_rank"]) * int(manifest["world_size"])
+    steps = manifest.minibatches_per_epoch_per_rank * manifest.world_size
     return non_finite_loss(
         value,
         epoch=epoch,
@@ -493,7 +496,7 @@ def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:
     state = read_state_file(path, kind=_LINK_KIND, format_version=LINK_MODEL_FORMAT, remedy=_REMEDY)
     cfg, model_cfg = LinkTrainConfig(**state["config"]), ModelConfig(**state["model_config"])
     shards = Path(shards_dir)
-    graph = _Graph.load(read_manifest(shards), shards, adjacency_dir, cfg.degree_buckets)
+    graph = _Graph.load(ShardManifest.open(shards), shards, adjacency_dir, cfg.degree_buckets)
     trained, now = state["graph"], graph.fingerprint()
     if any(str(trained.get(k)) != str(v) for k, v in now.items()) or graph.x.shape[1] != int(state["in_feats"]):
         raise ValueError(

@@ -65,6 +65,8 @@ from graphs.host_memory import reuse_freed_memory
 from graphs.label_classes import copy_label_classes
 from graphs.normalize import Adjacency
 from graphs.progress import Progress
+from graphs.shard_format import MANIFEST_NAME
+from graphs.shard_manifest import ShardManifest
 from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes, verify_lock_held
 from training.blocks import remove_self_loops
 from training.checkpoint import (
@@ -79,7 +81,7 @@ from training.checkpoint import (
 from training.comm_hooks import setup_comm_hook
 from training.compensation import VRGCN, GradientEMA, check_vrgcn_supports
 from training.config import LRScheduleConfig, OptimizerConfig, RunConfig, TrainingConfig
-from training.data import FeatureRows, ShardStream, cross_entropy, read_manifest
+from training.data import FeatureRows, ShardStream, cross_entropy
 from training.distributed import (
     DistInfo,
     all_gather_objects,
@@ -187,7 +189,7 @@ class Run:
     shards: Path
     canonical: Path
     adjacency: Path
-    manifest: dict
+    manifest: ShardManifest
     my_streams: list[int]
     shard_epochs: int
     epochs: int
@@ -301,16 +303,16 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
     shards, canonical, adjacency = resolve_inputs(cfg)
     # with verify_shards, also every upstream file the shards were cut from: a stage re-run
     # since then (same shapes, new values) is refused, naming it, instead of trained on silently
-    manifest = read_manifest(shards, verify_upstream_files=tcfg.verify_shards)
+    manifest = ShardManifest.open(shards, verify_upstream_files=tcfg.verify_shards)
     plan = _shard_plan(manifest, shards, info, tcfg)
 
     # The shards own the layer count (one block per layer); the resolved count is what is
     # trained, checkpointed and written to run.yaml. The run key (work folder) stays that of
     # the config as given, which the launcher computes too.
     given = cfg
-    num_blocks = int(manifest["num_layers"])
+    num_blocks = manifest.num_layers
     cfg = replace(cfg, model=replace(cfg.model, num_layers=resolve_num_layers(cfg.model.num_layers, manifest, shards)))
-    check_sampler_supports(cfg.model.conv, manifest, shards)
+    check_sampler_supports(cfg.model.conv, manifest.non_uniform_draws, shards)
 
     # ------------------------------------------------------------------ features
     features = _stream_features(manifest, shards, adjacency, tcfg)
@@ -340,7 +342,7 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         work=work,
         ckpt_path=work / CHECKPOINT_NAME,
         feature_rows=(
-            FeatureRows("manifest", manifest, shards, cache=_cache_spec(tcfg, adjacency, device))
+            FeatureRows("manifest", manifest.doc, shards, cache=_cache_spec(tcfg, adjacency, device))
             if (tcfg.feature_cache > 0 or tcfg.feature_cache_hot > 0) and isinstance(features["stream_features"], str)
             else None
         ),
@@ -349,7 +351,7 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         nodes = read_node_table(canonical)
         run.class_weight = class_weights(nodes.labels, nodes.masks["train"], run.num_classes).to(device)
     if tcfg.node_grad_stats:
-        run.grad_stats = NodeGradStats(int(manifest["n"]))
+        run.grad_stats = NodeGradStats(manifest.n)
     resume(run)
 
     if info.is_main:
@@ -358,17 +360,17 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
     return run
 
 
-def _shard_plan(manifest: dict, shards: Path, info: DistInfo, tcfg: TrainingConfig) -> dict:
+def _shard_plan(manifest: ShardManifest, shards: Path, info: DistInfo, tcfg: TrainingConfig) -> dict:
     """The `Run` fields of the shards' plan: this rank's streams, epochs and steps."""
-    W = int(manifest["world_size"])
+    W = manifest.world_size
     if W % info.world_size:
         raise ValueError(
             f"{shards}: the shards were cut for world_size={W}; launch a number of processes that divides it "
             f"(got {info.world_size}), e.g. torchrun --nproc-per-node {W}, or re-materialize minibatch_shards "
             f"with world_size={info.world_size}"
         )
-    shard_epochs = int(manifest["epochs"])
-    per_stream = int(manifest["minibatches_per_epoch_per_rank"])
+    shard_epochs = manifest.epochs
+    per_stream = manifest.minibatches_per_epoch_per_rank
     steps_per_epoch = math.ceil(per_stream / tcfg.accumulate)
     epochs = training_epochs(tcfg, shard_epochs, steps_per_epoch)
     return {
@@ -381,12 +383,12 @@ def _shard_plan(manifest: dict, shards: Path, info: DistInfo, tcfg: TrainingConf
     }
 
 
-def _stream_features(manifest: dict, shards: Path, adjacency: Path, tcfg: TrainingConfig) -> dict:
+def _stream_features(manifest: ShardManifest, shards: Path, adjacency: Path, tcfg: TrainingConfig) -> dict:
     """The `Run` fields of the features: their source, width, class count and fitted transform."""
-    if manifest.get("features") is not None:
+    if manifest.has_features:
         stream_features = "manifest"
-        in_feats = int(manifest["feature_dim"])
-        stats = feature_chunks(manifest, shards) if tcfg.feature_norm == "standard" else iter(())
+        in_feats = manifest.feature_dim
+        stats = feature_chunks(manifest.doc, shards) if tcfg.feature_norm == "standard" else iter(())
         transform = FeatureTransform.fit(tcfg.feature_norm, stats)
     else:  # no features: one-hot log-degree buckets, from the adjacency's row lengths
         from graphs.normalize import load_csr
@@ -397,7 +399,7 @@ def _stream_features(manifest: dict, shards: Path, adjacency: Path, tcfg: Traini
     return {
         "stream_features": stream_features,
         "in_feats": in_feats,
-        "num_classes": int(manifest["num_classes"]),
+        "num_classes": manifest.num_classes,
         "transform": transform,
     }
 
@@ -437,12 +439,12 @@ def _model_and_optimizer(cfg: RunConfig, info: DistInfo, in_feats: int, num_clas
 
 def _log_run_start(run: Run) -> None:
     """Rank 0's opening lines: the model, processes, batch, epochs, precision and work folder."""
-    tcfg, manifest, W = run.cfg.training, run.manifest, int(run.manifest["world_size"])
+    tcfg, manifest, W = run.cfg.training, run.manifest, run.manifest.world_size
     run.report.info(
         f"training {run.cfg.model.conv} ({sum(p.numel() for p in run.model.parameters())} parameters) on "
         f"{run.device} with {run.info.world_size} process(es) x {len(run.my_streams)} stream(s) of W={W}, "
-        f"{run.per_stream} minibatches of <= {manifest['batch_size']} seeds per stream and epoch, accumulate "
-        f"{tcfg.accumulate}: global batch {manifest['batch_size'] * W * tcfg.accumulate} seeds; "
+        f"{run.per_stream} minibatches of <= {manifest.batch_size} seeds per stream and epoch, accumulate "
+        f"{tcfg.accumulate}: global batch {manifest.batch_size * W * tcfg.accumulate} seeds; "
         f"{run.epochs} epochs (shards hold {run.shard_epochs}); precision {tcfg.precision} -> "
         f"{run.precision.note}; backend {run.info.backend or 'none'}; work folder {run.work}"
     )
@@ -508,9 +510,9 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
     (``eval_batch_size`` > 0) streamed in row chunks from the memory-mapped files."""
     nodes = read_node_table(run.canonical)
     manifest, tcfg = run.manifest, run.cfg.training
-    self_loops = bool(manifest.get("self_loops", True))  # evaluate over the graph the blocks were sampled from
+    self_loops = manifest.self_loops  # evaluate over the graph the blocks were sampled from
     if tcfg.eval_batch_size:
-        features = FeatureRows(run.stream_features, manifest, run.shards)
+        features = FeatureRows(run.stream_features, manifest.doc, run.shards)
 
         def rows(ids: np.ndarray) -> torch.Tensor:  # compact codes decoded per chunk, then the run's transform
             return run.transform(features.gather_host(ids, decode=True, release=True))
@@ -522,15 +524,15 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
         )
         graph_n, evaluator = stream.n, StreamedEval(stream, nodes.labels, nodes.masks)
     else:
-        x_full = full_features(manifest, run.shards) if manifest.get("features") is not None else run.stream_features
+        x_full = full_features(manifest.doc, run.shards) if manifest.has_features else run.stream_features
         block = load_full_block(run.adjacency)
         block = block if self_loops else remove_self_loops(block)
         graph = EvalGraph(block, run.transform(x_full), nodes.labels, nodes.masks)
         graph_n, evaluator = graph.block.num_dst, InMemoryEval(graph, run.device, tcfg.eval_batch_size)
-    if not nodes.n == graph_n == int(manifest["n"]):
+    if not nodes.n == graph_n == manifest.n:
         raise ValueError(
             f"node counts differ: canonical_graph {nodes.n}, normalized_adjacency {graph_n}, "
-            f"shards {manifest['n']}; re-materialize the stale stage"
+            f"shards {manifest.n}; re-materialize the stale stage"
         )
     return evaluator
 
@@ -540,7 +542,7 @@ def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
     its gradient accumulated (scaled for fp16, averaged over the step)."""
     t0 = run.now()
     with record_function("forward"), run.precision.autocast():
-        blocks = model_blocks(mb.blocks, run.cfg.model.num_layers, bool(run.manifest.get("shared_block")))
+        blocks = model_blocks(mb.blocks, run.cfg.model.num_layers, run.manifest.shared_block)
         x = run.transform(mb.x)[: blocks[0].num_src]
         if run.grad_stats is not None:
             x = run.grad_stats.watch(x)
@@ -645,7 +647,7 @@ def _epoch_streams(run: Run, epoch: int) -> list[ShardStream]:
             tcfg.prefetch,
             features=run.feature_rows if run.feature_rows is not None else run.stream_features,
             verify=tcfg.verify_shards,
-            manifest=run.manifest,
+            manifest=run.manifest.doc,
             order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
         )
         for r in run.my_streams
@@ -814,15 +816,15 @@ def _run_summary(run: Run, best: dict, last_epoch: int, seconds: float, replicas
         "peak_memory_mb": float(max(r["peak_memory_mb"] for r in history)),
         **_comm_summary(history),
         **_feature_cache_summary(run.feature_rows),
-        "world_size": int(manifest["world_size"]),
+        "world_size": manifest.world_size,
         "processes": info.world_size,
-        "batch_size": int(manifest["batch_size"]),
+        "batch_size": manifest.batch_size,
         "accumulate": cfg.training.accumulate,
-        "global_batch": int(manifest["batch_size"]) * int(manifest["world_size"]) * cfg.training.accumulate,
+        "global_batch": manifest.batch_size * manifest.world_size * cfg.training.accumulate,
         "precision": run.precision.note,
         "backend": info.backend or "none",
         "device": str(info.device),
-        "nodes": int(manifest["n"]),
+        "nodes": manifest.n,
         "num_classes": run.num_classes,
         "in_feats": run.in_feats,
         "seconds": seconds,
@@ -847,7 +849,7 @@ def model_preprocessing(run: Run) -> Preprocessing:
         degree_norm=str(adjacency_summary.get("degree_norm", "both")),
         mean=run.transform.mean,
         std=run.transform.std,
-        self_loops=bool(run.manifest.get("self_loops", True)),
+        self_loops=run.manifest.self_loops,
     )
 
 
@@ -872,37 +874,37 @@ def replay_order_seed(seed: int, epoch: int, shard_epochs: int, stream: int) -> 
     return int(np.random.SeedSequence([seed, epoch, stream, 0x5EED]).generate_state(1)[0])
 
 
-def resolve_num_layers(num_layers: int, manifest: dict, shards: Path) -> int:
+def resolve_num_layers(num_layers: int, manifest: ShardManifest, shards: Path) -> int:
     """The model's layer count: ``num_layers``, or the shards' block count when 0.
 
     Neighbour-sampled shards hold one block per layer, so a different count is an error;
     cluster_gcn / saint shards hold one block that serves any number of layers.
     """
-    num_blocks = int(manifest["num_layers"])
+    num_blocks = manifest.num_layers
     if num_layers == 0:
         return num_blocks
-    if not manifest.get("shared_block") and num_layers != num_blocks:
+    if not manifest.shared_block and num_layers != num_blocks:
         raise ValueError(
-            f"model.num_layers={num_layers} but {shards / 'manifest.json'} holds {num_blocks} sampled blocks per "
-            f"minibatch (fanouts {manifest['settings'].get('fanouts')!r}, one per layer); set model.num_layers to 0 "
+            f"model.num_layers={num_layers} but {shards / MANIFEST_NAME} holds {num_blocks} sampled blocks per "
+            f"minibatch (fanouts {manifest.settings.get('fanouts')!r}, one per layer); set model.num_layers to 0 "
             f"(follow the shards) or re-materialize minibatch_shards with {num_layers} fanouts"
         )
     return num_layers
 
 
-def check_sampler_supports(conv: str, manifest: dict, shards: Path) -> None:
+def check_sampler_supports(conv: str, draws: str | None, shards: Path) -> None:
     """Refuse a layer whose aggregation cannot use the sampler's correction weights.
 
     A layer that is not ``linear`` (`training.layer_registry`: GAT's softmax ratio of
     attention scores, SAGE-pool's element-wise max) has no unbiased form over the draws the
-    manifest records as non-uniform (``non_uniform_draws``, declared by the sampler): its result
-    would silently differ from the full-graph one the model is evaluated with.
+    shards' manifest records as non-uniform (`draws`: its ``non_uniform_draws``, declared by
+    the sampler): its result would silently differ from the full-graph one the model is
+    evaluated with.
     """
     kind = layer_kind(conv)
-    draws = manifest.get("non_uniform_draws")
     if draws and not kind.linear:
         raise ValueError(
-            f"model.conv={conv!r} cannot be trained on shards cut with {draws} ({shards / 'manifest.json'}): a "
+            f"model.conv={conv!r} cannot be trained on shards cut with {draws} ({shards / MANIFEST_NAME}): a "
             f"{kind.aggregates_by} aggregation has no correction for non-uniform draws; re-materialize "
             "minibatch_shards with sampler neighbor (neighbor_prob uniform) or cluster_gcn, or use a layer whose "
             f"aggregation is linear ({', '.join(linear_layer_names())})"
@@ -931,8 +933,7 @@ def _cache_spec(tcfg: TrainingConfig, adjacency: Path, device: torch.device) -> 
 def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
     """(shards, canonical, adjacency) folders: from ``paths`` or as the manifest names them."""
     shards = Path(cfg.paths.shards).resolve()
-    manifest = read_manifest(shards)
-    named = manifest.get("inputs", {})
+    named = ShardManifest.open(shards).inputs
 
     def pick(setting: str, name: str) -> Path:
         if setting:
@@ -940,7 +941,7 @@ def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
         if name not in named:
             raise ValueError(
                 f"paths.{'canonical' if 'canonical' in name else 'adjacency'} is not set and "
-                f"{shards / 'manifest.json'} does not name a {name} folder"
+                f"{shards / MANIFEST_NAME} does not name a {name} folder"
             )
         return (shards / named[name]).resolve()
 
