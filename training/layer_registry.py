@@ -19,22 +19,16 @@ docs/extending.md walks through a new layer.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import re
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 from torch import nn
 
-from graphs.config_checks import bounded_repr
+from graphs.variants import Registry
 from training.blocks import Block
 
 __all__ = ["LayerKind", "LayerOptions", "layer_kind", "layer_names", "linear_layer_names", "register_layer"]
-
-CONVS_PACKAGE = "training.convs"
-_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 @dataclass(frozen=True)
@@ -101,53 +95,32 @@ class LayerKind:
         )
 
 
-_REGISTRY: dict[str, type[LayerKind]] = {}
-_DISCOVERED = False
+def _check_traits(cls: type) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, LayerKind)):
+        raise TypeError(f"{cls!r} is not a LayerKind subclass")
+    for trait, kind in (("linear", bool), ("aggregates_by", str), ("sums", bool)):
+        if not isinstance(getattr(cls, trait, None), kind):
+            raise TypeError(f"layer {cls.name!r} ({cls.__qualname__}) declares no {kind.__name__} `{trait}`")
+
+
+LAYERS = Registry("layer", "model.conv", "training.convs", _check_traits)
 
 
 def register_layer(cls: type[LayerKind]) -> type[LayerKind]:
     """Class decorator: register the `LayerKind` subclass `cls` under ``cls.name``."""
-    name = getattr(cls, "name", None)
-    if not (isinstance(cls, type) and issubclass(cls, LayerKind)):
-        raise TypeError(f"{cls!r} is not a LayerKind subclass")
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"{cls.__qualname__}.name={name!r}: a layer needs a lower-case name ([a-z][a-z0-9_]*)")
-    for trait, kind in (("linear", bool), ("aggregates_by", str), ("sums", bool)):
-        if not isinstance(getattr(cls, trait, None), kind):
-            raise TypeError(f"layer {name!r} ({cls.__qualname__}) declares no {kind.__name__} `{trait}`")
-    held = _REGISTRY.get(name)
-    if held is not None and held.__qualname__ != cls.__qualname__:
-        raise ValueError(f"layer {name!r} is already registered by {held.__module__}.{held.__qualname__}")
-    _REGISTRY[name] = cls
-    return cls
-
-
-def _discover() -> None:
-    """Import every module of `training.convs` once (each registers its layer types)."""
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    _DISCOVERED = True
-    package = importlib.import_module(CONVS_PACKAGE)
-    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-        importlib.import_module(f"{CONVS_PACKAGE}.{module}")
+    return LAYERS.register(cls)
 
 
 def layer_names() -> tuple[str, ...]:
     """The registered layer names."""
-    _discover()
-    return tuple(_REGISTRY)
+    return LAYERS.names()
 
 
 def linear_layer_names() -> tuple[str, ...]:
     """The registered layers whose aggregation is linear (a (weighted) sum or mean)."""
-    return tuple(n for n in layer_names() if _REGISTRY[n].linear)
+    return tuple(n for n in layer_names() if LAYERS.get(n).linear)
 
 
 def layer_kind(name: str) -> type[LayerKind]:
     """The layer type registered as `name` (ValueError naming the registered ones otherwise)."""
-    _discover()
-    kind = _REGISTRY.get(name) if isinstance(name, str) else None
-    if kind is None:
-        raise ValueError(f"model.conv={bounded_repr(name)} is not one of {layer_names()}")
-    return kind
+    return LAYERS.get(name)

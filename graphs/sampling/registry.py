@@ -12,17 +12,11 @@ training. docs/extending.md walks through a new sampler.
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
-import re
 from dataclasses import dataclass
 
-from graphs.config_checks import bounded_repr
+from graphs.variants import Registry
 
 __all__ = ["SamplerTraits", "register_sampler", "sampler_class", "sampler_names"]
-
-KINDS_PACKAGE = "graphs.sampling.kinds"
-_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,45 +38,24 @@ class SamplerTraits:
     needs_clusters: bool = False
 
 
-_REGISTRY: dict[str, type] = {}
-_DISCOVERED = False
+def _check_traits(cls: type) -> None:
+    if not isinstance(getattr(cls, "traits", None), SamplerTraits):
+        raise TypeError(f"sampler {cls.name!r} ({cls.__qualname__}) declares no SamplerTraits in `traits`")
+
+
+SAMPLERS = Registry("sampler", "sampler", "graphs.sampling.kinds", _check_traits)
 
 
 def register_sampler(cls: type) -> type:
     """Class decorator: register `cls` under ``cls.name``, with its ``cls.traits``."""
-    name = getattr(cls, "name", None)
-    if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise ValueError(f"{cls.__qualname__}.name={name!r}: a sampler needs a lower-case name ([a-z][a-z0-9_]*)")
-    if not isinstance(getattr(cls, "traits", None), SamplerTraits):
-        raise TypeError(f"sampler {name!r} ({cls.__qualname__}) declares no SamplerTraits in `traits`")
-    held = _REGISTRY.get(name)
-    if held is not None and held.__qualname__ != cls.__qualname__:
-        raise ValueError(f"sampler {name!r} is already registered by {held.__module__}.{held.__qualname__}")
-    _REGISTRY[name] = cls
-    return cls
-
-
-def _discover() -> None:
-    """Import every module of `graphs.sampling.kinds` once (each registers its sampler)."""
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    _DISCOVERED = True
-    package = importlib.import_module(KINDS_PACKAGE)
-    for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-        importlib.import_module(f"{KINDS_PACKAGE}.{module}")
+    return SAMPLERS.register(cls)
 
 
 def sampler_names() -> tuple[str, ...]:
-    """The registered sampler names, in registration order (the built-in ones first)."""
-    _discover()
-    return tuple(_REGISTRY)
+    """The registered sampler names (the built-in ones first)."""
+    return SAMPLERS.names()
 
 
 def sampler_class(name: str) -> type:
     """The sampler class registered as `name` (ValueError naming the registered ones otherwise)."""
-    _discover()
-    cls = _REGISTRY.get(name) if isinstance(name, str) else None
-    if cls is None:
-        raise ValueError(f"sampler={bounded_repr(name)} is not one of {sampler_names()}")
-    return cls
+    return SAMPLERS.get(name)
