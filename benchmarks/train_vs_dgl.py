@@ -94,70 +94,111 @@ def _in_child(side: str, can: str, adj: str, args, queue) -> None:
 
 
 def run_dgl(can: Path, args) -> dict:
+    """DGL's example loop with ``args.conv`` layers (`dgl_model`): seconds of each epoch, test accuracy of
+    the final model by full-graph inference and, with ``args.eval_each_epoch``, the validation accuracy
+    after each epoch (outside the timed loop)."""
     import dgl
-    import dgl.nn as dglnn
-    import pyarrow.parquet as pq
     import torch
-    import torch.nn.functional as F
-    from torch import nn
 
-    from graphs.canonical import CanonicalGraph
     from graphs.host_memory import reuse_freed_memory
 
-    graph = CanonicalGraph.open(can)
-    edges = pq.read_table(graph.edges_path)
-    nodes = pq.read_table(graph.nodes_path, columns=["label", "split"]).to_pandas()
-    n = len(nodes)
-    g = dgl.graph(
-        (torch.from_numpy(edges.column("src").to_numpy()), torch.from_numpy(edges.column("dst").to_numpy())),
-        num_nodes=n,
-    )
-    g.ndata["feat"] = torch.from_numpy(np.load(graph.features_path))
-    g.ndata["label"] = torch.from_numpy(nodes.label.to_numpy().astype(np.int64))
-    split = nodes.split.to_numpy()
-    train_nids = torch.from_numpy(np.flatnonzero((split == "train") & (nodes.label.to_numpy() >= 0)))
-    test_mask = torch.from_numpy((split == "test") & (nodes.label.to_numpy() >= 0))
-
-    class SAGE(nn.Module):
-        def __init__(self, in_feats, hidden, classes, layers, dropout):
-            super().__init__()
-            dims = [in_feats] + [hidden] * (layers - 1) + [classes]
-            self.layers = nn.ModuleList(dglnn.SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:]))
-            self.dropout = nn.Dropout(dropout)
-
-        def forward(self, blocks, x):
-            h = x
-            for i, (layer, block) in enumerate(zip(self.layers, blocks)):
-                h = layer(block, self.dropout(h))
-                if i != len(self.layers) - 1:
-                    h = F.relu(h)
-            return h
-
+    # gcn/gat: each node's self loop in the graph, as DGL's GraphConv/GATConv examples add it
+    g, train_nids, masks = dgl_graph(can, self_loops=args.conv != "sage")
     torch.manual_seed(args.seed)
     dgl.seed(args.seed)
-    classes = int(nodes.label.max()) + 1
-    model = SAGE(g.ndata["feat"].shape[1], args.hidden, classes, len(args.fanout_list), args.dropout)
+    classes = int(g.ndata["label"].max()) + 1
+    model = dgl_model(args, g.ndata["feat"].shape[1], classes)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     sampler = dgl.dataloading.NeighborSampler(args.fanout_list, prefetch_node_feats=["feat"], prefetch_labels=["label"])
     loader = dgl.dataloading.DataLoader(
         g, train_nids, sampler, batch_size=args.batch_size, shuffle=True, drop_last=False, num_workers=0
     )
+    val_acc: list[float] = []
+    after_epoch = (lambda: val_acc.append(dgl_accuracy(model, g, masks["val"]))) if args.eval_each_epoch else None
     # --peer-host-memory reuse: DGL's epochs under the allocator setting our trainer uses (graphs.host_memory)
     with reuse_freed_memory(args.peer_host_memory == "reuse"):
-        epochs = _dgl_epochs(model, opt, loader, args.epochs)
+        epochs = _dgl_epochs(model, opt, loader, args.epochs, after_epoch)
+    return {"epoch_seconds": epochs, "test_acc": dgl_accuracy(model, g, masks["test"]), "val_acc": val_acc}
+
+
+def dgl_graph(can: Path, self_loops: bool):
+    """The canonical graph as a DGL graph (features, labels), its training nodes and the labelled
+    val / test masks; `self_loops` replaces any self loop by exactly one per node."""
+    import dgl
+    import pyarrow.parquet as pq
+    import torch
+
+    from graphs.canonical import CanonicalGraph
+
+    graph = CanonicalGraph.open(can)
+    edges = pq.read_table(graph.edges_path)
+    nodes = pq.read_table(graph.nodes_path, columns=["label", "split"]).to_pandas()
+    g = dgl.graph(
+        (torch.from_numpy(edges.column("src").to_numpy()), torch.from_numpy(edges.column("dst").to_numpy())),
+        num_nodes=len(nodes),
+    )
+    if self_loops:
+        g = dgl.add_self_loop(dgl.remove_self_loop(g))
+    g.ndata["feat"] = torch.from_numpy(np.load(graph.features_path))
+    g.ndata["label"] = torch.from_numpy(nodes.label.to_numpy().astype(np.int64))
+    split, labelled = nodes.split.to_numpy(), nodes.label.to_numpy() >= 0
+    train_nids = torch.from_numpy(np.flatnonzero((split == "train") & labelled))
+    masks = {name: torch.from_numpy((split == name) & labelled) for name in ("val", "test")}
+    return g, train_nids, masks
+
+
+def dgl_model(args, in_feats: int, classes: int):
+    """The DGL side's network: len(args.fanout_list) layers of ``args.conv``, dropout --dropout before
+    every layer, ReLU between. sage: ``SAGEConv(aggregator_type="mean")``; gcn: ``GraphConv(norm="both")``;
+    gat: ``GATConv`` with args.heads heads of hidden / heads features, concatenated, in hidden layers and
+    1 head (averaged) in the output layer. ``forward(blocks, x)`` takes sampled blocks or the whole graph
+    once per layer."""
+    import dgl.nn as dglnn
+    import torch.nn.functional as F
+    from torch import nn
+
+    n = len(args.fanout_list)
+    dims = [in_feats] + [args.hidden] * (n - 1) + [classes]
+
+    def conv(a: int, b: int, last: bool) -> nn.Module:
+        if args.conv == "sage":
+            return dglnn.SAGEConv(a, b, "mean")
+        if args.conv == "gcn":
+            return dglnn.GraphConv(a, b, norm="both")
+        heads = 1 if last else args.heads
+        return dglnn.GATConv(a, b // heads, heads)
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList(conv(a, b, i == n - 1) for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])))
+            self.dropout = nn.Dropout(args.dropout)
+
+        def forward(self, blocks, x):
+            h = x
+            for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+                h = layer(block, self.dropout(h))
+                if args.conv == "gat":  # [nodes, heads, out]
+                    h = h.mean(1) if i == n - 1 else h.flatten(1)
+                if i != n - 1:
+                    h = F.relu(h)
+            return h
+
+    return Net()
+
+
+def dgl_accuracy(model, g, mask) -> float:
+    """Accuracy on `mask` by full-graph inference (eval mode: no dropout)."""
+    import torch
+
     model.eval()
     with torch.no_grad():
-        h = g.ndata["feat"]
-        for i, layer in enumerate(model.layers):
-            h = layer(g, h)
-            if i != len(model.layers) - 1:
-                h = F.relu(h)
-    acc = float((h.argmax(1)[test_mask] == g.ndata["label"][test_mask]).float().mean())
-    return {"epoch_seconds": epochs, "test_acc": acc}
+        pred = model([g] * len(model.layers), g.ndata["feat"]).argmax(1)
+    return float((pred[mask] == g.ndata["label"][mask]).float().mean())
 
 
-def _dgl_epochs(model, opt, loader, epochs: int) -> list[float]:
-    """DGL's example loop: seconds of each epoch."""
+def _dgl_epochs(model, opt, loader, epochs: int, after_epoch=None) -> list[float]:
+    """DGL's example loop: seconds of each epoch; `after_epoch()` (untimed) after each."""
     import torch.nn.functional as F
 
     seconds = []
@@ -171,6 +212,8 @@ def _dgl_epochs(model, opt, loader, epochs: int) -> list[float]:
             loss.backward()
             opt.step()
         seconds.append(time.perf_counter() - t0)
+        if after_epoch is not None:
+            after_epoch()
     return seconds
 
 
@@ -196,7 +239,9 @@ def run_ours(can: Path, adj: Path, args) -> dict:
             batch_size=args.batch_size,
             epochs=args.epochs,
             world_size=1,
-            self_loops=False,
+            # sage: blocks as DGL samples them; gcn/gat: each destination's self loop (Â_vv), as
+            # PyG's layers and DGL's add_self_loop give them
+            self_loops=args.conv != "sage",
             seed=args.seed,
         ),
     )
@@ -204,7 +249,8 @@ def run_ours(can: Path, adj: Path, args) -> dict:
     cfg = RunConfig.from_dict(
         {
             "model": {
-                "conv": "sage",
+                "conv": args.conv,
+                "heads": args.heads,
                 "hidden": args.hidden,
                 "num_layers": len(args.fanout_list),
                 "dropout": args.dropout,
@@ -213,7 +259,9 @@ def run_ours(can: Path, adj: Path, args) -> dict:
                 "epochs": args.epochs,
                 "optimizer": {"type": "Adam", "lr": args.lr},
                 "profiler": "none",
-                "eval_every": args.epochs,
+                # each epoch's validation accuracy (outside train_seconds) only when asked for
+                "eval_every": 1 if args.eval_each_epoch else args.epochs,
+                "early_stopping_patience": 0,  # every side trains --epochs epochs
                 # DGL's loop feeds the features as they are; ours would divide each row by its L1 norm
                 # (the Planetoid recipe, our default), a different input than the peer's
                 "feature_norm": args.feature_norm,
@@ -231,6 +279,7 @@ def run_ours(can: Path, adj: Path, args) -> dict:
         shutil.rmtree(work, ignore_errors=True)
     return {
         "epoch_seconds": metrics.train_seconds.tolist(),
+        "val_acc": metrics.val_acc.tolist() if args.eval_each_epoch else [],
         "data_wait_share": metrics.data_wait_share.tolist(),
         "test_acc": summary["final_test_acc"],
         "shard_seconds": shard_seconds,
@@ -275,6 +324,8 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     args.fanout_list = [int(f) for f in args.fanouts.split(",")]
+    # what run_dgl / run_ours also read (benchmarks/frameworks.py sets them per run)
+    args.conv, args.heads, args.eval_each_epoch = "sage", 4, False
 
     paths = run_in_child(_prepare, args)
     can, adj = paths["can"], paths["adj"]
