@@ -4,8 +4,10 @@
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from netns import two_hosts
 from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.partition import PartitionConfig, build_partitions
+from training.checkpoint import CHECKPOINT_NAME
 from training.distdgl import (
     DistDGLConfig,
     block_from_dgl,
@@ -27,8 +30,9 @@ from training.distdgl import (
     model_for_fanouts,
     read_ip_config,
 )
+from training.distdgl_epochs import epoch_seed, read_checkpoint, run_identity, save_checkpoint
 from training.layers import ModelConfig
-from training.outputs import MODEL_FINAL
+from training.outputs import METRICS, MODEL_BEST, MODEL_FINAL, SUMMARY
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -102,35 +106,55 @@ def _machine_script(args: list[str], log_dir: Path, i: int) -> str:
     )
 
 
+def _skip_without_mount_namespaces(ns: str) -> None:
+    probe = subprocess.run(
+        ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode:
+        pytest.skip(f"mount namespaces refused here (`unshare -m` + tmpfs said: {probe.stderr.strip()})")
+
+
+def _train_on(hosts, args: list[str], log_dir: Path, timeout: float = 240) -> None:
+    """Run one server and one trainer per host with the same flags; fails with the logs when a
+    machine fails (the other is then stopped, not left waiting for its peer)."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DGLBACKEND": "pytorch", "PYTHONPATH": str(ROOT)}
+    ip = log_dir / "ip.txt"
+    ip.write_text("".join(f"{addr} 30150\n" for _, addr, _ in hosts))
+    procs = []
+    for i, (ns, _addr, ifname) in enumerate(hosts):
+        script = _machine_script(["--machine", str(i), "--ip-config", str(ip), *args], log_dir, i)
+        cmd = ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", script]
+        machine_env = {**env, "GLOO_SOCKET_IFNAME": ifname}
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=machine_env, start_new_session=True))
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if any(p.poll() for p in procs):  # one machine failed: its peer would wait for it
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)  # the machine's server and trainer too
+                p.wait()
+    logs = {f.name: f.read_text()[-2500:] for f in sorted(log_dir.glob("*.log"))}
+    assert [p.returncode for p in procs] == [0, 0], logs
+
+
+def _flags(out: Path, *extra: str) -> list[str]:
+    flags = ["--out", str(out), "--torch-port", "29481", "--batch-size", "64", "--lr", "0.03"]
+    return flags + ["--model-hidden", "16", "--model-dropout", "0", *extra]
+
+
 def test_two_machines_train_from_the_distdgl_partitions(parts, tmp_path):
     out = tmp_path / "out"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DGLBACKEND": "pytorch", "PYTHONPATH": str(ROOT)}
     with two_hosts("gfdd", 232) as hosts:
-        probe = subprocess.run(
-            ["ip", "netns", "exec", hosts[0][0], "unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm"],
-            capture_output=True,
-            text=True,
-        )
-        if probe.returncode:
-            pytest.skip(f"mount namespaces refused here (`unshare -m` + tmpfs said: {probe.stderr.strip()})")
-        ip = tmp_path / "ip.txt"
-        ip.write_text("".join(f"{addr} 30150\n" for _, addr, _ in hosts))
-        procs = []
-        for i, (ns, _addr, ifname) in enumerate(hosts):
-            args = ["--machine", str(i), "--ip-config", str(ip), "--part-config", str(parts["part_config"])]
-            args += ["--out", str(out), "--torch-port", "29481", "--fanouts", "5,5", "--batch-size", "64"]
-            args += ["--epochs", "6", "--lr", "0.03", "--model-hidden", "16", "--model-dropout", "0"]
-            script = _machine_script(args, tmp_path, i)
-            cmd = ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", script]
-            procs.append(subprocess.Popen(cmd, cwd=ROOT, env={**env, "GLOO_SOCKET_IFNAME": ifname}))
-        try:
-            codes = [p.wait(timeout=240) for p in procs]
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-    logs = {f.name: f.read_text()[-2500:] for f in sorted(tmp_path.glob("*.log"))}
-    assert codes == [0, 0], logs
+        _skip_without_mount_namespaces(hosts[0][0])
+        flags = _flags(out, "--part-config", str(parts["part_config"]), "--fanouts", "5,5", "--epochs", "6")
+        _train_on(hosts, flags, tmp_path)
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machines"] == 2 and summary["trainers"] == 2 and summary["mode"] == "distdgl"
@@ -160,3 +184,71 @@ def test_two_machines_train_from_the_distdgl_partitions(parts, tmp_path):
     assert len(train_ids) - 1 <= len(seeds[0]) + len(seeds[1]) <= len(train_ids)  # all (one dropped if odd)
     state = load_distdgl_model(out / MODEL_FINAL)["state_dict"]
     assert all(torch.isfinite(v).all() for v in state.values())
+
+    # evaluation: every trainer's share of val/test, counts summed over both
+    history = summary["history"]
+    assert [r["epoch"] for r in history] == list(range(1, 7))
+    val = [r["val_acc"] for r in history]
+    test = [r["test_acc"] for r in history]
+    assert all(0 <= a <= 1 for a in val + test)
+    assert val[-1] > val[0] and max(val) > 0.6 and max(test) > 0.6  # 3 classes: chance is ~1/3
+    assert summary["best_val_acc"] == max(val) and val.index(max(val)) + 1 == summary["best_epoch"]
+    assert summary["test_acc_at_best_val"] == test[summary["best_epoch"] - 1]
+    assert (summary["final_val_acc"], summary["final_test_acc"]) == (val[-1], test[-1])
+    assert [r["loss"] for r in history] == pytest.approx(
+        [np.mean(r["trainer_losses"]) for r in history]  # equal seed counts: the mean of the trainers'
+    )
+    metrics = pq.read_table(out / METRICS).to_pylist()
+    assert [m["epoch"] for m in metrics] == list(range(1, 7))
+    assert [m["val_acc"] for m in metrics] == val and [m["loss"] for m in metrics] == [r["loss"] for r in history]
+    assert all(m["steps"] == summary["steps_per_trainer"] // 6 and m["epoch_seconds"] > 0 for m in metrics)
+    best = load_distdgl_model(out / MODEL_BEST)
+    assert best["epoch"] == summary["best_epoch"] and best["model"]["hidden"] == 16
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint_as_if_uninterrupted(parts, tmp_path):
+    # full neighbourhoods: the servers' neighbour sampling (remote seeds) draws from their own
+    # random streams, so sampled fanouts differ between any two runs, resumed or not
+    flags = ["--part-config", str(parts["part_config"]), "--fanouts=-1,-1", "--epochs", "3"]
+    with two_hosts("gfdr", 233) as hosts:
+        _skip_without_mount_namespaces(hosts[0][0])
+        _train_on(hosts, _flags(tmp_path / "full", *flags), tmp_path / "full-logs")
+        stopped = _flags(tmp_path / "resumed", *flags, "--stop-after-epoch", "2")
+        _train_on(hosts, stopped, tmp_path / "stop-logs")
+        assert (tmp_path / "resumed" / CHECKPOINT_NAME).is_file()
+        assert not (tmp_path / "resumed" / MODEL_FINAL).exists() and not (tmp_path / "resumed" / SUMMARY).exists()
+        _train_on(hosts, stopped, tmp_path / "resume-logs")  # the same command: epoch 2 is behind it, so to the end
+    full = json.loads((tmp_path / "full" / SUMMARY).read_text())
+    resumed = json.loads((tmp_path / "resumed" / SUMMARY).read_text())
+    assert resumed["resumed_after_epoch"] == 2 and full["resumed_after_epoch"] == 0
+    assert [r["epoch"] for r in resumed["history"]] == [1, 2, 3]
+    # the same rows: DGL merges a batch's locally and remotely sampled edges in arrival order, so
+    # the aggregation's float32 sums may be ordered differently (~1e-7 apart between any two runs)
+    for a, b in zip(full["history"], resumed["history"], strict=True):
+        assert a["trainer_inputs"] == b["trainer_inputs"] and a["steps"] == b["steps"]
+        assert b["trainer_losses"] == pytest.approx(a["trainer_losses"], rel=1e-5), (a, b)
+        for key in ("val_acc", "test_acc", "minibatch_acc"):
+            assert b[key] == pytest.approx(a[key], abs=0.01), (key, a, b)  # one node at most
+    for r in range(2):  # every trainer's losses.json holds the epochs before the resume too
+        losses = json.loads((tmp_path / "resumed" / f"trainer-{r}" / "losses.json").read_text())["losses"]
+        assert losses == [row["trainer_losses"][r] for row in resumed["history"]]
+    final, final_resumed = (load_distdgl_model(tmp_path / d / MODEL_FINAL)["state_dict"] for d in ("full", "resumed"))
+    for name, value in final.items():
+        torch.testing.assert_close(final_resumed[name], value, rtol=1e-4, atol=1e-5)
+
+
+def test_a_checkpoint_of_another_run_is_refused_with_the_differing_setting(tmp_path):
+    identity = run_identity({"lr": 0.03, "epochs": 3, "out": "a", "model": {"hidden": 16}}, machines=2)
+    assert "out" not in identity and identity["machines"] == 2
+    path = tmp_path / CHECKPOINT_NAME
+    save_checkpoint(path, {"epoch": 2, "rows": [], "best": None, "config": identity})
+    assert read_checkpoint(path, run_identity({"lr": 0.03, "epochs": 3, "out": "b", "model": {"hidden": 16}}, 2))
+    assert read_checkpoint(tmp_path / "none.safetensors", identity) is None
+    with pytest.raises(
+        ValueError, match=r"checkpoint\.safetensors: a checkpoint of another run \(model\.hidden=16 there"
+    ):
+        read_checkpoint(path, identity | {"model": {"hidden": 32}})
+    with pytest.raises(ValueError, match="machines=2 there, 3 here"):
+        read_checkpoint(path, identity | {"machines": 3})
+    seeds = {epoch_seed(0, rank, epoch) for rank in range(2) for epoch in range(1, 4)}
+    assert len(seeds) == 6 and max(seeds) < 2**31 and epoch_seed(0, 1, 2) == epoch_seed(0, 1, 2)

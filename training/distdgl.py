@@ -30,14 +30,28 @@ comparing the machine's IP addresses with ip.txt and names its shared memory aft
 graph, so two machines must not share a network namespace or ``/dev/shm``
 (tests/test_distdgl.py gives each "machine" both, with ``ip netns`` and ``unshare -m``).
 
-Outputs (``--out``): rank 0 writes ``model_final.safetensors`` (`training.outputs.MODEL_FINAL`:
-a `training.state_file` of kind ``distdgl_model``, format ``DISTDGL_MODEL_FORMAT``, holding
-{"state_dict", "model"}; read with :func:`load_distdgl_model`) and ``summary.json``; every trainer r writes
-``trainer-{r}/seeds.npy`` (its node_split seeds, DGL's reshuffled ids), ``labels.npy`` (the
-labels DistGraph served for them) and ``losses.json`` (mean loss per epoch, the share of its
-seeds in its machine's part, the share of its sampled input rows served by other machines'
-parts: remote feature traffic); ``summary.json`` has the latter over all trainers. Map the ids to
-canonical ones with ``distdgl/orig_nids.npy``.
+After every epoch each trainer evaluates its ``node_split`` share of ``val_mask`` and
+``test_mask`` (when the partitions carry them; a logged note otherwise) over full
+neighbourhoods, and the correct/total counts are summed over all trainers, so every rank has
+the same val/test accuracy; rank 0 then writes ``checkpoint.safetensors``, from which a rerun
+of the same config continues (`training.distdgl_epochs`: format, resume, refusal of another
+run's checkpoint). ``--stop-after-epoch N`` (testing, maintenance) ends a run after epoch N.
+
+Outputs (``--out``), rank 0: ``model_final.safetensors`` (`training.outputs.MODEL_FINAL`) and
+``model_best.safetensors`` (MODEL_BEST: the epoch with the highest val_acc), each a
+`training.state_file` of kind ``distdgl_model``, format ``DISTDGL_MODEL_FORMAT``, holding
+{"state_dict", "model", "epoch"} (read with :func:`load_distdgl_model`); ``metrics.parquet``
+(METRICS, `training.outputs.METRIC_COLUMNS`): one row per epoch over all trainers (rank null;
+loss and minibatch_acc over every trainer's seeds, val_acc/test_acc, lr, steps per trainer,
+seeds, seeds_per_s, epoch/train/eval seconds of rank 0); ``summary.json``: best_epoch,
+best_val_acc, test_acc_at_best_val, final_val_acc, final_test_acc, the run's facts and
+``history`` (the rows, plus each trainer's loss, input and remote input counts:
+`training.distdgl_epochs.epoch_row`). Every trainer r writes ``trainer-{r}/seeds.npy`` (its
+node_split seeds, DGL's reshuffled ids), ``labels.npy`` (the labels DistGraph served for them)
+and ``losses.json`` (mean loss per epoch, the share of its seeds in its machine's part, the
+share of its sampled input rows served by other machines' parts: remote feature traffic);
+``summary.json`` has the latter over all trainers. Map the ids to canonical ones with
+``distdgl/orig_nids.npy``.
 """
 
 from __future__ import annotations
@@ -45,6 +59,8 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
+import logging
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
@@ -52,6 +68,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.nn.functional as F
 
 from graphs.config_checks import (
     DEFAULT_FANOUTS,
@@ -64,9 +82,20 @@ from graphs.config_checks import (
     parse_fanouts,
 )
 from training.blocks import Block
+from training.checkpoint import CHECKPOINT_NAME
 from training.config import DEFAULT_LR
+from training.distdgl_epochs import (
+    epoch_row,
+    epoch_seed,
+    history_summary,
+    resume_header,
+    run_identity,
+    save_checkpoint,
+    share_optimizer_state,
+    trainer_history,
+)
 from training.layers import ModelConfig, build_model
-from training.outputs import MODEL_FINAL, SUMMARY
+from training.outputs import METRICS, MODEL_BEST, MODEL_FINAL, SUMMARY, write_metrics
 from training.state_file import read_state_file, write_state_file
 
 __all__ = [
@@ -82,8 +111,11 @@ __all__ = [
 ]
 
 ROLES = ("server", "trainer")
+EVAL_SPLITS = ("val", "test")  # evaluated after every epoch when the partitions carry their masks
 DISTDGL_MODEL_FORMAT = 1  # the model file's format version (training.state_file, kind "distdgl_model")
 _MODEL_KIND = "distdgl_model"
+
+log = logging.getLogger("training.distdgl")
 
 
 def load_distdgl_model(path: str | os.PathLike) -> dict:
@@ -116,10 +148,20 @@ class DistDGLConfig:
     epochs: int = field(default=3, metadata={"max": MAX_EPOCHS, "help": "Passes over each trainer's seeds."})
     lr: float = field(default=DEFAULT_LR, metadata={"help": "Adam learning rate (training.optimizer.lr's default)."})
     seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "Model initialisation and shuffling seed."})
+    stop_after_epoch: int = field(
+        default=0,
+        metadata={
+            "max": MAX_EPOCHS,
+            "help": "Testing/maintenance: end the run once it completes this epoch (checkpoint written, no final "
+            "outputs); a rerun continues from the checkpoint to the last epoch. 0: never.",
+        },
+    )
     model: ModelConfig = field(default_factory=ModelConfig)
 
     def __post_init__(self) -> None:
         check_fields(self, "distdgl")
+        if self.stop_after_epoch < 0:
+            raise ValueError(f"distdgl stop_after_epoch={self.stop_after_epoch} must be >= 0 (0: never)")
         for name in ("servers", "trainers", "batch_size", "epochs"):
             if getattr(self, name) < 1:
                 raise ValueError(f"distdgl {name}={getattr(self, name)} must be at least 1")
@@ -212,11 +254,37 @@ def run_server(cfg: DistDGLConfig) -> None:
     dgl.distributed.initialize(cfg.ip_config)
 
 
+@dataclass(eq=False)
+class _Trainer:
+    """One trainer's run: the graph, its seeds, the model and optimizer, the rows so far."""
+
+    cfg: DistDGLConfig
+    model_cfg: ModelConfig
+    g: object
+    rank: int
+    world: int
+    device: torch.device
+    seeds: torch.Tensor
+    labels: torch.Tensor
+    local_seed_share: float
+    model: torch.nn.Module
+    ddp: torch.nn.parallel.DistributedDataParallel
+    optim: torch.optim.Optimizer
+    eval_loaders: dict  # split -> this trainer's DistNodeDataLoader over its share (None: no share)
+    start_epoch: int  # the checkpoint's epoch (0: none)
+    rows: list[dict]
+    best: dict | None  # {epoch, val_acc, test_acc} of the best validated epoch
+    best_state: dict | None = None  # rank 0: the best epoch's model state
+    # the latest collectives' tensors, kept until the process group is gone: a gloo worker dropping the
+    # last reference to a Python tensor needs the GIL, which the group's teardown holds (a deadlock)
+    comm_tensors: list = field(default_factory=list)
+
+
 def run_trainer(cfg: DistDGLConfig) -> dict:
-    """Train on the DistGraph; returns the summary (also ``summary.json`` on rank 0)."""
+    """Train on the DistGraph, evaluating and checkpointing after every epoch; returns the
+    summary (also ``summary.json`` on rank 0)."""
     os.environ.update(dgl_env(cfg, "trainer"))
     import dgl
-    import torch.distributed as dist
 
     ips = read_ip_config(cfg.ip_config)
     model_cfg = model_for_fanouts(cfg)
@@ -234,56 +302,91 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
     )
     try:
         g = dgl.distributed.DistGraph(graph_name, part_config=cfg.part_config)
-        seeds, labels, num_classes = _trainer_seeds(g, cfg)
-        in_feats = int(g.ndata["feat"].shape[1])
-
-        torch.manual_seed(cfg.seed)
-        model = build_model(model_cfg, in_feats, num_classes).to(device)
-        ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
-        optim = torch.optim.Adam(ddp.parameters(), lr=cfg.lr)
-        sampler = dgl.dataloading.NeighborSampler(cfg.fanout_list)
-        dgl.seed(cfg.seed + rank)
-        loader = dgl.dataloading.DistNodeDataLoader(
-            g, seeds, sampler, batch_size=cfg.batch_size, shuffle=True, drop_last=False
-        )
-        book = g.get_partition_book()
-        local_seed_share = float((book.nid2partid(seeds) == book.partid).float().mean()) if len(seeds) else 0.0
-        losses, steps, inputs, remote = _train_epochs(cfg, g, loader, ddp, optim, device)
-
-        out = Path(cfg.out)
-        mine = out / f"trainer-{rank}"
-        mine.mkdir(parents=True, exist_ok=True)
-        np.save(mine / "seeds.npy", seeds.numpy().astype(np.int64))
-        np.save(mine / "labels.npy", labels.numpy().astype(np.int64))
-        trainer_facts = {"rank": rank, "part": int(book.partid), "steps": steps, "losses": losses}
-        trainer_facts |= {"local_seed_share": local_seed_share, "remote_input_share": remote / max(inputs, 1)}
-        (mine / "losses.json").write_text(json.dumps(trainer_facts))
-        totals = torch.tensor([inputs, remote], dtype=torch.float64)
-        dist.all_reduce(totals)
-        summary = {
-            "mode": "distdgl",
-            "graph_name": graph_name,
-            "machines": len(ips),
-            "trainers": world,
-            "servers_per_machine": cfg.servers,
-            "seeds_per_trainer": len(seeds),
-            "steps_per_trainer": steps,
-            "epoch_loss_rank0": losses,
-            "remote_input_share": float(totals[1] / max(float(totals[0]), 1.0)),
-            "seconds": round(time.perf_counter() - t0, 3),
-            "config": {k: v for k, v in asdict(cfg).items() if k != "model"} | {"model": asdict(model_cfg)},
-        }
-        if rank == 0:
-            _write_rank0_outputs(out, model, model_cfg, summary)
+        t = _open_trainer(cfg, model_cfg, g, rank, world, device, len(ips))
+        for epoch in range(t.start_epoch + 1, cfg.epochs + 1):
+            _run_epoch(t, epoch)
+            if epoch == cfg.stop_after_epoch:
+                if rank == 0:
+                    log.info("stopped after epoch %d (--stop-after-epoch); a rerun continues", epoch)
+                return {"mode": "distdgl", "stopped_after_epoch": epoch}
+        summary = _summary(t, graph_name, len(ips), time.perf_counter() - t0)
+        _write_trainer_outputs(t, summary)
         return summary
     finally:
         dist.destroy_process_group()
 
 
+def _open_trainer(cfg: DistDGLConfig, model_cfg: ModelConfig, g, rank: int, world: int, device, machines: int):
+    """The trainer's seeds, evaluation loaders, model, DDP and optimizer, continued from the
+    checkpoint in ``--out`` when there is one (module docstring of `training.distdgl_epochs`)."""
+    seeds, labels, num_classes = _trainer_seeds(g, cfg)
+    book = g.get_partition_book()
+    local_seed_share = float((book.nid2partid(seeds) == book.partid).float().mean()) if len(seeds) else 0.0
+    identity = run_identity(_config_dict(cfg, model_cfg), machines)
+    saved, header = resume_header(Path(cfg.out) / CHECKPOINT_NAME, identity, rank, device)
+
+    torch.manual_seed(cfg.seed)
+    model = build_model(model_cfg, int(g.ndata["feat"].shape[1]), num_classes).to(device)
+    if saved is not None:
+        model.load_state_dict(saved["model"])  # DDP's construction broadcasts rank 0's parameters
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optim = torch.optim.Adam(ddp.parameters(), lr=cfg.lr)
+    if header["epoch"]:
+        share_optimizer_state(optim, header["optimizer"], saved["optimizer"] if saved else None, device)
+    t = _Trainer(
+        cfg=cfg,
+        model_cfg=model_cfg,
+        g=g,
+        rank=rank,
+        world=world,
+        device=device,
+        seeds=seeds,
+        labels=labels,
+        local_seed_share=local_seed_share,
+        model=model,
+        ddp=ddp,
+        optim=optim,
+        eval_loaders=_eval_loaders(g, cfg, model_cfg.num_layers, rank),
+        start_epoch=header["epoch"],
+        rows=header["rows"],
+        best=header["best"],
+    )
+    if saved is not None and saved["best"] is not None:
+        t.best_state = saved["best"]["model"]
+    if rank == 0 and header["epoch"]:
+        log.info("continuing after epoch %d from %s", header["epoch"], Path(cfg.out) / CHECKPOINT_NAME)
+    return t
+
+
+def _config_dict(cfg: DistDGLConfig, model_cfg: ModelConfig) -> dict:
+    """The config as trained (model.num_layers resolved), as summary.json and the checkpoint hold it."""
+    return {k: v for k, v in asdict(cfg).items() if k != "model"} | {"model": asdict(model_cfg)}
+
+
+def _eval_loaders(g, cfg: DistDGLConfig, layers: int, rank: int) -> dict:
+    """split -> a full-neighbourhood DistNodeDataLoader over this trainer's `node_split` share of
+    the split's mask (None when the share is empty); splits without a mask are left out."""
+    import dgl
+
+    sampler = dgl.dataloading.NeighborSampler([-1] * layers)
+    loaders = {}
+    for split in EVAL_SPLITS:
+        if f"{split}_mask" not in g.ndata:
+            if rank == 0:
+                log.warning("%s: no node data %s_mask: %s accuracy not evaluated", cfg.part_config, split, split)
+            continue
+        ids = dgl.distributed.node_split(g.ndata[f"{split}_mask"], g.get_partition_book(), force_even=True)
+        loaders[split] = None
+        if len(ids):
+            loaders[split] = dgl.dataloading.DistNodeDataLoader(
+                g, ids, sampler, batch_size=cfg.batch_size, shuffle=False, drop_last=False
+            )
+    return loaders
+
+
 def _trainer_seeds(g, cfg: DistDGLConfig) -> tuple[torch.Tensor, torch.Tensor, int]:
     """This trainer's training seeds (as many as every other trainer's), their labels and the class count."""
     import dgl
-    import torch.distributed as dist
 
     for name in ("feat", "label", "train_mask"):
         if name not in g.ndata:
@@ -303,41 +406,146 @@ def _trainer_seeds(g, cfg: DistDGLConfig) -> tuple[torch.Tensor, torch.Tensor, i
     return seeds, labels, num_classes
 
 
-def _train_epochs(cfg: DistDGLConfig, g, loader, ddp, optim, device) -> tuple[list[float], int, int, int]:
-    """Every epoch's optimizer steps; (mean loss per epoch, steps, input nodes, remote input nodes)."""
-    import torch.nn.functional as F
+def _run_epoch(t: _Trainer, epoch: int) -> None:
+    """Train one epoch (seeded from (seed, rank, epoch)), evaluate, record its row and the best
+    epoch; rank 0 writes the checkpoint."""
+    import dgl
 
-    book = g.get_partition_book()
-    local_part = book.partid
-    losses, steps, inputs, remote = [], 0, 0, 0
-    for _epoch in range(cfg.epochs):
-        total, n = 0.0, 0
-        for input_nodes, out_nodes, dgl_blocks in loader:
-            blocks = [block_from_dgl(b).to(device) for b in dgl_blocks]
-            inputs += len(input_nodes)
-            remote += int((book.nid2partid(input_nodes) != local_part).sum())
-            x = g.ndata["feat"][input_nodes].float().to(device)
-            y = g.ndata["label"][out_nodes].long().to(device)
-            ddp.train()
-            loss = F.cross_entropy(ddp(blocks, x), y)
-            optim.zero_grad(set_to_none=True)
-            loss.backward()
-            optim.step()
-            total, n, steps = total + float(loss) * len(out_nodes), n + len(out_nodes), steps + 1
-        losses.append(total / max(n, 1))
-    return losses, steps, inputs, remote
+    start, t.comm_tensors = time.perf_counter(), []
+    seed = epoch_seed(t.cfg.seed, t.rank, epoch)
+    torch.manual_seed(seed)  # dropout
+    dgl.seed(seed)  # DGL's neighbour sampling in this process
+    counts = _train_epoch(t, seed)
+    train_seconds = time.perf_counter() - start
+    accs = _evaluate(t)
+    seconds = {"train_seconds": train_seconds, "eval_seconds": time.perf_counter() - start - train_seconds}
+    row = _epoch_row(t, epoch, counts, accs, seconds | {"epoch_seconds": time.perf_counter() - start})
+    t.rows.append(row)
+    val = row["val_acc"]
+    if val is not None and not math.isnan(val) and (t.best is None or val > t.best["val_acc"]):
+        t.best = {"epoch": epoch, "val_acc": val, "test_acc": row["test_acc"]}
+        if t.rank == 0:
+            t.best_state = _cpu_state(t.model)
+    if t.rank == 0:
+        save_checkpoint(
+            Path(t.cfg.out) / CHECKPOINT_NAME,
+            {
+                "epoch": epoch,
+                "model": _cpu_state(t.model),
+                "optimizer": t.optim.state_dict(),
+                "rows": t.rows,
+                "best": None if t.best is None else t.best | {"model": t.best_state},
+                "config": run_identity(_config_dict(t.cfg, t.model_cfg), t.world // t.cfg.trainers),
+            },
+        )
+        log.info(
+            "epoch %d/%d: loss %.4f, val %s, test %s, %.2f s",
+            *(epoch, t.cfg.epochs, row["loss"], row["val_acc"], row["test_acc"], row["epoch_seconds"]),
+        )
 
 
-def _write_rank0_outputs(out: Path, model: torch.nn.Module, model_cfg: ModelConfig, summary: dict) -> None:
-    """Rank 0: the trained model file and summary.json."""
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    write_state_file(
-        out / MODEL_FINAL,
-        {"state_dict": state, "model": asdict(model_cfg)},
-        kind=_MODEL_KIND,
-        format_version=DISTDGL_MODEL_FORMAT,
+def _train_epoch(t: _Trainer, seed: int) -> torch.Tensor:
+    """One pass over the trainer's seeds in an order drawn from `seed`; float64 counts
+    [loss x seeds, seeds, correct, steps, input nodes, input nodes of other machines' parts]."""
+    import dgl
+
+    order = torch.randperm(len(t.seeds), generator=torch.Generator().manual_seed(seed))
+    sampler = dgl.dataloading.NeighborSampler(t.cfg.fanout_list)
+    loader = dgl.dataloading.DistNodeDataLoader(
+        t.g, t.seeds[order], sampler, batch_size=t.cfg.batch_size, shuffle=False, drop_last=False
     )
+    book = t.g.get_partition_book()
+    total, n, correct, steps, inputs, remote = 0.0, 0, 0, 0, 0, 0
+    t.ddp.train()
+    for input_nodes, out_nodes, dgl_blocks in loader:
+        blocks = [block_from_dgl(b).to(t.device) for b in dgl_blocks]
+        inputs += len(input_nodes)
+        remote += int((book.nid2partid(input_nodes) != book.partid).sum())
+        x = t.g.ndata["feat"][input_nodes].float().to(t.device)
+        y = t.g.ndata["label"][out_nodes].long().to(t.device)
+        logits = t.ddp(blocks, x)
+        loss = F.cross_entropy(logits, y)
+        t.optim.zero_grad(set_to_none=True)
+        loss.backward()
+        t.optim.step()
+        total, n, steps = total + float(loss) * len(out_nodes), n + len(out_nodes), steps + 1
+        correct += int((logits.argmax(1) == y).sum())
+    return torch.tensor([total, n, correct, steps, inputs, remote], dtype=torch.float64)
+
+
+def _evaluate(t: _Trainer) -> dict[str, float]:
+    """``{split}_acc`` over every trainer's share of each split (the same on every rank; NaN for
+    an empty split): the model in eval mode over full neighbourhoods, counts all-reduced."""
+    if not t.eval_loaders:
+        return {}
+    counts = torch.zeros(2 * len(t.eval_loaders), dtype=torch.int64)
+    t.model.eval()
+    with torch.no_grad():
+        for i, loader in enumerate(t.eval_loaders.values()):
+            for input_nodes, out_nodes, dgl_blocks in loader or ():
+                blocks = [block_from_dgl(b).to(t.device) for b in dgl_blocks]
+                x = t.g.ndata["feat"][input_nodes].float().to(t.device)
+                pred = t.model(blocks, x).argmax(1).cpu()
+                counts[2 * i] += int((pred == t.g.ndata["label"][out_nodes].long()).sum())
+                counts[2 * i + 1] += len(out_nodes)
+    counts = counts.to(t.device)
+    dist.all_reduce(counts)
+    t.comm_tensors.append(counts)
+    counts = counts.cpu().tolist()
+    return {
+        f"{split}_acc": counts[2 * i] / counts[2 * i + 1] if counts[2 * i + 1] else math.nan
+        for i, split in enumerate(t.eval_loaders)
+    }
+
+
+def _epoch_row(t: _Trainer, epoch: int, counts: torch.Tensor, accs: dict, seconds: dict) -> dict:
+    """The epoch's row from every trainer's counts (gathered) and rank 0's accuracies and times."""
+    gathered, mine = [torch.zeros_like(counts, device=t.device) for _ in range(t.world)], counts.to(t.device)
+    dist.all_gather(gathered, mine)
+    t.comm_tensors += [mine, *gathered]
+    return epoch_row(epoch, torch.stack(gathered).cpu(), accs, seconds, t.cfg.lr)
+
+
+def _summary(t: _Trainer, graph_name: str, machines: int, seconds: float) -> dict:
+    """summary.json: the run's facts, best and final accuracies, and the per-epoch rows."""
+    return {
+        "mode": "distdgl",
+        "graph_name": graph_name,
+        "machines": machines,
+        "trainers": t.world,
+        "servers_per_machine": t.cfg.servers,
+        "seeds_per_trainer": len(t.seeds),
+        **history_summary(t.rows, t.best),
+        "resumed_after_epoch": t.start_epoch,
+        "seconds": round(seconds, 3),
+        "config": _config_dict(t.cfg, t.model_cfg),
+        "history": t.rows,
+    }
+
+
+def _write_trainer_outputs(t: _Trainer, summary: dict) -> None:
+    """Every trainer: ``trainer-{rank}/``; rank 0 also the model files, metrics and summary."""
+    out = Path(t.cfg.out)
+    mine = out / f"trainer-{t.rank}"
+    mine.mkdir(parents=True, exist_ok=True)
+    np.save(mine / "seeds.npy", t.seeds.numpy().astype(np.int64))
+    np.save(mine / "labels.npy", t.labels.numpy().astype(np.int64))
+    facts = {"rank": t.rank, "part": int(t.g.get_partition_book().partid), "local_seed_share": t.local_seed_share}
+    (mine / "losses.json").write_text(json.dumps(facts | trainer_history(t.rows, t.rank)))
+    if t.rank != 0:
+        return
+    model = asdict(t.model_cfg)
+    final = {"state_dict": _cpu_state(t.model), "model": model, "epoch": summary["final_epoch"]}
+    write_state_file(out / MODEL_FINAL, final, kind=_MODEL_KIND, format_version=DISTDGL_MODEL_FORMAT)
+    if t.best_state is not None:
+        best = {"state_dict": t.best_state, "model": model, "epoch": t.best["epoch"]}
+        write_state_file(out / MODEL_BEST, best, kind=_MODEL_KIND, format_version=DISTDGL_MODEL_FORMAT)
+    write_metrics(t.rows, out / METRICS)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2))
+
+
+def _cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -372,6 +580,7 @@ def config_from_args(argv: list[str] | None = None) -> tuple[str, DistDGLConfig]
 
 
 def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     role, cfg = config_from_args(argv)
     if role == "server":
         run_server(cfg)
