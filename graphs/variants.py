@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+import threading
 from typing import Callable
 
 from graphs.config_checks import bounded_repr
@@ -28,6 +29,7 @@ class Registry:
         self.kind, self.setting, self.package, self._check = kind, setting, package, check
         self._classes: dict[str, type] = {}
         self._discovered = False
+        self._lock = threading.RLock()  # a lookup in another thread waits for the discovery
 
     def register(self, cls: type) -> type:
         """Class decorator: register `cls` under ``cls.name`` once `check` accepts its traits."""
@@ -44,13 +46,21 @@ class Registry:
         return cls
 
     def _discover(self) -> None:
-        """Import every module of the package once (each registers its variants)."""
+        """Import every module of the package once (each registers its variants); a module that
+        fails to import fails every lookup, naming it, until it imports."""
         if self._discovered:
             return
-        self._discovered = True
-        package = importlib.import_module(self.package)
-        for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
-            importlib.import_module(f"{self.package}.{module}")
+        with self._lock:
+            if self._discovered:
+                return
+            package = importlib.import_module(self.package)
+            for module in sorted(m.name for m in pkgutil.iter_modules(package.__path__)):
+                name = f"{self.package}.{module}"
+                try:
+                    importlib.import_module(name)
+                except Exception as exc:
+                    raise ImportError(f"{self.kind} module {name} cannot be imported: {exc}") from exc
+            self._discovered = True
 
     def names(self) -> tuple[str, ...]:
         """The registered names, the package's modules in alphabetical order, then the others."""

@@ -22,6 +22,7 @@ from graphs.sampling import (
     sampler_names,
     write_minibatch_shards,
 )
+from graphs.variants import Registry
 from tests.conftest import datasets_folder
 from training.config import RunConfig
 from training.layer_registry import LayerKind, layer_names, register_layer
@@ -148,3 +149,16 @@ def test_registration_refuses_a_taken_name_or_missing_traits():
         ModelConfig(conv="nope")
     with pytest.raises(ValueError, match=r"sampler='nope' is not one of \("):
         ShardConfig(sampler="nope")
+
+
+def test_a_module_that_fails_to_import_fails_every_lookup_naming_it(tmp_path, monkeypatch):
+    package = tmp_path / "broken_variants"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a_good.py").write_text("X = 1\n")
+    (package / "b_bad.py").write_text("raise RuntimeError('missing dependency')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    registry = Registry("widget", "widget", "broken_variants", lambda cls: None)
+    for _ in range(2):  # not marked discovered after a failure
+        with pytest.raises(ImportError, match=r"widget module broken_variants.b_bad cannot be imported: missing dep"):
+            registry.get("anything")

@@ -12,7 +12,8 @@ and calls layers only through their kind, and every check reads a declared trait
   records ``non_uniform_draws`` for a layer that is not linear) and VR-GCN's control variate
   applies (`training.compensation`);
 - ``sums``: a (weighted) sum, so DropEdge's kept edges count 1/(1-p);
-- ``aggregates_by``: the words for its aggregation in messages ("mean", "softmax attention").
+- ``aggregates_by``: its aggregation in words, without an article, for messages ("mean",
+  "softmax attention").
 
 docs/extending.md walks through a new layer.
 """

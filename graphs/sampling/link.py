@@ -178,7 +178,7 @@ class LinkSampler(NeighborSampler):
     def manifest_facts(self) -> dict:
         sampling = self.negatives.stats.as_dict()
         sampling.pop("seconds")  # a run statistic: the manifest stays the same for the same inputs
-        return {
+        return super().manifest_facts() | {  # the neighbour sampler's (adaptive draws)
             "task": "link_prediction",
             "link": {
                 "seed_edges": int(self.num_seed_edges),

@@ -91,7 +91,7 @@ class Gcn(LayerKind):
     name = "gcn"
     linear = True
     sums = True
-    aggregates_by = "a weighted sum"
+    aggregates_by = "weighted sum"
 
     @classmethod
     def build(cls, d_in: int, d_out: int, last: bool, opts: LayerOptions) -> nn.Module:

@@ -53,7 +53,7 @@ class Gin(LayerKind):
     name = "gin"
     linear = True
     sums = True
-    aggregates_by = "a sum"
+    aggregates_by = "sum"
 
     @classmethod
     def build(cls, d_in: int, d_out: int, last: bool, opts: LayerOptions) -> nn.Module:

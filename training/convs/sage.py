@@ -57,7 +57,7 @@ class Sage(LayerKind):
 
     name = "sage"
     linear = True
-    aggregates_by = "a mean"
+    aggregates_by = "mean"
 
     @classmethod
     def build(cls, d_in: int, d_out: int, last: bool, opts: LayerOptions) -> nn.Module:
