@@ -77,6 +77,7 @@ from training.promotion import (
 from training.promotion import STAGE as PROMOTION
 
 STAGE = "evaluation"  # this module also defines promotion (`training.promotion.STAGE`)
+METRICS_FILE = "metrics.json"  # a model evaluation's figures (one per model version)
 NOT_WORSE = "not_worse_than_promoted"
 HEADLINES = ("accuracy", "macro_f1", "macro_precision", "macro_recall", "roc_auc", "pr_auc")
 _PAIR_METRICS = ("accuracy", "macro_f1")
@@ -184,7 +185,7 @@ def _read_record(folder: Path) -> LabelRecord | None:
     if not (folder / TEST_LABELS_FILE).is_file():
         return None
     table = pq.read_table(verified(folder, TEST_LABELS_FILE, stage=STAGE))
-    classes = json.loads(verified(folder, "metrics.json", stage=STAGE).read_text()).get("classes")
+    classes = json.loads(verified(folder, METRICS_FILE, stage=STAGE).read_text()).get("classes")
     ids = table.column("original_id").combine_chunks()
     return LabelRecord(ids, np.asarray(table.column("label").to_numpy(), dtype=np.int64), classes)
 
@@ -213,7 +214,7 @@ def _compare_with_promoted(storage: GnnflowStorage, dataset: str, now: LabelReco
 
 def _write_record(out: Path, record: dict, now: LabelRecord) -> None:
     out.mkdir()
-    (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True, default=str))
+    (out / METRICS_FILE).write_text(json.dumps(record, indent=1, allow_nan=True, default=str))
     pq.write_table(
         pa.table({"original_id": now.ids, "label": pa.array(now.labels, pa.int32())}), out / TEST_LABELS_FILE
     )
@@ -347,7 +348,7 @@ def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) ->
         record = {"task": LINK_PREDICTION, "candidate": reports, "promoted": None}
         with storage.publishing(dataset, STAGE) as out:
             out.mkdir()
-            (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True))
+            (out / METRICS_FILE).write_text(json.dumps(record, indent=1, allow_nan=True))
         out = storage.asset_dir(dataset, STAGE)
     test = reports["test"]
     context.log.info(
@@ -439,7 +440,7 @@ def promotion(
 
 def _evaluation_record(storage: GnnflowStorage, dataset: str, run_id: str) -> dict:
     """evaluation/metrics.json, checked as published (recording trained_model/ as a version if it is not yet)."""
-    metrics_file = storage.asset_dir(dataset, STAGE) / "metrics.json"
+    metrics_file = storage.asset_dir(dataset, STAGE) / METRICS_FILE
     if not metrics_file.is_file():
         raise dg.Failure(
             description=f"dataset '{dataset}': no evaluation at {metrics_file.parent}; materialize evaluation first"

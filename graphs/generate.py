@@ -87,6 +87,7 @@ import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from graphs.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_WIDTH, bounded_repr, check_fields
+from graphs.landing import FEATURES_FILE, NODES_FILE
 from graphs.storage import atomic_output_dir, dir_bytes
 
 FORMAT_VERSION = 1
@@ -399,8 +400,8 @@ def _write_nodes_and_features(model: _Model, config: GenerateConfig, out: Path, 
     split_names = pa.array(SPLIT_NAMES, type=pa.string())
     noise = np.float32(config.feature_noise)
     with (
-        pq.ParquetWriter(out / "nodes.parquet", node_schema) as node_writer,
-        pq.ParquetWriter(out / "features.parquet", feat_schema) as feat_writer,
+        pq.ParquetWriter(out / NODES_FILE, node_schema) as node_writer,
+        pq.ParquetWriter(out / FEATURES_FILE, feat_schema) as feat_writer,
     ):
         for block, start in enumerate(range(0, n, _NODE_BLOCK)):
             stop = min(start + _NODE_BLOCK, n)
@@ -458,7 +459,7 @@ def _write_edges(model: _Model, config: GenerateConfig, edge_dir: Path, bar: tqd
     return {"intra_class_fraction": intra / m if m else float("nan"), "self_loops": self_loops}
 
 
-_GENERATED_ENTRIES = {"edges", "nodes.parquet", "features.parquet"}
+_GENERATED_ENTRIES = {"edges", NODES_FILE, FEATURES_FILE}
 
 
 def check_replaceable(out_dir: str | os.PathLike) -> None:
@@ -476,10 +477,10 @@ def check_replaceable(out_dir: str | os.PathLike) -> None:
     entries = {p.name for p in out.iterdir()}
     if not entries:
         return
-    ours = entries <= _GENERATED_ENTRIES and (out / "nodes.parquet").is_file()
+    ours = entries <= _GENERATED_ENTRIES and (out / NODES_FILE).is_file()
     if ours:
         try:
-            ours = b"gnnflow.generate" in (pq.read_schema(out / "nodes.parquet").metadata or {})
+            ours = b"gnnflow.generate" in (pq.read_schema(out / NODES_FILE).metadata or {})
         except Exception:  # not Parquet: not ours
             ours = False
     if ours and (out / "edges").is_dir():

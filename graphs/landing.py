@@ -41,6 +41,9 @@ from graphs.storage import cached_file_sha256
 
 READY_MARKER = "_SUCCESS"
 SETTINGS_FILE = "gnnflow.yaml"  # the dataset's settings: its column mapping and stage settings
+# the node and feature files of a landing folder in the layout read without conversion (and generated)
+NODES_FILE = "nodes.parquet"
+FEATURES_FILE = "features.parquet"
 EDGE_SUFFIXES = (".parquet", ".csv", ".tsv", ".txt")
 NODE_SUFFIXES = (".parquet", ".csv", ".tsv")
 FEATURE_SUFFIXES = (".parquet",)

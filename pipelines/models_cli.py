@@ -97,7 +97,9 @@ def _listing(storage, dataset: str) -> str:
 
 def _metrics(storage, dataset: str, version: str) -> tuple[str, str, str]:
     """(accuracy, macro F1, test nodes) of the version's latest evaluation; '-' where none was kept."""
-    path = storage.evaluations_dir(dataset) / version / "metrics.json"
+    from assets.evaluation import METRICS_FILE
+
+    path = storage.evaluations_dir(dataset) / version / METRICS_FILE
     try:
         candidate = json.loads(path.read_text())["candidate"]
     except (OSError, ValueError, KeyError, TypeError):

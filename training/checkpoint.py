@@ -46,6 +46,7 @@ from typing import Callable
 
 from graphs.canonical_files import CanonicalGraph
 from graphs.compress_files import CompressedGraph
+from graphs.shard_format import MANIFEST_NAME
 from training.state_file import StateFileError, read_state_file, write_state_file
 
 __all__ = [
@@ -87,9 +88,9 @@ def data_version(shards: str | os.PathLike, canonical: str | os.PathLike, adjace
     gives the same files keeps the version, and checkpoints stay resumable.
     """
     shards, summary = Path(shards), CanonicalGraph.SUMMARY  # every stage's summary.json
-    manifest = shards / "manifest.json"
+    manifest = shards / MANIFEST_NAME
     paths = {
-        "shards/manifest.json": manifest,
+        f"shards/{MANIFEST_NAME}": manifest,
         f"canonical/{summary}": Path(canonical) / summary,
         f"adjacency/{summary}": Path(adjacency) / summary,
     }

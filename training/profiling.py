@@ -24,9 +24,10 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-__all__ = ["PROFILE_SCHEDULE", "StepProfiler", "nvtx_context"]
+__all__ = ["PROFILE_SCHEDULE", "StepProfiler", "TRACE_FILE", "nvtx_context"]
 
 PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3}
+TRACE_FILE = "trace.json"  # the profiler's Chrome trace, in the run's profile/ folder
 
 
 class StepProfiler:
@@ -59,7 +60,7 @@ class StepProfiler:
 
     def _write(self, prof) -> None:
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        trace = self.out_dir / "trace.json"
+        trace = self.out_dir / TRACE_FILE
         prof.export_chrome_trace(str(trace))
         sort = "self_cuda_time_total" if self.cuda else "self_cpu_time_total"
         table = prof.key_averages().table(sort_by=sort, row_limit=40)
