@@ -50,17 +50,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graphs import duck
+from graphs import duck, landing
 from graphs.config_checks import MAX_CLASSES, bounded_repr, bounded_text, read_yaml_file
-from graphs.landing import (
-    FEATURES_FILE,
-    NODES_FILE,
-    SETTINGS_FILE,
-    DatasetFiles,
-    InputError,
-    checked_dataset_file,
-    find_dataset_files,
-)
+from graphs.landing import SETTINGS_FILE, DatasetFiles, InputError, checked_dataset_file, find_dataset_files
 
 # the layout's columns of each kind of input file; a column mapping may rename any of them
 KIND_KEYS = {"edges": ("src", "dst", "weight"), "nodes": ("node_id", "label", "split"), "features": ("node_id", "feat")}
@@ -294,16 +286,16 @@ class _Converter:
             pairs = _columns_of(path, "nodes", self.columns, schema.names)
             table = pq.read_table(path, columns=[c for c, _ in pairs]).rename_columns([k for _, k in pairs])
         else:
-            table = _fetch(self._typed_ids(self._text(path, "nodes"), path, self.scratch / NODES_FILE), path)
+            table = _fetch(self._typed_ids(self._text(path, "nodes"), path, self.scratch / landing.NODES_FILE), path)
         if "label" in table.column_names and _is_categorical(table.schema.field("label").type):
             indices, self.label_classes = class_indices(table.column("label"), path)
             table = table.set_column(table.column_names.index("label"), "label", indices)
-        target = self._target(path, NODES_FILE)
+        target = self._target(path, landing.NODES_FILE)
         pq.write_table(table, target)
         return target
 
     def features(self, path: Path) -> Path:
-        return self._renamed_parquet(path, "features", FEATURES_FILE)
+        return self._renamed_parquet(path, "features", landing.FEATURES_FILE)
 
     def _renamed_parquet(self, path: Path, kind: str, name: str) -> Path:
         """`path` itself when no mapped name applies to `kind`, else a copy with the columns renamed."""
