@@ -83,7 +83,7 @@ from training.lifetime import LAUNCHER_PID_ENV, tied_process
 from training.link import LinkTrainConfig
 from training.outputs import CURVES, METRICS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
-from training.profiling import TRACE_FILE
+from training.profiling import PROFILE_DIR, TRACE_FILE
 from training.promotion import PromotionConfig, read_training_label_counts, training_label_problem
 
 _ASSET = TRAINED_MODEL
@@ -207,7 +207,7 @@ def keep_nsys_report(nsys_dir: Path, out: Path) -> list[str]:
         return []
     kept = sorted(p.name for p in nsys_dir.iterdir() if p.is_file())
     if kept:
-        shutil.copytree(nsys_dir, out / "profile" / "nsys", dirs_exist_ok=True)
+        shutil.copytree(nsys_dir, out / PROFILE_DIR / "nsys", dirs_exist_ok=True)
     shutil.rmtree(nsys_dir, ignore_errors=True)
     return kept
 
@@ -269,8 +269,8 @@ def trained_model(
             "curves": png_markdown(out / CURVES, "training curves"),
             **config_metadata,
         }
-        if (out / "profile" / TRACE_FILE).is_file():
-            metadata["profiler_trace"] = dg.MetadataValue.path(str(out / "profile" / TRACE_FILE))
+        if (out / PROFILE_DIR / TRACE_FILE).is_file():
+            metadata["profiler_trace"] = dg.MetadataValue.path(str(out / PROFILE_DIR / TRACE_FILE))
         metadata["version"] = storage.record_model_version(dataset, context.run.run_id)
     headline = ("test_acc_at_best_val", "best_val_acc", "best_epoch", "epochs_trained", "seconds", "version")
     return stage_result(context, _ASSET, metadata, headline=headline, check_results=[check])

@@ -7,6 +7,7 @@ import dagster as dg
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage
 from assets.compressed_graph import compressed_graph
+from assets.distdgl_model import distdgl_model
 from assets.evaluation import evaluation, promotion
 from assets.metis_partitions import metis_partitions
 from assets.minibatch_shards import minibatch_shards
@@ -75,9 +76,16 @@ predict_job = dg.define_asset_job(
     "without retraining and without replacing the published canonical_graph (see assets.predictions).",
 )
 
+distdgl_job = dg.define_asset_job(
+    "distdgl_training",
+    selection=dg.AssetSelection.assets(distdgl_model),
+    description="Train with DistDGL on one machine per METIS part (distdgl_model; its run config names the "
+    "machines), from the dataset's metis_partitions.",
+)
+
 defs = dg.Definitions(
-    assets=ALL_ASSETS,
-    jobs=[pipeline_job, ingest_job, train_job, preprocess_job, retrain_job, predict_job],
+    assets=[*ALL_ASSETS, distdgl_model],
+    jobs=[pipeline_job, ingest_job, train_job, preprocess_job, retrain_job, predict_job, distdgl_job],
     schedules=[make_retrain_schedule(retrain_job)],
     sensors=[make_landing_sensor(ALL_ASSETS)],
     resources={"storage": GnnflowStorage.from_env()},

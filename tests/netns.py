@@ -47,3 +47,23 @@ def two_hosts(prefix: str = "gf15", subnet: int = 231):
     finally:
         for ns in made:
             _ip("netns", "del", ns)  # removes the veth pair with it
+
+
+def skip_without_mount_namespaces(ns: str) -> None:
+    """Skip the calling test when a private /dev/shm cannot be mounted in namespace `ns` (two DGL
+    "machines" on one host need one each: DGL names its shared memory after the graph)."""
+    probe = subprocess.run(
+        ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm"],
+        capture_output=True,
+        text=True,
+    )
+    if probe.returncode:
+        pytest.skip(f"mount namespaces refused here (`unshare -m` + tmpfs said: {probe.stderr.strip()})")
+
+
+def in_namespace(host: tuple[str, str, str], script: str) -> list[str]:
+    """The command running the sh `script` on `host` (a `two_hosts` entry): in its namespace, with a
+    private /dev/shm, gloo on its veth interface."""
+    ns, _addr, ifname = host
+    setup = f"mount -t tmpfs tmpfs /dev/shm || exit 97\nexport GLOO_SOCKET_IFNAME={ifname}\n"
+    return ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", setup + script]

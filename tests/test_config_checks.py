@@ -31,7 +31,7 @@ from graphs.sampling.config import ShardConfig
 from training.comm_hooks import CommConfig
 from training.compensation import CompensationConfig
 from training.config import LRScheduleConfig, OptimizerConfig, PathsConfig, RunConfig, TrainingConfig
-from training.distdgl import DistDGLConfig
+from training.distdgl_config import DistDGLConfig
 from training.layers import ModelConfig
 from training.link import LinkTrainConfig
 from training.promotion import PromotionConfig

@@ -15,21 +15,14 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from netns import two_hosts
+from netns import skip_without_mount_namespaces, two_hosts
 
 from graphs.canonical import build_canonical_graph
 from graphs.generate import GenerateConfig, generate_dataset
 from graphs.partition import PartitionConfig, build_partitions
 from training.checkpoint import CHECKPOINT_NAME
-from training.distdgl import (
-    DistDGLConfig,
-    block_from_dgl,
-    config_from_args,
-    dgl_env,
-    load_distdgl_model,
-    model_for_fanouts,
-    read_ip_config,
-)
+from training.distdgl import block_from_dgl, load_distdgl_model
+from training.distdgl_config import DistDGLConfig, config_from_args, dgl_env, model_for_fanouts, read_ip_config
 from training.distdgl_epochs import epoch_seed, read_checkpoint, run_identity, save_checkpoint
 from training.layers import ModelConfig
 from training.outputs import METRICS, MODEL_BEST, MODEL_FINAL, SUMMARY
@@ -106,16 +99,6 @@ def _machine_script(args: list[str], log_dir: Path, i: int) -> str:
     )
 
 
-def _skip_without_mount_namespaces(ns: str) -> None:
-    probe = subprocess.run(
-        ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /dev/shm"],
-        capture_output=True,
-        text=True,
-    )
-    if probe.returncode:
-        pytest.skip(f"mount namespaces refused here (`unshare -m` + tmpfs said: {probe.stderr.strip()})")
-
-
 def _train_on(hosts, args: list[str], log_dir: Path, timeout: float = 240) -> None:
     """Run one server and one trainer per host with the same flags; fails with the logs when a
     machine fails (the other is then stopped, not left waiting for its peer)."""
@@ -152,7 +135,7 @@ def _flags(out: Path, *extra: str) -> list[str]:
 def test_two_machines_train_from_the_distdgl_partitions(parts, tmp_path):
     out = tmp_path / "out"
     with two_hosts("gfdd", 232) as hosts:
-        _skip_without_mount_namespaces(hosts[0][0])
+        skip_without_mount_namespaces(hosts[0][0])
         flags = _flags(out, "--part-config", str(parts["part_config"]), "--fanouts", "5,5", "--epochs", "6")
         _train_on(hosts, flags, tmp_path)
 
@@ -211,7 +194,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint_as_if_uninterrupted(parts, tm
     # random streams, so sampled fanouts differ between any two runs, resumed or not
     flags = ["--part-config", str(parts["part_config"]), "--fanouts=-1,-1", "--epochs", "3"]
     with two_hosts("gfdr", 233) as hosts:
-        _skip_without_mount_namespaces(hosts[0][0])
+        skip_without_mount_namespaces(hosts[0][0])
         _train_on(hosts, _flags(tmp_path / "full", *flags), tmp_path / "full-logs")
         stopped = _flags(tmp_path / "resumed", *flags, "--stop-after-epoch", "2")
         _train_on(hosts, stopped, tmp_path / "stop-logs")

@@ -25,7 +25,7 @@ from graphs.stage_artifact import StageArtifact, StageFormatError
 from graphs.storage import write_file_hashes
 from pipelines.definitions import defs
 from tests.conftest import write_edges
-from training import outputs, promotion
+from training import distdgl, outputs, promotion
 
 ROOT = Path(__file__).resolve().parents[1]
 PRODUCTION = ("graphs", "training", "assets", "pipelines", "benchmarks")
@@ -218,6 +218,7 @@ STAGE_OWNERS = {
     promotion.STAGE: "training/promotion.py",
     evaluation.STAGE: "assets/evaluation.py",
     predictions.STAGE: "assets/predictions.py",
+    distdgl.STAGE: "training/distdgl.py",
 }
 STAGE_PACKAGES = ("graphs", "training", "assets", "pipelines")
 

@@ -56,14 +56,12 @@ share of its sampled input rows served by other machines' parts: remote feature 
 
 from __future__ import annotations
 
-import argparse
-import ipaddress
 import json
 import logging
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -71,19 +69,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from graphs.config_checks import (
-    DEFAULT_FANOUTS,
-    MAX_BATCH,
-    MAX_EPOCHS,
-    MAX_RANKS,
-    MAX_SEED,
-    bounded_repr,
-    check_fields,
-    parse_fanouts,
-)
+from graphs.processes import die_with_parent
 from training.blocks import Block
 from training.checkpoint import CHECKPOINT_NAME
-from training.config import DEFAULT_LR
+from training.distdgl_config import DistDGLConfig, config_from_args, dgl_env, model_for_fanouts, read_ip_config
 from training.distdgl_epochs import (
     epoch_row,
     epoch_seed,
@@ -96,24 +85,16 @@ from training.distdgl_epochs import (
 )
 from training.layers import ModelConfig, build_model
 from training.outputs import METRICS, MODEL_BEST, MODEL_FINAL, SUMMARY, write_metrics
+from training.profiling import PROFILE_DIR, StepProfiler
 from training.state_file import read_state_file, write_state_file
 
-__all__ = [
-    "DistDGLConfig",
-    "block_from_dgl",
-    "config_from_args",
-    "dgl_env",
-    "load_distdgl_model",
-    "model_for_fanouts",
-    "read_ip_config",
-    "run_server",
-    "run_trainer",
-]
+__all__ = ["STAGE", "TIED_ENV", "block_from_dgl", "load_distdgl_model", "run_server", "run_trainer"]
 
-ROLES = ("server", "trainer")
+STAGE = "distdgl_model"  # the asset that runs this module on every machine (assets.distdgl_model)
+TIED_ENV = "GNNFLOW_DISTDGL_TIED"  # set: the process dies with its parent (training.distdgl_cluster)
 EVAL_SPLITS = ("val", "test")  # evaluated after every epoch when the partitions carry their masks
 DISTDGL_MODEL_FORMAT = 1  # the model file's format version (training.state_file, kind "distdgl_model")
-_MODEL_KIND = "distdgl_model"
+_MODEL_KIND = STAGE  # the kind of its model files (training.state_file)
 
 log = logging.getLogger("training.distdgl")
 
@@ -126,124 +107,11 @@ def load_distdgl_model(path: str | os.PathLike) -> dict:
     )
 
 
-@dataclass(kw_only=True)
-class DistDGLConfig:
-    """One DistDGL process: where it runs (machine, role) and, for trainers, what it trains."""
-
-    ip_config: str = field(metadata={"help": "File with one 'IP [PORT]' line per machine (machine m = line m)."})
-    part_config: str = field(metadata={"help": "metis_partitions' distdgl/<graph_name>.json."})
-    machine: int = field(default=0, metadata={"max": MAX_RANKS, "help": "This machine's line in ip_config."})
-    servers: int = field(default=1, metadata={"max": 1024, "help": "DGL servers per machine."})
-    trainers: int = field(default=1, metadata={"max": 1024, "help": "Trainers per machine."})
-    index: int = field(default=0, metadata={"max": 1024, "help": "This server's / trainer's index on its machine."})
-    torch_port: int = field(
-        default=29500, metadata={"max": 65535, "help": "Port of the trainers' torch process group (machine 0)."}
-    )
-    out: str = field(default="", metadata={"help": "Trainer output folder (rank 0 writes the model)."})
-    fanouts: str = field(
-        default=DEFAULT_FANOUTS,
-        metadata={"help": "Neighbours sampled per layer, input layer first, comma separated (-1 = all)."},
-    )
-    batch_size: int = field(default=256, metadata={"max": MAX_BATCH, "help": "Seed nodes per trainer per step."})
-    epochs: int = field(default=3, metadata={"max": MAX_EPOCHS, "help": "Passes over each trainer's seeds."})
-    lr: float = field(default=DEFAULT_LR, metadata={"help": "Adam learning rate (training.optimizer.lr's default)."})
-    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "Model initialisation and shuffling seed."})
-    stop_after_epoch: int = field(
-        default=0,
-        metadata={
-            "max": MAX_EPOCHS,
-            "help": "Testing/maintenance: end the run once it completes this epoch (checkpoint written, no final "
-            "outputs); a rerun continues from the checkpoint to the last epoch. 0: never.",
-        },
-    )
-    model: ModelConfig = field(default_factory=ModelConfig)
-
-    def __post_init__(self) -> None:
-        check_fields(self, "distdgl")
-        if self.stop_after_epoch < 0:
-            raise ValueError(f"distdgl stop_after_epoch={self.stop_after_epoch} must be >= 0 (0: never)")
-        for name in ("servers", "trainers", "batch_size", "epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"distdgl {name}={getattr(self, name)} must be at least 1")
-        if self.machine < 0 or self.index < 0:
-            raise ValueError(f"distdgl machine={self.machine} and index={self.index} must be >= 0")
-        if not 0 < self.torch_port < 65536:
-            raise ValueError(f"distdgl torch_port={self.torch_port} is not a TCP port")
-        if not self.lr > 0:
-            raise ValueError(f"distdgl lr={self.lr} must be positive")
-        if not Path(self.part_config).is_file():
-            raise FileNotFoundError(
-                f"distdgl part_config {bounded_repr(self.part_config)} is not a file (run metis_partitions)"
-            )
-
-    @property
-    def fanout_list(self) -> list[int]:
-        return parse_fanouts(self.fanouts, "distdgl fanouts")
-
-
-def read_ip_config(path: str | os.PathLike) -> list[str]:
-    """The machines' IP addresses, one per non-empty line of DGL's ip_config ('IP [PORT]')."""
-    ips = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        parts = line.split()
-        try:
-            ipaddress.ip_address(parts[0])
-            if len(parts) > 2 or (len(parts) == 2 and not 0 < int(parts[1]) < 65536):
-                raise ValueError
-        except ValueError:
-            raise ValueError(f"{path} line {n}: {line!r} is not 'IP [PORT]'") from None
-        ips.append(parts[0])
-    if not ips:
-        raise ValueError(f"{path} lists no machines")
-    return ips
-
-
-def dgl_env(cfg: DistDGLConfig, role: str) -> dict[str, str]:
-    """The environment variables DGL's `initialize` reads for this process (what DGL's
-    launch script would export)."""
-    if role not in ROLES:
-        raise ValueError(f"role={role!r} is not one of {ROLES}")
-    machines = len(read_ip_config(cfg.ip_config))
-    if cfg.machine >= machines:
-        raise ValueError(f"machine={cfg.machine} but {cfg.ip_config} lists {machines} machines")
-    per_machine = cfg.servers if role == "server" else cfg.trainers
-    if cfg.index >= per_machine:
-        raise ValueError(f"{role} index={cfg.index} but {per_machine} {role}s per machine")
-    env = {
-        "DGL_DIST_MODE": "distributed",
-        "DGL_ROLE": "server" if role == "server" else "client",
-        "DGL_NUM_SERVER": str(cfg.servers),
-        "DGL_NUM_CLIENT": str(cfg.trainers * machines),  # no sampler processes: samples in the trainer
-        "DGL_NUM_SAMPLER": "0",
-        "DGL_IP_CONFIG": str(cfg.ip_config),
-        "DGL_CONF_PATH": str(cfg.part_config),
-        "DGL_GRAPH_FORMAT": "csc",
-    }
-    if role == "server":
-        env["DGL_SERVER_ID"] = str(cfg.machine * cfg.servers + cfg.index)
-    return env
-
-
 def block_from_dgl(block) -> Block:
     """A DGL message-flow block as our CSC :class:`Block` (destination nodes first among the
     sources, as DGL's `to_block` lays them out)."""
     indptr, indices, _eid = block.adj_tensors("csc")
     return Block(indptr.long(), indices.long(), block.num_src_nodes(), block.num_dst_nodes())
-
-
-def model_for_fanouts(cfg: DistDGLConfig) -> ModelConfig:
-    """The model config with one layer per sampled block (``model.num_layers`` 0: follow the fanouts)."""
-    layers = len(cfg.fanout_list)
-    if cfg.model.num_layers == 0:
-        return replace(cfg.model, num_layers=layers)
-    if cfg.model.num_layers != layers:
-        raise ValueError(
-            f"model.num_layers={cfg.model.num_layers} but fanouts={cfg.fanouts!r} samples {layers} blocks "
-            "(one per layer); pass matching --fanouts or --model-num-layers 0"
-        )
-    return cfg.model
 
 
 def run_server(cfg: DistDGLConfig) -> None:
@@ -274,6 +142,7 @@ class _Trainer:
     start_epoch: int  # the checkpoint's epoch (0: none)
     rows: list[dict]
     best: dict | None  # {epoch, val_acc, test_acc} of the best validated epoch
+    profiler: StepProfiler | None = None  # rank 0 with profiler 'torch': the first steps' trace
     best_state: dict | None = None  # rank 0: the best epoch's model state
     # the latest collectives' tensors, kept until the process group is gone: a gloo worker dropping the
     # last reference to a Python tensor needs the GIL, which the group's teardown holds (a deadlock)
@@ -305,10 +174,14 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
         t = _open_trainer(cfg, model_cfg, g, rank, world, device, len(ips))
         for epoch in range(t.start_epoch + 1, cfg.epochs + 1):
             _run_epoch(t, epoch)
+            if t.profiler is not None and t.profiler.done:
+                t.profiler = None
             if epoch == cfg.stop_after_epoch:
                 if rank == 0:
                     log.info("stopped after epoch %d (--stop-after-epoch); a rerun continues", epoch)
                 return {"mode": "distdgl", "stopped_after_epoch": epoch}
+        if t.profiler is not None:
+            t.profiler.close()  # fewer steps than its schedule: no trace
         summary = _summary(t, graph_name, len(ips), time.perf_counter() - t0)
         _write_trainer_outputs(t, summary)
         return summary
@@ -353,6 +226,8 @@ def _open_trainer(cfg: DistDGLConfig, model_cfg: ModelConfig, g, rank: int, worl
     )
     if saved is not None and saved["best"] is not None:
         t.best_state = saved["best"]["model"]
+    if rank == 0 and cfg.profiler == "torch" and t.start_epoch == 0:  # the run's first steps only
+        t.profiler = StepProfiler(True, Path(cfg.out) / PROFILE_DIR, device)
     if rank == 0 and header["epoch"]:
         log.info("continuing after epoch %d from %s", header["epoch"], Path(cfg.out) / CHECKPOINT_NAME)
     return t
@@ -468,6 +343,8 @@ def _train_epoch(t: _Trainer, seed: int) -> torch.Tensor:
         t.optim.zero_grad(set_to_none=True)
         loss.backward()
         t.optim.step()
+        if t.profiler is not None:
+            t.profiler.step()
         total, n, steps = total + float(loss) * len(out_nodes), n + len(out_nodes), steps + 1
         correct += int((logits.argmax(1) == y).sum())
     return torch.tensor([total, n, correct, steps, inputs, remote], dtype=torch.float64)
@@ -548,46 +425,24 @@ def _cpu_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m training.distdgl", description=__doc__.split("\n")[0])
-    p.add_argument("role", choices=ROLES)
-    p.add_argument("--server-index", type=int, default=0, help="This server's index on its machine.")
-    p.add_argument("--trainer-index", type=int, default=0, help="This trainer's index on its machine.")
-    helps = {f.name: f.metadata.get("help", "") for f in fields(DistDGLConfig)}
-    for f in fields(DistDGLConfig):
-        if f.name in ("model", "index"):
-            continue
-        kind = {"int": int, "float": float}.get(str(f.type), str)
-        p.add_argument(
-            "--" + f.name.replace("_", "-"), type=kind, help=helps[f.name], required=f.name.endswith("config")
-        )
-    for f in fields(ModelConfig):
-        if str(f.type) in ("int", "float", "str"):
-            kind = {"int": int, "float": float}.get(str(f.type), str)
-            p.add_argument("--model-" + f.name.replace("_", "-"), type=kind, help=f.metadata.get("help", ""))
-    return p
-
-
-def config_from_args(argv: list[str] | None = None) -> tuple[str, DistDGLConfig]:
-    """(role, config) from the command line (flags left out keep the dataclass defaults)."""
-    args = vars(_parser().parse_args(argv))
-    role = args.pop("role")
-    index = args.pop("server_index") if role == "server" else args.pop("trainer_index")
-    args.pop("trainer_index", None), args.pop("server_index", None)
-    model = {k[len("model_") :]: v for k, v in args.items() if k.startswith("model_") and v is not None}
-    top = {k: v for k, v in args.items() if not k.startswith("model_") and v is not None}
-    return role, DistDGLConfig(**top, index=index, model=ModelConfig(**model))
-
-
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    role, cfg = config_from_args(argv)
+    role, cfg = config_from_args(argv, description=__doc__.split("\n")[0])
+    if os.environ.get(TIED_ENV) and not die_with_parent():  # started by distdgl_model's machine script
+        raise SystemExit(f"{role}: the machine script that started it is gone")
     if role == "server":
         run_server(cfg)
     else:
         if not cfg.out:
             raise SystemExit("python -m training.distdgl trainer needs --out")
-        run_trainer(cfg)
+        try:
+            run_trainer(cfg)
+        except BaseException:
+            # DGL's exit handlers wait for the other clients, which wait for this one: a failed
+            # trainer would hang instead of ending, so it ends here, its error logged
+            log.exception("trainer %d of machine %d failed", cfg.index, cfg.machine)
+            logging.shutdown()
+            os._exit(1)
 
 
 if __name__ == "__main__":

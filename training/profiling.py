@@ -24,10 +24,11 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
-__all__ = ["PROFILE_SCHEDULE", "StepProfiler", "TRACE_FILE", "nvtx_context"]
+__all__ = ["PROFILE_DIR", "PROFILE_SCHEDULE", "StepProfiler", "TRACE_FILE", "nvtx_context"]
 
 PROFILE_SCHEDULE = {"wait": 1, "warmup": 1, "active": 3}
-TRACE_FILE = "trace.json"  # the profiler's Chrome trace, in the run's profile/ folder
+PROFILE_DIR = "profile"  # the run's folder of profiler outputs
+TRACE_FILE = "trace.json"  # the profiler's Chrome trace, in PROFILE_DIR
 
 
 class StepProfiler:

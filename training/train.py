@@ -116,7 +116,7 @@ from training.outputs import (
     write_version_file,
 )
 from training.precision import grad_scaler, resolve_precision
-from training.profiling import StepProfiler, nvtx_context
+from training.profiling import PROFILE_DIR, StepProfiler, nvtx_context
 from training.report import Reporter, open_reporter
 
 __all__ = [
@@ -247,7 +247,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     run = setup_run(cfg, info, report)
     tcfg = cfg.training
     profiling = info.is_main and tcfg.profiler == "torch" and run.start_epoch < run.epochs
-    profiler = StepProfiler(profiling, run.work / "profile", run.device)
+    profiler = StepProfiler(profiling, run.work / PROFILE_DIR, run.device)
     # percent of the epochs and time left, with the latest epoch's figures, every few seconds (and at the
     # end; early stopping may end sooner)
     progress = Progress("epoch", run.epochs, report.info, start=run.start_epoch)
@@ -777,9 +777,9 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         plot_curves(history, tmp / CURVES)
         cfg_out = replace(cfg, paths=replace(cfg.paths, work=str(work)))
         cfg_out.to_yaml(tmp / "run.yaml")
-        if (work / "profile").is_dir():
-            shutil.copytree(work / "profile", tmp / "profile")
-            summary["profile"] = sorted(p.name for p in (tmp / "profile").iterdir())
+        if (work / PROFILE_DIR).is_dir():
+            shutil.copytree(work / PROFILE_DIR, tmp / PROFILE_DIR)
+            summary["profile"] = sorted(p.name for p in (tmp / PROFILE_DIR).iterdir())
         if run.grad_stats is not None:
             summary["node_grad_stats"] = run.grad_stats.write(tmp)
         write_json(tmp / SUMMARY, summary)

@@ -1,0 +1,210 @@
+"""distdgl_model: node classification trained by DistDGL on one machine per METIS part.
+
+For graphs beyond one machine: metis_partitions writes DGL's distributed format
+(``distdgl/``), one part per machine, and this asset starts DGL servers and trainers on
+every machine (`training.distdgl_cluster`: the ``local`` launcher on this machine alone,
+``ssh`` on the hosts of ``cluster.hosts``), which train our plain-torch layers over the
+DistGraph and evaluate val/test after every epoch (`training.distdgl`). The run config has
+two blocks, `training.distdgl_config.DistDGLTraining` (``training``) and
+`training.distdgl_cluster.DistDGLCluster` (``cluster``), field for field:
+
+    ops:
+      distdgl_model:
+        config:
+          training: {fanouts: "10,10", epochs: 10, model: {hidden: 128}}
+          cluster: {hosts: [10.0.0.1, 10.0.0.2], launcher: ssh, socket_ifname: eth0}
+
+The trainers write into a work folder next to the asset folder, keyed by the settings and
+the partitions' version; rank 0 checkpoints there after every epoch, so a run that died is
+continued by the next materialization of the same settings, and only a finished run
+replaces ``<GNNFLOW_HOME>/<dataset>/distdgl_model/`` (the files of `training.distdgl`, the
+profiler's ``profile/`` with ``training.profiler: torch``, and ``logs/`` with every process's
+output). Every process dies with the step.
+
+With metis_partitions of more than one part and no ``cluster.hosts``, the asset is
+skipped with the reason (one machine serves one part; `make demo` partitions into 4); a
+one-part partition trains on this machine.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+import dagster as dg
+from pydantic import Field
+
+from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, disk_metadata, skip_without_labels
+from assets.config import dagster_config
+from assets.integrity import file_errors_as_failures
+from assets.metis_partitions import metis_partitions
+from assets.reporting import stage_result
+from assets.settings import register_config
+from assets.trained_model import BEATS_MAJORITY, check_accuracy
+from graphs.canonical import read_summary
+from graphs.canonical_files import CanonicalGraph
+from graphs.partition_files import Partitions
+from training.checkpoint import CHECKPOINT_NAME, work_dir_for
+from training.distdgl import STAGE
+from training.distdgl_cluster import DistDGLCluster, machine_command, machine_script, run_machines, write_ip_config
+from training.distdgl_config import DistDGLTraining, model_for_fanouts
+from training.outputs import METRICS, SUMMARY
+from training.profiling import PROFILE_DIR, TRACE_FILE
+
+_ASSET = STAGE
+LOGS = "logs"
+IP_CONFIG = "ip_config.txt"
+DistDGLTrainingConfig = dagster_config(DistDGLTraining, "DistDGLModelTrainingConfig")
+DistDGLClusterConfig = dagster_config(DistDGLCluster, "DistDGLModelClusterConfig")
+
+
+class DistDGLModelConfig(dg.Config):
+    """The run config of distdgl_model: what is trained, and on which machines."""
+
+    training: DistDGLTrainingConfig = Field(  # type: ignore[valid-type]
+        default_factory=DistDGLTrainingConfig, description=(DistDGLTraining.__doc__ or "").strip()
+    )
+    cluster: DistDGLClusterConfig = Field(  # type: ignore[valid-type]
+        default_factory=DistDGLClusterConfig, description=(DistDGLCluster.__doc__ or "").strip()
+    )
+
+
+register_config(_ASSET, DistDGLModelConfig)
+
+
+@dg.asset(
+    name=_ASSET,
+    partitions_def=dataset_partitions,
+    deps=[metis_partitions],
+    group_name="distdgl",
+    kinds={"pytorch", "dgl"},
+    tags={NEEDS_LABELS_TAG: "labels"},
+    check_specs=[
+        dg.AssetCheckSpec(
+            BEATS_MAJORITY,
+            asset=_ASSET,
+            description="The best-on-validation model's test accuracy is above always predicting the most "
+            "frequent training label (a quality check: it warns, it does not block).",
+        )
+    ],
+)
+def distdgl_model(
+    context: dg.AssetExecutionContext, config: DistDGLModelConfig, storage: GnnflowStorage
+) -> dg.MaterializeResult:
+    """GNN trained by DistDGL servers and trainers, one machine per METIS part."""
+    dataset = storage.dataset(context)
+    config, config_metadata = storage.settings(context, dataset, _ASSET, config)
+    with storage.lock(dataset, context.log.info):
+        canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
+        skipped = skip_without_labels(context, read_summary(canonical), "train on", [BEATS_MAJORITY])
+        if skipped is not None:
+            return skipped
+        try:
+            training, cluster = config.training.to_dataclass(), config.cluster.to_dataclass()
+            model_for_fanouts(training)  # the layers match the fanouts
+        except ValueError as exc:
+            raise dg.Failure(description=f"{_ASSET} config: {exc}") from exc
+        with file_errors_as_failures(dataset):
+            parts = Partitions.open(storage.upstream_dir(dataset, Partitions.STAGE))
+        part_config = _part_config(parts, dataset)
+        if parts.num_parts != len(cluster.addresses):
+            if cluster.hosts:
+                raise dg.Failure(
+                    description=f"dataset '{dataset}': metis_partitions has {parts.num_parts} parts but "
+                    f"{_ASSET}.cluster.hosts lists {len(cluster.hosts)} machines (one machine serves one part)"
+                )
+            return _skipped_without_hosts(context, parts.num_parts)
+        out = storage.asset_dir(dataset, _ASSET)
+        work = _train(context, training, cluster, parts, part_config, out)
+        with storage.publishing(dataset, _ASSET) as staging:
+            shutil.copytree(work, staging, ignore=shutil.ignore_patterns(CHECKPOINT_NAME))
+        shutil.rmtree(work, ignore_errors=True)
+        summary = json.loads((out / SUMMARY).read_text())
+        metadata = {
+            **{k: summary[k] for k in ("best_epoch", "best_val_acc", "test_acc_at_best_val", "final_epoch")},
+            **{k: summary[k] for k in ("machines", "trainers", "seconds", "resumed_after_epoch")},
+            "remote_input_share": summary["remote_input_share"],
+            "launcher": cluster.launcher,
+            "path": dg.MetadataValue.path(str(out)),
+            "metrics": dg.MetadataValue.path(str(out / METRICS)),
+            **disk_metadata(out),
+            **config_metadata,
+        }
+        if (out / PROFILE_DIR / TRACE_FILE).is_file():
+            metadata["profiler_trace"] = dg.MetadataValue.path(str(out / PROFILE_DIR / TRACE_FILE))
+        check = check_accuracy(out, canonical)
+    headline = ("test_acc_at_best_val", "best_val_acc", "best_epoch", "machines", "seconds")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=[check])
+
+
+def _part_config(parts: Partitions, dataset: str) -> Path:
+    name = parts.summary.get("distdgl_config")
+    if not name:
+        raise dg.Failure(
+            description=f"dataset '{dataset}': metis_partitions wrote no DistDGL partitions "
+            "(metis_partitions.write_distdgl is false): set it to true and re-materialize metis_partitions"
+        )
+    return parts.path(name)
+
+
+def _skipped_without_hosts(context, num_parts: int) -> dg.MaterializeResult:
+    reason = (
+        f"metis_partitions has {num_parts} parts and DistDGL runs one machine per part: set "
+        f"{_ASSET}.cluster.hosts to their {num_parts} addresses (launcher: ssh), or partition into 1 part "
+        "(metis_partitions.num_parts: 1) to train on this machine"
+    )
+    context.log.info(f"{_ASSET} skipped: {reason}")
+    check = dg.AssetCheckResult(check_name=BEATS_MAJORITY, passed=True, metadata={"skipped": reason})
+    return dg.MaterializeResult(metadata={"skipped": reason}, check_results=[check])
+
+
+def _work_dir(training: DistDGLTraining, cluster: DistDGLCluster, parts: Partitions, part_config: Path, out: Path):
+    """The work folder of these settings on these partitions (`training.checkpoint.work_dir_for`):
+    what the trainers' checkpoint identity holds, so a rerun of the same settings continues."""
+    trained = {k: v for k, v in asdict(training).items() if k != "stop_after_epoch"}
+    processes = {"servers": cluster.servers, "trainers": cluster.trainers, "machines": len(cluster.addresses)}
+    files = [parts.path(Partitions.SUMMARY), part_config]
+    data = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
+    key = json.dumps({"training": trained, "processes": processes, "data": data}, sort_keys=True)
+    return work_dir_for(out, hashlib.sha256(key.encode()).hexdigest()[:16])
+
+
+def _train(context, training, cluster, parts: Partitions, part_config: Path, out: Path) -> Path:
+    """Run every machine's servers and trainers into the work folder; the folder, once rank 0
+    has written the summary (a failure naming the failing machines' logs otherwise)."""
+    work = _work_dir(training, cluster, parts, part_config, out)
+    logs = work / LOGS
+    logs.mkdir(parents=True, exist_ok=True)
+    ip_config = write_ip_config(cluster, work / IP_CONFIG)
+    commands = [
+        machine_command(
+            cluster,
+            m,
+            machine_script(cluster, training, m, ip_config=ip_config, part_config=part_config, out=work, logs=logs),
+        )
+        for m in range(len(cluster.addresses))
+    ]
+    if (work / CHECKPOINT_NAME).is_file():
+        context.log.info(f"continuing from the checkpoint in {work}")
+    context.log.info(
+        f"starting {len(commands)} machine(s) x ({cluster.servers} server(s) + {cluster.trainers} trainer(s)), "
+        f"launcher {cluster.launcher}; logs in {logs}"
+    )
+    codes = run_machines(commands, env=dict(os.environ))
+    if any(codes):
+        failed = [f"machine {m} ({cluster.addresses[m]}) exited with {c}" for m, c in enumerate(codes) if c]
+        raise dg.Failure(description=f"DistDGL training failed: {'; '.join(failed)}.\n{_log_tails(logs)}")
+    if not (work / SUMMARY).is_file():
+        raise dg.Failure(
+            description=f"DistDGL training stopped after epoch {training.stop_after_epoch} "
+            f"(training.stop_after_epoch); its checkpoint is in {work}: materialize again with the same "
+            "settings to continue"
+        )
+    return work
+
+
+def _log_tails(logs: Path, chars: int = 1500) -> str:
+    """The end of every process's log, for the failure's description."""
+    return "\n".join(f"--- {f.name}:\n{f.read_text(errors='replace')[-chars:]}" for f in sorted(logs.glob("*.log")))
