@@ -1,6 +1,6 @@
 """canonical_graph: the landing folder's edge lists as a clean, relabelled graph.
 
-Calls `graphs.canonical.build_canonical_graph` (DuckDB ingest, see that module for the
+Calls `graphs.stages.canonical.build_canonical_graph` (DuckDB ingest, see that module for the
 files written) with the column mapping of the dataset's gnnflow.yaml (`columns:`), and
 reports counts, dropped rows by reason, degree statistics and a log-log degree plot. Bad input fails the run with the file and column named; the previous
 materialization of the partition stays in place.
@@ -24,15 +24,15 @@ from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import SETTINGS_FILE, SettingsError, read_columns, register_config
-from graphs.canonical import (
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.infra.config_checks import bounded_text
+from graphs.stages.canonical import (
     CanonicalConfig,
     InputError,
     build_canonical_graph,
     landing_fingerprint,
     read_label_classes,
 )
-from graphs.canonical_files import CanonicalGraph
-from graphs.config_checks import bounded_text
 
 CanonicalGraphConfig = dagster_config(CanonicalConfig, "CanonicalGraphConfig")
 _ASSET = CanonicalGraph.STAGE

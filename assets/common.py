@@ -37,13 +37,10 @@ from assets.settings import (
     registered_configs,
     resolve,
 )
-from graphs.canonical import has_training_labels, is_dataset_folder
-from graphs.canonical_files import CanonicalGraph
-from graphs.edge_split import LINK_PREDICTION, EdgeSplit
-from graphs.normalize import Adjacency
-from graphs.shard_format import STAGE as MINIBATCH_SHARDS
-from graphs.stage_artifact import StageArtifact
-from graphs.storage import (
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
+from graphs.formats.stage_artifact import StageArtifact
+from graphs.infra.storage import (
     HASHES_NAME,
     CorruptFileError,
     DatasetNameError,
@@ -56,6 +53,9 @@ from graphs.storage import (
     validate_dataset_name,
     verify_files,
 )
+from graphs.stages.canonical import has_training_labels, is_dataset_folder
+from graphs.stages.edge_split import LINK_PREDICTION, EdgeSplit
+from graphs.stages.normalize import Adjacency
 from training.checkpoint import data_version
 from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, PREDICTIONS, SUMMARY, read_version, write_version_file
 from training.outputs import STAGE as TRAINED_MODEL
@@ -104,7 +104,7 @@ class GnnflowStorage(dg.ConfigurableResource):
 
     @contextlib.contextmanager
     def lock(self, dataset: str, log: Callable[[str], None] | None = None) -> Iterator[Path]:
-        """Hold the dataset's write lock (`graphs.storage.dataset_lock`) for the block; stale
+        """Hold the dataset's write lock (`graphs.infra.storage.dataset_lock`) for the block; stale
         temporaries of earlier killed runs of this dataset are removed once it is held."""
         with dataset_lock(self.dataset_dir(dataset), log=log) as lock_file:
             yield lock_file

@@ -1,6 +1,6 @@
 """compressed_graph: INT8 / 4-bit / bit-packed features, INT8 edge weights, Bloom-filter edge sets.
 
-Calls `graphs.compress.build_compressed_graph` (see that module for the files, dtypes and
+Calls `graphs.stages.compress.build_compressed_graph` (see that module for the files, dtypes and
 shapes) on the canonical graph, the normalized adjacency and the METIS parts, and reports
 bytes before / after and reconstruction errors per tensor, the trade-off of every feature
 encoding, the Bloom filters' bits per edge and measured false-positive rate, and the
@@ -19,11 +19,11 @@ from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
-from graphs.canonical_files import CanonicalGraph
-from graphs.compress import CompressConfig, build_compressed_graph, verify_compressed_graph
-from graphs.compress_files import CompressedGraph
-from graphs.normalize import Adjacency
-from graphs.partition_files import Partitions
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.partition_files import Partitions
+from graphs.stages.compress import CompressConfig, build_compressed_graph, verify_compressed_graph
+from graphs.stages.normalize import Adjacency
 
 CompressedGraphConfig = dagster_config(CompressConfig, "CompressedGraphConfig")
 

@@ -4,7 +4,7 @@ Each stage's settings live once, in a keyword-only dataclass in `graphs/` or `tr
 (one field, one help text, validation in `__post_init__`). `dagster_config` turns such a
 dataclass into a `dagster.Config` class with the same fields, defaults and descriptions,
 so the Dagster UI's launchpad shows them and no default is written twice. The bounds a
-field declares in its metadata (`graphs.config_checks`) become pydantic constraints: ``le``
+field declares in its metadata (`graphs.infra.config_checks`) become pydantic constraints: ``le``
 from ``max``, ``max_length`` for strings, finite floats and ints that are not bools, so run
 config and a dataset's gnnflow.yaml are refused with the field's name before the dataclass
 is built.
@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 import dagster as dg
 from pydantic import Field
 
-from graphs.config_checks import MAX_TEXT, help_text
+from graphs.infra.config_checks import MAX_TEXT, help_text
 
 T = TypeVar("T")
 

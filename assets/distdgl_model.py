@@ -43,9 +43,9 @@ from assets.metis_partitions import metis_partitions
 from assets.reporting import stage_result
 from assets.settings import register_config
 from assets.trained_model import BEATS_MAJORITY, check_accuracy
-from graphs.canonical import read_summary
-from graphs.canonical_files import CanonicalGraph
-from graphs.partition_files import Partitions
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.partition_files import Partitions
+from graphs.stages.canonical import read_summary
 from training.checkpoint import CHECKPOINT_NAME, work_dir_for
 from training.distdgl import STAGE
 from training.distdgl_cluster import DistDGLCluster, machine_command, machine_script, run_machines, write_ip_config
@@ -69,6 +69,10 @@ class DistDGLModelConfig(dg.Config):
     cluster: DistDGLClusterConfig = Field(  # type: ignore[valid-type]
         default_factory=DistDGLClusterConfig, description=(DistDGLCluster.__doc__ or "").strip()
     )
+
+    def to_dataclass(self) -> tuple[DistDGLTraining, DistDGLCluster]:
+        """The `training` and `cluster` dataclasses (validated by their `__post_init__`)."""
+        return self.training.to_dataclass(), self.cluster.to_dataclass()
 
 
 register_config(_ASSET, DistDGLModelConfig)
@@ -102,7 +106,7 @@ def distdgl_model(
         if skipped is not None:
             return skipped
         try:
-            training, cluster = config.training.to_dataclass(), config.cluster.to_dataclass()
+            training, cluster = config.to_dataclass()
             model_for_fanouts(training)  # the layers match the fanouts
         except ValueError as exc:
             raise dg.Failure(description=f"{_ASSET} config: {exc}") from exc
@@ -118,10 +122,12 @@ def distdgl_model(
             return _skipped_without_hosts(context, parts.num_parts)
         out = storage.asset_dir(dataset, _ASSET)
         work = _train(context, training, cluster, parts, part_config, out)
+        summary = json.loads((work / SUMMARY).read_text())
+        check = check_accuracy(work, canonical)  # before publishing: a failure here keeps the checkpoint
         with storage.publishing(dataset, _ASSET) as staging:
             shutil.copytree(work, staging, ignore=shutil.ignore_patterns(CHECKPOINT_NAME))
-        shutil.rmtree(work, ignore_errors=True)
-        summary = json.loads((out / SUMMARY).read_text())
+        for folder in out.parent.glob(f".{out.name}.work-*"):  # this run's, and those of abandoned settings
+            shutil.rmtree(folder, ignore_errors=True)
         metadata = {
             **{k: summary[k] for k in ("best_epoch", "best_val_acc", "test_acc_at_best_val", "final_epoch")},
             **{k: summary[k] for k in ("machines", "trainers", "seconds", "resumed_after_epoch")},
@@ -134,7 +140,6 @@ def distdgl_model(
         }
         if (out / PROFILE_DIR / TRACE_FILE).is_file():
             metadata["profiler_trace"] = dg.MetadataValue.path(str(out / PROFILE_DIR / TRACE_FILE))
-        check = check_accuracy(out, canonical)
     headline = ("test_acc_at_best_val", "best_val_acc", "best_epoch", "machines", "seconds")
     return stage_result(context, _ASSET, metadata, headline=headline, check_results=[check])
 
@@ -178,6 +183,7 @@ def _train(context, training, cluster, parts: Partitions, part_config: Path, out
     logs = work / LOGS
     logs.mkdir(parents=True, exist_ok=True)
     ip_config = write_ip_config(cluster, work / IP_CONFIG)
+    (work / SUMMARY).unlink(missing_ok=True)  # rank 0 writes it once this run has finished
     commands = [
         machine_command(
             cluster,
@@ -194,13 +200,22 @@ def _train(context, training, cluster, parts: Partitions, part_config: Path, out
     )
     codes = run_machines(commands, env=dict(os.environ))
     if any(codes):
-        failed = [f"machine {m} ({cluster.addresses[m]}) exited with {c}" for m, c in enumerate(codes) if c]
+        failed = [  # a negative code: stopped here, by the signal, after another machine failed
+            f"machine {m} ({cluster.addresses[m]}) " + (f"exited with {c}" if c > 0 else "stopped")
+            for m, c in enumerate(codes)
+            if c
+        ]
         raise dg.Failure(description=f"DistDGL training failed: {'; '.join(failed)}.\n{_log_tails(logs)}")
-    if not (work / SUMMARY).is_file():
+    if not (work / SUMMARY).is_file() and 0 < training.stop_after_epoch < training.epochs:
         raise dg.Failure(
             description=f"DistDGL training stopped after epoch {training.stop_after_epoch} "
             f"(training.stop_after_epoch); its checkpoint is in {work}: materialize again with the same "
             "settings to continue"
+        )
+    if not (work / SUMMARY).is_file():
+        raise dg.Failure(
+            description=f"every machine ended without an error, but rank 0's {work / SUMMARY} is missing: with "
+            "launcher 'ssh', GNNFLOW_HOME must be one shared folder, at the same path on every host"
         )
     return work
 

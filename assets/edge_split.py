@@ -8,7 +8,7 @@ classification, the default, then runs exactly the steps it ran before (each ste
 materialized for it.
 
 For a dataset whose gnnflow.yaml says ``task: link_prediction`` the step runs
-`graphs.edge_split.build_edge_split` (files and format in that module) before building Â
+`graphs.stages.edge_split.build_edge_split` (files and format in that module) before building Â
 from its message-passing graph; minibatch_shards reads that graph too
 (`GnnflowStorage.graph_dir`), while compressed_graph keeps building its Bloom filters from
 canonical_graph, i.e. over every edge, held-out ones included. The split is made once: a
@@ -33,10 +33,10 @@ from assets.common import GnnflowStorage, disk_metadata, refuse_failed_checks
 from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.settings import register_config
-from graphs.canonical_files import CanonicalGraph
-from graphs.edge_split import EdgeSplit, EdgeSplitConfig, build_edge_split, load_edge_split
-from graphs.negatives import EdgeKeys
-from graphs.storage import read_file_hashes, verified
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.infra.storage import read_file_hashes, verified
+from graphs.stages.edge_split import EdgeSplit, EdgeSplitConfig, build_edge_split, load_edge_split
+from graphs.stages.negatives import EdgeKeys
 
 EdgeSplitRunConfig = dagster_config(EdgeSplitConfig, "EdgeSplitRunConfig")
 

@@ -30,7 +30,7 @@ against its fixed negatives (`training.link.evaluate_saved`) into metrics.json a
 metadata; `promotion` does not apply and says so.
 
 Every file these assets read is first checked against the hashes.json its stage published
-(`graphs.storage.verify_files`), and both record trained_model/ as a model version when it
+(`graphs.infra.storage.verify_files`), and both record trained_model/ as a model version when it
 is not yet kept (`GnnflowStorage.record_model_version`), so a run that died between
 publishing trained_model/ and recording it is completed here, without retraining.
 """
@@ -47,13 +47,13 @@ from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, 
 from assets.config import dagster_config
 from assets.reporting import stage_result
 from assets.settings import register_config
-from graphs.canonical import read_summary
-from graphs.canonical_files import CanonicalGraph
-from graphs.edge_split import LINK_PREDICTION, EdgeSplit
-from graphs.label_classes import read_label_classes
-from graphs.normalize import Adjacency
-from graphs.shard_format import STAGE as MINIBATCH_SHARDS
-from graphs.storage import CorruptFileError, staged_output, verified, verify_files
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.label_classes import read_label_classes
+from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
+from graphs.infra.storage import CorruptFileError, staged_output, verified, verify_files
+from graphs.stages.canonical import read_summary
+from graphs.stages.edge_split import LINK_PREDICTION, EdgeSplit
+from graphs.stages.normalize import Adjacency
 from training.metrics import classification_report, node_classification_report
 from training.outputs import LINK_MODEL, PREDICTIONS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
@@ -222,7 +222,7 @@ def _write_record(out: Path, record: dict, now: LabelRecord) -> None:
 
 def plot_confusion(cm: np.ndarray, path: Path) -> None:
     """A small confusion-matrix heat map (row-normalized colours, counts written for <= 12 classes)."""
-    from graphs.plotting import headless_pyplot
+    from graphs.infra.plotting import headless_pyplot
 
     plt = headless_pyplot()
     c = cm.shape[0]

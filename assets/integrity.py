@@ -2,8 +2,8 @@
 is the library's message (the file, the stage to re-materialize or the space needed and free).
 
 The readers in `graphs` check every upstream file against its folder's hashes.json before
-using it (`graphs.storage.verified`, CorruptFileError) and reserve the space of memory-mapped
-outputs up front (`graphs.storage.reserve_space`, DiskFullError); `staged_output` removes the
+using it (`graphs.infra.storage.verified`, CorruptFileError) and reserve the space of memory-mapped
+outputs up front (`graphs.infra.storage.reserve_space`, DiskFullError); `staged_output` removes the
 temporary folder either way, so the stage's previous output stays as it was.
 """
 
@@ -14,7 +14,7 @@ from typing import Iterator
 
 import dagster as dg
 
-from graphs.storage import CorruptFileError, DiskFullError
+from graphs.infra.storage import CorruptFileError, DiskFullError
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """metis_partitions: METIS parts with 1-hop halos, Cluster-GCN clusters and the DistDGL format.
 
-Calls `graphs.partition.build_partitions` (see that module for the files) and reports
+Calls `graphs.stages.partition.build_partitions` (see that module for the files) and reports
 METIS next to a seeded random (hash) partition of the same graph: edge-cut ratio, node
 and edge balance, halo replication factor, time and peak RSS, plus a bar chart. Asset
 checks, evaluated on the written files: every node is in exactly one part, and METIS
@@ -16,9 +16,9 @@ from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
-from graphs.canonical import edge_batches, read_summary
-from graphs.canonical_files import CanonicalGraph
-from graphs.partition import (
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.stages.canonical import edge_batches, read_summary
+from graphs.stages.partition import (
     PartitionConfig,
     Partitions,
     build_partitions,

@@ -28,17 +28,17 @@ from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
-from graphs.canonical import read_summary
-from graphs.canonical_files import CanonicalGraph
-from graphs.compress_files import CompressedGraph
-from graphs.edge_split import LINK_PREDICTION
-from graphs.node_scores import NODE_SCORES_NAME
-from graphs.normalize import Adjacency
-from graphs.partition_files import Partitions
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.node_scores import NODE_SCORES_NAME
+from graphs.formats.partition_files import Partitions
+from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
+from graphs.formats.shard_manifest import ShardManifest
 from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class, write_minibatch_shards
 from graphs.sampling.link import write_link_shards
-from graphs.shard_format import STAGE as MINIBATCH_SHARDS
-from graphs.shard_manifest import ShardManifest
+from graphs.stages.canonical import read_summary
+from graphs.stages.edge_split import LINK_PREDICTION
+from graphs.stages.normalize import Adjacency
 from training.outputs import STAGE as TRAINED_MODEL
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")

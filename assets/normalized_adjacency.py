@@ -5,7 +5,7 @@ materializes the ``edge_split`` asset (`assets.edge_split`; the same step, so no
 classification gains no step) and builds Â from its message-passing graph, so no held-out
 edge is ever aggregated over.
 
-Calls `graphs.normalize.build_normalized_adjacency` (see that module for the files, dtypes
+Calls `graphs.stages.normalize.build_normalized_adjacency` (see that module for the files, dtypes
 and the streaming build) and evaluates four blocking asset checks on the written files before publishing them: Â is
 symmetric (for degree_norm='both' on a symmetrized graph), has no NaN/inf, every weight lies in
 (0, 1], and its largest eigenvalue is at most 1 + 1e-4 (proved by one product with Â's Perron
@@ -28,8 +28,8 @@ from assets.edge_split import (
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
-from graphs.edge_split import LINK_PREDICTION
-from graphs.normalize import (
+from graphs.stages.edge_split import LINK_PREDICTION
+from graphs.stages.normalize import (
     Adjacency,
     AdjacencyConfig,
     asymmetric_entries,

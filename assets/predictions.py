@@ -35,11 +35,17 @@ from assets.common import GnnflowStorage, dataset_partitions, disk_metadata, ing
 from assets.normalized_adjacency import NormalizedAdjacencyConfig
 from assets.reporting import stage_result
 from assets.settings import SettingsError, read_settings_file, registered_configs, resolve
-from graphs.canonical import InputError, build_canonical_graph, has_training_labels, landing_fingerprint, read_summary
-from graphs.canonical_files import CanonicalGraph
-from graphs.edge_split import LINK_PREDICTION
-from graphs.normalize import Adjacency, build_normalized_adjacency
-from graphs.storage import CorruptFileError, staged_output
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.infra.storage import CorruptFileError, staged_output
+from graphs.stages.canonical import (
+    InputError,
+    build_canonical_graph,
+    has_training_labels,
+    landing_fingerprint,
+    read_summary,
+)
+from graphs.stages.edge_split import LINK_PREDICTION
+from graphs.stages.normalize import Adjacency, build_normalized_adjacency
 from training.outputs import MODEL_BEST, PREDICTIONS
 from training.outputs import STAGE as TRAINED_MODEL
 from training.predict import predict

@@ -19,7 +19,7 @@ and CLI runs, the landing sensor, the retraining schedule and backfills all see 
     3. the defaults of the stage's config dataclass
 
 One more top-level key, ``task``, says what the dataset is trained for:
-``node_classification`` (the default) or ``link_prediction`` (`graphs.edge_split.TASKS`).
+``node_classification`` (the default) or ``link_prediction`` (`graphs.stages.edge_split.TASKS`).
 It is not an asset's setting because it changes the asset graph's behaviour upstream: with
 link prediction, edge_split holds out edges and its message-passing graph feeds
 normalized_adjacency and the shards (`GnnflowStorage.task`, README "Link prediction")::
@@ -30,7 +30,7 @@ normalized_adjacency and the shards (`GnnflowStorage.task`, README "Link predict
         config: {val_fraction: 0.05, test_fraction: 0.1}
 
 One more top-level key, ``columns``, names the dataset's columns where they differ from the
-landing layout's (`graphs.user_files`; any of src, dst, weight, node_id, label, split, feat)::
+landing layout's (`graphs.stages.user_files`; any of src, dst, weight, node_id, label, split, feat)::
 
     columns: {src: from_id, dst: to_id, node_id: customer_id, label: segment, weight: amount}
 
@@ -38,7 +38,7 @@ landing layout's (`graphs.user_files`; any of src, dst, weight, node_id, label, 
 before Dagster fills in defaults), so a default never hides a value from the file. The
 effective settings and which keys came from where go into each materialization's metadata.
 
-The file is untrusted input: it is size-limited and parsed by `graphs.config_checks.read_yaml_file`
+The file is untrusted input: it is size-limited and parsed by `graphs.infra.config_checks.read_yaml_file`
 (the safe loader, anchors and aliases refused, so a few hundred bytes cannot expand to
 gigabytes), only the `ops.<asset>.config` blocks of known assets and the keys of their config
 classes are accepted, and the values are validated by the same pydantic fields and dataclass
@@ -56,7 +56,7 @@ from typing import Any, Mapping
 import dagster as dg
 import pydantic
 
-from graphs.config_checks import (
+from graphs.infra.config_checks import (
     RunConfigShapeError,
     asset_config_block,
     bounded_repr,
@@ -64,9 +64,9 @@ from graphs.config_checks import (
     read_yaml_file,
     run_config_ops,
 )
-from graphs.edge_split import DEFAULT_TASK, TASKS
-from graphs.landing import InputError, checked_dataset_file
-from graphs.user_files import check_column_mapping
+from graphs.stages.edge_split import DEFAULT_TASK, TASKS
+from graphs.stages.landing import InputError, checked_dataset_file
+from graphs.stages.user_files import check_column_mapping
 
 SETTINGS_FILE = "gnnflow.yaml"
 

@@ -65,15 +65,15 @@ from assets.integrity import file_errors_as_failures
 from assets.pipes_messages import WholeLineMessageReader
 from assets.reporting import stage_result
 from assets.settings import register_config
-from graphs.canonical import read_summary
-from graphs.canonical_files import CanonicalGraph
-from graphs.compress_files import CompressedGraph
-from graphs.edge_split import LINK_PREDICTION, EdgeSplit
-from graphs.normalize import Adjacency
-from graphs.shard_format import STAGE as MINIBATCH_SHARDS
-from graphs.shard_format import refuse_republished_upstream
-from graphs.shard_manifest import ShardManifest
-from graphs.storage import held_lock_fd
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
+from graphs.formats.shard_format import refuse_republished_upstream
+from graphs.formats.shard_manifest import ShardManifest
+from graphs.infra.storage import held_lock_fd
+from graphs.stages.canonical import read_summary
+from graphs.stages.edge_split import LINK_PREDICTION, EdgeSplit
+from graphs.stages.normalize import Adjacency
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError
@@ -241,7 +241,7 @@ def trained_model(
     """GNN trained with torchrun DDP from the minibatch shards: models, predictions, metrics, curves, traces."""
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
-    # the launcher shares this lock; rank 0 runs under it, and stops if it ends (graphs.storage)
+    # the launcher shares this lock; rank 0 runs under it, and stops if it ends (graphs.infra.storage)
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
         shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
@@ -453,6 +453,13 @@ def check_accuracy(out: Path, canonical: Path) -> dg.AssetCheckResult:
     train = nodes[(nodes.split == "train") & (nodes.label >= 0)].label
     test = nodes[(nodes.split == "test") & (nodes.label >= 0)].label
     majority = float((test == train.mode().iloc[0]).mean()) if len(train) and len(test) else 0.0
+    if s.get("test_acc_at_best_val") is None:  # no validated epoch (a DistDGL graph without validation nodes)
+        return dg.AssetCheckResult(
+            check_name=BEATS_MAJORITY,
+            passed=False,
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"test_acc": "not evaluated: no validation nodes", "majority_class_acc": majority},
+        )
     acc = float(s["test_acc_at_best_val"])
     return dg.AssetCheckResult(
         check_name=BEATS_MAJORITY,

@@ -27,7 +27,7 @@ def build(landing: Path, home: Path, partitions: bool = False) -> dict:
     """canonical_graph, normalized_adjacency (`accuracy.build`) and metis_partitions' clusters of
     `landing`, once."""
     can, adj = build_graph(landing, home)
-    from graphs.partition import PartitionConfig, Partitions, build_partitions
+    from graphs.stages.partition import PartitionConfig, Partitions, build_partitions
 
     part = home / "metis_partitions"
     if partitions and not (part / Partitions.CLUSTER_ID).exists():
@@ -36,8 +36,8 @@ def build(landing: Path, home: Path, partitions: bool = False) -> dict:
 
 
 def generated(landing: Path, **cfg) -> Path:
-    """A generated dataset (`graphs.generate`) written once into `landing`."""
-    from graphs.generate import GenerateConfig, generate_dataset
+    """A generated dataset (`graphs.synthetic.generate`) written once into `landing`."""
+    from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
     if not (landing / "nodes.parquet").exists():
         generate_dataset(GenerateConfig(**cfg), landing, progress=False)
@@ -64,8 +64,8 @@ def _train_child(cfg: dict, canonical: str, q) -> None:
 
     torch.set_num_threads(1)
 
-    from graphs.canonical import CanonicalGraph
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.canonical import CanonicalGraph
     from training.config import RunConfig
     from training.metrics import node_classification_report
     from training.outputs import METRICS, PREDICTIONS
@@ -91,7 +91,7 @@ def _train_child(cfg: dict, canonical: str, q) -> None:
 
 
 def train_run(shard_dir: Path, out: Path, model: dict, training: dict, canonical: Path | None = None) -> dict:
-    """One training run in a fresh child: {peak_rss_mb (`graphs.storage.peak_rss_bytes`), summary, val_acc per epoch,
+    """One training run in a fresh child: {peak_rss_mb (`graphs.infra.storage.peak_rss_bytes`), summary, val_acc per epoch,
     train_seconds per epoch, report (training.metrics.node_classification_report of the test
     split, when `canonical`)}."""
     from training.outputs import SUMMARY

@@ -5,7 +5,7 @@
     .venv/bin/python benchmarks/accuracy.py --parts cora,ddp --seeds 3
 
 Every number goes through the pipeline's own functions: canonical_graph
-(`graphs.canonical`) -> normalized_adjacency (`graphs.normalize`) -> minibatch_shards
+(`graphs.stages.canonical`) -> normalized_adjacency (`graphs.stages.normalize`) -> minibatch_shards
 (`graphs.sampling`) -> training (`training.train`, in-process for one rank, `torchrun`
 for two), evaluated by full-graph inference; test accuracy of the best-on-validation
 model, mean ± std over --seeds training seeds (initialization and dropout).
@@ -43,7 +43,7 @@ int8            Cora as above with the shards' INT8 features (per-column scale a
 ddp             Cora with shards for world size 2 (70 training nodes per rank and step),
                 trained by `torchrun --nproc-per-node 2` (gloo): the DDP-averaged
                 gradient is the full-batch gradient. Target: within 0.5 points of 1 rank.
-demo            the demo graph (`graphs.generate.demo_config`: 100k nodes, 8 classes,
+demo            the demo graph (`graphs.synthetic.generate.demo_config`: 100k nodes, 8 classes,
                 homophily 0.85, feature noise 0.7): GraphSAGE (2 x 128, fanouts 10,5,
                 batch 1024, 3 epochs) vs an MLP (2 x 128) trained on the same features
                 and split alone. Target: the GNN at least 10 points above the MLP.
@@ -80,8 +80,8 @@ PLANETOID_TRAINING = {
 
 
 def build(source: Path, home: Path) -> tuple[Path, Path]:
-    from graphs.canonical import CanonicalGraph, build_canonical_graph
-    from graphs.normalize import build_normalized_adjacency
+    from graphs.stages.canonical import CanonicalGraph, build_canonical_graph
+    from graphs.stages.normalize import build_normalized_adjacency
 
     can, adj = home / "canonical_graph", home / "normalized_adjacency"
     if not (can / CanonicalGraph.SUMMARY).exists():
@@ -93,10 +93,10 @@ def build(source: Path, home: Path) -> tuple[Path, Path]:
 
 def compressed_int8(home: Path) -> Path:
     """compressed_graph with INT8 features (one METIS-free part: its Bloom filters are unused here)."""
-    from graphs.canonical import CanonicalGraph
-    from graphs.compress import CompressConfig, CompressedGraph, build_compressed_graph
-    from graphs.partition import Partitions
-    from graphs.storage import write_file_hashes, write_summary
+    from graphs.infra.storage import write_file_hashes, write_summary
+    from graphs.stages.canonical import CanonicalGraph
+    from graphs.stages.compress import CompressConfig, CompressedGraph, build_compressed_graph
+    from graphs.stages.partition import Partitions
 
     out = home / "compressed_graph"
     if not (out / CompressedGraph.MANIFEST).exists():
@@ -194,8 +194,8 @@ def _dgl_inputs(canonical: Path, adjacency: Path):
     import dgl
     import torch
 
-    from graphs.canonical import CanonicalGraph
-    from graphs.normalize import Adjacency
+    from graphs.stages.canonical import CanonicalGraph
+    from graphs.stages.normalize import Adjacency
     from training.features import read_node_table
 
     indptr = np.load(adjacency / Adjacency.INDPTR)
@@ -300,7 +300,7 @@ def dgl_gat_accuracy(canonical: Path, adjacency: Path, seed: int) -> float:
 
 def generated_graph(landing: Path) -> Path:
     """The 4,000-node homophilous graph of the defaults part (written once)."""
-    from graphs.generate import GenerateConfig, generate_dataset
+    from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
     if not landing.exists():
         generate_dataset(GenerateConfig(num_nodes=4000, num_edges=40_000, num_edge_files=1), landing, progress=False)
@@ -313,7 +313,7 @@ def mlp_accuracy(canonical: Path, hidden: int, epochs: int, seed: int) -> float:
     import torch
     import torch.nn.functional as F
 
-    from graphs.canonical import CanonicalGraph
+    from graphs.stages.canonical import CanonicalGraph
 
     graph = CanonicalGraph.open(canonical)
     x = torch.from_numpy(np.load(graph.features_path))
@@ -364,7 +364,7 @@ def main() -> None:
     rows = []
 
     def planetoid(name: str, **shard_kw) -> Path:
-        from graphs.canonical import CanonicalGraph
+        from graphs.stages.canonical import CanonicalGraph
 
         home = work / name
         build(Path(args.datasets) / name, home)
@@ -467,7 +467,7 @@ def main() -> None:
         diff = 100 * (np.mean(results["cora_ddp2"]) - np.mean(results["cora"]))
         rows.append(("Cora GCN, DDP 2 ranks", results["cora_ddp2"], f"{diff:+.2f} vs 1 rank (|d| <= 0.5)"))
     if "demo" in parts:
-        from graphs.generate import demo_config, generate_dataset
+        from graphs.synthetic.generate import demo_config, generate_dataset
 
         landing = work / "demo-landing"
         if not landing.exists():

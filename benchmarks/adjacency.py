@@ -28,14 +28,14 @@ from _child import run_in_child  # benchmarks/_child.py
 
 def canonical_graph_for(nodes: int, edges: int, work: Path, landing: Path | None = None) -> Path:
     """The canonical graph of the generated nodes/edges dataset (or of `landing`), cached."""
-    from graphs.canonical import CanonicalGraph, build_canonical_graph
+    from graphs.stages.canonical import CanonicalGraph, build_canonical_graph
 
     root = work / f"n{nodes}-e{edges}" if landing is None else work / f"landing-{landing.name}"
     canonical = root / "canonical"
     if (canonical / CanonicalGraph.SUMMARY).is_file():
         return canonical
     if landing is None:
-        from graphs.generate import generate_dataset, scale_config
+        from graphs.synthetic.generate import generate_dataset, scale_config
 
         landing = root / "landing"
         t = time.perf_counter()
@@ -62,8 +62,8 @@ def warm(folder: Path) -> None:
 
 
 def _ours(canonical: str, out: str, queue) -> None:
-    from graphs.normalize import AdjacencyConfig, build_normalized_adjacency
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.normalize import AdjacencyConfig, build_normalized_adjacency
 
     base = peak_rss_bytes()
     t, c = time.perf_counter(), harness.cpu_seconds()
@@ -77,9 +77,9 @@ def _scipy(canonical: str, out: str, queue) -> None:
     import pyarrow.parquet as pq
     import scipy.sparse as sp
 
-    from graphs.canonical import CanonicalGraph
-    from graphs.normalize import Adjacency
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.canonical import CanonicalGraph
+    from graphs.stages.normalize import Adjacency
 
     base = peak_rss_bytes()
     t, c = time.perf_counter(), harness.cpu_seconds()
@@ -106,7 +106,7 @@ def _agree(ours: Path, ref: Path) -> float:
     """Largest |weight difference|; raises if the sparsity patterns differ."""
     import numpy as np
 
-    from graphs.normalize import Adjacency
+    from graphs.stages.normalize import Adjacency
 
     for name in (Adjacency.INDPTR, Adjacency.INDICES):
         if not np.array_equal(np.load(ours / name, mmap_mode="r"), np.load(ref / name, mmap_mode="r")):
@@ -128,7 +128,7 @@ def main() -> None:
     work = args.work.resolve()
     landing = str(args.landing.resolve()) if args.landing else None
     canonical = Path(run_in_child(_build, args.nodes, args.edges, str(work), landing)["canonical"])
-    from graphs.canonical import read_summary
+    from graphs.stages.canonical import read_summary
 
     facts = read_summary(canonical)
     results = {}

@@ -1,4 +1,4 @@
-"""Build and query rates of the edge-set Bloom filter (graphs/bloom.py) against plain NumPy.
+"""Build and query rates of the edge-set Bloom filter (graphs/kernels/bloom.py) against plain NumPy.
 
 One process, one edge set: ~10M distinct power-law-ish pairs (skewed source and target
 degrees, ids scattered over the id range). Both filters are sized for the same target
@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import harness  # noqa: E402  (benchmarks/harness.py)
 
-from graphs.bloom import BloomFilter, measured_fpr  # noqa: E402
+from graphs.kernels.bloom import BloomFilter, measured_fpr  # noqa: E402
 
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

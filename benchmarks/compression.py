@@ -4,7 +4,7 @@
     .venv/bin/python benchmarks/compression.py --datasets demo heavy --seeds 5 --epochs 200
 
 For each dataset the pipeline's own stages run once (canonical graph, normalized
-adjacency, METIS parts; cached under --work), then `graphs.compress.build_compressed_graph`
+adjacency, METIS parts; cached under --work), then `graphs.stages.compress.build_compressed_graph`
 writes the compressed graph once per feature encoding, and the features and edge weights
 the model sees are decoded from those files (`load_features`, `load_weights`). The model
 is a full-batch 2-layer GCN over Â = D^-1/2 (A + I) D^-1/2, logits = Â relu(Â X W1 + b1) W2
@@ -17,7 +17,7 @@ features): that keeps a 100k-node full-batch epoch at ~0.15 s on one shared core
 comparison between encodings is unaffected.
 
 Datasets:
-  demo      `graphs.generate.demo_config()`: 100k nodes, 1M edge rows, 32-dim Gaussian
+  demo      `graphs.synthetic.generate.demo_config()`: 100k nodes, 1M edge rows, 32-dim Gaussian
             features around class centroids (its structure alone makes it easy: ~99.6%);
   heavy     a generated graph where the features matter (30k nodes, 150k edge rows,
             homophily 0.6; `heavy_tailed_config`) whose 32 feature columns are made
@@ -61,19 +61,19 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-from graphs.canonical import CanonicalGraph, build_canonical_graph  # noqa: E402
-from graphs.compress import (  # noqa: E402
+from graphs.infra.storage import write_file_hashes  # noqa: E402
+from graphs.kernels.quantize import dequantize_int8_rows_csr  # noqa: E402
+from graphs.stages.canonical import CanonicalGraph, build_canonical_graph  # noqa: E402
+from graphs.stages.compress import (  # noqa: E402
     CompressConfig,
     build_compressed_graph,
     encoding_nbytes,
     load_features,
     load_weights,
 )
-from graphs.generate import GenerateConfig, demo_config, generate_dataset  # noqa: E402
-from graphs.normalize import Adjacency, build_normalized_adjacency, load_csr  # noqa: E402
-from graphs.partition import PartitionConfig, Partitions, build_partitions  # noqa: E402
-from graphs.quantize import dequantize_int8_rows_csr  # noqa: E402
-from graphs.storage import write_file_hashes  # noqa: E402
+from graphs.stages.normalize import Adjacency, build_normalized_adjacency, load_csr  # noqa: E402
+from graphs.stages.partition import PartitionConfig, Partitions, build_partitions  # noqa: E402
+from graphs.synthetic.generate import GenerateConfig, demo_config, generate_dataset  # noqa: E402
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"  # in the repository (datasets/README.md)
 

@@ -18,7 +18,7 @@ Measured on the same batches, in this order:
   cold    np.take from the memory-mapped file with its pages evicted from the page cache before
           every batch (madvise(MADV_DONTNEED) on our mapping, then
           posix_fadvise(POSIX_FADV_DONTNEED) on the file: Linux keeps mapped pages otherwise);
-  cold + readahead  the same, each batch's pages first advised (`graphs.npyrows.prefetch_rows`,
+  cold + readahead  the same, each batch's pages first advised (`graphs.formats.npyrows.prefetch_rows`,
           madvise(MADV_WILLNEED) per run of adjacent pages: many reads in flight at once);
   cached  `TieredFeatures.gather_codes` with a warm tier of each `--cache` share x n rows, by
           each policy, its misses read plain and with readahead (``--readahead``) (``degree``: the highest-degree rows, filled up front; ``lru``: `--warmup`
@@ -109,7 +109,7 @@ def _graph(args) -> tuple[Path, Path]:
         return args.adjacency, args.features
     from adjacency import _build  # benchmarks/adjacency.py: the cached generated graph, built in a child
 
-    from graphs.normalize import Adjacency, AdjacencyConfig, build_normalized_adjacency
+    from graphs.stages.normalize import Adjacency, AdjacencyConfig, build_normalized_adjacency
 
     canonical = Path(run_in_child(_build, args.nodes, args.edges, str(args.work), None)["canonical"])
     adj = canonical.parent / "adjacency"
@@ -176,9 +176,9 @@ def main() -> None:
     ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
 
-    from graphs.normalize import load_csr
-    from graphs.npyrows import prefetch_rows
-    from graphs.quantize import EncodedFeatures
+    from graphs.formats.npyrows import prefetch_rows
+    from graphs.kernels.quantize import EncodedFeatures
+    from graphs.stages.normalize import load_csr
     from training.feature_cache import TieredFeatures
 
     adj_dir, feat_path = _graph(args)

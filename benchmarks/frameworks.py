@@ -6,7 +6,7 @@
     make peers                                                             # installs PyG (the [peers] extra)
 
 Graphs (--graphs): ``cora`` and ``citeseer`` from the repository's datasets/ (Planetoid split),
-``generated`` the demo DC-SBM of ``graphs.generate`` at --nodes / --edges rows; each is ingested
+``generated`` the demo DC-SBM of ``graphs.synthetic.generate`` at --nodes / --edges rows; each is ingested
 once (canonical graph and normalized adjacency, cached under --work). Every side trains the same
 model, --layers = len(--fanouts) layers of each layer type in --convs (sage, gcn, gat; default sage)
 with --hidden units, dropout --dropout before every layer, ReLU between, Adam --lr, on the same raw
@@ -161,7 +161,7 @@ def prepare(graph: GraphRun, work: Path) -> tuple[Path, Path]:
 
 
 def _prepare(graph: GraphRun, work: str, queue) -> None:
-    from graphs.canonical import CanonicalGraph
+    from graphs.stages.canonical import CanonicalGraph
 
     can, adj = prepare(graph, Path(work))
     summary = CanonicalGraph.open(can).summary
@@ -175,7 +175,7 @@ def _in_child(side: str, can: str, adj: str, args, queue) -> None:
     """One run of one side in this fresh process; its peak RSS with it."""
     import torch
 
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -195,7 +195,7 @@ def load_pyg_data(can: Path):
     import torch
     from torch_geometric.data import Data
 
-    from graphs.canonical import CanonicalGraph
+    from graphs.stages.canonical import CanonicalGraph
 
     graph = CanonicalGraph.open(can)
     edges = pq.read_table(graph.edges_path, columns=["src", "dst"])

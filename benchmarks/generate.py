@@ -1,4 +1,4 @@
-"""Throughput and peak memory of the synthetic graph generator (graphs/generate.py).
+"""Throughput and peak memory of the synthetic graph generator (graphs/synthetic/generate.py).
 
 One process, one dataset; prints wall time, edge rows per second and peak RSS. There is no
 baseline library for DC-SBM sampling at this scale, so the reference figures are the
@@ -18,8 +18,8 @@ import time
 import numpy as np
 import psutil
 
-from graphs import generate as gen
-from graphs.storage import peak_rss_bytes
+from graphs.infra.storage import peak_rss_bytes
+from graphs.synthetic import generate as gen
 
 
 def _searchsorted_edges_per_second(model: gen._Model, config: gen.GenerateConfig, blocks: int = 8) -> float:

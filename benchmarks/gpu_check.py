@@ -60,12 +60,12 @@ def folder_bytes(path: Path) -> int:
 def make_inputs(data: Path, nodes: int, edges: int, seed: int = 0) -> dict:
     """Generated graph -> canonical -> adjacency -> parts -> compressed -> both shard sets under
     `data` (on CPU, with DGL)."""
-    from graphs.canonical import build_canonical_graph
-    from graphs.compress import CompressConfig, build_compressed_graph
-    from graphs.generate import GenerateConfig, generate_dataset
-    from graphs.normalize import build_normalized_adjacency
-    from graphs.partition import PartitionConfig, build_partitions
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+    from graphs.stages.canonical import build_canonical_graph
+    from graphs.stages.compress import CompressConfig, build_compressed_graph
+    from graphs.stages.normalize import build_normalized_adjacency
+    from graphs.stages.partition import PartitionConfig, build_partitions
+    from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
     cfg = GenerateConfig(num_nodes=nodes, num_edges=edges, feature_dim=32, num_classes=4, num_edge_files=1, seed=seed)
     generate_dataset(cfg, data / "landing", progress=False)

@@ -130,7 +130,7 @@ FEATURE_TARGET_NODES = 10_000_000
 def shards_current(out: Path) -> bool:
     """Whether `out` holds minibatch shards in the format this code reads; a benchmark's cached
     shards of an older format are written again instead of failing the run."""
-    from graphs.shard_format import SUPPORTED_FORMAT_VERSION
+    from graphs.formats.shard_format import SUPPORTED_FORMAT_VERSION
 
     manifest = Path(out) / "manifest.json"
     return manifest.is_file() and json.loads(manifest.read_text()).get("format_version") == SUPPORTED_FORMAT_VERSION
@@ -138,10 +138,10 @@ def shards_current(out: Path) -> bool:
 
 def adjacency_current(adj: Path) -> bool:
     """Whether `adj` holds a normalized adjacency written by this code: one written before Â's
-    scale factors (`graphs.normalize`) is built again, so that the shards made from it get the
+    scale factors (`graphs.stages.normalize`) is built again, so that the shards made from it get the
     weight encoding a user's would."""
-    from graphs.normalize import Adjacency
-    from graphs.stage_artifact import StageFormatError
+    from graphs.formats.stage_artifact import StageFormatError
+    from graphs.stages.normalize import Adjacency
 
     try:
         return "scale_factors" in Adjacency.open(adj).summary

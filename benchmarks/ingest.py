@@ -9,14 +9,14 @@ Generates the graph (cached under --work, in a child process) with the ids of ea
 --ids: ``dense`` (the generator's 0..n-1), ``sparse`` (every node mapped to a distinct int64
 drawn from 0..10^12, in random order) and ``string`` (``"n"`` + that sparse number). Then,
 per id kind, each variant in a fresh child process (peak RSS is the child's own,
-`graphs.storage.peak_rss_bytes`), with the input files read once right before it so every
+`graphs.infra.storage.peak_rss_bytes`), with the input files read once right before it so every
 variant starts from the same warm page cache:
 
   ours   `build_canonical_graph` (validate, relabel, symmetrize, dedupe, sort, labels,
          features, degree stats), and the same on the edge files alone;
   bare   the bare DuckDB equivalent ``COPY (SELECT DISTINCT src, dst FROM read_parquet(...))
          TO ... (FORMAT parquet)``, no relabelling, on a connection with our settings
-         (`graphs.duck.connect`: the same memory_limit, threads, preserve_insertion_order).
+         (`graphs.infra.duck.connect`: the same memory_limit, threads, preserve_insertion_order).
 
 Only the work is timed: the output's row count is read after the clock stops on both
 sides. With --repeat R every variant runs once per round, in reverse order every other round,
@@ -49,8 +49,8 @@ SPARSE_ID_RANGE = 10**12
 def _ours(landing: str, out: str, memory_limit: str, budget_mb: int, queue, code: str | None = None) -> None:
     if code:  # another checkout's graphs/ package, imported in this fresh child only
         sys.path.insert(0, code)
-    from graphs.canonical import CanonicalConfig, build_canonical_graph
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
 
     t, c = time.perf_counter(), harness.cpu_seconds()
     s = build_canonical_graph(landing, out, CanonicalConfig(memory_limit=memory_limit, sort_budget_mb=budget_mb))
@@ -65,8 +65,8 @@ def _rows_of(path: str) -> int:
 
 
 def _bare(landing: str, out: str, memory_limit: str, queue) -> None:
-    from graphs import duck
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra import duck
+    from graphs.infra.storage import peak_rss_bytes
 
     Path(out).mkdir(parents=True, exist_ok=True)
     t, c = time.perf_counter(), harness.cpu_seconds()
@@ -80,8 +80,8 @@ def _bare(landing: str, out: str, memory_limit: str, queue) -> None:
 
 
 def _bare_weighted(landing: str, out: str, memory_limit: str, queue) -> None:
-    from graphs import duck
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra import duck
+    from graphs.infra.storage import peak_rss_bytes
 
     Path(out).mkdir(parents=True, exist_ok=True)
     t, c = time.perf_counter(), harness.cpu_seconds()
@@ -101,7 +101,7 @@ def _generate(nodes: int, edges: int, landing: str, weighted: str, queue) -> Non
     """The dense-id graph (and its weighted twin), generated in a child so this parent stays small."""
     import dataclasses
 
-    from graphs.generate import generate_dataset, scale_config
+    from graphs.synthetic.generate import generate_dataset, scale_config
 
     if not Path(landing).exists():
         t = time.perf_counter()

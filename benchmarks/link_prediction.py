@@ -5,7 +5,7 @@ heuristics, and Bloom rejection against exact rejection of negatives.
     .venv/bin/python benchmarks/link_prediction.py --graphs ego-facebook,email-eu-core --threads 1
     .venv/bin/python benchmarks/link_prediction.py --graphs generated --nodes 20000 --edges 200000
 
-Every row in one process, on the same edge split (`graphs.edge_split`: 5% validation, 10%
+Every row in one process, on the same edge split (`graphs.stages.edge_split`: 5% validation, 10%
 test, seeded) and the same evaluation (test edges ranked against the split's 10 000 fixed
 negatives with `training.metrics.link_prediction_report`: ROC-AUC, MRR, Hits@K).
 
@@ -29,8 +29,8 @@ heuristics common neighbours, Adamic-Adar and resource allocation of each pair o
 
 Seconds: ours = writing the shards + training (evaluation included); DGL = its training loop
 (sampling included). Then, per graph, Bloom rejection against exact sorted-key rejection on 1M
-uniform candidate pairs (`graphs.negatives.compare_rejection`) and both structures' sizes at
-100M undirected edges computed from the formats (`graphs.negatives.sizes_at`).
+uniform candidate pairs (`graphs.stages.negatives.compare_rejection`) and both structures' sizes at
+100M undirected edges computed from the formats (`graphs.stages.negatives.sizes_at`).
 """
 
 from __future__ import annotations
@@ -55,12 +55,12 @@ HIDDEN = 256
 
 def prepare(landing: Path, home: Path, parts: int) -> dict:
     """Every stage of our pipeline up to the compressed graph, cached under `home`."""
-    from graphs.canonical import build_canonical_graph
-    from graphs.compress import CompressConfig, build_compressed_graph
-    from graphs.edge_split import EdgeSplitConfig, build_edge_split
-    from graphs.normalize import build_normalized_adjacency
-    from graphs.partition import PartitionConfig, build_partitions
-    from graphs.stage_artifact import StageArtifact
+    from graphs.formats.stage_artifact import StageArtifact
+    from graphs.stages.canonical import build_canonical_graph
+    from graphs.stages.compress import CompressConfig, build_compressed_graph
+    from graphs.stages.edge_split import EdgeSplitConfig, build_edge_split
+    from graphs.stages.normalize import build_normalized_adjacency
+    from graphs.stages.partition import PartitionConfig, build_partitions
 
     d = {name: home / name for name in ("canonical", "split", "adj", "parts", "compressed")}
     summary = StageArtifact.SUMMARY  # every stage writes one, last
@@ -80,13 +80,13 @@ def prepare(landing: Path, home: Path, parts: int) -> dict:
 def features_for(d: dict):
     import torch
 
-    from graphs.canonical import CanonicalGraph
+    from graphs.stages.canonical import CanonicalGraph
     from training.features import degree_features
 
     path = CanonicalGraph.open(d["canonical"]).features_path
     if path.is_file():
         return torch.from_numpy(np.load(path))
-    from graphs.normalize import load_csr
+    from graphs.stages.normalize import load_csr
 
     return degree_features(np.asarray(load_csr(d["adj"]).indptr), 16)
 
@@ -121,7 +121,7 @@ def run_heuristics(d: dict) -> dict:
     """Test reports of common neighbours, Adamic-Adar and resource allocation on the message-passing graph."""
     import torch
 
-    from graphs.edge_split import load_edge_split
+    from graphs.stages.edge_split import load_edge_split
     from training.blocks import remove_self_loops
     from training.evaluate import load_full_block
     from training.metrics import link_prediction_report
@@ -217,7 +217,7 @@ def run_peer(d: dict, epochs: int, scorer: str, x, max_steps: int) -> dict:
     import torch.nn.functional as F
     from dgl.dataloading import DataLoader, NeighborSampler, as_edge_prediction_sampler, negative_sampler
 
-    from graphs.edge_split import load_edge_split
+    from graphs.stages.edge_split import load_edge_split
     from training.metrics import link_prediction_report
 
     split = load_edge_split(d["split"])
@@ -272,10 +272,10 @@ def run_peer(d: dict, epochs: int, scorer: str, x, max_steps: int) -> dict:
 def rejection(d: dict) -> dict:
     import resource
 
-    from graphs.canonical import read_summary
-    from graphs.compress import load_bloom_filters
-    from graphs.negatives import EdgeKeys, compare_rejection
-    from graphs.partition import Partitions
+    from graphs.stages.canonical import read_summary
+    from graphs.stages.compress import load_bloom_filters
+    from graphs.stages.negatives import EdgeKeys, compare_rejection
+    from graphs.stages.partition import Partitions
 
     n = read_summary(d["canonical"])["nodes"]
     filters = load_bloom_filters(d["compressed"])
@@ -314,7 +314,7 @@ def print_rejection(name: str, r: dict) -> None:
 
 
 def print_sizes() -> None:
-    from graphs.negatives import sizes_at
+    from graphs.stages.negatives import sizes_at
 
     print("\n## At 100M undirected edges (200M directed keys), 10M nodes — computed from the formats, not measured")
     print("| target FPR | parts | cut share | Bloom bytes | exact bytes | exact / Bloom |")
@@ -385,7 +385,7 @@ def main() -> None:
 
 def _graph(name: str, args, work: Path) -> tuple[str, Path, Path]:
     """(label, landing folder, cache folder) of a --graphs entry; a generated graph is written once."""
-    from graphs.generate import GenerateConfig, generate_dataset
+    from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
     if name == "generated":
         landing = work / f"landing-{args.nodes}-{args.edges}"

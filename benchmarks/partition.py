@@ -13,7 +13,7 @@ fork and exec). Then, each in a fresh spawned child that does nothing else first
   ours    `read_csr` (streamed idx_t CSR) and `metis_assign_csr` (pymetis, seeded); its time
           is the METIS call alone (target <= 1.15x dgl), edge cut within 1.05x of dgl's;
   coarse  `read_csr` and `metis_assign_csr(max_edges=...)`: multilevel METIS within an edge
-          budget (graphs/coarsen.py: label-propagation coarsening, METIS on the coarse graph,
+          budget (graphs/kernels/coarsen.py: label-propagation coarsening, METIS on the coarse graph,
           refinement), forced here with a budget below the graph's size; what the stage does
           above `metis_max_edges` (100M edges: `--skip-dgl --skip-direct`);
   stage   the whole `build_partitions` (METIS, halos, clusters, metrics; DistDGL off);
@@ -45,7 +45,7 @@ def _build(nodes: int, edges: int, work: str, landing: str | None, queue) -> Non
 
 
 def _cut(indptr, indices, part) -> int:
-    from graphs.partition import csr_metrics
+    from graphs.stages.partition import csr_metrics
 
     return int(csr_metrics(indptr, indices, part, int(part.max()) + 1, [])["edge_cut"])
 
@@ -56,8 +56,8 @@ def _dgl(canonical: str, k: int, queue) -> None:
 
     import dgl
 
-    from graphs.partition import csr_indptr, dgl_graph, read_edges
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.partition import csr_indptr, dgl_graph, read_edges
 
     base = peak_rss_bytes()
     t = time.perf_counter()
@@ -76,8 +76,8 @@ def _dgl(canonical: str, k: int, queue) -> None:
 
 
 def _ours(canonical: str, k: int, queue) -> None:
-    from graphs.partition import metis_assign_csr, read_csr
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.partition import metis_assign_csr, read_csr
 
     base = peak_rss_bytes()
     t = time.perf_counter()
@@ -91,8 +91,8 @@ def _ours(canonical: str, k: int, queue) -> None:
 
 
 def _coarse(canonical: str, k: int, max_edges: int, queue) -> None:
-    from graphs.partition import metis_assign_csr, read_csr
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.partition import metis_assign_csr, read_csr
 
     base = peak_rss_bytes()
     t = time.perf_counter()
@@ -106,8 +106,8 @@ def _coarse(canonical: str, k: int, max_edges: int, queue) -> None:
 
 
 def _stage(canonical: str, out: str, k: int, queue) -> None:
-    from graphs.partition import PartitionConfig, build_partitions
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.partition import PartitionConfig, build_partitions
 
     base = peak_rss_bytes()
     t = time.perf_counter()
@@ -118,8 +118,8 @@ def _stage(canonical: str, out: str, k: int, queue) -> None:
 def _distdgl(canonical: str, out: str, k: int, queue) -> None:
     from dgl_reference import write_distdgl  # tests/dgl_reference.py (on sys.path above)
 
-    from graphs.partition import dgl_graph, metis_assign_csr, read_csr
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.partition import dgl_graph, metis_assign_csr, read_csr
 
     base = peak_rss_bytes()
     n, indptr, indices = read_csr(canonical)
@@ -131,9 +131,9 @@ def _distdgl(canonical: str, out: str, k: int, queue) -> None:
 
 
 def _distdgl_ours(canonical: str, out: str, k: int, queue) -> None:
-    from graphs.distdgl_format import write_distdgl_parts
-    from graphs.partition import metis_assign_csr, read_csr
-    from graphs.storage import peak_rss_bytes
+    from graphs.formats.distdgl_format import write_distdgl_parts
+    from graphs.infra.storage import peak_rss_bytes
+    from graphs.stages.partition import metis_assign_csr, read_csr
 
     base = peak_rss_bytes()
     n, indptr, indices = read_csr(canonical)
@@ -169,7 +169,7 @@ def main() -> None:
         canonical = str(args.canonical.resolve())
     else:
         canonical = run_in_child(_build, args.nodes, args.edges, str(work), landing)["canonical"]
-    from graphs.canonical import CanonicalGraph
+    from graphs.stages.canonical import CanonicalGraph
 
     facts = CanonicalGraph.open(canonical).summary
     k = args.parts
@@ -207,7 +207,7 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     names = {
         "ours": "ours: read_csr + metis_assign_csr (pymetis)",
-        "coarse": f"ours, multilevel within {max_edges:,} edges (graphs/coarsen.py)",
+        "coarse": f"ours, multilevel within {max_edges:,} edges (graphs/kernels/coarsen.py)",
         "dgl": "DGL: dgl.metis_partition_assignment",
     }
     for name, r in rows.items():

@@ -135,7 +135,7 @@ def training_peak(home: Path, dataset: str, stage: str) -> dict:
     """trained_model's peak RSS on the CPU: rank 0's, from the run's summary.json (its DDP workers
     are torchrun's children, out of GNU time's reach); {} for other stages or on a GPU, where
     the summary holds device memory."""
-    from graphs.stage_artifact import StageArtifact
+    from graphs.formats.stage_artifact import StageArtifact
 
     path = home / dataset / stage / StageArtifact.SUMMARY
     if stage != "trained_model" or not path.is_file():

@@ -46,15 +46,15 @@ GRAPHS = {
 
 
 def prepare(name: str, work: Path, parts: int, nodes: int) -> Path:
-    from graphs.canonical import CanonicalGraph, build_canonical_graph
-    from graphs.normalize import Adjacency, build_normalized_adjacency
-    from graphs.partition import PartitionConfig, Partitions, build_partitions
+    from graphs.stages.canonical import CanonicalGraph, build_canonical_graph
+    from graphs.stages.normalize import Adjacency, build_normalized_adjacency
+    from graphs.stages.partition import PartitionConfig, Partitions, build_partitions
 
     home = work / name
     if name == "cora":
         landing = ROOT / "datasets" / "cora"
     else:
-        from graphs.generate import GenerateConfig, generate_dataset
+        from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
         landing = home / "landing"
         if not landing.exists():

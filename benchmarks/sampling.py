@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/sampling.py --nodes 1000000 --edges 10000000 --epochs 1
     .venv/bin/python benchmarks/sampling.py --landing bench_out/ingest/landing-1000000-10000000
 
-Generates the DC-SBM graph (`graphs.generate.scale_config`) and its canonical graph and
+Generates the DC-SBM graph (`graphs.synthetic.generate.scale_config`) and its canonical graph and
 normalized adjacency (all cached under --work), then, in one process, for the neighbor
 sampler with --fanouts, --batch-size seeds per rank and W = --world-size ranks:
 
@@ -47,9 +47,9 @@ from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
 
 def prepare(args) -> tuple[Path, Path]:
-    from graphs.canonical import CanonicalGraph, build_canonical_graph
-    from graphs.generate import generate_dataset, scale_config
-    from graphs.normalize import build_normalized_adjacency
+    from graphs.stages.canonical import CanonicalGraph, build_canonical_graph
+    from graphs.stages.normalize import build_normalized_adjacency
+    from graphs.synthetic.generate import generate_dataset, scale_config
 
     work = Path(args.work).resolve()
     landing = Path(args.landing).resolve() if args.landing else work / f"landing-{args.nodes}-{args.edges}"
@@ -74,7 +74,7 @@ def dgl_loader(can: Path, train: np.ndarray, fanouts: list[int], batch_size: int
     import dgl
     import pyarrow.parquet as pq
 
-    from graphs.canonical import CanonicalGraph
+    from graphs.stages.canonical import CanonicalGraph
 
     graph = CanonicalGraph.open(can)
     edges = pq.read_table(graph.edges_path)
@@ -140,8 +140,8 @@ def train_nodes(can: Path) -> np.ndarray:
     """The training nodes our shards sample (`graphs.sampling.inputs.train_nodes_of`)."""
     import pyarrow.parquet as pq
 
-    from graphs.canonical import CanonicalGraph
     from graphs.sampling.inputs import train_nodes_of
+    from graphs.stages.canonical import CanonicalGraph
 
     t = pq.read_table(CanonicalGraph.open(can).nodes_path, columns=["label", "split"])
     return train_nodes_of(
@@ -152,7 +152,7 @@ def train_nodes(can: Path) -> np.ndarray:
 def _dgl_sample(can: str, fanouts: list[int], batch: int, epochs: int, threads: int, feats: bool, queue) -> None:
     import dgl  # noqa: F401  (imported before the clock starts: several seconds the first time)
 
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
 
     train = train_nodes(Path(can))
     loader = dgl_loader(Path(can), train, fanouts, batch, features=feats)
@@ -163,7 +163,7 @@ def _dgl_sample(can: str, fanouts: list[int], batch: int, epochs: int, threads: 
 def _ours_read(out: str, world_size: int, queue) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
     from training.data import ShardStream
 
     def read(rank: int) -> tuple[int, int, float]:
@@ -199,7 +199,7 @@ def main() -> None:
 
     paths = run_in_child(_prepare, args)
     can, adj = Path(paths["can"]), Path(paths["adj"])
-    from graphs.canonical import CanonicalGraph, read_summary
+    from graphs.stages.canonical import CanonicalGraph, read_summary
 
     facts = read_summary(can)
     fanouts = [int(f) for f in args.fanouts.split(",")]

@@ -5,7 +5,7 @@ scale table (stage, edges, nodes, wall_s, peak_rss_bytes, machine, date).
     .venv/bin/python benchmarks/scale_stages.py --nodes 100000 --edges 1000000
     .venv/bin/python benchmarks/scale_stages.py --nodes 1000000 --edges 10000000
 
-Stages: generate (graphs.generate, scale_config), canonical_graph (DuckDB ingest),
+Stages: generate (graphs.synthetic.generate, scale_config), canonical_graph (DuckDB ingest),
 normalized_adjacency, metis_partitions (default PartitionConfig: METIS, or the multilevel
 METIS above `metis_max_edges`, halos, clusters, the DistDGL parts). The library functions
 the assets call, without Dagster. A record with the same (stage, edges) is replaced.
@@ -46,24 +46,24 @@ def machine() -> str:
 
 
 def _stage(name: str, nodes: int, edges: int, root: str, queue) -> None:
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
 
     root_p = Path(root)
     t = time.perf_counter()
     if name == "generate":
-        from graphs.generate import generate_dataset, scale_config
+        from graphs.synthetic.generate import generate_dataset, scale_config
 
         generate_dataset(scale_config(nodes, edges, seed=0), root_p / "landing", progress=False)
     elif name == "canonical_graph":
-        from graphs.canonical import build_canonical_graph
+        from graphs.stages.canonical import build_canonical_graph
 
         build_canonical_graph(root_p / "landing", root_p / "canonical_graph")
     elif name == "normalized_adjacency":
-        from graphs.normalize import AdjacencyConfig, build_normalized_adjacency
+        from graphs.stages.normalize import AdjacencyConfig, build_normalized_adjacency
 
         build_normalized_adjacency(root_p / "canonical_graph", root_p / "normalized_adjacency", AdjacencyConfig())
     elif name == "metis_partitions":
-        from graphs.partition import PartitionConfig, build_partitions
+        from graphs.stages.partition import PartitionConfig, build_partitions
 
         build_partitions(root_p / "canonical_graph", root_p / "metis_partitions", PartitionConfig(), "scale")
     queue.put({"wall_s": time.perf_counter() - t, "peak_rss_bytes": peak_rss_bytes()})

@@ -5,7 +5,7 @@
         --code /tmp/se/base_checkout          # optional: a second checkout measured alternately
 
 ``--make`` writes a generated dataset (``gnnflow generate``), its canonical graph and its
-normalized adjacency (`graphs.canonical`, `graphs.normalize`) under the folder. Then every
+normalized adjacency (`graphs.stages.canonical`, `graphs.stages.normalize`) under the folder. Then every
 variant (this checkout, and each ``--code`` checkout) runs ``StreamingEval.forward`` of a
 GraphSAGE model (``--layers`` x ``--hidden``, weights seeded alike) over the canonical FP32
 features (read through `training.data.FeatureRows` as training's evaluation does, row
@@ -42,8 +42,8 @@ HERE = Path(__file__).resolve().parents[1]
 
 def make(folder: Path, nodes: int, edges: int, dim: int) -> None:
     sys.path.insert(0, str(HERE))
-    from graphs.canonical import build_canonical_graph
-    from graphs.normalize import build_normalized_adjacency
+    from graphs.stages.canonical import build_canonical_graph
+    from graphs.stages.normalize import build_normalized_adjacency
 
     landing = folder / "landing"
     if not (landing / "nodes.parquet").is_file():
@@ -82,7 +82,7 @@ def child(args) -> None:
     import numpy as np
     import torch
 
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
     from training.data import FeatureRows
     from training.evaluate import StreamingEval
     from training.features import FeatureTransform
@@ -182,7 +182,7 @@ def main(argv=None) -> None:
     import numpy as np
 
     sys.path.insert(0, str(HERE))
-    from graphs.canonical import CanonicalGraph
+    from graphs.stages.canonical import CanonicalGraph
 
     data = Path(args.data)
     warm(data, CanonicalGraph.FEATURES)

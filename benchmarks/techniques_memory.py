@@ -49,7 +49,7 @@ def _steps_child(shard_dir: str, precision: str, checkpointing: bool, steps: int
 
     import torch
 
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
     from training.data import ShardStream, cross_entropy, read_manifest
     from training.layers import ModelConfig, build_model
     from training.precision import grad_scaler, resolve_precision

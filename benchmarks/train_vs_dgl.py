@@ -57,9 +57,9 @@ def staged_inputs(landing: Path, home: Path, generate: tuple[int, int] | None = 
     """(canonical graph, normalized adjacency) of `landing` under `home`, each built only when
     missing or stale; `generate` = (nodes, edges) writes a demo-recipe graph into `landing` first
     when it does not exist yet."""
-    from graphs.canonical import CanonicalGraph, build_canonical_graph
-    from graphs.generate import GenerateConfig, demo_config, generate_dataset
-    from graphs.normalize import build_normalized_adjacency
+    from graphs.stages.canonical import CanonicalGraph, build_canonical_graph
+    from graphs.stages.normalize import build_normalized_adjacency
+    from graphs.synthetic.generate import GenerateConfig, demo_config, generate_dataset
 
     if generate is not None and not landing.exists():
         nodes, edges = generate
@@ -82,7 +82,7 @@ def _in_child(side: str, can: str, adj: str, args, queue) -> None:
     """One run of one side in this fresh process; its peak RSS with it."""
     import torch
 
-    from graphs.storage import peak_rss_bytes
+    from graphs.infra.storage import peak_rss_bytes
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -100,7 +100,7 @@ def run_dgl(can: Path, args) -> dict:
     import dgl
     import torch
 
-    from graphs.host_memory import reuse_freed_memory
+    from graphs.infra.host_memory import reuse_freed_memory
 
     # gcn/gat: each node's self loop in the graph, as DGL's GraphConv/GATConv examples add it
     g, train_nids, masks = dgl_graph(can, self_loops=args.conv != "sage")
@@ -115,7 +115,7 @@ def run_dgl(can: Path, args) -> dict:
     )
     val_acc: list[float] = []
     after_epoch = (lambda: val_acc.append(dgl_accuracy(model, g, masks["val"]))) if args.eval_each_epoch else None
-    # --peer-host-memory reuse: DGL's epochs under the allocator setting our trainer uses (graphs.host_memory)
+    # --peer-host-memory reuse: DGL's epochs under the allocator setting our trainer uses (graphs.infra.host_memory)
     with reuse_freed_memory(args.peer_host_memory == "reuse"):
         epochs = _dgl_epochs(model, opt, loader, args.epochs, after_epoch)
     return {"epoch_seconds": epochs, "test_acc": dgl_accuracy(model, g, masks["test"]), "val_acc": val_acc}
@@ -128,7 +128,7 @@ def dgl_graph(can: Path, self_loops: bool):
     import pyarrow.parquet as pq
     import torch
 
-    from graphs.canonical import CanonicalGraph
+    from graphs.stages.canonical import CanonicalGraph
 
     graph = CanonicalGraph.open(can)
     edges = pq.read_table(graph.edges_path)

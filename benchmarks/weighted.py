@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/weighted.py                       # 3 seeds
     .venv/bin/python benchmarks/weighted.py --nodes 20000 --edges 200000 --seeds 3
 
-One DC-SBM graph (`graphs.generate`, low homophily) is written three times, with the same
+One DC-SBM graph (`graphs.synthetic.generate`, low homophily) is written three times, with the same
 edge rows, nodes and features: without a weight column (the unweighted pipeline), with
 ``heavy_weight`` on intra-class rows and 1.0 on the others (the weighted pipeline: light
 edges are heterophilous noise), and with every weight 1.0. Each goes through the
@@ -48,8 +48,8 @@ SAGE_TRAINING = {"profiler": "none", "optimizer": {"type": "Adam", "lr": 0.005}}
 
 
 def build(landing: Path, home: Path, combine: str = "sum") -> None:
-    from graphs.canonical import CanonicalConfig, build_canonical_graph
-    from graphs.normalize import Adjacency, build_normalized_adjacency
+    from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
+    from graphs.stages.normalize import Adjacency, build_normalized_adjacency
 
     if not (home / "normalized_adjacency" / Adjacency.SUMMARY).exists():
         build_canonical_graph(landing, home / "canonical_graph", CanonicalConfig(weight_combine=combine))
@@ -88,8 +88,8 @@ def main() -> None:
     ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
 
-    from graphs.canonical import CanonicalGraph
-    from graphs.generate import GenerateConfig, generate_dataset
+    from graphs.stages.canonical import CanonicalGraph
+    from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
     work = Path(args.work).resolve()
     base = GenerateConfig(

@@ -1,4 +1,6 @@
-"""gnnflow's graph library: formats, ingest, normalization, partitioning, compression, sampling.
+"""gnnflow's graph library, one folder per kind of module: stages/ (ingest, normalization,
+partitioning, compression, edge split), sampling/ (the shards stage), formats/ (the files
+between stages), kernels/, infra/ and synthetic/ (docs/architecture.md).
 
 DGL reads its tensor backend from ``DGLBACKEND`` when it is first imported; gnnflow's is
 PyTorch. It is set here, once, because every DGL user (the partitioning and sampling

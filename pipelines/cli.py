@@ -47,8 +47,8 @@ def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) ->
 def _cmd_generate(args: argparse.Namespace) -> int:
 
     from assets.reporting import rounded
-    from graphs import generate
-    from graphs.storage import DatasetNameError, validate_dataset_name
+    from graphs.infra.storage import DatasetNameError, validate_dataset_name
+    from graphs.synthetic import generate
 
     try:  # the folder's name becomes the dataset's partition key
         validate_dataset_name(Path(args.out).name)
@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", required=True, help="dataset folder to write, e.g. landing/demo")
     gen.add_argument("--preset", choices=["demo"], help="start from a named recipe, then apply the flags")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
-    from graphs.generate import GenerateConfig
+    from graphs.synthetic.generate import GenerateConfig
 
     _add_dataclass_arguments(gen, GenerateConfig)
     gen.set_defaults(func=_cmd_generate)

@@ -95,7 +95,7 @@ defs = dg.Definitions(
     # and unlike the in-process executor a step's memory still goes back when it ends (measured at
     # 10M edge rows: one process for every step peaked at 5.5 GiB, the largest single step 3.3 GiB);
     # matplotlib too, which the plotting steps (canonical_graph, metis_partitions, evaluation)
-    # would each import again (~0.3-0.5 s; `graphs.plotting` picks the Agg backend on first use)
+    # would each import again (~0.3-0.5 s; `graphs.infra.plotting` picks the Agg backend on first use)
     executor=dg.multiprocess_executor.configured(
         {"start_method": {"forkserver": {"preload_modules": ["pipelines.definitions", "matplotlib.pyplot"]}}}
     ),

@@ -48,7 +48,7 @@ def _instance_with(partition: str):
     import dagster as dg
 
     from assets.common import dataset_partitions
-    from graphs.storage import DatasetNameError, validate_dataset_name
+    from graphs.infra.storage import DatasetNameError, validate_dataset_name
 
     if not os.environ.get("DAGSTER_HOME"):
         raise LaunchError(DAGSTER_HOME_MISSING)
@@ -83,7 +83,7 @@ def _asset_keys(selection: str) -> list:
 
 def _run_config(files: list[str], verbose: bool) -> dict:
     from assets.settings import merge
-    from graphs.config_checks import read_yaml_file
+    from graphs.infra.config_checks import read_yaml_file
 
     config: dict = {}
     for name in files:

@@ -65,8 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _name(value: str, what: str) -> str:
-    from graphs.config_checks import bounded_repr
-    from graphs.storage import is_valid_dataset_name
+    from graphs.infra.config_checks import bounded_repr
+    from graphs.infra.storage import is_valid_dataset_name
 
     if not is_valid_dataset_name(value):
         raise _Refused(
@@ -115,7 +115,7 @@ def _shown(value) -> str:
 
 def _change(storage, dataset: str, version: str, action: str) -> str:
     """Promote, pin or unpin under the dataset lock, then apply retention; what was done."""
-    from graphs.storage import CorruptFileError, verify_files
+    from graphs.infra.storage import CorruptFileError, verify_files
     from training.outputs import PREDICTIONS
     from training.outputs import STAGE as TRAINED_MODEL
 

@@ -1,7 +1,7 @@
 """The landing sensor: every landing sub-folder becomes a `dataset` partition, and a change
 to its files requests a run of the stages that dataset can feed, once the files are stable.
 
-What counts as a change: the landing files' fingerprint (`graphs.landing.landing_fingerprint`:
+What counts as a change: the landing files' fingerprint (`graphs.stages.landing.landing_fingerprint`:
 the name and content hash of every input file and of the dataset's gnnflow.yaml, hashed again
 only when a file's size or times change) differs from the one recorded in the metadata of the dataset's latest canonical_graph
 materialization in the instance (`landing_fingerprint`), whoever launched it (`make demo`, a
@@ -22,7 +22,7 @@ dataset whose nodes hold no labels gets the stages that need none; assets tagged
 model its promotion step decided on.
 
 A problem in one dataset folder never stops the sensor for the others: a folder whose inputs
-`graphs.landing.find_dataset_files` refuses (a dangling symlink, a symlink out of the landing
+`graphs.stages.landing.find_dataset_files` refuses (a dangling symlink, a symlink out of the landing
 folder, a FIFO or folder in a file's place, ...) or that cannot be read is skipped with a
 warning naming the entry, at every tick until it changes; the other datasets go on.
 """
@@ -37,9 +37,9 @@ import dagster as dg
 
 from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, ingested_fingerprint
 from assets.settings import SETTINGS_FILE, SettingsError, read_task
-from graphs.canonical import InputError, find_dataset_files, landing_fingerprint, landing_marked_ready
-from graphs.edge_split import DEFAULT_TASK, LINK_PREDICTION
-from graphs.user_files import landing_has_labels
+from graphs.stages.canonical import InputError, find_dataset_files, landing_fingerprint, landing_marked_ready
+from graphs.stages.edge_split import DEFAULT_TASK, LINK_PREDICTION
+from graphs.stages.user_files import landing_has_labels
 
 RUN_KEY_TAG = "dagster/run_key"  # the tag a sensor's run carries its RunRequest's run_key in
 FAILED_RUN = (dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED)

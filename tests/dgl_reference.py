@@ -1,6 +1,6 @@
 """DGL's own writer of the distributed partition format, for our assignment: the reference
 that tests/test_distdgl_format.py and benchmarks/partition.py compare
-`graphs.distdgl_format.write_distdgl_parts` against.
+`graphs.formats.distdgl_format.write_distdgl_parts` against.
 
 `write_distdgl` has DGL 2.1's `partition_graph` write the files; it holds several
 whole-graph copies. DGL's `partition_graph` accepts no precomputed assignment (with
@@ -21,7 +21,7 @@ import dgl.distributed.partition as dgl_partition
 import numpy as np
 import torch
 
-from graphs.metis import quiet_stdout
+from graphs.kernels.metis import quiet_stdout
 
 
 def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, graph_name: str) -> np.ndarray:

@@ -46,23 +46,23 @@ def _hang_after_first_write(marker: Path) -> None:
 
 
 def run_stage(stage: str, home: Path, landing: Path) -> None:
-    from graphs.storage import dataset_lock, staged_output
+    from graphs.infra.storage import dataset_lock, staged_output
 
     with dataset_lock(home), staged_output(home / stage) as out:
         if stage == "canonical_graph":
-            from graphs.canonical import build_canonical_graph
+            from graphs.stages.canonical import build_canonical_graph
 
             build_canonical_graph(landing, out)
         elif stage == "normalized_adjacency":
-            from graphs.normalize import build_normalized_adjacency
+            from graphs.stages.normalize import build_normalized_adjacency
 
             build_normalized_adjacency(home / "canonical_graph", out)
         elif stage == "metis_partitions":
-            from graphs.partition import PartitionConfig, build_partitions
+            from graphs.stages.partition import PartitionConfig, build_partitions
 
             build_partitions(home / "canonical_graph", out, PartitionConfig(num_parts=2, write_distdgl=False))
         elif stage == "compressed_graph":
-            from graphs.compress import build_compressed_graph
+            from graphs.stages.compress import build_compressed_graph
 
             build_compressed_graph(
                 home / "canonical_graph", home / "normalized_adjacency", home / "metis_partitions", out

@@ -44,7 +44,7 @@ def step(home: str, landing: str, dataset: str, epochs: int) -> int:
 
 
 def _answer(folder: str) -> str:
-    from graphs.storage import DatasetLockLost, verify_lock_held
+    from graphs.infra.storage import DatasetLockLost, verify_lock_held
 
     try:
         verify_lock_held(folder)
@@ -54,7 +54,7 @@ def _answer(folder: str) -> str:
 
 
 def hold(folder: str, out: str, trigger: str) -> None:
-    from graphs.storage import dataset_lock
+    from graphs.infra.storage import dataset_lock
 
     with dataset_lock(folder):
         cmd = [sys.executable, "-m", "tests.lifetime_worker", "under", folder, out, trigger]
@@ -64,7 +64,7 @@ def hold(folder: str, out: str, trigger: str) -> None:
 
 
 def under(folder: str, out: str, trigger: str) -> None:
-    from graphs.storage import dataset_lock
+    from graphs.infra.storage import dataset_lock
 
     with dataset_lock(folder, timeout_s=10):  # the ancestor holds it: entered at once
         Path(out).write_text(_answer(folder) + "\n")
@@ -75,7 +75,7 @@ def under(folder: str, out: str, trigger: str) -> None:
 
 
 def share(folder: str, out: str) -> None:
-    from graphs.storage import dataset_lock, held_lock_fd
+    from graphs.infra.storage import dataset_lock, held_lock_fd
 
     with dataset_lock(folder):
         cmd = [sys.executable, "-c", "import time; time.sleep(120)"]

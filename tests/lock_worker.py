@@ -1,9 +1,9 @@
 """Processes for tests/test_reliability.py, in their own small module so that spawned
-children import only graphs.storage (not Dagster or the tests)."""
+children import only graphs.infra.storage (not Dagster or the tests)."""
 
 import time
 
-from graphs.storage import dataset_lock
+from graphs.infra.storage import dataset_lock
 
 
 def hold_lock(folder: str, seconds: float, ready) -> None:

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph
+from graphs.stages.canonical import CanonicalConfig, InputError, build_canonical_graph
 
 EXAMPLES = int(os.environ.get("GNNFLOW_EXAMPLES", 2000 if os.environ.get("GNNFLOW_SLOW") else 200))
 

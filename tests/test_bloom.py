@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from graphs.bloom import (
+from graphs.kernels.bloom import (
     FORMAT_VERSION,
     HEADER_BYTES,
     MAGIC,

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graphs import canonical
-from graphs.canonical import CanonicalConfig, InputError, build_canonical_graph
+from graphs.stages import canonical
+from graphs.stages.canonical import CanonicalConfig, InputError, build_canonical_graph
 from tests.conftest import write_edges
 
 
@@ -403,7 +403,7 @@ def test_string_ids_with_decimal_weights(tmp_path):
 # row groups of 700 rows, or in batches of 1024 rows within one row group
 @pytest.mark.parametrize("budget_mb,group_rows", [(64, 700), (1, 700), (64, 10**6)])
 def test_feature_rows_in_any_order_land_on_their_nodes(tmp_path, monkeypatch, budget_mb, group_rows):
-    import graphs.canonical as canonical
+    import graphs.stages.canonical as canonical
 
     n, dim = 3000, 128  # 1.5 MB of features: above a 1 MB budget
     monkeypatch.setattr(canonical, "FEATURE_BATCH_BYTES", 4 * dim * 1024)

@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from graphs.canonical import CanonicalConfig, build_canonical_graph
+from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
 
 
 def _landing(root, src, dst, node_ids, labels, feats):
@@ -101,7 +101,7 @@ def test_factorized_graph_is_the_dense_graph_renamed(graphs, tmp_path, kind):
 
 
 def test_strings_encoded_by_hash_give_each_string_one_code():
-    from graphs.id_codes import codes_by_hash
+    from graphs.kernels.id_codes import codes_by_hash
 
     values = [pa.array(["b", "a", None, "b"]), pa.array(["c", "a", "c"])]
     hashes = [pa.array([2, 1, None, 2], pa.uint64()), pa.array([3, 1, 3], pa.uint64())]
@@ -117,7 +117,7 @@ def test_strings_encoded_by_hash_give_each_string_one_code():
 def test_string_hash_collisions_fall_back_to_the_same_files(graphs, tmp_path, monkeypatch):
     """With a hash of 7 values every code holds many strings: the stage must notice and encode
     the strings themselves, giving the files of the hash path and of the streamed path."""
-    import graphs.canonical as canonical
+    import graphs.stages.canonical as canonical
 
     landing, _ = graphs["string"]
     calls = []
@@ -181,7 +181,7 @@ def test_node_and_feature_rows_in_many_row_groups_keep_their_ids(graphs, tmp_pat
 def test_a_feature_row_of_an_unknown_node_is_refused_by_name(graphs, tmp_path, kind, budget_mb):
     import shutil
 
-    from graphs.canonical import InputError
+    from graphs.stages.canonical import InputError
 
     landing, ids = graphs[kind]
     bad = tmp_path / "bad"

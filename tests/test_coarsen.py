@@ -1,10 +1,10 @@
-"""Multilevel METIS within an edge budget (graphs/coarsen.py) on small hand-checked graphs."""
+"""Multilevel METIS within an edge budget (graphs/kernels/coarsen.py) on small hand-checked graphs."""
 
 import numpy as np
 import pytest
 
-from graphs.coarsen import Level, contract, edge_cut_weight, label_propagation, metis_levels, refine_kway
-from graphs.partition import csr_metrics, metis_assign_csr
+from graphs.kernels.coarsen import Level, contract, edge_cut_weight, label_propagation, metis_levels, refine_kway
+from graphs.stages.partition import csr_metrics, metis_assign_csr
 
 
 def _csr(n, pairs):

@@ -14,9 +14,11 @@ from assets.common import GnnflowStorage, dataset_partitions
 from assets.compressed_graph import check_compressed_graph, compressed_graph
 from assets.metis_partitions import metis_partitions
 from assets.normalized_adjacency import normalized_adjacency
-from graphs.bloom import BloomFilter, measured_fpr
-from graphs.canonical import CanonicalConfig, build_canonical_graph
-from graphs.compress import (
+from graphs.infra.storage import write_file_hashes
+from graphs.kernels.bloom import BloomFilter, measured_fpr
+from graphs.kernels.quantize import dequantize_int8_rows_csr
+from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
+from graphs.stages.compress import (
     CompressConfig,
     build_compressed_graph,
     csr_contains,
@@ -27,11 +29,9 @@ from graphs.compress import (
     might_be_edge,
     verify_compressed_graph,
 )
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.normalize import build_normalized_adjacency, load_csr
-from graphs.partition import PartitionConfig, build_partitions, read_edges
-from graphs.quantize import dequantize_int8_rows_csr
-from graphs.storage import write_file_hashes
+from graphs.stages.normalize import build_normalized_adjacency, load_csr
+from graphs.stages.partition import PartitionConfig, build_partitions, read_edges
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
 K = 4
 

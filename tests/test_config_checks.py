@@ -1,5 +1,5 @@
 """Every stage's config dataclass refuses non-finite floats and counts above their declared bound,
-naming the setting (graphs/config_checks.py); the run YAML read by torchrun is parsed without
+naming the setting (graphs/infra/config_checks.py); the run YAML read by torchrun is parsed without
 anchors or aliases; error messages cut long values."""
 
 import dataclasses
@@ -13,9 +13,7 @@ import pytest
 
 from assets.canonical_graph import CanonicalGraphConfig
 from assets.minibatch_shards import MinibatchShardsConfig
-from graphs.canonical import CanonicalConfig
-from graphs.compress import CompressConfig
-from graphs.config_checks import (
+from graphs.infra.config_checks import (
     MAX_REPR,
     RunConfigShapeError,
     asset_config_block,
@@ -23,11 +21,13 @@ from graphs.config_checks import (
     dump_yaml,
     load_yaml,
 )
-from graphs.edge_split import EdgeSplitConfig
-from graphs.generate import GenerateConfig
-from graphs.normalize import AdjacencyConfig
-from graphs.partition import PartitionConfig
 from graphs.sampling.config import ShardConfig
+from graphs.stages.canonical import CanonicalConfig
+from graphs.stages.compress import CompressConfig
+from graphs.stages.edge_split import EdgeSplitConfig
+from graphs.stages.normalize import AdjacencyConfig
+from graphs.stages.partition import PartitionConfig
+from graphs.synthetic.generate import GenerateConfig
 from training.comm_hooks import CommConfig
 from training.compensation import CompensationConfig
 from training.config import LRScheduleConfig, OptimizerConfig, PathsConfig, RunConfig, TrainingConfig

@@ -23,16 +23,16 @@ from assets.common import GnnflowStorage, dataset_partitions
 from assets.compressed_graph import compressed_graph
 from assets.metis_partitions import metis_partitions
 from assets.normalized_adjacency import normalized_adjacency
-from graphs import storage as storage_mod
-from graphs.canonical import build_canonical_graph
-from graphs.compress import CompressConfig, build_compressed_graph, load_bloom_filters, load_features
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.normalize import build_normalized_adjacency
-from graphs.npyrows import NpyRowWriter, create_npy_memmap
-from graphs.partition import PartitionConfig, build_partitions
+from graphs.formats.npyrows import NpyRowWriter, create_npy_memmap
+from graphs.formats.shard_format import DamagedFileError, ShardError, read_manifest, read_shard, stream_record
+from graphs.infra import storage as storage_mod
+from graphs.infra.storage import CorruptFileError, DiskFullError, cached_file_sha256, staged_output
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-from graphs.shard_format import DamagedFileError, ShardError, read_manifest, read_shard, stream_record
-from graphs.storage import CorruptFileError, DiskFullError, cached_file_sha256, staged_output
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.compress import CompressConfig, build_compressed_graph, load_bloom_filters, load_features
+from graphs.stages.normalize import build_normalized_adjacency
+from graphs.stages.partition import PartitionConfig, build_partitions
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from tests.conftest import folder_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,8 +337,8 @@ def test_staged_output_reports_any_writer_s_full_disk(tmp_path):
 _FULL_DISK_RUN = """
 import sys
 from pathlib import Path
-from graphs.compress import build_compressed_graph
-from graphs.storage import staged_output
+from graphs.stages.compress import build_compressed_graph
+from graphs.infra.storage import staged_output
 home, out = Path(sys.argv[1]), Path(sys.argv[2])
 with staged_output(out / "compressed_graph") as tmp:  # as the asset publishes (storage.publishing)
     build_compressed_graph(home / "canonical_graph", home / "normalized_adjacency", home / "metis_partitions", tmp)
@@ -378,7 +378,7 @@ def test_compressed_graph_on_a_real_full_disk_raises_instead_of_dying_of_sigbus(
     assert run.returncode == 1, f"exit {run.returncode} (-7 is SIGBUS): {run.stderr[-2000:]}"
     last = run.stderr.strip().splitlines()[-1]
     assert (
-        last.startswith("graphs.storage.DiskFullError: disk full writing ")
+        last.startswith("graphs.infra.storage.DiskFullError: disk full writing ")
         and "features_int8.npy: 1,920,000 bytes needed" in last
     )
     assert f"bytes free on {small_tmpfs}" in last

@@ -17,9 +17,9 @@ import pytest
 import torch
 from netns import skip_without_mount_namespaces, two_hosts
 
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.partition import PartitionConfig, build_partitions
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.partition import PartitionConfig, build_partitions
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training.checkpoint import CHECKPOINT_NAME
 from training.distdgl import block_from_dgl, load_distdgl_model
 from training.distdgl_config import DistDGLConfig, config_from_args, dgl_env, model_for_fanouts, read_ip_config

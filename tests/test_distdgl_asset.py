@@ -2,10 +2,13 @@
 two machines in network namespaces with a stop and a resume)."""
 
 import json
+import os
+import shlex
 import socket
 import stat
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import dagster as dg
 import pyarrow.parquet as pq
@@ -17,7 +20,7 @@ from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions
 from assets.distdgl_model import distdgl_model
 from assets.metis_partitions import metis_partitions
-from graphs.generate import GenerateConfig, generate_dataset
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training.checkpoint import CHECKPOINT_NAME
 from training.distdgl import load_distdgl_model
 from training.distdgl_cluster import DistDGLCluster, machine_command, machine_script, run_machines
@@ -59,7 +62,7 @@ def test_process_flags_read_back_as_the_same_config(tmp_path):
 @pytest.mark.parametrize(
     "fields, says",
     [
-        ({"hosts": ["10.0.0.1", "host-b"]}, r"cluster.hosts\[1\]='host-b': expected an IP address"),
+        ({"hosts": ["10.0.0.1", "host-b"]}, r"cluster.hosts\[1\]='host-b': expected an IPv4 address"),
         ({"hosts": ["10.0.0.1", "10.0.0.1"], "launcher": "ssh"}, "lists a machine twice"),
         ({"hosts": ["10.0.0.1", "10.0.0.2"]}, "launcher='local' starts one machine .* lists 2: use launcher 'ssh'"),
         ({"launcher": "rsh"}, "cluster.launcher='rsh' is not one of"),
@@ -72,20 +75,34 @@ def test_cluster_settings_are_checked_naming_the_field(fields, says):
         DistDGLCluster(**fields)
 
 
-def test_a_machine_script_stops_its_servers_when_a_trainer_fails(tmp_path, monkeypatch):
-    # a stand-in interpreter: servers wait (as DGL's do, for their trainers), trainer 1 fails
-    calls = tmp_path / "calls.txt"
+def _stub_python(tmp_path: Path, calls: Path, behaviour: str) -> Path:
+    """A stand-in interpreter for machine scripts: logs its role, index, threads and pid, then
+    runs `behaviour` (sh, with the role as $3 and the index as $5)."""
     stub = tmp_path / "python"
-    stub.write_text(
-        "#!/bin/sh\n"
-        f'echo "$3 $5 $OMP_NUM_THREADS" >> {calls}\n'
-        'case "$3 $5" in "server "*) exec sleep 30;; esac\n'
-        f'until [ "$(grep -c server {calls})" -eq 2 ]; do sleep 0.05; done\n'  # both servers up
-        '[ "$5" = 1 ] && exit 7\n'
-        "exit 0\n"
-    )
+    stub.write_text(f'#!/bin/sh\necho "$3 $5 $OMP_NUM_THREADS $$" >> {calls}\n{behaviour}')
     stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setattr(sys, "executable", str(stub))
+    return stub
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}").is_dir() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+
+
+@pytest.mark.parametrize("stuck_trainer", [False, True])
+def test_a_failing_process_stops_every_other_one_of_its_machine(tmp_path, monkeypatch, stuck_trainer):
+    # servers wait (as DGL's do, for their trainers); trainer 1 fails once both servers are up,
+    # while trainer 0 either ends well or waits forever (as one blocked in a collective would)
+    calls = tmp_path / "calls.txt"
+    behaviour = (
+        'case "$3" in server) exec sleep 300;; esac\n'
+        f'until [ "$(grep -c server {calls})" -eq 2 ]; do sleep 0.05; done\n'
+        '[ "$5" = 1 ] && exit 7\n' + ("exec sleep 300\n" if stuck_trainer else "exit 0\n")
+    )
+    monkeypatch.setattr(sys, "executable", str(_stub_python(tmp_path, calls, behaviour)))
     part = tmp_path / "odd 'dir'" / "g.json"
     part.parent.mkdir()
     part.write_text("{}")
@@ -94,16 +111,40 @@ def test_a_machine_script_stops_its_servers_when_a_trainer_fails(tmp_path, monke
         cluster, DistDGLTraining(), 0, ip_config=tmp_path / "ip.txt", part_config=part, out=part.parent, logs=tmp_path
     )
     assert machine_command(cluster, 0, script) == ["sh", "-c", script]
-    ssh = machine_command(replace(cluster, hosts=["10.0.0.7"], launcher="ssh"), 0, script)
-    assert ssh == ["ssh", "-tt", "-o", "BatchMode=yes", "10.0.0.7", script]
     assert run_machines([machine_command(cluster, 0, script)], env={"PATH": "/usr/bin:/bin"}) == [7]
-    assert sorted(calls.read_text().split("\n")[:-1]) == ["server 0 3", "server 1 3", "trainer 0 3", "trainer 1 3"]
+    seen = [line.split() for line in calls.read_text().splitlines()]
+    assert sorted(row[:3] for row in seen) == [[r, i, "3"] for r in ("server", "trainer") for i in "01"]
+    assert not [row for row in seen if _alive(int(row[3]))]  # the sleeping servers (and trainer) were stopped
+    assert (tmp_path / "machine0-trainer1.exit").read_text().strip() == "7"
     assert sorted(p.name for p in tmp_path.glob("machine0-*.log")) == [
         "machine0-server0.log",
         "machine0-server1.log",
         "machine0-trainer0.log",
         "machine0-trainer1.log",
     ]
+
+
+def test_every_process_ending_well_ends_the_machine_well(tmp_path, monkeypatch):
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setattr(sys, "executable", str(_stub_python(tmp_path, calls, "exit 0\n")))
+    part = tmp_path / "g.json"
+    part.write_text("{}")
+    cluster = DistDGLCluster(servers=1, trainers=3)
+    script = machine_script(
+        cluster, DistDGLTraining(), 0, ip_config="ip", part_config=part, out=tmp_path, logs=tmp_path
+    )
+    assert run_machines([machine_command(cluster, 0, script)] * 2, env={"PATH": "/usr/bin:/bin"}) == [0, 0]
+
+
+def test_ssh_runs_the_script_under_sh_whatever_the_login_shell(tmp_path):
+    cluster = DistDGLCluster(hosts=["10.0.0.7"], launcher="ssh")
+    script = "echo 'it''s' \"$HOME\"\n"
+    ssh, remote = machine_command(cluster, 0, script)[:-1], machine_command(cluster, 0, script)[-1]
+    assert ssh == ["ssh", "-tt", "-o", "BatchMode=yes", "10.0.0.7"]
+    # the remote login shell parses `remote` into sh -c SCRIPT, the script unchanged
+    assert shlex.split(remote) == ["exec", "sh", "-c", script]
+    with pytest.raises(ValueError, match=r"hosts\[0\]='fe80::1': expected an IPv4 address"):
+        DistDGLCluster(hosts=["fe80::1"], launcher="ssh")
 
 
 def _home(tmp_path, num_parts: int) -> tuple[GnnflowStorage, dg.DagsterInstance]:

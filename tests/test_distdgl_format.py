@@ -1,4 +1,4 @@
-"""DGL's partition format written part by part (graphs/distdgl_format.py) against DGL's own
+"""DGL's partition format written part by part (graphs/formats/distdgl_format.py) against DGL's own
 `partition_graph` for the same assignment."""
 
 import json
@@ -9,7 +9,7 @@ import pytest
 import torch
 from dgl.data.utils import load_tensors
 
-from graphs.distdgl_format import (
+from graphs.formats.distdgl_format import (
     _mapped_file_region,
     edge_id_dtype,
     gather_rows,
@@ -17,7 +17,7 @@ from graphs.distdgl_format import (
     reshuffled_node_ids,
     write_distdgl_parts,
 )
-from graphs.partition import dgl_graph
+from graphs.stages.partition import dgl_graph
 from tests.dgl_reference import write_distdgl
 
 

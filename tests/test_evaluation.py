@@ -14,7 +14,7 @@ import torch
 from assets.canonical_graph import canonical_graph
 from assets.common import dataset_partitions
 from assets.evaluation import NOT_WORSE, evaluation, promotion
-from graphs.storage import atomic_output_dir
+from graphs.infra.storage import atomic_output_dir
 from tests.conftest import write_edges
 from training.outputs import write_predictions
 from training.promotion import PromotionConfig, decide

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphs.canonical import build_canonical_graph
-from graphs.normalize import build_normalized_adjacency, load_csr
+from graphs.infra.variants import Registry
 from graphs.sampling import (
     MinibatchSampler,
     SamplerTraits,
@@ -22,7 +21,8 @@ from graphs.sampling import (
     sampler_names,
     write_minibatch_shards,
 )
-from graphs.variants import Registry
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency, load_csr
 from tests.conftest import datasets_folder
 from training.config import RunConfig
 from training.layer_registry import LayerKind, layer_names, register_layer

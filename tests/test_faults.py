@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from graphs.generate import GenerateConfig, generate_dataset
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from tests.conftest import folder_bytes, wait_for_path
 from tests.kill_worker import STAGES, run_stage
 from training.checkpoint import CHECKPOINT_NAME

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphs.quantize import EncodedFeatures, encode_features
+from graphs.kernels.quantize import EncodedFeatures, encode_features
 from training.feature_cache import TieredFeatures, hot_nodes
 
 

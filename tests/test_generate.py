@@ -1,4 +1,4 @@
-"""Tests for graphs/generate.py: the DC-SBM synthetic dataset generator."""
+"""Tests for graphs/synthetic/generate.py: the DC-SBM synthetic dataset generator."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graphs import generate as gen
-from graphs.generate import GenerateConfig, demo_config, generate_dataset, scale_config
+from graphs.synthetic import generate as gen
+from graphs.synthetic.generate import GenerateConfig, demo_config, generate_dataset, scale_config
 
 SMALL = dict(num_nodes=2_000, num_edges=20_000, feature_dim=16, num_edge_files=3, chunk_edges=4_000)
 

@@ -1,4 +1,4 @@
-"""graphs.host_memory: large tensors come from glibc's heap inside the context and are kept when freed."""
+"""graphs.infra.host_memory: large tensors come from glibc's heap inside the context and are kept when freed."""
 
 import json
 import subprocess
@@ -12,7 +12,7 @@ PROBE = textwrap.dedent(
     """
     import json
     import torch
-    from graphs.host_memory import reuse_freed_memory
+    from graphs.infra.host_memory import reuse_freed_memory
 
     BIG = 64 * 2**20  # above glibc's largest mmap threshold (32 MiB)
 
@@ -88,7 +88,7 @@ def test_large_tensors_come_from_the_heap_and_stay_there_only_inside():
 def test_gc_paused_switches_the_collector_off_inside_and_restores_it_on_exit_and_on_error():
     import gc
 
-    from graphs.host_memory import gc_paused
+    from graphs.infra.host_memory import gc_paused
 
     assert gc.isenabled()
     with gc_paused():
@@ -115,7 +115,7 @@ def test_the_ingest_stage_runs_with_the_collector_paused_and_restores_it(tmp_pat
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import graphs.canonical as canonical
+    import graphs.stages.canonical as canonical
 
     landing = tmp_path / "landing"
     (landing / "edges").mkdir(parents=True)

@@ -1,10 +1,10 @@
-"""graphs.id_codes: dictionary codes split over threads give every distinct id one code."""
+"""graphs.kernels.id_codes: dictionary codes split over threads give every distinct id one code."""
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
-from graphs.id_codes import codes_by_hash, dictionary_codes, sorted_int_codes
+from graphs.kernels.id_codes import codes_by_hash, dictionary_codes, sorted_int_codes
 
 
 def _decoded(index_chunks, dictionary):

@@ -8,11 +8,11 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.node_scores import NODE_SCORES_NAME, read_node_scores
-from graphs.normalize import build_normalized_adjacency
+from graphs.formats.node_scores import NODE_SCORES_NAME, read_node_scores
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training.config import RunConfig
 from training.data import MiniBatch, cross_entropy
 from training.imbalance import class_weights

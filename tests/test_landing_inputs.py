@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graphs import duck
-from graphs.canonical import (
+from graphs.infra import duck
+from graphs.stages.canonical import (
     CanonicalConfig,
     InputError,
     build_canonical_graph,
@@ -19,7 +19,7 @@ from graphs.canonical import (
     is_dataset_folder,
     landing_fingerprint,
 )
-from graphs.landing import checked_dataset_file
+from graphs.stages.landing import checked_dataset_file
 from tests.conftest import write_edges
 
 # Names DuckDB's globbing gives a meaning, beside names that only look odd.
@@ -171,7 +171,7 @@ def test_uint64_ids_beyond_int64_are_refused_naming_file_and_column(tmp_path):
         build_canonical_graph(nodes, tmp_path / "out")
 
 
-MAX_CLASSES = 1 << 16  # graphs.canonical.MAX_CLASSES, the largest number of classes a dataset may have
+MAX_CLASSES = 1 << 16  # graphs.stages.canonical.MAX_CLASSES, the largest number of classes a dataset may have
 
 
 def _with_nodes(tmp_path, **columns) -> Path:

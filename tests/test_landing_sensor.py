@@ -17,7 +17,7 @@ import pytest
 
 from assets.canonical_graph import canonical_graph
 from assets.common import LANDING_FINGERPRINT, dataset_partitions, ingested_fingerprint
-from graphs.canonical import READY_MARKER, landing_fingerprint
+from graphs.stages.canonical import READY_MARKER, landing_fingerprint
 from pipelines.definitions import ALL_ASSETS
 from pipelines.sensors import make_landing_sensor
 from tests.conftest import write_edges

@@ -9,6 +9,9 @@ packages, subpackages included:
 - no private name (leading underscore) imported from another project module, except by a
   package's ``__init__`` from its own submodules;
 - no ``unittest.mock`` outside tests/;
+- every module of graphs/ lives in one of its rooms (`GRAPHS_ROOMS`), and the lower rooms never
+  import the higher ones: infra/ imports only infra/; kernels/ only infra/, kernels/ and
+  formats/;
 - no variant switch: no comparison of a sampler or layer name (``.sampler``, ``.conv``) with a
   literal name anywhere; what a sampler or a layer is, every check reads from its declared
   traits (`graphs.sampling.registry`, `training.layer_registry`; docs/extending.md).
@@ -144,6 +147,29 @@ def test_library_packages_never_import_dagster_or_assets(package):
 def test_training_imports_dgl_only_lazily():
     for path in _files("training"):
         assert "dgl" not in _imports(path, top_level_only=True), f"{path.relative_to(ROOT)} imports dgl at module level"
+
+
+# graphs/'s rooms (docs/architecture.md): what a module is, lowest first
+GRAPHS_ROOMS = ("infra", "kernels", "formats", "stages", "sampling", "synthetic")
+ROOM_MAY_IMPORT = {"infra": {"infra"}, "kernels": {"infra", "kernels", "formats"}}
+
+
+def test_every_graphs_module_lives_in_a_room():
+    loose = [m for m in MODULES if m.startswith("graphs.") and m.split(".")[1] not in GRAPHS_ROOMS]
+    assert not loose, f"move these into one of graphs/{GRAPHS_ROOMS}: {loose}"
+    rooms = {p.name for p in (ROOT / "graphs").iterdir() if (p / "__init__.py").is_file()}
+    assert rooms == set(GRAPHS_ROOMS)
+
+
+def test_lower_rooms_of_graphs_never_import_higher_ones():
+    offenders = [
+        f"{module} imports {target}"
+        for module, path in MODULES.items()
+        if module.startswith("graphs.") and module.split(".")[1] in ROOM_MAY_IMPORT
+        for target, _, _ in _project_imports(path, top_level_only=False)
+        if target.startswith("graphs.") and target.split(".")[1] not in ROOM_MAY_IMPORT[module.split(".")[1]]
+    ]
+    assert not offenders, offenders
 
 
 def test_graphs_does_not_import_training():

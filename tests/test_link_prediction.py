@@ -9,16 +9,16 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from graphs.canonical import CanonicalConfig, build_canonical_graph, edge_batches, read_summary
-from graphs.compress import CompressConfig, build_compressed_graph, load_bloom_filters
-from graphs.edge_split import EdgeSplitConfig, build_edge_split, load_edge_split
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.negatives import EdgeKeys, NegativeSampler, compare_rejection, sizes_at
-from graphs.normalize import build_normalized_adjacency, load_csr
-from graphs.partition import PartitionConfig, build_partitions
+from graphs.formats.shard_format import FORMAT_VERSION, read_manifest
 from graphs.sampling import ShardConfig, load_shard_inputs
 from graphs.sampling.link import write_link_shards
-from graphs.shard_format import FORMAT_VERSION, read_manifest
+from graphs.stages.canonical import CanonicalConfig, build_canonical_graph, edge_batches, read_summary
+from graphs.stages.compress import CompressConfig, build_compressed_graph, load_bloom_filters
+from graphs.stages.edge_split import EdgeSplitConfig, build_edge_split, load_edge_split
+from graphs.stages.negatives import EdgeKeys, NegativeSampler, compare_rejection, sizes_at
+from graphs.stages.normalize import build_normalized_adjacency, load_csr
+from graphs.stages.partition import PartitionConfig, build_partitions
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training.data import ShardStream
 from training.metrics import link_prediction_report, positive_ranks, roc_auc
 from training.outputs import LINK_MODEL
@@ -76,7 +76,7 @@ def test_split_leaves_no_held_out_edge_in_the_message_passing_graph(lp):
 
 
 def test_the_split_reads_the_linked_features_once_to_check_them_not_again_to_publish(lp, tmp_path, monkeypatch):
-    from graphs import storage
+    from graphs.infra import storage
 
     real, read = storage.file_sha256, []
     monkeypatch.setattr(storage, "file_sha256", lambda path, *a: read.append(Path(path).name) or real(path, *a))
@@ -129,7 +129,7 @@ def test_wrongly_rejected_share_matches_the_measured_fpr(lp):
 def test_sizes_at_100m_edges_follow_the_formats():
     s = sizes_at(200_000_000, 10_000_000, 0.01)
     assert s["exact_bytes"] == 8 * 200_000_000
-    from graphs.bloom import optimal_parameters
+    from graphs.kernels.bloom import optimal_parameters
 
     bits, _ = optimal_parameters(200_000_000, 0.01)
     assert s["bloom_bytes"] == bits // 8 + 64 + 4 * 10_000_000
@@ -207,7 +207,7 @@ def test_edge_seed_shards_hold_pairs_negatives_and_blocks_without_seed_edges(lp,
 def test_training_learns_and_writes_metrics(lp, tmp_path, monkeypatch):
     import functools
 
-    from graphs.progress import Progress
+    from graphs.infra.progress import Progress
     from training import link
     from training.layers import ModelConfig
     from training.link import LinkTrainConfig, train_link

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from assets.common import GnnflowStorage, dataset_partitions
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.normalize import build_normalized_adjacency
+from graphs.infra.storage import CorruptFileError, staged_output, verify_files, write_file_hashes
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-from graphs.storage import CorruptFileError, staged_output, verify_files, write_file_hashes
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from tests.conftest import write_edges
 from training.checkpoint import CHECKPOINT_NAME, load_checkpoint, save_checkpoint
 from training.config import RunConfig

@@ -11,10 +11,10 @@ import torch
 from netns import two_hosts
 
 from assets.trained_model import TrainedModelConfig, process_count
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training.config import RunConfig, unwrap_dagster_run_config
 from training.launch import LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.outputs import MODEL_FINAL, load_model_weights

@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from graphs.canonical import CanonicalConfig, build_canonical_graph
-from graphs.normalize import (
+from graphs.infra.storage import CorruptFileError, write_file_hashes
+from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
+from graphs.stages.normalize import (
     CSR,
     AdjacencyConfig,
     asymmetric_entries,
@@ -23,7 +24,6 @@ from graphs.normalize import (
     spectral_radius_bound,
     weight_stats,
 )
-from graphs.storage import CorruptFileError, write_file_hashes
 from tests.conftest import write_edges
 
 

@@ -1,10 +1,10 @@
-"""graphs.npyrows: windowed gathers that drop mapped pages, row-range reads, pwrite-written .npy files."""
+"""graphs.formats.npyrows: windowed gathers that drop mapped pages, row-range reads, pwrite-written .npy files."""
 
 import numpy as np
 import pytest
 
-from graphs.npyrows import NpyRowWriter, read_rows, release, take_rows
-from graphs.quantize import EncodedFeatures, quantize_int8_columns
+from graphs.formats.npyrows import NpyRowWriter, read_rows, release, take_rows
+from graphs.kernels.quantize import EncodedFeatures, quantize_int8_columns
 
 
 @pytest.fixture
@@ -88,7 +88,7 @@ def test_encoded_gather_with_release_equals_the_plain_gather(tmp_path, encoding)
 
 
 def test_page_runs_merge_touching_pages_and_rows_spanning_pages():
-    from graphs.npyrows import _PAGE, page_runs
+    from graphs.formats.npyrows import _PAGE, page_runs
 
     # 512-byte rows: two on page 0, one on page 2, one across pages 2-3, one on page 10
     starts = np.array([0, 512, 2 * _PAGE, 3 * _PAGE - 100, 10 * _PAGE])
@@ -101,7 +101,7 @@ def test_page_runs_merge_touching_pages_and_rows_spanning_pages():
 
 
 def test_prefetch_rows_advises_each_page_run_of_a_mapping_and_nothing_else(mapped):
-    from graphs.npyrows import _PAGE, page_runs, prefetch_rows
+    from graphs.formats.npyrows import _PAGE, page_runs, prefetch_rows
 
     x, m = mapped
     ids = np.array([4000, 3, 2, 2500, 2501, 4999])  # any order: sorted first

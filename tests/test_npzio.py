@@ -1,10 +1,10 @@
-"""graphs.npzio: streamed, aligned .npz files that np.load reads, and the zero-copy reader."""
+"""graphs.formats.npzio: streamed, aligned .npz files that np.load reads, and the zero-copy reader."""
 
 import numpy as np
 import pytest
 
-from graphs.npzio import NpzFormatError, read_npz, read_npz_file, write_npz
-from graphs.storage import file_sha256
+from graphs.formats.npzio import NpzFormatError, read_npz, read_npz_file, write_npz
+from graphs.infra.storage import file_sha256
 
 
 def _arrays():

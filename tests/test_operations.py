@@ -109,7 +109,12 @@ def test_gnnflow_launch_refuses_what_cannot_start_in_one_line(tmp_path, monkeypa
     cases = {
         ("--assets", "canonical_graph", "--partition", "ds", "-c", str(typo)): 'unexpected config entry "symetrize"',
         ("--assets", "nosuch", "--partition", "ds"): "--assets 'nosuch'",
-        ("--job", "nosuch", "--partition", "ds"): "no such job; the jobs are gnnflow_pipeline, ingest, predict",
+        (
+            "--job",
+            "nosuch",
+            "--partition",
+            "ds",
+        ): "no such job; the jobs are distdgl_training, gnnflow_pipeline, ingest, predict",
         ("--job", "ingest", "--partition", "other"): "`gnnflow datasets sync`",
         ("--job", "ingest", "--partition", "../x"): "--partition: ",
     }

@@ -14,8 +14,9 @@ from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions
 from assets.metis_partitions import metis_partitions
 from assets.normalized_adjacency import normalized_adjacency
-from graphs.canonical import build_canonical_graph
-from graphs.partition import (
+from graphs.infra.storage import write_file_hashes
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.partition import (
     PartitionConfig,
     build_partitions,
     core_and_halo,
@@ -32,7 +33,6 @@ from graphs.partition import (
     read_csr,
     read_edges,
 )
-from graphs.storage import write_file_hashes
 from tests.conftest import write_edges
 
 BLOCKS, BLOCK_SIZE = 4, 200
@@ -293,7 +293,7 @@ def test_preprocess_assets_materialize_with_passing_checks(tmp_path):
 def test_checks_fail_on_corrupted_files(tmp_path):
     from assets.metis_partitions import check_partitions
     from assets.normalized_adjacency import check_adjacency
-    from graphs.normalize import AdjacencyConfig, build_normalized_adjacency
+    from graphs.stages.normalize import AdjacencyConfig, build_normalized_adjacency
 
     planted_landing(tmp_path / "landing", seed=2, intra=600, inter=20)
     build_canonical_graph(tmp_path / "landing", tmp_path / "canonical")
@@ -324,7 +324,7 @@ def test_checks_fail_on_corrupted_files(tmp_path):
 
 
 def test_metis_edge_weights_scale_and_floor():
-    from graphs.partition import metis_edge_weights
+    from graphs.stages.partition import metis_edge_weights
 
     w = metis_edge_weights(np.array([0.001, 0.5, 1.0, 2.0]))
     np.testing.assert_array_equal(w, [1, 250, 500, 1000])  # heaviest -> 1000, at least 1
@@ -333,7 +333,7 @@ def test_metis_edge_weights_scale_and_floor():
 
 def test_weighted_metis_cuts_heavy_edges_less(tmp_path):
     """4 blocks visible only through heavy intra-block edges; as many light edges, random."""
-    from graphs.partition import metis_assign_weighted, read_edge_weights
+    from graphs.stages.partition import metis_assign_weighted, read_edge_weights
 
     rng = np.random.default_rng(0)
     n = BLOCKS * BLOCK_SIZE
@@ -365,7 +365,7 @@ def test_weighted_metis_cuts_heavy_edges_less(tmp_path):
 
 def test_weighted_metis_symmetrizes_a_directed_graph():
     """Two triangles joined by one light edge, given in one direction only: A + Aᵀ is cut there."""
-    from graphs.partition import metis_assign_weighted
+    from graphs.stages.partition import metis_assign_weighted
 
     src = np.array([0, 1, 2, 3, 4, 5, 2])
     dst = np.array([1, 2, 0, 4, 5, 3, 3])
@@ -379,7 +379,7 @@ def test_weighted_metis_symmetrizes_a_directed_graph():
 def test_induced_csr_equals_the_submatrix_and_leaves_the_scratch_as_found():
     import scipy.sparse as sp
 
-    from graphs.partition import induced_csr
+    from graphs.stages.partition import induced_csr
 
     rng = np.random.default_rng(4)
     n = 300

@@ -6,10 +6,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.normalize import build_normalized_adjacency
-from graphs.partition import PartitionConfig, build_partitions
 from graphs.sampling import (
     ShardConfig,
     epoch_seed_batches,
@@ -18,6 +14,10 @@ from graphs.sampling import (
     remote_rows,
     write_minibatch_shards,
 )
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency
+from graphs.stages.partition import PartitionConfig, build_partitions
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training.data import ShardStream
 
 

@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from graphs.canonical import build_canonical_graph
-from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency
 from training.config import RunConfig
 from training.outputs import MODEL_BEST, OUTPUT_FORMAT, load_model
 from training.predict import predict

@@ -1,4 +1,4 @@
-"""Progress lines (graphs.progress) and the one rounding / summary rule of asset metadata (assets.reporting)."""
+"""Progress lines (graphs.infra.progress) and the one rounding / summary rule of asset metadata (assets.reporting)."""
 
 import math
 import warnings
@@ -7,7 +7,7 @@ import dagster as dg
 import pytest
 
 from assets.reporting import rounded, rounded_metadata, summary_line
-from graphs.progress import Progress, format_seconds
+from graphs.infra.progress import Progress, format_seconds
 
 
 class Clock:

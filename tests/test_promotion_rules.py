@@ -17,8 +17,8 @@ from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions
 from assets.evaluation import NOT_WORSE, evaluation, promotion
 from assets.trained_model import refuse_unfit_training_labels, trained_model
-from graphs.label_classes import copy_label_classes
-from graphs.storage import atomic_output_dir
+from graphs.formats.label_classes import copy_label_classes
+from graphs.infra.storage import atomic_output_dir
 from tests.conftest import datasets_folder
 from training.outputs import write_predictions
 from training.promotion import (

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphs.quantize import (
+from graphs.kernels.quantize import (
     ENCODINGS,
     choose_encoding,
     column_min_max,

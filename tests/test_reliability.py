@@ -17,10 +17,8 @@ import pytest
 
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions
-from graphs import duck
-from graphs.canonical import CanonicalConfig, build_canonical_graph
-from graphs.normalize import AdjacencyConfig, edge_degrees
-from graphs.storage import (
+from graphs.infra import duck
+from graphs.infra.storage import (
     DatasetLockTimeout,
     DatasetNameError,
     clean_stale_temporaries,
@@ -28,6 +26,8 @@ from graphs.storage import (
     staged_output,
     validate_dataset_name,
 )
+from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
+from graphs.stages.normalize import AdjacencyConfig, edge_degrees
 from tests.conftest import write_edges
 from tests.lock_worker import hold_lock
 
@@ -175,7 +175,7 @@ def test_lock_is_released_when_its_holder_is_killed(tmp_path):
 
 def test_a_child_of_the_holder_runs_under_its_lock_and_the_lock_is_reentrant(tmp_path):
     code = (
-        "import sys; from graphs.storage import dataset_lock\n"
+        "import sys; from graphs.infra.storage import dataset_lock\n"
         "with dataset_lock(sys.argv[1], timeout_s=2): print('child ran')\n"
     )
     with dataset_lock(tmp_path):
@@ -341,7 +341,7 @@ def test_correctness_checks_block_and_quality_checks_only_warn():
 
 
 def test_generate_refuses_a_non_empty_folder_it_did_not_write(tmp_path):
-    from graphs.generate import GenerateConfig, generate_dataset
+    from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
     landing = tmp_path / "landing"
     write_edges(landing / "mine" / "edges.parquet", [1], [2])
@@ -392,11 +392,11 @@ def _digests(folder: Path) -> dict[str, bytes]:
 
 
 def test_same_inputs_and_seed_give_byte_identical_files_and_timings_live_apart(tmp_path):
-    from graphs.compress import build_compressed_graph
-    from graphs.generate import GenerateConfig, generate_dataset
-    from graphs.normalize import build_normalized_adjacency
-    from graphs.partition import PartitionConfig, build_partitions
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+    from graphs.stages.compress import build_compressed_graph
+    from graphs.stages.normalize import build_normalized_adjacency
+    from graphs.stages.partition import PartitionConfig, build_partitions
+    from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
     landing = tmp_path / "landing"
     gen = GenerateConfig(num_nodes=300, num_edges=2000, feature_dim=6, num_classes=3, num_edge_files=2)
@@ -428,12 +428,12 @@ def test_same_inputs_and_seed_give_byte_identical_files_and_timings_live_apart(t
 
 
 def test_shards_refuse_an_upstream_re_materialized_since_they_were_cut(tmp_path):
-    from graphs.compress import CompressConfig, build_compressed_graph
-    from graphs.generate import GenerateConfig, generate_dataset
-    from graphs.normalize import build_normalized_adjacency
-    from graphs.partition import PartitionConfig, build_partitions
+    from graphs.formats.shard_format import ShardError, read_manifest
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-    from graphs.shard_format import ShardError, read_manifest
+    from graphs.stages.compress import CompressConfig, build_compressed_graph
+    from graphs.stages.normalize import build_normalized_adjacency
+    from graphs.stages.partition import PartitionConfig, build_partitions
+    from graphs.synthetic.generate import GenerateConfig, generate_dataset
     from training.checkpoint import data_version
 
     gen = GenerateConfig(num_nodes=200, num_edges=1200, feature_dim=4, num_classes=2, num_edge_files=1)

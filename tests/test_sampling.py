@@ -15,9 +15,8 @@ import torch
 
 from assets.common import GnnflowStorage, dataset_partitions
 from assets.minibatch_shards import minibatch_shards
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.normalize import build_normalized_adjacency, load_csr
+from graphs.formats.shard_manifest import ShardManifest
+from graphs.infra.storage import write_file_hashes
 from graphs.sampling import (
     ShardConfig,
     epoch_cluster_groups,
@@ -32,8 +31,9 @@ from graphs.sampling import (
     write_minibatch_shards,
 )
 from graphs.sampling.kinds.neighbor import NeighborSampler
-from graphs.shard_manifest import ShardManifest
-from graphs.storage import write_file_hashes
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency, load_csr
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from tests.conftest import write_edges
 from training.data import ShardError, ShardStream, cross_entropy, read_manifest
 
@@ -380,7 +380,7 @@ def test_a_failing_or_killed_worker_fails_the_stage_and_keeps_the_previous_shard
 
 
 def _compressed(sbm, out: Path, **kw) -> Path:
-    from graphs.compress import CompressConfig, build_compressed_graph
+    from graphs.stages.compress import CompressConfig, build_compressed_graph
 
     cfg = CompressConfig(**{"feature_encoding": "int8", "fpr_queries": 1000, "compare_encodings": False, **kw})
     build_compressed_graph(sbm["canonical"], sbm["adjacency"], sbm["partitions"], out, cfg)
@@ -436,8 +436,8 @@ def test_pinned_host_batches_keep_every_block_field(sbm, tmp_path, monkeypatch, 
 
 
 def test_compressed_features_are_referenced_with_one_layout(sbm, tmp_path):
-    """No scale or code file of the shards' own: compressed_graph's codes and scales, decoded by graphs.quantize."""
-    from graphs.compress import load_features
+    """No scale or code file of the shards' own: compressed_graph's codes and scales, decoded by graphs.kernels.quantize."""
+    from graphs.stages.compress import load_features
 
     compressed = _compressed(sbm, tmp_path / "compressed_graph")
     out, m = _compressed_shards(sbm, tmp_path, compressed, epochs=1)

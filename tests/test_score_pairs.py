@@ -9,13 +9,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from graphs.canonical import build_canonical_graph
-from graphs.compress import CompressConfig, build_compressed_graph
-from graphs.edge_split import EdgeSplitConfig, build_edge_split
-from graphs.normalize import build_normalized_adjacency
-from graphs.partition import PartitionConfig, build_partitions
 from graphs.sampling import ShardConfig, load_shard_inputs
 from graphs.sampling.link import write_link_shards
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.compress import CompressConfig, build_compressed_graph
+from graphs.stages.edge_split import EdgeSplitConfig, build_edge_split
+from graphs.stages.normalize import build_normalized_adjacency
+from graphs.stages.partition import PartitionConfig, build_partitions
 from tests.conftest import write_edges
 from training.layers import ModelConfig
 from training.link import LinkTrainConfig, load_saved, train_link

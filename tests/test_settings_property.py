@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from assets.settings import SettingsError, read_settings_file, registered_configs, resolve
-from graphs.config_checks import check_fields
+from graphs.infra.config_checks import check_fields
 
 EXAMPLES = int(os.environ.get("GNNFLOW_EXAMPLES", 1500 if os.environ.get("GNNFLOW_SLOW") else 150))
 CONFIGS = registered_configs()

@@ -1,4 +1,4 @@
-"""graphs.shard_format: one definition of the shard keys, version and manifest for writer and reader."""
+"""graphs.formats.shard_format: one definition of the shard keys, version and manifest for writer and reader."""
 
 import json
 import os
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from graphs import shard_format as sf
-from graphs.npzio import write_npz
+from graphs.formats import shard_format as sf
+from graphs.formats.npzio import write_npz
 from training.blocks import correction_is_per_dst
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,7 +217,7 @@ def test_writer_and_reader_share_the_module():
 
 
 def test_shard_format_imports_neither_dgl_nor_torch():
-    code = "import sys, graphs.shard_format; print(sorted(m for m in ('dgl', 'torch', 'dagster') if m in sys.modules))"
+    code = "import sys, graphs.formats.shard_format; print(sorted(m for m in ('dgl', 'torch', 'dagster') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 

@@ -1,4 +1,4 @@
-"""Stage contracts as objects (`graphs.stage_artifact`): each stage's file names are spelled in
+"""Stage contracts as objects (`graphs.formats.stage_artifact`): each stage's file names are spelled in
 its format owner only, and each stage's reader refuses a folder of another format version,
 naming the file, both versions and the stage to re-materialize. Each stage's asset name is one
 constant (`STAGE`) of one owner module."""
@@ -15,14 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from assets import evaluation, predictions
-from graphs import shard_format
-from graphs.canonical import CanonicalGraph, build_canonical_graph, edge_batches, read_summary
-from graphs.compress import CompressConfig, CompressedGraph, build_compressed_graph, load_features
-from graphs.edge_split import EdgeSplit, EdgeSplitConfig, build_edge_split, load_edge_split
-from graphs.normalize import Adjacency, build_normalized_adjacency, load_csr, load_scale_factors
-from graphs.partition import PartitionConfig, Partitions, build_partitions, load_parts
-from graphs.stage_artifact import StageArtifact, StageFormatError
-from graphs.storage import write_file_hashes
+from graphs.formats import shard_format
+from graphs.formats.stage_artifact import StageArtifact, StageFormatError
+from graphs.infra.storage import write_file_hashes
+from graphs.stages.canonical import CanonicalGraph, build_canonical_graph, edge_batches, read_summary
+from graphs.stages.compress import CompressConfig, CompressedGraph, build_compressed_graph, load_features
+from graphs.stages.edge_split import EdgeSplit, EdgeSplitConfig, build_edge_split, load_edge_split
+from graphs.stages.normalize import Adjacency, build_normalized_adjacency, load_csr, load_scale_factors
+from graphs.stages.partition import PartitionConfig, Partitions, build_partitions, load_parts
 from pipelines.definitions import defs
 from tests.conftest import write_edges
 from training import distdgl, outputs, promotion
@@ -32,18 +32,18 @@ PRODUCTION = ("graphs", "training", "assets", "pipelines", "benchmarks")
 
 # Each owned file name and the one module that may spell it (the writer and every reader use
 # the owner's constant). summary.json is every stage's: `StageArtifact.SUMMARY`, whose value
-# graphs.storage holds beside its other folder-wide names (hashes.json, run_stats.json).
+# graphs.infra.storage holds beside its other folder-wide names (hashes.json, run_stats.json).
 OWNERS = {
-    "graphs/storage.py": [StageArtifact.SUMMARY],
-    "graphs/canonical_files.py": [
+    "graphs/infra/storage.py": [StageArtifact.SUMMARY],
+    "graphs/formats/canonical_files.py": [
         CanonicalGraph.EDGES,
         CanonicalGraph.NODES,
         CanonicalGraph.FEATURES,
         CanonicalGraph.DEGREE_PLOT,
     ],
-    "graphs/label_classes.py": [CanonicalGraph.LABEL_CLASSES],
-    "graphs/normalize.py": [*Adjacency.CSR_FILES, Adjacency.ROW_SCALE, Adjacency.COL_SCALE],
-    "graphs/partition_files.py": [
+    "graphs/formats/label_classes.py": [CanonicalGraph.LABEL_CLASSES],
+    "graphs/stages/normalize.py": [*Adjacency.CSR_FILES, Adjacency.ROW_SCALE, Adjacency.COL_SCALE],
+    "graphs/formats/partition_files.py": [
         Partitions.PART_ID,
         Partitions.CLUSTER_ID,
         Partitions.CORE_NODES,
@@ -51,18 +51,23 @@ OWNERS = {
         Partitions.ORIG_NIDS.split("/")[-1],
         Partitions.SIZES_PLOT,
     ],
-    "graphs/compress_files.py": [
+    "graphs/formats/compress_files.py": [
         *CompressedGraph.FEATURE_FILES.values(),
         CompressedGraph.FEATURE_SCALES,
         CompressedGraph.WEIGHTS_INT8,
         CompressedGraph.WEIGHT_SCALES,
     ],
-    "graphs/edge_split.py": list(EdgeSplit.SPLIT_FILES.values()),
+    "graphs/stages/edge_split.py": list(EdgeSplit.SPLIT_FILES.values()),
 }
-# A landing folder (user input, `graphs.landing`) shares two names with the canonical graph:
+# A landing folder (user input, `graphs.stages.landing`) shares two names with the canonical graph:
 # its writers and readers spell them, and so may a line that names a landing folder.
 LANDING_NAMES = {CanonicalGraph.EDGES, CanonicalGraph.NODES}
-LANDING_MODULES = {"graphs/landing.py", "graphs/user_files.py", "graphs/generate.py", "benchmarks/ingest.py"}
+LANDING_MODULES = {
+    "graphs/stages/landing.py",
+    "graphs/stages/user_files.py",
+    "graphs/synthetic/generate.py",
+    "benchmarks/ingest.py",
+}
 
 
 def spelled_outside_owner(rel: str, text: str) -> list[str]:
@@ -92,12 +97,12 @@ def test_stage_file_names_are_spelled_only_by_their_owner():
 
 def test_the_scan_finds_a_literal_and_spares_the_owner_and_landing_folders():
     assert spelled_outside_owner("training/x.py", 'np.load(d / "part_id.npy")') == [
-        "training/x.py:1: part_id.npy (owner: graphs/partition_files.py)"
+        "training/x.py:1: part_id.npy (owner: graphs/formats/partition_files.py)"
     ]
     assert spelled_outside_owner("assets/x.py", "f\"{d / 'summary.json'}\"") == [
-        "assets/x.py:1: summary.json (owner: graphs/storage.py)"
+        "assets/x.py:1: summary.json (owner: graphs/infra/storage.py)"
     ]
-    assert spelled_outside_owner("graphs/partition_files.py", 'PART_ID = "part_id.npy"') == []
+    assert spelled_outside_owner("graphs/formats/partition_files.py", 'PART_ID = "part_id.npy"') == []
     assert spelled_outside_owner("benchmarks/x.py", 'if (landing / "nodes.parquet").exists():') == []
     assert spelled_outside_owner("benchmarks/x.py", 'pq.read_table(can / "nodes.parquet")') != []
 
@@ -208,12 +213,12 @@ def test_a_folder_without_its_summary_is_refused_naming_the_stage(stages, tmp_pa
 # Each stage's asset name and the one module that spells it, as its `STAGE` constant; every other
 # module (Dagster's deps, asset keys, folders under storage) uses that constant.
 STAGE_OWNERS = {
-    CanonicalGraph.STAGE: "graphs/canonical_files.py",
-    Adjacency.STAGE: "graphs/normalize.py",
-    Partitions.STAGE: "graphs/partition_files.py",
-    CompressedGraph.STAGE: "graphs/compress_files.py",
-    EdgeSplit.STAGE: "graphs/edge_split.py",
-    shard_format.STAGE: "graphs/shard_format.py",
+    CanonicalGraph.STAGE: "graphs/formats/canonical_files.py",
+    Adjacency.STAGE: "graphs/stages/normalize.py",
+    Partitions.STAGE: "graphs/formats/partition_files.py",
+    CompressedGraph.STAGE: "graphs/formats/compress_files.py",
+    EdgeSplit.STAGE: "graphs/stages/edge_split.py",
+    shard_format.STAGE: "graphs/formats/shard_format.py",
     outputs.STAGE: "training/outputs.py",
     promotion.STAGE: "training/promotion.py",
     evaluation.STAGE: "assets/evaluation.py",

@@ -20,11 +20,11 @@ import torch
 
 from assets.common import GnnflowStorage, dataset_partitions
 from assets.trained_model import TrainedModelConfig, trained_model
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.normalize import build_normalized_adjacency
+from graphs.formats.shard_manifest import ShardManifest
 from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class, write_minibatch_shards
-from graphs.shard_manifest import ShardManifest
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training import precision as precision_mod
 from training.checkpoint import CHECKPOINT_NAME, load_checkpoint
 from training.config import LRScheduleConfig, RunConfig, TrainingConfig
@@ -731,8 +731,8 @@ def test_streamed_evaluation_under_a_small_bound_matches_the_in_memory_one(sbm, 
 
     d = sbm["w1"]
     if encoding == "int8":  # shards naming compressed_graph's INT8 codes (one part: its Bloom filters are unused)
-        from graphs.compress import CompressConfig, build_compressed_graph
-        from graphs.storage import write_file_hashes
+        from graphs.infra.storage import write_file_hashes
+        from graphs.stages.compress import CompressConfig, build_compressed_graph
 
         part = tmp_path / "one_part"
         part.mkdir()

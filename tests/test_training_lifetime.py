@@ -16,8 +16,8 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.storage import dataset_lock
+from graphs.infra.storage import dataset_lock
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from tests.conftest import folder_bytes, wait_for_path
 from tests.kill_worker import STAGES, run_stage
 from training.launch import LaunchConfig, torchrun_command
@@ -136,7 +136,7 @@ def test_a_process_under_a_killed_holders_lock_learns_it_lost_the_lock(tmp_path)
 
 
 def test_a_child_given_the_lock_descriptor_keeps_the_lock_after_its_holder_dies(tmp_path):
-    from graphs.storage import DatasetLockTimeout
+    from graphs.infra.storage import DatasetLockTimeout
 
     folder, out = tmp_path / "ds", tmp_path / "child"
     cmd = [sys.executable, "-m", "tests.lifetime_worker", "share", str(folder), str(out)]
@@ -286,13 +286,13 @@ def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_pat
 
 
 def test_link_prediction_stops_on_a_non_finite_loss(tmp_path):
-    from graphs.canonical import build_canonical_graph
-    from graphs.compress import CompressConfig, build_compressed_graph
-    from graphs.edge_split import EdgeSplitConfig, build_edge_split
-    from graphs.normalize import build_normalized_adjacency
-    from graphs.partition import PartitionConfig, build_partitions
     from graphs.sampling import ShardConfig, load_shard_inputs
     from graphs.sampling.link import write_link_shards
+    from graphs.stages.canonical import build_canonical_graph
+    from graphs.stages.compress import CompressConfig, build_compressed_graph
+    from graphs.stages.edge_split import EdgeSplitConfig, build_edge_split
+    from graphs.stages.normalize import build_normalized_adjacency
+    from graphs.stages.partition import PartitionConfig, build_partitions
     from training.link import LinkTrainConfig, train_link
     from training.loss_check import NonFiniteLossError
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.normalize import build_normalized_adjacency
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training.config import RunConfig
 from training.outputs import MODEL_FINAL, load_model_weights
 from training.train import train

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graphs.canonical import InputError, build_canonical_graph, read_label_classes
-from graphs.landing import find_dataset_files, is_dataset_folder, landing_fingerprint
-from graphs.user_files import check_column_mapping, landing_has_labels
+from graphs.stages.canonical import InputError, build_canonical_graph, read_label_classes
+from graphs.stages.landing import find_dataset_files, is_dataset_folder, landing_fingerprint
+from graphs.stages.user_files import check_column_mapping, landing_has_labels
 
 EDGES = [(1, 2, 0.5), (2, 3, 1.5), (3, 1, 2.0), (3, 4, 1.0)]
 NODES = [(1, "cat", "train"), (2, "dog", "train"), (3, None, "val"), (4, "ant", "test")]
@@ -342,9 +342,9 @@ def _string_label_landing(folder: Path, n: int, rng) -> None:
 
 
 def test_string_labels_train_and_score_as_the_users_values(tmp_path):
-    from graphs.normalize import build_normalized_adjacency
+    from graphs.infra.storage import read_file_hashes
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
-    from graphs.storage import read_file_hashes
+    from graphs.stages.normalize import build_normalized_adjacency
     from training.config import RunConfig
     from training.outputs import MODEL_BEST
     from training.predict import predict
@@ -431,7 +431,7 @@ def test_the_sensor_ignores_a_file_copied_back_unchanged_and_sees_one_byte_chang
 def test_a_long_snap_file_whose_separator_changes_after_its_head_reads_whole(tmp_path):
     """The first 64 KiB use one tab (DuckDB's CSV reader takes the file); a line further on uses
     spaces: the whitespace reader reads the file again, and every edge arrives."""
-    from graphs.user_files import HEAD_BYTES
+    from graphs.stages.user_files import HEAD_BYTES
 
     ds = tmp_path / "landing" / "ds"
     n = HEAD_BYTES // 8 + 100

@@ -1,4 +1,4 @@
-"""Non-uniform sampling weights (graphs.sampling.weighting, graphs.node_scores): adaptive
+"""Non-uniform sampling weights (graphs.sampling.weighting, graphs.formats.node_scores): adaptive
 neighbour sampling is unbiased, prefers high-score neighbours and reads training's gradient
 statistics; class-balanced seeds give each class an equal share; the generator's minority class."""
 
@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from graphs.canonical import build_canonical_graph
-from graphs.generate import GenerateConfig, generate_dataset
-from graphs.node_scores import mean_grad_norm, read_node_scores, write_node_scores
-from graphs.normalize import build_normalized_adjacency, load_csr
+from graphs.formats.node_scores import mean_grad_norm, read_node_scores, write_node_scores
 from graphs.sampling import ShardConfig, epoch_seed_batches, load_shard_inputs, make_sampler, write_minibatch_shards
 from graphs.sampling.weighting import adaptive_node_probs, class_balanced_probs
+from graphs.stages.canonical import build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency, load_csr
+from graphs.synthetic.generate import GenerateConfig, generate_dataset
 
 
 @pytest.fixture(scope="module")

@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         _die_with_launcher()
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [rank {rank}] %(message)s", stream=sys.stdout)
-    from graphs.config_checks import read_yaml_file
+    from graphs.infra.config_checks import read_yaml_file
 
     try:
         data = read_yaml_file(args.config) or {}  # size-limited, anchors and aliases refused

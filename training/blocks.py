@@ -11,7 +11,7 @@ flow graph) stored in CSC form over its destination nodes:
   carries ``weight_factors`` (:class:`NodeScales`) instead and computes them, bit for bit, on
   first access (a layer that never reads them never pays for them);
 - ``correction`` float32 ``[num_edges]`` or None: a sampled block's per-edge sampling
-  correction (inverse inclusion probability, `graphs.shard_format`), which each layer type
+  correction (inverse inclusion probability, `graphs.formats.shard_format`), which each layer type
   applies in its own way (`training.layers.sampled_edge_weight`); None on a full graph. A
   block read from shards that store it per destination carries ``correction_compact`` (first
   in-edge's, the others') instead and expands it on first access;
@@ -54,7 +54,7 @@ __all__ = [
 
 
 class NodeScales:
-    """Â's row and column scales (`graphs.shard_format`, weight encoding ``factors``) of one
+    """Â's row and column scales (`graphs.formats.shard_format`, weight encoding ``factors``) of one
     minibatch's nodes: Â's entry of block edge u -> v is float32(row[v] · col[u]) (float32(row[v])
     without ``col``), u and v positions in ``nodes``. Gathered from the [n] vectors on first use,
     once per device, and shared by the minibatch's blocks (each block's nodes are a prefix)."""
@@ -125,7 +125,7 @@ def _weights_from_factors(block: "Block") -> torch.Tensor | None:
 
 def _expanded_correction(block: "Block") -> torch.Tensor | None:
     """The per-edge correction of ``correction_compact`` (first in-edge, then the rest of each
-    destination's), as `graphs.shard_format.expand_correction` expands it."""
+    destination's), as `graphs.formats.shard_format.expand_correction` expands it."""
     if block.correction_compact is None:
         return None
     first, rest = block.correction_compact

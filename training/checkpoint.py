@@ -44,9 +44,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
-from graphs.canonical_files import CanonicalGraph
-from graphs.compress_files import CompressedGraph
-from graphs.shard_format import MANIFEST_NAME
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.shard_format import MANIFEST_NAME
 from training.state_file import StateFileError, read_state_file, write_state_file
 
 __all__ = [

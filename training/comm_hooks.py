@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from graphs.config_checks import MAX_STEPS, bounded_repr, check_fields
+from graphs.infra.config_checks import MAX_STEPS, bounded_repr, check_fields
 
 __all__ = ["COMM_HOOKS", "CommConfig", "CommCounter", "CountingGroup", "int8_hook", "setup_comm_hook"]
 

@@ -56,7 +56,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from graphs.config_checks import bounded_repr, check_fields
+from graphs.infra.config_checks import bounded_repr, check_fields
 from training.aggregate import aggregate
 from training.blocks import Block
 from training.layer_registry import layer_kind
@@ -206,7 +206,7 @@ class VRGCN:
 
     @classmethod
     def from_adjacency(cls, adjacency: Path, device: torch.device) -> "VRGCN":
-        from graphs.normalize import load_csr
+        from graphs.stages.normalize import load_csr
 
         csr = load_csr(adjacency)
         t = [

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar, Union
 
-from graphs.config_checks import (
+from graphs.infra.config_checks import (
     MAX_EPOCHS,
     MAX_PREFETCH,
     MAX_ROWS,
@@ -253,7 +253,7 @@ class TrainingConfig:
         default=True,
         metadata={
             "help": "during the training steps, glibc keeps freed host memory for the next step's tensors instead "
-            "of unmapping it and faulting it in again (graphs.host_memory; CPU epochs 0.92x as long on the demo "
+            "of unmapping it and faulting it in again (graphs.infra.host_memory; CPU epochs 0.92x as long on the demo "
             "graph, peak RSS +13 %); false = glibc's defaults"
         },
     )
@@ -421,7 +421,7 @@ class RunConfig:
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> "RunConfig":
-        """Read, check (`graphs.config_checks.read_yaml_file`: size, no aliases) and validate a run YAML."""
+        """Read, check (`graphs.infra.config_checks.read_yaml_file`: size, no aliases) and validate a run YAML."""
         data = read_yaml_file(path) or {}
         try:
             return cls.from_dict(data)

@@ -1,6 +1,6 @@
 """Reading minibatch shards: one rank's stream of sampled blocks, with features, prefetched.
 
-The minibatch_shards asset (`graphs.sampling`) writes, in the format of `graphs.shard_format`,
+The minibatch_shards asset (`graphs.sampling`) writes, in the format of `graphs.formats.shard_format`,
 for every epoch and DDP rank, a list of ``.npz`` shard files plus ``manifest.json``. This
 module turns one (epoch, rank) stream back into :class:`MiniBatch` objects: plain torch
 :class:`~training.blocks.Block` s (CSC over the destination nodes), the input nodes'
@@ -22,14 +22,14 @@ Usage, on each rank::
 What happens per minibatch. A background thread (bounded queue of ``prefetch``
 minibatches) reads each shard file once, checks its size and SHA-256 against the manifest
 (a missing, truncated or corrupt file raises :class:`ShardError` naming the file), parses
-it without pickle (`graphs.npzio.read_npz`: the arrays are views into the buffer that was
+it without pickle (`graphs.formats.npzio.read_npz`: the arrays are views into the buffer that was
 just hashed, sparing ``np.load``'s second copy and per-member CRC; the files also load with
 ``np.load(..., allow_pickle=False)``), builds CPU tensors, gathers the input nodes'
 feature rows (from the memory-mapped ``features.npy``, or the INT8 rows, or a tensor you
 pass) and pins them when the device is CUDA. The consuming thread then moves the batch
 with ``non_blocking`` copies and builds the blocks. INT8 features and edge weights are
 decoded on the device for CUDA (a quarter of the bytes cross PCIe) and in the prefetch
-thread for CPU training (`graphs.quantize`, NumPy-only at import; both decode alike). So
+thread for CPU training (`graphs.kernels.quantize`, NumPy-only at import; both decode alike). So
 the next minibatch is read and gathered while the current one trains; ``wait_seconds`` is the time the loop was
 blocked on the queue (with ``prefetch=0`` everything runs inline and all of it counts).
 
@@ -53,7 +53,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from graphs.shard_format import (
+from graphs.formats.shard_format import (
     SUPPORTED_FORMAT_VERSION,
     ShardError,
     decode_minibatch,
@@ -63,7 +63,7 @@ from graphs.shard_format import (
     read_shard,
     stream_record,
 )
-from graphs.shard_manifest import ShardManifest
+from graphs.formats.shard_manifest import ShardManifest
 from training.blocks import Block, NodeScales, correction_is_per_dst
 from training.feature_cache import CacheSpec, HotSplit, TieredFeatures
 
@@ -127,7 +127,7 @@ class FeatureRows:
     """Where the input nodes' feature rows come from, and how they are decoded.
 
     ``source``: "manifest", None, or an [n, D] array/tensor. From the manifest: an
-    `graphs.quantize.EncodedFeatures` (`graphs.shard_format.open_features`: canonical FP32,
+    `graphs.kernels.quantize.EncodedFeatures` (`graphs.formats.shard_format.open_features`: canonical FP32,
     or compressed_graph's codes with their transform), gathered compact in the prefetch
     thread and decoded there (CPU) or on the device (CUDA). ``gather_host(ids, decode=True)``
     reads just the rows ``ids`` (what the streamed evaluation uses). With ``cache`` (a
@@ -161,7 +161,7 @@ class FeatureRows:
     def gather_host(self, nodes: np.ndarray, decode: bool, release: bool = False) -> torch.Tensor | None:
         """Rows of `nodes` on the CPU, or None; compact codes stay compact unless `decode`.
         ``release``: the feature file's pages are dropped from this process's RSS as they are
-        read (`graphs.quantize.EncodedFeatures.gather`; the cache, if any, is bypassed)."""
+        read (`graphs.kernels.quantize.EncodedFeatures.gather`; the cache, if any, is bypassed)."""
         if self.kind == "encoded":
             if self.cache is not None and len(self.cache.hot_nodes) and not release:
                 # the rows that are not hot; put beside the hot ones here when decoding on the host (CPU

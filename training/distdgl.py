@@ -2,7 +2,7 @@
 
 For graphs whose structure or features outgrow one machine: metis_partitions writes DGL's
 distributed partition format (``distdgl/<graph_name>.json`` + ``part{p}/``, from our METIS
-assignment; see ``graphs/partition.py``). Each machine p runs one or more DGL *servers*
+assignment; see ``graphs/stages/partition.py``). Each machine p runs one or more DGL *servers*
 holding part p's structure and features, and one or more *trainers*. A trainer joins the
 servers (``dgl.distributed.initialize``), opens the ``DistGraph``, takes its seed nodes with
 ``node_split`` (disjoint across trainers, mostly local to its machine), samples neighbour
@@ -69,7 +69,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from graphs.processes import die_with_parent
+from graphs.infra.processes import die_with_parent
 from training.blocks import Block
 from training.checkpoint import CHECKPOINT_NAME
 from training.distdgl_config import DistDGLConfig, config_from_args, dgl_env, model_for_fanouts, read_ip_config

@@ -6,8 +6,9 @@ metis_partitions' DistDGL export. For each machine it builds a *machine script*
 shell-quoted, that changes into the repository, starts the machine's servers and trainers
 (``python -m training.distdgl``, every flag spelled out by
 `training.distdgl_config.process_args`) in the background with their output in the log folder,
-waits for the trainers, stops the servers when a trainer failed, and exits with the first
-failing status. Every process it starts dies with it (`training.distdgl.TIED_ENV`).
+watches them all, and as soon as one fails stops the others and exits with its status (0 once
+every one has ended with 0; each process's status is ``logs/machine{m}-{role}{i}.exit``).
+Every process it starts dies with it (`training.distdgl.TIED_ENV`).
 
 How a script reaches its machine is ``cluster.launcher`` (:func:`machine_command`):
 
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Sequence
 
-from graphs.config_checks import MAX_RANKS, bounded_repr, check_fields
+from graphs.infra.config_checks import MAX_RANKS, bounded_repr, check_fields
 from training.distdgl import TIED_ENV
 from training.distdgl_config import DistDGLConfig, DistDGLProcesses, DistDGLTraining, process_args
 from training.lifetime import tied_process
@@ -69,7 +70,7 @@ class DistDGLCluster(DistDGLProcesses):
         default_factory=list,
         metadata={
             "max_len": MAX_RANKS,
-            "help": "IP address of each machine; machine m serves part m. Empty: this machine alone "
+            "help": "IPv4 address of each machine; machine m serves part m. Empty: this machine alone "
             f"({LOOPBACK}), for a metis_partitions of one part.",
         },
     )
@@ -94,9 +95,9 @@ class DistDGLCluster(DistDGLProcesses):
         self.check_processes()
         for i, host in enumerate(self.hosts):
             try:
-                ipaddress.ip_address(host)
+                ipaddress.IPv4Address(host)  # DGL's ip_config and the trainers' tcp:// address take IPv4
             except ValueError:
-                raise ValueError(f"cluster.hosts[{i}]={bounded_repr(host)}: expected an IP address") from None
+                raise ValueError(f"cluster.hosts[{i}]={bounded_repr(host)}: expected an IPv4 address") from None
         if len(set(self.hosts)) != len(self.hosts):
             raise ValueError(f"cluster.hosts={bounded_repr(self.hosts)} lists a machine twice")
         if self.launcher not in LAUNCHERS:
@@ -149,8 +150,9 @@ def machine_script(
     if cluster.socket_ifname:
         env |= {"GLOO_SOCKET_IFNAME": cluster.socket_ifname, "NCCL_SOCKET_IFNAME": cluster.socket_ifname}
     lines = [f"cd {q(str(REPO_ROOT))} || exit 96", "export " + " ".join(f"{k}={q(v)}" for k, v in env.items())]
-    for role, count, pids in (("server", cluster.servers, "servers"), ("trainer", cluster.trainers, "trainers")):
-        lines.append(f'{pids}=""')
+    lines += [_FAILED, _ENDED]
+    codes = []  # one exit-code file per process, written when it ends
+    for role, count in (("server", cluster.servers), ("trainer", cluster.trainers)):
         for index in range(count):
             cfg = DistDGLConfig(
                 **vars(training),
@@ -164,22 +166,34 @@ def machine_script(
                 out=str(out),
             )
             command = shlex.join([sys.executable, "-m", "training.distdgl", *process_args(role, cfg)])
-            log = q(str(Path(logs) / f"machine{machine}-{role}{index}.log"))
-            lines += [f"{command} > {log} 2>&1 &", f'{pids}="${pids} $!"']
+            name = Path(logs) / f"machine{machine}-{role}{index}"
+            log, code = q(f"{name}.log"), q(f"{name}.exit")
+            lines += [f"rm -f {code}", f"( {command} > {log} 2>&1; echo $? > {code}.tmp && mv {code}.tmp {code} ) &"]
+            codes.append(code)
+    every = " ".join(codes)
     lines += [
-        "rc=0",
-        'for p in $trainers; do wait "$p" || { s=$?; [ "$rc" -eq 0 ] && rc=$s; }; done',
-        '[ "$rc" -eq 0 ] || kill $servers 2>/dev/null',
-        'for p in $servers; do wait "$p" || { s=$?; [ "$rc" -eq 0 ] && rc=$s; }; done',
-        'exit "$rc"',
+        "while :; do",  # the first failure stops the machine's other processes; all ended with 0: done
+        f"  if s=$(failed {every}); then trap '' TERM; kill -TERM 0; exit \"$s\"; fi",
+        f"  ended {every} && exit 0",
+        "  sleep 0.2",
+        "done",
     ]
     return "\n".join(lines) + "\n"
+
+
+# the machine script's helpers: the first non-zero exit code among the given files; all exist
+_FAILED = (
+    'failed() { for f in "$@"; do [ -f "$f" ] && s=$(cat "$f") && [ "$s" != 0 ] && { echo "$s"; return 0; }; '
+    "done; return 1; }"
+)
+_ENDED = 'ended() { for f in "$@"; do [ -f "$f" ] || return 1; done; }'
 
 
 def machine_command(cluster: DistDGLCluster, machine: int, script: str) -> list[str]:
     """The command that runs `script` on machine `machine` (``cluster.launcher``)."""
     if cluster.launcher == "ssh":
-        return ["ssh", "-tt", "-o", "BatchMode=yes", cluster.addresses[machine], script]
+        # the remote login shell may be any shell: it only starts sh with the script
+        return ["ssh", "-tt", "-o", "BatchMode=yes", cluster.addresses[machine], "exec sh -c " + shlex.quote(script)]
     return ["sh", "-c", script]
 
 

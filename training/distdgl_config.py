@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import ClassVar
 
-from graphs.config_checks import (
+from graphs.infra.config_checks import (
     DEFAULT_FANOUTS,
     MAX_BATCH,
     MAX_EPOCHS,
@@ -210,7 +210,7 @@ def model_for_fanouts(cfg: DistDGLTraining) -> ModelConfig:
     if cfg.model.num_layers != layers:
         raise ValueError(
             f"model.num_layers={cfg.model.num_layers} but fanouts={cfg.fanouts!r} samples {layers} blocks "
-            "(one per layer); pass matching --fanouts or --model-num-layers 0"
+            "(one per layer): make fanouts and model.num_layers match, or set model.num_layers to 0"
         )
     return cfg.model
 

@@ -16,7 +16,7 @@ then for each layer and each chunk of ``chunk_rows`` destination rows it reads t
 of Â (indptr/indices/weights), gathers the previous layer's rows of the chunk's sources into
 one reused buffer, runs the layer on the device and writes the chunk's output into
 ``layer{l}.npy`` with ``os.pwrite``. Every read of a memory-mapped file drops its pages from
-the process's RSS after it (`graphs.npyrows`), so rank 0's peak RSS is bounded by one chunk
+the process's RSS after it (`graphs.formats.npyrows`), so rank 0's peak RSS is bounded by one chunk
 (its rows, their neighbours' rows, its edges) plus one 64 MB window of file pages, not by the
 files' sizes. Device memory is bounded by one chunk.
 """
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from graphs.npyrows import NpyRowWriter, read_rows, release, take_rows
+from graphs.formats.npyrows import NpyRowWriter, read_rows, release, take_rows
 from training import metrics
 from training.blocks import Block, block_from_csr, remove_self_loops
 
@@ -45,7 +45,7 @@ def load_full_block(adjacency_dir: str | os.PathLike) -> Block:
     Â is symmetric for the default ``degree_norm="both"`` on a symmetrized graph, so its CSR is
     also the CSC over destinations that Block expects.
     """
-    from graphs.normalize import load_csr
+    from graphs.stages.normalize import load_csr
 
     return block_from_csr(*load_csr(adjacency_dir, mmap=False))
 
@@ -84,7 +84,7 @@ def row_block(
     of n entries and numbered through an int64 array of n entries (no sort, no search).
     ``scratch`` = (bool [n] all False, int64 [n]) reuses them across calls (the mark array is
     left all False again); None allocates them. The memory-mapped rows' pages are dropped
-    after they are read (`graphs.npyrows.read_rows`).
+    after they are read (`graphs.formats.npyrows.read_rows`).
     """
     n = len(indptr) - 1
     mark, pos = scratch if scratch is not None else (np.zeros(n, dtype=bool), np.empty(n, dtype=np.int64))

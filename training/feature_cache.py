@@ -3,10 +3,10 @@
 
 A minibatch's input nodes are looked up hot tier first, then warm, then cold:
 
-- **cold**: the feature file itself (`graphs.quantize.EncodedFeatures` over a memory map:
+- **cold**: the feature file itself (`graphs.kernels.quantize.EncodedFeatures` over a memory map:
   canonical ``features.npy`` or compressed_graph's codes), read with ``np.take`` in
   ascending node order; with ``readahead`` the pages of a gather's misses are first advised
-  (`graphs.npyrows.prefetch_rows`, ``madvise(MADV_WILLNEED)``), so a file that is not in the
+  (`graphs.formats.npyrows.prefetch_rows`, ``madvise(MADV_WILLNEED)``), so a file that is not in the
   page cache is read with many requests in flight instead of one page fault after another
   (default: on when the file is larger than half the machine's memory, i.e. cannot be
   expected to stay cached; with the file resident the advice would only add its system calls).
@@ -51,8 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphs.npyrows import mapped_bytes, prefetch_rows
-from graphs.quantize import EncodedFeatures
+from graphs.formats.npyrows import mapped_bytes, prefetch_rows
+from graphs.kernels.quantize import EncodedFeatures
 
 __all__ = ["WARM_POLICIES", "CacheSpec", "CacheStats", "HotSplit", "TieredFeatures", "hot_nodes"]
 

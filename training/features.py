@@ -1,7 +1,7 @@
 """Node features and labels for training: preprocessing, degree features, the full matrix.
 
 Where features come from: the shards' manifest names them (``features``: the canonical
-``features.npy`` in FP32, or compressed_graph's codes and scales, see `graphs.shard_format`). Training gathers the rows of each minibatch from there
+``features.npy`` in FP32, or compressed_graph's codes and scales, see `graphs.formats.shard_format`). Training gathers the rows of each minibatch from there
 (`training.data.ShardStream`, in its prefetch thread) and applies the configured
 preprocessing to the gathered rows on the device (:class:`FeatureTransform`), so nothing
 n x D is materialized on the ranks for training. Rank 0 builds the full matrix once for
@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 
-from graphs.canonical_files import CanonicalGraph
+from graphs.formats.canonical_files import CanonicalGraph
 
 __all__ = [
     "FeatureTransform",
@@ -85,7 +85,7 @@ def degree_features(indptr: np.ndarray, buckets: int) -> torch.Tensor:
 
 def feature_chunks(manifest: dict, shards_dir: str | os.PathLike, rows: int = 1 << 16) -> Iterator[torch.Tensor]:
     """The manifest's features as float32 row chunks (decoded, transform undone); nothing when absent."""
-    from graphs.shard_format import open_features
+    from graphs.formats.shard_format import open_features
 
     feats = open_features(manifest, shards_dir)
     if feats is None:

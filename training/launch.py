@@ -40,7 +40,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphs.config_checks import MAX_RANKS, bounded_repr, check_fields
+from graphs.infra.config_checks import MAX_RANKS, bounded_repr, check_fields
 
 __all__ = ["LOCK_FD_ENV", "LaunchConfig", "launch_env", "main", "other_node_command", "torchrun_command"]
 

@@ -26,7 +26,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
-from graphs.variants import Registry
+from graphs.infra.variants import Registry
 from training.blocks import Block
 
 __all__ = ["LayerKind", "LayerOptions", "layer_kind", "layer_names", "linear_layer_names", "register_layer"]

@@ -39,7 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from graphs.config_checks import MAX_LAYERS, MAX_WIDTH, bounded_repr, check_fields, help_text
+from graphs.infra.config_checks import MAX_LAYERS, MAX_WIDTH, bounded_repr, check_fields, help_text
 from training.aggregate import use_aggregation
 from training.blocks import Block, drop_edge_scale, drop_edges, slice_dst
 from training.layer_registry import LayerOptions, layer_kind
@@ -290,7 +290,7 @@ def sampled_edge_weight(
     (`training.layer_registry.LayerKind.edge_weight`).
 
     A sampled block carries ``correction`` (the inverse inclusion probability of each edge,
-    `graphs.shard_format`); DropEdge passes ``edge_scale`` (1/(1-p) per kept edge). Each
+    `graphs.formats.shard_format`); DropEdge passes ``edge_scale`` (1/(1-p) per kept edge). Each
     layer type applies both the way its aggregation needs, so that the expected aggregation
     over the draws equals the full-neighbourhood one (tests/test_sampling.py checks this per
     type): gcn ``Â·c`` (· scale), gin ``c`` (· Â with ``edge_weights``) (· scale), sage the

@@ -25,7 +25,7 @@ import signal
 import subprocess
 from typing import Iterator, Mapping, Sequence
 
-from graphs.processes import die_with_parent
+from graphs.infra.processes import die_with_parent
 
 __all__ = ["LAUNCHER_PID_ENV", "die_with_parent", "tied_process"]
 

@@ -4,7 +4,7 @@ The same encoders as node classification (`training.layers.GNN`, output width = 
 embedding width), a scorer over pairs of embeddings, binary cross-entropy on each
 minibatch's positive and negative pairs (`graphs.sampling.link`), and evaluation of
 full-graph embeddings over the message-passing graph against the fixed evaluation
-negatives of `graphs.edge_split` (`training.metrics.link_prediction_report`: ROC-AUC, MRR,
+negatives of `graphs.stages.edge_split` (`training.metrics.link_prediction_report`: ROC-AUC, MRR,
 Hits@10/50/100).
 
 Scorers (``LinkTrainConfig.scorer``): ``dot`` = ``<h_u, h_v>``; ``mlp`` = DGL's
@@ -23,7 +23,7 @@ The budget follows node classification's rule (`training.config.TrainingConfig`)
 shards' sampled epochs, replayed in order; S optimizer steps per epoch), stopped early when
 validation MRR has not improved for ``early_stopping_patience`` evaluations; the model of
 the best validation MRR is the one kept, tested and written. Epochs are numbered from 1.
-A progress line (steps, seeds/s, ETA; `graphs.progress`) is logged every few seconds
+A progress line (steps, seeds/s, ETA; `graphs.infra.progress`) is logged every few seconds
 within epochs and one line per evaluated epoch.
 
 One process reads every rank's stream of an epoch in turn (each minibatch one optimizer
@@ -55,13 +55,21 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from graphs.config_checks import MAX_EPOCHS, MAX_PREFETCH, MAX_ROWS, MAX_SEED, MAX_STEPS, bounded_repr, check_fields
-from graphs.edge_split import LINK_PREDICTION, load_edge_split
-from graphs.normalize import Adjacency
-from graphs.progress import Progress
-from graphs.shard_format import MANIFEST_NAME
-from graphs.shard_manifest import ShardManifest
-from graphs.storage import CorruptFileError, read_file_hashes
+from graphs.formats.shard_format import MANIFEST_NAME
+from graphs.formats.shard_manifest import ShardManifest
+from graphs.infra.config_checks import (
+    MAX_EPOCHS,
+    MAX_PREFETCH,
+    MAX_ROWS,
+    MAX_SEED,
+    MAX_STEPS,
+    bounded_repr,
+    check_fields,
+)
+from graphs.infra.progress import Progress
+from graphs.infra.storage import CorruptFileError, read_file_hashes
+from graphs.stages.edge_split import LINK_PREDICTION, load_edge_split
+from graphs.stages.normalize import Adjacency
 from training.blocks import remove_self_loops
 from training.data import ShardStream
 from training.evaluate import load_full_block
@@ -517,7 +525,7 @@ def evaluate_saved(
 ) -> dict:
     """{"val": report, "test": report} of the model `train_link` wrote into `model_dir`,
     recomputed from its LINK_MODEL file (`load_saved`)."""
-    from graphs.edge_split import load_edge_split
+    from graphs.stages.edge_split import load_edge_split
 
     saved = load_saved(model_dir, shards_dir, adjacency_dir)
     split = load_edge_split(split_dir)

@@ -6,7 +6,7 @@ in the same backward pass as the parameters' gradient; its L2 norm per row, divi
 fp16 loss scale and multiplied back by the minibatch count of the step (so it is the norm of
 the minibatch loss's own gradient), is added to that node's sum, and its count is raised by
 one. At the end every rank's sums are added (all-reduce) and rank 0 writes them with
-`graphs.node_scores.write_node_scores` into the trained_model folder, where the next
+`graphs.formats.node_scores.write_node_scores` into the trained_model folder, where the next
 minibatch_shards materialization with ``neighbor_prob: adaptive`` reads them. Costs one
 extra gradient through the first layer's aggregation per step (only when on).
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from graphs.node_scores import NODE_SCORES_NAME, write_node_scores
+from graphs.formats.node_scores import NODE_SCORES_NAME, write_node_scores
 
 __all__ = ["NodeGradStats"]
 
@@ -53,6 +53,6 @@ class NodeGradStats:
             t.copy_(buf.cpu())
 
     def write(self, folder) -> str:
-        """Write the statistics into `folder` (graphs.node_scores format); returns the file name."""
+        """Write the statistics into `folder` (graphs.formats.node_scores format); returns the file name."""
         write_node_scores(folder / NODE_SCORES_NAME, self.total.numpy(), self.count.numpy())
         return NODE_SCORES_NAME

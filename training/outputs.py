@@ -1,7 +1,7 @@
 """The trained_model folder: what a finished run writes, and how to load it back.
 
 Files (format version 3), written by rank 0 into a temporary sibling of the folder and
-renamed into place as a whole (`graphs.storage.atomic_output_dir`, which adds
+renamed into place as a whole (`graphs.infra.storage.atomic_output_dir`, which adds
 ``hashes.json``: every file's size and SHA-256, checked by the readers):
 
     model_final.safetensors  a `training.state_file` of kind ``model`` holding
@@ -45,7 +45,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from graphs.storage import SUMMARY_NAME, is_valid_dataset_name
+from graphs.infra.storage import SUMMARY_NAME, is_valid_dataset_name
 from training.blocks import Block, remove_self_loops
 from training.layers import GNN, ModelConfig, build_model
 from training.state_file import StateFileError, read_state_file, write_state_file
@@ -85,7 +85,7 @@ MODEL_BEST = "model_best.safetensors"
 LINK_MODEL = "model.safetensors"  # a link-prediction trained_model's model (training.link)
 PICKLED_MODEL_BEST = "model_best.pt"  # what format 2 and older wrote (a torch pickle): refused, never loaded
 VERSION_FILE = "version.json"
-SUMMARY = SUMMARY_NAME  # every stage's summary (`graphs.stage_artifact.StageArtifact.SUMMARY`)
+SUMMARY = SUMMARY_NAME  # every stage's summary (`graphs.formats.stage_artifact.StageArtifact.SUMMARY`)
 PREDICTIONS = "predictions.parquet"
 METRICS = "metrics.parquet"
 EMBEDDINGS = "embeddings.npy"
@@ -288,7 +288,7 @@ def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: to
 
 def plot_curves(rows: list[dict], path: str | os.PathLike) -> None:
     """curves.png: training loss (mean over ranks) and train/val/test accuracy per epoch."""
-    from graphs.plotting import headless_pyplot
+    from graphs.infra.plotting import headless_pyplot
 
     plt = headless_pyplot()
     from matplotlib.ticker import MaxNLocator

@@ -7,7 +7,7 @@ was trained with. :func:`predict` rebuilds the model's input for the dataset as 
 nodes that arrived since training are scored too), applies the stored preprocessing (the
 same feature normalization statistics, not new ones) and runs full-graph layer-wise
 inference. Every file it reads is first checked against the ``hashes.json`` its stage wrote
-when it published the folder (`graphs.storage.verify_files`): a damaged model, node table,
+when it published the folder (`graphs.infra.storage.verify_files`): a damaged model, node table,
 feature or adjacency file fails naming the file and the stage to re-materialize, instead of
 changing predictions silently. From the command line::
 
@@ -19,7 +19,7 @@ Files written into ``out`` (atomically): ``predictions.parquet`` and ``summary.j
 model file used and its version, node and class counts, seconds). predictions.parquet has the
 trained_model layout plus ``predicted_index``: ``node_id`` = the user's id, ``predicted`` = the
 user's label value when the model folder holds a ``label_classes.json`` (labels given as
-strings, booleans or other categorical values; `graphs.label_classes`), of that value's type,
+strings, booleans or other categorical values; `graphs.formats.label_classes`), of that value's type,
 else the class index (int32, as ``predicted_index``), ``predicted_index`` int32,
 ``probabilities`` (one per class index), ``index`` (gnnflow's internal node index).
 
@@ -39,10 +39,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from graphs.canonical_files import CanonicalGraph
-from graphs.label_classes import LABEL_CLASSES, label_values, read_label_classes
-from graphs.normalize import Adjacency
-from graphs.storage import atomic_output_dir, verify_files
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.label_classes import LABEL_CLASSES, label_values, read_label_classes
+from graphs.infra.storage import atomic_output_dir, verify_files
+from graphs.stages.normalize import Adjacency
 from training.evaluate import load_full_block
 from training.features import degree_features, read_node_table
 from training.outputs import MODEL_BEST, MODEL_FINAL, PREDICTIONS, SUMMARY, load_model, read_version, write_json
@@ -54,7 +54,7 @@ ADJACENCY_FILES = (Adjacency.SUMMARY, *Adjacency.CSR_FILES)
 
 
 def verify_inputs(canonical: Path, adjacency: Path, feature_input: str) -> None:
-    """`graphs.storage.CorruptFileError` naming the file and the stage to re-materialize unless
+    """`graphs.infra.storage.CorruptFileError` naming the file and the stage to re-materialize unless
     the canonical_graph and normalized_adjacency files scoring reads are as their stage published them."""
     verify_files(adjacency, ADJACENCY_FILES, stage=Adjacency.STAGE)
     graph = CanonicalGraph.open(canonical)
@@ -65,7 +65,7 @@ def verify_inputs(canonical: Path, adjacency: Path, feature_input: str) -> None:
 def model_input(preprocessing, canonical: Path, adjacency: Path, in_feats: int) -> torch.Tensor:
     """The float32 [n, in_feats] input the stored preprocessing builds from these folders."""
     if preprocessing.input == "degree":
-        from graphs.normalize import load_csr
+        from graphs.stages.normalize import load_csr
 
         x = degree_features(load_csr(adjacency).indptr, preprocessing.degree_buckets)
     else:

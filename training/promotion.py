@@ -47,10 +47,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graphs.canonical_files import CanonicalGraph
-from graphs.config_checks import bounded_repr, check_fields
-from graphs.label_classes import read_label_classes
-from graphs.storage import verified
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.label_classes import read_label_classes
+from graphs.infra.config_checks import bounded_repr, check_fields
+from graphs.infra.storage import verified
 
 STAGE = "promotion"  # the asset (stage) that applies these rules; its settings block in gnnflow.yaml
 HEADLINE_METRICS = ("accuracy", "macro_f1")

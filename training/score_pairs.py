@@ -34,11 +34,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
-from graphs.canonical_files import CanonicalGraph
-from graphs.config_checks import bounded_repr
-from graphs.normalize import Adjacency
-from graphs.shard_format import STAGE as MINIBATCH_SHARDS
-from graphs.storage import validate_dataset_name
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
+from graphs.infra.config_checks import bounded_repr
+from graphs.infra.storage import validate_dataset_name
+from graphs.stages.normalize import Adjacency
 from training.outputs import LINK_MODEL
 from training.outputs import STAGE as TRAINED_MODEL
 

@@ -60,14 +60,14 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import record_function
 
-from graphs.canonical_files import CanonicalGraph
-from graphs.host_memory import reuse_freed_memory
-from graphs.label_classes import copy_label_classes
-from graphs.normalize import Adjacency
-from graphs.progress import Progress
-from graphs.shard_format import MANIFEST_NAME
-from graphs.shard_manifest import ShardManifest
-from graphs.storage import atomic_output_dir, dataset_lock, peak_rss_bytes, verify_lock_held
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.label_classes import copy_label_classes
+from graphs.formats.shard_format import MANIFEST_NAME
+from graphs.formats.shard_manifest import ShardManifest
+from graphs.infra.host_memory import reuse_freed_memory
+from graphs.infra.progress import Progress
+from graphs.infra.storage import atomic_output_dir, dataset_lock, peak_rss_bytes, verify_lock_held
+from graphs.stages.normalize import Adjacency
 from training.blocks import remove_self_loops
 from training.checkpoint import (
     CHECKPOINT_NAME,
@@ -391,7 +391,7 @@ def _stream_features(manifest: ShardManifest, shards: Path, adjacency: Path, tcf
         stats = feature_chunks(manifest.doc, shards) if tcfg.feature_norm == "standard" else iter(())
         transform = FeatureTransform.fit(tcfg.feature_norm, stats)
     else:  # no features: one-hot log-degree buckets, from the adjacency's row lengths
-        from graphs.normalize import load_csr
+        from graphs.stages.normalize import load_csr
 
         stream_features = degree_features(load_csr(adjacency).indptr, tcfg.degree_buckets)
         in_feats = tcfg.degree_buckets
@@ -919,7 +919,7 @@ def model_blocks(blocks: list, num_layers: int, shared_block: bool) -> list:
 def _cache_spec(tcfg: TrainingConfig, adjacency: Path, device: torch.device) -> CacheSpec:
     """The feature cache's tiers; nodes are ranked by their row lengths in Â (degree, + 1 with
     the self loop) for the hot tier and the ``degree`` policy."""
-    from graphs.normalize import load_csr
+    from graphs.stages.normalize import load_csr
 
     return CacheSpec(
         warm_share=tcfg.feature_cache,
@@ -998,7 +998,7 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 
 def _epoch_line(rows: list[dict]) -> str:
-    """An epoch's figures over every rank (after the progress part, `graphs.progress`)."""
+    """An epoch's figures over every rank (after the progress part, `graphs.infra.progress`)."""
     main = rows[0]
     line = (
         f"loss {np.mean([r['loss'] for r in rows]):.4f}, "

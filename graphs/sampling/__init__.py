@@ -63,7 +63,7 @@ its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c (Â·c with
 is not linear, GAT and SAGE-pool, refuse shards whose manifest records ``non_uniform_draws``:
 importance, saint, and neighbor with ``neighbor_prob`` weight/adaptive). With
 ``weight_encoding="int8"`` the weights are stored as per-destination symmetric INT8
-(`graphs.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
+(`graphs.kernels.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
 destination; weight = q * scale[dst]); the correction stays FP32.
 
 Seeds per epoch (``neighbor`` and ``importance``): the training nodes (split "train",
@@ -99,7 +99,7 @@ DGL generator, whose stream depends on the thread (DGL's per-thread engines); si
 minibatch is re-seeded, the files are byte-identical for any number of workers.
 
 Files written into ``<out_dir>/`` (replaced atomically as a whole): the shard files and
-``manifest.json`` of `graphs.shard_format`, where the format (file names, keys, dtypes,
+``manifest.json`` of `graphs.formats.shard_format`, where the format (file names, keys, dtypes,
 version, manifest schema) is defined once for this writer and the reader (`training.data`).
 No feature file is written here: the manifest names the canonical ``features.npy``
 (``feature_encoding="fp32"``) or compressed_graph's codes and scales (``"compressed"``).
@@ -107,7 +107,7 @@ No feature file is written here: the manifest names the canonical ``features.npy
 Edge weights with ``weight_encoding="int8"`` are quantized per block row here, from the
 block's FP32 weights (Â's entries of the sampled edges, self loops included).
 With ``weight_encoding="auto"`` (the default) and an unweighted graph no weight is stored:
-the samplers skip gathering them (weight encoding ``factors``, `graphs.shard_format`).
+the samplers skip gathering them (weight encoding ``factors``, `graphs.formats.shard_format`).
 
 Usage::
 

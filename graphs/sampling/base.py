@@ -11,13 +11,13 @@ from typing import Callable, ClassVar, Iterator
 
 import numpy as np
 
-from graphs.quantize import csr_row_blocks
+from graphs.formats.shard_format import canonical_correction, expand_correction, index_dtype
+from graphs.kernels.quantize import csr_row_blocks
 from graphs.sampling.config import ShardConfig, stored_weight_encoding
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.registry import SamplerTraits, sampler_class
 from graphs.sampling.schedule import epoch_seed_batches, minibatch_seed, ranks_of_parts
 from graphs.sampling.weighting import class_balanced_probs
-from graphs.shard_format import canonical_correction, expand_correction, index_dtype
 
 # ----------------------------------------------------------------------------- minibatches
 
@@ -32,7 +32,7 @@ class SampledBlock:
     num_dst: int
     weight: np.ndarray | None  # float32 [nnz], Â's entries; None where the shards store them as Â's factors
     correction_edges: np.ndarray | None = None  # float32 [nnz], the sampling correction (1 for self loops)
-    # or (first, rest) float32 [num_dst], its stored per-destination form (`graphs.shard_format`)
+    # or (first, rest) float32 [num_dst], its stored per-destination form (`graphs.formats.shard_format`)
     correction_compact: tuple[np.ndarray, np.ndarray] | None = None
 
     @property

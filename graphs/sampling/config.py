@@ -5,7 +5,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from graphs.config_checks import (
+from graphs.formats.shard_format import (
+    FEATURE_ENCODINGS,
+    WEIGHT_ENCODINGS,
+)
+from graphs.infra.config_checks import (
     DEFAULT_FANOUTS,
     MAX_BATCH,
     MAX_RANKS,
@@ -15,13 +19,9 @@ from graphs.config_checks import (
     check_fields,
     parse_fanouts,
 )
-from graphs.negatives import DISTRIBUTIONS as NEGATIVE_DISTRIBUTIONS
-from graphs.negatives import FILTERS as NEGATIVE_FILTERS
 from graphs.sampling.registry import sampler_class, sampler_names
-from graphs.shard_format import (
-    FEATURE_ENCODINGS,
-    WEIGHT_ENCODINGS,
-)
+from graphs.stages.negatives import DISTRIBUTIONS as NEGATIVE_DISTRIBUTIONS
+from graphs.stages.negatives import FILTERS as NEGATIVE_FILTERS
 
 # the automatic per-rank batch size (ShardConfig.batch_size = 0): see `auto_batch_size`
 AUTO_BATCH_MAX = 1024
@@ -35,7 +35,7 @@ WEIGHT_SETTINGS = ("auto",) + tuple(e for e in WEIGHT_ENCODINGS if e != "factors
 
 
 def stored_weight_encoding(setting: str, factors_available: bool) -> str:
-    """The weight encoding (`graphs.shard_format.WEIGHT_ENCODINGS`) the shards are written in:
+    """The weight encoding (`graphs.formats.shard_format.WEIGHT_ENCODINGS`) the shards are written in:
     'factors' for 'auto' where Â has its scale factors, 'fp32' for 'auto' elsewhere, else the setting."""
     if setting != "auto":
         return setting

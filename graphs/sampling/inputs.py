@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from graphs.canonical_files import CanonicalGraph
-from graphs.node_scores import mean_grad_norm, read_node_scores
-from graphs.normalize import ScaleFactors, load_csr, load_scale_factors
-from graphs.partition_files import Partitions
-from graphs.storage import verify_inputs
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.node_scores import mean_grad_norm, read_node_scores
+from graphs.formats.partition_files import Partitions
+from graphs.infra.storage import verify_inputs
+from graphs.stages.normalize import ScaleFactors, load_csr, load_scale_factors
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -37,9 +37,11 @@ class ShardInputs:
     adjacency_dir: Path | None = None
     partitions_dir: Path | None = None
     compressed_dir: Path | None = None
-    node_scores: np.ndarray | None = None  # g(v) float64 [n] of adaptive sampling (graphs.node_scores), when given
+    node_scores: np.ndarray | None = (
+        None  # g(v) float64 [n] of adaptive sampling (graphs.formats.node_scores), when given
+    )
     node_scores_path: Path | None = None
-    scale_factors: ScaleFactors | None = None  # Â's row / column scales when it factors (graphs.normalize)
+    scale_factors: ScaleFactors | None = None  # Â's row / column scales when it factors (graphs.stages.normalize)
 
 
 def train_nodes_of(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
@@ -56,11 +58,11 @@ def load_shard_inputs(
 ) -> ShardInputs:
     """Read the canonical graph's labels/splits, Â's CSR and (if given) the METIS parts and clusters;
     `compressed_dir` (compressed_graph, optional) supplies the features for feature_encoding='compressed';
-    `node_scores` (optional) a training run's `graphs.node_scores` file, read as g(v) for adaptive sampling.
+    `node_scores` (optional) a training run's `graphs.formats.node_scores` file, read as g(v) for adaptive sampling.
 
     Every file read from the canonical, adjacency and partition folders, and the features the
     shards will reference, is checked against its folder's hashes.json first
-    (`graphs.storage.verified`): the shards record the SHA-256 of the files they depend on, and
+    (`graphs.infra.storage.verified`): the shards record the SHA-256 of the files they depend on, and
     must not record a damaged one as good."""
     canonical, adjacency = Path(canonical_dir), Path(adjacency_dir)
     graph = CanonicalGraph.open(canonical, verify=True)

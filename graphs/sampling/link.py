@@ -4,7 +4,7 @@ The configuration of DGL's link-prediction example (``examples/pytorch/graphsage
 ``as_edge_prediction_sampler(NeighborSampler(fanouts), exclude="reverse_id",
 negative_sampler=Uniform(k))``), written once as shards:
 
-- **Seed edges** are the directed edges of the message-passing graph (`graphs.edge_split`:
+- **Seed edges** are the directed edges of the message-passing graph (`graphs.stages.edge_split`:
   the training edges in both directions, i.e. the off-diagonal entries of its Â; edge id =
   position in the off-diagonal CSR, as in `graphs.sampling.base.Adjacency`). Each epoch permutes
   them and cuts them over the ranks and into minibatches of at most ``batch_size`` seed
@@ -12,13 +12,13 @@ negative_sampler=Uniform(k))``), written once as shards:
   being edge ids).
 - **Negatives**: ``negatives`` per seed edge, its source kept and its destination drawn
   uniformly (or degree-weighted) and rejected when the compressed graph's Bloom filters (or
-  the exact keys) call the pair an edge (`graphs.negatives.NegativeSampler`).
+  the exact keys) call the pair an edge (`graphs.stages.negatives.NegativeSampler`).
 - **Blocks** around the union of both pairs' endpoints, by DGL's neighbour sampling over
   the message-passing graph with the minibatch's seed edges and their reverses excluded
   (``exclude_seed_edges``), with Â's weights, corrections and self loops exactly as the
   node-classification ``neighbor`` sampler stores them.
 
-Each minibatch is stored through `graphs.shard_format` like any other, plus ``pos_pairs``
+Each minibatch is stored through `graphs.formats.shard_format` like any other, plus ``pos_pairs``
 and ``neg_pairs`` (positions of the pairs' endpoints among the last block's destination
 nodes); the manifest gets ``task: link_prediction`` and a ``link`` entry with the negative
 sampler's rejection counts.
@@ -32,12 +32,12 @@ from typing import Callable
 
 import numpy as np
 
-from graphs.negatives import EdgeKeys, NegativeSampler
 from graphs.sampling.base import SampledMinibatch
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.kinds.neighbor import NeighborSampler
 from graphs.sampling.schedule import epoch_seed_batches
+from graphs.stages.negatives import EdgeKeys, NegativeSampler
 
 __all__ = ["LinkMinibatch", "LinkSampler", "negative_sampler_for", "seed_edge_reverse", "write_link_shards"]
 
@@ -81,7 +81,7 @@ def negative_sampler_for(
     if cfg.negative_filter == "bloom":
         if compressed_dir is None:
             raise ValueError("negative_filter='bloom' needs compressed_graph's Bloom filters; materialize it first")
-        from graphs.compress import load_bloom_filters
+        from graphs.stages.compress import load_bloom_filters
 
         filters = load_bloom_filters(compressed_dir)
         part = np.zeros(n, np.int64) if part_id is None else np.asarray(part_id, np.int64)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from graphs.variants import Registry
+from graphs.infra.variants import Registry
 
 __all__ = ["SamplerTraits", "register_sampler", "sampler_class", "sampler_names"]
 

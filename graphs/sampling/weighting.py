@@ -5,7 +5,7 @@ Adaptive neighbour sampling (``ShardConfig.neighbor_prob = "adaptive"``)
 
         p(u) = α · deg(u) / Σ deg + (1 − α) · g(u) / Σ g
 
-    (``deg`` = off-diagonal degree in Â, ``g`` = `graphs.node_scores.mean_grad_norm` of the
+    (``deg`` = off-diagonal degree in Â, ``g`` = `graphs.formats.node_scores.mean_grad_norm` of the
     previous training run's gradient statistics; ``α = adaptive_alpha``; without statistics,
     α = 1). A destination v draws its ``fanout`` neighbours *with replacement*, neighbour u
     with probability ``π_vu = p(u) / P_v``, ``P_v = Σ_{u ∈ N(v)} p(u)``. Each drawn edge gets

@@ -1,5 +1,5 @@
 """Writes every epoch's sampled minibatches as shard files plus manifest.json, in the format
-of `graphs.shard_format` (`write_minibatch_shards`)."""
+of `graphs.formats.shard_format` (`write_minibatch_shards`)."""
 
 from __future__ import annotations
 
@@ -16,18 +16,11 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from graphs.canonical_files import CanonicalGraph
-from graphs.compress_files import CompressedGraph
-from graphs.normalize import Adjacency
-from graphs.npzio import write_npz
-from graphs.partition_files import Partitions
-from graphs.processes import die_with_parent
-from graphs.progress import Progress
-from graphs.sampling.base import make_sampler
-from graphs.sampling.config import ShardConfig, resolve_batch_size
-from graphs.sampling.inputs import ShardInputs
-from graphs.sampling.schedule import minibatch_seed, remote_rows
-from graphs.shard_format import (
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.npzio import write_npz
+from graphs.formats.partition_files import Partitions
+from graphs.formats.shard_format import (
     FORMAT_VERSION,
     encode_shard,
     features_entry,
@@ -36,7 +29,14 @@ from graphs.shard_format import (
     weight_factors_entry,
     write_manifest,
 )
-from graphs.storage import atomic_output_dir, peak_rss_bytes, private_rss_bytes, remember_sha256
+from graphs.infra.processes import die_with_parent
+from graphs.infra.progress import Progress
+from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, private_rss_bytes, remember_sha256
+from graphs.sampling.base import make_sampler
+from graphs.sampling.config import ShardConfig, resolve_batch_size
+from graphs.sampling.inputs import ShardInputs
+from graphs.sampling.schedule import minibatch_seed, remote_rows
+from graphs.stages.normalize import Adjacency
 
 # ----------------------------------------------------------------------------- shard files
 
@@ -200,7 +200,7 @@ def write_minibatch_shards(
         streams, written = _finished_streams(stats)
         seconds = time.perf_counter() - t0
         manifest = _manifest(inputs, cfg, sampler, features, per_rank, streams, seconds)
-        # run statistics (`graphs.storage.is_run_statistic`): the files are the same for any number
+        # run statistics (`graphs.infra.storage.is_run_statistic`): the files are the same for any number
         manifest |= _process_facts(workers, private)
         manifest["inputs"] = {name: os.path.relpath(path, final) for name, path in _input_dirs(inputs)}
         _add_upstream_facts(manifest, inputs, sampler, final, features)

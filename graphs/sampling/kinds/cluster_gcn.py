@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphs.formats.shard_format import index_dtype
 from graphs.sampling.base import MinibatchSampler, SampledBlock, SampledMinibatch, csc_indptr, segment_positions
 from graphs.sampling.registry import SamplerTraits, register_sampler
 from graphs.sampling.schedule import epoch_cluster_groups
-from graphs.shard_format import index_dtype
 
 
 @register_sampler

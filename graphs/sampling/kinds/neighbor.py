@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from graphs.infra.storage import file_sha256
 from graphs.sampling.base import MinibatchSampler, SampledMinibatch, dgl_neighbor_blocks, single_threaded_dgl
 from graphs.sampling.config import ShardConfig
 from graphs.sampling.registry import SamplerTraits, register_sampler
 from graphs.sampling.weighting import adaptive_edge_probs, adaptive_node_probs
-from graphs.storage import file_sha256
 
 # neighbor_prob settings that draw with replacement in proportion to a weight
 WEIGHTED_PROBS = ("weight", "adaptive")

@@ -1,7 +1,7 @@
 """Canonical graph: validate raw edge lists and turn them into a clean 0..n-1 graph.
 
 Input (a dataset folder in the landing layout; which entries may be read, symlinks and
-non-regular files included, is `graphs.landing`'s rule):
+non-regular files included, is `graphs.stages.landing`'s rule):
     edges/*.parquet or edges.parquet   columns src, dst (all integer or all string ids; uint64
                                        ids at most 2^63-1), optional weight (any numeric type,
                                        per file)
@@ -14,9 +14,9 @@ non-regular files included, is `graphs.landing`'s rule):
 Files as users have them (CSV, TSV and SNAP-style .txt edge lists, CSV/TSV node files, other
 column names given by the dataset's `columns:` mapping, labels as strings, booleans or other
 categorical values) are first written in this layout into the staging folder by
-`graphs.user_files.prepare_inputs`; errors name the user's files.
+`graphs.stages.user_files.prepare_inputs`; errors name the user's files.
 
-Every file is read by DuckDB through `graphs.duck.read_parquet` (literal paths: a file named
+Every file is read by DuckDB through `graphs.infra.duck.read_parquet` (literal paths: a file named
 `*.parquet` or `[a-z].parquet` is that one file) or by pyarrow.
 
 Output (written atomically into one folder, see `build_canonical_graph`):
@@ -28,7 +28,7 @@ Output (written atomically into one folder, see `build_canonical_graph`):
     features.npy    float32 [n, D], row = node_id (only when features.parquet exists)
     degree_distribution.png   log-log plot of the degree distribution
     summary.json    the counts returned by `build_canonical_graph`
-    label_classes.json   the user's value of each class index (`graphs.label_classes`), only
+    label_classes.json   the user's value of each class index (`graphs.formats.label_classes`), only
                     when the labels were categorical values rather than class indices
 
 How it scales (the 100M-edge path): DuckDB reads every edge file out of core and
@@ -37,7 +37,7 @@ streams the rows as Arrow batches; it also computes the sorted set of distinct i
 relabelled with a vectorised lookup (a dense table when the ids are dense integers, a
 pandas hash index or, for strings, Arrow's hash set otherwise). Sparse integer and string
 ids of edge rows that fit the sort budget skip the DISTINCT and the lookups: one scan,
-and one hash encoding of every endpoint (`graphs.id_codes`) whose codes are renumbered in
+and one hash encoding of every endpoint (`graphs.kernels.id_codes`) whose codes are renumbered in
 sorted id order (`_IdSpace.factorize`; string ids are
 encoded by their 64-bit DuckDB hash, every row then compared with its code's string, and
 that scan also gives the row counts). The node and feature files' ids are encoded in the
@@ -86,10 +86,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graphs import duck
-from graphs.canonical_files import CanonicalGraph, edge_batches, read_summary
-from graphs.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_THREADS, bounded_repr, check_fields
-from graphs.edge_keys import (
+from graphs.formats.canonical_files import CanonicalGraph, edge_batches, read_summary
+from graphs.formats.label_classes import LABEL_CLASSES, read_label_classes, write_label_classes
+from graphs.formats.npyrows import NpyRowWriter
+from graphs.infra import duck
+from graphs.infra.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_THREADS, bounded_repr, check_fields
+from graphs.infra.host_memory import gc_paused
+from graphs.infra.plotting import headless_pyplot
+from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.kernels.edge_keys import (
     BYTES_PER_KEY,
     BYTES_PER_WEIGHTED_KEY,
     NO_LUT,
@@ -105,11 +110,9 @@ from graphs.edge_keys import (
     warm_kernels,
     warm_weighted_kernels,
 )
-from graphs.host_memory import gc_paused
-from graphs.id_codes import codes_by_hash, dictionary_codes, ranked_codes, sorted_int_codes
-from graphs.id_codes import warm_kernels as _warm_id_kernels
-from graphs.label_classes import LABEL_CLASSES, read_label_classes, write_label_classes
-from graphs.landing import (  # the landing folder's layout and rule, re-exported as part of the ingest's API
+from graphs.kernels.id_codes import codes_by_hash, dictionary_codes, ranked_codes, sorted_int_codes
+from graphs.kernels.id_codes import warm_kernels as _warm_id_kernels
+from graphs.stages.landing import (  # the landing folder's layout and rule, re-exported as part of the ingest's API
     READY_MARKER,
     DatasetFiles,
     InputError,
@@ -118,10 +121,7 @@ from graphs.landing import (  # the landing folder's layout and rule, re-exporte
     landing_fingerprint,
     landing_marked_ready,
 )
-from graphs.npyrows import NpyRowWriter
-from graphs.plotting import headless_pyplot
-from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
-from graphs.user_files import prepare_inputs, read_column_mapping
+from graphs.stages.user_files import prepare_inputs, read_column_mapping
 
 FORMAT_VERSION = CanonicalGraph.FORMAT_VERSION
 # The split words of nodes.parquet, matched case-insensitively after trimming spaces, and their
@@ -449,11 +449,11 @@ class _IdSpace:
         """Sparse or string ids of edge files that fit in memory: one scan, one hash pass.
 
         Every row's (src, dst) is read once, and one hash encoding gives each distinct id a
-        code numbered in sorted order of the ids (`graphs.id_codes.sorted_int_codes`; string
+        code numbered in sorted order of the ids (`graphs.kernels.id_codes.sorted_int_codes`; string
         ids: `dictionary_codes`, then renumbered). This replaces a DISTINCT +
         ORDER BY over every endpoint and a second scan looked up id by id (string ids no
         longer become Python objects per row). String ids are encoded by their 64-bit hash
-        (`graphs.id_codes.codes_by_hash`). `id_files` names queries of (id, row) over the node
+        (`graphs.kernels.id_codes.codes_by_hash`). `id_files` names queries of (id, row) over the node
         and feature files (row = the row's number in its file): their ids are encoded in the
         same pass, so those files need no lookup later. Returns the space (0..n-1, sorted ids)
         and the new ids: "src" and "dst" of every edge row, and of each named file's rows in
@@ -624,11 +624,11 @@ def build_canonical_graph(
 ) -> dict:
     """Validate a landing folder and write its canonical graph to `out_dir` atomically.
 
-    `columns` is the dataset's column mapping (`graphs.user_files`; None: the one of the
+    `columns` is the dataset's column mapping (`graphs.stages.user_files`; None: the one of the
     folder's gnnflow.yaml, `read_column_mapping`); text files, mapped
     columns and categorical labels are first written in the Parquet layout into the staging
-    folder (`graphs.user_files.prepare_inputs`), errors still naming the user's files. With
-    categorical labels, label_classes.json (`graphs.label_classes`) holds the value of each class.
+    folder (`graphs.stages.user_files.prepare_inputs`), errors still naming the user's files. With
+    categorical labels, label_classes.json (`graphs.formats.label_classes`) holds the value of each class.
     Returns a summary dict (also written as summary.json): node and edge counts, dropped
     rows by reason, isolated nodes, degree statistics, label/split/feature facts.
     On any error `out_dir` keeps whatever it held before.

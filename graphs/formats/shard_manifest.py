@@ -1,6 +1,6 @@
 """The minibatch_shards manifest as a typed record: what training and the assets read of it.
 
-`graphs.shard_format` owns the manifest's keys (`MANIFEST_KEYS`), writes it and checks it
+`graphs.formats.shard_format` owns the manifest's keys (`MANIFEST_KEYS`), writes it and checks it
 (`read_manifest`: format version and required keys); `ShardManifest` is the one reader's view
 of it, its values converted once, so no consumer spells a manifest key. The functions of the
 format that take the manifest itself (features, weight factors, streams, upstream hashes) get
@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphs.shard_format import read_manifest
+from graphs.formats.shard_format import read_manifest
 
 __all__ = ["NODE_CLASSIFICATION", "ShardManifest"]
 
@@ -22,7 +22,7 @@ NODE_CLASSIFICATION = "node_classification"
 
 @dataclass(frozen=True)
 class ShardManifest:
-    """The facts of one minibatch_shards folder (`graphs.shard_format.MANIFEST_KEYS` documents each)."""
+    """The facts of one minibatch_shards folder (`graphs.formats.shard_format.MANIFEST_KEYS` documents each)."""
 
     sampler: str
     num_layers: int  # blocks per minibatch as sampled (one per fanout)
@@ -44,7 +44,7 @@ class ShardManifest:
 
     @classmethod
     def from_doc(cls, doc: dict) -> ShardManifest:
-        """The typed view of a manifest already checked by `graphs.shard_format.check_manifest`."""
+        """The typed view of a manifest already checked by `graphs.formats.shard_format.check_manifest`."""
         return cls(
             sampler=str(doc["sampler"]),
             num_layers=int(doc["num_layers"]),
@@ -67,7 +67,7 @@ class ShardManifest:
 
     @classmethod
     def open(cls, shards_dir: str | os.PathLike, *, verify_upstream_files: bool = False) -> ShardManifest:
-        """The manifest of the shards in `shards_dir` (`graphs.shard_format.read_manifest`: refused
+        """The manifest of the shards in `shards_dir` (`graphs.formats.shard_format.read_manifest`: refused
         when missing, of another format version or lacking a key; with `verify_upstream_files`,
         also when a file it records changed)."""
         return cls.from_doc(read_manifest(shards_dir, verify_upstream_files))

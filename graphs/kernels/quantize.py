@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from graphs.npyrows import take_rows
+from graphs.formats.npyrows import take_rows
 
 if TYPE_CHECKING:  # torch is imported lazily: the NumPy half must not pay for it
     import torch
@@ -482,8 +482,8 @@ class EncodedFeatures:
     move) gives float32 features with the transform undone.
 
     It holds arrays, not files: the files behind them are checked where they are opened,
-    against compressed_graph's hashes.json (`graphs.compress.load_features`) or, in training,
-    against the SHA-256 the shards' manifest recorded (`graphs.shard_format.read_manifest` with
+    against compressed_graph's hashes.json (`graphs.stages.compress.load_features`) or, in training,
+    against the SHA-256 the shards' manifest recorded (`graphs.formats.shard_format.read_manifest` with
     ``training.verify_shards``, the default).
     """
 
@@ -523,7 +523,7 @@ class EncodedFeatures:
     def gather(self, nodes: np.ndarray, release: bool = False) -> np.ndarray:
         """The compact rows of `nodes` (np.take on the plain array: ~3x faster than fancy
         indexing an np.memmap). ``release``: gathered window by window with the file's pages
-        dropped from this process's RSS after each (`graphs.npyrows.take_rows`), for a reader
+        dropped from this process's RSS after each (`graphs.formats.npyrows.take_rows`), for a reader
         that sweeps the whole file (the streamed full-graph evaluation)."""
         codes = self.codes
         if release:

@@ -9,10 +9,10 @@ calls edges and redraws those, round by round (vectorised), until every slot hol
 accepted pair. Filters (``filter``):
 
 ``bloom``
-    compressed_graph's per-part split-block Bloom filters (`graphs.bloom`), routed to the
-    filter of u's METIS part (`graphs.compress.might_be_edge`), ~1.2 bytes per key at a 1%
+    compressed_graph's per-part split-block Bloom filters (`graphs.kernels.bloom`), routed to the
+    filter of u's METIS part (`graphs.stages.compress.might_be_edge`), ~1.2 bytes per key at a 1%
     target. They hold every edge of the graph in both directions, held-out edges included
-    (`graphs.edge_split`), and a Bloom filter has no false negatives, so **no accepted pair
+    (`graphs.stages.edge_split`), and a Bloom filter has no false negatives, so **no accepted pair
     is ever an edge**. Their false positives reject a share of true non-edges (about the
     filter's false-positive rate), which costs one more draw for those slots and nothing
     else: the accepted pairs are still uniform over the non-edges.
@@ -69,8 +69,8 @@ class EdgeKeys:
 
     @classmethod
     def from_canonical(cls, canonical_dir: str | os.PathLike, n: int) -> "EdgeKeys":
-        """Every edge of a canonical graph (`graphs.canonical` layout), both directions."""
-        from graphs.canonical import edge_batches
+        """Every edge of a canonical graph (`graphs.stages.canonical` layout), both directions."""
+        from graphs.stages.canonical import edge_batches
 
         parts = [(s, d) for s, d in edge_batches(Path(canonical_dir))]
         if not parts:
@@ -178,7 +178,7 @@ class NegativeSampler:
     def is_edge(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """What the configured filter says: True = reject as a (possible) edge."""
         if self.filter == "bloom":
-            from graphs.compress import might_be_edge
+            from graphs.stages.compress import might_be_edge
 
             return might_be_edge(self.filters, self.part, u, v)
         if self.filter == "exact":
@@ -226,7 +226,7 @@ def compare_rejection(
     false-positive rate (wrongly rejected / true non-edges), the best-of-`repeats` query time
     of each and the bytes each holds in memory.
     """
-    from graphs.compress import might_be_edge
+    from graphs.stages.compress import might_be_edge
 
     n = exact.n
     u, v = rng.integers(0, n, size=(2, count))
@@ -269,10 +269,10 @@ def compare_rejection(
 def sizes_at(directed_edges: int, nodes: int, fpr: float, cut_share: float = 0.0, parts: int = 1) -> dict:
     """Bytes of both membership structures for a graph of `directed_edges` directed edges,
     computed from the formats: exact = 8 bytes per directed edge (`EdgeKeys`); Bloom = the
-    split-block filter sized by `graphs.bloom.optimal_parameters` for the keys of each of
+    split-block filter sized by `graphs.kernels.bloom.optimal_parameters` for the keys of each of
     `parts` equal parts (a cut edge is stored in both endpoints' parts: keys = E (1 + cut
     share)) plus the 64-byte header per file and the int32 node -> part array the router reads."""
-    from graphs.bloom import HEADER_BYTES, optimal_parameters
+    from graphs.kernels.bloom import HEADER_BYTES, optimal_parameters
 
     keys = int(round(directed_edges * (1.0 + cut_share)))
     per_part = -(-keys // parts)

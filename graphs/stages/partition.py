@@ -44,10 +44,10 @@ Memory: the CSR is 8 bytes per directed edge (idx_t is int64 in pymetis's wheels
 int32 copy would only be widened again); METIS adds ~90-130 bytes per edge of its own
 (its weighted copy and one per coarsening level), so a graph of more than
 `metis_max_edges` directed edges (default 40M) is first coarsened by size-constrained label
-propagation and METIS partitions the coarse graph (`graphs.coarsen`: the partition is
+propagation and METIS partitions the coarse graph (`graphs.kernels.coarsen`: the partition is
 projected back and refined; cut within 1.00x of METIS on the whole graph at 20M edges,
 BENCHMARKS.md). The DistDGL export is written part by part from the CSR and our
-assignment (`graphs.distdgl_format.write_distdgl_parts`: one int32 edge id per edge plus
+assignment (`graphs.formats.distdgl_format.write_distdgl_parts`: one int32 edge id per edge plus
 one part's graph at a time, features read from the file in blocks), in DGL's format.
 
 The tests check this writer against DGL's own `partition_graph` given the same assignment
@@ -67,13 +67,13 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graphs.canonical_files import CanonicalGraph, edge_batches
-from graphs.coarsen import Level, metis_levels, row_chunks
-from graphs.config_checks import MAX_SEED, check_fields
-from graphs.distdgl_format import write_distdgl_parts
-from graphs.metis import metis_idx_dtype, quiet_stdout
-from graphs.partition_files import Partitions, load_parts
-from graphs.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
+from graphs.formats.canonical_files import CanonicalGraph, edge_batches
+from graphs.formats.distdgl_format import write_distdgl_parts
+from graphs.formats.partition_files import Partitions, load_parts
+from graphs.infra.config_checks import MAX_SEED, check_fields
+from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
+from graphs.kernels.coarsen import Level, metis_levels, row_chunks
+from graphs.kernels.metis import metis_idx_dtype, quiet_stdout
 
 FORMAT_VERSION = Partitions.FORMAT_VERSION
 METIS_WEIGHT_SCALE = 1000  # integer METIS weight of the heaviest edge (see the module docstring)
@@ -110,7 +110,7 @@ class PartitionConfig:
             "max": 1 << 40,
             "help": "Most directed edges METIS is given (it holds ~100 bytes per edge): a larger graph, "
             "or part for the clusters, is first coarsened by size-constrained label propagation and "
-            "the result refined (graphs/coarsen.py); 0 = no limit.",
+            "the result refined (graphs/kernels/coarsen.py); 0 = no limit.",
         },
     )
 
@@ -251,7 +251,7 @@ def metis_assign_csr(
     `balance_edges` weighs each node by its degree + 1 (DGL's balance_edges uses the
     in-degree; + 1 keeps isolated nodes weighed). A symmetric CSR already in METIS's idx_t
     (`read_csr`) is handed over without a copy. With `max_edges` > 0, a graph of more directed
-    edges is coarsened first and METIS partitions the coarse graph (`graphs.coarsen`).
+    edges is coarsened first and METIS partitions the coarse graph (`graphs.kernels.coarsen`).
     """
     import pymetis
 
@@ -668,13 +668,13 @@ def _save_assignments(tmp: Path, part: np.ndarray, cluster: np.ndarray, cores: l
 
 def _verify_inputs(canonical: Path, cfg: PartitionConfig) -> None:
     """Check every canonical file the stage will read against its hashes.json before any work
-    (`graphs.storage.verify_inputs`; the readers check again, from the per-process digest cache)."""
+    (`graphs.infra.storage.verify_inputs`; the readers check again, from the per-process digest cache)."""
     distdgl = (CanonicalGraph.NODES, CanonicalGraph.FEATURES) if cfg.write_distdgl else ()
     verify_inputs(canonical, (CanonicalGraph.SUMMARY, CanonicalGraph.EDGES, *distdgl))
 
 
 def _plot_sizes(metis: dict, random: dict, path: Path) -> None:
-    from graphs.plotting import headless_pyplot
+    from graphs.infra.plotting import headless_pyplot
 
     plt = headless_pyplot()
 

@@ -5,11 +5,11 @@ of the memory and still trains almost as well (the loss is measured, not assumed
 ``benchmarks/compression.py``):
 
 * node features (canonical ``features.npy``) in one compact encoding of
-  :mod:`graphs.quantize` — per-column affine INT8, per-column 4-bit (two values per byte)
+  :mod:`graphs.kernels.quantize` — per-column affine INT8, per-column 4-bit (two values per byte)
   or bit-packed 0/1;
 * the normalized adjacency's weights (``normalized_adjacency/weights.npy``) as INT8 with
   one scale per CSR row;
-* one split-block Bloom filter (:mod:`graphs.bloom`) per METIS part over the edges
+* one split-block Bloom filter (:mod:`graphs.kernels.bloom`) per METIS part over the edges
   incident to the part, for link-prediction negative sampling.
 
 Files written (format version 1) into ``<out_dir>/``; ``n`` nodes, ``D`` feature dims,
@@ -34,7 +34,7 @@ file                            dtype, shape                      meaning
                                                                   aligned with normalized_
                                                                   adjacency's indptr / indices
 ``weight_scales.npy``           float32 [n]                       per-row scale = max |w| / 127
-``bloom/part-{p}.bloom``        Bloom filter file (graphs.bloom)  edges (u, v) with u or v in
+``bloom/part-{p}.bloom``        Bloom filter file (graphs.kernels.bloom)  edges (u, v) with u or v in
                                                                   part p, both directions
 ``manifest.json``               JSON                              format version, encoding and
                                                                   transform, every file's
@@ -46,15 +46,15 @@ file                            dtype, shape                      meaning
 Exactly one of the three feature files is present (none when the dataset has no features).
 They are the project's one layout of quantized features: minibatch_shards references them
 (``feature_encoding="compressed"``) instead of writing codes or scales of its own, and every
-reader decodes them through :class:`graphs.quantize.EncodedFeatures`.
+reader decodes them through :class:`graphs.kernels.quantize.EncodedFeatures`.
 
 ``weights_int8.npy`` + ``weight_scales.npy`` are a storage and transfer artefact: Â's
 weights in a quarter of the bytes (decode with :func:`load_weights` and
-:func:`graphs.quantize.dequantize_int8_rows_csr`), e.g. to ship a graph or run full-graph
+:func:`graphs.kernels.quantize.dequantize_int8_rows_csr`), e.g. to ship a graph or run full-graph
 inference from it. The shards do not read them: a sampled block's weights are Â times a
 sampler correction (neighbour rescaling, importance and SAINT normalization) that changes
 each destination row's maximum, so INT8 shard weights are quantized per block row from
-Â's FP32 weights (`graphs.shard_format`).
+Â's FP32 weights (`graphs.formats.shard_format`).
 With ``feature_transform="asinh"`` the int8 / int4 codes are those of asinh(x) (per-column
 range of asinh(x), same layout) and the features are sinh of the decoded values; the
 manifest's ``feature_transform`` says which. Heavy-tailed columns need it for 4 bits: on
@@ -64,11 +64,11 @@ benchmarks/compression.py, GCN on a log-normal-feature graph: 4-bit codes of x c
 accuracy points, 4-bit codes of asinh(x) 0.3; INT8 is within 0.3 points either way).
 The CSR structure (``indptr``, ``indices``) is not copied: it stays in normalized_adjacency
 and is counted on neither side of the compression ratio. Decoding is one vectorised step
-(:func:`load_features` gives a :class:`graphs.quantize.EncodedFeatures` carrying the
+(:func:`load_features` gives a :class:`graphs.kernels.quantize.EncodedFeatures` carrying the
 transform, whose ``decode_rows_torch(rows, device)`` decodes a batch on the training
 device with the transform undone; minibatch_shards references these files rather than
-copying them, see `graphs.shard_format`;
-:func:`graphs.quantize.dequantize_int8_rows_csr_torch` decodes the weights).
+copying them, see `graphs.formats.shard_format`;
+:func:`graphs.kernels.quantize.dequantize_int8_rows_csr_torch` decodes the weights).
 
 Edge sets: for part p the filter holds every canonical edge (u, v) with ``part[u] == p``
 or ``part[v] == p``; for a directed canonical graph the reversed pair (v, u) is inserted as
@@ -86,7 +86,7 @@ bytes against raw int64 (src, dst) pairs; and the whole asset (features + weight
 sets) against the FP32 / int64 originals.
 
 How it scales: features and weights are memory-mapped and processed in row blocks (the
-quantized arrays are written through `graphs.npyrows.create_npy_memmap`, their disk space
+quantized arrays are written through `graphs.formats.npyrows.create_npy_memmap`, their disk space
 reserved first, so a full disk is an error naming the file), the edges are streamed
 from ``edges.parquet`` in record batches twice (count keys per part, then insert), and the
 non-edge test for the FPR measurement is a vectorised binary search in the CSR rows, so
@@ -105,16 +105,16 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 if TYPE_CHECKING:
-    from graphs.bloom import BloomFilter
+    from graphs.kernels.bloom import BloomFilter
 
-from graphs.canonical_files import CanonicalGraph, edge_batches
-from graphs.compress_files import CompressedGraph
-from graphs.config_checks import MAX_ROWS, MAX_SEED, bounded_repr, check_fields
-from graphs.host_memory import reuse_freed_memory
-from graphs.normalize import Adjacency, load_csr
-from graphs.npyrows import create_npy_memmap
-from graphs.partition_files import Partitions
-from graphs.quantize import (
+from graphs.formats.canonical_files import CanonicalGraph, edge_batches
+from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.npyrows import create_npy_memmap
+from graphs.formats.partition_files import Partitions
+from graphs.infra.config_checks import MAX_ROWS, MAX_SEED, bounded_repr, check_fields
+from graphs.infra.host_memory import reuse_freed_memory
+from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
+from graphs.kernels.quantize import (
     FEATURE_TRANSFORMS,
     EncodedFeatures,
     ErrorAccumulator,
@@ -132,7 +132,7 @@ from graphs.quantize import (
     quantize_int8_rows_csr,
     unpack_binary,
 )
-from graphs.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
+from graphs.stages.normalize import Adjacency, load_csr
 
 __all__ = [
     "FORMAT_VERSION",
@@ -274,7 +274,7 @@ def _rows_of(feats: EncodedFeatures, a: int, b: int) -> EncodedFeatures:
 class _BlockEncoder:
     """Encodes row blocks of the (transformed) features with global per-column parameters.
 
-    The quantizers of graphs.quantize derive scale and zero point from the min and max of what
+    The quantizers of graphs.kernels.quantize derive scale and zero point from the min and max of what
     they are given; prepending the two rows (global min, global max) to each block makes
     every block see exactly the global range, so each block is quantized with the same
     parameters as a whole-array call would use, holding one block at a time.
@@ -435,7 +435,7 @@ def _compress_weights(adjacency: Path, tmp: Path) -> dict:
 
 
 def _csr_blocks(indptr: np.ndarray, target: int) -> Iterator[tuple[int, int, int, int]]:
-    """(r0, r1, first entry, end entry) of `graphs.quantize.csr_row_blocks`."""
+    """(r0, r1, first entry, end entry) of `graphs.kernels.quantize.csr_row_blocks`."""
     for r0, r1 in csr_row_blocks(indptr, target):
         yield r0, r1, int(indptr[r0]), int(indptr[r1])
 
@@ -514,7 +514,7 @@ def _build_filters(
     for src, dst in _edge_batches(canonical):
         kp, _, _ = _part_keys(src, dst, part, symmetrized)
         counts += np.bincount(kp, minlength=k)
-    from graphs.bloom import BloomFilter  # numba: imported by the stages that need it, not by readers
+    from graphs.kernels.bloom import BloomFilter  # numba: imported by the stages that need it, not by readers
 
     filters = [BloomFilter.empty(int(c), fpr=cfg.bloom_fpr, seed=cfg.seed) for c in counts]
     for src, dst in _edge_batches(canonical):
@@ -590,7 +590,7 @@ def build_compressed_graph(
     k = max(int(part.max()) + 1 if n else 1, parts.num_parts)
 
     with atomic_output_dir(out_dir) as tmp:
-        # the per-chunk and per-part arrays reuse the pages their predecessors freed (graphs.host_memory)
+        # the per-chunk and per-part arrays reuse the pages their predecessors freed (graphs.infra.host_memory)
         with reuse_freed_memory():
             features = _compress_features(canonical, tmp, cfg)
             weights = _compress_weights(adjacency, tmp)
@@ -632,7 +632,7 @@ def build_compressed_graph(
 
 def _verify_inputs(canonical: Path, adjacency: Path, partitions: Path) -> None:
     """Check every upstream file the stage reads against its folder's hashes.json before any
-    work (`graphs.storage.verify_inputs`; the readers check again, from the digest cache)."""
+    work (`graphs.infra.storage.verify_inputs`; the readers check again, from the digest cache)."""
     verify_inputs(canonical, (CanonicalGraph.SUMMARY, CanonicalGraph.EDGES, CanonicalGraph.FEATURES))
     verify_inputs(adjacency, Adjacency.CSR_FILES)
     verify_inputs(partitions, (Partitions.PART_ID, Partitions.SUMMARY))
@@ -671,9 +671,9 @@ def load_features(out_dir: str | os.PathLike, mmap: bool = True, *, verify: bool
     ``decode_rows_torch(rows, device)`` return float32 features, the transform undone.
 
     With `verify`, the manifest, codes and scales are first checked against the folder's
-    hashes.json (`graphs.storage.verified`, once per process and file). Training passes False:
+    hashes.json (`graphs.infra.storage.verified`, once per process and file). Training passes False:
     it checks the same files against the hashes the shards' manifest recorded
-    (`graphs.shard_format.read_manifest`), so each rank need not hash them twice.
+    (`graphs.formats.shard_format.read_manifest`), so each rank need not hash them twice.
     """
     art = CompressedGraph.open(out_dir, verify=verify)
     manifest = art.manifest
@@ -713,7 +713,7 @@ def load_bloom_filters(out_dir: str | os.PathLike) -> list[BloomFilter]:
     """The per-part filters, part 0 first (bit arrays memory-mapped), each file checked against
     the folder's hashes.json first (`BloomFilter.load` itself checks only the header)."""
     art = CompressedGraph.open(out_dir, verify=True)
-    from graphs.bloom import BloomFilter
+    from graphs.kernels.bloom import BloomFilter
 
     return [BloomFilter.load(art.verified(art.bloom_file(p))) for p in range(int(art.manifest["bloom_parts"]))]
 

@@ -74,7 +74,7 @@ written to a temporary sibling and renamed into place, so a reader never sees ha
 ``BloomFilter.load`` memory-maps the bit array (copy-on-write: ``add`` on a loaded filter
 changes memory, never the file; ``save`` it to persist). It checks the header and the size
 only: the file carries no digest of its bits. A stage's filters are opened together by
-`graphs.compress.load_bloom_filters`, which first checks each file against compressed_graph's
+`graphs.stages.compress.load_bloom_filters`, which first checks each file against compressed_graph's
 hashes.json, so a damaged bit (a false negative: an edge drawn as a negative) is refused there.
 """
 

@@ -27,7 +27,7 @@ VmHWM 20.6 GB with 14.7 GB of it file pages (BENCHMARKS.md, "streaming evaluatio
 - :func:`create_npy_memmap`: a new ``.npy`` file memory-mapped for writing, the one way an
   output array is mapped for writing.
 
-Both reserve the file's disk space when they create it (`graphs.storage.reserve_space`): a
+Both reserve the file's disk space when they create it (`graphs.infra.storage.reserve_space`): a
 store through a mapping into a page the file system cannot back kills the process with SIGBUS
 and no message, so a full disk must show up before the first store, as a DiskFullError that
 names the file and the bytes it needs.
@@ -46,7 +46,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphs.storage import reserve_space
+from graphs.infra.storage import reserve_space
 
 __all__ = [
     "WINDOW_BYTES",

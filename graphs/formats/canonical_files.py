@@ -1,9 +1,9 @@
 """The canonical_graph folder as a typed artifact: its file names, format version and summary.
 
 The format itself (dtypes, order, what each file holds) is documented where it is written,
-`graphs.canonical`; this module is the one place its file names live, shared by that writer
+`graphs.stages.canonical`; this module is the one place its file names live, shared by that writer
 and by every reader (the later stages, training, the assets and the benchmarks). The edge
-split's message-passing graph (`graphs.edge_split`) is written in this layout too, so it opens
+split's message-passing graph (`graphs.stages.edge_split`) is written in this layout too, so it opens
 as a `CanonicalGraph` as well.
 """
 
@@ -15,14 +15,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
-from graphs.label_classes import LABEL_CLASSES
-from graphs.stage_artifact import StageArtifact
+from graphs.formats.label_classes import LABEL_CLASSES
+from graphs.formats.stage_artifact import StageArtifact
 
 __all__ = ["CanonicalGraph", "edge_batches", "read_summary"]
 
 
 class CanonicalGraph(StageArtifact):
-    """A canonical graph's folder (`graphs.canonical` documents the files)."""
+    """A canonical graph's folder (`graphs.stages.canonical` documents the files)."""
 
     STAGE = "canonical_graph"
     FORMAT_VERSION = 1
@@ -75,7 +75,7 @@ def edge_batches(canonical_dir: str | os.PathLike, batch_rows: int = 1 << 22, *,
     """Stream a canonical graph's edges.parquet: (src, dst) int64 arrays of up to `batch_rows`
     edges, in the file's (src, dst) order; memory is one batch whatever the edge count.
     With `with_weight`, (src, dst, weight float64) of a weighted graph. The file is first
-    checked against the folder's hashes.json (`graphs.storage.verified`)."""
+    checked against the folder's hashes.json (`graphs.infra.storage.verified`)."""
     graph = CanonicalGraph.open(canonical_dir)
     path = graph.verified(graph.EDGES)
     columns = ["src", "dst", "weight"] if with_weight else ["src", "dst"]

@@ -8,7 +8,7 @@ NumPy (no DGL, no torch): training runs where DGL is not installed. Every change
 Layout of a minibatch_shards folder (replaced atomically as a whole):
 
 ``epoch={e}/rank={r}/shard-{k:05d}.npz`` (`shard_relpath`)
-    Uncompressed ``.npz`` (`graphs.npzio.write_npz`: streamed, 64-byte aligned, readable
+    Uncompressed ``.npz`` (`graphs.formats.npzio.write_npz`: streamed, 64-byte aligned, readable
     by ``np.load(..., allow_pickle=False)``) holding ``minibatches_per_shard`` minibatches
     (the last shard of a stream may hold fewer). Header scalars (`HEADER_KEYS`):
     ``format_version`` and ``minibatches``; then per minibatch ``i`` (0-based within the
@@ -27,8 +27,8 @@ nodes are the first ``num_dst`` source nodes, and block ``l``'s destinations are
 ``l + 1``'s sources, so the one array ``input_nodes`` of global ids names the nodes of
 every block. Edge weights are stored in one of `WEIGHT_ENCODINGS`: ``fp32`` (``weight``)
 or ``int8`` (``weight_q`` int8 per edge and ``weight_scale`` float32 per destination,
-symmetric per row: weight = q * scale[dst], `graphs.quantize.quantize_int8_rows_csr`) or
-``factors``: none per edge. Where Â factors (an unweighted graph, `graphs.normalize`), its
+symmetric per row: weight = q * scale[dst], `graphs.kernels.quantize.quantize_int8_rows_csr`) or
+``factors``: none per edge. Where Â factors (an unweighted graph, `graphs.stages.normalize`), its
 entry of block edge u -> v is float32(row[v] · col[u]) (float32(row[v]) without ``col``), from
 normalized_adjacency's two float64 vectors over all nodes that the manifest's
 ``weight_factors`` names (`open_weight_factors`), gathered for a minibatch's ``input_nodes``
@@ -44,7 +44,7 @@ when that is exact (`compact_correction`; the reader expands it); version 6 adde
 Features are not copied into the shards: the manifest's ``features`` entry
 (`features_entry`) names either the canonical graph's FP32 ``features.npy`` or the
 compressed_graph folder, whose codes and scales (INT8, 4-bit or bit-packed, with its
-``feature_transform``) are decoded by `graphs.quantize.EncodedFeatures` — the one layout
+``feature_transform``) are decoded by `graphs.kernels.quantize.EncodedFeatures` — the one layout
 of quantized features. `open_features` gives the reader an `EncodedFeatures` either way:
 its ``gather(nodes)`` takes a batch's compact rows, ``decode_gathered(_torch)`` decodes
 them (on the training device for CUDA), ``asinh`` undone.
@@ -76,11 +76,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
-from graphs.canonical_files import CanonicalGraph
-from graphs.compress_files import CompressedGraph
-from graphs.normalize import Adjacency
-from graphs.npzio import NpzFormatError, aligned_buffer, read_npz
-from graphs.storage import (
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.npzio import NpzFormatError, aligned_buffer, read_npz
+from graphs.infra.storage import (
     HASHES_NAME,
     CorruptFileError,
     cached_file_sha256,
@@ -88,9 +87,10 @@ from graphs.storage import (
     read_file_hashes,
     verify_files,
 )
+from graphs.stages.normalize import Adjacency
 
 if TYPE_CHECKING:
-    from graphs.quantize import EncodedFeatures
+    from graphs.kernels.quantize import EncodedFeatures
 
 __all__ = [
     "BLOCK_ENTRIES",
@@ -270,7 +270,7 @@ MANIFEST_KEYS = {
     "bytes": ManifestKey("bytes of all shard files"),
     "bytes_per_sampled_edge": ManifestKey("bytes / sampled_edges"),
     # run statistics (seconds, seeds_per_second, sampled_edges_per_second, peak_rss_bytes) are
-    # returned by write_minibatch_shards and kept in run_stats.json (graphs.storage.write_summary),
+    # returned by write_minibatch_shards and kept in run_stats.json (graphs.infra.storage.write_summary),
     # so the manifest, and the training data version over it, does not change with timing
     "upstream": ManifestKey(
         "list of {stage, path, sha256}: every upstream file the shards and training read (path relative to"
@@ -405,7 +405,7 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
         else:
             out[block_key(i, layer, "correction_first")], out[block_key(i, layer, "correction_rest")] = compact
         if weight_encoding == "int8":
-            from graphs.quantize import quantize_int8_rows_csr
+            from graphs.kernels.quantize import quantize_int8_rows_csr
 
             qw, scale = quantize_int8_rows_csr(b.indptr, b.weight)
             out[block_key(i, layer, "weight_q")] = qw
@@ -466,7 +466,7 @@ def features_entry(
 
 
 def weight_factors_entry(folder: Path, row: Path, col: Path | None) -> dict:
-    """The manifest's ``weight_factors`` entry: Â's row and column scale files (`graphs.normalize`,
+    """The manifest's ``weight_factors`` entry: Â's row and column scale files (`graphs.stages.normalize`,
     ``col`` None for 'right'), relative to `folder`, where the manifest will live."""
     return {
         "row": os.path.relpath(row, folder),
@@ -475,7 +475,7 @@ def weight_factors_entry(folder: Path, row: Path, col: Path | None) -> dict:
 
 
 def _load_compressed(compressed_dir: Path | None, what: str, verify: bool = True) -> EncodedFeatures | None:
-    from graphs.compress import load_features
+    from graphs.stages.compress import load_features
 
     if compressed_dir is None or not (Path(compressed_dir) / CompressedGraph.MANIFEST).is_file():
         raise ValueError(
@@ -487,7 +487,7 @@ def _load_compressed(compressed_dir: Path | None, what: str, verify: bool = True
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
     """Write `manifest` (checked against `MANIFEST_KEYS`) as the folder's manifest.json; its run
     statistics (seconds, rates, peak RSS) go to run_stats.json beside it."""
-    from graphs.storage import split_run_stats, write_summary
+    from graphs.infra.storage import split_run_stats, write_summary
 
     path = Path(folder) / MANIFEST_NAME
     check_manifest(split_run_stats(manifest)[0], path)
@@ -506,7 +506,7 @@ def upstream_hashes(folder: str | os.PathLike, inputs: dict[str, Path], features
     """``[{stage, path, sha256}]`` of every upstream file the shards depend on: `inputs` maps a
     stage name to its folder, `features` is the manifest's features entry, paths are stored
     relative to `folder` (where the manifest lives). The digests come from the per-process cache
-    (`graphs.storage.cached_file_sha256`), filled when the stage's readers checked the files."""
+    (`graphs.infra.storage.cached_file_sha256`), filled when the stage's readers checked the files."""
     files = []
     for stage, names in UPSTREAM_FILES.items():
         if stage in inputs:
@@ -527,7 +527,7 @@ def verify_upstream(manifest: dict, root: str | os.PathLike) -> None:
     """Refuse an upstream file recorded in the manifest that is missing or no longer has the
     recorded SHA-256, naming the stage to re-run.
 
-    Which stage depends on the file's own stage record (`graphs.storage.file_is_as_published`):
+    Which stage depends on the file's own stage record (`graphs.infra.storage.file_is_as_published`):
     a file that still matches what its stage published means that stage was re-materialized
     after the shards (ShardError: re-materialize minibatch_shards); a file that no longer
     matches its stage's record was damaged after publishing (DamagedFileError: re-materialize
@@ -647,7 +647,7 @@ def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> di
     time changed (`_VERIFIED`; a content change whose times were set back changes the change time).
 
     The file is read once into a buffer; the arrays are views into it
-    (`graphs.npzio.read_npz`: no pickle, no second copy, no per-member CRC when the
+    (`graphs.formats.npzio.read_npz`: no pickle, no second copy, no per-member CRC when the
     file's SHA-256 has been checked).
     """
     path = Path(root) / record["path"]
@@ -702,9 +702,9 @@ def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> di
 
 
 def open_features(manifest: dict, root: str | os.PathLike) -> EncodedFeatures | None:
-    """The features the manifest in `root` names, memory-mapped, as `graphs.quantize.EncodedFeatures`
+    """The features the manifest in `root` names, memory-mapped, as `graphs.kernels.quantize.EncodedFeatures`
     (None without features). Refuses files that changed since the shards were written."""
-    from graphs.quantize import EncodedFeatures
+    from graphs.kernels.quantize import EncodedFeatures
 
     entry = manifest.get("features")
     if entry is None:
@@ -799,11 +799,11 @@ class StoredBlock:
         return expand_correction(self.indptr, *self.correction_compact)
 
     def decoded_weight(self) -> np.ndarray | None:
-        """float32 [nnz] edge weights (int8 decoded through `graphs.quantize`); None with weight
+        """float32 [nnz] edge weights (int8 decoded through `graphs.kernels.quantize`); None with weight
         encoding ``factors``."""
         if self.weight is not None or self.weight_q is None:
             return self.weight
-        from graphs.quantize import dequantize_int8_rows_csr
+        from graphs.kernels.quantize import dequantize_int8_rows_csr
 
         return dequantize_int8_rows_csr(self.indptr, self.weight_q, self.weight_scale)
 

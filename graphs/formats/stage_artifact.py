@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from graphs.storage import SUMMARY_NAME, verified
+from graphs.infra.storage import SUMMARY_NAME, verified
 
 __all__ = ["StageArtifact", "StageFormatError"]
 
@@ -37,7 +37,7 @@ class StageArtifact:
     FORMAT_VERSION: ClassVar[int] = 1
     """The format version this reader reads (the writer's)."""
     SUMMARY: ClassVar[str] = SUMMARY_NAME
-    """The summary every stage writes (`graphs.storage.write_summary`)."""
+    """The summary every stage writes (`graphs.infra.storage.write_summary`)."""
 
     root: Path
     summary: dict
@@ -46,7 +46,7 @@ class StageArtifact:
     def open(cls, root: str | os.PathLike, *, verify: bool = False):
         """The folder `root` as this stage's output; StageFormatError when its summary is missing,
         unreadable or of another format version. With `verify`, the summary is first checked
-        against the folder's hashes.json (`graphs.storage.verified`)."""
+        against the folder's hashes.json (`graphs.infra.storage.verified`)."""
         root = Path(root)
         path = root / cls.SUMMARY
         if not path.is_file():
@@ -81,5 +81,5 @@ class StageArtifact:
         return (self.root / name).is_file()
 
     def verified(self, name: str) -> Path:
-        """`<root>/<name>` after checking it against the folder's hashes.json (`graphs.storage.verified`)."""
+        """`<root>/<name>` after checking it against the folder's hashes.json (`graphs.infra.storage.verified`)."""
         return verified(self.root, name)

@@ -1,6 +1,6 @@
 """label_classes.json: the user's label value of each class index, beside a graph and a model.
 
-Written into canonical_graph's folder by the ingest (`graphs.canonical.build_canonical_graph`)
+Written into canonical_graph's folder by the ingest (`graphs.stages.canonical.build_canonical_graph`)
 when the labels it read were categorical values (strings, booleans, dictionary-encoded values)
 rather than integer class indices; copied into trained_model/ by training (so it is in the
 model's hashes.json and in every model version); read by scoring (`training.predict`), which
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from graphs.config_checks import MAX_CLASSES, bounded_repr
+from graphs.infra.config_checks import MAX_CLASSES, bounded_repr
 
 LABEL_CLASSES = "label_classes.json"
 FORMAT_VERSION = 1

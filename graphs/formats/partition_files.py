@@ -1,7 +1,7 @@
 """The metis_partitions folder as a typed artifact: its file names, format version and summary.
 
 The format (dtypes, shapes, what each file holds) is documented where it is written,
-`graphs.partition`; this module is the one place its file names live, shared by that writer
+`graphs.stages.partition`; this module is the one place its file names live, shared by that writer
 and by every reader (compressed_graph, the samplers, the assets and the benchmarks).
 """
 
@@ -11,13 +11,13 @@ import os
 
 import numpy as np
 
-from graphs.stage_artifact import StageArtifact
+from graphs.formats.stage_artifact import StageArtifact
 
 __all__ = ["Partitions", "load_parts"]
 
 
 class Partitions(StageArtifact):
-    """A metis_partitions folder (`graphs.partition` documents the files)."""
+    """A metis_partitions folder (`graphs.stages.partition` documents the files)."""
 
     STAGE = "metis_partitions"
     FORMAT_VERSION = 1
@@ -40,8 +40,8 @@ class Partitions(StageArtifact):
 
 
 def load_parts(partitions_dir: str | os.PathLike) -> tuple[np.ndarray, list[np.ndarray], list[np.ndarray]]:
-    """(part_id, core node lists, halo node lists) as written by `graphs.partition.build_partitions`,
-    each file checked against the folder's hashes.json first (`graphs.storage.verified`)."""
+    """(part_id, core node lists, halo node lists) as written by `graphs.stages.partition.build_partitions`,
+    each file checked against the folder's hashes.json first (`graphs.infra.storage.verified`)."""
     parts = Partitions.open(partitions_dir, verify=True)
     part = np.load(parts.verified(parts.PART_ID), allow_pickle=False)
     k = parts.num_parts

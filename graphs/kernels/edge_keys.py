@@ -6,7 +6,7 @@ to files) and yields groups within a memory budget; `dedupe_rows` counting-sorts
 into rows by source and deduplicates each row; `mirror` adds the reverse direction of a
 half-kept symmetrized graph; `repeat_rows` / `map_inplace` expand and relabel ids without
 the GIL. The ``_weighted`` variants carry a float64 weight per key and combine the weights
-of one edge by a rule (see `graphs.canonical`, "Weights"). Used by `graphs.canonical` (see its docstring for how they fit together).
+of one edge by a rule (see `graphs.stages.canonical`, "Weights"). Used by `graphs.stages.canonical` (see its docstring for how they fit together).
 """
 
 from __future__ import annotations

@@ -55,7 +55,7 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from graphs.coarsen import CHUNK_EDGES, row_chunks
+from graphs.kernels.coarsen import CHUNK_EDGES, row_chunks
 
 NTYPE_NAME = "_N"
 ETYPE_NAME = "_N:_E:_N"  # DGL's canonical edge type of a homogeneous graph, as a string

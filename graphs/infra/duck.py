@@ -14,7 +14,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Iterable
 
-from graphs.config_checks import bounded_repr
+from graphs.infra.config_checks import bounded_repr
 
 if TYPE_CHECKING:
     import duckdb

@@ -1,8 +1,8 @@
 """The compressed_graph folder as a typed artifact: its file names, format version, summary and manifest.
 
 The format (dtypes, shapes, what each file holds) is documented where it is written,
-`graphs.compress`; this module is the one place its file names live, shared by that writer
-and by every reader (`graphs.compress`'s loaders, the minibatch shards, the benchmarks).
+`graphs.stages.compress`; this module is the one place its file names live, shared by that writer
+and by every reader (`graphs.stages.compress`'s loaders, the minibatch shards, the benchmarks).
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from graphs.stage_artifact import StageArtifact, StageFormatError
+from graphs.formats.stage_artifact import StageArtifact, StageFormatError
 
 __all__ = ["CompressedGraph"]
 
 
 @dataclass(frozen=True)
 class CompressedGraph(StageArtifact):
-    """A compressed_graph folder (`graphs.compress` documents the files), with its manifest.json,
+    """A compressed_graph folder (`graphs.stages.compress` documents the files), with its manifest.json,
     which carries the same format version as summary.json and is checked by `open` too."""
 
     STAGE = "compressed_graph"

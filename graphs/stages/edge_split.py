@@ -14,7 +14,7 @@ and a held-out positive can never be drawn as a training negative.
 
 Evaluation negatives: ``eval_negatives`` pairs (u, v), u != v, drawn uniformly and kept
 only when neither (u, v) nor (v, u) is an edge of the full graph (exact sorted-key lookup,
-`graphs.negatives.EdgeKeys`), one fixed set per split, so every model of the dataset is
+`graphs.stages.negatives.EdgeKeys`), one fixed set per split, so every model of the dataset is
 ranked against the same negatives (`training.metrics.link_prediction_report`).
 
 Files written into ``<out_dir>/`` (atomically, as one folder), format version 1:
@@ -23,7 +23,7 @@ Files written into ``<out_dir>/`` (atomically, as one folder), format version 1:
 ``edges.parquet``           the message-passing graph: src int64, dst int64, sorted by
                             (src, dst), every training edge in both directions (+ weight
                             float64 when the canonical graph is weighted), the canonical
-                            layout (`graphs.canonical`)
+                            layout (`graphs.stages.canonical`)
 ``nodes.parquet``           the canonical graph's, hard-linked (copied across file systems)
 ``features.npy``            the canonical graph's when present, hard-linked likewise
 ``train_edges.npy``         int64 [T, 2] training pairs (u < v)
@@ -53,9 +53,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from graphs.canonical_files import CanonicalGraph, edge_batches
-from graphs.config_checks import MAX_SEED, check_fields
-from graphs.storage import (
+from graphs.formats.canonical_files import CanonicalGraph, edge_batches
+from graphs.infra.config_checks import MAX_SEED, check_fields
+from graphs.infra.storage import (
     atomic_output_dir,
     is_staging_dir,
     peak_rss_bytes,
@@ -219,7 +219,7 @@ def build_edge_split(
 ) -> dict:
     """Write the split of the canonical graph in `canonical_dir` (files in the module
     docstring) into `out_dir`, atomically. Returns the summary (also summary.json)."""
-    from graphs.negatives import EdgeKeys, draw_non_edges
+    from graphs.stages.negatives import EdgeKeys, draw_non_edges
 
     cfg = cfg or EdgeSplitConfig()
     t0 = time.perf_counter()
@@ -287,7 +287,7 @@ def build_edge_split(
 
 def load_edge_split(split_dir: str | os.PathLike) -> SplitPairs:
     """The pairs of a written split, each file checked against the folder's hashes.json first
-    (`graphs.storage.verified`); refuses another format version, naming the stage to re-run."""
+    (`graphs.infra.storage.verified`); refuses another format version, naming the stage to re-run."""
     split = EdgeSplit.open(split_dir, verify=True)
     arrays = {name: np.load(split.verified(f), allow_pickle=False) for name, f in split.SPLIT_FILES.items()}
     return SplitPairs(n=split.num_nodes, summary=split.summary, **arrays)

@@ -588,7 +588,7 @@ def reserve_space(fd: int, offset: int, length: int, path: str | os.PathLike) ->
 # ----------------------------------------------------------------------------- summaries
 
 RUN_STATS_NAME = "run_stats.json"
-SUMMARY_NAME = "summary.json"  # every stage's summary: `graphs.stage_artifact.StageArtifact.SUMMARY`
+SUMMARY_NAME = "summary.json"  # every stage's summary: `graphs.formats.stage_artifact.StageArtifact.SUMMARY`
 
 
 def is_run_statistic(key: str) -> bool:

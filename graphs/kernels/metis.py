@@ -1,5 +1,5 @@
-"""What a call into METIS (pymetis, or DGL's METIS) needs, shared by `graphs.partition` and
-`graphs.coarsen`: METIS's index dtype, and a stdout kept free of the native libraries' prints."""
+"""What a call into METIS (pymetis, or DGL's METIS) needs, shared by `graphs.stages.partition` and
+`graphs.kernels.coarsen`: METIS's index dtype, and a stdout kept free of the native libraries' prints."""
 
 from __future__ import annotations
 

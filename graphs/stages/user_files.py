@@ -1,10 +1,9 @@
 """Input files as users have them, turned into the ingest's input layout.
 
-The ingest (`graphs.canonical`) reads Parquet files with the layout's column names (edges: src,
-dst, weight; nodes: node_id, label, split; features: node_id, feat) and integer class labels.
-`prepare_inputs` writes, into a scratch folder, one Parquet file in that layout for each input
-that is not in it already, and leaves the others as they are (so Parquet files in the layout
-are read exactly as before):
+The ingest (`graphs.stages.canonical`) reads Parquet files with the layout's column names
+(edges: src, dst, weight; nodes: node_id, label, split; features: node_id, feat) and integer
+class labels. `prepare_inputs` writes, into a scratch folder, one Parquet file in that layout
+for each input that is not in it already, and leaves the others as they are:
 
 - A column mapping, the top-level ``columns`` key of the dataset's gnnflow.yaml
   (`read_column_mapping`, `check_column_mapping`)::
@@ -15,7 +14,7 @@ are read exactly as before):
   identifiers, never pasted into SQL). A file missing a mapped column is refused naming the
   file, the column and the key. Mapped Parquet files are copied a batch at a time with their
   columns renamed, types kept.
-- Text files, read by DuckDB out of core (`graphs.duck.read_csv`) and written as Parquet in
+- Text files, read by DuckDB out of core (`graphs.infra.duck.read_csv`) and written as Parquet in
   file order. ``.csv`` (comma-separated) and ``.tsv`` (tab-separated) edge and node files: a
   first row that names a column of the file (the layout's name or the mapped one) is the
   header; without one the columns are positional (`POSITIONAL`: edges src, dst[, weight];
@@ -24,13 +23,13 @@ are read exactly as before):
   form (`CANONICAL_INT`: an optional minus, no '+', no leading zero, no decimal point, within
   int64), else strings, so ``007`` and ``7`` stay two nodes (`_typed_ids`, one DuckDB
   aggregate per file). The other columns' types are DuckDB's detection: numeric weights,
-  labels as integers, floats (whole numbers only, as for Parquet) or categorical values. ``.txt`` edge files (SNAP style): whitespace-separated columns, no
-  header, blank lines and lines starting with ``#`` or ``%`` skipped; src, dst and an optional
-  weight, the same number of columns on every line. A line DuckDB cannot read is named by its
-  number.
-- Categorical labels (strings, booleans, dictionary-encoded values): class index = the
-  position of the value among the sorted distinct non-null values, null = unknown; the values
-  are returned (`PreparedInputs.label_classes`) for `graphs.label_classes` to store.
+  labels as integers, floats (whole numbers only, as for Parquet) or categorical values.
+  ``.txt`` edge files (SNAP style): whitespace-separated columns, no header, blank lines and
+  lines starting with ``#`` or ``%`` skipped; src, dst and an optional weight, the same number
+  of columns on every line. A line DuckDB cannot read is named by its number.
+- Categorical labels (strings, booleans, dictionary-encoded values): class index = the position
+  of the value among the sorted distinct non-null values, null = unknown; the values are
+  returned (`PreparedInputs.label_classes`) for `graphs.formats.label_classes` to store.
 
 Errors name the user's file: `PreparedInputs.explain` turns an InputError the ingest raised
 about a written file into one about the file it came from.
@@ -50,9 +49,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from graphs import duck, landing
-from graphs.config_checks import MAX_CLASSES, bounded_repr, bounded_text, read_yaml_file
-from graphs.landing import SETTINGS_FILE, DatasetFiles, InputError, checked_dataset_file, find_dataset_files
+from graphs.infra import duck
+from graphs.infra.config_checks import MAX_CLASSES, bounded_repr, bounded_text, read_yaml_file
+from graphs.stages import landing
+from graphs.stages.landing import SETTINGS_FILE, DatasetFiles, InputError, checked_dataset_file, find_dataset_files
 
 # the layout's columns of each kind of input file; a column mapping may rename any of them
 KIND_KEYS = {"edges": ("src", "dst", "weight"), "nodes": ("node_id", "label", "split"), "features": ("node_id", "feat")}
@@ -109,7 +109,7 @@ def check_column_mapping(value: Any, where: str) -> dict[str, str]:
 
 def read_column_mapping(dataset_dir: str | os.PathLike) -> dict[str, str]:
     """The column mapping of a landing folder's gnnflow.yaml ({} when it has none); the file
-    passes `graphs.landing`'s rule before it is read. InputError naming the file and key."""
+    passes `graphs.stages.landing`'s rule before it is read. InputError naming the file and key."""
     path = Path(dataset_dir) / SETTINGS_FILE
     if checked_dataset_file(path) is None:
         return {}

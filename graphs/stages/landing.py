@@ -7,10 +7,10 @@ A dataset folder (`landing/<dataset>/`) holds the ingest's inputs:
     features.parquet                   optional
     _SUCCESS                           optional marker: "the copy is complete" (`landing_marked_ready`)
 One input in two formats (edges.parquet and edges.csv, nodes.parquet and nodes.csv) is refused.
-How the text formats are read is `graphs.user_files`' part.
+How the text formats are read is `graphs.stages.user_files`' part.
 
 The rule for every input entry, applied in one place (`find_dataset_files`) for the ingest
-(`graphs.canonical.build_canonical_graph`) and the landing sensor (`pipelines.sensors`):
+(`graphs.stages.canonical.build_canonical_graph`) and the landing sensor (`pipelines.sensors`):
 the dataset folder, `edges/` and each input file are followed through symlinks only when
 they resolve inside the landing folder (the dataset folder's parent), and must then be a
 folder (the dataset folder, `edges/`) or a regular file (every input file). A
@@ -26,7 +26,7 @@ broken dataset folder never stops the sensor for the others: the sensor calls
 `find_dataset_files` for each dataset and skips the ones it refuses, naming them.
 `landing_fingerprint` reads the content of the entries that pass the rule, the inputs and
 the settings file (a SHA-256 per file, kept per process while the file's size and times
-stay the same: `graphs.storage.cached_file_sha256`); it opens no other entry.
+stay the same: `graphs.infra.storage.cached_file_sha256`); it opens no other entry.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from graphs.storage import cached_file_sha256
+from graphs.infra.storage import cached_file_sha256
 
 READY_MARKER = "_SUCCESS"
 SETTINGS_FILE = "gnnflow.yaml"  # the dataset's settings: its column mapping and stage settings
@@ -212,7 +212,7 @@ def landing_fingerprint(dataset_dir: str | os.PathLike) -> str:
     landing sensor compares with, so inputs or settings whose content changed since the last
     ingest are noticed, and a file copied back unchanged is not. A file's digest is computed
     once per process while its size and times stay the same
-    (`graphs.storage.cached_file_sha256`). Never raises for a broken entry."""
+    (`graphs.infra.storage.cached_file_sha256`). Never raises for a broken entry."""
     root = Path(dataset_dir)
     h = hashlib.sha256()
     try:

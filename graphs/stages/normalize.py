@@ -28,7 +28,7 @@ loops): every entry is then float32(row_scale[i] · col_scale[j]) ('both') or
 float32(row_scale[i]) ('right'), one float64 product rounded once, exactly as weights.npy is
 computed. The two vectors are written beside it (`load_scale_factors`), so that a sampled
 block can be stored without its per-edge weights and have them recomputed bit for bit
-(`graphs.shard_format`, weight encoding ``factors``).
+(`graphs.formats.shard_format`, weight encoding ``factors``).
 
 Files written (format version 1) into `<out_dir>/`:
     indptr.npy    int64   [n + 1]   row i is indices[indptr[i]:indptr[i+1]]
@@ -46,7 +46,7 @@ streamed in record batches; the canonical edges are already sorted by (src, dst)
 order is file order and the output position of edge k (row s, column d) is
 ``k + s + (d > s)`` — the s self loops of the rows before, plus row s's own self loop if
 it sorts before d. Each batch is scattered into the three `.npy` files through memory
-maps (`graphs.npyrows.create_npy_memmap`: their disk space reserved first, so a full disk
+maps (`graphs.formats.npyrows.create_npy_memmap`: their disk space reserved first, so a full disk
 is an error naming the file); the self loops go in at the end, one vectorised scatter over n positions. Memory
 is O(n) plus one batch, whatever the edge count.
 """
@@ -62,12 +62,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from graphs import duck
-from graphs.canonical_files import CanonicalGraph, edge_batches
-from graphs.config_checks import MAX_ROWS, bounded_repr, check_fields
-from graphs.npyrows import create_npy_memmap
-from graphs.stage_artifact import StageArtifact
-from graphs.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.formats.canonical_files import CanonicalGraph, edge_batches
+from graphs.formats.npyrows import create_npy_memmap
+from graphs.formats.stage_artifact import StageArtifact
+from graphs.infra import duck
+from graphs.infra.config_checks import MAX_ROWS, bounded_repr, check_fields
+from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 NORMS = ("both", "right")
 
@@ -148,7 +148,7 @@ class CSR(NamedTuple):
 
 def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True, n: int | None = None) -> CSR:
     """The arrays written by `build_normalized_adjacency`, memory-mapped read-only by default,
-    each checked against the folder's hashes.json first (`graphs.storage.verified`).
+    each checked against the folder's hashes.json first (`graphs.infra.storage.verified`).
 
     Missing files, files changed since they were published, arrays of inconsistent lengths, or
     (with `n`) a row count other than `n` raise naming the file and the stage to re-materialize.

@@ -66,7 +66,7 @@ did not write (e.g. the whole landing folder) is refused, never replaced.
 
 Usage::
 
-    from graphs.generate import demo_config, generate_dataset
+    from graphs.synthetic.generate import demo_config, generate_dataset
     summary = generate_dataset(demo_config(), "landing/demo")
 """
 
@@ -86,9 +86,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
-from graphs.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_WIDTH, bounded_repr, check_fields
-from graphs.landing import FEATURES_FILE, NODES_FILE
-from graphs.storage import atomic_output_dir, dir_bytes
+from graphs.infra.config_checks import MAX_CLASSES, MAX_ROWS, MAX_SEED, MAX_WIDTH, bounded_repr, check_fields
+from graphs.infra.storage import atomic_output_dir, dir_bytes
+from graphs.stages.landing import FEATURES_FILE, NODES_FILE
 
 FORMAT_VERSION = 1
 """Version of the generated layout, stored in every file's schema metadata."""

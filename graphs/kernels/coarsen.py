@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from graphs.metis import metis_idx_dtype, quiet_stdout
+from graphs.kernels.metis import metis_idx_dtype, quiet_stdout
 
 CLUSTERS_PER_PART = 16  # cluster weight bound U = total node weight / (k * this)
 LP_ROUNDS = 5  # label-propagation rounds per level

@@ -8,7 +8,7 @@ writes them into the trained_model folder; the next minibatch_shards materializa
 ``neighbor_prob: adaptive`` reads them as ``g(v)``, the running mean of that norm.
 
 File (format version 1): ``<trained_model>/node_grad_norm.npz``, an uncompressed ``.npz``
-written by `graphs.npzio.write_npz` and read by ``read_npz_file`` (no pickle) holding
+written by `graphs.formats.npzio.write_npz` and read by ``read_npz_file`` (no pickle) holding
 
 - ``format_version`` int64 [1] = `FORMAT_VERSION`
 - ``grad_norm_sum`` float64 [n]: Σ ‖∂L/∂x_v‖ over the minibatches that read v (every rank)
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphs.npzio import NpzFormatError, read_npz_file, write_npz
+from graphs.formats.npzio import NpzFormatError, read_npz_file, write_npz
 
 __all__ = ["FORMAT_VERSION", "NODE_SCORES_NAME", "mean_grad_norm", "read_node_scores", "write_node_scores"]
 

@@ -15,7 +15,7 @@ import re
 import threading
 from typing import Callable
 
-from graphs.config_checks import bounded_repr
+from graphs.infra.config_checks import bounded_repr
 
 __all__ = ["Registry"]
 

@@ -1,0 +1,1 @@
+"""Numerical kernels the stages call: Bloom filters, quantization, METIS and coarsening, edge keys, id codes, negative sampling."""

@@ -1,0 +1,1 @@
+"""The stages: each builds one asset's folder from its upstream folders (ingest and its landing inputs, normalization, partitioning, compression, the link-prediction edge split); the shards stage is `graphs.sampling`."""

@@ -1,0 +1,1 @@
+"""Synthetic graphs for demos, tests and benchmarks."""
