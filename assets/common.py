@@ -40,17 +40,14 @@ from assets.settings import (
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.stage_artifact import StageArtifact
+from graphs.infra.dataset_names import DatasetNameError, is_valid_dataset_name, validate_dataset_name
+from graphs.infra.folder_swap import clean_stale_temporaries, staging_dir_for
 from graphs.infra.storage import (
     HASHES_NAME,
     CorruptFileError,
-    DatasetNameError,
-    clean_stale_temporaries,
     dataset_lock,
     dir_bytes,
-    is_valid_dataset_name,
     staged_output,
-    staging_dir_for,
-    validate_dataset_name,
     verify_files,
 )
 from graphs.stages.canonical import has_training_labels, is_dataset_folder

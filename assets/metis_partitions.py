@@ -23,9 +23,9 @@ from graphs.stages.partition import (
     Partitions,
     build_partitions,
     load_parts,
-    partition_problems,
     random_assign,
 )
+from graphs.stages.partition_metrics import partition_problems
 
 MetisPartitionsConfig = dagster_config(PartitionConfig, "MetisPartitionsConfig")
 

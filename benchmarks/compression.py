@@ -67,10 +67,10 @@ from graphs.stages.canonical import CanonicalGraph, build_canonical_graph  # noq
 from graphs.stages.compress import (  # noqa: E402
     CompressConfig,
     build_compressed_graph,
-    encoding_nbytes,
     load_features,
     load_weights,
 )
+from graphs.stages.compress_features import encoding_nbytes  # noqa: E402
 from graphs.stages.normalize import Adjacency, build_normalized_adjacency, load_csr  # noqa: E402
 from graphs.stages.partition import PartitionConfig, Partitions, build_partitions  # noqa: E402
 from graphs.synthetic.generate import GenerateConfig, demo_config, generate_dataset  # noqa: E402

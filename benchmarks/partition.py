@@ -45,7 +45,7 @@ def _build(nodes: int, edges: int, work: str, landing: str | None, queue) -> Non
 
 
 def _cut(indptr, indices, part) -> int:
-    from graphs.stages.partition import csr_metrics
+    from graphs.stages.partition_metrics import csr_metrics
 
     return int(csr_metrics(indptr, indices, part, int(part.max()) + 1, [])["edge_cut"])
 

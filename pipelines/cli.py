@@ -47,7 +47,7 @@ def _add_dataclass_arguments(parser: argparse.ArgumentParser, dataclass_type) ->
 def _cmd_generate(args: argparse.Namespace) -> int:
 
     from assets.reporting import rounded
-    from graphs.infra.storage import DatasetNameError, validate_dataset_name
+    from graphs.infra.dataset_names import DatasetNameError, validate_dataset_name
     from graphs.synthetic import generate
 
     try:  # the folder's name becomes the dataset's partition key

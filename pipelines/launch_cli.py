@@ -48,7 +48,7 @@ def _instance_with(partition: str):
     import dagster as dg
 
     from assets.common import dataset_partitions
-    from graphs.infra.storage import DatasetNameError, validate_dataset_name
+    from graphs.infra.dataset_names import DatasetNameError, validate_dataset_name
 
     if not os.environ.get("DAGSTER_HOME"):
         raise LaunchError(DAGSTER_HOME_MISSING)

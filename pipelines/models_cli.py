@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _name(value: str, what: str) -> str:
     from graphs.infra.config_checks import bounded_repr
-    from graphs.infra.storage import is_valid_dataset_name
+    from graphs.infra.dataset_names import is_valid_dataset_name
 
     if not is_valid_dataset_name(value):
         raise _Refused(

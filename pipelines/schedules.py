@@ -24,7 +24,7 @@ from assets.common import GnnflowStorage, dataset_partitions
 from assets.settings import SettingsError, read_settings_file, registered_configs
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.stage_artifact import StageFormatError
-from graphs.infra.storage import is_valid_dataset_name
+from graphs.infra.dataset_names import is_valid_dataset_name
 from graphs.stages.canonical import CanonicalGraph, has_training_labels, read_summary
 
 DEFAULT_RETRAIN_CRON = "0 3 * * 0"

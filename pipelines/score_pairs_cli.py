@@ -30,7 +30,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from graphs.infra.storage import DatasetNameError
+    from graphs.infra.dataset_names import DatasetNameError
     from training.score_pairs import PairsError, score_dataset_pairs
     from training.state_file import StateFileError
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graphs.stages import canonical
+from graphs.stages import canonical_edges
 from graphs.stages.canonical import CanonicalConfig, InputError, build_canonical_graph
 from tests.conftest import write_edges
 
@@ -128,7 +128,7 @@ def test_features_follow_relabelling(tmp_path):
 @pytest.mark.parametrize("piece", [None, 1001])  # the default, and Parquet pieces that cut rows
 def test_spilled_buckets_equal_in_memory_and_reference(tmp_path, monkeypatch, piece):
     if piece:
-        monkeypatch.setattr(canonical, "WRITE_PIECE", piece)
+        monkeypatch.setattr(canonical_edges, "WRITE_PIECE", piece)
     rng = np.random.default_rng(0)
     n, m = 3000, 120_000
     src = rng.integers(0, n, m) * 7 + 3  # non-contiguous ids
@@ -297,7 +297,7 @@ def reference_weights(src, dst, weight, rule: str, symmetrize: bool):
 @pytest.mark.parametrize("rule,piece", [("sum", None), ("max", None), ("mean", None), ("first", None), ("sum", 777)])
 def test_weights_combine_on_every_path(tmp_path, monkeypatch, rule, piece):
     if piece:  # Parquet pieces that cut rows: the weights are sliced with their edges
-        monkeypatch.setattr(canonical, "WRITE_PIECE", piece)
+        monkeypatch.setattr(canonical_edges, "WRITE_PIECE", piece)
     # ids 0..n-1 as given (dense), so reference ids equal output ids
     rng = np.random.default_rng(1)
     n, m = 4000, 30_000
@@ -403,10 +403,10 @@ def test_string_ids_with_decimal_weights(tmp_path):
 # row groups of 700 rows, or in batches of 1024 rows within one row group
 @pytest.mark.parametrize("budget_mb,group_rows", [(64, 700), (1, 700), (64, 10**6)])
 def test_feature_rows_in_any_order_land_on_their_nodes(tmp_path, monkeypatch, budget_mb, group_rows):
-    import graphs.stages.canonical as canonical
+    import graphs.stages.canonical_features as canonical_features
 
     n, dim = 3000, 128  # 1.5 MB of features: above a 1 MB budget
-    monkeypatch.setattr(canonical, "FEATURE_BATCH_BYTES", 4 * dim * 1024)
+    monkeypatch.setattr(canonical_features, "FEATURE_BATCH_BYTES", 4 * dim * 1024)
     rng = np.random.default_rng(5)
     src = rng.integers(0, n, 20000) * 3 + 1
     dst = rng.integers(0, n, 20000) * 3 + 1

@@ -117,15 +117,15 @@ def test_strings_encoded_by_hash_give_each_string_one_code():
 def test_string_hash_collisions_fall_back_to_the_same_files(graphs, tmp_path, monkeypatch):
     """With a hash of 7 values every code holds many strings: the stage must notice and encode
     the strings themselves, giving the files of the hash path and of the streamed path."""
-    import graphs.stages.canonical as canonical
+    import graphs.stages.canonical_ids as canonical_ids
 
     landing, _ = graphs["string"]
     calls = []
-    real = canonical.codes_by_hash
-    monkeypatch.setattr(canonical, "codes_by_hash", lambda v, h: calls.append(real(v, h)) or calls[-1])
+    real = canonical_ids.codes_by_hash
+    monkeypatch.setattr(canonical_ids, "codes_by_hash", lambda v, h: calls.append(real(v, h)) or calls[-1])
     by_hash = build_canonical_graph(landing, tmp_path / "hash")
     assert calls[0] is not None  # DuckDB's 64-bit hashes of 3000 strings do not collide
-    monkeypatch.setattr(canonical, "STRING_HASH_SQL", "CASE WHEN {c} IS NULL THEN NULL ELSE hash({c}) % 7 END")
+    monkeypatch.setattr(canonical_ids, "STRING_HASH_SQL", "CASE WHEN {c} IS NULL THEN NULL ELSE hash({c}) % 7 END")
     collided = build_canonical_graph(landing, tmp_path / "collided")
     assert len(calls) == 2 and calls[1] is None  # the collision was detected
     drop = ("seconds", "peak_rss_bytes")

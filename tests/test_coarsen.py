@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from graphs.kernels.coarsen import Level, contract, edge_cut_weight, label_propagation, metis_levels, refine_kway
-from graphs.stages.partition import csr_metrics, metis_assign_csr
+from graphs.stages.partition import metis_assign_csr
+from graphs.stages.partition_metrics import csr_metrics
 
 
 def _csr(n, pairs):

@@ -21,14 +21,13 @@ from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
 from graphs.stages.compress import (
     CompressConfig,
     build_compressed_graph,
-    csr_contains,
-    encoding_nbytes,
     load_bloom_filters,
     load_features,
     load_weights,
-    might_be_edge,
     verify_compressed_graph,
 )
+from graphs.stages.compress_bloom import csr_contains, might_be_edge
+from graphs.stages.compress_features import encoding_nbytes
 from graphs.stages.normalize import build_normalized_adjacency, load_csr
 from graphs.stages.partition import PartitionConfig, build_partitions, read_edges
 from graphs.synthetic.generate import GenerateConfig, generate_dataset

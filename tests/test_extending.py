@@ -27,7 +27,8 @@ from tests.conftest import datasets_folder
 from training.config import RunConfig
 from training.layer_registry import LayerKind, layer_names, register_layer
 from training.layers import ModelConfig
-from training.train import check_sampler_supports, train
+from training.run_plan import check_sampler_supports
+from training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 GUIDE = ROOT / "docs" / "extending.md"

@@ -121,8 +121,8 @@ def test_the_ingest_stage_runs_with_the_collector_paused_and_restores_it(tmp_pat
     (landing / "edges").mkdir(parents=True)
     pq.write_table(pa.table({"src": [0, 1, 2], "dst": [1, 2, 0]}), landing / "edges" / "part-0.parquet")
     seen = []
-    real = canonical._write_nodes
-    monkeypatch.setattr(canonical, "_write_nodes", lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k))
+    real = canonical.write_nodes
+    monkeypatch.setattr(canonical, "write_nodes", lambda *a, **k: seen.append(gc.isenabled()) or real(*a, **k))
     summary = canonical.build_canonical_graph(landing, tmp_path / "out")
     assert summary["edges"] == 6 and seen == [False]
     assert gc.isenabled()

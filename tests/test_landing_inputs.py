@@ -171,7 +171,7 @@ def test_uint64_ids_beyond_int64_are_refused_naming_file_and_column(tmp_path):
         build_canonical_graph(nodes, tmp_path / "out")
 
 
-MAX_CLASSES = 1 << 16  # graphs.stages.canonical.MAX_CLASSES, the largest number of classes a dataset may have
+MAX_CLASSES = 1 << 16  # graphs.infra.config_checks.MAX_CLASSES, the largest number of classes a dataset may have
 
 
 def _with_nodes(tmp_path, **columns) -> Path:

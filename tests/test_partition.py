@@ -19,19 +19,21 @@ from graphs.stages.canonical import build_canonical_graph
 from graphs.stages.partition import (
     PartitionConfig,
     build_partitions,
-    core_and_halo,
     csr_clusters,
-    csr_halos,
     csr_indptr,
-    csr_metrics,
     load_parts,
     metis_assign,
     metis_assign_csr,
-    partition_metrics,
-    partition_problems,
     random_assign,
     read_csr,
     read_edges,
+)
+from graphs.stages.partition_metrics import (
+    core_and_halo,
+    csr_halos,
+    csr_metrics,
+    partition_metrics,
+    partition_problems,
 )
 from tests.conftest import write_edges
 

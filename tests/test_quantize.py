@@ -13,11 +13,8 @@ from graphs.kernels.quantize import (
     choose_encoding,
     column_min_max,
     dequantize_int4_columns,
-    dequantize_int4_rows_torch,
     dequantize_int8_columns,
     dequantize_int8_rows_csr,
-    dequantize_int8_rows_csr_torch,
-    dequantize_rows_torch,
     encode_features,
     is_binary,
     pack_binary,
@@ -26,8 +23,13 @@ from graphs.kernels.quantize import (
     quantize_int8_rows_csr,
     reconstruction_error,
     unpack_binary,
-    unpack_binary_torch,
     unpack_int4,
+)
+from graphs.kernels.quantize_torch import (
+    dequantize_int4_rows_torch,
+    dequantize_int8_rows_csr_torch,
+    dequantize_rows_torch,
+    unpack_binary_torch,
     unpack_int4_torch,
 )
 

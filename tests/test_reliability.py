@@ -18,14 +18,9 @@ import pytest
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions
 from graphs.infra import duck
-from graphs.infra.storage import (
-    DatasetLockTimeout,
-    DatasetNameError,
-    clean_stale_temporaries,
-    dataset_lock,
-    staged_output,
-    validate_dataset_name,
-)
+from graphs.infra.dataset_names import DatasetNameError, validate_dataset_name
+from graphs.infra.folder_swap import clean_stale_temporaries
+from graphs.infra.storage import DatasetLockTimeout, dataset_lock, staged_output
 from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
 from graphs.stages.normalize import AdjacencyConfig, edge_degrees
 from tests.conftest import write_edges

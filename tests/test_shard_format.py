@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from graphs.formats import shard_codec as codec
 from graphs.formats import shard_format as sf
 from graphs.formats.npzio import write_npz
 from training.blocks import correction_is_per_dst
@@ -50,7 +51,7 @@ def test_keys_follow_the_documented_scheme():
     assert sf.minibatch_key(3, "seeds") == "mb3_seeds"
     assert sf.block_key(3, 1, "indptr") == "mb3_l1_indptr"
     assert sf.shard_relpath(2, 1, 7) == "epoch=2/rank=1/shard-00007.npz"
-    arrays = sf.encode_shard([_minibatch(), _minibatch(np.array([0.5, 2.0], np.float32))], "fp32")
+    arrays = codec.encode_shard([_minibatch(), _minibatch(np.array([0.5, 2.0], np.float32))], "fp32")
     assert int(arrays["format_version"]) == sf.FORMAT_VERSION and int(arrays["minibatches"]) == 2
     # every key is a header key or a documented minibatch / block entry
     names = set(sf.MINIBATCH_ENTRIES) | set(sf.BLOCK_ENTRIES)
@@ -68,9 +69,9 @@ def test_keys_follow_the_documented_scheme():
 @pytest.mark.parametrize("encoding", sf.WEIGHT_ENCODINGS)
 def test_encode_then_read_back_through_a_file(tmp_path, encoding):
     mb = _minibatch(np.array([0.5, 2.0], np.float32))
-    size, digest = write_npz(tmp_path / "s.npz", sf.encode_shard([mb], encoding))
+    size, digest = write_npz(tmp_path / "s.npz", codec.encode_shard([mb], encoding))
     record = {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}
-    got = sf.decode_minibatch(sf.read_shard(tmp_path, record), 0, 2, encoding)
+    got = codec.decode_minibatch(sf.read_shard(tmp_path, record), 0, 2, encoding)
     assert got.input_nodes.tolist() == [7, 2, 9, 11, 4]
     assert got.seeds.tolist() == [7, 2] and got.labels.tolist() == [1, 0]
     assert got.loss_weight.tolist() == [0.5, 2.0]
@@ -99,18 +100,18 @@ def test_correction_is_stored_per_destination_only_where_that_is_exact():
     same = np.array([2, 2, 2, 1, 5, 5, 5], np.float32)  # one value per destination
     per_edge = np.array([1, 2, 3, 1, 1, 5, 5], np.float32)  # destination 0's others differ
     for c, per_dst in ((loops, False), (same, True), (per_edge, None)):
-        compact = sf.compact_correction(indptr, c)
+        compact = codec.compact_correction(indptr, c)
         assert (compact is None) == (per_dst is None)
         if compact is not None:
-            assert np.array_equal(sf.expand_correction(indptr, *compact), c)
+            assert np.array_equal(codec.expand_correction(indptr, *compact), c)
         b = SimpleNamespace(
             indptr=indptr, indices=np.zeros(7, np.int32), num_src=4, num_dst=4, weight=np.ones(7, np.float32)
         )
         mb = _minibatch()
         mb.blocks = [SimpleNamespace(**vars(b), correction=c)]
-        arrays = sf.encode_shard([mb], "fp32")
+        arrays = codec.encode_shard([mb], "fp32")
         assert ("mb0_l0_correction" in arrays) == (per_dst is None)  # 8 bytes per destination instead of 4 per edge
-        stored = sf.decode_minibatch(arrays, 0, 1).blocks[0]
+        stored = codec.decode_minibatch(arrays, 0, 1).blocks[0]
         assert np.array_equal(stored.correction_per_edge(), c) and stored.correction_per_edge().dtype == np.float32
         assert stored.correction_per_dst == per_dst  # None: the reader checks the edges itself
         assert per_dst is None or per_dst == correction_is_per_dst(indptr, c)
@@ -130,14 +131,14 @@ def test_a_block_expands_its_compact_correction_as_the_format_does():
         4,
         correction_compact=(torch.from_numpy(first), torch.from_numpy(rest)),
     )
-    want = sf.expand_correction(indptr, first, rest)
+    want = codec.expand_correction(indptr, first, rest)
     assert want.tolist() == [1, 2, 2, 3, 1, 5, 5]
     assert torch.equal(block.correction, torch.from_numpy(want))
     assert block.to("cpu") is block  # already there: the same block, the expanded correction kept
 
 
 def test_read_shard_hashes_a_file_again_only_when_it_changed(tmp_path, monkeypatch):
-    size, digest = write_npz(tmp_path / "s.npz", sf.encode_shard([_minibatch()], "fp32"))
+    size, digest = write_npz(tmp_path / "s.npz", codec.encode_shard([_minibatch()], "fp32"))
     record = {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}
     path = tmp_path / "s.npz"
     hashed = []
@@ -163,7 +164,7 @@ def test_read_shard_hashes_a_file_again_only_when_it_changed(tmp_path, monkeypat
 
 
 def test_read_shard_refuses_other_versions_and_counts(tmp_path):
-    arrays = sf.encode_shard([_minibatch()], "fp32")
+    arrays = codec.encode_shard([_minibatch()], "fp32")
     arrays["format_version"] = np.int64(sf.FORMAT_VERSION + 1)
     size, digest = write_npz(tmp_path / "s.npz", arrays)
     record = {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}
@@ -227,8 +228,8 @@ def test_a_new_optional_block_entry_travels_without_touching_the_reader(tmp_path
     monkeypatch.setitem(sf.BLOCK_ENTRIES, "edge_factor", sf.Entry("float32 [nnz] per-edge factor", required=False))
     mb = _minibatch()
     mb.blocks[0].edge_factor = np.array([1, 2, 3, 4, 5], np.float32)
-    size, digest = write_npz(tmp_path / "s.npz", sf.encode_shard([mb], "fp32"))
-    got = sf.decode_minibatch(
+    size, digest = write_npz(tmp_path / "s.npz", codec.encode_shard([mb], "fp32"))
+    got = codec.decode_minibatch(
         sf.read_shard(tmp_path, {"path": "s.npz", "bytes": size, "sha256": digest, "minibatches": 1}), 0, 2
     )
     assert got.blocks[0].extra["edge_factor"].tolist() == [1, 2, 3, 4, 5]

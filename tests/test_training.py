@@ -33,15 +33,15 @@ from training.feature_cache import CacheSpec
 from training.features import FeatureTransform, degree_features
 from training.layers import ModelConfig
 from training.outputs import MODEL_BEST, MODEL_FINAL, Preprocessing, load_model, load_model_weights
-from training.train import (
+from training.run_plan import (
     check_sampler_supports,
     epoch_passes,
     learning_rate,
     replay_order_seed,
     resolve_num_layers,
-    train,
     training_epochs,
 )
+from training.train import train
 
 ROOT = Path(__file__).resolve().parents[1]
 ID_OFFSET = 1000
@@ -815,10 +815,11 @@ def test_training_with_streamed_evaluation_matches_in_memory_evaluation(sbm, tmp
 def test_a_best_last_epoch_is_not_evaluated_twice(sbm, tmp_path, monkeypatch, eval_batch_size):
     """When the last epoch's model is the best, the final outputs reuse that evaluation's pass
     (a full-graph pass over a large graph costs minutes); they equal a fresh pass."""
+    import training.run_setup as run_setup
     import training.train as train_module
 
     calls = []
-    for cls in (train_module.InMemoryEval, train_module.StreamedEval):
+    for cls in (run_setup.InMemoryEval, run_setup.StreamedEval):
         original = cls.forward
 
         def counted(self, model, original=original):

@@ -431,7 +431,7 @@ def test_the_sensor_ignores_a_file_copied_back_unchanged_and_sees_one_byte_chang
 def test_a_long_snap_file_whose_separator_changes_after_its_head_reads_whole(tmp_path):
     """The first 64 KiB use one tab (DuckDB's CSV reader takes the file); a line further on uses
     spaces: the whitespace reader reads the file again, and every edge arrives."""
-    from graphs.stages.user_files import HEAD_BYTES
+    from graphs.stages.text_inputs import HEAD_BYTES
 
     ds = tmp_path / "landing" / "ds"
     n = HEAD_BYTES // 8 + 100

@@ -125,7 +125,7 @@ def _weights_from_factors(block: "Block") -> torch.Tensor | None:
 
 def _expanded_correction(block: "Block") -> torch.Tensor | None:
     """The per-edge correction of ``correction_compact`` (first in-edge, then the rest of each
-    destination's), as `graphs.formats.shard_format.expand_correction` expands it."""
+    destination's), as `graphs.formats.shard_codec.expand_correction` expands it."""
     if block.correction_compact is None:
         return None
     first, rest = block.correction_compact

@@ -120,7 +120,7 @@ class OptimizerConfig:
 
 @dataclass(kw_only=True)
 class LRScheduleConfig:
-    """Learning-rate schedule, applied per optimizer step (see `training.train.learning_rate`)."""
+    """Learning-rate schedule, applied per optimizer step (see `training.run_plan.learning_rate`)."""
 
     type: str = field(
         default="constant",

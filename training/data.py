@@ -53,17 +53,16 @@ from typing import Iterator
 import numpy as np
 import torch
 
+from graphs.formats.shard_codec import decode_minibatch
 from graphs.formats.shard_format import (
     SUPPORTED_FORMAT_VERSION,
     ShardError,
-    decode_minibatch,
-    open_features,
-    open_weight_factors,
     read_manifest,
     read_shard,
     stream_record,
 )
 from graphs.formats.shard_manifest import ShardManifest
+from graphs.formats.shard_references import open_features, open_weight_factors
 from training.blocks import Block, NodeScales, correction_is_per_dst
 from training.feature_cache import CacheSpec, HotSplit, TieredFeatures
 
@@ -127,7 +126,7 @@ class FeatureRows:
     """Where the input nodes' feature rows come from, and how they are decoded.
 
     ``source``: "manifest", None, or an [n, D] array/tensor. From the manifest: an
-    `graphs.kernels.quantize.EncodedFeatures` (`graphs.formats.shard_format.open_features`: canonical FP32,
+    `graphs.kernels.quantize.EncodedFeatures` (`graphs.formats.shard_references.open_features`: canonical FP32,
     or compressed_graph's codes with their transform), gathered compact in the prefetch
     thread and decoded there (CPU) or on the device (CUDA). ``gather_host(ids, decode=True)``
     reads just the rows ``ids`` (what the streamed evaluation uses). With ``cache`` (a

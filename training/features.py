@@ -85,7 +85,7 @@ def degree_features(indptr: np.ndarray, buckets: int) -> torch.Tensor:
 
 def feature_chunks(manifest: dict, shards_dir: str | os.PathLike, rows: int = 1 << 16) -> Iterator[torch.Tensor]:
     """The manifest's features as float32 row chunks (decoded, transform undone); nothing when absent."""
-    from graphs.formats.shard_format import open_features
+    from graphs.formats.shard_references import open_features
 
     feats = open_features(manifest, shards_dir)
     if feats is None:

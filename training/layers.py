@@ -296,7 +296,7 @@ def sampled_edge_weight(
     type): gcn ``Â·c`` (· scale), gin ``c`` (· Â with ``edge_weights``) (· scale), sage the
     weighted mean ``Σ c x / Σ c``; gat and sage_pool take no correction (a softmax ratio and a
     max have no unbiased form: training refuses non-uniform draws for layers that are not
-    ``linear``, `training.train.check_sampler_supports`).
+    ``linear``, `training.run_plan.check_sampler_supports`).
     """
     opts = LayerOptions(edge_weights=edge_weights, gcn_edge_weight=gcn_edge_weight)
     return layer_kind(conv).edge_weight(block, opts, edge_scale)
@@ -318,7 +318,7 @@ def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
     if cfg.num_layers < 1:
         raise ValueError(
             f"model.num_layers={cfg.num_layers}: resolve it against the shards first "
-            "(training.train.resolve_num_layers; 0 means 'the shards' block count')"
+            "(training.run_plan.resolve_num_layers; 0 means 'the shards' block count')"
         )
     return GNN(
         in_feats,

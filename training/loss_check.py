@@ -2,7 +2,7 @@
 
 Once a minibatch's loss is not finite its gradient poisons the parameters, and every later
 step trains on NaN; a run that went on would publish a model that predicts nothing. So the
-training loops (`training.train` for node classification, `training.link`) check each
+training loops (`training.epoch_loop` for node classification, `training.link`) check each
 minibatch's loss value, which they read for their epoch statistics anyway (no extra device
 synchronization), before its backward pass, and stop with `NonFiniteLossError`: it names
 the epoch and the optimizer step (both counted from 1) and the likely causes with the

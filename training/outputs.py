@@ -45,7 +45,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
-from graphs.infra.storage import SUMMARY_NAME, is_valid_dataset_name
+from graphs.infra.dataset_names import is_valid_dataset_name
+from graphs.infra.storage import SUMMARY_NAME
 from training.blocks import Block, remove_self_loops
 from training.layers import GNN, ModelConfig, build_model
 from training.state_file import StateFileError, read_state_file, write_state_file

@@ -37,7 +37,7 @@ import torch
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.infra.config_checks import bounded_repr
-from graphs.infra.storage import validate_dataset_name
+from graphs.infra.dataset_names import validate_dataset_name
 from graphs.stages.normalize import Adjacency
 from training.outputs import LINK_MODEL
 from training.outputs import STAGE as TRAINED_MODEL

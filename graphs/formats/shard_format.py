@@ -4,6 +4,10 @@ The writer (`graphs.sampling`, the minibatch_shards stage: `STAGE`) and the read
 training rank) both import this module, so every name, dtype and version of the format has one owner. It needs only
 NumPy (no DGL, no torch): training runs where DGL is not installed. Every change to what is stored bumps
 `FORMAT_VERSION` here; a reader refuses any other version with a message naming the stage to re-run.
+Two modules beside it apply the format: `graphs.formats.shard_codec` encodes minibatches into a
+file's entries and decodes them back (`encode_shard`, `decode_minibatch`), and
+`graphs.formats.shard_references` writes and opens the arrays the manifest names instead of storing
+(features, weight factors).
 
 Layout of a minibatch_shards folder (replaced atomically as a whole):
 
@@ -31,21 +35,21 @@ symmetric per row: weight = q * scale[dst], `graphs.kernels.quantize.quantize_in
 ``factors``: none per edge. Where Â factors (an unweighted graph, `graphs.stages.normalize`), its
 entry of block edge u -> v is float32(row[v] · col[u]) (float32(row[v]) without ``col``), from
 normalized_adjacency's two float64 vectors over all nodes that the manifest's
-``weight_factors`` names (`open_weight_factors`), gathered for a minibatch's ``input_nodes``
+``weight_factors`` names (`graphs.formats.shard_references.open_weight_factors`), gathered for a minibatch's ``input_nodes``
 when a layer needs the weights: bit for bit what ``weight`` would hold, at no byte per edge.
 The weights are Â's entries; the sampler's correction (inverse inclusion probability) is
 stored on its own (``correction``, FP32), so each layer type applies it its own way
 (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c, SAGE-mean the c-weighted mean).
 Version 3 split the correction out of the weights (version 2 stored Â·c as ``weight``);
 version 5 stores it as two values per destination (``correction_first``, ``correction_rest``)
-when that is exact (`compact_correction`; the reader expands it); version 6 added the
+when that is exact (`graphs.formats.shard_codec.compact_correction`; the reader expands it); version 6 added the
 ``factors`` weight encoding.
 
 Features are not copied into the shards: the manifest's ``features`` entry
-(`features_entry`) names either the canonical graph's FP32 ``features.npy`` or the
+(`graphs.formats.shard_references.features_entry`) names either the canonical graph's FP32 ``features.npy`` or the
 compressed_graph folder, whose codes and scales (INT8, 4-bit or bit-packed, with its
 ``feature_transform``) are decoded by `graphs.kernels.quantize.EncodedFeatures` — the one layout
-of quantized features. `open_features` gives the reader an `EncodedFeatures` either way:
+of quantized features. `graphs.formats.shard_references.open_features` gives the reader an `EncodedFeatures` either way:
 its ``gather(nodes)`` takes a batch's compact rows, ``decode_gathered(_torch)`` decodes
 them (on the training device for CUDA), ``asinh`` undone.
 
@@ -53,15 +57,16 @@ Extending the format (and bump `FORMAT_VERSION`):
 
 - a per-edge array of a block (e.g. a sampling correction stored on its own): add it to
   `BLOCK_ENTRIES` with ``required=False`` and give the sampled block an attribute of that
-  name; `encode_minibatch` writes it when not None and `decode_minibatch` returns it in
-  ``StoredBlock.extra`` — no other change here;
+  name; `graphs.formats.shard_codec.encode_minibatch` writes it when not None and
+  `graphs.formats.shard_codec.decode_minibatch` returns it in ``StoredBlock.extra`` — no other
+  change;
 - a manifest fact (e.g. upstream content hashes): add it to `MANIFEST_KEYS` (required ones
   are checked by `read_manifest`) and write it in the writer's manifest;
 - an optional per-minibatch array (link prediction's ``pos_pairs`` / ``neg_pairs``): add it
   to `MINIBATCH_ENTRIES` with ``required=False`` and give the sampled minibatch an attribute
   of that name; it is written when not None and read into ``StoredMinibatch.extra``;
-- anything else per minibatch: add it to `MINIBATCH_ENTRIES`, `encode_minibatch` and
-  `decode_minibatch`.
+- anything else per minibatch: add it to `MINIBATCH_ENTRIES`, `graphs.formats.shard_codec.encode_minibatch`
+  and `graphs.formats.shard_codec.decode_minibatch`.
 """
 
 from __future__ import annotations
@@ -70,9 +75,9 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -89,9 +94,6 @@ from graphs.infra.storage import (
 )
 from graphs.stages.normalize import Adjacency
 
-if TYPE_CHECKING:
-    from graphs.kernels.quantize import EncodedFeatures
-
 __all__ = [
     "BLOCK_ENTRIES",
     "FEATURE_ENCODINGS",
@@ -104,21 +106,9 @@ __all__ = [
     "SUPPORTED_FORMAT_VERSION",
     "DamagedFileError",
     "ShardError",
-    "StoredBlock",
-    "StoredMinibatch",
     "WEIGHT_ENCODINGS",
     "block_key",
     "check_manifest",
-    "canonical_correction",
-    "compact_correction",
-    "decode_minibatch",
-    "encode_minibatch",
-    "expand_correction",
-    "encode_shard",
-    "features_entry",
-    "open_features",
-    "open_weight_factors",
-    "weight_factors_entry",
     "index_dtype",
     "minibatch_key",
     "read_manifest",
@@ -174,11 +164,6 @@ MINIBATCH_ENTRIES = {
     "neg_pairs": Entry("int64 [2, Q] link prediction: negative pairs, positions as pos_pairs", required=False),
 }
 
-# Minibatch entries read and written by name; any other optional entry of MINIBATCH_ENTRIES is
-# written from the sampled minibatch's attribute of that name when it is not None, and read
-# back into ``StoredMinibatch.extra``.
-_MINIBATCH_CORE = ("input_nodes", "seeds", "seed_pos", "labels", "loss_weight")
-
 BLOCK_ENTRIES = {
     "num_src": Entry("int64 scalar"),
     "num_dst": Entry("int64 scalar"),
@@ -206,22 +191,6 @@ BLOCK_ENTRIES = {
     "weight_scale": Entry("float32 [num_dst] with weight encoding int8: weight = q * scale[dst]", required=False),
     # weight encoding factors: no weight entry (the manifest's weight_factors hold them)
 }
-
-# Block entries read and written by name above; any other optional entry of BLOCK_ENTRIES
-# (a per-edge array added later) is written from the sampled block's attribute of that
-# name when it is not None, and read back into ``StoredBlock.extra``.
-_BLOCK_CORE = (
-    "num_src",
-    "num_dst",
-    "indptr",
-    "indices",
-    "weight",
-    "weight_q",
-    "weight_scale",
-    "correction",
-    "correction_first",
-    "correction_rest",
-)
 
 
 @dataclass(frozen=True)
@@ -330,158 +299,6 @@ def index_dtype(bound: int):
 
 
 # ----------------------------------------------------------------------------- writing
-
-
-def compact_correction(indptr: np.ndarray, correction: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """(first, rest) float32 [num_dst]: the correction of each destination's first in-edge and
-    the one value of all its others, when that holds `correction` exactly; else None.
-
-    Uniform neighbour sampling's correction deg(v)/sampled(v) is one value per destination,
-    its self loop's 1 apart: a fourth of a shard's bytes stored as two numbers per destination.
-    """
-    deg = np.diff(indptr)
-    has = deg > 0
-    first = np.ones(len(deg), np.float32)
-    rest = np.ones(len(deg), np.float32)
-    first[has] = correction[indptr[:-1][has]]
-    rest[has] = correction[indptr[1:][has] - 1]
-    return (first, rest) if np.array_equal(expand_correction(indptr, first, rest), correction) else None
-
-
-def canonical_correction(indptr: np.ndarray, first: np.ndarray, rest: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(first, rest) as `compact_correction` gives them for the same per-edge correction: 1 for
-    a destination without in-edges, rest = first for one with a single in-edge. A sampler that
-    knows its correction per destination builds the stored form with it, without the edges."""
-    deg = np.diff(indptr)
-    first = np.where(deg > 0, first, np.float32(1)).astype(np.float32, copy=False)
-    return first, np.where(deg > 1, rest, first).astype(np.float32, copy=False)
-
-
-def expand_correction(indptr: np.ndarray, first: np.ndarray, rest: np.ndarray) -> np.ndarray:
-    """float32 [nnz]: the per-edge correction of `compact_correction`'s (first, rest)."""
-    deg = np.diff(indptr)
-    out = np.repeat(rest.astype(np.float32, copy=False), deg)
-    has = deg > 0
-    out[indptr[:-1][has]] = first[has]
-    return out
-
-
-def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndarray]:
-    """The npz entries of minibatch `i` of a shard file.
-
-    `mb` has ``input_nodes``, ``seeds``, ``seed_pos``, ``labels``, ``loss_weight`` (or
-    None) and ``blocks``, each block with ``indptr``, ``indices``, ``num_src``,
-    ``num_dst``, ``weight`` (float32 per edge; not read, and may be None, with weight
-    encoding ``factors``) and ``correction`` (float32 per edge) — `graphs.sampling.SampledMinibatch`.
-    """
-    if weight_encoding not in WEIGHT_ENCODINGS:
-        raise ValueError(f"weight encoding {weight_encoding!r} is not one of {WEIGHT_ENCODINGS}")
-    nodes = np.asarray(mb.input_nodes)
-    out = {
-        minibatch_key(i, "input_nodes"): nodes.astype(
-            index_dtype(int(nodes.max()) + 1 if len(nodes) else 0), copy=False
-        ),
-        minibatch_key(i, "seeds"): np.asarray(mb.seeds, dtype=np.int64),
-        minibatch_key(i, "seed_pos"): np.asarray(mb.seed_pos, dtype=np.int64),
-        minibatch_key(i, "labels"): np.asarray(mb.labels, dtype=np.int64),
-    }
-    if mb.loss_weight is not None:
-        out[minibatch_key(i, "loss_weight")] = np.asarray(mb.loss_weight, dtype=np.float32)
-    for name in MINIBATCH_ENTRIES:
-        value = None if name in _MINIBATCH_CORE else getattr(mb, name, None)
-        if value is not None:
-            out[minibatch_key(i, name)] = np.asarray(value, dtype=np.int64)
-    for layer, b in enumerate(mb.blocks):
-        out[block_key(i, layer, "num_src")] = np.int64(b.num_src)
-        out[block_key(i, layer, "num_dst")] = np.int64(b.num_dst)
-        out[block_key(i, layer, "indptr")] = b.indptr.astype(index_dtype(int(b.indptr[-1]) + 1), copy=False)
-        out[block_key(i, layer, "indices")] = b.indices
-        compact = getattr(b, "correction_compact", None)  # a sampled block that holds it so
-        if compact is None:
-            correction = np.asarray(b.correction, dtype=np.float32)
-            compact = compact_correction(b.indptr, correction)
-        if compact is None:
-            out[block_key(i, layer, "correction")] = correction
-        else:
-            out[block_key(i, layer, "correction_first")], out[block_key(i, layer, "correction_rest")] = compact
-        if weight_encoding == "int8":
-            from graphs.kernels.quantize import quantize_int8_rows_csr
-
-            qw, scale = quantize_int8_rows_csr(b.indptr, b.weight)
-            out[block_key(i, layer, "weight_q")] = qw
-            out[block_key(i, layer, "weight_scale")] = scale
-        elif weight_encoding == "fp32":
-            out[block_key(i, layer, "weight")] = b.weight
-        for name in BLOCK_ENTRIES:
-            value = None if name in _BLOCK_CORE else getattr(b, name, None)
-            if value is not None:
-                out[block_key(i, layer, name)] = np.asarray(value)
-    return out
-
-
-def encode_shard(minibatches: Sequence[Any], weight_encoding: str) -> dict[str, np.ndarray]:
-    """Every npz entry of one shard file: the header, then each minibatch (`encode_minibatch`)."""
-    arrays: dict[str, np.ndarray] = {
-        "format_version": np.int64(FORMAT_VERSION),
-        "minibatches": np.int64(len(minibatches)),
-    }
-    for i, mb in enumerate(minibatches):
-        arrays.update(encode_minibatch(mb, i, weight_encoding))
-    return arrays
-
-
-def features_entry(
-    encoding: str,
-    shape: tuple[int, int],
-    folder: Path,
-    fp32_path: Path | None,
-    compressed_dir: Path | None,
-) -> dict | None:
-    """The manifest's ``features`` entry for feature `encoding` (one of FEATURE_ENCODINGS).
-
-    `folder` is where the manifest will live (paths are stored relative to it);
-    `fp32_path` the canonical ``features.npy`` (None: the graph has no features, the entry
-    is None); `compressed_dir` the compressed_graph folder, needed for ``compressed``.
-    """
-    if encoding not in FEATURE_ENCODINGS:
-        raise ValueError(f"feature encoding {encoding!r} is not one of {FEATURE_ENCODINGS}")
-    if fp32_path is None:
-        return None
-    if encoding == "fp32":
-        return {"encoding": "fp32", "path": os.path.relpath(fp32_path, folder), "shape": list(shape)}
-    feats = _load_compressed(compressed_dir, "feature_encoding='compressed'")
-    if feats is None or (feats.num_rows, feats.num_cols) != tuple(shape):
-        got = "no features" if feats is None else f"features of shape [{feats.num_rows}, {feats.num_cols}]"
-        raise ValueError(
-            f"feature_encoding='compressed': {compressed_dir} holds {got}, the canonical graph {list(shape)}; "
-            "re-materialize compressed_graph"
-        )
-    return {
-        "encoding": "compressed",
-        "path": os.path.relpath(compressed_dir, folder),
-        "codes": feats.encoding,
-        "transform": feats.transform,
-        "shape": list(shape),
-    }
-
-
-def weight_factors_entry(folder: Path, row: Path, col: Path | None) -> dict:
-    """The manifest's ``weight_factors`` entry: Â's row and column scale files (`graphs.stages.normalize`,
-    ``col`` None for 'right'), relative to `folder`, where the manifest will live."""
-    return {
-        "row": os.path.relpath(row, folder),
-        "col": None if col is None else os.path.relpath(col, folder),
-    }
-
-
-def _load_compressed(compressed_dir: Path | None, what: str, verify: bool = True) -> EncodedFeatures | None:
-    from graphs.stages.compress import load_features
-
-    if compressed_dir is None or not (Path(compressed_dir) / CompressedGraph.MANIFEST).is_file():
-        raise ValueError(
-            f"{what} needs compressed_graph's files in {compressed_dir}; materialize compressed_graph first"
-        )
-    return load_features(compressed_dir, verify=verify)
 
 
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
@@ -699,189 +516,3 @@ def read_shard(root: str | os.PathLike, record: dict, verify: bool = True) -> di
     except (NpzFormatError, KeyError) as exc:
         raise ShardError(f"{path}: cannot be read as a shard .npz ({type(exc).__name__}: {exc})") from exc
     return arrays
-
-
-def open_features(manifest: dict, root: str | os.PathLike) -> EncodedFeatures | None:
-    """The features the manifest in `root` names, memory-mapped, as `graphs.kernels.quantize.EncodedFeatures`
-    (None without features). Refuses files that changed since the shards were written."""
-    from graphs.kernels.quantize import EncodedFeatures
-
-    entry = manifest.get("features")
-    if entry is None:
-        return None
-    root = Path(root)
-    shape = tuple(entry["shape"])
-    path = root / entry["path"]
-    stale = "they changed since the shards were written; re-materialize minibatch_shards"
-    if entry["encoding"] == "fp32":
-        try:
-            x = np.load(path, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
-            raise ShardError(f"{path}: feature file named by the manifest is missing; re-materialize") from None
-        if x.dtype != np.float32 or x.shape != shape:
-            raise ShardError(
-                f"{path}: {x.dtype} {list(x.shape)} but the manifest expects float32 {list(shape)}; {stale}"
-            )
-        return EncodedFeatures("fp32", shape[0], shape[1], {"x": x})
-    if entry["encoding"] != "compressed":
-        raise ShardError(f"{root / MANIFEST_NAME}: unknown feature encoding {entry['encoding']!r}")
-    try:  # unverified here: training checks these files through the manifest (verify_upstream)
-        feats = _load_compressed(path, "the shards' features", verify=False)
-    except (ValueError, OSError) as exc:
-        raise ShardError(str(exc)) from None
-    got = None if feats is None else (feats.encoding, feats.transform, (feats.num_rows, feats.num_cols))
-    if got != (entry["codes"], entry["transform"], shape):
-        raise ShardError(
-            f"{path}: compressed features {got} but the manifest expects "
-            f"{(entry['codes'], entry['transform'], shape)}; {stale}"
-        )
-    return feats
-
-
-def open_weight_factors(manifest: dict, root: str | os.PathLike) -> tuple[np.ndarray, np.ndarray | None] | None:
-    """(row, col) float64 [n] memory-mapped, that the manifest in `root` names for weight
-    encoding ``factors`` (``col`` is ``row`` for a symmetric Â, None for 'right'); None for
-    another encoding. Refuses a missing file, or one of another dtype or length."""
-    if manifest.get("weight_encoding") != "factors":
-        return None
-    entry = manifest.get("weight_factors")
-    if not isinstance(entry, dict) or "row" not in entry:
-        raise ShardError(f"{Path(root) / MANIFEST_NAME}: weight encoding factors without weight_factors")
-    n, loaded = int(manifest["n"]), {}
-    for key in ("row", "col"):
-        rel = entry.get(key)
-        if rel is None or rel in loaded:
-            continue
-        path = Path(root) / rel
-        try:
-            arr = np.load(path, mmap_mode="r", allow_pickle=False)
-        except FileNotFoundError:
-            raise ShardError(f"{path}: scale file named by the manifest is missing; re-materialize") from None
-        if arr.dtype != np.float64 or arr.shape != (n,):
-            raise ShardError(
-                f"{path}: {arr.dtype} {list(arr.shape)} but the manifest expects float64 [{n}]; it changed since "
-                "the shards were written; re-materialize minibatch_shards"
-            )
-        loaded[rel] = arr
-    col = entry.get("col")
-    return loaded[entry["row"]], None if col is None else loaded[col]
-
-
-@dataclass
-class StoredBlock:
-    """One block as stored (NumPy views into the shard): CSC over the destination nodes.
-
-    Exactly one of ``weight`` (fp32) or ``weight_q`` + ``weight_scale`` (int8) is set, or
-    neither (weight encoding ``factors``: `open_weight_factors`).
-    """
-
-    indptr: np.ndarray
-    indices: np.ndarray
-    num_src: int
-    num_dst: int
-    weight: np.ndarray | None = None
-    weight_q: np.ndarray | None = None
-    weight_scale: np.ndarray | None = None
-    correction: np.ndarray | None = None
-    """The correction per edge, when stored so (else None and ``correction_compact`` is set)."""
-    correction_compact: tuple[np.ndarray, np.ndarray] | None = None
-    """(``correction_first``, ``correction_rest``) when stored per destination (`expand_correction`)."""
-    correction_per_dst: bool | None = None
-    """Whether every in-edge of each destination has one correction, when the compact form
-    told it without a pass over the edges (None: not known here)."""
-    extra: dict[str, np.ndarray] = field(default_factory=dict)
-    """Optional entries of BLOCK_ENTRIES beyond the core ones, by name (see `_BLOCK_CORE`)."""
-
-    def correction_per_edge(self) -> np.ndarray:
-        """float32 [nnz]: the correction of every edge, expanded from the compact form if need be."""
-        if self.correction is not None:
-            return self.correction
-        return expand_correction(self.indptr, *self.correction_compact)
-
-    def decoded_weight(self) -> np.ndarray | None:
-        """float32 [nnz] edge weights (int8 decoded through `graphs.kernels.quantize`); None with weight
-        encoding ``factors``."""
-        if self.weight is not None or self.weight_q is None:
-            return self.weight
-        from graphs.kernels.quantize import dequantize_int8_rows_csr
-
-        return dequantize_int8_rows_csr(self.indptr, self.weight_q, self.weight_scale)
-
-
-@dataclass
-class StoredMinibatch:
-    """One minibatch as stored; ``blocks`` holds one block when the manifest's shared_block."""
-
-    input_nodes: np.ndarray
-    seeds: np.ndarray
-    seed_pos: np.ndarray
-    labels: np.ndarray
-    loss_weight: np.ndarray | None
-    blocks: list[StoredBlock]
-    extra: dict[str, np.ndarray] = field(default_factory=dict)
-    """Optional entries of MINIBATCH_ENTRIES beyond the core ones (link prediction's pairs)."""
-
-
-def decode_minibatch(
-    arrays: dict[str, np.ndarray], i: int, num_blocks: int, weight_encoding: str = "fp32"
-) -> StoredMinibatch:
-    """Minibatch `i` of a shard file's arrays (`read_shard`), `num_blocks` blocks of it, stored
-    in the manifest's `weight_encoding` (fp32 and int8 files are told apart by their entries;
-    ``factors`` files hold no weights).
-
-    A missing required entry raises KeyError naming the key.
-    """
-
-    def optional(key: str) -> np.ndarray | None:
-        return arrays[key] if key in arrays else None
-
-    blocks = []
-    for layer in range(num_blocks):
-        weight = optional(block_key(i, layer, "weight"))
-        weight_q = weight_scale = None
-        if weight is None and weight_encoding != "factors":
-            weight_q, weight_scale = (
-                arrays[block_key(i, layer, "weight_q")],
-                arrays[block_key(i, layer, "weight_scale")],
-            )
-        indptr = arrays[block_key(i, layer, "indptr")]
-        correction, compact, per_dst = optional(block_key(i, layer, "correction")), None, None
-        if correction is None:  # kept compact: a reader expands it when it needs it (correction_per_edge)
-            compact = first, rest = (
-                arrays[block_key(i, layer, "correction_first")],
-                arrays[block_key(i, layer, "correction_rest")],
-            )
-            many = np.diff(indptr) > 1  # destinations whose first in-edge has others beside it
-            per_dst = bool(np.array_equal(first[many], rest[many]))
-        blocks.append(
-            StoredBlock(
-                indptr=indptr,
-                indices=arrays[block_key(i, layer, "indices")],
-                num_src=int(arrays[block_key(i, layer, "num_src")]),
-                num_dst=int(arrays[block_key(i, layer, "num_dst")]),
-                weight=weight,
-                weight_q=weight_q,
-                weight_scale=weight_scale,
-                correction=correction,
-                correction_compact=compact,
-                correction_per_dst=per_dst,
-                extra={
-                    name: arrays[block_key(i, layer, name)]
-                    for name in BLOCK_ENTRIES
-                    if name not in _BLOCK_CORE and block_key(i, layer, name) in arrays
-                },
-            )
-        )
-    return StoredMinibatch(
-        input_nodes=arrays[minibatch_key(i, "input_nodes")],
-        seeds=arrays[minibatch_key(i, "seeds")],
-        seed_pos=arrays[minibatch_key(i, "seed_pos")],
-        labels=arrays[minibatch_key(i, "labels")],
-        loss_weight=optional(minibatch_key(i, "loss_weight")),
-        blocks=blocks,
-        extra={
-            name: arrays[minibatch_key(i, name)]
-            for name in MINIBATCH_ENTRIES
-            if name not in _MINIBATCH_CORE and minibatch_key(i, name) in arrays
-        },
-    )

@@ -3,15 +3,14 @@
 Three rules every writer follows (used by the assets through `assets.common`, and by
 `training` directly):
 
-- `validate_dataset_name` is the one check a dataset name passes before it becomes any
-  path: a letter or digit, then letters, digits, `_`, `.`, `-`; no `..`, no `/`, no quotes,
-  not empty, at most 128 characters.
+- `graphs.infra.dataset_names.validate_dataset_name` is the one check a dataset name passes
+  before it becomes any path.
 - `dataset_lock(folder)` takes an exclusive `fcntl.flock` on `<folder>/.lock` (the dataset's
   folder under GNNFLOW_HOME) for the duration of a write, so two runs of one dataset never
   write at once, whether launched in-process by the CLI or by a run worker. The holder writes
   its pid into the file; the kernel drops the lock when the holder dies, so a killed run never
-  leaves a lock behind. Once the lock is held, `clean_stale_temporaries` removes what killed
-  runs of that dataset left. A process started by the holder (the trained_model asset's
+  leaves a lock behind. Once the lock is held, `clean_stale_temporaries` (`graphs.infra.folder_swap`)
+  removes what killed runs of that dataset left. A process started by the holder (the trained_model asset's
   training) runs under its ancestor's lock instead of waiting for it, and calls
   `verify_lock_held` before each write: once that ancestor is gone (and with it the lock) the
   writer stops instead of writing beside the next run. `held_lock_fd` is the holder's
@@ -21,58 +20,26 @@ Three rules every writer follows (used by the assets through `assets.common`, an
   temporary sibling `.<name>.tmp-<tag>`, which replaces `final` as a whole only when
   complete (and, for `staged_output`, only when the caller's checks passed). On Linux the
   swap is one `renameat2(RENAME_EXCHANGE)`, so readers see the old or the new folder and
-  never no folder; elsewhere it is two renames.
+  never no folder; elsewhere it is two renames (`graphs.infra.folder_swap`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import fcntl
 import hashlib
 import json
 import os
-import re
 import shutil
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-DATASET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+from graphs.infra.folder_swap import clean_stale_temporaries, is_staging_dir, publish_dir, staging_dir_for
+
 LOCK_NAME = ".lock"
-_TEMP_MARKERS = (".tmp-", ".old-")
-
-
-class DatasetNameError(ValueError):
-    """A dataset name that cannot be used as a folder name."""
-
-
-def validate_dataset_name(name: object) -> str:
-    """`name` when it is a safe dataset folder name, else DatasetNameError saying why.
-
-    Allowed: a letter or digit first, then letters, digits, `_`, `.`, `-` (at most 128
-    characters), and no `..` anywhere. Everything else (empty, `/`, `\\`, quotes, spaces,
-    a leading dot, control characters) is refused before the name reaches any path.
-    """
-    if not isinstance(name, str) or not name:
-        raise DatasetNameError(f"dataset name {name!r} is empty or not a string")
-    if ".." in name or not DATASET_NAME.fullmatch(name):
-        raise DatasetNameError(
-            f"dataset name {name!r} is not allowed: use 1-128 letters, digits, '_', '.', '-', starting with a "
-            "letter or digit, without '..' (it becomes a folder name)"
-        )
-    return name
-
-
-def is_valid_dataset_name(name: object) -> bool:
-    try:
-        validate_dataset_name(name)
-    except DatasetNameError:
-        return False
-    return True
 
 
 # ----------------------------------------------------------------------------- the lock
@@ -211,77 +178,6 @@ def verify_lock_held(folder: str | os.PathLike) -> None:
             f"{lock_file}: the process that launched this one no longer holds the dataset lock ({now}); "
             "stopping without writing more: run the step again"
         )
-
-
-def clean_stale_temporaries(folder: str | os.PathLike) -> list[Path]:
-    """Remove `.<name>.tmp-*` / `.<name>.old-*` folders and files left directly under
-    `folder` by killed runs; call only while holding the folder's lock. Returns what was removed."""
-    removed = []
-    root = Path(folder)
-    if not root.is_dir():
-        return removed
-    for p in root.iterdir():
-        if p.name.startswith(".") and any(m in p.name for m in _TEMP_MARKERS):
-            if p.is_dir() and not p.is_symlink():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
-            removed.append(p)
-    return removed
-
-
-# ----------------------------------------------------------------------------- publishing
-
-_RENAME_EXCHANGE = 2
-_AT_FDCWD = -100
-_renameat2 = None
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Atomically swap two existing paths (Linux renameat2); False when unsupported."""
-    global _renameat2
-    if _renameat2 is None:
-        try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            _renameat2 = libc.renameat2
-            _renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-        except (OSError, AttributeError):
-            _renameat2 = False
-    if not _renameat2:
-        return False
-    if _renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
-        return True
-    err = ctypes.get_errno()
-    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
-        return False
-    raise OSError(err, os.strerror(err), str(a))
-
-
-def publish_dir(staging: str | os.PathLike, final: str | os.PathLike) -> None:
-    """Put the complete folder `staging` in the place of `final` (which may not exist)."""
-    staging, final = Path(staging), Path(final)
-    if final.exists() and _exchange(staging, final):
-        shutil.rmtree(staging, ignore_errors=True)  # now holds the previous version
-        return
-    old = final.with_name(f".{final.name}.old-{uuid.uuid4().hex[:8]}")
-    if final.exists():
-        os.replace(final, old)
-    os.replace(staging, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def staging_dir_for(final: str | os.PathLike) -> Path:
-    """A fresh, not yet created temporary sibling `.<name>.tmp-<tag>` of `final`."""
-    final = Path(final)
-    return final.with_name(f".{final.name}.tmp-{uuid.uuid4().hex[:8]}")
-
-
-_STAGING_NAME = re.compile(r"\..+\.tmp-[0-9a-f]{8}")
-
-
-def is_staging_dir(path: str | os.PathLike) -> bool:
-    """Whether `path` is named as `staging_dir_for` names a folder being written (not yet published)."""
-    return bool(_STAGING_NAME.fullmatch(Path(path).name))
 
 
 @contextlib.contextmanager

@@ -33,9 +33,9 @@ k in 1..16 that needs the fewest bits per key. At 1% this gives k = 8 and 10.1 b
 (classic 14.4). The rate measured on 1M random non-edges matches the model (0.0100 at a
 1% target; see tests/test_bloom.py and benchmarks/bloom.py).
 
-The kernels are numba, single-threaded. They hash a group of 64 keys and prefetch their
-blocks before touching any of them, so the cache misses of a group overlap (~4x over the
-plain loop on a filter bigger than L2).
+The kernels are numba, single-threaded (`graphs.kernels.bloom_kernels`). They hash a group of
+64 keys and prefetch their blocks before touching any of them, so the cache misses of a group
+overlap (~4x over the plain loop on a filter bigger than L2).
 
 Hash
 ----
@@ -89,9 +89,8 @@ from pathlib import Path
 from typing import Callable
 
 import numpy as np
-from llvmlite import ir
-from numba import njit, types
-from numba.extending import intrinsic
+
+from graphs.kernels.bloom_kernels import BLOCK_BITS, MASK64, WORDS_PER_BLOCK, insert_kernel, query_kernel, seed_salts
 
 __all__ = [
     "BloomFilter",
@@ -111,146 +110,7 @@ HEADER_BYTES = 64
 _HEADER = struct.Struct("<8sIIQIIQQQd")
 assert _HEADER.size == HEADER_BYTES
 
-BLOCK_BITS = 512
-WORDS_PER_BLOCK = BLOCK_BITS // 64
 MAX_HASHES = 16
-_MASK64 = (1 << 64) - 1
-
-# ---------------------------------------------------------------------------------------
-# Hashing and the kernels (numba, single-threaded). All arithmetic stays in uint64:
-# mixing uint64 with a signed integer makes numba promote to float64.
-# ---------------------------------------------------------------------------------------
-
-_C1 = np.uint64(0xBF58476D1CE4E5B9)
-_C2 = np.uint64(0x94D049BB133111EB)
-_S30 = np.uint64(30)
-_S27 = np.uint64(27)
-_S31 = np.uint64(31)
-_S32 = np.uint64(32)
-_B63 = np.uint64(63)
-_ONE = np.uint64(1)
-
-
-@njit(inline="always")
-def _mix64(z):
-    z = (z ^ (z >> _S30)) * _C1
-    z = (z ^ (z >> _S27)) * _C2
-    return z ^ (z >> _S31)
-
-
-@njit(inline="always")
-def _pair_hash(u, v, s1, s2):
-    return _mix64((_mix64(u ^ s1) + v) ^ s2)
-
-
-def _make_prefetch(rw: int):
-    """An intrinsic emitting llvm.prefetch(&arr[idx]): a cache hint, no effect on results.
-    rw = 0 prefetches for reading, 1 for writing."""
-
-    @intrinsic
-    def prefetch(typingctx, arr, idx):
-        sig = types.void(arr, idx)
-
-        def codegen(context, builder, signature, args):
-            ary = context.make_array(signature.args[0])(context, builder, args[0])
-            ptr = builder.bitcast(builder.gep(ary.data, [args[1]]), ir.IntType(8).as_pointer())
-            i32 = ir.IntType(32)
-            fnty = ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32])
-            fn = builder.module.declare_intrinsic("llvm.prefetch", [ptr.type], fnty)
-            # (address, rw, locality 3 = keep in all cache levels, cache type 1 = data)
-            args_ = [ptr, ir.Constant(i32, rw), ir.Constant(i32, 3), ir.Constant(i32, 1)]
-            builder.call(fn, args_)
-            return context.get_dummy_value()
-
-        return sig, codegen
-
-    return prefetch
-
-
-_prefetch_read = _make_prefetch(0)
-_prefetch_write = _make_prefetch(1)
-
-
-# Keys are processed in groups of _GROUP: first hash all of them and prefetch their blocks,
-# then set / test the bits. Issuing the cache-line loads of a whole group before using any
-# of them overlaps the misses. Measured on a 12 MB filter (10M keys), queries/s relative to
-# the plain loop: group 16 ~2.5x, 64 ~4x, 128 and 256 no better than 64.
-_GROUP = 64
-
-
-@njit(inline="always")
-def _block_base(h, nb):
-    return (((h >> _S32) * nb) >> _S32) * np.uint64(WORDS_PER_BLOCK)
-
-
-@njit(cache=True)
-def _insert_kernel(words, num_blocks, k, s1, s2, s3, src, dst):
-    nb = np.uint64(num_blocks)
-    n = src.shape[0]
-    hs = np.empty(_GROUP, np.uint64)
-    for start in range(0, n, _GROUP):
-        m = min(_GROUP, n - start)
-        for t in range(m):
-            h = _pair_hash(src[start + t], dst[start + t], s1, s2)
-            hs[t] = h
-            _prefetch_write(words, _block_base(h, nb))
-        for t in range(m):
-            h = hs[t]
-            base = _block_base(h, nb)
-            g = _mix64(h ^ s3)
-            for j in range(min(k, 8)):
-                bit = (g >> np.uint64(6 * j)) & _B63
-                words[base + np.uint64(j)] |= _ONE << bit
-            if k > 8:
-                g = _mix64(g ^ s3)
-                for j in range(k - 8):
-                    bit = (g >> np.uint64(6 * j)) & _B63
-                    words[base + np.uint64(j)] |= _ONE << bit
-
-
-@njit(cache=True)
-def _query_kernel(words, num_blocks, k, s1, s2, s3, src, dst, out):
-    nb = np.uint64(num_blocks)
-    n = src.shape[0]
-    hs = np.empty(_GROUP, np.uint64)
-    for start in range(0, n, _GROUP):
-        m = min(_GROUP, n - start)
-        for t in range(m):
-            h = _pair_hash(src[start + t], dst[start + t], s1, s2)
-            hs[t] = h
-            _prefetch_read(words, _block_base(h, nb))
-        for t in range(m):
-            h = hs[t]
-            base = _block_base(h, nb)
-            g = _mix64(h ^ s3)
-            hit = _ONE
-            for j in range(min(k, 8)):
-                bit = (g >> np.uint64(6 * j)) & _B63
-                hit &= words[base + np.uint64(j)] >> bit
-            if k > 8:
-                g = _mix64(g ^ s3)
-                for j in range(k - 8):
-                    bit = (g >> np.uint64(6 * j)) & _B63
-                    hit &= words[base + np.uint64(j)] >> bit
-            out[start + t] = (hit & _ONE) != 0
-
-
-def _mix64_py(z: int) -> int:
-    z &= _MASK64
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
-    return z ^ (z >> 31)
-
-
-def _seed_salts(seed: int) -> tuple[np.uint64, np.uint64, np.uint64]:
-    """Three 64-bit salts derived from the seed by a splitmix64 stream."""
-    golden = 0x9E3779B97F4A7C15
-    state = seed & _MASK64
-    salts = []
-    for _ in range(3):
-        state = (state + golden) & _MASK64
-        salts.append(np.uint64(_mix64_py(state)))
-    return salts[0], salts[1], salts[2]
 
 
 # ---------------------------------------------------------------------------------------
@@ -361,10 +221,10 @@ class BloomFilter:
             raise ValueError(f"num_hashes must be in 1..{MAX_HASHES}, got {num_hashes}")
         self._words = words
         self._num_hashes = int(num_hashes)
-        self._seed = int(seed) & _MASK64
+        self._seed = int(seed) & MASK64
         self._count = int(count)
         self._target_fpr = float(target_fpr)
-        self._salts = _seed_salts(self._seed)
+        self._salts = seed_salts(self._seed)
 
     # -- construction -------------------------------------------------------------------
 
@@ -392,7 +252,7 @@ class BloomFilter:
 
     def _insert(self, s: np.ndarray, d: np.ndarray) -> None:
         s1, s2, s3 = self._salts
-        _insert_kernel(self._words, self.num_blocks, self._num_hashes, s1, s2, s3, s, d)
+        insert_kernel(self._words, self.num_blocks, self._num_hashes, s1, s2, s3, s, d)
         self._count += int(s.size)
 
     # -- queries ------------------------------------------------------------------------
@@ -403,7 +263,7 @@ class BloomFilter:
         s, d, shape = _as_id_arrays(src, dst, "BloomFilter.might_contain")
         out = np.empty(s.size, dtype=np.bool_)
         s1, s2, s3 = self._salts
-        _query_kernel(self._words, self.num_blocks, self._num_hashes, s1, s2, s3, s, d, out)
+        query_kernel(self._words, self.num_blocks, self._num_hashes, s1, s2, s3, s, d, out)
         return out.reshape(shape)
 
     def __contains__(self, pair) -> bool:

@@ -210,7 +210,7 @@ def dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover - 
 def dedupe_rows_weighted(keys, weights, shift, lo, rows, count_both_flags, rule):  # pragma: no cover - compiled
     """`dedupe_rows` with a weight per key, combined per (src, dst) by `rule`.
 
-    `rule` indexes COMBINE_RULES: 0 sum, 1 max, 2 mean, 3 first. The counting sort into
+    `rule` indexes `graphs.stages.canonical_edges.COMBINE_RULES`: 0 sum, 1 max, 2 mean, 3 first. The counting sort into
     rows is stable and each row is sorted stably by neighbour alone (not the flag), so the
     weights of one output edge are met in the order the keys were added: the order of the
     input rows. Returns (counts, neighbours, combined float64 weights, distinct keys).

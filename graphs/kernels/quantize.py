@@ -34,9 +34,8 @@ Details
   ``indptr`` is int64 [R + 1], the usual CSR row pointer into ``q`` / the weights.
 
 Dequantization is one vectorised expression in both NumPy and torch (``q.float() * scale +
-zero_point`` after gathering the batch's rows), so a training loop keeps the compact arrays
-on the device and decodes each batch there. NumPy and torch decode bit-identically (both
-round the product, then the sum; no fused multiply-add).
+zero_point`` after gathering the batch's rows); the torch decoders (`graphs.kernels.quantize_torch`)
+run on the device that holds the compact arrays, and decode bit-identically to NumPy.
 
 Every pass reads the input in blocks of rows, so ``x`` may be a ``np.memmap`` of a
 10M x 64 feature file: the column min/max pass and the quantize pass hold one block in
@@ -53,6 +52,7 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from graphs.formats.npyrows import take_rows
+from graphs.kernels.quantize_torch import dequantize_int4_rows_torch, dequantize_rows_torch, unpack_binary_torch
 
 if TYPE_CHECKING:  # torch is imported lazily: the NumPy half must not pay for it
     import torch
@@ -67,21 +67,16 @@ __all__ = [
     "column_min_max",
     "quantize_int8_columns",
     "dequantize_int8_columns",
-    "dequantize_rows_torch",
     "quantize_int4_columns",
     "unpack_int4",
     "dequantize_int4_columns",
-    "unpack_int4_torch",
-    "dequantize_int4_rows_torch",
     "binary_columns",
     "is_binary",
     "pack_binary",
     "unpack_binary",
-    "unpack_binary_torch",
     "csr_row_blocks",
     "quantize_int8_rows_csr",
     "dequantize_int8_rows_csr",
-    "dequantize_int8_rows_csr_torch",
     "encode_features",
     "choose_encoding",
     "reconstruction_error",
@@ -217,25 +212,6 @@ def dequantize_int8_columns(
     return x
 
 
-def _torch_param(p, like: "torch.Tensor") -> "torch.Tensor":
-    import torch
-
-    return torch.as_tensor(p, dtype=torch.float32).to(like.device, non_blocking=True)
-
-
-def dequantize_rows_torch(
-    q_rows: "torch.Tensor",
-    scale: "torch.Tensor | np.ndarray",
-    zero_point: "torch.Tensor | np.ndarray",
-) -> "torch.Tensor":
-    """float32 [..., d] = q_rows * scale + zero_point on q_rows' device (q_rows int8 [..., d],
-    typically the gathered rows of one batch; scale / zero_point float32 [d]). Keep scale and
-    zero_point as tensors on the device to avoid a copy per call."""
-    import torch
-
-    return q_rows.to(torch.float32) * _torch_param(scale, q_rows) + _torch_param(zero_point, q_rows)
-
-
 def _check_params(scale, zero_point, d: int, what: str) -> tuple[np.ndarray, np.ndarray]:
     scale = np.asarray(scale, dtype=np.float32)
     zero = np.asarray(zero_point, dtype=np.float32)
@@ -286,22 +262,6 @@ def dequantize_int4_columns(packed: np.ndarray, scale: np.ndarray, zero_point: n
     """float32 [n, num_cols] = code * scale + zero_point."""
     scale, zero = _check_params(scale, zero_point, num_cols, "dequantize_int4_columns")
     return unpack_int4(packed, num_cols).astype(np.float32) * scale + zero
-
-
-def unpack_int4_torch(packed: "torch.Tensor", num_cols: int) -> "torch.Tensor":
-    """torch uint8 [n, num_cols] of 4-bit codes from packed uint8 [n, ceil(num_cols/2)]."""
-    import torch
-
-    nib = torch.stack((packed & 0x0F, packed >> 4), dim=-1)
-    return nib.reshape(packed.shape[0], -1)[:, :num_cols]
-
-
-def dequantize_int4_rows_torch(packed_rows: "torch.Tensor", scale, zero_point, num_cols: int) -> "torch.Tensor":
-    """float32 [n, num_cols] on packed_rows' device from gathered packed 4-bit rows."""
-    import torch
-
-    codes = unpack_int4_torch(packed_rows, num_cols)
-    return codes.to(torch.float32) * _torch_param(scale, codes) + _torch_param(zero_point, codes)
 
 
 def _check_packed(packed: np.ndarray, width: int, what: str) -> None:
@@ -356,15 +316,6 @@ def unpack_binary(packed: np.ndarray, num_cols: int, dtype=np.float32) -> np.nda
     _check_packed(packed, (num_cols + 7) // 8, "unpack_binary")
     bits = np.unpackbits(packed, axis=1, count=num_cols, bitorder="little")
     return bits.astype(dtype, copy=False)
-
-
-def unpack_binary_torch(packed: "torch.Tensor", num_cols: int) -> "torch.Tensor":
-    """float32 [n, num_cols] of 0/1 on packed's device from packed uint8 [n, ceil(num_cols/8)]."""
-    import torch
-
-    shifts = torch.arange(8, dtype=torch.uint8, device=packed.device)
-    bits = (packed.unsqueeze(-1) >> shifts) & 1
-    return bits.reshape(packed.shape[0], -1)[:, :num_cols].to(torch.float32)
 
 
 # ---------------------------------------------------------------------------------------
@@ -439,14 +390,6 @@ def dequantize_int8_rows_csr(indptr: np.ndarray, q: np.ndarray, scale: np.ndarra
     if scale.shape != (indptr.size - 1,):
         raise ValueError(f"dequantize_int8_rows_csr: scale must be ({indptr.size - 1},), got {scale.shape}")
     return q.astype(np.float32) * np.repeat(scale, np.diff(indptr))
-
-
-def dequantize_int8_rows_csr_torch(indptr: "torch.Tensor", q: "torch.Tensor", scale: "torch.Tensor") -> "torch.Tensor":
-    """torch float32 [nnz] = q * scale[row of each entry], on q's device."""
-    import torch
-
-    counts = torch.diff(torch.as_tensor(indptr, device=q.device))
-    return q.to(torch.float32) * torch.repeat_interleave(_torch_param(scale, q), counts)
 
 
 # ---------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from typing import Callable, ClassVar, Iterator
 
 import numpy as np
 
-from graphs.formats.shard_format import canonical_correction, expand_correction, index_dtype
+from graphs.formats.shard_codec import canonical_correction, expand_correction
+from graphs.formats.shard_format import index_dtype
 from graphs.kernels.quantize import csr_row_blocks
 from graphs.sampling.config import ShardConfig, stored_weight_encoding
 from graphs.sampling.inputs import ShardInputs

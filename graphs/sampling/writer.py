@@ -20,15 +20,14 @@ from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.compress_files import CompressedGraph
 from graphs.formats.npzio import write_npz
 from graphs.formats.partition_files import Partitions
+from graphs.formats.shard_codec import encode_shard
 from graphs.formats.shard_format import (
     FORMAT_VERSION,
-    encode_shard,
-    features_entry,
     shard_relpath,
     upstream_hashes,
-    weight_factors_entry,
     write_manifest,
 )
+from graphs.formats.shard_references import features_entry, weight_factors_entry
 from graphs.infra.processes import die_with_parent
 from graphs.infra.progress import Progress
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, private_rss_bytes, remember_sha256

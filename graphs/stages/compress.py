@@ -68,14 +68,15 @@ and is counted on neither side of the compression ratio. Decoding is one vectori
 transform, whose ``decode_rows_torch(rows, device)`` decodes a batch on the training
 device with the transform undone; minibatch_shards references these files rather than
 copying them, see `graphs.formats.shard_format`;
-:func:`graphs.kernels.quantize.dequantize_int8_rows_csr_torch` decodes the weights).
+:func:`graphs.kernels.quantize_torch.dequantize_int8_rows_csr_torch` decodes the weights).
 
 Edge sets: for part p the filter holds every canonical edge (u, v) with ``part[u] == p``
 or ``part[v] == p``; for a directed canonical graph the reversed pair (v, u) is inserted as
 well, so "(u, v) may be an edge" can be asked in either direction. Any pair whose source
-(or target) lives in part p is answered by filter p alone: :func:`might_be_edge` routes
-each query to ``part[u]``'s filter. A cut edge is stored in two filters, so the edge sets
-hold ``E + cut`` keys for ``E`` canonical edges.
+(or target) lives in part p is answered by filter p alone:
+:func:`graphs.stages.compress_bloom.might_be_edge` routes each query to ``part[u]``'s filter.
+A cut edge is stored in two filters, so the edge sets hold ``E + cut`` keys for ``E``
+canonical edges.
 
 Measurements (``summary.json``, also the asset metadata): per tensor the bytes before and
 after and the max absolute and relative RMS reconstruction error; the bytes and error every
@@ -91,6 +92,11 @@ reserved first, so a full disk is an error naming the file), the edges are strea
 from ``edges.parquet`` in record batches twice (count keys per part, then insert), and the
 non-edge test for the FPR measurement is a vectorised binary search in the CSR rows, so
 memory is O(n) plus one block plus the filters (~1.3 bytes per key at 1%).
+
+This module holds the settings (`CompressConfig`), runs the stage, writes the manifest and reads
+the files back; each part is written and checked by its own module beside it:
+`graphs.stages.compress_features`, `graphs.stages.compress_weights` and
+`graphs.stages.compress_bloom`.
 """
 
 from __future__ import annotations
@@ -100,38 +106,23 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 if TYPE_CHECKING:
     from graphs.kernels.bloom import BloomFilter
 
-from graphs.formats.canonical_files import CanonicalGraph, edge_batches
+from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.compress_files import CompressedGraph
-from graphs.formats.npyrows import create_npy_memmap
 from graphs.formats.partition_files import Partitions
 from graphs.infra.config_checks import MAX_ROWS, MAX_SEED, bounded_repr, check_fields
 from graphs.infra.host_memory import reuse_freed_memory
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
-from graphs.kernels.quantize import (
-    FEATURE_TRANSFORMS,
-    EncodedFeatures,
-    ErrorAccumulator,
-    column_min_max,
-    csr_row_blocks,
-    dequantize_int4_columns,
-    dequantize_int8_columns,
-    dequantize_int8_rows_csr,
-    forward_transform,
-    inverse_transform,
-    is_binary,
-    pack_binary,
-    quantize_int4_columns,
-    quantize_int8_columns,
-    quantize_int8_rows_csr,
-    unpack_binary,
-)
+from graphs.kernels.quantize import FEATURE_TRANSFORMS, EncodedFeatures
+from graphs.stages.compress_bloom import bloom_misses, build_filters
+from graphs.stages.compress_features import compress_features, feature_bound_excess
+from graphs.stages.compress_weights import compress_weights, weight_bound_excess
 from graphs.stages.normalize import Adjacency, load_csr
 
 __all__ = [
@@ -146,19 +137,12 @@ __all__ = [
     "load_features",
     "load_weights",
     "load_bloom_filters",
-    "might_be_edge",
-    "csr_contains",
-    "encoding_nbytes",
 ]
 
 FORMAT_VERSION = CompressedGraph.FORMAT_VERSION
 FEATURE_ENCODINGS = ("auto", "int8", "int4", "binary")
 FEATURE_FILES = CompressedGraph.FEATURE_FILES
 SCALES_FILE = CompressedGraph.FEATURE_SCALES
-
-_BLOCK_ELEMENTS = 1 << 22  # elements per feature block (~32 MiB as float64)
-_WEIGHT_BLOCK = 1 << 24  # CSR entries per weight block
-_EDGE_BATCH = 1 << 22  # edge rows per streamed batch of edges.parquet
 
 
 @dataclass(kw_only=True)
@@ -235,335 +219,6 @@ class CompressConfig:
             raise ValueError(f"chunk_rows must be >= 0 (0 = automatic), got {self.chunk_rows}")
 
 
-# ----------------------------------------------------------------------------- sizes
-
-
-def encoding_nbytes(encoding: str, n: int, d: int) -> int:
-    """Bytes of n x d features stored as `encoding` ("fp32", "int8", "int4", "binary"),
-    the per-column scale and zero point included."""
-    if encoding == "fp32":
-        return 4 * n * d
-    if encoding == "int8":
-        return n * d + 8 * d
-    if encoding == "int4":
-        return n * ((d + 1) // 2) + 8 * d
-    if encoding == "binary":
-        return n * ((d + 7) // 8)
-    raise ValueError(f"unknown encoding {encoding!r}")
-
-
-def _rows_per_block(d: int, chunk_rows: int) -> int:
-    return chunk_rows if chunk_rows > 0 else max(1, _BLOCK_ELEMENTS // max(1, d))
-
-
-def _blocks(n: int, rows: int) -> Iterator[tuple[int, int]]:
-    for a in range(0, n, rows):
-        yield a, min(n, a + rows)
-
-
-# ----------------------------------------------------------------------------- features
-
-
-def _rows_of(feats: EncodedFeatures, a: int, b: int) -> EncodedFeatures:
-    """Rows a:b of `feats` as plain EncodedFeatures (decode() gives the quantizer's values,
-    before any inverse transform)."""
-    arrays = {k: (v[a:b] if k in ("x", "q", "packed") else v) for k, v in feats.arrays.items()}
-    return EncodedFeatures(feats.encoding, b - a, feats.num_cols, arrays)
-
-
-class _BlockEncoder:
-    """Encodes row blocks of the (transformed) features with global per-column parameters.
-
-    The quantizers of graphs.kernels.quantize derive scale and zero point from the min and max of what
-    they are given; prepending the two rows (global min, global max) to each block makes
-    every block see exactly the global range, so each block is quantized with the same
-    parameters as a whole-array call would use, holding one block at a time.
-    """
-
-    def __init__(self, encoding: str, lo: np.ndarray | None, hi: np.ndarray | None, d: int):
-        self.encoding, self.lo, self.hi, self.d = encoding, lo, hi, d
-        self.scales: np.ndarray | None = None
-
-    def encode(self, block: np.ndarray) -> np.ndarray:
-        if self.encoding == "binary":
-            return pack_binary(block, chunk_rows=max(1, len(block)))
-        padded = np.concatenate([self.lo[None], self.hi[None], block])
-        quantize = quantize_int8_columns if self.encoding == "int8" else quantize_int4_columns
-        codes, scale, zero = quantize(padded, chunk_rows=len(padded))
-        self.scales = np.stack([scale, zero]).astype(np.float32)
-        return codes[2:]
-
-    def decode(self, codes: np.ndarray) -> np.ndarray:
-        if self.encoding == "int8":
-            return dequantize_int8_columns(codes, self.scales[0], self.scales[1])
-        if self.encoding == "int4":
-            return dequantize_int4_columns(codes, self.scales[0], self.scales[1], self.d)
-        return unpack_binary(codes, self.d)
-
-
-def _transformed_range(x: np.ndarray, transform: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-column (min, max) of the transformed features, float32 [d] each."""
-    if transform == "none":
-        return column_min_max(x, chunk_rows=rows)
-    n, d = x.shape
-    if n == 0:
-        raise ValueError("the feature array has no rows")
-    lo, hi = np.full(d, np.inf, np.float32), np.full(d, -np.inf, np.float32)
-    for a, b in _blocks(n, rows):
-        blo, bhi = column_min_max(forward_transform(x[a:b], transform))
-        np.minimum(lo, blo, out=lo)
-        np.maximum(hi, bhi, out=hi)
-    return lo, hi
-
-
-def _encode_features(
-    x: np.ndarray, encoding: str, transform: str, tmp: Path, rows: int
-) -> tuple[dict, np.ndarray | None]:
-    """Write the encoded features (and scales) into `tmp`; return (error summary, scales or None)."""
-    n, d = x.shape
-    shape = {"int8": (n, d), "int4": (n, (d + 1) // 2), "binary": (n, (d + 7) // 8)}[encoding]
-    dtype = np.int8 if encoding == "int8" else np.uint8
-    out = create_npy_memmap(tmp / FEATURE_FILES[encoding], dtype=dtype, shape=shape)
-    lo, hi = _transformed_range(x, transform, rows) if encoding != "binary" else (None, None)
-    enc = _BlockEncoder(encoding, lo, hi, d)
-    acc = ErrorAccumulator(d)
-    for a, b in _blocks(n, rows):
-        block = np.asarray(x[a:b])
-        codes = enc.encode(forward_transform(block, transform))
-        out[a:b] = codes
-        acc.add(block, inverse_transform(enc.decode(codes), transform))
-    out.flush()
-    del out
-    if enc.scales is not None:
-        np.save(tmp / SCALES_FILE, enc.scales)
-    return acc.result(), enc.scales
-
-
-def _alternative_errors(x: np.ndarray, encodings: list[str], transform: str, rows: int) -> dict[str, dict]:
-    """Reconstruction error of each encoding in `encodings`, block by block, nothing written
-    (binary is exact: it is only applicable to 0/1 features, and then not transformed)."""
-    n, d = x.shape
-    quantized = [e for e in encodings if e != "binary"]
-    result = {e: {"max_abs_error": 0.0, "rel_rms_error": 0.0} for e in encodings if e == "binary"}
-    if not quantized:
-        return result
-    lo, hi = _transformed_range(x, transform, rows)
-    coders = {e: _BlockEncoder(e, lo, hi, d) for e in quantized}
-    acc = {e: ErrorAccumulator(d) for e in quantized}
-    for a, b in _blocks(n, rows):
-        block = np.asarray(x[a:b])
-        t = forward_transform(block, transform)
-        for e, coder in coders.items():
-            acc[e].add(block, inverse_transform(coder.decode(coder.encode(t)), transform))
-    return {**result, **{e: a.result() for e, a in acc.items()}}
-
-
-def _compress_features(canonical: Path, tmp: Path, cfg: CompressConfig) -> dict | None:
-    graph = CanonicalGraph(canonical, {})
-    path = graph.features_path
-    if not graph.has_features:
-        return None
-    x = np.load(graph.verified(graph.FEATURES), mmap_mode="r", allow_pickle=False)
-    if x.ndim != 2 or x.dtype != np.float32:
-        raise ValueError(f"{path}: expected float32 [n, D] features, got {x.dtype} {x.shape}")
-    n, d = x.shape
-    rows = _rows_per_block(d, cfg.chunk_rows)
-    t0 = time.perf_counter()
-    binary = n > 0 and d > 0 and is_binary(x, chunk_rows=rows)
-    encoding = cfg.feature_encoding
-    if encoding == "auto":
-        encoding = "binary" if binary else "int8"
-    if encoding == "binary" and not binary:
-        raise ValueError(
-            f"{path}: feature_encoding='binary' needs features that are exactly 0 or 1; "
-            "these are not — use 'int8', 'int4' or 'auto'"
-        )
-    transform = "none" if encoding == "binary" else cfg.feature_transform  # 0/1 bits need none
-    errors, _ = _encode_features(x, encoding, transform, tmp, rows)
-    seconds = time.perf_counter() - t0
-
-    applicable = ["int8", "int4"] + (["binary"] if binary else [])
-    others = {}
-    if cfg.compare_encodings:
-        others = _alternative_errors(x, [e for e in applicable if e != encoding], transform, rows)
-    others[encoding] = errors
-    fp32 = encoding_nbytes("fp32", n, d)
-    table = {}
-    for enc in applicable:
-        nbytes = encoding_nbytes(enc, n, d)
-        table[enc] = {"bytes": nbytes, "saving": 1 - nbytes / fp32 if fp32 else 0.0, **others.get(enc, {})}
-    return {
-        "encoding": encoding,
-        "transform": transform,
-        "rows": n,
-        "dims": d,
-        "binary_valued": bool(binary),
-        "bytes_before": fp32,
-        "bytes_after": encoding_nbytes(encoding, n, d),
-        **errors,
-        "encodings": table,
-        "seconds": round(seconds, 3),
-    }
-
-
-# ----------------------------------------------------------------------------- weights
-
-
-def _compress_weights(adjacency: Path, tmp: Path) -> dict:
-    csr = load_csr(adjacency)
-    indptr, weights = csr.indptr, csr.weights
-    n, nnz = csr.n, csr.nnz
-    t0 = time.perf_counter()
-    q = create_npy_memmap(tmp / CompressedGraph.WEIGHTS_INT8, dtype=np.int8, shape=(nnz,))
-    scale = create_npy_memmap(tmp / CompressedGraph.WEIGHT_SCALES, dtype=np.float32, shape=(n,))
-    acc = ErrorAccumulator(1)
-    for r0, r1, a, b in _csr_blocks(indptr, _WEIGHT_BLOCK):
-        ptr = np.asarray(indptr[r0 : r1 + 1], dtype=np.int64) - a
-        w = np.asarray(weights[a:b])
-        q[a:b], scale[r0:r1] = quantize_int8_rows_csr(ptr, w)
-        acc.add(w[:, None], dequantize_int8_rows_csr(ptr, q[a:b], scale[r0:r1])[:, None])
-    q.flush()
-    scale.flush()
-    del q, scale
-    return {
-        "entries": nnz,
-        "bytes_before": 4 * nnz,
-        "bytes_after": nnz + 4 * n,
-        **acc.result(),
-        "seconds": round(time.perf_counter() - t0, 3),
-    }
-
-
-def _csr_blocks(indptr: np.ndarray, target: int) -> Iterator[tuple[int, int, int, int]]:
-    """(r0, r1, first entry, end entry) of `graphs.kernels.quantize.csr_row_blocks`."""
-    for r0, r1 in csr_row_blocks(indptr, target):
-        yield r0, r1, int(indptr[r0]), int(indptr[r1])
-
-
-# ----------------------------------------------------------------------------- Bloom filters
-
-
-def _edge_batches(canonical: Path) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    return edge_batches(canonical, _EDGE_BATCH)
-
-
-def _part_keys(src, dst, part, symmetrized: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(part, u, v) of every key one batch of edges contributes to the per-part filters."""
-    ps, pd = part[src], part[dst]
-    cut = ps != pd
-    keys = [(ps, src, dst), (pd[cut], src[cut], dst[cut])]  # every edge in part[src], cut ones in part[dst] too
-    if not symmetrized:  # the reversed pair goes to the same parts
-        keys += [(ps, dst, src), (pd[cut], dst[cut], src[cut])]
-    return tuple(np.concatenate(parts) for parts in zip(*keys))
-
-
-def csr_contains(indptr: np.ndarray, indices: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """bool array: is (u[i], v[i]) an entry of the CSR? Columns must ascend within each row.
-
-    All queries binary-search their row in lockstep (one vectorised step per halving), so
-    the cost is O(q log max_degree) gathers and no O(nnz) memory; memmaps are fine.
-    """
-    u = np.asarray(u, dtype=np.int64)
-    v = np.asarray(v, dtype=np.int64)
-    lo = np.asarray(indptr[u], dtype=np.int64)
-    hi = np.asarray(indptr[u + 1], dtype=np.int64)
-    while True:
-        active = lo < hi
-        if not active.any():
-            break
-        mid = (lo + hi) >> 1
-        col = np.asarray(indices[np.where(active, mid, 0)], dtype=np.int64) if len(indices) else mid
-        go_right = active & (col < v)
-        lo = np.where(go_right, mid + 1, lo)
-        hi = np.where(active & ~go_right, mid, hi)
-    found = lo < np.asarray(indptr[u + 1], dtype=np.int64)
-    found[found] = np.asarray(indices[lo[found]], dtype=np.int64) == v[found]
-    return found
-
-
-def _random_non_edges(n: int, count: int, indptr, indices, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """`count` uniform pairs (u, v) in [0, n)^2 such that neither (u, v) nor (v, u) is in the CSR."""
-    rng = np.random.default_rng(seed)
-    us, vs, have = [], [], 0
-    for _ in range(1000):
-        need = count - have
-        if need <= 0:
-            break
-        u, v = rng.integers(0, n, size=(2, need + need // 8 + 64))
-        keep = ~(csr_contains(indptr, indices, u, v) | csr_contains(indptr, indices, v, u))
-        us.append(u[keep][:need])
-        vs.append(v[keep][:need])
-        have += len(us[-1])
-    if have < count:
-        raise ValueError(f"could draw only {have} of {count} non-edges among {n} nodes; is the graph complete?")
-    return np.concatenate(us), np.concatenate(vs)
-
-
-def _build_filters(
-    canonical: Path,
-    adjacency: Path,
-    part: np.ndarray,
-    k: int,
-    tmp: Path,
-    cfg: CompressConfig,
-    symmetrized: bool,
-    num_edges: int,
-) -> dict:
-    t0 = time.perf_counter()
-    counts = np.zeros(k, dtype=np.int64)
-    for src, dst in _edge_batches(canonical):
-        kp, _, _ = _part_keys(src, dst, part, symmetrized)
-        counts += np.bincount(kp, minlength=k)
-    from graphs.kernels.bloom import BloomFilter  # numba: imported by the stages that need it, not by readers
-
-    filters = [BloomFilter.empty(int(c), fpr=cfg.bloom_fpr, seed=cfg.seed) for c in counts]
-    for src, dst in _edge_batches(canonical):
-        kp, u, v = _part_keys(src, dst, part, symmetrized)
-        order = np.argsort(kp, kind="stable")
-        bounds = np.concatenate([[0], np.cumsum(np.bincount(kp, minlength=k))])
-        u, v = u[order], v[order]
-        for p in range(k):
-            if bounds[p + 1] > bounds[p]:
-                filters[p].add(u[bounds[p] : bounds[p + 1]], v[bounds[p] : bounds[p + 1]])
-    build_seconds = time.perf_counter() - t0
-    (tmp / "bloom").mkdir()
-    for p, bf in enumerate(filters):
-        bf.save(tmp / "bloom" / f"part-{p}.bloom")
-
-    # False-positive rate on random non-edges: per filter, and routed (pair -> part[u]'s filter).
-    n = len(part)
-    indptr, indices, _ = load_csr(adjacency)
-    per_part, routed = [0.0] * k, 0.0
-    if n > 0:
-        qu, qv = _random_non_edges(n, cfg.fpr_queries, indptr, indices, cfg.seed + 1)
-        per_part = [float(np.count_nonzero(bf.might_contain(qu, qv))) / len(qu) for bf in filters]
-        routed = float(np.count_nonzero(might_be_edge(filters, part, qu, qv))) / len(qu)
-    keys = int(counts.sum())
-    nbytes = sum(bf.nbytes for bf in filters)
-    file_bytes = sum((tmp / "bloom" / f"part-{p}.bloom").stat().st_size for p in range(k))
-    raw = 16 * num_edges
-    return {
-        "parts": k,
-        "target_fpr": cfg.bloom_fpr,
-        "num_hashes": filters[0].num_hashes if filters else 0,
-        "keys": keys,
-        "keys_per_part": counts.tolist(),
-        "edges": num_edges,
-        "bits_per_key": 8 * nbytes / keys if keys else 0.0,
-        "bits_per_edge": 8 * file_bytes / num_edges if num_edges else 0.0,
-        "fpr_queries": cfg.fpr_queries,
-        "measured_fpr": routed,
-        "measured_fpr_per_part": per_part,
-        "measured_fpr_max": max(per_part, default=0.0),
-        "expected_fpr_per_part": [bf.expected_fpr for bf in filters],
-        "bytes_before": raw,
-        "bytes_after": file_bytes,
-        "saving": 1 - file_bytes / raw if raw else 0.0,
-        "seconds": round(build_seconds, 3),
-        "keys_per_second": round(keys / build_seconds) if build_seconds > 0 else 0,
-    }
-
-
 # ----------------------------------------------------------------------------- the stage
 
 
@@ -592,9 +247,9 @@ def build_compressed_graph(
     with atomic_output_dir(out_dir) as tmp:
         # the per-chunk and per-part arrays reuse the pages their predecessors freed (graphs.infra.host_memory)
         with reuse_freed_memory():
-            features = _compress_features(canonical, tmp, cfg)
-            weights = _compress_weights(adjacency, tmp)
-            bloom = _build_filters(canonical, adjacency, part, k, tmp, cfg, symmetrized, num_edges)
+            features = compress_features(canonical, tmp, cfg)
+            weights = compress_weights(adjacency, tmp)
+            bloom = build_filters(canonical, adjacency, part, k, tmp, cfg, symmetrized, num_edges)
 
         def totals(feature_bytes_after: int) -> dict:
             before = (features["bytes_before"] if features else 0) + weights["bytes_before"] + bloom["bytes_before"]
@@ -718,43 +373,7 @@ def load_bloom_filters(out_dir: str | os.PathLike) -> list[BloomFilter]:
     return [BloomFilter.load(art.verified(art.bloom_file(p))) for p in range(int(art.manifest["bloom_parts"]))]
 
 
-def might_be_edge(filters: list[BloomFilter], part: np.ndarray, u, v) -> np.ndarray:
-    """bool array: False means (u[i], v[i]) is certainly not an edge; each pair asks the filter
-    of u's part (which holds every edge incident to that part)."""
-    u = np.asarray(u, dtype=np.int64)
-    v = np.asarray(v, dtype=np.int64)
-    u, v = np.broadcast_arrays(u, v)
-    pu = np.asarray(part)[u.ravel()]
-    out = np.zeros(u.size, dtype=bool)
-    order = np.argsort(pu, kind="stable")
-    bounds = np.concatenate([[0], np.cumsum(np.bincount(pu, minlength=len(filters)))])
-    uf, vf = u.ravel()[order], v.ravel()[order]
-    for p, bf in enumerate(filters):
-        a, b = bounds[p], bounds[p + 1]
-        if b > a:
-            out[order[a:b]] = bf.might_contain(uf[a:b], vf[a:b])
-    return out.reshape(u.shape)
-
-
 # ----------------------------------------------------------------------------- verification
-
-
-def _sample_edges(canonical: Path, num_edges: int, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """`count` edges of edges.parquet drawn without replacement (all when fewer), one streamed pass."""
-    if num_edges <= count:
-        picks = np.arange(num_edges, dtype=np.int64)
-    else:
-        picks = np.sort(np.random.default_rng(seed).choice(num_edges, size=count, replace=False))
-    us, vs, start = [], [], 0
-    for src, dst in _edge_batches(canonical):
-        lo, hi = np.searchsorted(picks, [start, start + len(src)])
-        local = picks[lo:hi] - start
-        us.append(src[local])
-        vs.append(dst[local])
-        start += len(src)
-    if not us:
-        return np.empty(0, np.int64), np.empty(0, np.int64)
-    return np.concatenate(us), np.concatenate(vs)
 
 
 def verify_compressed_graph(
@@ -781,76 +400,13 @@ def verify_compressed_graph(
     graph = CanonicalGraph.open(canonical, verify=True)
     parts = Partitions.open(partitions_dir)
     part = np.load(parts.verified(parts.PART_ID), allow_pickle=False)
-    result = _bloom_misses(out, canonical, part, graph.num_edges, sample_edges, seed)
+    result = bloom_misses(load_bloom_filters(out), canonical, part, graph.num_edges, sample_edges, seed)
     feats = load_features(out)
     result.update(
         feature_encoding=feats.encoding if feats else None, feature_bound_excess=0.0, feature_columns_over_bound=0
     )
     if feats is not None:
-        result.update(_feature_bound_excess(out, canonical, feats))
-    result.update(_weight_bound_excess(out, adjacency))
+        result.update(feature_bound_excess(out, canonical, feats))
+    csr = load_csr(adjacency)
+    result.update(weight_bound_excess(csr, *load_weights(out)))
     return result
-
-
-def _bloom_misses(out: Path, canonical: Path, part: np.ndarray, edges: int, sample_edges: int, seed: int) -> dict:
-    """Sampled true edges asked of the Bloom filters of both endpoints' parts, both directions; the misses."""
-    filters = load_bloom_filters(out)
-    u, v = _sample_edges(canonical, edges, sample_edges, seed)
-    misses = np.zeros(len(u), dtype=bool)
-    for a, b in ((u, v), (v, u)):
-        for owner in (a, b):
-            po = part[owner]
-            for p, bf in enumerate(filters):
-                sel = po == p
-                if sel.any():
-                    misses[sel] |= ~bf.might_contain(a[sel], b[sel])
-    return {"bloom_edges_checked": int(len(u)), "bloom_false_negatives": int(np.count_nonzero(misses))}
-
-
-def _feature_bound_excess(out: Path, canonical: Path, feats: EncodedFeatures) -> dict:
-    """The largest excess of the decoded features' error over its bound per column, and the columns over it."""
-    x = np.load(CanonicalGraph(canonical, {}).verified(CanonicalGraph.FEATURES), mmap_mode="r", allow_pickle=False)
-    n, d = x.shape
-    if (feats.num_rows, feats.num_cols) != (n, d):
-        raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")
-    # Compared where the quantizer worked: on asinh(x) when the features were transformed.
-    step = np.zeros(d) if feats.encoding == "binary" else feats.arrays["scale"].astype(np.float64)
-    acc = ErrorAccumulator(d)
-    magnitude = np.zeros(d, dtype=np.float32)
-    rows = _rows_per_block(d, 0)
-    for a, b in _blocks(n, rows):
-        t = forward_transform(x[a:b], feats.transform)
-        if len(t):
-            np.maximum(magnitude, np.abs(t).max(axis=0), out=magnitude)
-        acc.add(t, _rows_of(feats, a, b).decode())
-    bound = step * (0.5 + 1e-4) + 4 * np.spacing(magnitude).astype(np.float64)
-    if feats.encoding == "binary":
-        bound[:] = 0.0
-    excess = acc.col_max - bound
-    return {
-        "feature_bound_excess": float(max(excess.max(initial=0.0), 0.0)),
-        "feature_columns_over_bound": int(np.count_nonzero(excess > 0)),
-    }
-
-
-def _weight_bound_excess(out: Path, adjacency: Path) -> dict:
-    """The largest excess of the int8 weights' error over its bound per row, and the rows over it."""
-    indptr, _, weights = load_csr(adjacency)
-    q, scale = load_weights(out)
-    worst, rows_over = 0.0, 0
-    for r0, r1, a, b in _csr_blocks(indptr, _WEIGHT_BLOCK):
-        ptr = np.asarray(indptr[r0 : r1 + 1], dtype=np.int64) - a
-        w = np.asarray(weights[a:b], dtype=np.float64)
-        s = np.asarray(scale[r0:r1], dtype=np.float64)
-        err = np.abs(w - dequantize_int8_rows_csr(ptr, np.asarray(q[a:b]), s.astype(np.float32)))
-        counts = np.diff(ptr)
-        row_err = np.zeros(r1 - r0)
-        nonempty = counts > 0
-        if err.size:
-            row_err[nonempty] = np.maximum.reduceat(err, ptr[:-1][nonempty])
-        row_max = s * 127
-        bound = s * (0.5 + 1e-4) + 4 * np.spacing(row_max.astype(np.float32)).astype(np.float64)
-        over = row_err - bound
-        worst = max(worst, float(over.max(initial=0.0)))
-        rows_over += int(np.count_nonzero(over > 0))
-    return {"weight_bound_excess": worst, "weight_rows_over_bound": rows_over}

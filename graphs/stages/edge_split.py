@@ -55,9 +55,9 @@ import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph, edge_batches
 from graphs.infra.config_checks import MAX_SEED, check_fields
+from graphs.infra.folder_swap import is_staging_dir
 from graphs.infra.storage import (
     atomic_output_dir,
-    is_staging_dir,
     peak_rss_bytes,
     read_file_hashes,
     remember_sha256,

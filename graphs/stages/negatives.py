@@ -10,7 +10,7 @@ accepted pair. Filters (``filter``):
 
 ``bloom``
     compressed_graph's per-part split-block Bloom filters (`graphs.kernels.bloom`), routed to the
-    filter of u's METIS part (`graphs.stages.compress.might_be_edge`), ~1.2 bytes per key at a 1%
+    filter of u's METIS part (`graphs.stages.compress_bloom.might_be_edge`), ~1.2 bytes per key at a 1%
     target. They hold every edge of the graph in both directions, held-out edges included
     (`graphs.stages.edge_split`), and a Bloom filter has no false negatives, so **no accepted pair
     is ever an edge**. Their false positives reject a share of true non-edges (about the
@@ -178,7 +178,7 @@ class NegativeSampler:
     def is_edge(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """What the configured filter says: True = reject as a (possible) edge."""
         if self.filter == "bloom":
-            from graphs.stages.compress import might_be_edge
+            from graphs.stages.compress_bloom import might_be_edge
 
             return might_be_edge(self.filters, self.part, u, v)
         if self.filter == "exact":
@@ -226,7 +226,7 @@ def compare_rejection(
     false-positive rate (wrongly rejected / true non-edges), the best-of-`repeats` query time
     of each and the bytes each holds in memory.
     """
-    from graphs.stages.compress import might_be_edge
+    from graphs.stages.compress_bloom import might_be_edge
 
     n = exact.n
     u, v = rng.integers(0, n, size=(2, count))

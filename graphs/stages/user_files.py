@@ -26,7 +26,8 @@ for each input that is not in it already, and leaves the others as they are:
   labels as integers, floats (whole numbers only, as for Parquet) or categorical values.
   ``.txt`` edge files (SNAP style): whitespace-separated columns, no header, blank lines and
   lines starting with ``#`` or ``%`` skipped; src, dst and an optional weight, the same number
-  of columns on every line. A line DuckDB cannot read is named by its number.
+  of columns on every line. A line DuckDB cannot read is named by its number. The readers that
+  know nothing of the mapping are `graphs.stages.text_inputs`.
 - Categorical labels (strings, booleans, dictionary-encoded values): class index = the position
   of the value among the sorted distinct non-null values, null = unknown; the values are
   returned (`PreparedInputs.label_classes`) for `graphs.formats.label_classes` to store.
@@ -37,7 +38,6 @@ about a written file into one about the file it came from.
 
 from __future__ import annotations
 
-import csv
 import os
 import tempfile
 from dataclasses import dataclass, field
@@ -53,6 +53,16 @@ from graphs.infra import duck
 from graphs.infra.config_checks import MAX_CLASSES, bounded_repr, bounded_text, read_yaml_file
 from graphs.stages import landing
 from graphs.stages.landing import SETTINGS_FILE, DatasetFiles, InputError, checked_dataset_file, find_dataset_files
+from graphs.stages.text_inputs import (
+    fetch_table,
+    is_number,
+    read_error,
+    read_first_row,
+    single_delimiter,
+    strict_read_error,
+    whitespace_edges,
+    write_relation,
+)
 
 # the layout's columns of each kind of input file; a column mapping may rename any of them
 KIND_KEYS = {"edges": ("src", "dst", "weight"), "nodes": ("node_id", "label", "split"), "features": ("node_id", "feat")}
@@ -66,10 +76,7 @@ ID_KEYS = ("src", "dst", "node_id")  # the id columns of the layout
 CANONICAL_INT = "0|-?[1-9][0-9]{0,18}"
 MAX_COLUMN_NAME = 256
 SHOWN_COLUMNS = 20  # columns named in an error message, each cut to MAX_REPR characters
-COMMENT_STARTS = ("#", "%")
 COPY_BATCH_ROWS = 1 << 20  # rows per batch when a mapped Parquet file is copied
-FIRST_LINE_BYTES = 1 << 20  # of a text file's first line read to find its header
-HEAD_BYTES = 1 << 16  # of a .txt edge list read to find its delimiter
 
 
 # ----------------------------------------------------------------------------- the mapping
@@ -234,7 +241,7 @@ class _Converter:
         if path.suffix == ".txt":
             self._whitespace(path, target)
         else:
-            _write(self._typed_ids(self._text(path, "edges"), path, target), target, path)
+            write_relation(self._typed_ids(self._text(path, "edges"), path, target), target, path)
         return target
 
     def _typed_ids(self, rel, path: Path, target: Path):
@@ -246,7 +253,7 @@ class _Converter:
         try:
             (strings,) = rel.aggregate(f"count(*) FILTER (WHERE {bad})").fetchall()[0]
         except duckdb.Error as exc:
-            raise _read_error(path, exc) from None
+            raise read_error(path, exc) from None
         if strings:
             return rel
         self.integer_ids.append(target)
@@ -256,7 +263,7 @@ class _Converter:
         """A .txt edge list as Parquet: by DuckDB's CSV reader when its first lines use one
         delimiter (a tab or a space) and one comment character, else (or when that read fails
         further on) by the general whitespace reader, whose errors name the line."""
-        dialect = _single_delimiter(path)
+        dialect = single_delimiter(path)
         if dialect is not None:
             delimiter, comment, types = dialect
             rel = duck.read_csv(
@@ -271,12 +278,12 @@ class _Converter:
                 escapechar="",
             )
             try:
-                _write(self._typed_ids(rel.project(_trimmed_ids(rel.columns)), path, target), target, path)
+                write_relation(self._typed_ids(rel.project(_trimmed_ids(rel.columns)), path, target), target, path)
                 return
             except InputError:
                 self.integer_ids = [p for p in self.integer_ids if p != target]
                 # the general reader below reads the whole file again, naming the line at fault
-        _write(self._typed_ids(_whitespace_edges(self.con(), path), path, target), target, path)
+        write_relation(self._typed_ids(whitespace_edges(self.con(), path), path, target), target, path)
 
     def nodes(self, path: Path) -> Path:
         if path.suffix == ".parquet":
@@ -286,7 +293,9 @@ class _Converter:
             pairs = _columns_of(path, "nodes", self.columns, schema.names)
             table = pq.read_table(path, columns=[c for c, _ in pairs]).rename_columns([k for _, k in pairs])
         else:
-            table = _fetch(self._typed_ids(self._text(path, "nodes"), path, self.scratch / landing.NODES_FILE), path)
+            table = fetch_table(
+                self._typed_ids(self._text(path, "nodes"), path, self.scratch / landing.NODES_FILE), path
+            )
         if "label" in table.column_names and _is_categorical(table.schema.field("label").type):
             indices, self.label_classes = class_indices(table.column("label"), path)
             table = table.set_column(table.column_names.index("label"), "label", indices)
@@ -316,7 +325,7 @@ class _Converter:
         if path.stat().st_size == 0:
             raise InputError(f"{path}: file is empty (0 bytes)")
         con, delimiter = self.con(), DELIMITERS[path.suffix]
-        first_row = _first_row(path, delimiter)
+        first_row = read_first_row(path, delimiter)
         header = bool(set(first_row) & {self.columns.get(k, k) for k in KIND_KEYS[kind]})
         try:
             if header:
@@ -328,7 +337,7 @@ class _Converter:
                 rel = self._positional(path, kind, delimiter, first_row)
                 pairs = [(c, c) for c in rel.columns]
         except duckdb.Error as exc:  # DuckDB could not detect the dialect: a strict read names the line
-            raise _read_error(path, _strict_read_error(con, path, delimiter, header, len(first_row)) or exc) from None
+            raise read_error(path, strict_read_error(con, path, delimiter, header, len(first_row)) or exc) from None
         return rel.project(", ".join(f"{_quoted(c)} AS {k}" for c, k in pairs)).project(
             _trimmed_ids([k for _, k in pairs])
         )
@@ -356,7 +365,7 @@ class _Converter:
         if (
             sniffed.columns != [f"column{i}" for i in range(len(sniffed.columns))]
             and any(str(t) != "VARCHAR" for t in sniffed.types)
-            and not all(map(_is_number, first_row))
+            and not all(map(is_number, first_row))
         ):
             raise InputError(
                 f"{path}: the first row {_shown(first_row)} looks like a header but names none of the columns "
@@ -365,65 +374,6 @@ class _Converter:
             )
         ids_as_text = {k: "VARCHAR" for k in names[:width] if k in ID_KEYS}
         return duck.read_csv(con, path, delimiter=delimiter, header=False, names=list(names[:width]), dtype=ids_as_text)
-
-
-def _first_row(path: Path, delimiter: str) -> list[str]:
-    """The fields of a text file's first line (at most `FIRST_LINE_BYTES` read), trimmed."""
-    with open(path, encoding="utf-8-sig", errors="replace", newline="") as f:
-        line = f.readline(FIRST_LINE_BYTES)
-    return [v.strip() for v in next(csv.reader([line], delimiter=delimiter), [])]
-
-
-def _is_number(text: str) -> bool:
-    """Whether `text` reads as a number (decimal, float or 0x / 0o / 0b integer)."""
-    for parse in (float, lambda t: int(t, 0)):
-        try:
-            parse(text)
-            return True
-        except ValueError:
-            pass
-    return False
-
-
-def _strict_read_error(con, path: Path, delimiter: str, header: bool, width: int) -> Exception | None:
-    """The error of reading the file with `width` text columns and no dialect detection (it names
-    the first line that does not fit), None when that read succeeds."""
-    columns = {f"column{i}": "VARCHAR" for i in range(max(width, 1))}
-    try:
-        duck.read_csv(
-            con,
-            path,
-            delimiter=delimiter,
-            header=header,
-            auto_detect=False,
-            columns=columns,
-            quotechar='"',
-            escapechar='"',
-        ).aggregate("count(*)").fetchall()
-    except duckdb.Error as exc:
-        return exc
-    return None
-
-
-def _read_error(path: Path, exc: Exception) -> InputError:
-    """InputError naming the file, with the first lines of DuckDB's message (they name the line)."""
-    lines = [line for line in str(exc).splitlines() if line.strip()][:3]
-    return InputError(f"{path}: cannot be read as {path.suffix[1:].upper()}: {bounded_text(' / '.join(lines), 400)}")
-
-
-def _write(rel, target: Path, path: Path) -> None:
-    try:
-        rel.write_parquet(str(target))
-    except duckdb.Error as exc:
-        raise _read_error(path, exc) from None
-
-
-def _fetch(rel, path: Path) -> pa.Table:
-    try:
-        table = rel.to_arrow_table()
-    except duckdb.Error as exc:
-        raise _read_error(path, exc) from None
-    return table
 
 
 def _trimmed_ids(columns: list[str]) -> str:
@@ -469,81 +419,6 @@ def _schema_or_none(path: Path) -> pa.Schema | None:
         return pq.read_schema(path)
     except Exception:  # an empty or corrupt file: the ingest refuses it by name
         return None
-
-
-# ----------------------------------------------------------------------------- whitespace edge lists
-
-
-def _single_delimiter(path: Path) -> tuple[str, str, tuple[str, ...]] | None:
-    """(delimiter, comment character, column types) when the data lines among a .txt file's
-    first `HEAD_BYTES` split into 2 or 3 non-empty fields on one tab or one space each, and its
-    comment lines all start with one character; else None. The ids are read as text
-    (`_typed_ids` types them), a weight as DOUBLE."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as f:
-        text = f.read(HEAD_BYTES + 1)
-    head = text.splitlines()[:-1] if len(text) > HEAD_BYTES else text.splitlines()  # the last may be cut
-    comments = {line.lstrip()[:1] for line in head if line.lstrip()[:1] in COMMENT_STARTS}
-    data = [line for line in head if line.strip() and line.lstrip()[:1] not in COMMENT_STARTS]
-    if len(comments) > 1 or not data:
-        return None
-    for delimiter in ("\t", " "):
-        rows = [line.split(delimiter) for line in data]
-        widths = {len(r) for r in rows}
-        if (
-            len(widths) == 1
-            and widths <= {2, 3}
-            and all(f and f == f.strip() and f.isprintable() for r in rows for f in r)
-        ):
-            width = widths.pop()
-            return delimiter, (comments or {"#"}).pop(), ("VARCHAR",) * 2 + ("DOUBLE",) * (width - 2)
-    return None
-
-
-def _column_count_error(rows, path: Path) -> InputError:
-    """InputError naming the first line of a .txt edge list whose column count is not 2 or 3, or
-    differs from the first edge line's."""
-    first_line, first = rows.order("line_number").limit(1).fetchall()[0]
-    line, tokens = (first_line, first)
-    if len(first) in (2, 3):
-        line, tokens = rows.filter(f"len(t) <> {len(first)}").order("line_number").limit(1).fetchall()[0]
-    than = f", the first edge line (line {first_line}) {len(first)}" if line != first_line else ""
-    return InputError(
-        f"{path}: line {line} has {len(tokens)} column(s){than}; an edge list has 2 columns (src dst) or 3 "
-        "(src dst weight) on every line"
-    )
-
-
-def _whitespace_edges(con, path: Path):
-    """A relation (src, dst[, weight]) of a SNAP-style .txt edge list (see the module docstring):
-    ids as text (`_typed_ids` types them); InputError naming a line whose
-    column count differs from the first data line's or whose weight is not a number."""
-    try:
-        lines = duck.read_csv(
-            con, path, columns={"line": "VARCHAR"}, header=False, delimiter="\x01", quotechar="", escapechar=""
-        ).project("row_number() OVER () AS line_number, regexp_replace(line, '^\\s+|\\s+$', '', 'g') AS s")
-        comment = " OR ".join(f"starts_with(s, '{c}')" for c in COMMENT_STARTS)
-        rows = lines.filter(f"s <> '' AND NOT ({comment})").project(
-            "line_number, regexp_split_to_array(s, '\\s+') AS t"
-        )
-        stats = rows.aggregate(
-            "count(*), min(len(t)), max(len(t)), "
-            "count(*) FILTER (WHERE len(t) > 2 AND TRY_CAST(t[3] AS DOUBLE) IS NULL)"
-        ).fetchall()[0]
-        count, narrow, wide, bad_weight = stats
-        if not count:
-            raise InputError(f"{path}: holds no edge lines (only comments or blank lines)")
-        if narrow != wide or narrow not in (2, 3):
-            raise _column_count_error(rows, path)
-        if bad_weight:
-            line, tokens = rows.filter("TRY_CAST(t[3] AS DOUBLE) IS NULL").order("line_number").limit(1).fetchall()[0]
-            raise InputError(
-                f"{path}: line {line}: weight {bounded_repr(tokens[2])} is not a number (the third column is the weight)"
-            )
-        weight = ", CAST(t[3] AS DOUBLE) AS weight" if wide == 3 else ""
-        # file order without a sort: the connection preserves insertion order
-        return rows.project(f"t[1] AS src, t[2] AS dst{weight}")
-    except duckdb.Error as exc:
-        raise _read_error(path, exc) from None
 
 
 # ----------------------------------------------------------------------------- labels
@@ -609,7 +484,7 @@ def _known_label(converter: _Converter, path: Path) -> bool:
             return False
         labels = pq.read_table(path, columns=[name]).column(0)
     else:
-        table = _fetch(converter._text(path, "nodes"), path)
+        table = fetch_table(converter._text(path, "nodes"), path)
         if "label" not in table.column_names:
             return False
         labels = table.column("label")

@@ -1,0 +1,241 @@
+"""The compressed_graph stage's node features: quantized block by block, every encoding's error measured.
+
+`graphs.stages.compress` documents the files (``features_int8.npy``, ``features_int4.npy`` or
+``features_binary.npy``, and ``feature_scales.npy``) and runs the stage; this module writes them
+(`compress_features`) and checks them against the canonical features (`feature_bound_excess`).
+The features are memory-mapped and encoded in row blocks of about 4M values (`_BlockEncoder`: every
+block is quantized with the global per-column parameters a whole-array call would use), so memory
+is one block; the codes are those of :mod:`graphs.kernels.quantize`, decoded by its
+`EncodedFeatures`. `encoding_nbytes` gives the bytes of each encoding without encoding anything.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.npyrows import create_npy_memmap
+from graphs.kernels.quantize import (
+    EncodedFeatures,
+    ErrorAccumulator,
+    column_min_max,
+    dequantize_int4_columns,
+    dequantize_int8_columns,
+    forward_transform,
+    inverse_transform,
+    is_binary,
+    pack_binary,
+    quantize_int4_columns,
+    quantize_int8_columns,
+    unpack_binary,
+)
+
+__all__ = ["compress_features", "encoding_nbytes", "feature_bound_excess"]
+
+_BLOCK_ELEMENTS = 1 << 22  # elements per feature block (~32 MiB as float64)
+
+
+# ----------------------------------------------------------------------------- sizes
+
+
+def encoding_nbytes(encoding: str, n: int, d: int) -> int:
+    """Bytes of n x d features stored as `encoding` ("fp32", "int8", "int4", "binary"),
+    the per-column scale and zero point included."""
+    if encoding == "fp32":
+        return 4 * n * d
+    if encoding == "int8":
+        return n * d + 8 * d
+    if encoding == "int4":
+        return n * ((d + 1) // 2) + 8 * d
+    if encoding == "binary":
+        return n * ((d + 7) // 8)
+    raise ValueError(f"unknown encoding {encoding!r}")
+
+
+def _rows_per_block(d: int, chunk_rows: int) -> int:
+    return chunk_rows if chunk_rows > 0 else max(1, _BLOCK_ELEMENTS // max(1, d))
+
+
+def _blocks(n: int, rows: int) -> Iterator[tuple[int, int]]:
+    for a in range(0, n, rows):
+        yield a, min(n, a + rows)
+
+
+# ----------------------------------------------------------------------------- features
+
+
+def _rows_of(feats: EncodedFeatures, a: int, b: int) -> EncodedFeatures:
+    """Rows a:b of `feats` as plain EncodedFeatures (decode() gives the quantizer's values,
+    before any inverse transform)."""
+    arrays = {k: (v[a:b] if k in ("x", "q", "packed") else v) for k, v in feats.arrays.items()}
+    return EncodedFeatures(feats.encoding, b - a, feats.num_cols, arrays)
+
+
+class _BlockEncoder:
+    """Encodes row blocks of the (transformed) features with global per-column parameters.
+
+    The quantizers of graphs.kernels.quantize derive scale and zero point from the min and max of what
+    they are given; prepending the two rows (global min, global max) to each block makes
+    every block see exactly the global range, so each block is quantized with the same
+    parameters as a whole-array call would use, holding one block at a time.
+    """
+
+    def __init__(self, encoding: str, lo: np.ndarray | None, hi: np.ndarray | None, d: int):
+        self.encoding, self.lo, self.hi, self.d = encoding, lo, hi, d
+        self.scales: np.ndarray | None = None
+
+    def encode(self, block: np.ndarray) -> np.ndarray:
+        if self.encoding == "binary":
+            return pack_binary(block, chunk_rows=max(1, len(block)))
+        padded = np.concatenate([self.lo[None], self.hi[None], block])
+        quantize = quantize_int8_columns if self.encoding == "int8" else quantize_int4_columns
+        codes, scale, zero = quantize(padded, chunk_rows=len(padded))
+        self.scales = np.stack([scale, zero]).astype(np.float32)
+        return codes[2:]
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        if self.encoding == "int8":
+            return dequantize_int8_columns(codes, self.scales[0], self.scales[1])
+        if self.encoding == "int4":
+            return dequantize_int4_columns(codes, self.scales[0], self.scales[1], self.d)
+        return unpack_binary(codes, self.d)
+
+
+def _transformed_range(x: np.ndarray, transform: str, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column (min, max) of the transformed features, float32 [d] each."""
+    if transform == "none":
+        return column_min_max(x, chunk_rows=rows)
+    n, d = x.shape
+    if n == 0:
+        raise ValueError("the feature array has no rows")
+    lo, hi = np.full(d, np.inf, np.float32), np.full(d, -np.inf, np.float32)
+    for a, b in _blocks(n, rows):
+        blo, bhi = column_min_max(forward_transform(x[a:b], transform))
+        np.minimum(lo, blo, out=lo)
+        np.maximum(hi, bhi, out=hi)
+    return lo, hi
+
+
+def _encode_features(
+    x: np.ndarray, encoding: str, transform: str, tmp: Path, rows: int
+) -> tuple[dict, np.ndarray | None]:
+    """Write the encoded features (and scales) into `tmp`; return (error summary, scales or None)."""
+    n, d = x.shape
+    shape = {"int8": (n, d), "int4": (n, (d + 1) // 2), "binary": (n, (d + 7) // 8)}[encoding]
+    dtype = np.int8 if encoding == "int8" else np.uint8
+    out = create_npy_memmap(tmp / CompressedGraph.FEATURE_FILES[encoding], dtype=dtype, shape=shape)
+    lo, hi = _transformed_range(x, transform, rows) if encoding != "binary" else (None, None)
+    enc = _BlockEncoder(encoding, lo, hi, d)
+    acc = ErrorAccumulator(d)
+    for a, b in _blocks(n, rows):
+        block = np.asarray(x[a:b])
+        codes = enc.encode(forward_transform(block, transform))
+        out[a:b] = codes
+        acc.add(block, inverse_transform(enc.decode(codes), transform))
+    out.flush()
+    del out
+    if enc.scales is not None:
+        np.save(tmp / CompressedGraph.FEATURE_SCALES, enc.scales)
+    return acc.result(), enc.scales
+
+
+def _alternative_errors(x: np.ndarray, encodings: list[str], transform: str, rows: int) -> dict[str, dict]:
+    """Reconstruction error of each encoding in `encodings`, block by block, nothing written
+    (binary is exact: it is only applicable to 0/1 features, and then not transformed)."""
+    n, d = x.shape
+    quantized = [e for e in encodings if e != "binary"]
+    result = {e: {"max_abs_error": 0.0, "rel_rms_error": 0.0} for e in encodings if e == "binary"}
+    if not quantized:
+        return result
+    lo, hi = _transformed_range(x, transform, rows)
+    coders = {e: _BlockEncoder(e, lo, hi, d) for e in quantized}
+    acc = {e: ErrorAccumulator(d) for e in quantized}
+    for a, b in _blocks(n, rows):
+        block = np.asarray(x[a:b])
+        t = forward_transform(block, transform)
+        for e, coder in coders.items():
+            acc[e].add(block, inverse_transform(coder.decode(coder.encode(t)), transform))
+    return {**result, **{e: a.result() for e, a in acc.items()}}
+
+
+def compress_features(canonical: Path, tmp: Path, cfg) -> dict | None:
+    """Write the encoded features (and scales) of the canonical graph in `canonical` into `tmp`;
+    return their summary (encoding, bytes, errors, every applicable encoding's), None without
+    features. `cfg` is the stage's `graphs.stages.compress.CompressConfig` (its feature_encoding,
+    feature_transform, chunk_rows and compare_encodings)."""
+    graph = CanonicalGraph(canonical, {})
+    path = graph.features_path
+    if not graph.has_features:
+        return None
+    x = np.load(graph.verified(graph.FEATURES), mmap_mode="r", allow_pickle=False)
+    if x.ndim != 2 or x.dtype != np.float32:
+        raise ValueError(f"{path}: expected float32 [n, D] features, got {x.dtype} {x.shape}")
+    n, d = x.shape
+    rows = _rows_per_block(d, cfg.chunk_rows)
+    t0 = time.perf_counter()
+    binary = n > 0 and d > 0 and is_binary(x, chunk_rows=rows)
+    encoding = cfg.feature_encoding
+    if encoding == "auto":
+        encoding = "binary" if binary else "int8"
+    if encoding == "binary" and not binary:
+        raise ValueError(
+            f"{path}: feature_encoding='binary' needs features that are exactly 0 or 1; "
+            "these are not — use 'int8', 'int4' or 'auto'"
+        )
+    transform = "none" if encoding == "binary" else cfg.feature_transform  # 0/1 bits need none
+    errors, _ = _encode_features(x, encoding, transform, tmp, rows)
+    seconds = time.perf_counter() - t0
+
+    applicable = ["int8", "int4"] + (["binary"] if binary else [])
+    others = {}
+    if cfg.compare_encodings:
+        others = _alternative_errors(x, [e for e in applicable if e != encoding], transform, rows)
+    others[encoding] = errors
+    fp32 = encoding_nbytes("fp32", n, d)
+    table = {}
+    for enc in applicable:
+        nbytes = encoding_nbytes(enc, n, d)
+        table[enc] = {"bytes": nbytes, "saving": 1 - nbytes / fp32 if fp32 else 0.0, **others.get(enc, {})}
+    return {
+        "encoding": encoding,
+        "transform": transform,
+        "rows": n,
+        "dims": d,
+        "binary_valued": bool(binary),
+        "bytes_before": fp32,
+        "bytes_after": encoding_nbytes(encoding, n, d),
+        **errors,
+        "encodings": table,
+        "seconds": round(seconds, 3),
+    }
+
+
+def feature_bound_excess(out: Path, canonical: Path, feats: EncodedFeatures) -> dict:
+    """The largest excess of the decoded features' error over its bound per column, and the columns over it."""
+    x = np.load(CanonicalGraph(canonical, {}).verified(CanonicalGraph.FEATURES), mmap_mode="r", allow_pickle=False)
+    n, d = x.shape
+    if (feats.num_rows, feats.num_cols) != (n, d):
+        raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")
+    # Compared where the quantizer worked: on asinh(x) when the features were transformed.
+    step = np.zeros(d) if feats.encoding == "binary" else feats.arrays["scale"].astype(np.float64)
+    acc = ErrorAccumulator(d)
+    magnitude = np.zeros(d, dtype=np.float32)
+    rows = _rows_per_block(d, 0)
+    for a, b in _blocks(n, rows):
+        t = forward_transform(x[a:b], feats.transform)
+        if len(t):
+            np.maximum(magnitude, np.abs(t).max(axis=0), out=magnitude)
+        acc.add(t, _rows_of(feats, a, b).decode())
+    bound = step * (0.5 + 1e-4) + 4 * np.spacing(magnitude).astype(np.float64)
+    if feats.encoding == "binary":
+        bound[:] = 0.0
+    excess = acc.col_max - bound
+    return {
+        "feature_bound_excess": float(max(excess.max(initial=0.0), 0.0)),
+        "feature_columns_over_bound": int(np.count_nonzero(excess > 0)),
+    }
