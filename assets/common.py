@@ -169,7 +169,7 @@ class GnnflowStorage(dg.ConfigurableResource):
         a writer that did rewrite one in place would fail, not alter a version. The version also
         gets `training.promotion.LABELS_FILE`, its training labels per class, read from
         canonical_graph unless the model's summary names another data version than the files
-        now hold. A trained_model/ without version.json (not written by `training.train`) is
+        now hold. A trained_model/ without version.json (not written by `training.publish`) is
         named ``<UTC time>-<run id>`` first. Older versions are then removed by `apply_retention`."""
         model = self.asset_dir(dataset, TRAINED_MODEL)
         version = self.model_version(model) or write_version_file(model, suffix=run_id[:8])

@@ -38,7 +38,9 @@ from typing import Any, ClassVar, TypeVar, Union
 from graphs.infra.config_checks import (
     MAX_EPOCHS,
     MAX_PREFETCH,
+    MAX_RATE,
     MAX_ROWS,
+    MAX_SCALE,
     MAX_SEED,
     MAX_STEPS,
     asset_config_block,
@@ -98,8 +100,10 @@ class OptimizerConfig:
             "(the GCN paper's recipe), AdamW decoupled"
         },
     )
-    lr: float = field(default=DEFAULT_LR, metadata={"help": "peak learning rate (after warmup)"})
-    weight_decay: float = field(default=0.0, metadata={"help": "weight decay (L2 for Adam/SGD, decoupled for AdamW)"})
+    lr: float = field(default=DEFAULT_LR, metadata={"max": MAX_RATE, "help": "peak learning rate (after warmup)"})
+    weight_decay: float = field(
+        default=0.0, metadata={"max": MAX_RATE, "help": "weight decay (L2 for Adam/SGD, decoupled for AdamW)"}
+    )
     betas: list[float] = field(default_factory=lambda: [0.9, 0.999], metadata={"help": "Adam/AdamW (beta1, beta2)"})
     momentum: float = field(default=0.9, metadata={"help": "SGD momentum"})
 
@@ -189,7 +193,7 @@ class TrainingConfig:
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig, metadata={"help": "the optimizer"})
     lr_schedule: LRScheduleConfig = field(default_factory=LRScheduleConfig, metadata={"help": "learning-rate schedule"})
     gradient_clipping: float = field(
-        default=0.0, metadata={"help": "clip the global gradient norm to this value; 0 = off"}
+        default=0.0, metadata={"max": MAX_SCALE, "help": "clip the global gradient norm to this value; 0 = off"}
     )
     accumulate: int = field(
         default=1,

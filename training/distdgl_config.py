@@ -26,6 +26,7 @@ from graphs.infra.config_checks import (
     MAX_BATCH,
     MAX_EPOCHS,
     MAX_RANKS,
+    MAX_RATE,
     MAX_SEED,
     bounded_repr,
     check_fields,
@@ -63,7 +64,9 @@ class DistDGLTraining:
     )
     batch_size: int = field(default=256, metadata={"max": MAX_BATCH, "help": "Seed nodes per trainer per step."})
     epochs: int = field(default=3, metadata={"max": MAX_EPOCHS, "help": "Passes over each trainer's seeds."})
-    lr: float = field(default=DEFAULT_LR, metadata={"help": "Adam learning rate (training.optimizer.lr's default)."})
+    lr: float = field(
+        default=DEFAULT_LR, metadata={"max": MAX_RATE, "help": "Adam learning rate (training.optimizer.lr's default)."}
+    )
     seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "Model initialisation and shuffling seed."})
     stop_after_epoch: int = field(
         default=0,

@@ -203,7 +203,7 @@ def epoch_row(epoch: int, per_trainer: torch.Tensor, accs: dict, seconds: dict, 
 
 
 def history_summary(rows: list[dict], best: dict | None) -> dict:
-    """The summary's training and accuracy facts over the rows (names as `training.train`'s
+    """The summary's training and accuracy facts over the rows (names as `training.publish`'s
     summary uses them; None where nothing was evaluated)."""
     best, last = best or {}, rows[-1] if rows else {}
     inputs = sum(sum(r["trainer_inputs"]) for r in rows)

@@ -60,6 +60,7 @@ from graphs.formats.shard_manifest import ShardManifest
 from graphs.infra.config_checks import (
     MAX_EPOCHS,
     MAX_PREFETCH,
+    MAX_RATE,
     MAX_ROWS,
     MAX_SEED,
     MAX_STEPS,
@@ -110,7 +111,7 @@ class LinkTrainConfig:
             "Adamic-Adar, resource-allocation and degree features on the message-passing graph"
         },
     )
-    lr: float = field(default=1e-3, metadata={"help": "Adam learning rate"})
+    lr: float = field(default=1e-3, metadata={"max": MAX_RATE, "help": "Adam learning rate"})
     epochs: int = field(
         default=0,
         metadata={

@@ -221,7 +221,7 @@ class StoredMinibatch:
 def decode_minibatch(
     arrays: dict[str, np.ndarray], i: int, num_blocks: int, weight_encoding: str = "fp32"
 ) -> StoredMinibatch:
-    """Minibatch `i` of a shard file's arrays (`read_shard`), `num_blocks` blocks of it, stored
+    """Minibatch `i` of a shard file's arrays (`graphs.formats.shard_format.read_shard`), `num_blocks` blocks of it, stored
     in the manifest's `weight_encoding` (fp32 and int8 files are told apart by their entries;
     ``factors`` files hold no weights).
 

@@ -1,4 +1,4 @@
-"""The minibatch shard format, defined once: file names, keys, version, manifest schema, readers.
+"""The minibatch shard format, defined once: file names, keys, version, manifest schema, reading a shard.
 
 The writer (`graphs.sampling`, the minibatch_shards stage: `STAGE`) and the reader (`training.data`, on every
 training rank) both import this module, so every name, dtype and version of the format has one owner. It needs only
@@ -58,13 +58,13 @@ Extending the format (and bump `FORMAT_VERSION`):
 - a per-edge array of a block (e.g. a sampling correction stored on its own): add it to
   `BLOCK_ENTRIES` with ``required=False`` and give the sampled block an attribute of that
   name; `graphs.formats.shard_codec.encode_minibatch` writes it when not None and
-  `graphs.formats.shard_codec.decode_minibatch` returns it in ``StoredBlock.extra`` — no other
+  `graphs.formats.shard_codec.decode_minibatch` returns it in ``shard_codec.StoredBlock.extra`` — no other
   change;
 - a manifest fact (e.g. upstream content hashes): add it to `MANIFEST_KEYS` (required ones
   are checked by `read_manifest`) and write it in the writer's manifest;
 - an optional per-minibatch array (link prediction's ``pos_pairs`` / ``neg_pairs``): add it
   to `MINIBATCH_ENTRIES` with ``required=False`` and give the sampled minibatch an attribute
-  of that name; it is written when not None and read into ``StoredMinibatch.extra``;
+  of that name; it is written when not None and read into ``shard_codec.StoredMinibatch.extra``;
 - anything else per minibatch: add it to `MINIBATCH_ENTRIES`, `graphs.formats.shard_codec.encode_minibatch`
   and `graphs.formats.shard_codec.decode_minibatch`.
 """

@@ -61,6 +61,8 @@ MAX_FANOUT = 1 << 20  # neighbours sampled per node and layer
 MAX_PREFETCH = 1024  # minibatches read ahead
 MAX_WIDTH = 1 << 20  # hidden width, feature dimension, classes
 MAX_RANKS = 1 << 16  # ranks, machines, parts of one run
+MAX_RATE = 100.0  # a learning rate or weight decay
+MAX_SCALE = 1e9  # a weight, norm or threshold given in the data's own units
 # Labels are class indices 0..C-1 and the model has one output per class up to the largest
 # label, so one stray large label (a raw id, a hash) would size the output layer and every
 # batch's logits by it. 65,536 classes (64 MiB of weights over a 256-wide layer) is far above

@@ -45,7 +45,7 @@ that scan also gives the row counts). The node and feature files' ids are encode
 same pass, so their rows need no lookup either. Relabelled rows are turned into int64 keys ``src << s | dst << 1 | flag``
 (flag 1 marks the reversed copy added by symmetrization). When the keys of a symmetrized
 graph fit the sort budget only the (min, max) orientation is kept and the reverse
-direction is produced after deduplication (`mirror`), halving the work. Keys are spilled into fine
+direction is produced after deduplication (`graphs.kernels.edge_keys.mirror`), halving the work. Keys are spilled into fine
 buckets by source-id range; buckets are then grouped up to `sort_budget_mb`, and each
 group is counting-sorted into rows by source (a numba kernel: O(keys) plus a small sort
 per row, about 5x faster than sorting all keys) and deduplicated row by row. Because
@@ -56,7 +56,7 @@ Weights (when any edge file has a ``weight`` column; files without one count as 
 and are named in the summary). Every weight must be finite and > 0: NaN, infinite,
 negative, zero and null weights fail the stage naming each file and its count, or are
 dropped and counted with ``invalid_weights="drop"`` (their ids still become nodes, as
-for self loops). A float64 weight travels next to each key (``BYTES_PER_WEIGHTED_KEY``
+for self loops). A float64 weight travels next to each key (`graphs.kernels.edge_keys.BYTES_PER_WEIGHTED_KEY`
 sizes the groups, so the sort budget still bounds memory; spilled buckets get a second
 file of weights). The rows reach the keys in input order (files in name order, rows in
 file order), the bucket and row counting sorts are stable and a row's keys are put in

@@ -66,7 +66,7 @@ from graphs.formats.canonical_files import CanonicalGraph, edge_batches
 from graphs.formats.npyrows import create_npy_memmap
 from graphs.formats.stage_artifact import StageArtifact
 from graphs.infra import duck
-from graphs.infra.config_checks import MAX_ROWS, bounded_repr, check_fields
+from graphs.infra.config_checks import MAX_ROWS, MAX_SCALE, bounded_repr, check_fields
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, write_summary
 
 NORMS = ("both", "right")
@@ -114,7 +114,10 @@ class AdjacencyConfig:
     )
     self_loop_weight: float = field(
         default=1.0,
-        metadata={"help": "Weight s of each added self loop (A_w + sI), counted in the weighted degree."},
+        metadata={
+            "max": MAX_SCALE,
+            "help": "Weight s of each added self loop (A_w + sI), counted in the weighted degree.",
+        },
     )
 
     def __post_init__(self) -> None:
