@@ -284,7 +284,9 @@ def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_pat
         timeout=300,
     )
     assert run.returncode != 0
-    assert re.search(r"NonFiniteLossError: the training loss is nan at epoch \d, optimizer step \d of 3", run.stdout + run.stderr)
+    assert re.search(
+        r"NonFiniteLossError: the training loss is nan at epoch \d, optimizer step \d of 3", run.stdout + run.stderr
+    )
     assert folder_bytes(out) == before
 
 
