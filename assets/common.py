@@ -56,7 +56,7 @@ from graphs.stages.normalize import Adjacency
 from training.checkpoint import data_version
 from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, PREDICTIONS, SUMMARY, read_version, write_version_file
 from training.outputs import STAGE as TRAINED_MODEL
-from training.promotion import LABELS_FILE, read_training_label_counts, write_label_counts
+from training.promotion import LABELS_FILE, PromotionConfig, read_training_label_counts, write_label_counts
 from training.promotion import STAGE as PROMOTION
 
 # One partition per dataset: `dagster asset materialize --partition cora`, backfills over many.
@@ -256,8 +256,6 @@ class GnnflowStorage(dg.ConfigurableResource):
 
     def kept_versions(self, dataset: str) -> int:
         """`keep_versions` of the dataset's gnnflow.yaml promotion block (its default without one)."""
-        from training.promotion import PromotionConfig
-
         path = self.settings_file(dataset)
         try:
             block = read_settings_file(path, registered_configs()).get(PROMOTION, {})

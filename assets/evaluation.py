@@ -50,10 +50,12 @@ from assets.settings import register_config
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.label_classes import read_label_classes
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
+from graphs.infra.plotting import headless_pyplot
 from graphs.infra.storage import CorruptFileError, staged_output, verified, verify_files
 from graphs.stages.canonical import read_summary
 from graphs.stages.edge_split import LINK_PREDICTION, EdgeSplit
 from graphs.stages.normalize import Adjacency
+from training.link import evaluate_saved
 from training.metrics import classification_report, node_classification_report
 from training.outputs import LINK_MODEL, PREDICTIONS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
@@ -222,8 +224,6 @@ def _write_record(out: Path, record: dict, now: LabelRecord) -> None:
 
 def plot_confusion(cm: np.ndarray, path: Path) -> None:
     """A small confusion-matrix heat map (row-normalized colours, counts written for <= 12 classes)."""
-    from graphs.infra.plotting import headless_pyplot
-
     plt = headless_pyplot()
     c = cm.shape[0]
     side = min(2.5 + 0.25 * c, 6.0)
@@ -333,8 +333,6 @@ def _evaluation_metadata(out: Path, record: dict, candidate: dict) -> dict:
 def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
     """task: link_prediction: ROC-AUC, MRR and Hits@K of trained_model's model.safetensors on edge_split's
     validation and test edges against its fixed negatives, recomputed (`training.link.evaluate_saved`)."""
-    from training.link import evaluate_saved
-
     with storage.lock(dataset, context.log.info):
         model = storage.upstream_dir(dataset, TRAINED_MODEL)
         split = storage.upstream_dir(dataset, EdgeSplit.STAGE)

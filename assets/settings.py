@@ -56,6 +56,7 @@ from typing import Any, Mapping
 import dagster as dg
 import pydantic
 
+import assets
 from graphs.infra.config_checks import (
     RunConfigShapeError,
     asset_config_block,
@@ -85,8 +86,6 @@ def register_config(asset: str, cls: type[dg.Config]) -> None:
 
 def registered_configs() -> dict[str, type[dg.Config]]:
     """Asset name -> run config class, for every module of the `assets` package."""
-    import assets
-
     for mod in pkgutil.iter_modules(assets.__path__):
         importlib.import_module(f"assets.{mod.name}")
     return dict(_CONFIGS)

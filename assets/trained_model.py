@@ -80,7 +80,7 @@ from training.data import ShardError
 from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
-from training.link import LinkTrainConfig
+from training.link import LinkTrainConfig, train_link
 from training.outputs import CURVES, METRICS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
 from training.profiling import PROFILE_DIR, TRACE_FILE
@@ -279,8 +279,6 @@ def trained_model(
 def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: str, config_metadata: dict):
     """task: link_prediction: `training.link.train_link` in this process (not torchrun), from the
     edge-seed shards; the check is then test ROC-AUC above 0.5 (random scoring)."""
-    from training.link import train_link
-
     split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
     adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
     shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)

@@ -8,6 +8,8 @@ packages, subpackages included:
   in graphs/, training/ and assets/ none even through imports inside functions;
 - no private name (leading underscore) imported from another project module, except by a
   package's ``__init__`` from its own submodules;
+- imports at module top: an import of a project module inside a function carries a comment on
+  its line saying why it is there (a measured start-up cost, a cycle, a heavy dependency);
 - no ``unittest.mock`` outside tests/;
 - every module of graphs/ lives in one of its rooms (`GRAPHS_ROOMS`), and the lower rooms never
   import the higher ones: infra/ imports only infra/; kernels/ only infra/, kernels/ and
@@ -18,6 +20,8 @@ packages, subpackages included:
 """
 
 import ast
+import io
+import tokenize
 from pathlib import Path
 
 import pytest
@@ -194,6 +198,58 @@ def test_no_private_name_is_imported_from_another_module():
             if name.startswith("_") and not name.startswith("__") and not own_submodule:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno} imports {name} from {source}")
     assert found == []
+
+
+def _uncommented_imports_in_functions(source: str) -> list[int]:
+    """Lines of the imports of a project module (relative ones included) inside a function of
+    `source` with no comment on any line of the statement."""
+    commented = {
+        tok.start[0] for tok in tokenize.generate_tokens(io.StringIO(source).readline) if tok.type == tokenize.COMMENT
+    }
+    lines = []
+    for func in ast.walk(ast.parse(source)):
+        if not isinstance(func, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(func):
+            if isinstance(node, ast.Import):
+                project = any(alias.name.split(".")[0] in PACKAGES for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                project = node.level > 0 or (node.module or "").split(".")[0] in PACKAGES
+            else:
+                continue
+            if project and not commented & set(range(node.lineno, node.end_lineno + 1)):
+                lines.append(node.lineno)
+    return sorted(set(lines))
+
+
+def test_every_import_in_a_function_says_why():
+    found = {
+        str(p.relative_to(ROOT)): lines
+        for p in MODULES.values()
+        if (lines := _uncommented_imports_in_functions(p.read_text()))
+    }
+    assert found == {}, "move these imports to the module top, or say on their line why not (e.g. '# lazy: ...')"
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("def f():\n    from graphs.stages import compress\n", [2]),
+        ("def f():\n    import training.link\n", [2]),
+        ("def f():\n    import os, assets\n", [2]),
+        ("def f():\n    from . import writer\n", [2]),
+        ("def f():\n    from .writer import write\n", [2]),
+        ("class C:\n    async def f(self):\n        if x:\n            from pipelines.cli import main\n", [4]),
+        ("def f():\n    def g():\n        from graphs import x\n", [3]),
+        ("def f():\n    from graphs.kernels.bloom import BloomFilter  # lazy: numba, ~0.14 s\n", []),
+        ("def f():\n    from graphs.x import (  # lazy: cycle\n        a,\n    )\n", []),
+        ("def f():\n    import numpy\n", []),
+        ("def f():\n    from graphsx import y\n", []),
+        ("from graphs.stages import compress\n", []),
+    ],
+)
+def test_the_import_comment_rule_sees_each_spelling(source, expected):
+    assert _uncommented_imports_in_functions(source) == expected
 
 
 def _uses_mock(tree: ast.Module) -> list[int]:

@@ -14,6 +14,11 @@ import sys
 
 import yaml
 
+from graphs.infra.config_checks import read_yaml_file
+from training.config import RunConfig, field_help, unwrap_dagster_run_config
+from training.lifetime import LAUNCHER_PID_ENV, die_with_parent
+from training.train import train
+
 
 def _apply_override(data: dict, assignment: str) -> None:
     """``a.b.c=value`` (value parsed as YAML) into the nested dict ``data``."""
@@ -30,16 +35,12 @@ def _apply_override(data: dict, assignment: str) -> None:
 def _die_with_launcher() -> None:
     """A rank lives no longer than its launcher (`training.lifetime`); one whose launcher is
     already gone exits at once."""
-    from training.lifetime import LAUNCHER_PID_ENV, die_with_parent
-
     launcher = os.environ.get(LAUNCHER_PID_ENV, "")
     if not die_with_parent(int(launcher) if launcher.isdigit() else None):
         raise SystemExit(f"rank {os.environ['RANK']}: its launcher (pid {launcher}) is gone; not training")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.config import RunConfig, field_help, unwrap_dagster_run_config
-
     parser = argparse.ArgumentParser(
         prog="python -m training", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -64,8 +65,6 @@ def main(argv: list[str] | None = None) -> int:
         _die_with_launcher()
     rank = os.environ.get("RANK", "0")
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [rank {rank}] %(message)s", stream=sys.stdout)
-    from graphs.infra.config_checks import read_yaml_file
-
     try:
         data = read_yaml_file(args.config) or {}  # size-limited, anchors and aliases refused
     except (OSError, ValueError) as exc:
@@ -77,8 +76,6 @@ def main(argv: list[str] | None = None) -> int:
         cfg = RunConfig.from_dict(data)
     except (ValueError, TypeError) as exc:
         raise SystemExit(f"{args.config}: {exc}") from None
-
-    from training.train import train
 
     train(cfg)
     return 0

@@ -37,6 +37,7 @@ import logging
 import torch
 from torch import nn
 
+import graphs  # noqa: F401  (sets DGLBACKEND before DGL is imported)
 from training.blocks import Block, CSRStructure
 
 __all__ = [
@@ -63,8 +64,6 @@ def _dgl():
     """The dgl module, or None when it cannot be imported (result cached)."""
     global _dgl_module
     if _dgl_module is _UNSET:
-        import graphs  # noqa: F401  (sets DGLBACKEND before DGL is imported)
-
         try:
             import dgl
             import dgl.ops  # noqa: F401

@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from graphs.infra.config_checks import bounded_repr, check_fields
+from graphs.stages.normalize import load_csr
 from training.aggregate import aggregate
 from training.blocks import Block
 from training.layer_registry import layer_kind
@@ -206,8 +207,6 @@ class VRGCN:
 
     @classmethod
     def from_adjacency(cls, adjacency: Path, device: torch.device) -> "VRGCN":
-        from graphs.stages.normalize import load_csr
-
         csr = load_csr(adjacency)
         t = [
             torch.from_numpy(np.array(a)) for a in (csr.indptr, csr.indices, csr.weights)

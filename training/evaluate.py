@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from graphs.formats.npyrows import NpyRowWriter, read_rows, release, take_rows
+from graphs.stages.normalize import load_csr
 from training import metrics
 from training.blocks import Block, block_from_csr, remove_self_loops
 
@@ -45,8 +46,6 @@ def load_full_block(adjacency_dir: str | os.PathLike) -> Block:
     Â is symmetric for the default ``degree_norm="both"`` on a symmetrized graph, so its CSR is
     also the CSC over destinations that Block expects.
     """
-    from graphs.stages.normalize import load_csr
-
     return block_from_csr(*load_csr(adjacency_dir, mmap=False))
 
 

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 import torch
 
 from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.shard_references import open_features
 
 __all__ = [
     "FeatureTransform",
@@ -85,8 +86,6 @@ def degree_features(indptr: np.ndarray, buckets: int) -> torch.Tensor:
 
 def feature_chunks(manifest: dict, shards_dir: str | os.PathLike, rows: int = 1 << 16) -> Iterator[torch.Tensor]:
     """The manifest's features as float32 row chunks (decoded, transform undone); nothing when absent."""
-    from graphs.formats.shard_references import open_features
-
     feats = open_features(manifest, shards_dir)
     if feats is None:
         return

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphs.infra.config_checks import MAX_RANKS, bounded_repr, check_fields
+from training.lifetime import LAUNCHER_PID_ENV, die_with_parent
 
 __all__ = ["LOCK_FD_ENV", "LaunchConfig", "launch_env", "main", "other_node_command", "torchrun_command"]
 
@@ -324,8 +325,6 @@ def main(argv: list[str] | None = None) -> None:
     on this node alone, on loopback, tied to the process that started it."""
     from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
     from torch.distributed.run import main as torchrun_main
-
-    from training.lifetime import LAUNCHER_PID_ENV, die_with_parent
 
     args = _own_options(sys.argv[1:] if argv is None else argv)
     if not die_with_parent():

@@ -74,6 +74,7 @@ from graphs.stages.normalize import Adjacency
 from training.blocks import remove_self_loops
 from training.data import ShardStream
 from training.evaluate import load_full_block
+from training.features import degree_features, full_features
 from training.layers import GNN, ModelConfig, build_model
 from training.loss_check import NonFiniteLossError, non_finite_loss
 from training.metrics import LINK_HITS_AT, link_prediction_report
@@ -226,8 +227,6 @@ def pair_scores(model: LinkModel, hu: torch.Tensor, hv: torch.Tensor, feats: tor
 
 def _features(manifest: ShardManifest, shards: Path, adjacency_block, buckets: int) -> torch.Tensor:
     """The input features: the manifest's, else one-hot log2-degree buckets of the message-passing Â."""
-    from training.features import degree_features, full_features
-
     x = full_features(manifest.doc, shards)
     if x is None:
         x = degree_features(adjacency_block.indptr.numpy(), buckets)
@@ -526,8 +525,6 @@ def evaluate_saved(
 ) -> dict:
     """{"val": report, "test": report} of the model `train_link` wrote into `model_dir`,
     recomputed from its LINK_MODEL file (`load_saved`)."""
-    from graphs.stages.edge_split import load_edge_split
-
     saved = load_saved(model_dir, shards_dir, adjacency_dir)
     split = load_edge_split(split_dir)
     g, cfg = saved.graph, saved.config

@@ -46,8 +46,10 @@ import pyarrow.parquet as pq
 import torch
 
 from graphs.infra.dataset_names import is_valid_dataset_name
+from graphs.infra.plotting import headless_pyplot
 from graphs.infra.storage import SUMMARY_NAME
 from training.blocks import Block, remove_self_loops
+from training.features import FeatureTransform
 from training.layers import GNN, ModelConfig, build_model
 from training.state_file import StateFileError, read_state_file, write_state_file
 
@@ -148,8 +150,6 @@ class Preprocessing:
 
     def transform(self):
         """The :class:`training.features.FeatureTransform` with the stored statistics."""
-        from training.features import FeatureTransform
-
         return FeatureTransform(self.feature_norm, self.mean, self.std)
 
     def to_state(self) -> dict:
@@ -289,8 +289,6 @@ def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: to
 
 def plot_curves(rows: list[dict], path: str | os.PathLike) -> None:
     """curves.png: training loss (mean over ranks) and train/val/test accuracy per epoch."""
-    from graphs.infra.plotting import headless_pyplot
-
     plt = headless_pyplot()
     from matplotlib.ticker import MaxNLocator
 

@@ -42,7 +42,7 @@ import torch
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.label_classes import LABEL_CLASSES, label_values, read_label_classes
 from graphs.infra.storage import atomic_output_dir, verify_files
-from graphs.stages.normalize import Adjacency
+from graphs.stages.normalize import Adjacency, load_csr
 from training.evaluate import load_full_block
 from training.features import degree_features, read_node_table
 from training.outputs import MODEL_BEST, MODEL_FINAL, PREDICTIONS, SUMMARY, load_model, read_version, write_json
@@ -65,8 +65,6 @@ def verify_inputs(canonical: Path, adjacency: Path, feature_input: str) -> None:
 def model_input(preprocessing, canonical: Path, adjacency: Path, in_feats: int) -> torch.Tensor:
     """The float32 [n, in_feats] input the stored preprocessing builds from these folders."""
     if preprocessing.input == "degree":
-        from graphs.stages.normalize import load_csr
-
         x = degree_features(load_csr(adjacency).indptr, preprocessing.degree_buckets)
     else:
         path = CanonicalGraph.open(canonical).features_path

@@ -39,6 +39,7 @@ from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.infra.config_checks import bounded_repr
 from graphs.infra.dataset_names import validate_dataset_name
 from graphs.stages.normalize import Adjacency
+from training.link import load_saved
 from training.outputs import LINK_MODEL
 from training.outputs import STAGE as TRAINED_MODEL
 
@@ -93,8 +94,6 @@ def map_original_ids(values: pa.Array, nodes_file: str | os.PathLike, where: str
 def score_pairs(pairs_file, out_file, *, model_dir, canonical_dir, shards_dir, adjacency_dir) -> dict:
     """Score `pairs_file` with the link model in `model_dir` into `out_file` (module docstring);
     {"pairs", "model_dir", "out"}."""
-    from training.link import load_saved
-
     pairs_file, out_file = Path(pairs_file), Path(out_file)
     table = _read_pairs(pairs_file)
     nodes_file = CanonicalGraph.open(canonical_dir).nodes_path

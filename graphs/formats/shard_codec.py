@@ -24,6 +24,7 @@ from graphs.formats.shard_format import (
     index_dtype,
     minibatch_key,
 )
+from graphs.kernels.quantize import dequantize_int8_rows_csr, quantize_int8_rows_csr
 
 __all__ = [
     "StoredBlock",
@@ -135,8 +136,6 @@ def encode_minibatch(mb: Any, i: int, weight_encoding: str) -> dict[str, np.ndar
         else:
             out[block_key(i, layer, "correction_first")], out[block_key(i, layer, "correction_rest")] = compact
         if weight_encoding == "int8":
-            from graphs.kernels.quantize import quantize_int8_rows_csr
-
             qw, scale = quantize_int8_rows_csr(b.indptr, b.weight)
             out[block_key(i, layer, "weight_q")] = qw
             out[block_key(i, layer, "weight_scale")] = scale
@@ -199,8 +198,6 @@ class StoredBlock:
         encoding ``factors``."""
         if self.weight is not None or self.weight_q is None:
             return self.weight
-        from graphs.kernels.quantize import dequantize_int8_rows_csr
-
         return dequantize_int8_rows_csr(self.indptr, self.weight_q, self.weight_scale)
 
 

@@ -90,7 +90,9 @@ from graphs.infra.storage import (
     cached_file_sha256,
     file_is_as_published,
     read_file_hashes,
+    split_run_stats,
     verify_files,
+    write_summary,
 )
 from graphs.stages.normalize import Adjacency
 
@@ -304,8 +306,6 @@ def index_dtype(bound: int):
 def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
     """Write `manifest` (checked against `MANIFEST_KEYS`) as the folder's manifest.json; its run
     statistics (seconds, rates, peak RSS) go to run_stats.json beside it."""
-    from graphs.infra.storage import split_run_stats, write_summary
-
     path = Path(folder) / MANIFEST_NAME
     check_manifest(split_run_stats(manifest)[0], path)
     write_summary(folder, manifest, MANIFEST_NAME)

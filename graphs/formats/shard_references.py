@@ -13,15 +13,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from graphs.formats.compress_files import CompressedGraph
 from graphs.formats.shard_format import FEATURE_ENCODINGS, MANIFEST_NAME, ShardError
-
-if TYPE_CHECKING:
-    from graphs.kernels.quantize import EncodedFeatures
+from graphs.kernels.quantize import EncodedFeatures
+from graphs.stages.compress import load_features
 
 __all__ = ["features_entry", "open_features", "open_weight_factors", "weight_factors_entry"]
 
@@ -71,8 +69,6 @@ def weight_factors_entry(folder: Path, row: Path, col: Path | None) -> dict:
 
 
 def _load_compressed(compressed_dir: Path | None, what: str, verify: bool = True) -> EncodedFeatures | None:
-    from graphs.stages.compress import load_features
-
     if compressed_dir is None or not (Path(compressed_dir) / CompressedGraph.MANIFEST).is_file():
         raise ValueError(
             f"{what} needs compressed_graph's files in {compressed_dir}; materialize compressed_graph first"
@@ -86,8 +82,6 @@ def _load_compressed(compressed_dir: Path | None, what: str, verify: bool = True
 def open_features(manifest: dict, root: str | os.PathLike) -> EncodedFeatures | None:
     """The features the manifest in `root` names, memory-mapped, as `graphs.kernels.quantize.EncodedFeatures`
     (None without features). Refuses files that changed since the shards were written."""
-    from graphs.kernels.quantize import EncodedFeatures
-
     entry = manifest.get("features")
     if entry is None:
         return None

@@ -37,6 +37,8 @@ from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.kinds.neighbor import NeighborSampler
 from graphs.sampling.schedule import epoch_seed_batches
+from graphs.sampling.writer import write_minibatch_shards
+from graphs.stages.compress import load_bloom_filters
 from graphs.stages.negatives import EdgeKeys, NegativeSampler
 
 __all__ = ["LinkMinibatch", "LinkSampler", "negative_sampler_for", "seed_edge_reverse", "write_link_shards"]
@@ -81,8 +83,6 @@ def negative_sampler_for(
     if cfg.negative_filter == "bloom":
         if compressed_dir is None:
             raise ValueError("negative_filter='bloom' needs compressed_graph's Bloom filters; materialize it first")
-        from graphs.stages.compress import load_bloom_filters
-
         filters = load_bloom_filters(compressed_dir)
         part = np.zeros(n, np.int64) if part_id is None else np.asarray(part_id, np.int64)
         parts = int(part.max()) + 1 if n else 1
@@ -202,8 +202,6 @@ def write_link_shards(
     """Link-prediction shards of the message-passing graph in `inputs` (loaded from the
     edge_split folder) into `out_dir`, through `graphs.sampling.write_minibatch_shards`.
     `canonical_dir` (the full graph) feeds ``negative_filter="exact"``."""
-    from graphs.sampling.writer import write_minibatch_shards
-
     degree = np.diff(np.asarray(inputs.indptr)).astype(np.float64)
     negatives = negative_sampler_for(
         cfg,

@@ -368,7 +368,7 @@ def load_bloom_filters(out_dir: str | os.PathLike) -> list[BloomFilter]:
     """The per-part filters, part 0 first (bit arrays memory-mapped), each file checked against
     the folder's hashes.json first (`BloomFilter.load` itself checks only the header)."""
     art = CompressedGraph.open(out_dir, verify=True)
-    from graphs.kernels.bloom import BloomFilter
+    from graphs.kernels.bloom import BloomFilter  # lazy: numba kernels, ~0.14 s, wanted only here
 
     return [BloomFilter.load(art.verified(art.bloom_file(p))) for p in range(int(art.manifest["bloom_parts"]))]
 

@@ -64,6 +64,7 @@ from graphs.infra.storage import (
     verify_inputs,
     write_summary,
 )
+from graphs.stages.negatives import EdgeKeys, draw_non_edges
 
 __all__ = [
     "DEFAULT_TASK",
@@ -219,8 +220,6 @@ def build_edge_split(
 ) -> dict:
     """Write the split of the canonical graph in `canonical_dir` (files in the module
     docstring) into `out_dir`, atomically. Returns the summary (also summary.json)."""
-    from graphs.stages.negatives import EdgeKeys, draw_non_edges
-
     cfg = cfg or EdgeSplitConfig()
     t0 = time.perf_counter()
     canonical = Path(canonical_dir)

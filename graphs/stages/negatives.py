@@ -37,6 +37,9 @@ from pathlib import Path
 
 import numpy as np
 
+from graphs.formats.canonical_files import edge_batches
+from graphs.stages.compress_bloom import might_be_edge
+
 __all__ = [
     "FILTERS",
     "DISTRIBUTIONS",
@@ -70,8 +73,6 @@ class EdgeKeys:
     @classmethod
     def from_canonical(cls, canonical_dir: str | os.PathLike, n: int) -> "EdgeKeys":
         """Every edge of a canonical graph (`graphs.stages.canonical` layout), both directions."""
-        from graphs.stages.canonical import edge_batches
-
         parts = [(s, d) for s, d in edge_batches(Path(canonical_dir))]
         if not parts:
             return cls(np.empty(0, np.int64), n)
@@ -178,8 +179,6 @@ class NegativeSampler:
     def is_edge(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """What the configured filter says: True = reject as a (possible) edge."""
         if self.filter == "bloom":
-            from graphs.stages.compress_bloom import might_be_edge
-
             return might_be_edge(self.filters, self.part, u, v)
         if self.filter == "exact":
             return self.exact.contains(u, v)
@@ -226,8 +225,6 @@ def compare_rejection(
     false-positive rate (wrongly rejected / true non-edges), the best-of-`repeats` query time
     of each and the bytes each holds in memory.
     """
-    from graphs.stages.compress_bloom import might_be_edge
-
     n = exact.n
     u, v = rng.integers(0, n, size=(2, count))
     keep = u != v
@@ -272,7 +269,7 @@ def sizes_at(directed_edges: int, nodes: int, fpr: float, cut_share: float = 0.0
     split-block filter sized by `graphs.kernels.bloom.optimal_parameters` for the keys of each of
     `parts` equal parts (a cut edge is stored in both endpoints' parts: keys = E (1 + cut
     share)) plus the 64-byte header per file and the int32 node -> part array the router reads."""
-    from graphs.kernels.bloom import HEADER_BYTES, optimal_parameters
+    from graphs.kernels.bloom import HEADER_BYTES, optimal_parameters  # lazy: numba kernels, ~0.13 s
 
     keys = int(round(directed_edges * (1.0 + cut_share)))
     per_part = -(-keys // parts)

@@ -72,6 +72,7 @@ from graphs.formats.canonical_files import CanonicalGraph, edge_batches
 from graphs.formats.distdgl_format import write_distdgl_parts
 from graphs.formats.partition_files import Partitions, load_parts
 from graphs.infra.config_checks import MAX_SEED, check_fields
+from graphs.infra.plotting import headless_pyplot
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
 from graphs.kernels.coarsen import Level, metis_levels
 from graphs.kernels.metis import metis_idx_dtype, quiet_stdout
@@ -525,8 +526,6 @@ def _verify_inputs(canonical: Path, cfg: PartitionConfig) -> None:
 
 
 def _plot_sizes(metis: dict, random: dict, path: Path) -> None:
-    from graphs.infra.plotting import headless_pyplot
-
     plt = headless_pyplot()
 
     k = len(metis["nodes_per_part"])
