@@ -28,7 +28,7 @@ from graphs.formats.shard_manifest import ShardManifest
 from graphs.stages.normalize import Adjacency, load_csr
 from training.blocks import remove_self_loops
 from training.checkpoint import CHECKPOINT_NAME, code_version, data_version, resume_state, run_key, work_dir_for
-from training.comm_hooks import setup_comm_hook
+from training.comm_hooks import CommCounter, setup_comm_hook
 from training.compensation import VRGCN, GradientEMA, check_vrgcn_supports
 from training.config import OptimizerConfig, RunConfig, TrainingConfig
 from training.data import FeatureRows
@@ -39,7 +39,7 @@ from training.features import FeatureTransform, degree_features, feature_chunks,
 from training.imbalance import class_weights
 from training.layers import build_model
 from training.node_stats import NodeGradStats
-from training.precision import grad_scaler, resolve_precision
+from training.precision import Precision, grad_scaler, resolve_precision
 from training.report import Reporter
 from training.run_plan import check_sampler_supports, resolve_num_layers, training_epochs
 
@@ -83,7 +83,7 @@ class Run:
     total_steps: int
     num_blocks: int
     # features
-    stream_features: object
+    stream_features: str | torch.Tensor  # "manifest": the shards' features; else degree one-hots
     in_feats: int
     num_classes: int
     transform: FeatureTransform
@@ -91,8 +91,8 @@ class Run:
     model: torch.nn.Module
     net: torch.nn.Module
     optimizer: torch.optim.Optimizer
-    precision: object
-    scaler: object
+    precision: Precision
+    scaler: torch.cuda.amp.GradScaler  # torch.amp.GradScaler from torch 2.3 (training.precision.grad_scaler_class)
     # checkpoint identity
     dver: str
     key: str
@@ -104,7 +104,7 @@ class Run:
     class_weight: torch.Tensor | None = None
     grad_stats: NodeGradStats | None = None
     # options (training.comm, training.compensation): None when off
-    comm_counter: object = None
+    comm_counter: CommCounter | None = None
     vrgcn: VRGCN | None = None
     # progress (restored from a checkpoint)
     start_epoch: int = 0
