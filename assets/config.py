@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import dagster as dg
 from pydantic import Field
@@ -37,6 +37,11 @@ def dagster_config(dataclass_type: type[T], name: str | None = None) -> type[dg.
     nested: dict[str, type[dg.Config]] = {}
     for f in dataclasses.fields(dataclass_type):
         annotations[f.name] = hints[f.name]
+        if "blocks" in f.metadata:  # one block per variant, e.g. minibatch_shards.samplers.<sampler>
+            sub = nested[f.name] = _blocks_config(f.metadata["blocks"](), f"{dataclass_type.__name__}_{f.name}")
+            annotations[f.name] = sub
+            namespace[f.name] = Field(default_factory=sub, description=f.metadata.get("help"))
+            continue
         if dataclasses.is_dataclass(hints[f.name]):  # a nested block, e.g. training.optimizer
             sub = nested[f.name] = dagster_config(hints[f.name])
             annotations[f.name] = sub
@@ -49,6 +54,9 @@ def dagster_config(dataclass_type: type[T], name: str | None = None) -> type[dg.
             namespace[f.name] = Field(default_factory=f.default_factory, **kwargs)
         else:
             namespace[f.name] = Field(**kwargs)
+    moved = getattr(dataclass_type, "MOVED_SETTINGS", {})
+    annotations["moved_settings"] = ClassVar[dict[str, str]]
+    namespace["moved_settings"] = dict(moved)  # keys of an older shape: refused naming their new place
     namespace["__annotations__"] = annotations
     namespace["__doc__"] = dataclass_type.__doc__
     namespace["__module__"] = dataclass_type.__module__
@@ -61,6 +69,24 @@ def dagster_config(dataclass_type: type[T], name: str | None = None) -> type[dg.
 
     namespace["to_dataclass"] = to_dataclass
     return type(name or f"{dataclass_type.__name__}RunConfig", (dg.Config,), namespace)
+
+
+def _blocks_config(classes: dict[str, type], name: str) -> type[dg.Config]:
+    """A `dagster.Config` with one nested block per entry of `classes` ({key: config dataclass},
+    e.g. each registered sampler's settings); its `to_dataclass()` is {key: dataclass instance}."""
+    blocks = {key: dagster_config(cls, f"{name}_{key}") for key, cls in classes.items()}
+    namespace: dict[str, Any] = {
+        key: Field(default_factory=sub, description=(classes[key].__doc__ or "").strip() or None)
+        for key, sub in blocks.items()
+    }
+    namespace["__annotations__"] = dict(blocks)
+    namespace["__module__"] = __name__
+
+    def to_dataclass(self) -> dict[str, Any]:
+        return {key: getattr(self, key).to_dataclass() for key in blocks}
+
+    namespace["to_dataclass"] = to_dataclass
+    return type(name, (dg.Config,), namespace)
 
 
 def _constraints(hint: Any, metadata: typing.Mapping) -> dict[str, Any]:

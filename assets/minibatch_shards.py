@@ -138,10 +138,11 @@ def _require_partition_files(dataset: str, cfg: ShardConfig, partitions: Path) -
 def _adaptive_node_scores(context, storage: GnnflowStorage, dataset: str, cfg: ShardConfig) -> Path | None:
     """The node scores adaptive sampling reads: the gradient statistics of the dataset's last training run."""
     scores = storage.asset_dir(dataset, TRAINED_MODEL) / NODE_SCORES_NAME
-    scores = scores if cfg.neighbor_prob == "adaptive" and scores.is_file() else None
-    if cfg.neighbor_prob == "adaptive" and scores is None:
+    wanted = sampler_class(cfg.sampler).reads_node_scores(cfg)
+    scores = scores if wanted and scores.is_file() else None
+    if wanted and scores is None:
         context.log.info(
-            f"neighbor_prob 'adaptive': no {NODE_SCORES_NAME} in trained_model yet (train with "
+            f"sampler {cfg.sampler!r}: no {NODE_SCORES_NAME} in trained_model yet (train with "
             "training.node_grad_stats on); sampling by degree alone this round"
         )
     return scores

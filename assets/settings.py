@@ -91,6 +91,24 @@ def registered_configs() -> dict[str, type[dg.Config]]:
     return dict(_CONFIGS)
 
 
+def moved_keys(run_config: Mapping[str, Any]) -> list[str]:
+    """ "'ops.<asset>.config.<key>' is now '...'" for every key of a run config that a setting's
+    older shape used (the Config class's ``moved_settings``); Dagster's own check would only call
+    them unexpected."""
+    out: list[str] = []
+    ops = run_config.get("ops")
+    if not isinstance(ops, Mapping):
+        return out  # Dagster's check names a misshapen run config
+    for asset, cls in registered_configs().items():
+        block = ops.get(asset)
+        config = block.get("config") if isinstance(block, Mapping) else None
+        for key in config if isinstance(config, Mapping) else ():
+            moved = getattr(cls, "moved_settings", {}).get(key) if isinstance(key, str) else None
+            if moved is not None:
+                out.append(f"'ops.{asset}.config.{key}' is now 'ops.{asset}.config.{moved}'")
+    return out
+
+
 def read_settings_file(path: Path, assets: Mapping[str, type[dg.Config]]) -> dict[str, dict]:
     """`{asset: config block}` from a gnnflow.yaml (`{}` when there is none), its shape and keys
     checked against `assets` (asset name -> its Config class); values are checked by `resolve`."""
@@ -169,6 +187,9 @@ def _check_keys(cls: type[pydantic.BaseModel], block: dict, where: str, path: Pa
     """Every key of `block` is a field of `cls` (recursing into nested Config blocks)."""
     fields = cls.model_fields
     for key, value in block.items():
+        moved = getattr(cls, "moved_settings", {}).get(key) if isinstance(key, str) else None
+        if moved is not None:
+            raise SettingsError(f"{path}: key '{where}.{key}' is now '{where}.{moved}'")
         if not isinstance(key, str) or key not in fields:
             raise SettingsError(
                 f"{path}: key '{where}.{bounded_text(str(key))}' is not a setting of {where.split('.')[1]}"

@@ -7,7 +7,7 @@ datasets/; ``--quick``: a generated 600-node graph):
    matters; W = 1, 10 sampled epochs, the automatic batch size), "off";
 2. a training run on them with ``training.node_grad_stats`` on: the previous model of a
    retrain, whose per-node gradient norms g(v) the next round reads;
-3. shards with ``neighbor_prob: adaptive`` (α = 0.5) from those statistics, "on";
+3. shards with ``samplers.neighbor.prob: adaptive`` (α = 0.5) from those statistics, "on";
 4. --seeds training seeds (default 5) of the default model on each set of shards (one child
    process per run): test accuracy of the best-on-validation model, and the training seconds
    (evaluation excluded) and epochs until validation accuracy first reaches the target = 97 %
@@ -58,7 +58,11 @@ def rows(args) -> list[dict]:
         stats = train_run(off_dir, home / "runs" / "stats", {}, {**training, "node_grad_stats": True})
         scores = home / "runs" / "stats" / stats["summary"]["node_grad_stats"]
         on_dir, manifest = shards(
-            graph, "shards-adaptive", node_scores=scores, neighbor_prob="adaptive", adaptive_alpha=ALPHA, **base
+            graph,
+            "shards-adaptive",
+            node_scores=scores,
+            samplers={"neighbor": {"prob": "adaptive", "adaptive_alpha": ALPHA}},
+            **base,
         )
         runs = {"off": [], "on": []}
         for arm, shard_dir in (("off", off_dir), ("on", on_dir)):

@@ -9,7 +9,7 @@ each sampler's correction) and the default budget (at least 400 optimizer steps,
 stopping; ``--quick``: 3 epochs), --seeds seeds (default 1), one child process per run:
 
 - neighbour (off, the default sampler): fanouts 10,10, batch 1024 seeds;
-- Cluster-GCN: ``cluster_batch`` 8 of the 128 clusters per minibatch (the induced subgraph);
+- Cluster-GCN: ``samplers.cluster_gcn.clusters`` 8 of the 128 clusters per minibatch (the induced subgraph);
 - GraphSAINT (node mode): 6,000-node subgraphs with the normalizations of `graphs.sampling`.
 
 One epoch = one pass over the data (every training node a seed once; every cluster once;
@@ -29,8 +29,8 @@ from techniques import verdict
 
 SAMPLERS = {
     "neighbor": dict(sampler="neighbor", fanouts="10,10", batch_size=1024),
-    "cluster_gcn": dict(sampler="cluster_gcn", fanouts="10,10", cluster_batch=8),
-    "saint": dict(sampler="saint", fanouts="10,10", saint_mode="node", saint_budget=6000),
+    "cluster_gcn": dict(sampler="cluster_gcn", fanouts="10,10", samplers={"cluster_gcn": {"clusters": 8}}),
+    "saint": dict(sampler="saint", fanouts="10,10", samplers={"saint": {"mode": "node", "budget": 6000}}),
 }
 
 
@@ -53,7 +53,9 @@ def rows(args) -> list[dict]:
     graph = build(landing, Path(args.work) / "subgraph" / name, partitions=True)
     results, steps = {}, {}
     for label, cfg in SAMPLERS.items():
-        extra = {"saint_budget": min(cfg.get("saint_budget", 0), nodes // 5)} if label == "saint" else {}
+        extra = {}
+        if label == "saint":  # at most a fifth of the graph per subgraph
+            extra = {"samplers": {"saint": {"mode": "node", "budget": min(6000, nodes // 5)}}}
         shard_dir, manifest = shards(graph, f"shards-{label}", world_size=1, epochs=3, **{**cfg, **extra})
         results[label], steps[label] = [], manifest["minibatches_per_epoch_per_rank"]
         for seed in range(seeds):

@@ -14,7 +14,7 @@ training seed:
 gcn   GCN (2 x 64) on full neighbourhoods (fanouts -1,-1, one minibatch of every
       training node: the full-batch GCN step over Â); weighted Â = D^-1/2 (A_w + I) D^-1/2.
 sage  GraphSAGE (2 x 64) on sampled neighbourhoods (fanouts 10,5): unweighted with uniform
-      sampling and the plain mean; weighted with ``neighbor_prob="weight"`` and
+      sampling and the plain mean; weighted with ``samplers.neighbor.prob: weight`` and
       ``edge_weights`` (weighted mean over weight-proportional draws).
 
 The all-ones graph is ingested with ``weight_combine="max"`` (duplicate and reverse rows
@@ -127,7 +127,12 @@ def main() -> None:
     if "sage" in parts:
         plain = shards(work / "unweighted", "shards-sage", fanouts="10,5", batch_size=1024, epochs=5)
         weighted = shards(
-            work / "weighted", "shards-sage-prob", fanouts="10,5", batch_size=1024, epochs=5, neighbor_prob="weight"
+            work / "weighted",
+            "shards-sage-prob",
+            fanouts="10,5",
+            batch_size=1024,
+            epochs=5,
+            samplers={"neighbor": {"prob": "weight"}},
         )
         print("GraphSAGE, unweighted graph, uniform sampling, mean", flush=True)
         results["sage_unweighted"] = seeds_runs("sage-u", plain, work / "runs", SAGE, SAGE_TRAINING, args.seeds)

@@ -83,7 +83,7 @@ def _asset_keys(selection: str) -> list:
 
 
 def _run_config(files: list[str], verbose: bool) -> dict:
-    from assets.settings import merge  # lazy: Dagster and pydantic, +0.5 s on gnnflow
+    from assets.settings import merge, moved_keys  # lazy: Dagster and pydantic, +0.5 s on gnnflow
 
     config: dict = {}
     for name in files:
@@ -93,6 +93,9 @@ def _run_config(files: list[str], verbose: bool) -> dict:
             raise LaunchError(f"-c {name}: {exc}") from None
         if not isinstance(doc, dict):
             raise LaunchError(f"-c {name}: a run config file is a mapping (ops: ...), got {type(doc).__name__}")
+        moved = moved_keys(doc)
+        if moved:
+            raise LaunchError(f"-c {name}: {'; '.join(moved)}")
         config = merge(config, doc)
     logger = {"log_level": "DEBUG" if verbose else "INFO", "stack_traces": verbose}
     return merge(config, {"loggers": {"console": {"config": logger}}})

@@ -21,7 +21,7 @@ from graphs.infra.config_checks import (
     dump_yaml,
     load_yaml,
 )
-from graphs.sampling.config import ShardConfig
+from graphs.sampling.config import ShardConfig, sampler_settings_classes
 from graphs.stages.canonical import CanonicalConfig
 from graphs.stages.compress import CompressConfig
 from graphs.stages.edge_split import EdgeSplitConfig
@@ -57,6 +57,8 @@ CONFIGS = {
     PathsConfig: (PATHS, "paths."),
     DistDGLConfig: ({"ip_config": "ip.txt", "part_config": "missing.json"}, "distdgl."),
 }
+# every registered sampler's own settings (graphs/sampling/kinds/), checked the same way
+CONFIGS.update({cls: ({}, f"samplers.{name}.") for name, cls in sampler_settings_classes().items()})
 
 
 def _fields(kind):
@@ -88,8 +90,14 @@ def test_bounds_become_pydantic_constraints_and_help_text():
     field = CanonicalGraphConfig.model_fields["threads"]
     assert field.description.endswith("(at most 4096)")
     assert MinibatchShardsConfig(epochs=10_000).epochs == 10_000
-    for bad in ({"epochs": 10_001}, {"epochs": True}, {"saint_coverage": math.nan}, {"adaptive_alpha": math.inf}):
-        with pytest.raises(Exception, match=next(iter(bad))):
+    for bad, key in (
+        ({"epochs": 10_001}, "epochs"),
+        ({"epochs": True}, "epochs"),
+        ({"samplers": {"saint": {"coverage": math.nan}}}, "coverage"),
+        ({"samplers": {"neighbor": {"adaptive_alpha": math.inf}}}, "adaptive_alpha"),
+        ({"samplers": {"saint": {"coverage": 1001.0}}}, "less than or equal to 1000"),
+    ):
+        with pytest.raises(Exception, match=key):
             MinibatchShardsConfig(**bad)
     with pytest.raises(Exception, match="at most 4096 characters"):
         CanonicalGraphConfig(memory_limit="9" * 5000)

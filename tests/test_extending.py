@@ -1,6 +1,7 @@
 """docs/extending.md, run as written: its sampler and its layer, registered from the page alone,
 cut shards of Cora and train on them; and the registries' own rules."""
 
+import dataclasses
 import re
 import sys
 import types
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from graphs.infra.config_checks import check_fields
 from graphs.infra.variants import Registry
 from graphs.sampling import (
     MinibatchSampler,
@@ -18,9 +20,11 @@ from graphs.sampling import (
     load_shard_inputs,
     make_sampler,
     register_sampler,
+    sampler_class,
     sampler_names,
     write_minibatch_shards,
 )
+from graphs.sampling.base import NoSettings
 from graphs.stages.canonical import build_canonical_graph
 from graphs.stages.normalize import build_normalized_adjacency, load_csr
 from tests.conftest import datasets_folder
@@ -150,6 +154,45 @@ def test_registration_refuses_a_taken_name_or_missing_traits():
         ModelConfig(conv="nope")
     with pytest.raises(ValueError, match=r"sampler='nope' is not one of \("):
         ShardConfig(sampler="nope")
+
+
+@dataclasses.dataclass(kw_only=True)
+class _WalkSettings:
+    steps: int = dataclasses.field(default=3, metadata={"max": 64, "help": "walk steps"})
+
+    def __post_init__(self):
+        check_fields(self, "samplers.walk_for_test")
+        if self.steps < 1:
+            raise ValueError(f"samplers.walk_for_test.steps={self.steps} must be at least 1")
+
+
+class _Walk(MinibatchSampler):
+    name = "walk_for_test"
+    traits = SamplerTraits(seeds=True)
+    Settings = _WalkSettings
+
+
+def test_a_samplers_own_settings_are_declared_in_its_class_and_checked_there():
+    register_sampler(_Walk)
+    cfg = ShardConfig(sampler="walk_for_test", samplers={"walk_for_test": {"steps": 5}})
+    assert cfg.options == _WalkSettings(steps=5) and ShardConfig(sampler="walk_for_test").options.steps == 3
+    assert ShardConfig().options == sampler_class("neighbor").Settings()  # the other samplers keep theirs
+    with pytest.raises(ValueError, match="samplers.walk_for_test.steps=0 must be at least 1"):
+        ShardConfig(samplers={"walk_for_test": {"steps": 0}})
+    with pytest.raises(ValueError, match="samplers.walk_for_test.steps=65: must be at most 64"):
+        ShardConfig(samplers={"walk_for_test": {"steps": 65}})
+    assert ShardConfig(sampler="full_neighbors").options == NoSettings()  # the guide's sampler has none
+
+    class Required(MinibatchSampler):
+        name = "required_for_test"
+        traits = SamplerTraits(seeds=True)
+
+        @dataclasses.dataclass(kw_only=True)
+        class Settings:
+            steps: int
+
+    with pytest.raises(TypeError, match=r"Settings fields \['steps'\] need defaults"):
+        register_sampler(Required)
 
 
 def test_a_module_that_fails_to_import_fails_every_lookup_naming_it(tmp_path, monkeypatch):

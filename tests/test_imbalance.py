@@ -85,7 +85,9 @@ def test_training_writes_gradient_statistics_that_the_next_sampling_round_reads(
     # the next round: adaptive shards from these statistics
     scored = load_shard_inputs(imbalanced["canonical"], imbalanced["adjacency"], node_scores=out / NODE_SCORES_NAME)
     m = write_minibatch_shards(
-        scored, tmp_path / "adaptive", ShardConfig(fanouts="4,4", world_size=1, epochs=1, neighbor_prob="adaptive")
+        scored,
+        tmp_path / "adaptive",
+        ShardConfig(fanouts="4,4", world_size=1, epochs=1, samplers={"neighbor": {"prob": "adaptive"}}),
     )
     assert m["adaptive"]["node_scores"] and m["adaptive"]["alpha"] == 0.5
     assert train(_cfg(tmp_path / "adaptive", tmp_path / "second"))["best_val_acc"] > 0.5

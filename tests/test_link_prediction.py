@@ -198,10 +198,13 @@ def test_edge_seed_shards_hold_pairs_negatives_and_blocks_without_seed_edges(lp,
                 seen += len(pu)
     assert seen == seed_edges  # every seed edge once per epoch
     adaptive = write_link_shards(
-        inputs, tmp_path / "adaptive", replace(cfg, neighbor_prob="adaptive"), canonical_dir=lp / "canonical"
+        inputs,
+        tmp_path / "adaptive",
+        replace(cfg, samplers={"neighbor": {"prob": "adaptive"}}),
+        canonical_dir=lp / "canonical",
     )
     assert adaptive["adaptive"]["alpha"] == 1.0 and adaptive["adaptive"]["node_scores"] is False  # degree only
-    assert adaptive["non_uniform_draws"] == "sampler 'neighbor' with neighbor_prob 'adaptive'"
+    assert adaptive["non_uniform_draws"] == "sampler 'neighbor' with samplers.neighbor.prob 'adaptive'"
 
 
 def test_training_learns_and_writes_metrics(lp, tmp_path, monkeypatch):

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import dagster as dg
@@ -80,9 +81,10 @@ def dense_adj(sbm) -> np.ndarray:
     return a
 
 
-def _shards(sbm, tmp_path, **kw) -> tuple[Path, dict]:
+def _shards(sbm, tmp_path, samplers=None, **kw) -> tuple[Path, dict]:
     out = tmp_path / "shards"
-    cfg = ShardConfig(**{"fanouts": "15,10,5", "batch_size": 64, "epochs": 2, "saint_budget": 120, **kw})
+    blocks = {"saint": {"budget": 120}, **(samplers or {})}
+    cfg = ShardConfig(**{"fanouts": "15,10,5", "batch_size": 64, "epochs": 2, "samplers": blocks, **kw})
     return out, write_minibatch_shards(sbm["inputs"], out, cfg)
 
 
@@ -138,9 +140,9 @@ def test_seed_schedule_covers_train_nodes_once_with_equal_batch_counts(t, w, bs)
 
 def test_cluster_groups_use_every_cluster_once_per_epoch():
     ids = np.array([0, 2, 3, 5, 6, 7, 9, 11, 12])  # gaps like metis_partitions' cluster ids
-    cfg = ShardConfig(sampler="cluster_gcn", world_size=2, cluster_batch=2)
+    cfg = ShardConfig(sampler="cluster_gcn", world_size=2, samplers={"cluster_gcn": {"clusters": 2}})
     for epoch in range(3):
-        ranks = epoch_cluster_groups(ids, epoch, cfg)
+        ranks = epoch_cluster_groups(ids, epoch, cfg, cfg.options.clusters)
         assert len(ranks[0]) == len(ranks[1]) == 3
         assert np.array_equal(np.sort(np.concatenate([g for r in ranks for g in r])), ids)
 
@@ -187,7 +189,7 @@ def test_neighbor_shards_cover_train_nodes_once_per_epoch(sbm, tmp_path):
 
 @pytest.mark.parametrize("sampler", BUILT_IN_SAMPLERS)
 def test_every_sampler_gives_equal_minibatch_counts_per_rank(sbm, tmp_path, sampler):
-    out, m = _shards(sbm, tmp_path, sampler=sampler, cluster_batch=4, world_size=3)
+    out, m = _shards(sbm, tmp_path, sampler=sampler, samplers={"cluster_gcn": {"clusters": 4}}, world_size=3)
     counts = {(s["epoch"], s["rank"]): s["minibatches"] for s in m["streams"]}
     assert len(counts) == 6 and len(set(counts.values())) == 1
     assert set(counts.values()) == {m["minibatches_per_epoch_per_rank"]}
@@ -221,7 +223,7 @@ def _dgl_reference_blocks(sbm, seeds: np.ndarray, fanouts: list[int], seed: int)
 def test_neighbor_blocks_equal_dgl_sampler_blocks_with_adjacency_weights(sbm, tmp_path, dense_adj):
     cfg_kw = dict(sampler="neighbor", fanouts="4,3", batch_size=50, seed=3)
     out, m = _shards(sbm, tmp_path, **cfg_kw)
-    cfg = ShardConfig(**{"epochs": 2, "saint_budget": 120, **cfg_kw})
+    cfg = ShardConfig(**{"epochs": 2, **cfg_kw})
     mb = next(iter(ShardStream(out, 1, 1)))
     seeds = epoch_seed_batches(sbm["inputs"].train_nodes, 1, cfg)[1][0]
     input_nodes, output_nodes, ref = _dgl_reference_blocks(sbm, seeds, [4, 3], minibatch_seed(3, 1, 1, 0))
@@ -250,7 +252,7 @@ def test_neighbor_blocks_equal_dgl_sampler_blocks_with_adjacency_weights(sbm, tm
 
 
 def test_importance_weights_make_the_aggregation_unbiased(sbm, dense_adj):
-    cfg = ShardConfig(sampler="importance", fanouts="5", importance_nodes=40, weight_encoding="fp32")
+    cfg = ShardConfig(sampler="importance", fanouts="5", samplers={"importance": {"nodes": 40}}, weight_encoding="fp32")
     sampler = make_sampler(sbm["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(sbm["n"], 3))
     targets = sbm["inputs"].train_nodes[:16]
@@ -272,7 +274,7 @@ def test_importance_weights_make_the_aggregation_unbiased(sbm, dense_adj):
 
 
 def test_cluster_gcn_blocks_are_adjacency_restricted_to_the_clusters(sbm, tmp_path, dense_adj):
-    out, m = _shards(sbm, tmp_path, sampler="cluster_gcn", cluster_batch=4)
+    out, m = _shards(sbm, tmp_path, sampler="cluster_gcn", samplers={"cluster_gcn": {"clusters": 4}})
     assert m["shared_block"]
     streams = _read_all(out, m)
     cluster = np.load(sbm["partitions"] / "cluster_id.npy")
@@ -292,7 +294,9 @@ def test_cluster_gcn_blocks_are_adjacency_restricted_to_the_clusters(sbm, tmp_pa
 
 
 def test_saint_normalizations_estimate_the_mean_loss_and_rescale_edges(sbm, tmp_path):
-    cfg = ShardConfig(sampler="saint", saint_budget=150, saint_coverage=60, fanouts="5,5", weight_encoding="fp32")
+    cfg = ShardConfig(
+        sampler="saint", samplers={"saint": {"budget": 150, "coverage": 60}}, fanouts="5,5", weight_encoding="fp32"
+    )
     sampler = make_sampler(sbm["inputs"], cfg)
     train = sbm["inputs"].train_nodes
     node_loss = np.random.default_rng(2).uniform(0.5, 2.0, size=sbm["n"])
@@ -307,7 +311,7 @@ def test_saint_normalizations_estimate_the_mean_loss_and_rescale_edges(sbm, tmp_
             assert np.allclose(b.weight[~off], sampler.adj.diag[mb.input_nodes])  # Â_vv
             assert np.allclose(b.correction[~off], 1.0)  # α_vv = 1
     assert abs(np.mean(estimates) / node_loss[train].mean() - 1) < 0.05
-    out, m = _shards(sbm, tmp_path, sampler="saint", saint_budget=150)
+    out, m = _shards(sbm, tmp_path, sampler="saint", samplers={"saint": {"budget": 150}})
     assert m["saint"]["presamples"] >= 1
     assert next(iter(ShardStream(out, 0, 0))).loss_weight is not None
 
@@ -330,7 +334,7 @@ def test_forked_workers_write_the_files_and_facts_one_process_writes(sbm, tmp_pa
     cases = [{"sampler": s} for s in ("neighbor", "importance", "cluster_gcn", "saint")]
     cases.append({"sampler": "neighbor", "placement": "partition", "minibatches_per_shard": 1})
     # draw probabilities built before the fork (`prepare`), with the manifest facts they set
-    cases += [{"sampler": "neighbor", "neighbor_prob": p} for p in ("weight", "adaptive")]
+    cases += [{"sampler": "neighbor", "samplers": {"neighbor": {"prob": p}}} for p in ("weight", "adaptive")]
     for kw in cases:
         out1, one = _shards(sbm, tmp_path / "one", workers=1, **kw)
         out3, three = _shards(sbm, tmp_path / "three", workers=3, **kw)
@@ -601,6 +605,35 @@ def test_asset_materializes_on_cora_with_metadata_and_checks(shared_datasets, tm
     assert (m["world_size"], m["batch_size"], m["num_classes"], m["feature_dim"]) == (2, 32, 7, 1433)
 
 
+def test_asset_takes_the_chosen_samplers_block_from_run_config(shared_datasets, tmp_path):
+    """samplers: {saint: {...}} through Dagster's run config reaches the sampler; the manifest
+    records the chosen sampler's whole block (given values and defaults)."""
+    home = tmp_path / "home"
+    _build(home / "cora", shared_datasets / "cora", clusters=20)
+    storage = GnnflowStorage(home=str(home), landing=str(shared_datasets))
+    config = {
+        "sampler": "saint",
+        "fanouts": "5,5",
+        "epochs": 1,
+        "samplers": {"saint": {"budget": 400, "coverage": 4, "subgraphs": 3}, "cluster_gcn": {"clusters": 3}},
+    }
+    with _instance("cora") as instance:
+        result = dg.materialize(
+            [minibatch_shards],
+            partition_key="cora",
+            instance=instance,
+            resources={"storage": storage},
+            run_config={"ops": {"minibatch_shards": {"config": config}}},
+        )
+    assert result.success
+    m = read_manifest(home / "cora" / "minibatch_shards")
+    saint = {"mode": "node", "budget": 400, "walk_length": 2, "coverage": 4.0, "subgraphs": 3}
+    assert m["settings"]["samplers"] == {"saint": saint}
+    assert m["minibatches_per_epoch_per_rank"] == 3  # subgraphs per rank
+    # presamples: ceil(coverage * n / budget) = ceil(4 * 2708 / 400)
+    assert m["saint"]["presamples"] == math.ceil(4 * 2708 / 400)
+
+
 def test_asset_skips_a_dataset_without_labels(tmp_path):
     landing = tmp_path / "landing" / "plain"
     write_edges(landing / "edges.parquet", [0, 1, 2, 3], [1, 2, 3, 0])
@@ -650,7 +683,7 @@ def test_each_layer_type_corrects_the_sample_to_the_full_aggregation(sbm, dense_
     from training.blocks import Block
     from training.layers import sampled_edge_weight
 
-    cfg = ShardConfig(sampler=sampler_name, fanouts="3", importance_nodes=40, weight_encoding="fp32")
+    cfg = ShardConfig(sampler=sampler_name, fanouts="3", samplers={"importance": {"nodes": 40}}, weight_encoding="fp32")
     sampler = make_sampler(sbm["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(sbm["n"], 3))
     pattern = (dense_adj != 0).astype(np.float64)  # A + I
@@ -715,7 +748,7 @@ def test_weight_proportional_neighbor_sampling_is_unbiased_and_prefers_heavy_edg
     d = weighted_sbm
     a = d["dense"]
     off = a - np.diag(np.diag(a))
-    cfg = ShardConfig(fanouts="3", neighbor_prob="weight", self_loops=False, weight_encoding="fp32")
+    cfg = ShardConfig(fanouts="3", samplers={"neighbor": {"prob": "weight"}}, self_loops=False, weight_encoding="fp32")
     sampler = make_sampler(d["inputs"], cfg)
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(d["n"], 3))
     targets = d["inputs"].train_nodes[:24]
@@ -739,16 +772,27 @@ def test_weight_proportional_neighbor_sampling_is_unbiased_and_prefers_heavy_edg
     assert heavy_draws / draws > (nbr & same).sum() / nbr.sum() + 0.2
 
 
-def test_neighbor_prob_validated():
-    with pytest.raises(ValueError, match="neighbor_prob='importance'"):
-        ShardConfig(neighbor_prob="importance")
+def test_sampler_settings_are_validated_by_their_sampler_and_kept_for_the_chosen_one():
+    with pytest.raises(ValueError, match="samplers.neighbor.prob='importance' is not one of"):
+        ShardConfig(samplers={"neighbor": {"prob": "importance"}})
+    # every given block is checked, the chosen sampler's applies
+    with pytest.raises(ValueError, match="samplers.saint.coverage=0"):
+        ShardConfig(sampler="neighbor", samplers={"saint": {"coverage": 0}})
+    with pytest.raises(ValueError, match=r"samplers.saint.size: not a setting of this sampler; its settings: \['mode'"):
+        ShardConfig(sampler="saint", samplers={"saint": {"size": 3}})
+    with pytest.raises(ValueError, match="samplers.walker: not a sampler; the samplers are"):
+        ShardConfig(samplers={"walker": {}})
+    cfg = ShardConfig(sampler="saint", samplers={"saint": {"coverage": 5}, "neighbor": {"prob": "weight"}})
+    assert list(cfg.samplers) == ["saint"] and cfg.options.coverage == 5.0 and cfg.options.budget == 6000
+    assert asdict(cfg)["samplers"] == {"saint": asdict(cfg.options)}  # the manifest records every value
+    assert ShardConfig().options.prob == "uniform"
 
 
 @pytest.mark.parametrize("sampler", ["neighbor", "importance", "cluster_gcn", "saint"])
 def test_factored_weights_are_the_stored_weights_bit_for_bit(sbm, tmp_path, sampler):
     """weight_encoding 'auto' on an unweighted graph stores no weight per edge: training
     recomputes Â's entries from normalized_adjacency's scales, equal to the fp32 shards' ones."""
-    kw = {"sampler": sampler, "importance_nodes": 40}
+    kw = {"sampler": sampler, "samplers": {"importance": {"nodes": 40}}}
     out, m = _shards(sbm, tmp_path / "auto", **kw)
     out32, m32 = _shards(sbm, tmp_path / "fp32", weight_encoding="fp32", **kw)
     assert m["weight_encoding"] == "factors" and m32["weight_encoding"] == "fp32"
@@ -783,7 +827,7 @@ def test_factored_shards_refuse_a_changed_scale_file(sbm, tmp_path):
 
 @pytest.mark.parametrize("sampler", ["importance", "cluster_gcn"])
 def test_the_typed_manifest_reads_what_the_writer_wrote(sbm, tmp_path, sampler):
-    out, m = _shards(sbm, tmp_path, sampler=sampler, cluster_batch=4)
+    out, m = _shards(sbm, tmp_path, sampler=sampler, samplers={"cluster_gcn": {"clusters": 4}})
     typed = ShardManifest.open(out)
     assert (typed.sampler, typed.num_layers, typed.world_size, typed.epochs, typed.n) == (
         sampler,

@@ -62,7 +62,20 @@ def _edges(tmp_path, name="tiny") -> int:
         ("ops: {canonical_graph: {config: {symetrize: false}}}\n", "key 'ops.canonical_graph.config.symetrize'"),
         ("ops: {trained_model: {config: {model: {hiden: 3}}}}\n", "key 'ops.trained_model.config.model.hiden'"),
         ("ops: {canonical_graph: {config: {}, extra: 1}}\n", "must hold only a 'config' mapping"),
+        (
+            "ops: {minibatch_shards: {config: {saint_coverage: 5}}}\n",
+            "key 'ops.minibatch_shards.config.saint_coverage' is now "
+            "'ops.minibatch_shards.config.samplers.saint.coverage'",
+        ),
+        (
+            "ops: {minibatch_shards: {config: {samplers: {saint: {size: 5}}}}}\n",
+            "key 'ops.minibatch_shards.config.samplers.saint.size' is not a setting of minibatch_shards",
+        ),
         ("ops: [1\n", "not valid YAML"),
+        (
+            "ops:\n  trained_model:\n    config:\n      model: {hiden: 3}\n      model: {hidden: 8}\n",
+            "line 5: key 'model' is written twice in one mapping",
+        ),
     ],
 )
 def test_settings_file_shape_errors_name_file_and_key(tmp_path, text, says):
@@ -344,10 +357,14 @@ HOSTILE_NUMBERS = [  # (asset, YAML config block, what the message says after th
     ),
     (
         "minibatch_shards",
-        "{saint_coverage: .nan}",
-        "key 'ops.minibatch_shards.config.saint_coverage': Input should be a finite number",
+        "{samplers: {saint: {coverage: .nan}}}",
+        "key 'ops.minibatch_shards.config.samplers.saint.coverage': Input should be a finite number",
     ),
-    ("minibatch_shards", "{saint_coverage: 1.0e+18}", "saint_coverage': Input should be less than or equal to 1000"),
+    (
+        "minibatch_shards",
+        "{samplers: {saint: {coverage: 1.0e+18}}}",
+        "samplers.saint.coverage': Input should be less than or equal to 1000",
+    ),
     ("minibatch_shards", "{workers: 100000}", "workers': Input should be less than or equal to 4096"),
     (
         "minibatch_shards",
@@ -462,3 +479,22 @@ def test_a_settings_file_linked_out_of_landing_or_dangling_is_refused_unread(tmp
     (tmp_path / "landing" / "shared.yaml").write_text("task: link_prediction\n")
     (folder / "gnnflow.yaml").symlink_to(tmp_path / "landing" / "shared.yaml")  # inside landing: followed
     assert read_task(folder / "gnnflow.yaml") == "link_prediction"
+
+
+def test_a_run_config_with_a_setting_of_an_older_shape_is_refused_naming_its_new_place(tmp_path):
+    """gnnflow launch -c: the moved key named with its new path, before Dagster calls it unexpected."""
+    from pipelines.launch_cli import LaunchError, _run_config
+
+    run = tmp_path / "run.yaml"
+    run.write_text("ops:\n  minibatch_shards:\n    config: {sampler: saint, saint_coverage: 5, cluster_batch: 4}\n")
+    with pytest.raises(LaunchError) as err:
+        _run_config([str(run)], verbose=False)
+    assert str(err.value) == (
+        f"-c {run}: 'ops.minibatch_shards.config.saint_coverage' is now "
+        "'ops.minibatch_shards.config.samplers.saint.coverage'; 'ops.minibatch_shards.config.cluster_batch' is now "
+        "'ops.minibatch_shards.config.samplers.cluster_gcn.clusters'"
+    )
+    run.write_text("ops:\n  minibatch_shards:\n    config: {sampler: saint, samplers: {saint: {coverage: 5}}}\n")
+    assert _run_config([str(run)], verbose=False)["ops"]["minibatch_shards"]["config"]["samplers"] == {
+        "saint": {"coverage": 5}
+    }

@@ -487,17 +487,19 @@ def _shard_manifest(**shard_settings) -> str | None:
 @pytest.mark.parametrize("prob", ["weight", "adaptive"])
 @pytest.mark.parametrize("conv", ["gat", "sage_pool"])
 def test_gat_and_sage_pool_refuse_neighbor_draws_in_proportion_to_a_weight(tmp_path, conv, prob):
-    manifest = _shard_manifest(sampler="neighbor", neighbor_prob=prob)
+    manifest = _shard_manifest(sampler="neighbor", samplers={"neighbor": {"prob": prob}})
     with pytest.raises(ValueError) as err:
         check_sampler_supports(ModelConfig(conv=conv).conv, manifest, tmp_path)
     assert str(err.value).startswith(
-        f"model.conv='{conv}' cannot be trained on shards cut with sampler 'neighbor' with neighbor_prob '{prob}' "
+        f"model.conv='{conv}' cannot be trained on shards cut with sampler 'neighbor' with samplers.neighbor.prob '{prob}' "
         f"({tmp_path / 'manifest.json'}): a "
     )
-    assert "re-materialize minibatch_shards with sampler neighbor (neighbor_prob uniform)" in str(err.value)
+    assert "re-materialize minibatch_shards with sampler neighbor (samplers.neighbor.prob uniform)" in str(err.value)
     for ok in ("sage", "gcn", "gin"):  # a (weighted) sum or mean takes the Hansen-Hurwitz correction
         check_sampler_supports(ok, manifest, tmp_path)
-    check_sampler_supports(conv, _shard_manifest(sampler="neighbor", neighbor_prob="uniform"), tmp_path)
+    check_sampler_supports(
+        conv, _shard_manifest(sampler="neighbor", samplers={"neighbor": {"prob": "uniform"}}), tmp_path
+    )
 
 
 def test_early_stopping_stops_every_rank_when_validation_stalls(sbm, tmp_path):

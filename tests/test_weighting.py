@@ -76,7 +76,10 @@ def test_adaptive_neighbour_sampling_is_unbiased(graph, tmp_path):
     sampler = make_sampler(
         inputs,
         ShardConfig(
-            fanouts="2", neighbor_prob="adaptive", adaptive_alpha=0.3, self_loops=False, weight_encoding="fp32"
+            fanouts="2",
+            samplers={"neighbor": {"prob": "adaptive", "adaptive_alpha": 0.3}},
+            self_loops=False,
+            weight_encoding="fp32",
         ),
     )
     x = np.random.default_rng(1).normal(1.0, 1.0, size=(n, 3))
@@ -103,7 +106,7 @@ def test_adaptive_neighbour_sampling_is_unbiased(graph, tmp_path):
 
 def test_adaptive_shards_record_their_scores_and_fall_back_to_degree(graph, tmp_path):
     _scores_file(tmp_path / "scores.npz", graph["n"])
-    cfg = ShardConfig(fanouts="3,3", neighbor_prob="adaptive", world_size=1, epochs=1)
+    cfg = ShardConfig(fanouts="3,3", samplers={"neighbor": {"prob": "adaptive"}}, world_size=1, epochs=1)
     with_scores = load_shard_inputs(graph["canonical"], graph["adjacency"], node_scores=tmp_path / "scores.npz")
     m = write_minibatch_shards(with_scores, tmp_path / "a", cfg)
     assert m["adaptive"]["node_scores"] is True and len(m["adaptive"]["node_scores_sha256"]) == 64

@@ -280,7 +280,7 @@ class TrainingConfig:
         metadata={
             "help": "adaptive sampling's feedback: record the norm of the loss gradient w.r.t. each input node's "
             "features and write node_grad_norm.npz into the trained_model folder, which minibatch_shards with "
-            "neighbor_prob: adaptive reads on the next materialization (training.node_stats); one extra "
+            "samplers.neighbor.prob: adaptive reads on the next materialization (training.node_stats); one extra "
             "gradient through the first layer per step"
         },
     )

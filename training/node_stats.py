@@ -7,7 +7,7 @@ fp16 loss scale and multiplied back by the minibatch count of the step (so it is
 the minibatch loss's own gradient), is added to that node's sum, and its count is raised by
 one. At the end every rank's sums are added (all-reduce) and rank 0 writes them with
 `graphs.formats.node_scores.write_node_scores` into the trained_model folder, where the next
-minibatch_shards materialization with ``neighbor_prob: adaptive`` reads them. Costs one
+minibatch_shards materialization with ``samplers.neighbor.prob: adaptive`` reads them. Costs one
 extra gradient through the first layer's aggregation per step (only when on).
 """
 

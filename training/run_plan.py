@@ -96,6 +96,6 @@ def check_sampler_supports(conv: str, draws: str | None, shards: Path) -> None:
         raise ValueError(
             f"model.conv={conv!r} cannot be trained on shards cut with {draws} ({shards / MANIFEST_NAME}): a "
             f"{kind.aggregates_by} aggregation has no correction for non-uniform draws; re-materialize "
-            "minibatch_shards with sampler neighbor (neighbor_prob uniform) or cluster_gcn, or use a layer whose "
+            "minibatch_shards with sampler neighbor (samplers.neighbor.prob uniform) or cluster_gcn, or use a layer whose "
             f"aggregation is linear ({', '.join(linear_layer_names())})"
         )

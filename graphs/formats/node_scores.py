@@ -5,7 +5,7 @@ with ``training.node_grad_stats`` on accumulates, for every node ``v`` that ente
 as an input node, the L2 norm of the loss gradient with respect to its input features
 ``‖∂L/∂x_v‖`` (unscaled, summed over every minibatch that read ``v``, and how many did), and
 writes them into the trained_model folder; the next minibatch_shards materialization with
-``neighbor_prob: adaptive`` reads them as ``g(v)``, the running mean of that norm.
+``samplers.neighbor.prob: adaptive`` reads them as ``g(v)``, the running mean of that norm.
 
 File (format version 1): ``<trained_model>/node_grad_norm.npz``, an uncompressed ``.npz``
 written by `graphs.formats.npzio.write_npz` and read by ``read_npz_file`` (no pickle) holding
@@ -64,7 +64,7 @@ def read_node_scores(path: str | os.PathLike, n: int) -> tuple[np.ndarray, np.nd
     if total.shape != (n,) or count.shape != (n,):
         raise ValueError(
             f"{path}: {total.shape[0]} nodes, the graph has {n}; re-materialize trained_model on the current graph "
-            "(training.node_grad_stats on) before sampling with neighbor_prob 'adaptive'"
+            "(training.node_grad_stats on) before sampling with samplers.neighbor.prob 'adaptive'"
         )
     if not np.isfinite(total).all() or (total < 0).any() or (count < 0).any():
         raise ValueError(f"{path}: grad_norm_sum must be finite and >= 0, count >= 0")

@@ -173,7 +173,7 @@ BLOCK_ENTRIES = {
     "indices": Entry("int32 [nnz] local source index (int64 if num_src >= 2^31)"),
     "correction": Entry(
         "float32 [nnz] sampling correction per edge (1 for self loops and unsampled edges): neighbor "
-        "deg(v)/sampled(v) (1 without neighbor_rescale), importance c_u/(s q_u), saint C_v/C_uv, cluster_gcn 1; "
+        "deg(v)/sampled(v) (1 without samplers.neighbor.rescale), importance c_u/(s q_u), saint C_v/C_uv, cluster_gcn 1; "
         "absent when correction_first and correction_rest hold it",
         required=False,
     ),

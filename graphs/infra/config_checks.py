@@ -107,7 +107,20 @@ def bounded_repr(value: Any, limit: int = MAX_REPR) -> str:
 
 
 class _SettingsLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` that refuses anchors, aliases and nesting deeper than `MAX_DEPTH`."""
+    """`yaml.SafeLoader` that refuses anchors, aliases, nesting deeper than `MAX_DEPTH` and a key
+    written twice in one mapping (YAML would keep the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            if isinstance(key_node, yaml.ScalarNode):
+                if key_node.value in seen:
+                    raise _Refused(
+                        f"line {key_node.start_mark.line + 1}: key {bounded_repr(key_node.value)} is written twice "
+                        "in one mapping; write it once"
+                    )
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep)
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)

@@ -17,14 +17,14 @@ nodes, so one array ``input_nodes`` of global ids names the nodes of every block
 ``importance``
     Layer-wise importance sampling (LADIES, Zou et al. 2019; FastGCN's estimator on the
     neighbourhood of the layer's nodes): for the destination set S of a layer, every
-    neighbour u of S has probability ``q_u ∝ Σ_{v∈S, v≠u} Â_vu²``; ``importance_nodes``
+    neighbour u of S has probability ``q_u ∝ Σ_{v∈S, v≠u} Â_vu²``; ``samplers.importance.nodes``
     nodes are drawn *with replacement*, and the sampled edge v <- u gets the weight
     ``Â_vu · c_u / (s · q_u)`` (``c_u`` = times u was drawn, ``s`` = draws); with the self
     loop added exactly (below), the block's aggregation ``Σ_u w_vu x_u`` is an unbiased
     estimate of the exact row ``(Â X)_v``. The next layer's destinations are S plus the
     drawn nodes.
 ``cluster_gcn``
-    Cluster-GCN: each minibatch is the subgraph of Â induced by ``cluster_batch`` METIS
+    Cluster-GCN: each minibatch is the subgraph of Â induced by ``samplers.cluster_gcn.clusters`` METIS
     clusters (``cluster_id.npy`` of metis_partitions); every layer uses that one block
     (stored once: ``shared_block`` in the manifest). The loss nodes are its training nodes.
 ``saint``
@@ -45,14 +45,14 @@ loop ``v -> v`` with weight ``Â_vv`` (first edge of each destination's segment)
 a GCN layer over the block computes what full-graph inference over Â computes.
 Edge weights and corrections are stored apart: ``weight`` is Â's entry of each edge,
 ``correction`` the sampler's inverse inclusion probability (1 for self loops):
-``neighbor`` ``deg(v) / sampled(v)`` when ``neighbor_rescale`` (uniform sampling without
+``neighbor`` ``deg(v) / sampled(v)`` when ``samplers.neighbor.rescale`` (uniform sampling without
 replacement, so Σ Â·c x is an unbiased estimate of the row of Â·X; 1 without it). With
-``neighbor_prob="weight"`` the fanout neighbours of v are drawn *with replacement* in
+``samplers.neighbor.prob="weight"`` the fanout neighbours of v are drawn *with replacement* in
 proportion to ``Â_vu`` (DGL's ``prob``: heavy edges of a weighted graph are drawn more
 often), and each drawn edge gets the correction ``S_v / (Â_vu · draws(v))`` (``S_v`` = the
 off-diagonal row sum of Â; Hansen-Hurwitz: ``E[Â_vu c_vu x_u] = Σ_u Â_vu x_u / draws`` per
-draw) when ``neighbor_rescale``; a layer with fanout -1 takes every neighbour (correction 1).
-``neighbor_prob="adaptive"`` draws the same way in proportion to a per-node mass p(u) mixing
+draw) when ``rescale``; a layer with fanout -1 takes every neighbour (correction 1).
+``prob="adaptive"`` draws the same way in proportion to a per-node mass p(u) mixing
 degree and the previous training run's gradient norms, with the correction ``P_v / (p(u) ·
 draws(v))`` (`graphs.sampling.weighting`, which also holds ``seed_weighting="class_balanced"``:
 seeds drawn with replacement in inverse proportion to their class's training-node count).
@@ -61,7 +61,7 @@ seeds drawn with replacement in inverse proportion to their class's training-nod
 its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c (Â·c with
 ``edge_weights``), SAGE-mean the c-weighted (Â·c-weighted) mean; layers whose aggregation
 is not linear, GAT and SAGE-pool, refuse shards whose manifest records ``non_uniform_draws``:
-importance, saint, and neighbor with ``neighbor_prob`` weight/adaptive). With
+importance, saint, and neighbor with ``prob`` weight/adaptive). With
 ``weight_encoding="int8"`` the weights are stored as per-destination symmetric INT8
 (`graphs.kernels.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
 destination; weight = q * scale[dst]); the correction stays FP32.
@@ -83,8 +83,8 @@ Whenever the parts are given (and number at least W), the writer measures per st
 share of gathered feature rows (``input_nodes``) owned by another rank (manifest
 ``placement``), under either placement.
 ``cluster_gcn``: the clusters are permuted per epoch and cut into W·B groups of near-equal
-size (B = ceil(K / (cluster_batch · W)) per rank), so every cluster is used once per
-epoch. ``saint``: W·B independent subgraphs per epoch, B = ``saint_subgraphs`` or, when 0,
+size (B = ceil(K / (clusters · W)) per rank), so every cluster is used once per
+epoch. ``saint``: W·B independent subgraphs per epoch, B = ``samplers.saint.subgraphs`` or, when 0,
 ceil(n / (W · mean nodes of a pre-sampled subgraph)). A ``cluster_gcn``/``saint``
 minibatch may hold no training node (its loss is 0, but the rank still steps).
 
@@ -129,7 +129,6 @@ from graphs.sampling.config import (
     AUTO_BATCH_MAX,
     AUTO_MINIBATCHES,
     PLACEMENTS,
-    SAINT_MODES,
     ShardConfig,
     auto_batch_size,
     resolve_batch_size,
@@ -152,7 +151,6 @@ __all__ = [
     "MinibatchSampler",
     "SamplerTraits",
     "PLACEMENTS",
-    "SAINT_MODES",
     "SampledBlock",
     "SampledMinibatch",
     "ShardConfig",

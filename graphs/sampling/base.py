@@ -221,11 +221,19 @@ def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict, prob: str |
     return seeds, blocks
 
 
+@dataclass(kw_only=True)
+class NoSettings:
+    """The settings of a sampler that has none of its own."""
+
+
 class MinibatchSampler:
     """Samples the minibatches of every (epoch, rank) for one ShardConfig, in memory.
 
     A sampler subclasses this, names itself (``name``), declares its `SamplerTraits`
-    (``traits``) and is registered with `graphs.sampling.registry.register_sampler`; build one
+    (``traits``) and its own settings (``Settings``: a keyword-only dataclass whose fields have
+    defaults, help texts and bounds, checked in its ``__post_init__``; users set them under
+    ``samplers: {<name>: {...}}`` and the sampler reads them as ``self.cfg.options``) and is
+    registered with `graphs.sampling.registry.register_sampler`; build one
     with `make_sampler`. `epoch(e)` yields ``(rank, index, SampledMinibatch)`` rank by rank,
     minibatch by minibatch; `write_minibatch_shards` writes exactly this sequence.
 
@@ -233,11 +241,13 @@ class MinibatchSampler:
     the given seed alone). A seed sampler (``traits.seeds``) inherits `schedule`: batches of
     training nodes, placed and weighted as the settings say. A subgraph sampler overrides
     `schedule` (one list of items per rank, equally many each). `setup` (after the shared state
-    is built), `prepare`, `manifest_facts` and `non_uniform_draws` have defaults.
+    is built), `prepare`, `manifest_facts`, `non_uniform_draws` and `reads_node_scores` have
+    defaults.
     """
 
     name: ClassVar[str]
     traits: ClassVar[SamplerTraits]
+    Settings: ClassVar[type] = NoSettings
 
     def __init__(self, inputs: ShardInputs, cfg: ShardConfig, log: Callable[[str], None] | None = None):
         self.inputs, self.cfg = inputs, cfg
@@ -289,6 +299,12 @@ class MinibatchSampler:
         """The settings that make this sampler's draws non-uniform (e.g. "sampler 'saint'"), or
         None: the manifest records it, and training refuses layers that cannot correct them."""
         return f"sampler {cls.name!r}" if cls.traits.non_uniform else None
+
+    @classmethod
+    def reads_node_scores(cls, cfg: ShardConfig) -> bool:
+        """Whether these settings draw by the last training run's per-node scores (trained_model's
+        node_grad_norm.npz, `graphs.formats.node_scores`); False by default."""
+        return False
 
     def manifest_facts(self) -> dict:
         """Facts of this sampler's run the manifest records (none by default)."""

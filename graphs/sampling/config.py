@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, ClassVar
 
 from graphs.formats.shard_format import (
     FEATURE_ENCODINGS,
@@ -16,6 +18,7 @@ from graphs.infra.config_checks import (
     MAX_SEED,
     MAX_THREADS,
     bounded_repr,
+    bounded_text,
     check_fields,
     parse_fanouts,
 )
@@ -26,9 +29,7 @@ from graphs.stages.negatives import FILTERS as NEGATIVE_FILTERS
 # the automatic per-rank batch size (ShardConfig.batch_size = 0): see `auto_batch_size`
 AUTO_BATCH_MAX = 1024
 AUTO_MINIBATCHES = 4
-SAINT_MODES = ("node", "edge", "walk")
 PLACEMENTS = ("random", "partition")
-NEIGHBOR_PROBS = ("uniform", "weight", "adaptive")
 SEED_WEIGHTINGS = ("uniform", "class_balanced")
 # weight_encoding settings: 'auto' picks the stored encoding (`stored_weight_encoding`)
 WEIGHT_SETTINGS = ("auto",) + tuple(e for e in WEIGHT_ENCODINGS if e != "factors")
@@ -44,10 +45,31 @@ def stored_weight_encoding(setting: str, factors_available: bool) -> str:
 
 # ----------------------------------------------------------------------------- config
 
+# settings of the flat shape, now in a sampler's block: refused naming the new key
+MOVED_SETTINGS = {
+    "neighbor_rescale": "samplers.neighbor.rescale",
+    "neighbor_prob": "samplers.neighbor.prob",
+    "adaptive_alpha": "samplers.neighbor.adaptive_alpha",
+    "importance_nodes": "samplers.importance.nodes",
+    "cluster_batch": "samplers.cluster_gcn.clusters",
+    "saint_mode": "samplers.saint.mode",
+    "saint_budget": "samplers.saint.budget",
+    "saint_walk_length": "samplers.saint.walk_length",
+    "saint_coverage": "samplers.saint.coverage",
+    "saint_subgraphs": "samplers.saint.subgraphs",
+}
+
+
+def sampler_settings_classes() -> dict[str, type]:
+    """{sampler name: its ``Settings`` dataclass} of every registered sampler."""
+    return {name: sampler_class(name).Settings for name in sampler_names()}
+
 
 @dataclass(kw_only=True)
 class ShardConfig:
     """Settings of the minibatch_shards stage (sampler, batch geometry, epochs, ranks)."""
+
+    MOVED_SETTINGS: ClassVar[dict[str, str]] = MOVED_SETTINGS
 
     sampler: str = field(
         default="neighbor",
@@ -121,28 +143,6 @@ class ShardConfig:
         default=True,
         metadata={"help": "Add each destination's self loop with weight Â_vv to every block (when Â has them)."},
     )
-    neighbor_rescale: bool = field(
-        default=True,
-        metadata={
-            "help": "neighbor: store the correction deg/sampled per sampled edge (1 when off), so each "
-            "layer type's aggregation is unbiased (training.layers.sampled_edge_weight)."
-        },
-    )
-    neighbor_prob: str = field(
-        default="uniform",
-        metadata={
-            "help": "neighbor: 'uniform' (without replacement) or 'weight' (with replacement, in proportion "
-            "to Â's entries, so heavy edges of a weighted graph are drawn more often; unbiased by S_v / draws) "
-            "or 'adaptive' (with replacement, in proportion to p(u) = α·deg(u)/Σdeg + (1−α)·g(u)/Σg with g the "
-            "previous training run's per-node gradient norms, trained_model's node_grad_norm.npz written with "
-            "training.node_grad_stats; degree only until that file exists; unbiased by P_v / (p(u) · draws), "
-            "graphs.sampling.weighting)."
-        },
-    )
-    adaptive_alpha: float = field(
-        default=0.5,
-        metadata={"help": "neighbor_prob 'adaptive': α, the weight of the degree term (1 = degree only), in [0, 1]."},
-    )
     seed_weighting: str = field(
         default="uniform",
         metadata={
@@ -151,31 +151,14 @@ class ShardConfig:
             "1 / (training nodes of the node's class), so each class fills an equal share (imbalanced classes)."
         },
     )
-    importance_nodes: int = field(
-        default=2048, metadata={"max": MAX_BATCH, "help": "importance: nodes drawn (with replacement) per layer."}
-    )
-    cluster_batch: int = field(
-        default=20, metadata={"max": 1 << 20, "help": "cluster_gcn: METIS clusters per minibatch."}
-    )
-    saint_mode: str = field(default="node", metadata={"help": f"saint: sampler mode, one of {SAINT_MODES}."})
-    saint_budget: int = field(
-        default=6000,
+    samplers: dict[str, Any] = field(
+        default_factory=dict,
         metadata={
-            "max": MAX_BATCH,
-            "help": "saint: nodes (node mode), edges (edge mode) or walk roots (walk mode) per subgraph.",
+            "blocks": sampler_settings_classes,
+            "help": "Each sampler's own settings, under its name (e.g. samplers: {saint: {coverage: 5}}); the "
+            "chosen sampler's block applies and the others are checked only. Every sampler declares them in its "
+            "module of graphs/sampling/kinds/ with their help texts).",
         },
-    )
-    saint_walk_length: int = field(default=2, metadata={"max": 1024, "help": "saint walk mode: random-walk length."})
-    saint_coverage: float = field(
-        default=20.0,
-        metadata={
-            "max": 1000.0,
-            "help": "saint: pre-sample until each node is expected in this many subgraphs (normalization).",
-        },
-    )
-    saint_subgraphs: int = field(
-        default=0,
-        metadata={"max": 1 << 20, "help": "saint: subgraphs per epoch per rank; 0 = about n / (W * subgraph nodes)."},
     )
     # link prediction (the dataset's task: link_prediction; graphs/sampling/link.py): batch_size
     # then counts seed edges per minibatch, and the fields below apply
@@ -217,23 +200,11 @@ class ShardConfig:
             raise ValueError(f"batch_size={self.batch_size} must be >= 1, or 0 (automatic)")
         if self.workers < 0:
             raise ValueError(f"workers={self.workers} must be >= 1, or 0 (one per CPU core)")
-        for name in (
-            "epochs",
-            "world_size",
-            "minibatches_per_shard",
-            "importance_nodes",
-            "cluster_batch",
-            "saint_budget",
-            "saint_walk_length",
-        ):
+        for name in ("epochs", "world_size", "minibatches_per_shard"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be at least 1")
         if self.seed < 0:
             raise ValueError(f"seed={self.seed} must be >= 0")
-        if self.neighbor_prob not in NEIGHBOR_PROBS:
-            raise ValueError(f"neighbor_prob={bounded_repr(self.neighbor_prob)} is not one of {NEIGHBOR_PROBS}")
-        if not 0.0 <= self.adaptive_alpha <= 1.0:
-            raise ValueError(f"adaptive_alpha={self.adaptive_alpha} must lie in [0, 1]")
         if self.seed_weighting not in SEED_WEIGHTINGS:
             raise ValueError(f"seed_weighting={bounded_repr(self.seed_weighting)} is not one of {SEED_WEIGHTINGS}")
         if self.seed_weighting != "uniform" and not kind.traits.seeds:
@@ -259,10 +230,6 @@ class ShardConfig:
                 f"placement='partition' places seed nodes; sampler={bounded_repr(self.sampler)} draws whole subgraphs "
                 f"(use a sampler that grows minibatches from seeds: {seed_samplers()}, or placement 'random')"
             )
-        if self.saint_mode not in SAINT_MODES:
-            raise ValueError(f"saint_mode={bounded_repr(self.saint_mode)} is not one of {SAINT_MODES}")
-        if self.saint_coverage <= 0:
-            raise ValueError(f"saint_coverage={self.saint_coverage} must be > 0")
         if self.negatives < 1:
             raise ValueError(f"negatives={self.negatives} must be at least 1")
         if self.negative_filter not in NEGATIVE_FILTERS:
@@ -271,8 +238,12 @@ class ShardConfig:
             raise ValueError(
                 f"negative_distribution={bounded_repr(self.negative_distribution)} is not one of {NEGATIVE_DISTRIBUTIONS}"
             )
-        if self.saint_subgraphs < 0:
-            raise ValueError(f"saint_subgraphs={self.saint_subgraphs} must be >= 0 (0 = automatic)")
+        self.samplers = {self.sampler: _sampler_settings(self.samplers)[self.sampler]}
+
+    @property
+    def options(self):
+        """The chosen sampler's settings (an instance of its ``Settings`` dataclass)."""
+        return self.samplers[self.sampler]
 
     @property
     def fanout_list(self) -> list[int]:
@@ -281,6 +252,34 @@ class ShardConfig:
     @property
     def num_layers(self) -> int:
         return len(self.fanout_list)
+
+
+def _sampler_settings(blocks: Any) -> dict[str, Any]:
+    """Every registered sampler's settings: its block of `blocks` (a mapping of sampler names to
+    mappings or ``Settings`` instances) checked and completed with the defaults."""
+    if not isinstance(blocks, Mapping):
+        raise ValueError(f"samplers={bounded_repr(blocks)}: must be a mapping of sampler names to their settings")
+    classes = sampler_settings_classes()
+    out = {name: cls() for name, cls in classes.items()}
+    for name, given in blocks.items():
+        cls = classes.get(name) if isinstance(name, str) else None
+        if cls is None:
+            raise ValueError(f"samplers.{bounded_text(str(name))}: not a sampler; the samplers are {tuple(classes)}")
+        out[name] = given if isinstance(given, cls) else _settings_from(cls, given, f"samplers.{name}")
+    return out
+
+
+def _settings_from(cls: type, given: Any, where: str) -> Any:
+    """`cls` built from the mapping `given`, an unknown key named with the known ones."""
+    if given is None:
+        return cls()
+    if not isinstance(given, Mapping):
+        raise ValueError(f"{where}={bounded_repr(given)}: must be a mapping of settings")
+    known = [f.name for f in fields(cls)]
+    for key in given:
+        if key not in known:
+            raise ValueError(f"{where}.{bounded_text(str(key))}: not a setting of this sampler; its settings: {known}")
+    return cls(**given)
 
 
 def seed_samplers() -> str:

@@ -4,7 +4,8 @@ A sampler is a `graphs.sampling.base.MinibatchSampler` subclass in its own modul
 `graphs.sampling.kinds`, registered with `register_sampler` under its ``name``. Every module
 of that package is imported on the first lookup, so adding a sampler is one new file there
 (plus its test); a sampler defined elsewhere (a test, a user's package imported before the
-stage runs) registers the same way. Checks read the declared `SamplerTraits`, never a name:
+stage runs) registers the same way. Its own settings are the fields of its ``Settings`` dataclass (users write them under
+``samplers: {<name>: {...}}``). Checks read the declared `SamplerTraits`, never a name:
 the settings check in `ShardConfig`, the manifest the writer records
 (``shared_block``, ``non_uniform_draws``), and through the manifest the layer check in
 training. docs/extending.md walks through a new sampler.
@@ -12,6 +13,7 @@ training. docs/extending.md walks through a new sampler.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from graphs.infra.variants import Registry
@@ -41,6 +43,12 @@ class SamplerTraits:
 def _check_traits(cls: type) -> None:
     if not isinstance(getattr(cls, "traits", None), SamplerTraits):
         raise TypeError(f"sampler {cls.name!r} ({cls.__qualname__}) declares no SamplerTraits in `traits`")
+    settings = getattr(cls, "Settings", None)
+    if not (isinstance(settings, type) and dataclasses.is_dataclass(settings)):
+        raise TypeError(f"sampler {cls.name!r} ({cls.__qualname__}): `Settings` must be a dataclass")
+    missing = [f.name for f in dataclasses.fields(settings) if f.default is f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise TypeError(f"sampler {cls.name!r}: Settings fields {missing} need defaults")
 
 
 SAMPLERS = Registry("sampler", "sampler", "graphs.sampling.kinds", _check_traits)

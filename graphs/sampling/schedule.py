@@ -119,12 +119,15 @@ def remote_rows(input_nodes: np.ndarray, rank_of_node: np.ndarray, rank: int) ->
     return int(np.count_nonzero(rank_of_node[input_nodes] != rank))
 
 
-def epoch_cluster_groups(cluster_ids: np.ndarray, epoch: int, cfg: ShardConfig) -> list[list[np.ndarray]]:
-    """[rank][minibatch] arrays of cluster ids for cluster_gcn: each cluster once per epoch."""
+def epoch_cluster_groups(
+    cluster_ids: np.ndarray, epoch: int, cfg: ShardConfig, per_batch: int
+) -> list[list[np.ndarray]]:
+    """[rank][minibatch] arrays of cluster ids for cluster_gcn, about `per_batch` clusters per
+    minibatch: each cluster once per epoch."""
     k = len(cluster_ids)
     if k < cfg.world_size:
         raise ValueError(f"{k} clusters cannot be split over world_size={cfg.world_size} ranks")
-    batches = math.ceil(k / (cfg.cluster_batch * cfg.world_size))
+    batches = math.ceil(k / (per_batch * cfg.world_size))
     batches = min(batches, k // cfg.world_size)
     rng = np.random.default_rng(derive_seed(cfg.seed, _TAG_EPOCH, epoch))
     groups = np.array_split(rng.permutation(cluster_ids), cfg.world_size * batches)

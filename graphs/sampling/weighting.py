@@ -1,12 +1,12 @@
 """Non-uniform sampling weights: adaptive neighbour probabilities and class-balanced seeds.
 
-Adaptive neighbour sampling (``ShardConfig.neighbor_prob = "adaptive"``)
+Adaptive neighbour sampling (``samplers.neighbor.prob: adaptive``)
     Every node u gets the probability mass
 
         p(u) = α · deg(u) / Σ deg + (1 − α) · g(u) / Σ g
 
     (``deg`` = off-diagonal degree in Â, ``g`` = `graphs.formats.node_scores.mean_grad_norm` of the
-    previous training run's gradient statistics; ``α = adaptive_alpha``; without statistics,
+    previous training run's gradient statistics; ``α = samplers.neighbor.adaptive_alpha``; without statistics,
     α = 1). A destination v draws its ``fanout`` neighbours *with replacement*, neighbour u
     with probability ``π_vu = p(u) / P_v``, ``P_v = Σ_{u ∈ N(v)} p(u)``. Each drawn edge gets
     the correction ``c_vu = P_v / (p(u) · k_v)`` (``k_v`` = draws of v): Hansen-Hurwitz, so

@@ -1,14 +1,29 @@
-"""cluster_gcn: Cluster-GCN, minibatches of ``cluster_batch`` METIS clusters (metis_partitions'
+"""cluster_gcn: Cluster-GCN, minibatches of ``clusters`` METIS clusters (metis_partitions'
 cluster_id.npy) with the block of Â induced by their nodes, shared by every layer."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
 from graphs.formats.shard_format import index_dtype
+from graphs.infra.config_checks import check_fields
 from graphs.sampling.base import MinibatchSampler, SampledBlock, SampledMinibatch, csc_indptr, segment_positions
 from graphs.sampling.registry import SamplerTraits, register_sampler
 from graphs.sampling.schedule import epoch_cluster_groups
+
+
+@dataclass(kw_only=True)
+class ClusterGCNSettings:
+    """The cluster_gcn sampler's settings (``samplers: {cluster_gcn: {...}}``)."""
+
+    clusters: int = field(default=20, metadata={"max": 1 << 20, "help": "METIS clusters per minibatch."})
+
+    def __post_init__(self) -> None:
+        check_fields(self, "samplers.cluster_gcn")
+        if self.clusters < 1:
+            raise ValueError(f"samplers.cluster_gcn.clusters={self.clusters} must be at least 1")
 
 
 @register_sampler
@@ -17,6 +32,7 @@ class ClusterGCNSampler(MinibatchSampler):
 
     name = "cluster_gcn"
     traits = SamplerTraits(seeds=False, shares_block=True, needs_clusters=True)
+    Settings = ClusterGCNSettings
 
     def setup(self) -> None:
         cluster_id = self.inputs.cluster_id
@@ -29,7 +45,7 @@ class ClusterGCNSampler(MinibatchSampler):
 
     def schedule(self, epoch: int) -> list[list]:
         """Epoch `epoch`'s cluster groups, one list per rank."""
-        return epoch_cluster_groups(self._cluster_ids, epoch, self.cfg)
+        return epoch_cluster_groups(self._cluster_ids, epoch, self.cfg, self.cfg.options.clusters)
 
     def sample(self, item: np.ndarray, seed: int) -> SampledMinibatch:
         parts = []

@@ -3,18 +3,34 @@ with replacement in proportion to the squared Â entries into the layer's destin
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
+from graphs.infra.config_checks import MAX_BATCH, check_fields
 from graphs.sampling.base import MinibatchSampler, SampledMinibatch, csc_indptr
 from graphs.sampling.registry import SamplerTraits, register_sampler
 
 
+@dataclass(kw_only=True)
+class ImportanceSettings:
+    """The importance sampler's settings (``samplers: {importance: {...}}``)."""
+
+    nodes: int = field(default=2048, metadata={"max": MAX_BATCH, "help": "nodes drawn (with replacement) per layer."})
+
+    def __post_init__(self) -> None:
+        check_fields(self, "samplers.importance")
+        if self.nodes < 1:
+            raise ValueError(f"samplers.importance.nodes={self.nodes} must be at least 1")
+
+
 @register_sampler
 class ImportanceSampler(MinibatchSampler):
-    """``importance_nodes`` nodes per layer, each edge unbiased by draws / (s · q)."""
+    """``nodes`` nodes per layer, each edge unbiased by draws / (s · q)."""
 
     name = "importance"
     traits = SamplerTraits(seeds=True, non_uniform=True)
+    Settings = ImportanceSettings
 
     def sample(self, item: np.ndarray, seed: int) -> SampledMinibatch:
         """Layer-wise importance sampling with unbiasing weights (`graphs.sampling` docstring)."""
@@ -30,7 +46,7 @@ class ImportanceSampler(MinibatchSampler):
 
     def _layer(self, dst_nodes: np.ndarray, rng: np.random.Generator):
         """(the block into `dst_nodes`, its source nodes: `dst_nodes` then the new ones drawn)."""
-        s = self.cfg.importance_nodes
+        s = self.cfg.options.nodes
         owner, nbr, w = self.adj.neighbours(dst_nodes)
         if len(nbr):
             cand, inv = np.unique(nbr, return_inverse=True)

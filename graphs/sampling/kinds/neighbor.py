@@ -3,20 +3,59 @@ in proportion to Â's entries / adaptive scores with replacement (`graphs.sampli
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 
+from graphs.infra.config_checks import bounded_repr, check_fields
 from graphs.infra.storage import file_sha256
 from graphs.sampling.base import MinibatchSampler, SampledMinibatch, dgl_neighbor_blocks, single_threaded_dgl
 from graphs.sampling.config import ShardConfig
 from graphs.sampling.registry import SamplerTraits, register_sampler
 from graphs.sampling.weighting import adaptive_edge_probs, adaptive_node_probs
 
-# neighbor_prob settings that draw with replacement in proportion to a weight
+PROBS = ("uniform", "weight", "adaptive")
+# the `prob` settings that draw with replacement in proportion to a weight
 WEIGHTED_PROBS = ("weight", "adaptive")
 
 # DGL (and torch) are imported where a sampler samples, not at module top: the registry imports
 # every sampler module whenever a ShardConfig is validated, which the Dagster code server and
 # the CLI do at start, and importing DGL there adds about 0.7 s (1.7 s against torch's 1.0 s).
+
+
+@dataclass(kw_only=True)
+class NeighborSettings:
+    """The neighbor sampler's settings (``samplers: {neighbor: {...}}``)."""
+
+    rescale: bool = field(
+        default=True,
+        metadata={
+            "help": "store the correction deg/sampled per sampled edge (1 when off), so each layer type's "
+            "aggregation is unbiased (training.layers.sampled_edge_weight)."
+        },
+    )
+    prob: str = field(
+        default="uniform",
+        metadata={
+            "help": f"one of {PROBS}: 'uniform' (without replacement) or 'weight' (with replacement, in proportion "
+            "to Â's entries, so heavy edges of a weighted graph are drawn more often; unbiased by S_v / draws) "
+            "or 'adaptive' (with replacement, in proportion to p(u) = α·deg(u)/Σdeg + (1−α)·g(u)/Σg with g the "
+            "previous training run's per-node gradient norms, trained_model's node_grad_norm.npz written with "
+            "training.node_grad_stats; degree only until that file exists; unbiased by P_v / (p(u) · draws), "
+            "graphs.sampling.weighting)."
+        },
+    )
+    adaptive_alpha: float = field(
+        default=0.5,
+        metadata={"help": "prob 'adaptive': α, the weight of the degree term (1 = degree only), in [0, 1]."},
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self, "samplers.neighbor")
+        if self.prob not in PROBS:
+            raise ValueError(f"samplers.neighbor.prob={bounded_repr(self.prob)} is not one of {PROBS}")
+        if not 0.0 <= self.adaptive_alpha <= 1.0:
+            raise ValueError(f"samplers.neighbor.adaptive_alpha={self.adaptive_alpha} must lie in [0, 1]")
 
 
 @register_sampler
@@ -25,6 +64,7 @@ class NeighborSampler(MinibatchSampler):
 
     name = "neighbor"
     traits = SamplerTraits(seeds=True)
+    Settings = NeighborSettings
 
     def setup(self) -> None:
         self._dgl_mapping: dict = {}  # DGL's reusable global-to-local id buffer
@@ -34,9 +74,13 @@ class NeighborSampler(MinibatchSampler):
 
     @classmethod
     def non_uniform_draws(cls, cfg: ShardConfig) -> str | None:
-        if cfg.neighbor_prob in WEIGHTED_PROBS:
-            return f"sampler 'neighbor' with neighbor_prob {cfg.neighbor_prob!r}"
+        if cfg.options.prob in WEIGHTED_PROBS:
+            return f"sampler 'neighbor' with samplers.neighbor.prob {cfg.options.prob!r}"
         return None
+
+    @classmethod
+    def reads_node_scores(cls, cfg: ShardConfig) -> bool:
+        return cfg.options.prob == "adaptive"
 
     def prepare(self) -> None:
         with single_threaded_dgl():
@@ -59,7 +103,7 @@ class NeighborSampler(MinibatchSampler):
         import dgl
         import torch
 
-        by_weight = self.cfg.neighbor_prob in WEIGHTED_PROBS
+        by_weight = self.cfg.options.prob in WEIGHTED_PROBS
         with single_threaded_dgl():
             dgl.seed(seed)
             input_nodes, dgl_blocks = dgl_neighbor_blocks(
@@ -92,33 +136,33 @@ class NeighborSampler(MinibatchSampler):
         weight = np.take(self.adj.weights, eid) if self.edge_weights else None
         correction = per_dst = None
         if by_weight and fanout != -1:
-            if self.cfg.neighbor_rescale:  # S_v / (q_vu · draws(v)) per drawn edge (Hansen-Hurwitz)
+            if self.cfg.options.rescale:  # S_v / (q_vu · draws(v)) per drawn edge (Hansen-Hurwitz)
                 sampled = np.diff(indptr)
                 factor = (self._row_sums[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
                 correction = np.repeat(factor, sampled) / np.maximum(self._edge_prob[eid], np.float32(1e-30))
-        elif self.cfg.neighbor_rescale:  # deg(v) / sampled(v): the inverse inclusion probability
+        elif self.cfg.options.rescale:  # deg(v) / sampled(v): the inverse inclusion probability
             sampled = np.diff(indptr)
             per_dst = (self.adj.degree[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
         return self.block(indptr, src, weight, b.num_src_nodes(), dst_global, correction, per_dst)
 
     def _neighbor_graph(self):
         """The DGL graph neighbour sampling draws from, built on first use, with the draw
-        probabilities (and their manifest facts) for neighbor_prob 'weight' / 'adaptive'."""
-        by_weight = self.cfg.neighbor_prob in WEIGHTED_PROBS
+        probabilities (and their manifest facts) for prob 'weight' / 'adaptive'."""
+        by_weight = self.cfg.options.prob in WEIGHTED_PROBS
         if by_weight and self._row_sums is None:
             self._edge_prob, self._row_sums = self._draw_probs()
         return self.adj.dgl_graph(prob=self._edge_prob if by_weight else None)
 
     def _draw_probs(self) -> tuple[np.ndarray, np.ndarray]:
         """(q float32 per off-diagonal entry, its row sums S_v float64): Â's entries for
-        neighbor_prob 'weight', p(u) of `graphs.sampling.weighting` for 'adaptive'."""
-        if self.cfg.neighbor_prob == "weight":
+        prob 'weight', p(u) of `graphs.sampling.weighting` for 'adaptive'."""
+        if self.cfg.options.prob == "weight":
             return self.adj.weights, self.adj.row_sums
         scores = self.inputs.node_scores
-        p = adaptive_node_probs(self.adj.degree, scores, self.cfg.adaptive_alpha)
+        p = adaptive_node_probs(self.adj.degree, scores, self.cfg.options.adaptive_alpha)
         edge_p, sums = adaptive_edge_probs(self.adj.indptr, self.adj.indices, p)
         self.adaptive_info = {
-            "alpha": self.cfg.adaptive_alpha if scores is not None else 1.0,
+            "alpha": self.cfg.options.adaptive_alpha if scores is not None else 1.0,
             "node_scores": self.inputs.node_scores_path is not None,
             "p_max_over_mean": round(float(p.max()), 3) if len(p) else 0.0,
         }

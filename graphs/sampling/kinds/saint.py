@@ -6,20 +6,63 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from graphs.infra.config_checks import MAX_BATCH, bounded_repr, check_fields
 from graphs.sampling.base import MinibatchSampler, SampledMinibatch, csc_indptr, single_threaded_dgl
 from graphs.sampling.registry import SamplerTraits, register_sampler
 from graphs.sampling.schedule import presample_seed
 
+MODES = ("node", "edge", "walk")
+
+
+@dataclass(kw_only=True)
+class SaintSettings:
+    """The saint sampler's settings (``samplers: {saint: {...}}``)."""
+
+    mode: str = field(default="node", metadata={"help": f"sampler mode, one of {MODES}."})
+    budget: int = field(
+        default=6000,
+        metadata={
+            "max": MAX_BATCH,
+            "help": "nodes (node mode), edges (edge mode) or walk roots (walk mode) per subgraph.",
+        },
+    )
+    walk_length: int = field(default=2, metadata={"max": 1024, "help": "walk mode: random-walk length."})
+    coverage: float = field(
+        default=20.0,
+        metadata={
+            "max": 1000.0,
+            "help": "pre-sample until each node is expected in this many subgraphs (normalization).",
+        },
+    )
+    subgraphs: int = field(
+        default=0,
+        metadata={"max": 1 << 20, "help": "subgraphs per epoch per rank; 0 = about n / (W * subgraph nodes)."},
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self, "samplers.saint")
+        if self.mode not in MODES:
+            raise ValueError(f"samplers.saint.mode={bounded_repr(self.mode)} is not one of {MODES}")
+        for name in ("budget", "walk_length"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"samplers.saint.{name}={getattr(self, name)} must be at least 1")
+        if self.coverage <= 0:
+            raise ValueError(f"samplers.saint.coverage={self.coverage} must be > 0")
+        if self.subgraphs < 0:
+            raise ValueError(f"samplers.saint.subgraphs={self.subgraphs} must be >= 0 (0 = automatic)")
+
 
 @register_sampler
 class SaintSampler(MinibatchSampler):
-    """``saint_subgraphs`` subgraphs per rank and epoch (or about n / (W · subgraph nodes))."""
+    """``subgraphs`` subgraphs per rank and epoch (or about n / (W · subgraph nodes))."""
 
     name = "saint"
     traits = SamplerTraits(seeds=False, shares_block=True, non_uniform=True)
+    Settings = SaintSettings
 
     def schedule(self, epoch: int) -> list[list]:
         """One None per subgraph: each is drawn from its minibatch seed alone."""
@@ -31,12 +74,9 @@ class SaintSampler(MinibatchSampler):
     def _saint_dgl(self):
         import dgl
 
-        budget = (
-            (self.cfg.saint_budget, self.cfg.saint_walk_length)
-            if self.cfg.saint_mode == "walk"
-            else self.cfg.saint_budget
-        )
-        return dgl.dataloading.SAINTSampler(mode=self.cfg.saint_mode, budget=budget)
+        o = self.cfg.options
+        budget = (o.budget, o.walk_length) if o.mode == "walk" else o.budget
+        return dgl.dataloading.SAINTSampler(mode=o.mode, budget=budget)
 
     def _saint_subgraph(self, seed: int):
         """(node ids ascending, local src, local dst, edge ids) of one DGL SAINT subgraph."""
@@ -52,14 +92,10 @@ class SaintSampler(MinibatchSampler):
         return nodes, src, dst, sg.edata[dgl.EID].numpy()
 
     def setup(self) -> None:
-        cfg, n = self.cfg, self.inputs.n
+        cfg, o, n = self.cfg, self.cfg.options, self.inputs.n
         self._saint = self._saint_dgl()
-        expected = {
-            "node": cfg.saint_budget,
-            "edge": 2 * cfg.saint_budget,
-            "walk": cfg.saint_budget * (cfg.saint_walk_length + 1),
-        }[cfg.saint_mode]
-        presamples = max(1, math.ceil(cfg.saint_coverage * n / min(expected, n)))
+        expected = {"node": o.budget, "edge": 2 * o.budget, "walk": o.budget * (o.walk_length + 1)}[o.mode]
+        presamples = max(1, math.ceil(o.coverage * n / min(expected, n)))
         t0 = time.perf_counter()
         node_count = np.zeros(n, dtype=np.int64)
         edge_count = np.zeros(self.adj.num_edges, dtype=np.int64)
@@ -88,7 +124,7 @@ class SaintSampler(MinibatchSampler):
         self._edge_count = np.maximum(edge_count, 1)
         self._presamples = presamples
         mean_nodes = sizes / presamples
-        self._saint_per_rank = cfg.saint_subgraphs or max(1, math.ceil(n / (cfg.world_size * mean_nodes)))
+        self._saint_per_rank = o.subgraphs or max(1, math.ceil(n / (cfg.world_size * mean_nodes)))
         self.saint_info = {
             "presamples": presamples,
             "mean_subgraph_nodes": round(mean_nodes, 1),
