@@ -36,7 +36,7 @@ the `evaluation` and `promotion` assets decide whether it becomes `<dataset>/pro
 PATH; otherwise the metadata says why it was skipped. A dataset without labels is skipped.
 
 Link prediction (the dataset's gnnflow.yaml ``task: link_prediction``): the model is
-trained in this process by `training.link.train_link` from the edge-seed shards (the
+trained in this process by `training.link_train.train_link` from the edge-seed shards (the
 ``model`` block is the encoder, the ``link`` block the scorer, learning rate and epochs),
 and evaluated on edge_split's held-out edges; metadata holds test/val ROC-AUC, MRR and
 Hits@K, the files are `training.link`'s (model.safetensors, metrics.parquet, summary.json).
@@ -80,7 +80,8 @@ from training.data import ShardError
 from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
-from training.link import LinkTrainConfig, train_link
+from training.link import LinkTrainConfig
+from training.link_train import train_link
 from training.outputs import CURVES, METRICS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
 from training.profiling import PROFILE_DIR, TRACE_FILE
@@ -277,7 +278,7 @@ def trained_model(
 
 
 def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: str, config_metadata: dict):
-    """task: link_prediction: `training.link.train_link` in this process (not torchrun), from the
+    """task: link_prediction: `training.link_train.train_link` in this process (not torchrun), from the
     edge-seed shards; the check is then test ROC-AUC above 0.5 (random scoring)."""
     split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
     adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
@@ -285,7 +286,16 @@ def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: st
     try:
         model_cfg, link_cfg = config.model.to_dataclass(), config.link.to_dataclass()
         with storage.publishing(dataset, _ASSET) as out:
-            s = train_link(shards, split, adjacency, out, link_cfg, model_cfg, log=context.log.info)
+            s = train_link(
+                shards,
+                split,
+                adjacency,
+                out,
+                link_cfg,
+                model_cfg,
+                log=context.log.info,
+                checkpoint_beside=storage.asset_dir(dataset, _ASSET),
+            )
     except (ValueError, ShardError) as exc:
         raise shard_failure(dataset, exc) from exc
     out = storage.asset_dir(dataset, _ASSET)

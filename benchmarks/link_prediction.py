@@ -12,7 +12,7 @@ negatives with `training.metrics.link_prediction_report`: ROC-AUC, MRR, Hits@K).
 ours       the pipeline with no configuration: edge_split -> normalized_adjacency ->
            metis_partitions -> compressed_graph (Bloom filters over *all* edges) ->
            `graphs.sampling.link.write_link_shards` with `ShardConfig()` ->
-           `training.link.train_link` with `LinkTrainConfig()` and `ModelConfig()` (the
+           `training.link_train.train_link` with `LinkTrainConfig()` and `ModelConfig()` (the
            defaults trained_model uses: the hybrid scorer, the step floor, early stopping on
            validation MRR, the best validation model tested).
 DGL        DGL's ``examples/pytorch/graphsage/link_pred.py`` configuration, in DGL: the training
@@ -99,7 +99,8 @@ def run_ours(d: dict) -> dict:
     from graphs.sampling import ShardConfig, load_shard_inputs
     from graphs.sampling.link import write_link_shards
     from training.layers import ModelConfig
-    from training.link import LinkTrainConfig, train_link
+    from training.link import LinkTrainConfig
+    from training.link_train import train_link
 
     inputs = load_shard_inputs(d["split"], d["adj"], d["parts"], d["compressed"])
     shards = d["split"].parent / "shards-default"

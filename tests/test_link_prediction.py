@@ -211,11 +211,12 @@ def test_training_learns_and_writes_metrics(lp, tmp_path, monkeypatch):
     import functools
 
     from graphs.infra.progress import Progress
-    from training import link
+    from training import link_train
     from training.layers import ModelConfig
-    from training.link import LinkTrainConfig, train_link
+    from training.link import LinkTrainConfig
+    from training.link_train import train_link
 
-    monkeypatch.setattr(link, "Progress", functools.partial(Progress, every=0.0))  # a line per step
+    monkeypatch.setattr(link_train, "Progress", functools.partial(Progress, every=0.0))  # a line per step
 
     inputs = load_shard_inputs(lp / "split", lp / "adj", lp / "parts", lp / "compressed")
     cfg = ShardConfig(fanouts="5,5", batch_size=512, epochs=2, world_size=1)
@@ -280,17 +281,19 @@ def test_pair_features_see_the_message_passing_graph_only(lp):
 
 
 def test_early_stopping_keeps_the_best_validation_epoch(lp, tmp_path, monkeypatch):
-    from training import link
+    from training import link, link_train
     from training.layers import ModelConfig
 
     inputs = load_shard_inputs(lp / "split", lp / "adj", lp / "parts", lp / "compressed")
     shard_cfg = ShardConfig(fanouts="5", batch_size=2048, epochs=1, world_size=1)
     write_link_shards(inputs, tmp_path / "shards", shard_cfg, canonical_dir=lp / "canonical")
     real, mrrs = link.evaluate_link, iter([0.5, 0.4, 0.45, 0.3, 0.9])
-    monkeypatch.setattr(link, "evaluate_link", lambda *a, **k: {**real(*a, **k), "mrr": next(mrrs)})
+    monkeypatch.setattr(link_train, "evaluate_link", lambda *a, **k: {**real(*a, **k), "mrr": next(mrrs)})
     lines = []
     cfg = link.LinkTrainConfig(epochs=5, early_stopping_patience=2)
-    s = link.train_link(tmp_path / "shards", lp / "split", lp / "adj", None, cfg, ModelConfig(hidden=8), lines.append)
+    s = link_train.train_link(
+        tmp_path / "shards", lp / "split", lp / "adj", None, cfg, ModelConfig(hidden=8), lines.append
+    )
     assert s["epochs"] == 3 and s["best_epoch"] == 1 and s["val"]["mrr"] == 0.5
     assert "early stopping after epoch 3: validation MRR has not improved for 2 evaluations" in lines
 
@@ -447,3 +450,47 @@ def test_normalized_adjacency_and_edge_split_can_be_selected_alone(tmp_path):
     assert adj.success and set(_materializations(adj)) == {"normalized_adjacency"}
     csr = load_csr(tmp_path / "home" / "lp" / "normalized_adjacency")
     assert csr.nnz == 2 * len(load_edge_split(tmp_path / "home" / "lp" / "edge_split").train) + csr.n
+
+
+class _Stopped(Exception):
+    pass
+
+
+def test_a_stopped_run_continues_from_its_checkpoint_to_the_uninterrupted_figures(lp, tmp_path):
+    """The link head on the shared loop checkpoints after every epoch beside its outputs; a run
+    stopped after epoch 2 continues from there and ends with the figures and metrics of an
+    uninterrupted run (dropout on: torch's generator is restored too), then drops the work folder."""
+    from training.layers import ModelConfig
+    from training.link import LinkTrainConfig
+    from training.link_train import train_link
+    from training.outputs import METRICS
+
+    inputs = load_shard_inputs(lp / "split", lp / "adj", lp / "parts", lp / "compressed")
+    shard_cfg = ShardConfig(fanouts="5", batch_size=1024, epochs=2, world_size=1)
+    write_link_shards(inputs, tmp_path / "shards", shard_cfg, canonical_dir=lp / "canonical")
+    cfg, model_cfg = LinkTrainConfig(epochs=4, early_stopping_patience=0), ModelConfig(hidden=8, dropout=0.5)
+
+    def run(out: Path, **kw) -> dict:
+        args = (tmp_path / "shards", lp / "split", lp / "adj", out, cfg, model_cfg)
+        return train_link(*args, kw.pop("log", lambda m: None), checkpoint_beside=out, **kw)
+
+    whole = run(tmp_path / "whole")
+
+    def stop(epoch, rows):
+        if epoch == 1:
+            raise _Stopped
+
+    with pytest.raises(_Stopped):
+        run(tmp_path / "out", on_epoch_end=stop)
+    (work,) = tmp_path.glob(".out.work-*")
+    assert (work / "checkpoint.safetensors").is_file() and not (tmp_path / "out").exists()
+    lines = []
+    resumed = run(tmp_path / "out", log=lines.append)
+    assert any(line.startswith("resuming from") and line.endswith("epochs 1..2 done") for line in lines), lines
+    assert not any(line.startswith("epoch 2/4:") for line in lines) and any(
+        line.startswith("epoch 3/4:") for line in lines
+    )
+    for key in ("epochs", "best_epoch", "losses", "val", "test"):
+        assert resumed[key] == whole[key], key
+    assert pq.read_table(tmp_path / "out" / METRICS).equals(pq.read_table(tmp_path / "whole" / METRICS))
+    assert not work.exists() and not list(tmp_path.glob(".whole.work-*"))

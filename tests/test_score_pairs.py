@@ -18,7 +18,8 @@ from graphs.stages.normalize import build_normalized_adjacency
 from graphs.stages.partition import PartitionConfig, build_partitions
 from tests.conftest import write_edges
 from training.layers import ModelConfig
-from training.link import LinkTrainConfig, load_saved, train_link
+from training.link import LinkTrainConfig, load_saved
+from training.link_train import train_link
 from training.outputs import LINK_MODEL
 from training.score_pairs import PairsError, score_dataset_pairs
 

@@ -298,7 +298,8 @@ def test_link_prediction_stops_on_a_non_finite_loss(tmp_path):
     from graphs.stages.edge_split import EdgeSplitConfig, build_edge_split
     from graphs.stages.normalize import build_normalized_adjacency
     from graphs.stages.partition import PartitionConfig, build_partitions
-    from training.link import LinkTrainConfig, train_link
+    from training.link import LinkTrainConfig
+    from training.link_train import train_link
     from training.loss_check import NonFiniteLossError
 
     generate_dataset(

@@ -134,32 +134,39 @@ def work_dir_for(out_dir: str | os.PathLike, key: str, override: str = "") -> Pa
     return out.parent / f".{out.name}.work-{key}"
 
 
-def save_checkpoint(path: str | os.PathLike, state: dict) -> None:
-    """Write the checkpoint to a temporary sibling, then rename: a kill never leaves half a file."""
+def save_checkpoint(
+    path: str | os.PathLike, state: dict, *, kind: str = _KIND, format_version: int = CHECKPOINT_FORMAT
+) -> None:
+    """Write the checkpoint to a temporary sibling, then rename: a kill never leaves half a file.
+    `kind` and `format_version`: another task's checkpoint (`training.link_train`'s)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
     try:
-        write_state_file(
-            tmp, {"format_version": CHECKPOINT_FORMAT, **state}, kind=_KIND, format_version=CHECKPOINT_FORMAT
-        )
+        write_state_file(tmp, {"format_version": format_version, **state}, kind=kind, format_version=format_version)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
 
 
-def load_checkpoint(path: str | os.PathLike) -> dict | None:
+def load_checkpoint(
+    path: str | os.PathLike, *, kind: str = _KIND, format_version: int = CHECKPOINT_FORMAT
+) -> dict | None:
     """The checkpoint at ``path`` (tensors on the CPU), or None when there is none;
     StateFileError naming it when it is not a usable checkpoint (nothing in it is run)."""
     path = Path(path)
     if not path.is_file():
         return None
-    return read_state_file(
-        path, kind=_KIND, format_version=CHECKPOINT_FORMAT, remedy="set it aside to start the run over"
-    )
+    return read_state_file(path, kind=kind, format_version=format_version, remedy="set it aside to start the run over")
 
 
-def resume_state(path: str | os.PathLike, warn: Callable[[str], None] | None) -> dict | None:
+def resume_state(
+    path: str | os.PathLike,
+    warn: Callable[[str], None] | None,
+    *,
+    kind: str = _KIND,
+    format_version: int = CHECKPOINT_FORMAT,
+) -> dict | None:
     """The checkpoint to resume from, or None to start from the first epoch.
 
     A checkpoint that cannot be used is renamed ``<name>.unusable-<tag>`` when `warn` is given
@@ -167,7 +174,7 @@ def resume_state(path: str | os.PathLike, warn: Callable[[str], None] | None) ->
     restarts; without `warn` (the other ranks) it is only skipped."""
     path = Path(path)
     try:
-        return load_checkpoint(path)
+        return load_checkpoint(path, kind=kind, format_version=format_version)
     except StateFileError as exc:
         if warn is None:
             return None

@@ -1,4 +1,5 @@
-"""Link-prediction training and evaluation from edge-seed shards (plain torch, no DGL).
+"""Link prediction's settings, model and evaluation from edge-seed shards (plain torch, no DGL);
+its training is `training.link_train` (the link head on the shared loop).
 
 The same encoders as node classification (`training.layers.GNN`, output width = the
 embedding width), a scorer over pairs of embeddings, binary cross-entropy on each
@@ -29,33 +30,26 @@ within epochs and one line per evaluated epoch.
 One process reads every rank's stream of an epoch in turn (each minibatch one optimizer
 step); link prediction is not launched under torchrun/DDP (node classification is).
 
-Files written into ``out_dir`` (`train_link`): ``model.safetensors`` (`training.outputs.LINK_MODEL`:
-a `training.state_file` of kind ``link_model``, format ``LINK_MODEL_FORMAT``, holding
-{"state_dict", "config", "model_config", "in_feats", "graph": {"nodes", "edges"}}: everything
-scoring needs besides the message-passing graph and the features it was trained on; loading
-it never runs code), ``metrics.parquet`` (one row per evaluated epoch and split: epoch, split,
-auc, mrr, hits@10, hits@50, hits@100, loss; the test row carries the best epoch),
-``summary.json`` (config, best epoch, its val/test metrics, epoch times).
-
-Usage::
-
-    summary = train_link(shards_dir, split_dir, adjacency_dir, out_dir, LinkTrainConfig())
+Files a training run writes (`training.link_train.train_link`): ``model.safetensors``
+(`training.outputs.LINK_MODEL`: a `training.state_file` of kind ``link_model``, format
+``LINK_MODEL_FORMAT``, holding {"state_dict", "config", "model_config", "in_feats", "graph":
+{"nodes", "edges"}}: everything scoring needs besides the message-passing graph and the features
+it was trained on; loading it never runs code, `load_saved`), ``metrics.parquet`` (one row per
+evaluated epoch and split: epoch, split, auc, mrr, hits@10, hits@50, hits@100, loss; the test
+row carries the best epoch), ``summary.json`` (config, best epoch, its val/test metrics, epoch
+times).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from graphs.formats.shard_format import MANIFEST_NAME
 from graphs.formats.shard_manifest import ShardManifest
 from graphs.infra.config_checks import (
     MAX_EPOCHS,
@@ -67,36 +61,37 @@ from graphs.infra.config_checks import (
     bounded_repr,
     check_fields,
 )
-from graphs.infra.progress import Progress
 from graphs.infra.storage import CorruptFileError, read_file_hashes
-from graphs.stages.edge_split import LINK_PREDICTION, load_edge_split
+from graphs.stages.edge_split import load_edge_split
 from graphs.stages.normalize import Adjacency
 from training.blocks import remove_self_loops
-from training.data import ShardStream
 from training.evaluate import load_full_block
 from training.features import degree_features, full_features
 from training.layers import GNN, ModelConfig, build_model
-from training.loss_check import NonFiniteLossError, non_finite_loss
-from training.metrics import LINK_HITS_AT, link_prediction_report
-from training.outputs import LINK_MODEL, METRICS, SUMMARY
-from training.pair_features import FEATURE_NAMES, PairHeuristics, two_hop_negatives
-from training.state_file import read_state_file, write_state_file
+from training.metrics import link_prediction_report
+from training.outputs import LINK_MODEL
+from training.pair_features import FEATURE_NAMES, PairHeuristics
+from training.state_file import read_state_file
 
 __all__ = [
+    "LINK_MODEL_FORMAT",
+    "LINK_MODEL_KIND",
     "SCORERS",
+    "LinkGraph",
     "LinkModel",
     "LinkTrainConfig",
     "SavedLinkModel",
+    "epoch_budget",
     "evaluate_link",
     "evaluate_saved",
     "load_saved",
+    "new_link_model",
     "pair_scores",
-    "train_link",
 ]
 
 SCORERS = ("dot", "mlp", "hybrid")
-LINK_MODEL_FORMAT = 2  # the model file's format version (training.state_file, kind "link_model")
-_LINK_KIND = "link_model"
+LINK_MODEL_FORMAT = 2  # the model file's format version (training.state_file, kind LINK_MODEL_KIND)
+LINK_MODEL_KIND = "link_model"
 _SCORE_CHUNK = 1 << 18  # pairs scored at once by SavedLinkModel.probabilities (bounds the MLP's memory)
 _REMEDY = "re-materialize trained_model (retrain) to write it in this format"
 
@@ -254,7 +249,7 @@ def evaluate_link(model: LinkModel, full_block, x: torch.Tensor, split, which: s
 
 
 @dataclass
-class _Graph:
+class LinkGraph:
     """What training and scoring read besides the shards' minibatches: the message-passing
     graph as a full block (self loops as the shards have them), its heuristics, the features."""
 
@@ -264,7 +259,7 @@ class _Graph:
     indices_sha256: str  # of the adjacency's indices.npy as its stage published it ("" without a record)
 
     @classmethod
-    def load(cls, manifest: ShardManifest, shards: Path, adjacency_dir, degree_buckets: int) -> "_Graph":
+    def load(cls, manifest: ShardManifest, shards: Path, adjacency_dir, degree_buckets: int) -> "LinkGraph":
         block = load_full_block(adjacency_dir)
         x = _features(manifest, shards, block, degree_buckets)
         plain = remove_self_loops(block)
@@ -286,7 +281,8 @@ class _Graph:
         }
 
 
-def _new_model(cfg: LinkTrainConfig, model_cfg: ModelConfig, graph: _Graph) -> LinkModel:
+def new_link_model(cfg: LinkTrainConfig, model_cfg: ModelConfig, graph: LinkGraph) -> LinkModel:
+    """A fresh (or to-be-loaded) link model of these settings over `graph`."""
     encoder = build_model(model_cfg, graph.x.shape[1], model_cfg.hidden)
     return LinkModel(encoder, model_cfg.hidden, cfg.scorer, graph.heuristics)
 
@@ -299,187 +295,11 @@ def epoch_budget(cfg: LinkTrainConfig, sampled_epochs: int, steps_per_epoch: int
 
 
 @dataclass
-class _Run:
-    """The state of one `train_link` run: what the loop reads, and what it changes as it goes."""
-
-    cfg: LinkTrainConfig
-    manifest: ShardManifest
-    shards: Path
-    graph: _Graph
-    model: LinkModel
-    opt: torch.optim.Optimizer
-    epochs: int
-    steps_per_epoch: int
-    progress: Progress
-    generator: torch.Generator
-    rows: list = field(default_factory=list)
-    epoch_seconds: list = field(default_factory=list)
-    losses: list = field(default_factory=list)
-    best: dict | None = None  # {"epoch", "val", "state"} of the best validation MRR
-    stale: int = 0  # evaluations since the best one
-
-
-def _train_epoch(run: _Run, epoch: int) -> None:
-    """One epoch (numbered from 1): every rank's stream of sampled epoch (epoch-1) % E in turn."""
-    cfg, manifest = run.cfg, run.manifest
-    t0 = time.perf_counter()
-    total, steps, seeds = 0.0, 0, 0
-    for r in range(manifest.world_size):
-        if steps >= run.steps_per_epoch:
-            break
-        sampled = (epoch - 1) % manifest.epochs
-        stream = ShardStream(run.shards, r, sampled, "cpu", cfg.prefetch, features=run.graph.x, manifest=manifest.doc)
-        with stream:
-            for mb in stream:
-                value = _step(run, mb, epoch, steps)
-                total, steps = total + value, steps + 1
-                seeds += int(mb.extra["pos_pairs"].shape[1])
-                rate = seeds / max(time.perf_counter() - t0, 1e-9)
-                run.progress.advance(detail=f"epoch {epoch}/{run.epochs}, loss {total / steps:.4f}, {rate:.0f} seeds/s")
-                if steps >= run.steps_per_epoch:
-                    break
-    run.epoch_seconds.append(time.perf_counter() - t0)
-    run.losses.append(total / max(steps, 1))
-
-
-def _step(run: _Run, mb, epoch: int, step: int) -> float:
-    """One optimizer step on a minibatch; its loss (NonFiniteLossError when not finite)."""
-    neg_pairs = mb.extra["neg_pairs"]
-    if run.cfg.hard_negatives:
-        hard = two_hop_negatives(run.graph.heuristics, mb.seeds, mb.extra["pos_pairs"][0], run.generator)
-        neg_pairs = torch.cat([neg_pairs, hard], 1)
-    pos, neg = run.model(mb.blocks, mb.x, mb.extra["pos_pairs"], neg_pairs, mb.seeds)
-    scores = torch.cat([pos, neg])
-    labels = torch.cat([torch.ones_like(pos), torch.zeros_like(neg)])
-    loss = F.binary_cross_entropy_with_logits(scores, labels)
-    value = float(loss.detach())
-    if not math.isfinite(value):
-        raise _non_finite_loss(value, run.cfg, run.manifest, epoch, step)
-    run.opt.zero_grad()
-    loss.backward()
-    run.opt.step()
-    return value
-
-
-def _validate(run: _Run, epoch: int, split, log) -> bool:
-    """Evaluate epoch `epoch` on the validation split, keep the model when its MRR is the best so
-    far; whether training goes on (early stopping)."""
-    val = evaluate_link(run.model, run.graph.block, run.graph.x, split, "val", run.cfg.eval_batch_size)
-    run.rows.append({"epoch": epoch, "split": "val", "loss": run.losses[-1], **val})
-    improved = run.best is None or val["mrr"] > run.best["val"]["mrr"]
-    if improved:
-        state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
-        run.best, run.stale = {"epoch": epoch, "val": val, "loss": run.losses[-1], "state": state}, 0
-    else:
-        run.stale += 1
-    log(
-        f"epoch {epoch}/{run.epochs}: loss {run.losses[-1]:.4f} val auc {val['auc']:.4f} mrr {val['mrr']:.4f} "
-        f"hits@50 {val['hits@50']:.4f} ({run.epoch_seconds[-1]:.2f} s); best epoch {run.best['epoch']}"
-    )
-    patience = run.cfg.early_stopping_patience
-    if patience and run.stale >= patience:
-        log(f"early stopping after epoch {epoch}: validation MRR has not improved for {patience} evaluations")
-        return False
-    return True
-
-
-def train_link(
-    shards_dir: str | os.PathLike,
-    split_dir: str | os.PathLike,
-    adjacency_dir: str | os.PathLike,
-    out_dir: str | os.PathLike | None,
-    cfg: LinkTrainConfig | None = None,
-    model_cfg: ModelConfig | None = None,
-    log=print,
-) -> dict:
-    """Train on the link-prediction shards, evaluate on the split; write `out_dir` (module
-    docstring) unless None. Returns the summary."""
-    cfg = cfg or LinkTrainConfig()
-    shards = Path(shards_dir)
-    manifest = ShardManifest.open(shards)
-    if manifest.task != LINK_PREDICTION:
-        raise ValueError(f"{shards / MANIFEST_NAME}: not link-prediction shards; materialize minibatch_shards")
-    layers = manifest.num_layers
-    model_cfg = model_cfg or ModelConfig(dropout=0.0)
-    if model_cfg.num_layers not in (0, layers):
-        raise ValueError(f"model.num_layers={model_cfg.num_layers}, but the shards hold {layers} blocks")
-    model_cfg = ModelConfig(**{**asdict(model_cfg), "num_layers": layers})
-    split = load_edge_split(split_dir)
-    graph = _Graph.load(manifest, shards, adjacency_dir, cfg.degree_buckets)
-
-    torch.manual_seed(cfg.seed)
-    model = _new_model(cfg, model_cfg, graph)
-    steps = manifest.minibatches_per_epoch_per_rank * manifest.world_size
-    steps = min(steps, cfg.max_steps_per_epoch or steps)
-    epochs = epoch_budget(cfg, manifest.epochs, steps)
-    run = _Run(
-        cfg, manifest, shards, graph, model, torch.optim.Adam(model.parameters(), lr=cfg.lr), epochs, steps,
-        Progress("step", epochs * steps, log, unit="steps"), torch.Generator().manual_seed(cfg.seed),
-    )  # fmt: skip
-    model.train()
-    for epoch in range(1, epochs + 1):
-        _train_epoch(run, epoch)
-        if (epoch % cfg.eval_every == 0 or epoch == epochs) and not _validate(run, epoch, split, log):
-            break
-    return _finish(run, split, model_cfg, out_dir, log)
-
-
-def _finish(run: _Run, split, model_cfg: ModelConfig, out_dir, log) -> dict:
-    """Restore the best validation model, test it, write the outputs; the summary."""
-    best = run.best
-    run.model.load_state_dict(best["state"])
-    test = evaluate_link(run.model, run.graph.block, run.graph.x, split, "test", run.cfg.eval_batch_size)
-    run.rows.append({"epoch": best["epoch"], "split": "test", "loss": best["loss"], **test})
-    log(
-        f"best epoch {best['epoch']} of {len(run.epoch_seconds)}: test auc {test['auc']:.4f} mrr {test['mrr']:.4f} "
-        f"hits@50 {test['hits@50']:.4f}"
-    )
-    summary = {
-        "task": "link_prediction",
-        "epochs": len(run.epoch_seconds),
-        "best_epoch": best["epoch"],
-        "epoch_seconds": run.epoch_seconds,
-        "losses": run.losses,
-        "val": best["val"],
-        "test": test,
-        "config": asdict(run.cfg),
-        "model_config": asdict(model_cfg),
-        "in_feats": int(run.graph.x.shape[1]),
-        "graph": run.graph.fingerprint(),
-        "hits_at": list(LINK_HITS_AT),
-    }
-    if out_dir is not None:
-        _write_outputs(Path(out_dir), run.model, run.rows, summary)
-    summary["trained"] = run.model  # not written: the state_dict is LINK_MODEL
-    return summary
-
-
-def _non_finite_loss(
-    value: float, cfg: LinkTrainConfig, manifest: ShardManifest, epoch: int, step: int
-) -> NonFiniteLossError:
-    """The error stopping `train_link` at `step` (from 0) of `epoch` (from 1; `training.loss_check`);
-    each minibatch of every rank's stream is one optimizer step."""
-    steps = manifest.minibatches_per_epoch_per_rank * manifest.world_size
-    return non_finite_loss(
-        value,
-        epoch=epoch,
-        step=step + 1,
-        steps=min(steps, cfg.max_steps_per_epoch or steps),
-        causes=[
-            f"a learning rate too high: link.lr={cfg.lr:g}",
-            "features on scales far apart, or a NaN, infinite or huge value in the dataset's features "
-            f"(features.parquet; a graph without them gets {cfg.degree_buckets} one-hot degree buckets)",
-            "a corrupted input: check the landing files, then re-materialize canonical_graph and the stages after it",
-        ],
-    )
-
-
-@dataclass
 class SavedLinkModel:
-    """A model `train_link` wrote, loaded with the graph and features it scores over."""
+    """A model `training.link_train.train_link` wrote, loaded with the graph and features it scores over."""
 
     model: LinkModel
-    graph: _Graph
+    graph: LinkGraph
     config: LinkTrainConfig
 
     def embeddings(self) -> torch.Tensor:
@@ -496,15 +316,15 @@ class SavedLinkModel:
 
 
 def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:
-    """The model `train_link` wrote into `model_dir` (its LINK_MODEL file; a StateFileError naming
+    """The model `training.link_train.train_link` wrote into `model_dir` (its LINK_MODEL file; a StateFileError naming
     the file when it is not a usable link model, nothing in it is run), over the message-passing
     graph of `adjacency_dir` and the features of `shards_dir`; a ValueError naming the folders when
     that graph is not the one the model was trained on."""
     path = Path(model_dir) / LINK_MODEL
-    state = read_state_file(path, kind=_LINK_KIND, format_version=LINK_MODEL_FORMAT, remedy=_REMEDY)
+    state = read_state_file(path, kind=LINK_MODEL_KIND, format_version=LINK_MODEL_FORMAT, remedy=_REMEDY)
     cfg, model_cfg = LinkTrainConfig(**state["config"]), ModelConfig(**state["model_config"])
     shards = Path(shards_dir)
-    graph = _Graph.load(ShardManifest.open(shards), shards, adjacency_dir, cfg.degree_buckets)
+    graph = LinkGraph.load(ShardManifest.open(shards), shards, adjacency_dir, cfg.degree_buckets)
     trained, now = state["graph"], graph.fingerprint()
     if any(str(trained.get(k)) != str(v) for k, v in now.items()) or graph.x.shape[1] != int(state["in_feats"]):
         raise ValueError(
@@ -514,7 +334,7 @@ def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:
             f"{now['edges']} edges (sha256 {now['indices_sha256'][:16] or 'unrecorded'}) with {graph.x.shape[1]} "
             "features; re-materialize trained_model"
         )
-    model = _new_model(cfg, model_cfg, graph)
+    model = new_link_model(cfg, model_cfg, graph)
     model.load_state_dict(state["state_dict"])
     model.eval()
     return SavedLinkModel(model, graph, cfg)
@@ -523,24 +343,9 @@ def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:
 def evaluate_saved(
     model_dir: str | os.PathLike, shards_dir: str | os.PathLike, split_dir: str | os.PathLike, adjacency_dir
 ) -> dict:
-    """{"val": report, "test": report} of the model `train_link` wrote into `model_dir`,
+    """{"val": report, "test": report} of the model `training.link_train.train_link` wrote into `model_dir`,
     recomputed from its LINK_MODEL file (`load_saved`)."""
     saved = load_saved(model_dir, shards_dir, adjacency_dir)
     split = load_edge_split(split_dir)
     g, cfg = saved.graph, saved.config
     return {w: evaluate_link(saved.model, g.block, g.x, split, w, cfg.eval_batch_size) for w in ("val", "test")}
-
-
-def _write_outputs(out: Path, model: LinkModel, rows: list[dict], summary: dict) -> None:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    out.mkdir(parents=True, exist_ok=True)
-    state = {
-        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        **{k: summary[k] for k in ("config", "model_config", "in_feats", "graph")},
-    }
-    write_state_file(out / LINK_MODEL, state, kind=_LINK_KIND, format_version=LINK_MODEL_FORMAT)
-    table = pa.Table.from_pylist(rows)
-    pq.write_table(table, out / METRICS)
-    (out / SUMMARY).write_text(json.dumps(summary, indent=2, default=float))

@@ -38,10 +38,11 @@ When the last epoch is done (or early stopping fired), rank 0 writes the outputs
 atomically and removes the work folder.
 A re-run with the same config and data resumes from the last checkpoint instead.
 
-Reading order (top to bottom): `train` sets up the process group; `_train` is the loop:
+Reading order (top to bottom): `train` sets up the process group; `_train` runs the run:
 `training.run_setup.setup_run` builds the `Run` state once (shards' plan, features,
-model/DDP/optimizer/AMP, `resume` from a checkpoint, rank 0's `load_eval_graph`), then per
-epoch `training.epoch_loop.train_epoch` (steps 1-3, `forward_backward` per minibatch),
+model/DDP/optimizer/AMP, `resume` from a checkpoint, rank 0's `load_eval_graph`), then
+`training.loop.run_epochs` (the loop every task shares) calls the `NodeClassification` head
+per epoch: `training.epoch_loop.train_epoch` (steps 1-3, `forward_backward` per minibatch),
 `evaluate_epoch` (step 4, rank 0), `save_run_checkpoint`; `training.publish.finish_run`
 writes the outputs. The rules the run's plan follows (epochs, replays of the sampled epochs,
 learning rate, layer count, sampler support) are `training.run_plan`.
@@ -52,27 +53,24 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from graphs.infra.host_memory import reuse_freed_memory
-from graphs.infra.progress import Progress
 from graphs.infra.storage import dataset_lock, verify_lock_held
 from training.checkpoint import code_version, save_checkpoint
 from training.config import RunConfig
-from training.distributed import DistInfo, all_gather_objects, broadcast_flag, init_distributed, shutdown, state_digest
+from training.distributed import DistInfo, all_gather_objects, init_distributed, shutdown, state_digest
 from training.epoch_loop import train_epoch
 from training.evaluate import accuracies
 from training.imbalance import selection_score
+from training.loop import EpochHook, run_epochs
 from training.profiling import PROFILE_DIR, StepProfiler, nvtx_context
 from training.publish import finish_run
 from training.report import Reporter, open_reporter
 from training.run_setup import Run, setup_run
 
-__all__ = ["EpochHook", "train"]
-
-EpochHook = Callable[[int, list], None]
+__all__ = ["EpochHook", "NodeClassification", "train"]
 
 
 def train(cfg: RunConfig, *, on_epoch_end: EpochHook | None = None) -> dict | None:
@@ -115,33 +113,20 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     tcfg = cfg.training
     profiling = info.is_main and tcfg.profiler == "torch" and run.start_epoch < run.epochs
     profiler = StepProfiler(profiling, run.work / PROFILE_DIR, run.device)
-    # percent of the epochs and time left, with the latest epoch's figures, every few seconds (and at the
-    # end; early stopping may end sooner)
-    progress = Progress("epoch", run.epochs, report.info, start=run.start_epoch)
 
     # ------------------------------------------------------------------ the loop
     # the steps reuse the host memory their predecessors freed (and the evaluation between epochs
-    # the steps' memory); handed back to the system after the last epoch
+    # the steps' memory); handed back to the system after the last epoch. The progress line:
+    # percent of the epochs and time left, with the latest epoch's figures, every few seconds.
     with nvtx_context(tcfg.profiler, run.device), reuse_freed_memory(tcfg.reuse_host_memory):
-        for epoch in range(run.start_epoch, run.epochs):
-            if run.stopped_early:
-                break
-            t_epoch = run.now()
-            row = train_epoch(run, epoch, profiler)
-            stop = evaluate_epoch(run, epoch, row) if info.is_main else False
-            run.stopped_early = broadcast_flag(info, stop) and epoch < run.epochs - 1
-            row["epoch_seconds"] = run.now() - t_epoch
-            rows = all_gather_objects(info, row)
-            run.history.extend(rows)
-            if info.is_main:
-                _check_lock(cfg)
-                progress.advance(detail=_epoch_line(rows))
-                if run.stopped_early:
-                    report.info(f"early stopping: validation accuracy last improved at epoch {run.best['epoch']}")
-                if (epoch + 1) % tcfg.checkpoint_every == 0 or epoch == run.epochs - 1 or run.stopped_early:
-                    save_run_checkpoint(run, epoch)
-            if on_epoch_end is not None:
-                on_epoch_end(epoch, rows)
+        run_epochs(
+            run,
+            NodeClassification(profiler),
+            report.info,
+            on_epoch_end=on_epoch_end,
+            before_write=lambda: _check_lock(cfg),
+            now=run.now,
+        )
     profiler.close()
     if run.grad_stats is not None:  # every rank's counts, summed (rank 0 writes them)
         run.grad_stats.all_reduce(info.initialized, info.backend, run.device)
@@ -159,6 +144,32 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
         f"test {summary['test_acc_at_best_val']:.4f}; outputs in {cfg.paths.out}"
     )
     return summary
+
+
+class NodeClassification:
+    """The node-classification head of `training.loop.run_epochs`: the epoch of
+    `training.epoch_loop`, full-graph accuracy on rank 0, the checkpoints of `training.checkpoint`."""
+
+    def __init__(self, profiler: StepProfiler):
+        self.profiler = profiler
+
+    def train_epoch(self, run: Run, epoch: int) -> dict:
+        return train_epoch(run, epoch, self.profiler)
+
+    def evaluate(self, run: Run, epoch: int, row: dict) -> bool:
+        return evaluate_epoch(run, epoch, row)
+
+    def checkpoint_due(self, run: Run, epoch: int) -> bool:
+        return (epoch + 1) % run.cfg.training.checkpoint_every == 0
+
+    def checkpoint(self, run: Run, epoch: int) -> None:
+        save_run_checkpoint(run, epoch)
+
+    def epoch_line(self, rows: list[dict]) -> str:
+        return _epoch_line(rows)
+
+    def stop_line(self, run: Run, epoch: int) -> str:
+        return f"early stopping: validation accuracy last improved at epoch {run.best['epoch']}"
 
 
 def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
