@@ -84,6 +84,7 @@ def metis_partitions(
 def _metadata(out, s: dict) -> dict:
     metis, random = s["metis"], s["random"]
     compared = (("weight_cut_ratio",) if s["weighted"] else ()) + _COMPARED
+    compared += ("train_imbalance",) if "train_imbalance" in metis else ()
 
     table = (
         "| metric | METIS | random |\n|---|---|---|\n"
@@ -101,6 +102,8 @@ def _metadata(out, s: dict) -> dict:
         **{f"random_{name}": random[name] for name in compared},
         "nodes_per_part": dg.MetadataValue.json(metis["nodes_per_part"]),
         "halo_per_part": dg.MetadataValue.json(metis["halo_per_part"]),
+        "balance_train_nodes": bool(s.get("balance_train_nodes", False)),
+        **({"train_nodes_per_part": dg.MetadataValue.json(metis["train_nodes"])} if "train_nodes" in metis else {}),
         "seconds": dg.MetadataValue.json(s["seconds"]),
         "peak_rss_mb": s["peak_rss_bytes"] / 2**20,
         "distdgl_config": s["distdgl_config"] or "not written",

@@ -286,6 +286,10 @@ def test_preprocess_assets_materialize_with_passing_checks(tmp_path):
     assert adj["nodes"].value == 800 and adj["nnz"].value == adj["edges"].value + 800
     parts = result.asset_materializations_for_node("metis_partitions")[0].metadata
     assert parts["metis_edge_cut_ratio"].value < parts["random_edge_cut_ratio"].value
+    # planted_landing splits the nodes at random: about a third train, spread over the parts
+    split = pq.read_table(tmp_path / "landing" / "tiny" / "nodes.parquet").column("split").to_pylist()
+    assert sum(parts["train_nodes_per_part"].value) == split.count("train")
+    assert parts["balance_train_nodes"].value is False and 1.0 <= parts["metis_train_imbalance"].value < 1.5
     assert parts["partition_sizes"].value.startswith("![core and halo nodes per part](data:image/png;base64,")
     out = tmp_path / "home" / "tiny"
     assert (out / "normalized_adjacency" / "indptr.npy").is_file()
@@ -402,3 +406,49 @@ def test_induced_csr_equals_the_submatrix_and_leaves_the_scratch_as_found():
         else:
             np.testing.assert_array_equal(w, want.data)
         assert (local == -1).all()
+
+
+def test_balance_train_nodes_spreads_clustered_training_nodes_over_the_parts(tmp_path):
+    """Training nodes concentrated in one planted block: METIS alone keeps the blocks whole, so
+    one part holds most seeds; with the training-node constraint every part holds about a
+    quarter, at a cut still far below random's. Both summaries report the seeds per part."""
+    block = planted_landing(tmp_path / "landing")
+    rng = np.random.default_rng(3)
+    in_block0 = block == 0
+    train = np.where(in_block0, rng.random(len(block)) < 0.9, rng.random(len(block)) < 0.05)
+    split = np.where(train, "train", "test")
+    pq.write_table(
+        pa.table({"node_id": np.arange(len(block)), "label": pa.array(block, pa.int32()), "split": split}),
+        tmp_path / "landing" / "nodes.parquet",
+    )
+    build_canonical_graph(tmp_path / "landing", tmp_path / "canonical")
+    plain = build_partitions(tmp_path / "canonical", tmp_path / "plain", PartitionConfig(num_parts=4))
+    even = build_partitions(
+        tmp_path / "canonical", tmp_path / "even", PartitionConfig(num_parts=4, balance_train_nodes=True)
+    )
+    total = int(train.sum())
+    for s in (plain, even):
+        assert sum(s["metis"]["train_nodes"]) == sum(s["random"]["train_nodes"]) == total
+        per = np.array(s["metis"]["train_nodes"])
+        assert s["metis"]["train_imbalance"] == round(per.max() / per.mean(), 4)
+    assert plain["metis"]["train_imbalance"] > 2.5 and not plain["balance_train_nodes"]
+    assert even["metis"]["train_imbalance"] <= 1.1 and even["balance_train_nodes"]
+    part = np.load(tmp_path / "even" / "part_id.npy")
+    assert np.bincount(part, minlength=4).max() <= 1.1 * len(block) / 4  # nodes stay balanced too
+    # the price: block 0 (nine tenths of it training nodes) is cut in four; still below random's cut
+    assert plain["metis"]["edge_cut_ratio"] < even["metis"]["edge_cut_ratio"] < even["random"]["edge_cut_ratio"]
+    # seeded: the same assignment again
+    again = build_partitions(
+        tmp_path / "canonical", tmp_path / "again", PartitionConfig(num_parts=4, balance_train_nodes=True)
+    )
+    assert np.array_equal(np.load(tmp_path / "again" / "part_id.npy"), part) and again["metis"] == {
+        **even["metis"],
+        "seconds": again["metis"]["seconds"],
+        "peak_rss_bytes": again["metis"]["peak_rss_bytes"],
+    }
+    with pytest.raises(ValueError, match="balance_train_nodes: the graph's .* exceed metis_max_edges=100"):
+        build_partitions(
+            tmp_path / "canonical",
+            tmp_path / "coarse",
+            PartitionConfig(num_parts=4, balance_train_nodes=True, metis_max_edges=100),
+        )

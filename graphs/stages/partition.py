@@ -65,7 +65,6 @@ from pathlib import Path
 
 import numba
 import numpy as np
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph, edge_batches
@@ -75,8 +74,9 @@ from graphs.infra.config_checks import MAX_SEED, check_fields
 from graphs.infra.plotting import headless_pyplot
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
 from graphs.kernels.coarsen import Level, metis_levels
-from graphs.kernels.metis import metis_idx_dtype, quiet_stdout
-from graphs.stages.partition_metrics import csr_halos, csr_metrics
+from graphs.kernels.metis import metis_idx_dtype, metis_kway_multi, quiet_stdout
+from graphs.stages.partition_metrics import csr_halos, csr_metrics, train_balance
+from graphs.stages.partition_nodes import node_data, train_mask
 
 FORMAT_VERSION = Partitions.FORMAT_VERSION
 METIS_WEIGHT_SCALE = 1000  # integer METIS weight of the heaviest edge (see the module docstring)
@@ -92,6 +92,15 @@ class PartitionConfig:
     )
     balance_edges: bool = field(
         default=False, metadata={"help": "Ask METIS to balance edges (in-degree) per part as well as nodes."}
+    )
+    balance_train_nodes: bool = field(
+        default=False,
+        metadata={
+            "help": "Ask METIS to balance the training nodes (split 'train' with a label) per part as well: a "
+            "second balance constraint, as DGL's balance_ntypes does with the training mask, so the ranks owning "
+            "the parts get equal seed shares. Needs training nodes; not with a graph METIS gets coarsened "
+            "(metis_max_edges)."
+        },
     )
     clusters_per_part: int = field(
         default=8,
@@ -231,6 +240,7 @@ def metis_assign_csr(
     weight: np.ndarray | None = None,
     seed: int = 0,
     max_edges: int = 0,
+    balance: np.ndarray | None = None,
 ) -> np.ndarray:
     """int32 part id per node from METIS 5 k-way (pymetis, edge-cut objective, seeded).
 
@@ -239,7 +249,9 @@ def metis_assign_csr(
     already is, it is made symmetric as A + Aᵀ when it is not (as DGL's METIS does).
     `weight` (float per edge) becomes integer METIS edge weights (`metis_edge_weights`).
     `balance_edges` weighs each node by its degree + 1 (DGL's balance_edges uses the
-    in-degree; + 1 keeps isolated nodes weighed). A symmetric CSR already in METIS's idx_t
+    in-degree; + 1 keeps isolated nodes weighed). `balance` (a bool per node, e.g. the training
+    nodes) adds a second balance constraint: METIS also spreads those nodes evenly over the
+    parts (multi-constraint k-way, `graphs.kernels.metis.metis_kway_multi`). A symmetric CSR already in METIS's idx_t
     (`read_csr`) is handed over without a copy. With `max_edges` > 0, a graph of more directed
     edges is coarsened first and METIS partitions the coarse graph (`graphs.kernels.coarsen`).
     """
@@ -263,6 +275,12 @@ def metis_assign_csr(
             weight = a.data if weight is not None else None
         del a
     if max_edges and len(indices) > max_edges:
+        if balance is not None:
+            raise ValueError(
+                f"balance_train_nodes: the graph's {len(indices)} directed edges exceed metis_max_edges={max_edges}, "
+                "and the coarsened path balances one weight per node; raise metis_max_edges (METIS holds ~100 "
+                "bytes per edge) or turn balance_train_nodes off"
+            )
         vweight = np.diff(np.asarray(indptr, dtype=np.int64)) + 1 if balance_edges else np.ones(n, dtype=np.int64)
         eweight = metis_edge_weights(weight).astype(np.int64) if weight is not None else None
         level = Level(np.asarray(indptr, dtype=np.int64), indices, eweight, vweight)
@@ -270,6 +288,10 @@ def metis_assign_csr(
     xadj, adjncy = np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype)
     vweights = (np.diff(xadj) + 1).astype(dtype) if balance_edges else None
     eweights = metis_edge_weights(weight).astype(dtype) if weight is not None else None
+    if balance is not None:  # two constraints per node: [its weight, 1 when it is to be balanced]
+        base = vweights if vweights is not None else np.ones(n, dtype=dtype)
+        both = np.stack([base, np.asarray(balance, dtype=dtype)], axis=1)
+        return metis_kway_multi(xadj, adjncy, k, both, eweights, seed).astype(np.int32)
     with quiet_stdout():
         _, parts = pymetis.part_graph(
             k,
@@ -398,27 +420,6 @@ def random_assign(n: int, k: int, seed: int = 0) -> np.ndarray:
 # ----------------------------------------------------------------------------- DistDGL
 
 
-def _node_data(canonical: Path, n: int) -> dict[str, np.ndarray]:
-    """Node arrays for the DistDGL parts: feat (memory-mapped), label, train/val/test masks
-    (when present)."""
-    data, graph = {}, CanonicalGraph.open(canonical)
-    if graph.has_features:
-        data["feat"] = np.load(graph.verified(graph.FEATURES), mmap_mode="r", allow_pickle=False)
-    nodes = pq.read_table(graph.verified(graph.NODES), columns=["label", "split"])
-    label = nodes.column("label").to_numpy().astype(np.int64)
-    if (label >= 0).any():
-        data["label"] = label
-        split = nodes.column("split")  # compared in Arrow: no Python string per node
-        for name in ("train", "val", "test"):
-            data[f"{name}_mask"] = pc.fill_null(pc.equal(split, name), False).to_numpy(zero_copy_only=False)
-    for name, values in data.items():
-        if len(values) != n:
-            raise ValueError(
-                f"{canonical}: {name} has {len(values)} rows for {n} nodes; re-materialize canonical_graph"
-            )
-    return data
-
-
 # ----------------------------------------------------------------------------- stage
 
 
@@ -442,19 +443,9 @@ def build_partitions(
     symmetrized = CanonicalGraph.open(canonical).symmetrized
     seconds = {"load": time.perf_counter() - t0}
 
-    random = _random_baseline(indptr, indices, k, cfg.seed, weight, seconds)
-
-    t = time.perf_counter()
-    part = metis_assign_csr(
-        indptr, indices, k, cfg.balance_edges, symmetrized, weight=weight, seed=cfg.seed, max_edges=cfg.metis_max_edges
-    )
-    seconds["metis_assign"] = time.perf_counter() - t
-    metis_rss = peak_rss_bytes()
-    t = time.perf_counter()
-    cores, halos = csr_halos(indptr, indices, part, k)
-    seconds["halo"] = time.perf_counter() - t
-    metis = csr_metrics(indptr, indices, part, k, halos, weight)
-    metis.update(seconds=round(seconds["metis_assign"], 3), peak_rss_bytes=metis_rss)
+    train = train_mask(canonical, n)
+    random = _random_baseline(indptr, indices, k, cfg.seed, weight, seconds, train)
+    part, cores, halos, metis = _metis_parts(canonical, indptr, indices, cfg, symmetrized, weight, train, seconds)
 
     t = time.perf_counter()
     cluster = csr_clusters(
@@ -468,7 +459,7 @@ def build_partitions(
         if cfg.write_distdgl:
             t = time.perf_counter()
             orig_nids = write_distdgl_parts(
-                indptr, indices, part, k, tmp / Partitions.DISTDGL, graph_name, _node_data(canonical, n)
+                indptr, indices, part, k, tmp / Partitions.DISTDGL, graph_name, node_data(canonical, n)
             )
             np.save(tmp / Partitions.ORIG_NIDS, orig_nids)
             del orig_nids
@@ -480,6 +471,7 @@ def build_partitions(
             "edges": int(len(indices)),
             "num_parts": k,
             "balance_edges": cfg.balance_edges,
+            "balance_train_nodes": cfg.balance_train_nodes,
             "weighted": weight is not None,
             "metis_coarsened": bool(cfg.metis_max_edges and len(indices) > cfg.metis_max_edges),
             "clusters_per_part": cfg.clusters_per_part,
@@ -496,7 +488,37 @@ def build_partitions(
     return summary
 
 
-def _random_baseline(indptr, indices, k: int, seed: int, weight, seconds: dict) -> dict:
+def _metis_parts(canonical: Path, indptr, indices, cfg: PartitionConfig, symmetrized: bool, weight, train, seconds):
+    """(part id per node, cores, halos, metrics) of METIS's assignment; its times into `seconds`."""
+    k = cfg.num_parts
+    if cfg.balance_train_nodes and not train.any():
+        raise ValueError(
+            f"{canonical}: balance_train_nodes needs training nodes (split 'train' with a label); it has none"
+        )
+    t = time.perf_counter()
+    part = metis_assign_csr(
+        indptr,
+        indices,
+        k,
+        cfg.balance_edges,
+        symmetrized,
+        weight=weight,
+        seed=cfg.seed,
+        max_edges=cfg.metis_max_edges,
+        balance=train if cfg.balance_train_nodes else None,
+    )
+    seconds["metis_assign"] = time.perf_counter() - t
+    metis_rss = peak_rss_bytes()
+    t = time.perf_counter()
+    cores, halos = csr_halos(indptr, indices, part, k)
+    seconds["halo"] = time.perf_counter() - t
+    metis = csr_metrics(indptr, indices, part, k, halos, weight)
+    metis.update(seconds=round(seconds["metis_assign"], 3), peak_rss_bytes=metis_rss)
+    metis.update(train_balance(part, k, train))
+    return part, cores, halos, metis
+
+
+def _random_baseline(indptr, indices, k: int, seed: int, weight, seconds: dict, train: np.ndarray) -> dict:
     """The metrics of a seeded random assignment, the baseline METIS is compared with; its time into `seconds`."""
     t = time.perf_counter()
     random_part = random_assign(len(indptr) - 1, k, seed)
@@ -504,6 +526,7 @@ def _random_baseline(indptr, indices, k: int, seed: int, weight, seconds: dict) 
     random_halos = csr_halos(indptr, indices, random_part, k)[1]
     random = csr_metrics(indptr, indices, random_part, k, random_halos, weight)
     random.update(seconds=round(seconds["random_assign"], 3), peak_rss_bytes=peak_rss_bytes())
+    random.update(train_balance(random_part, k, train))
     return random
 
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from graphs.kernels.coarsen import row_chunks
 
-__all__ = ["core_and_halo", "csr_halos", "csr_metrics", "partition_metrics", "partition_problems"]
+__all__ = ["core_and_halo", "csr_halos", "csr_metrics", "partition_metrics", "partition_problems", "train_balance"]
 
 
 def _csr_edges(indptr: np.ndarray, indices: np.ndarray, edges_per_chunk: int = 1 << 22):
@@ -74,6 +74,15 @@ def csr_metrics(
         if weight is not None:
             cut_weight += float(weight[sl][is_cut].sum())
     return _metrics(n, m, k, nodes, edges, cut, halos, cut_weight, weight)
+
+
+def train_balance(part: np.ndarray, k: int, train: np.ndarray) -> dict:
+    """Training nodes per part and their imbalance (largest part over the mean; 1 = even):
+    the seed share of each part's owner under ``placement: partition``. {} without training nodes."""
+    if not train.any():
+        return {}
+    per_part = np.bincount(part[train], minlength=k)
+    return {"train_nodes": per_part.tolist(), "train_imbalance": round(float(per_part.max() / per_part.mean()), 4)}
 
 
 def core_and_halo(
