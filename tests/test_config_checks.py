@@ -21,7 +21,7 @@ from graphs.infra.config_checks import (
     dump_yaml,
     load_yaml,
 )
-from graphs.sampling.config import ShardConfig, sampler_settings_classes
+from graphs.sampling.config import LinkShardSettings, ShardConfig, sampler_settings_classes
 from graphs.stages.canonical import CanonicalConfig
 from graphs.stages.compress import CompressConfig
 from graphs.stages.edge_split import EdgeSplitConfig
@@ -46,6 +46,7 @@ CONFIGS = {
     EdgeSplitConfig: ({}, ""),
     GenerateConfig: ({}, "GenerateConfig."),
     ShardConfig: ({}, ""),
+    LinkShardSettings: ({}, "link."),
     PromotionConfig: ({}, ""),
     LinkTrainConfig: ({}, "link."),
     ModelConfig: ({}, "model."),

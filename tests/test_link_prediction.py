@@ -11,6 +11,7 @@ import pytest
 
 from graphs.formats.shard_format import FORMAT_VERSION, read_manifest
 from graphs.sampling import ShardConfig, load_shard_inputs
+from graphs.sampling.config import LinkShardSettings
 from graphs.sampling.link import write_link_shards
 from graphs.stages.canonical import CanonicalConfig, build_canonical_graph, edge_batches, read_summary
 from graphs.stages.compress import CompressConfig, build_compressed_graph, load_bloom_filters
@@ -161,7 +162,7 @@ def test_link_metrics_equal_a_brute_force_reference():
 
 def test_edge_seed_shards_hold_pairs_negatives_and_blocks_without_seed_edges(lp, tmp_path):
     inputs = load_shard_inputs(lp / "split", lp / "adj", lp / "parts", lp / "compressed")
-    cfg = ShardConfig(fanouts="5,5", batch_size=256, epochs=1, world_size=2, negatives=2)
+    cfg = ShardConfig(fanouts="5,5", batch_size=256, epochs=1, world_size=2, link=LinkShardSettings(negatives=2))
     m = write_link_shards(inputs, tmp_path / "shards", cfg, canonical_dir=lp / "canonical")
     manifest = read_manifest(tmp_path / "shards")
     assert manifest["task"] == "link_prediction" and manifest["format_version"] == FORMAT_VERSION

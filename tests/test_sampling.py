@@ -579,20 +579,25 @@ def _instance(*names: str) -> dg.DagsterInstance:
     return instance
 
 
-def test_asset_materializes_on_cora_with_metadata_and_checks(shared_datasets, tmp_path):
-    home = tmp_path / "home"
-    _build(home / "cora", shared_datasets / "cora", clusters=20)
-    storage = GnnflowStorage(home=str(home), landing=str(shared_datasets))
+def _materialize_cora(datasets: Path, home: Path, config: dict):
+    """minibatch_shards of Cora (its upstream stages built here) with this run config block."""
+    _build(home / "cora", datasets / "cora", clusters=20)
+    storage = GnnflowStorage(home=str(home), landing=str(datasets))
     # entered, so the current definitions-state storage is this instance's (not a stale one of an
     # earlier test whose instance was collected: the "undefined DagsterInstance weakref" flake)
     with _instance("cora") as instance:
-        result = dg.materialize(
+        return dg.materialize(
             [minibatch_shards],
             partition_key="cora",
             instance=instance,
             resources={"storage": storage},
-            run_config={"ops": {"minibatch_shards": {"config": {"batch_size": 32, "epochs": 2, "fanouts": "10,5"}}}},
+            run_config={"ops": {"minibatch_shards": {"config": config}}},
         )
+
+
+def test_asset_materializes_on_cora_with_metadata_and_checks(shared_datasets, tmp_path):
+    home = tmp_path / "home"
+    result = _materialize_cora(shared_datasets, home, {"batch_size": 32, "epochs": 2, "fanouts": "10,5"})
     assert result.success
     meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
     assert meta["train_nodes"].value == 140
@@ -609,22 +614,13 @@ def test_asset_takes_the_chosen_samplers_block_from_run_config(shared_datasets, 
     """samplers: {saint: {...}} through Dagster's run config reaches the sampler; the manifest
     records the chosen sampler's whole block (given values and defaults)."""
     home = tmp_path / "home"
-    _build(home / "cora", shared_datasets / "cora", clusters=20)
-    storage = GnnflowStorage(home=str(home), landing=str(shared_datasets))
     config = {
         "sampler": "saint",
         "fanouts": "5,5",
         "epochs": 1,
         "samplers": {"saint": {"budget": 400, "coverage": 4, "subgraphs": 3}, "cluster_gcn": {"clusters": 3}},
     }
-    with _instance("cora") as instance:
-        result = dg.materialize(
-            [minibatch_shards],
-            partition_key="cora",
-            instance=instance,
-            resources={"storage": storage},
-            run_config={"ops": {"minibatch_shards": {"config": config}}},
-        )
+    result = _materialize_cora(shared_datasets, home, config)
     assert result.success
     m = read_manifest(home / "cora" / "minibatch_shards")
     saint = {"mode": "node", "budget": 400, "walk_length": 2, "coverage": 4.0, "subgraphs": 3}

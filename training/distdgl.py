@@ -30,7 +30,8 @@ comparing the machine's IP addresses with ip.txt and names its shared memory aft
 graph, so two machines must not share a network namespace or ``/dev/shm``
 (tests/test_distdgl.py gives each "machine" both, with ``ip netns`` and ``unshare -m``).
 
-After every epoch each trainer evaluates its ``node_split`` share of ``val_mask`` and
+The epochs run on the loop every task shares (`training.loop.run_epochs`, the
+`DistDGLTraining` head). After every epoch each trainer evaluates its ``node_split`` share of ``val_mask`` and
 ``test_mask`` (when the partitions carry them; a logged note otherwise) over full
 neighbourhoods, and the correct/total counts are summed over all trainers, so every rank has
 the same val/test accuracy; rank 0 then writes ``checkpoint.safetensors``, from which a rerun
@@ -83,7 +84,9 @@ from training.distdgl_epochs import (
     share_optimizer_state,
     trainer_history,
 )
+from training.distributed import DistInfo
 from training.layers import ModelConfig, build_model
+from training.loop import TaskHead, run_epochs
 from training.outputs import METRICS, MODEL_BEST, MODEL_FINAL, SUMMARY, write_metrics
 from training.profiling import PROFILE_DIR, StepProfiler
 from training.state_file import read_state_file, write_state_file
@@ -124,9 +127,12 @@ def run_server(cfg: DistDGLConfig) -> None:
 
 @dataclass(eq=False)
 class _Trainer:
-    """One trainer's run: the graph, its seeds, the model and optimizer, the rows so far."""
+    """One trainer's run: the graph, its seeds, the model and optimizer, and what the shared
+    epoch loop (`training.loop.run_epochs`) reads and advances: the epochs, the rows so far
+    (``history``, one per epoch over all trainers) and the best epoch."""
 
     cfg: DistDGLConfig
+    info: DistInfo
     model_cfg: ModelConfig
     g: object
     rank: int
@@ -139,14 +145,16 @@ class _Trainer:
     ddp: torch.nn.parallel.DistributedDataParallel
     optim: torch.optim.Optimizer
     eval_loaders: dict  # split -> this trainer's DistNodeDataLoader over its share (None: no share)
+    epochs: int
     start_epoch: int  # the checkpoint's epoch (0: none)
-    rows: list[dict]
+    history: list[dict]
     best: dict | None  # {epoch, val_acc, test_acc} of the best validated epoch
     profiler: StepProfiler | None = None  # rank 0 with profiler 'torch': the first steps' trace
     best_state: dict | None = None  # rank 0: the best epoch's model state
     # the latest collectives' tensors, kept until the process group is gone: a gloo worker dropping the
     # last reference to a Python tensor needs the GIL, which the group's teardown holds (a deadlock)
     comm_tensors: list = field(default_factory=list)
+    stopped_early: bool = False  # no early stopping: every epoch is trained
 
 
 def run_trainer(cfg: DistDGLConfig) -> dict:
@@ -172,14 +180,12 @@ def run_trainer(cfg: DistDGLConfig) -> dict:
     try:
         g = dgl.distributed.DistGraph(graph_name, part_config=cfg.part_config)
         t = _open_trainer(cfg, model_cfg, g, rank, world, device, len(ips))
-        for epoch in range(t.start_epoch + 1, cfg.epochs + 1):
-            _run_epoch(t, epoch)
-            if t.profiler is not None and t.profiler.done:
-                t.profiler = None
-            if epoch == cfg.stop_after_epoch:
-                if rank == 0:
-                    log.info("stopped after epoch %d (--stop-after-epoch); a rerun continues", epoch)
-                return {"mode": "distdgl", "stopped_after_epoch": epoch}
+        try:
+            run_epochs(t, DistDGLTraining(), log.info, progress=False, on_epoch_end=_stop_after(cfg.stop_after_epoch))
+        except _Stopped:
+            if rank == 0:
+                log.info("stopped after epoch %d (--stop-after-epoch); a rerun continues", cfg.stop_after_epoch)
+            return {"mode": "distdgl", "stopped_after_epoch": cfg.stop_after_epoch}
         if t.profiler is not None:
             t.profiler.close()  # fewer steps than its schedule: no trace
         summary = _summary(t, graph_name, len(ips), time.perf_counter() - t0)
@@ -206,8 +212,10 @@ def _open_trainer(cfg: DistDGLConfig, model_cfg: ModelConfig, g, rank: int, worl
     optim = torch.optim.Adam(ddp.parameters(), lr=cfg.lr)
     if header["epoch"]:
         share_optimizer_state(optim, header["optimizer"], saved["optimizer"] if saved else None, device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
     t = _Trainer(
         cfg=cfg,
+        info=DistInfo(rank=rank, world_size=world, local_rank=cfg.index, device=device, backend=backend),
         model_cfg=model_cfg,
         g=g,
         rank=rank,
@@ -220,8 +228,9 @@ def _open_trainer(cfg: DistDGLConfig, model_cfg: ModelConfig, g, rank: int, worl
         ddp=ddp,
         optim=optim,
         eval_loaders=_eval_loaders(g, cfg, model_cfg.num_layers, rank),
+        epochs=cfg.epochs,
         start_epoch=header["epoch"],
-        rows=header["rows"],
+        history=header["rows"],
         best=header["best"],
     )
     if saved is not None and saved["best"] is not None:
@@ -281,41 +290,71 @@ def _trainer_seeds(g, cfg: DistDGLConfig) -> tuple[torch.Tensor, torch.Tensor, i
     return seeds, labels, num_classes
 
 
-def _run_epoch(t: _Trainer, epoch: int) -> None:
-    """Train one epoch (seeded from (seed, rank, epoch)), evaluate, record its row and the best
-    epoch; rank 0 writes the checkpoint."""
-    import dgl
+class _Stopped(Exception):
+    """``--stop-after-epoch`` reached (after that epoch's checkpoint)."""
 
-    start, t.comm_tensors = time.perf_counter(), []
-    seed = epoch_seed(t.cfg.seed, t.rank, epoch)
-    torch.manual_seed(seed)  # dropout
-    dgl.seed(seed)  # DGL's neighbour sampling in this process
-    counts = _train_epoch(t, seed)
-    train_seconds = time.perf_counter() - start
-    accs = _evaluate(t)
-    seconds = {"train_seconds": train_seconds, "eval_seconds": time.perf_counter() - start - train_seconds}
-    row = _epoch_row(t, epoch, counts, accs, seconds | {"epoch_seconds": time.perf_counter() - start})
-    t.rows.append(row)
-    val = row["val_acc"]
-    if val is not None and not math.isnan(val) and (t.best is None or val > t.best["val_acc"]):
-        t.best = {"epoch": epoch, "val_acc": val, "test_acc": row["test_acc"]}
+
+def _stop_after(epoch: int):
+    """The loop's epoch hook that ends the run after epoch `epoch` (from 1; 0 = never)."""
+
+    def hook(done: int, rows: list) -> None:
+        if epoch and done + 1 == epoch:
+            raise _Stopped
+
+    return hook
+
+
+class DistDGLTraining(TaskHead):
+    """The DistDGL trainers' head of `training.loop.run_epochs`: every trainer trains its seeds
+    and takes part in the evaluation, whose counts are summed over the trainers, so every rank
+    holds the same row and best epoch; rank 0 checkpoints (`training.distdgl_epochs`). The loop
+    exchanges nothing more (``rows_agree``): every collective's tensor stays referenced until the
+    process group is gone (``_Trainer.comm_tensors``), which the loop's own exchanges could not promise."""
+
+    rows_agree = True
+
+    def train_epoch(self, t: _Trainer, epoch: int) -> dict:
+        """Epoch `epoch` (from 0; seeded from (seed, rank, epoch + 1)), evaluated; the row over
+        all trainers, the same on every rank."""
+        import dgl
+
+        start, t.comm_tensors = time.perf_counter(), []
+        seed = epoch_seed(t.cfg.seed, t.rank, epoch + 1)
+        torch.manual_seed(seed)  # dropout
+        dgl.seed(seed)  # DGL's neighbour sampling in this process
+        counts = _train_epoch(t, seed)
+        train_seconds = time.perf_counter() - start
+        accs = _evaluate(t)
+        seconds = {"train_seconds": train_seconds, "eval_seconds": time.perf_counter() - start - train_seconds}
+        row = _epoch_row(t, epoch + 1, counts, accs, seconds | {"epoch_seconds": time.perf_counter() - start})
+        val = row["val_acc"]
+        if val is not None and not math.isnan(val) and (t.best is None or val > t.best["val_acc"]):
+            t.best = {"epoch": epoch + 1, "val_acc": val, "test_acc": row["test_acc"]}
+            if t.rank == 0:
+                t.best_state = _cpu_state(t.model)
+        if t.profiler is not None and t.profiler.done:
+            t.profiler = None
         if t.rank == 0:
-            t.best_state = _cpu_state(t.model)
-    if t.rank == 0:
+            log.info(
+                "epoch %d/%d: loss %.4f, val %s, test %s, %.2f s",
+                *(epoch + 1, t.cfg.epochs, row["loss"], row["val_acc"], row["test_acc"], row["epoch_seconds"]),
+            )
+        return row
+
+    def evaluate(self, t: _Trainer, epoch: int, row: dict) -> bool:
+        return False  # evaluated with every trainer in train_epoch; no early stopping
+
+    def checkpoint(self, t: _Trainer, epoch: int) -> None:
         save_checkpoint(
             Path(t.cfg.out) / CHECKPOINT_NAME,
             {
-                "epoch": epoch,
+                "epoch": epoch + 1,
                 "model": _cpu_state(t.model),
                 "optimizer": t.optim.state_dict(),
-                "rows": t.rows,
+                "rows": t.history,
                 "best": None if t.best is None else t.best | {"model": t.best_state},
                 "config": run_identity(_config_dict(t.cfg, t.model_cfg), t.world // t.cfg.trainers),
             },
-        )
-        log.info(
-            "epoch %d/%d: loss %.4f, val %s, test %s, %.2f s",
-            *(epoch, t.cfg.epochs, row["loss"], row["val_acc"], row["test_acc"], row["epoch_seconds"]),
         )
 
 
@@ -392,11 +431,11 @@ def _summary(t: _Trainer, graph_name: str, machines: int, seconds: float) -> dic
         "trainers": t.world,
         "servers_per_machine": t.cfg.servers,
         "seeds_per_trainer": len(t.seeds),
-        **history_summary(t.rows, t.best),
+        **history_summary(t.history, t.best),
         "resumed_after_epoch": t.start_epoch,
         "seconds": round(seconds, 3),
         "config": _config_dict(t.cfg, t.model_cfg),
-        "history": t.rows,
+        "history": t.history,
     }
 
 
@@ -408,7 +447,7 @@ def _write_trainer_outputs(t: _Trainer, summary: dict) -> None:
     np.save(mine / "seeds.npy", t.seeds.numpy().astype(np.int64))
     np.save(mine / "labels.npy", t.labels.numpy().astype(np.int64))
     facts = {"rank": t.rank, "part": int(t.g.get_partition_book().partid), "local_seed_share": t.local_seed_share}
-    (mine / "losses.json").write_text(json.dumps(facts | trainer_history(t.rows, t.rank)))
+    (mine / "losses.json").write_text(json.dumps(facts | trainer_history(t.history, t.rank)))
     if t.rank != 0:
         return
     model = asdict(t.model_cfg)
@@ -417,7 +456,7 @@ def _write_trainer_outputs(t: _Trainer, summary: dict) -> None:
     if t.best_state is not None:
         best = {"state_dict": t.best_state, "model": model, "epoch": t.best["epoch"]}
         write_state_file(out / MODEL_BEST, best, kind=_MODEL_KIND, format_version=DISTDGL_MODEL_FORMAT)
-    write_metrics(t.rows, out / METRICS)
+    write_metrics(t.history, out / METRICS)
     (out / SUMMARY).write_text(json.dumps(summary, indent=2))
 
 

@@ -64,7 +64,7 @@ from training.link import (
     evaluate_link,
     new_link_model,
 )
-from training.loop import EpochHook, run_epochs
+from training.loop import EpochHook, TaskHead, run_epochs
 from training.loss_check import NonFiniteLossError, non_finite_loss
 from training.metrics import LINK_HITS_AT
 from training.outputs import LINK_MODEL, METRICS, SUMMARY
@@ -106,7 +106,7 @@ class LinkRun:
     stale: int = 0  # evaluations since the best one
 
 
-class LinkPrediction:
+class LinkPrediction(TaskHead):
     """The link-prediction head of `training.loop.run_epochs`."""
 
     def train_epoch(self, run: LinkRun, epoch: int) -> dict:
@@ -150,9 +150,6 @@ class LinkPrediction:
         )
         patience = run.cfg.early_stopping_patience
         return bool(patience and run.stale >= patience)
-
-    def checkpoint_due(self, run: LinkRun, epoch: int) -> bool:
-        return True
 
     def checkpoint(self, run: LinkRun, epoch: int) -> None:
         if run.work is None:

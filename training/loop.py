@@ -8,8 +8,8 @@ every rank's rows are gathered into ``run.history``; rank 0 logs the progress li
 checkpoints when due, so a rerun of the same settings on the same data continues after the last
 checkpointed epoch. Epochs are counted from 0 here and from 1 in every row, log line and file.
 
-A task is a `TaskHead`: what one epoch, one evaluation, one checkpoint and one progress line are
-for it. Its run state (`LoopState`) carries what the loop reads and advances; the rest of the
+A task is a `TaskHead` subclass: what one epoch, one evaluation, one checkpoint and one progress
+line are for it. Its run state (`LoopState`) carries what the loop reads and advances; the rest of the
 run (model, optimizer, data) is the head's.
 """
 
@@ -37,27 +37,42 @@ class LoopState(Protocol):
     best: dict  # the head's record of its best evaluation; best["epoch"] from 1 (0 = none yet)
 
 
-class TaskHead(Protocol):
-    """What a task does at each point of the loop."""
+class TaskHead:
+    """What a task does at each point of the loop (a subclass overrides the first three; the
+    rest have defaults)."""
+
+    # True: `train_epoch` returns the same row on every rank (its ranks already combined their
+    # figures) and `evaluate` never stops early, so the loop exchanges nothing between ranks
+    rows_agree: bool = False
 
     def train_epoch(self, run, epoch: int) -> dict:
         """Train epoch `epoch` on this rank; this rank's metric row (``epoch`` from 1)."""
+        raise NotImplementedError
 
     def evaluate(self, run, epoch: int, row: dict) -> bool:
         """Rank 0: evaluate when due (figures into `row`, the best model kept); whether early
         stopping fires."""
-
-    def checkpoint_due(self, run, epoch: int) -> bool:
-        """Rank 0: whether to checkpoint after `epoch` (the loop also does after the last one)."""
+        raise NotImplementedError
 
     def checkpoint(self, run, epoch: int) -> None:
         """Rank 0: save what a rerun continues from after `epoch`."""
+        raise NotImplementedError
+
+    def checkpoint_due(self, run, epoch: int) -> bool:
+        """Rank 0: whether to checkpoint after `epoch` (the loop also does after the last one)."""
+        return True
+
+    def history_rows(self, rows: list[dict]) -> list[dict]:
+        """What every rank's rows of an epoch (rank order) add to ``run.history``: all of them."""
+        return rows
 
     def epoch_line(self, rows: list[dict]) -> str:
         """An epoch's figures over every rank's rows, for the progress line."""
+        return ""
 
     def stop_line(self, run, epoch: int) -> str:
         """The log line saying that early stopping ended the run after `epoch`."""
+        return f"early stopping after epoch {epoch + 1}: the best epoch was {run.best['epoch']}"
 
 
 def run_epochs(
@@ -84,10 +99,12 @@ def run_epochs(
         t_epoch = now()
         row = head.train_epoch(run, epoch)
         stop = head.evaluate(run, epoch, row) if info.is_main else False
-        run.stopped_early = broadcast_flag(info, stop) and epoch < run.epochs - 1
+        if not head.rows_agree:
+            stop = broadcast_flag(info, stop)
+        run.stopped_early = stop and epoch < run.epochs - 1
         row["epoch_seconds"] = now() - t_epoch
-        rows = all_gather_objects(info, row)
-        run.history.extend(rows)
+        rows = [row] if head.rows_agree else all_gather_objects(info, row)
+        run.history.extend(head.history_rows(rows))
         if info.is_main:
             if before_write is not None:
                 before_write()

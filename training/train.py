@@ -64,7 +64,7 @@ from training.distributed import DistInfo, all_gather_objects, init_distributed,
 from training.epoch_loop import train_epoch
 from training.evaluate import accuracies
 from training.imbalance import selection_score
-from training.loop import EpochHook, run_epochs
+from training.loop import EpochHook, TaskHead, run_epochs
 from training.profiling import PROFILE_DIR, StepProfiler, nvtx_context
 from training.publish import finish_run
 from training.report import Reporter, open_reporter
@@ -146,7 +146,7 @@ def _train(cfg: RunConfig, info: DistInfo, report: Reporter, on_epoch_end: Epoch
     return summary
 
 
-class NodeClassification:
+class NodeClassification(TaskHead):
     """The node-classification head of `training.loop.run_epochs`: the epoch of
     `training.epoch_loop`, full-graph accuracy on rank 0, the checkpoints of `training.checkpoint`."""
 

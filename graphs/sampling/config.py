@@ -45,7 +45,7 @@ def stored_weight_encoding(setting: str, factors_available: bool) -> str:
 
 # ----------------------------------------------------------------------------- config
 
-# settings of the flat shape, now in a sampler's block: refused naming the new key
+# settings of the flat shape, now in a sampler's block or the link block: refused naming the new key
 MOVED_SETTINGS = {
     "neighbor_rescale": "samplers.neighbor.rescale",
     "neighbor_prob": "samplers.neighbor.prob",
@@ -57,12 +57,60 @@ MOVED_SETTINGS = {
     "saint_walk_length": "samplers.saint.walk_length",
     "saint_coverage": "samplers.saint.coverage",
     "saint_subgraphs": "samplers.saint.subgraphs",
+    "negatives": "link.negatives",
+    "negative_filter": "link.filter",
+    "negative_distribution": "link.distribution",
+    "exclude_seed_edges": "link.exclude_seed_edges",
 }
 
 
 def sampler_settings_classes() -> dict[str, type]:
     """{sampler name: its ``Settings`` dataclass} of every registered sampler."""
     return {name: sampler_class(name).Settings for name in sampler_names()}
+
+
+@dataclass(kw_only=True)
+class LinkShardSettings:
+    """Link prediction's shard settings (``link: {...}``; the dataset's task: link_prediction,
+    `graphs.sampling.link`): ``batch_size`` then counts seed edges per minibatch."""
+
+    negatives: int = field(
+        default=1,
+        metadata={"max": 1 << 12, "help": "negatives per positive seed edge (its destination corrupted)."},
+    )
+    filter: str = field(
+        default="bloom",
+        metadata={
+            "help": f"how candidate negatives that are edges are rejected, one of {NEGATIVE_FILTERS}: 'bloom' = "
+            "compressed_graph's per-part Bloom filters (all edges, held-out ones included; no edge ever passes), "
+            "'exact' = sorted int64 keys of every edge, 'none' = self pairs only (DGL's uniform sampler)."
+        },
+    )
+    distribution: str = field(
+        default="uniform",
+        metadata={
+            "help": f"candidate destinations, one of {NEGATIVE_DISTRIBUTIONS}: uniform over the nodes, or in "
+            "proportion to degree^0.75 in the message-passing graph."
+        },
+    )
+    exclude_seed_edges: bool = field(
+        default=True,
+        metadata={
+            "help": "leave each minibatch's seed edges and their reverses out of its sampled blocks (DGL's "
+            "exclude='reverse_id'), so no positive is predicted from its own edge."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        check_fields(self, "link")
+        if self.negatives < 1:
+            raise ValueError(f"link.negatives={self.negatives} must be at least 1")
+        if self.filter not in NEGATIVE_FILTERS:
+            raise ValueError(f"link.filter={bounded_repr(self.filter)} is not one of {NEGATIVE_FILTERS}")
+        if self.distribution not in NEGATIVE_DISTRIBUTIONS:
+            raise ValueError(
+                f"link.distribution={bounded_repr(self.distribution)} is not one of {NEGATIVE_DISTRIBUTIONS}"
+            )
 
 
 @dataclass(kw_only=True)
@@ -160,36 +208,9 @@ class ShardConfig:
             "module of graphs/sampling/kinds/ with their help texts).",
         },
     )
-    # link prediction (the dataset's task: link_prediction; graphs/sampling/link.py): batch_size
-    # then counts seed edges per minibatch, and the fields below apply
-    negatives: int = field(
-        default=1,
-        metadata={
-            "max": 1 << 12,
-            "help": "link prediction: negatives per positive seed edge (its destination corrupted).",
-        },
-    )
-    negative_filter: str = field(
-        default="bloom",
-        metadata={
-            "help": f"link prediction: how candidate negatives that are edges are rejected, one of {NEGATIVE_FILTERS}: "
-            "'bloom' = compressed_graph's per-part Bloom filters (all edges, held-out ones included; no edge ever "
-            "passes), 'exact' = sorted int64 keys of every edge, 'none' = self pairs only (DGL's uniform sampler)."
-        },
-    )
-    negative_distribution: str = field(
-        default="uniform",
-        metadata={
-            "help": f"link prediction: candidate destinations, one of {NEGATIVE_DISTRIBUTIONS}: uniform over the "
-            "nodes, or in proportion to degree^0.75 in the message-passing graph."
-        },
-    )
-    exclude_seed_edges: bool = field(
-        default=True,
-        metadata={
-            "help": "link prediction: leave each minibatch's seed edges and their reverses out of its sampled "
-            "blocks (DGL's exclude='reverse_id'), so no positive is predicted from its own edge."
-        },
+    link: LinkShardSettings = field(
+        default_factory=lambda: LinkShardSettings(),
+        metadata={"help": "link prediction (gnnflow.yaml task: link_prediction): negatives and seed-edge exclusion"},
     )
 
     def __post_init__(self) -> None:
@@ -229,14 +250,6 @@ class ShardConfig:
             raise ValueError(
                 f"placement='partition' places seed nodes; sampler={bounded_repr(self.sampler)} draws whole subgraphs "
                 f"(use a sampler that grows minibatches from seeds: {seed_samplers()}, or placement 'random')"
-            )
-        if self.negatives < 1:
-            raise ValueError(f"negatives={self.negatives} must be at least 1")
-        if self.negative_filter not in NEGATIVE_FILTERS:
-            raise ValueError(f"negative_filter={bounded_repr(self.negative_filter)} is not one of {NEGATIVE_FILTERS}")
-        if self.negative_distribution not in NEGATIVE_DISTRIBUTIONS:
-            raise ValueError(
-                f"negative_distribution={bounded_repr(self.negative_distribution)} is not one of {NEGATIVE_DISTRIBUTIONS}"
             )
         self.samplers = {self.sampler: _sampler_settings(self.samplers)[self.sampler]}
 

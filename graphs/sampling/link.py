@@ -10,12 +10,12 @@ negative_sampler=Uniform(k))``), written once as shards:
   them and cuts them over the ranks and into minibatches of at most ``batch_size`` seed
   edges with equal step counts (`graphs.sampling.schedule.epoch_seed_batches`, the seeds
   being edge ids).
-- **Negatives**: ``negatives`` per seed edge, its source kept and its destination drawn
+- **Negatives**: ``link.negatives`` per seed edge, its source kept and its destination drawn
   uniformly (or degree-weighted) and rejected when the compressed graph's Bloom filters (or
   the exact keys) call the pair an edge (`graphs.stages.negatives.NegativeSampler`).
 - **Blocks** around the union of both pairs' endpoints, by DGL's neighbour sampling over
   the message-passing graph with the minibatch's seed edges and their reverses excluded
-  (``exclude_seed_edges``), with Â's weights, corrections and self loops exactly as the
+  (``link.exclude_seed_edges``), with Â's weights, corrections and self loops exactly as the
   node-classification ``neighbor`` sampler stores them.
 
 Each minibatch is stored through `graphs.formats.shard_format` like any other, plus ``pos_pairs``
@@ -80,9 +80,9 @@ def negative_sampler_for(
     """The `NegativeSampler` of `cfg`: Bloom filters from compressed_graph (routed by
     `part_id`), or exact keys of the full canonical graph, or none."""
     filters = part = exact = None
-    if cfg.negative_filter == "bloom":
+    if cfg.link.filter == "bloom":
         if compressed_dir is None:
-            raise ValueError("negative_filter='bloom' needs compressed_graph's Bloom filters; materialize it first")
+            raise ValueError("link.filter='bloom' needs compressed_graph's Bloom filters; materialize it first")
         filters = load_bloom_filters(compressed_dir)
         part = np.zeros(n, np.int64) if part_id is None else np.asarray(part_id, np.int64)
         parts = int(part.max()) + 1 if n else 1
@@ -91,14 +91,14 @@ def negative_sampler_for(
                 f"{compressed_dir}: {len(filters)} Bloom filters but the partition has {parts} parts; "
                 "rematerialize compressed_graph"
             )
-    elif cfg.negative_filter == "exact":
+    elif cfg.link.filter == "exact":
         if canonical_dir is None:
-            raise ValueError("negative_filter='exact' needs the canonical graph (every edge)")
+            raise ValueError("link.filter='exact' needs the canonical graph (every edge)")
         exact = EdgeKeys.from_canonical(canonical_dir, n)
     return NegativeSampler(
         n,
-        filter=cfg.negative_filter,
-        distribution=cfg.negative_distribution,
+        filter=cfg.link.filter,
+        distribution=cfg.link.distribution,
         filters=filters,
         part=part,
         exact=exact,
@@ -151,10 +151,10 @@ class LinkSampler(NeighborSampler):
         rng = np.random.default_rng(seed)
         eids = np.asarray(eids, np.int64)
         pos_src, pos_dst = self.adj.indices[eids].astype(np.int64), self.dst_of[eids]
-        neg_src, neg_dst = self.negatives.corrupt(pos_src, self.cfg.negatives, rng)
+        neg_src, neg_dst = self.negatives.corrupt(pos_src, self.cfg.link.negatives, rng)
         nodes, inv = np.unique(np.concatenate([pos_src, pos_dst, neg_src, neg_dst]), return_inverse=True)
         p, q = len(eids), len(neg_src)
-        exclude = np.concatenate([eids, self.reverse[eids]]) if self.cfg.exclude_seed_edges else None
+        exclude = np.concatenate([eids, self.reverse[eids]]) if self.cfg.link.exclude_seed_edges else None
         mb = self.sample_neighbor(nodes, seed, exclude=exclude)
         return LinkMinibatch(
             input_nodes=mb.input_nodes,
@@ -182,10 +182,10 @@ class LinkSampler(NeighborSampler):
             "task": "link_prediction",
             "link": {
                 "seed_edges": int(self.num_seed_edges),
-                "negatives_per_positive": self.cfg.negatives,
-                "negative_filter": self.cfg.negative_filter,
-                "negative_distribution": self.cfg.negative_distribution,
-                "exclude_seed_edges": self.cfg.exclude_seed_edges,
+                "negatives_per_positive": self.cfg.link.negatives,
+                "negative_filter": self.cfg.link.filter,
+                "negative_distribution": self.cfg.link.distribution,
+                "exclude_seed_edges": self.cfg.link.exclude_seed_edges,
                 "negative_sampling": sampling,
             },
         }
@@ -201,7 +201,7 @@ def write_link_shards(
 ) -> dict:
     """Link-prediction shards of the message-passing graph in `inputs` (loaded from the
     edge_split folder) into `out_dir`, through `graphs.sampling.write_minibatch_shards`.
-    `canonical_dir` (the full graph) feeds ``negative_filter="exact"``."""
+    `canonical_dir` (the full graph) feeds ``link.filter="exact"``."""
     degree = np.diff(np.asarray(inputs.indptr)).astype(np.float64)
     negatives = negative_sampler_for(
         cfg,
