@@ -169,9 +169,6 @@ class LinkPrediction(TaskHead):
         }
         save_state(run.work / CHECKPOINT_NAME, state, kind=_CHECKPOINT_KIND, format_version=LINK_CHECKPOINT_FORMAT)
 
-    def epoch_line(self, rows: list[dict]) -> str:
-        return f"loss {rows[0]['loss']:.4f}"
-
     def stop_line(self, run: LinkRun, epoch: int) -> str:
         return (
             f"early stopping after epoch {epoch + 1}: validation MRR has not improved for "

@@ -1,7 +1,8 @@
 """The one epoch loop every training task runs: a task head trains, evaluates and checkpoints.
 
-`run_epochs` is the loop of node classification (`training.train`, DDP under torchrun) and of
-link prediction (`training.link`, one process): per epoch, the head trains one epoch on this
+`run_epochs` is the loop of node classification (`training.train`, DDP under torchrun), of link
+prediction (`training.link_train`, one process) and of DistDGL's trainers (`training.distdgl`):
+per epoch, the head trains one epoch on this
 rank and returns its metric row; rank 0 evaluates when due (the head fills in the row, keeps
 the best model and says whether early stopping fires); rank 0's decision reaches every rank;
 every rank's rows are gathered into ``run.history``; rank 0 logs the progress line and
@@ -62,10 +63,6 @@ class TaskHead:
         """Rank 0: whether to checkpoint after `epoch` (the loop also does after the last one)."""
         return True
 
-    def history_rows(self, rows: list[dict]) -> list[dict]:
-        """What every rank's rows of an epoch (rank order) add to ``run.history``: all of them."""
-        return rows
-
     def epoch_line(self, rows: list[dict]) -> str:
         """An epoch's figures over every rank's rows, for the progress line."""
         return ""
@@ -104,7 +101,7 @@ def run_epochs(
         run.stopped_early = stop and epoch < run.epochs - 1
         row["epoch_seconds"] = now() - t_epoch
         rows = [row] if head.rows_agree else all_gather_objects(info, row)
-        run.history.extend(head.history_rows(rows))
+        run.history.extend(rows)
         if info.is_main:
             if before_write is not None:
                 before_write()
