@@ -37,6 +37,7 @@ from assets.settings import (
     registered_configs,
     resolve,
 )
+from assets.task_registry import Task, task_class
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.stage_artifact import StageArtifact
@@ -51,7 +52,7 @@ from graphs.infra.storage import (
     verify_files,
 )
 from graphs.stages.canonical import has_training_labels, is_dataset_folder
-from graphs.stages.edge_split import LINK_PREDICTION, EdgeSplit
+from graphs.stages.edge_split import EdgeSplit
 from graphs.stages.normalize import Adjacency
 from training.checkpoint import data_version
 from training.outputs import MODEL_BEST, PICKLED_MODEL_BEST, PREDICTIONS, SUMMARY, read_version, write_version_file
@@ -287,11 +288,12 @@ class GnnflowStorage(dg.ConfigurableResource):
             raise dg.Failure(description=f"dataset '{dataset}': no {asset} at {path}; materialize {asset} first")
         return path
 
-    def task(self, dataset: str) -> str:
-        """The dataset's task (`task:` of its gnnflow.yaml; node_classification by default);
-        an invalid settings file fails the run, naming the file and the key."""
+    def task(self, dataset: str) -> type[Task]:
+        """The dataset's task (`task:` of its gnnflow.yaml; node_classification by default), the
+        registered `assets.task_registry.Task`; an invalid settings file fails the run, naming the
+        file and the key."""
         try:
-            return read_task(self.settings_file(dataset))
+            return task_class(read_task(self.settings_file(dataset)))
         except SettingsError as exc:
             raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
 
@@ -299,7 +301,7 @@ class GnnflowStorage(dg.ConfigurableResource):
         """The graph that message passing sees, in the canonical layout: edge_split's (held-out
         edges removed) for link prediction, else canonical_graph's."""
         return self.upstream_dir(
-            dataset, EdgeSplit.STAGE if self.task(dataset) == LINK_PREDICTION else CanonicalGraph.STAGE
+            dataset, EdgeSplit.STAGE if self.task(dataset).traits.holds_out_edges else CanonicalGraph.STAGE
         )
 
     def inference_model_dir(self, dataset: str) -> Path:

@@ -34,6 +34,7 @@ from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.settings import register_config
 from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.shard_manifest import LINK_PREDICTION
 from graphs.infra.storage import read_file_hashes, verified
 from graphs.stages.edge_split import EdgeSplit, EdgeSplitConfig, build_edge_split, load_edge_split
 from graphs.stages.negatives import EdgeKeys
@@ -110,7 +111,7 @@ def materialize_edge_split(
             disk = disk_metadata(out)
     split = s["split"]
     metadata = {
-        "task": "link_prediction",
+        "task": LINK_PREDICTION,
         "path": dg.MetadataValue.path(str(storage.asset_dir(dataset, SPLIT_ASSET))),
         "undirected_edges": split["undirected_edges"],
         "train_edges": split["train"],

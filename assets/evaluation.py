@@ -24,10 +24,9 @@ its run config or the dataset's gnnflow.yaml) and, when the new model passes, po
 `promotion` check and a warning line in the run's log, both with the reason; the promoted
 model stays.
 
-Link prediction (gnnflow.yaml ``task: link_prediction``): `evaluation` recomputes ROC-AUC,
-MRR and Hits@10/50/100 of trained_model's model on edge_split's validation and test edges
-against its fixed negatives (`training.link.evaluate_saved`) into metrics.json and the
-metadata; `promotion` does not apply and says so.
+That is node classification's evaluation; `evaluation` runs the dataset task's own
+(`assets.task_registry.Task.evaluate`: link prediction's is in `assets.tasks.link_prediction`),
+and `promotion` does not apply to a task whose traits say why (``not_promoted``).
 
 Every file these assets read is first checked against the hashes.json its stage published
 (`graphs.infra.storage.verify_files`), and both record trained_model/ as a model version when it
@@ -49,15 +48,11 @@ from assets.reporting import stage_result
 from assets.settings import register_config
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.label_classes import read_label_classes
-from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.infra.plotting import headless_pyplot
 from graphs.infra.storage import CorruptFileError, staged_output, verified, verify_files
 from graphs.stages.canonical import read_summary
-from graphs.stages.edge_split import LINK_PREDICTION, EdgeSplit
-from graphs.stages.normalize import Adjacency
-from training.link import evaluate_saved
 from training.metrics import classification_report, node_classification_report
-from training.outputs import LINK_MODEL, PREDICTIONS, SUMMARY
+from training.outputs import PREDICTIONS
 from training.outputs import STAGE as TRAINED_MODEL
 from training.promotion import (
     LABELS_FILE,
@@ -110,7 +105,7 @@ def promoted_training_labels(storage: GnnflowStorage, dataset: str, log) -> tupl
         return None, version
 
 
-def _verified(folder: Path, names: list[str], stage: str) -> None:
+def verified_or_failure(folder: Path, names: list[str], stage: str) -> None:
     """Fail the run, naming the file and the stage to re-materialize, unless the files are as published."""
     try:
         verify_files(folder, names, stage=stage)
@@ -134,8 +129,8 @@ def _usable_promoted(context, promoted: Path) -> bool:
 
 def _report(canonical: Path, model: Path) -> dict:
     graph = CanonicalGraph.open(canonical)
-    _verified(canonical, [graph.NODES], graph.STAGE)
-    _verified(model, [PREDICTIONS], TRAINED_MODEL)
+    verified_or_failure(canonical, [graph.NODES], graph.STAGE)
+    verified_or_failure(model, [PREDICTIONS], TRAINED_MODEL)
     nodes = pq.read_table(graph.nodes_path, columns=["node_id", "label", "split"])
     predictions = pq.read_table(model / PREDICTIONS)
     try:
@@ -256,8 +251,12 @@ def _headlines(report: dict) -> dict:
 def evaluation(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> dg.MaterializeResult:
     """Test metrics of the newest model and of the promoted one (training.metrics), confusion matrix."""
     dataset = storage.dataset(context)
-    if storage.task(dataset) == LINK_PREDICTION:
-        return _evaluate_link_prediction(context, storage, dataset)
+    return storage.task(dataset).evaluate(context, storage, dataset)
+
+
+def evaluate_node_classification(context, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
+    """Node classification's evaluation (the module docstring): the newest model's test metrics,
+    compared with the promoted model's."""
     with storage.lock(dataset, context.log.info):
         canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
         skipped = skip_without_labels(context, read_summary(canonical), "evaluate", [])
@@ -330,37 +329,6 @@ def _evaluation_metadata(out: Path, record: dict, candidate: dict) -> dict:
     return metadata
 
 
-def _evaluate_link_prediction(context, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
-    """task: link_prediction: ROC-AUC, MRR and Hits@K of trained_model's model.safetensors on edge_split's
-    validation and test edges against its fixed negatives, recomputed (`training.link.evaluate_saved`)."""
-    with storage.lock(dataset, context.log.info):
-        model = storage.upstream_dir(dataset, TRAINED_MODEL)
-        split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
-        adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
-        shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
-        _verified(model, [LINK_MODEL, SUMMARY], TRAINED_MODEL)
-        try:
-            reports = evaluate_saved(model, shards, split, adjacency)
-        except (ValueError, FileNotFoundError, KeyError) as exc:
-            raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from exc
-        record = {"task": LINK_PREDICTION, "candidate": reports, "promoted": None}
-        with storage.publishing(dataset, STAGE) as out:
-            out.mkdir()
-            (out / METRICS_FILE).write_text(json.dumps(record, indent=1, allow_nan=True))
-        out = storage.asset_dir(dataset, STAGE)
-    test = reports["test"]
-    context.log.info(
-        f"evaluation: test ROC-AUC {test['auc']:.4f}, MRR {test['mrr']:.4f}, Hits@50 {test['hits@50']:.4f} "
-        f"({test['positives']} held-out edges against {test['negatives']} fixed negatives)"
-    )
-    metadata = {"path": dg.MetadataValue.path(str(out)), "task": LINK_PREDICTION}
-    for which, r in reports.items():
-        metadata.update({f"{which}_{k}": round(v, 4) for k, v in r.items() if isinstance(v, float)})
-    metadata["test_edges"] = test["positives"]
-    metadata["eval_negatives"] = test["negatives"]
-    return dg.MaterializeResult(metadata=metadata)
-
-
 @dg.asset(
     name=PROMOTION,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
@@ -385,8 +353,8 @@ def promotion(
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, PROMOTION, config)
     cfg = config.to_dataclass()
-    if storage.task(dataset) == LINK_PREDICTION:
-        why = "link prediction: promotion compares node-classification metrics; not applied"
+    why = storage.task(dataset).traits.not_promoted
+    if why is not None:
         context.log.info(f"promotion: {why}")
         return dg.MaterializeResult(
             metadata={"promoted": False, "reason": why},
@@ -443,7 +411,7 @@ def _evaluation_record(storage: GnnflowStorage, dataset: str, run_id: str) -> di
         raise dg.Failure(
             description=f"dataset '{dataset}': no evaluation at {metrics_file.parent}; materialize evaluation first"
         )
-    _verified(metrics_file.parent, [metrics_file.name], STAGE)
+    verified_or_failure(metrics_file.parent, [metrics_file.name], STAGE)
     record = json.loads(metrics_file.read_text())
     if storage.asset_dir(dataset, TRAINED_MODEL).is_dir():
         storage.record_model_version(dataset, run_id)

@@ -28,16 +28,15 @@ from assets.config import dagster_config
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
+from assets.task_registry import task_class
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.compress_files import CompressedGraph
 from graphs.formats.node_scores import NODE_SCORES_NAME
 from graphs.formats.partition_files import Partitions
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.shard_manifest import ShardManifest
-from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class, write_minibatch_shards
-from graphs.sampling.link import write_link_shards
+from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class
 from graphs.stages.canonical import read_summary
-from graphs.stages.edge_split import LINK_PREDICTION
 from graphs.stages.normalize import Adjacency
 from training.outputs import STAGE as TRAINED_MODEL
 
@@ -86,8 +85,8 @@ def minibatch_shards(
         adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
         partitions = storage.asset_dir(dataset, Partitions.STAGE)
         compressed = storage.asset_dir(dataset, CompressedGraph.STAGE)
-        link = storage.task(dataset) == LINK_PREDICTION
-        if not link:
+        task = storage.task(dataset)
+        if task.traits.needs_labels:
             skipped = skip_without_labels(
                 context, read_summary(canonical), "sample for training", [BALANCED, FILES_INTACT]
             )
@@ -98,16 +97,13 @@ def minibatch_shards(
         with file_errors_as_failures(dataset), storage.publishing(dataset, _ASSET) as out:
             try:
                 inputs = load_shard_inputs(
-                    storage.graph_dir(dataset) if link else canonical,
+                    storage.graph_dir(dataset),  # the task's message-passing graph
                     adjacency,
                     partitions if partitions.is_dir() else None,
                     compressed if compressed.is_dir() else None,
                     node_scores=scores,
                 )
-                if link:  # edge-seed minibatches; negatives rejected by compressed_graph's Bloom filters
-                    m = write_link_shards(inputs, out, cfg, canonical_dir=canonical, log=context.log.info)
-                else:
-                    m = write_minibatch_shards(inputs, out, cfg, log=context.log.info)
+                m = task.write_shards(inputs, out, cfg, canonical=canonical, log=context.log.info)
             except (ValueError, FileNotFoundError) as exc:
                 raise dg.Failure(description=f"dataset '{dataset}': {exc}") from exc
             checks = check_shards(out)
@@ -186,7 +182,7 @@ def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
     if "link" in m:
         ns = m["link"]["negative_sampling"]
         metadata.update(
-            task=LINK_PREDICTION,
+            task=m["task"],
             seed_edges=m["link"]["seed_edges"],
             negative_filter=m["link"]["negative_filter"],
             negative_candidates=ns["candidates"],
@@ -203,7 +199,7 @@ def check_shards(out: Path) -> list[dg.AssetCheckResult]:
     balanced = len(counts) == 1
     meta = {"minibatches_per_stream": counts}
     # a seed sampler takes every training node once per epoch (class-balanced: as many draws)
-    if sampler_class(manifest.sampler).traits.seeds and manifest.task != LINK_PREDICTION:
+    if sampler_class(manifest.sampler).traits.seeds and task_class(manifest.task).traits.seeds == "nodes":
         per_epoch = {}
         for s in manifest.doc["streams"]:
             per_epoch[s["epoch"]] = per_epoch.get(s["epoch"], 0) + s["seeds"]

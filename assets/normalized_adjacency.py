@@ -28,7 +28,6 @@ from assets.edge_split import (
 from assets.integrity import file_errors_as_failures
 from assets.reporting import stage_result
 from assets.settings import register_config
-from graphs.stages.edge_split import LINK_PREDICTION
 from graphs.stages.normalize import (
     Adjacency,
     AdjacencyConfig,
@@ -101,13 +100,13 @@ def normalized_adjacency(context: dg.AssetExecutionContext, config: NormalizedAd
     as int64 indptr / int32 indices / float32 weights; for link prediction first edge_split."""
     dataset = storage.dataset(context)
     selected = context.selected_asset_keys
-    link_prediction = storage.task(dataset) == LINK_PREDICTION
+    holds_out_edges = storage.task(dataset).traits.holds_out_edges
     if dg.AssetKey(SPLIT_ASSET) in selected:
-        if link_prediction:
+        if holds_out_edges:
             yield materialize_edge_split(context, storage, dataset)
         else:
-            yield skipped_check("node classification: no edges are held out")
-    elif link_prediction and not edge_split_is_current(context, storage, dataset):
+            yield skipped_check(f"{storage.task(dataset).name}: no edges are held out")
+    elif holds_out_edges and not edge_split_is_current(context, storage, dataset):
         raise dg.Failure(
             description=f"dataset '{dataset}' (link prediction): its edge_split is missing, or was made from other "
             "canonical edges or settings; materialize it with this asset: --select edge_split,normalized_adjacency"

@@ -44,7 +44,6 @@ from graphs.stages.canonical import (
     landing_fingerprint,
     read_summary,
 )
-from graphs.stages.edge_split import LINK_PREDICTION
 from graphs.stages.normalize import Adjacency, build_normalized_adjacency
 from training.outputs import MODEL_BEST, PREDICTIONS
 from training.outputs import STAGE as TRAINED_MODEL
@@ -70,8 +69,8 @@ def predictions(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> d
 
 
 def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
-    if storage.task(dataset) == LINK_PREDICTION:
-        why = "link prediction: node predictions do not apply; score candidate pairs with `gnnflow score-pairs`"
+    why = storage.task(dataset).traits.no_node_predictions
+    if why is not None:
         context.log.info(f"dataset '{dataset}': {why}")
         return dg.MaterializeResult(metadata={"skipped": why})
     if not any((storage.asset_dir(dataset, name) / MODEL_BEST).is_file() for name in ("promoted", TRAINED_MODEL)):

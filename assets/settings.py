@@ -19,7 +19,7 @@ and CLI runs, the landing sensor, the retraining schedule and backfills all see 
     3. the defaults of the stage's config dataclass
 
 One more top-level key, ``task``, says what the dataset is trained for:
-``node_classification`` (the default) or ``link_prediction`` (`graphs.stages.edge_split.TASKS`).
+``node_classification`` (the default) or ``link_prediction`` (`assets.task_registry`).
 It is not an asset's setting because it changes the asset graph's behaviour upstream: with
 link prediction, edge_split holds out edges and its message-passing graph feeds
 normalized_adjacency and the shards (`GnnflowStorage.task`, README "Link prediction")::
@@ -57,6 +57,7 @@ import dagster as dg
 import pydantic
 
 import assets
+from assets.task_registry import DEFAULT_TASK, task_names
 from graphs.infra.config_checks import (
     RunConfigShapeError,
     asset_config_block,
@@ -65,7 +66,6 @@ from graphs.infra.config_checks import (
     read_yaml_file,
     run_config_ops,
 )
-from graphs.stages.edge_split import DEFAULT_TASK, TASKS
 from graphs.stages.landing import InputError, checked_dataset_file
 from graphs.stages.user_files import check_column_mapping
 
@@ -164,8 +164,8 @@ def _read_document(path: Path) -> dict:
 
 
 def _check_task(task: Any, path: Path) -> str:
-    if not isinstance(task, str) or task not in TASKS:
-        raise SettingsError(f"{path}: key 'task': {bounded_repr(task)} is not one of {', '.join(TASKS)}")
+    if not isinstance(task, str) or task not in task_names():
+        raise SettingsError(f"{path}: key 'task': {bounded_repr(task)} is not one of {', '.join(task_names())}")
     return task
 
 

@@ -35,11 +35,10 @@ the `evaluation` and `promotion` assets decide whether it becomes `<dataset>/pro
 `training.profiler: nsys` the command is wrapped in `nsys profile` when `nsys` is on the
 PATH; otherwise the metadata says why it was skipped. A dataset without labels is skipped.
 
-Link prediction (the dataset's gnnflow.yaml ``task: link_prediction``): the model is
-trained in this process by `training.link_train.train_link` from the edge-seed shards (the
-``model`` block is the encoder, the ``link`` block the scorer, learning rate and epochs),
-and evaluated on edge_split's held-out edges; metadata holds test/val ROC-AUC, MRR and
-Hits@K, the files are `training.link`'s (model.safetensors, metrics.parquet, summary.json).
+That is node classification's training; the asset runs the dataset task's own
+(`assets.task_registry.Task.train`: link prediction's, in this process from the edge-seed
+shards, is in `assets.tasks.link_prediction`; its ``link`` block of this run config holds
+the scorer, learning rate and epochs).
 """
 
 import json
@@ -72,7 +71,6 @@ from graphs.formats.shard_format import refuse_republished_upstream
 from graphs.formats.shard_manifest import ShardManifest
 from graphs.infra.storage import held_lock_fd
 from graphs.stages.canonical import read_summary
-from graphs.stages.edge_split import LINK_PREDICTION, EdgeSplit
 from graphs.stages.normalize import Adjacency
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
@@ -81,8 +79,7 @@ from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_co
 from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
 from training.link import LinkTrainConfig
-from training.link_train import train_link
-from training.outputs import CURVES, METRICS, SUMMARY
+from training.outputs import CURVES, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
 from training.profiling import PROFILE_DIR, TRACE_FILE
 from training.promotion import PromotionConfig, read_training_label_counts, training_label_problem
@@ -244,81 +241,42 @@ def trained_model(
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     # the launcher shares this lock; rank 0 runs under it, and stops if it ends (graphs.infra.storage)
     with storage.lock(dataset, context.log.info):
-        canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
-        shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
-        if storage.task(dataset) == LINK_PREDICTION:
-            return _train_link_prediction(context, config, storage, dataset, config_metadata)
-        summary = read_summary(canonical)
-        skipped = skip_without_labels(context, summary, "train on", [BEATS_MAJORITY])
-        if skipped is not None:
-            return skipped
-        with file_errors_as_failures(dataset):
-            promoted = promoted_training_labels(storage, dataset, context.log)
-            refuse_unfit_training_labels(canonical, dataset, promotion_config(context, storage, dataset), *promoted)
-        keep_unrecorded_model(storage, dataset, context.run.run_id, context.log)
-        result, command, nproc, work, extra = _launch(context, config, storage, dataset, canonical, shards)
-        out = storage.asset_dir(dataset, _ASSET)
-        check = check_accuracy(out, canonical)
-        keep_nsys_report(nsys_dir_for(work), out)
-        metadata = {
-            **result.metadata,
-            **extra,
-            "path": dg.MetadataValue.path(str(out)),
-            "processes": nproc,
-            **disk_metadata(out),
-            "launch": " ".join(command),
-            "curves": png_markdown(out / CURVES, "training curves"),
-            **config_metadata,
-        }
-        if (out / PROFILE_DIR / TRACE_FILE).is_file():
-            metadata["profiler_trace"] = dg.MetadataValue.path(str(out / PROFILE_DIR / TRACE_FILE))
-        metadata["version"] = storage.record_model_version(dataset, context.run.run_id)
-    headline = ("test_acc_at_best_val", "best_val_acc", "best_epoch", "epochs_trained", "seconds", "version")
-    return stage_result(context, _ASSET, metadata, headline=headline, check_results=[check])
+        return storage.task(dataset).train(context, config, storage, dataset, config_metadata)
 
 
-def _train_link_prediction(context, config, storage: GnnflowStorage, dataset: str, config_metadata: dict):
-    """task: link_prediction: `training.link_train.train_link` in this process (not torchrun), from the
-    edge-seed shards; the check is then test ROC-AUC above 0.5 (random scoring)."""
-    split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
-    adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
+def train_node_classification(
+    context, config: TrainedModelConfig, storage: GnnflowStorage, dataset: str, config_metadata: dict
+) -> dg.MaterializeResult:
+    """Node classification's training (the module docstring), under the dataset's lock."""
+    canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
     shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
-    try:
-        model_cfg, link_cfg = config.model.to_dataclass(), config.link.to_dataclass()
-        with storage.publishing(dataset, _ASSET) as out:
-            s = train_link(
-                shards,
-                split,
-                adjacency,
-                out,
-                link_cfg,
-                model_cfg,
-                log=context.log.info,
-                checkpoint_beside=storage.asset_dir(dataset, _ASSET),
-            )
-    except (ValueError, ShardError) as exc:
-        raise shard_failure(dataset, exc) from exc
+    summary = read_summary(canonical)
+    skipped = skip_without_labels(context, summary, "train on", [BEATS_MAJORITY])
+    if skipped is not None:
+        return skipped
+    with file_errors_as_failures(dataset):
+        promoted = promoted_training_labels(storage, dataset, context.log)
+        refuse_unfit_training_labels(canonical, dataset, promotion_config(context, storage, dataset), *promoted)
+    keep_unrecorded_model(storage, dataset, context.run.run_id, context.log)
+    result, command, nproc, work, extra = _launch(context, config, storage, dataset, canonical, shards)
     out = storage.asset_dir(dataset, _ASSET)
-    test, val = s["test"], s["val"]
+    check = check_accuracy(out, canonical)
+    keep_nsys_report(nsys_dir_for(work), out)
     metadata = {
-        "task": LINK_PREDICTION,
+        **result.metadata,
+        **extra,
         "path": dg.MetadataValue.path(str(out)),
-        "epochs": s["epochs"],
-        "best_epoch": s["best_epoch"],
-        "epoch_seconds_median": round(sorted(s["epoch_seconds"])[len(s["epoch_seconds"]) // 2], 3),
-        **{f"test_{k}": round(v, 4) for k, v in test.items() if isinstance(v, float)},
-        **{f"val_{k}": round(v, 4) for k, v in val.items() if isinstance(v, float) and k != "loss"},
-        "metrics": dg.MetadataValue.path(str(out / METRICS)),
+        "processes": nproc,
         **disk_metadata(out),
+        "launch": " ".join(command),
+        "curves": png_markdown(out / CURVES, "training curves"),
         **config_metadata,
     }
-    check = dg.AssetCheckResult(
-        check_name=BEATS_MAJORITY,
-        passed=bool(test["auc"] > 0.5),
-        severity=dg.AssetCheckSeverity.WARN,
-        metadata={"task": LINK_PREDICTION, "test_auc": test["auc"], "random_scoring_auc": 0.5},
-    )
-    return dg.MaterializeResult(metadata=metadata, check_results=[check])
+    if (out / PROFILE_DIR / TRACE_FILE).is_file():
+        metadata["profiler_trace"] = dg.MetadataValue.path(str(out / PROFILE_DIR / TRACE_FILE))
+    metadata["version"] = storage.record_model_version(dataset, context.run.run_id)
+    headline = ("test_acc_at_best_val", "best_val_acc", "best_epoch", "epochs_trained", "seconds", "version")
+    return stage_result(context, _ASSET, metadata, headline=headline, check_results=[check])
 
 
 def shard_failure(dataset: str, exc: Exception) -> dg.Failure:

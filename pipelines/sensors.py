@@ -37,8 +37,8 @@ import dagster as dg
 
 from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, ingested_fingerprint
 from assets.settings import SETTINGS_FILE, SettingsError, read_task
+from assets.task_registry import DEFAULT_TASK, task_class
 from graphs.stages.canonical import InputError, find_dataset_files, landing_fingerprint, landing_marked_ready
-from graphs.stages.edge_split import DEFAULT_TASK, LINK_PREDICTION
 from graphs.stages.user_files import landing_has_labels
 
 RUN_KEY_TAG = "dagster/run_key"  # the tag a sensor's run carries its RunRequest's run_key in
@@ -134,7 +134,7 @@ def make_landing_sensor(assets: Sequence[dg.AssetsDefinition]) -> dg.SensorDefin
                 continue
             pending.pop(name, None)
             requested[name] = fp
-            labelled = landing_has_labels(folder) or dataset_task(folder) == LINK_PREDICTION
+            labelled = landing_has_labels(folder) or not task_class(dataset_task(folder)).traits.needs_labels
             selection = every if labelled else [k for k in every if k not in needs_labels]
             context.log.info(
                 f"dataset '{name}' changed since its last ingest ({'with' if labelled else 'without'} labels): "

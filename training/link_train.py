@@ -46,9 +46,9 @@ import torch
 import torch.nn.functional as F
 
 from graphs.formats.shard_format import MANIFEST_NAME
-from graphs.formats.shard_manifest import ShardManifest
+from graphs.formats.shard_manifest import LINK_PREDICTION, ShardManifest
 from graphs.infra.progress import Progress
-from graphs.stages.edge_split import LINK_PREDICTION, load_edge_split
+from graphs.stages.edge_split import load_edge_split
 from training.checkpoint import CHECKPOINT_NAME, code_version, data_version, resume_state, run_key, work_dir_for
 from training.checkpoint import save_checkpoint as save_state
 from training.data import ShardStream

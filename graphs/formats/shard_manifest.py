@@ -15,9 +15,11 @@ from pathlib import Path
 
 from graphs.formats.shard_format import read_manifest
 
-__all__ = ["NODE_CLASSIFICATION", "ShardManifest"]
+__all__ = ["LINK_PREDICTION", "NODE_CLASSIFICATION", "ShardManifest"]
 
+# the tasks a manifest records (``task``); what each means is `assets.task_registry`'s
 NODE_CLASSIFICATION = "node_classification"
+LINK_PREDICTION = "link_prediction"
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from typing import Callable
 
 import numpy as np
 
+from graphs.formats.shard_manifest import LINK_PREDICTION
 from graphs.sampling.base import SampledMinibatch
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
@@ -179,7 +180,7 @@ class LinkSampler(NeighborSampler):
         sampling = self.negatives.stats.as_dict()
         sampling.pop("seconds")  # a run statistic: the manifest stays the same for the same inputs
         return super().manifest_facts() | {  # the neighbour sampler's (adaptive draws)
-            "task": "link_prediction",
+            "task": LINK_PREDICTION,
             "link": {
                 "seed_edges": int(self.num_seed_edges),
                 "negatives_per_positive": self.cfg.link.negatives,

@@ -67,9 +67,6 @@ from graphs.infra.storage import (
 from graphs.stages.negatives import EdgeKeys, draw_non_edges
 
 __all__ = [
-    "DEFAULT_TASK",
-    "LINK_PREDICTION",
-    "TASKS",
     "FORMAT_VERSION",
     "SPLIT_FILES",
     "EdgeSplitConfig",
@@ -79,11 +76,6 @@ __all__ = [
     "load_edge_split",
     "undirected_pairs",
 ]
-
-TASKS = ("node_classification", "link_prediction")
-"""What a dataset is trained for (its gnnflow.yaml ``task:``); link prediction adds the edge split."""
-DEFAULT_TASK = TASKS[0]
-LINK_PREDICTION = TASKS[1]
 
 
 class EdgeSplit(CanonicalGraph):

@@ -1,0 +1,102 @@
+"""What a dataset is trained for (its gnnflow.yaml ``task:``), by name, each task with the traits it declares.
+
+A task is a `Task` subclass registered with `register_task` under its ``name``; the built-in
+ones live one module each in `assets.tasks`, and every module of that package is imported on
+the first lookup, so a new task is one new file there plus its test. The assets never compare
+task names: each reads a declared trait or calls the task's part of its stage.
+
+Traits (`TaskTraits`):
+
+- ``holds_out_edges``: edge_split holds out validation and test edges, and message passing
+  (normalized_adjacency, the shards, training) sees edge_split's graph instead of
+  canonical_graph's;
+- ``needs_labels``: training needs node labels, so a dataset without them is ingested and
+  prepared but not sampled, trained or evaluated (the landing sensor, minibatch_shards);
+- ``seeds``: what a seed sampler's minibatches grow around, ``"nodes"`` (every training node
+  once per epoch, checked on the shards) or ``"edges"``;
+- ``not_promoted`` / ``no_node_predictions``: None where the promotion / predictions assets
+  apply to the task, else why they do not (a line for the log and the metadata).
+
+A task's parts of the stages are its class methods `write_shards`, `train` and `evaluate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar
+
+from graphs.formats.shard_manifest import NODE_CLASSIFICATION
+from graphs.infra.variants import Registry
+
+__all__ = ["DEFAULT_TASK", "Task", "TaskTraits", "register_task", "task_class", "task_names"]
+
+DEFAULT_TASK = NODE_CLASSIFICATION
+"""The task of a dataset whose gnnflow.yaml names none."""
+
+SEED_KINDS = ("nodes", "edges")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskTraits:
+    """What a task is, as the stages need to know it (the module docstring says what each means)."""
+
+    holds_out_edges: bool
+    needs_labels: bool
+    seeds: str
+    not_promoted: str | None = None
+    no_node_predictions: str | None = None
+
+    def __post_init__(self):
+        if self.seeds not in SEED_KINDS:
+            raise ValueError(f"TaskTraits.seeds={self.seeds!r} is not one of {SEED_KINDS}")
+
+
+class Task:
+    """A task: its traits and its part of the stages that differ by task."""
+
+    name: ClassVar[str]
+    traits: ClassVar[TaskTraits]
+
+    @classmethod
+    def write_shards(cls, inputs, out: Path, cfg, *, canonical: Path, log: Callable[[str], None]) -> dict:
+        """Write the minibatch shards of `inputs` (`graphs.sampling.inputs.ShardInputs`, read
+        from the task's message-passing graph) to `out` under `cfg` (a ShardConfig); the manifest."""
+        raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no write_shards()")
+
+    @classmethod
+    def train(cls, context, config, storage, dataset: str, config_metadata: dict):
+        """trained_model's materialization (a ``dg.MaterializeResult``) under the dataset's lock, from
+        the asset's context, its run config `config` (`assets.trained_model.TrainedModelConfig`), the
+        `assets.common.GnnflowStorage` and the settings' metadata."""
+        raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no train()")
+
+    @classmethod
+    def evaluate(cls, context, storage, dataset: str):
+        """evaluation's materialization (a ``dg.MaterializeResult``): the test metrics of the newest model."""
+        raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no evaluate()")
+
+
+def _check_traits(cls: type) -> None:
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise TypeError(f"{cls!r} is not a Task subclass")
+    if not isinstance(getattr(cls, "traits", None), TaskTraits):
+        raise TypeError(f"task {cls.name!r} ({cls.__qualname__}) declares no TaskTraits in `traits`")
+
+
+TASKS = Registry("task", "task", "assets.tasks", _check_traits)
+
+
+def register_task(cls: type[Task]) -> type[Task]:
+    """Class decorator: register the `Task` subclass `cls` under ``cls.name``, with its ``cls.traits``."""
+    return TASKS.register(cls)
+
+
+def task_names() -> tuple[str, ...]:
+    """The registered task names (the built-in ones first)."""
+    return TASKS.names()
+
+
+def task_class(name: str) -> type[Task]:
+    """The task registered as `name` (ValueError naming the registered ones otherwise)."""
+    return TASKS.get(name)

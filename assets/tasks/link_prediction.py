@@ -1,0 +1,118 @@
+"""task: link_prediction: edge_split holds out edges, the shards' minibatches grow around seed
+edges with negatives rejected by compressed_graph's Bloom filters, the model is trained in the
+asset's process by `training.link_train.train_link` (the ``model`` block is the encoder, the
+``link`` block the scorer, learning rate and epochs) and evaluated on edge_split's held-out edges
+against its fixed negatives: ROC-AUC, MRR and Hits@K. Node labels are not needed; promotion and
+node predictions do not apply (pairs are scored with ``gnnflow score-pairs``)."""
+
+import json
+
+import dagster as dg
+
+from assets.common import GnnflowStorage, disk_metadata
+from assets.evaluation import METRICS_FILE, verified_or_failure
+from assets.evaluation import STAGE as EVALUATION
+from assets.task_registry import Task, TaskTraits, register_task
+from assets.trained_model import BEATS_MAJORITY, shard_failure
+from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
+from graphs.formats.shard_manifest import LINK_PREDICTION
+from graphs.sampling.link import write_link_shards
+from graphs.stages.edge_split import EdgeSplit
+from graphs.stages.normalize import Adjacency
+from training.data import ShardError
+from training.link import evaluate_saved
+from training.link_train import train_link
+from training.outputs import LINK_MODEL, METRICS, SUMMARY
+from training.outputs import STAGE as TRAINED_MODEL
+
+
+@register_task
+class LinkPrediction(Task):
+    name = LINK_PREDICTION
+    traits = TaskTraits(
+        holds_out_edges=True,
+        needs_labels=False,
+        seeds="edges",
+        not_promoted="link prediction: promotion compares node-classification metrics; not applied",
+        no_node_predictions="link prediction: node predictions do not apply; score candidate pairs with "
+        "`gnnflow score-pairs`",
+    )
+
+    @classmethod
+    def write_shards(cls, inputs, out, cfg, *, canonical, log):
+        return write_link_shards(inputs, out, cfg, canonical_dir=canonical, log=log)
+
+    @classmethod
+    def train(cls, context, config, storage: GnnflowStorage, dataset: str, config_metadata: dict):
+        """The model trained in this process from the edge-seed shards; the check is then test
+        ROC-AUC above 0.5 (random scoring)."""
+        split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
+        adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
+        shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
+        try:
+            model_cfg, link_cfg = config.model.to_dataclass(), config.link.to_dataclass()
+            with storage.publishing(dataset, TRAINED_MODEL) as out:
+                s = train_link(
+                    shards,
+                    split,
+                    adjacency,
+                    out,
+                    link_cfg,
+                    model_cfg,
+                    log=context.log.info,
+                    checkpoint_beside=storage.asset_dir(dataset, TRAINED_MODEL),
+                )
+        except (ValueError, ShardError) as exc:
+            raise shard_failure(dataset, exc) from exc
+        out = storage.asset_dir(dataset, TRAINED_MODEL)
+        test, val = s["test"], s["val"]
+        metadata = {
+            "task": cls.name,
+            "path": dg.MetadataValue.path(str(out)),
+            "epochs": s["epochs"],
+            "best_epoch": s["best_epoch"],
+            "epoch_seconds_median": round(sorted(s["epoch_seconds"])[len(s["epoch_seconds"]) // 2], 3),
+            **{f"test_{k}": round(v, 4) for k, v in test.items() if isinstance(v, float)},
+            **{f"val_{k}": round(v, 4) for k, v in val.items() if isinstance(v, float) and k != "loss"},
+            "metrics": dg.MetadataValue.path(str(out / METRICS)),
+            **disk_metadata(out),
+            **config_metadata,
+        }
+        check = dg.AssetCheckResult(
+            check_name=BEATS_MAJORITY,
+            passed=bool(test["auc"] > 0.5),
+            severity=dg.AssetCheckSeverity.WARN,
+            metadata={"task": cls.name, "test_auc": test["auc"], "random_scoring_auc": 0.5},
+        )
+        return dg.MaterializeResult(metadata=metadata, check_results=[check])
+
+    @classmethod
+    def evaluate(cls, context, storage: GnnflowStorage, dataset: str):
+        """ROC-AUC, MRR and Hits@K of trained_model's model.safetensors on edge_split's validation
+        and test edges against its fixed negatives, recomputed (`training.link.evaluate_saved`)."""
+        with storage.lock(dataset, context.log.info):
+            model = storage.upstream_dir(dataset, TRAINED_MODEL)
+            split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
+            adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
+            shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
+            verified_or_failure(model, [LINK_MODEL, SUMMARY], TRAINED_MODEL)
+            try:
+                reports = evaluate_saved(model, shards, split, adjacency)
+            except (ValueError, FileNotFoundError, KeyError) as exc:
+                raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from exc
+            record = {"task": cls.name, "candidate": reports, "promoted": None}
+            with storage.publishing(dataset, EVALUATION) as out:
+                out.mkdir()
+                (out / METRICS_FILE).write_text(json.dumps(record, indent=1, allow_nan=True))
+            out = storage.asset_dir(dataset, EVALUATION)
+        test = reports["test"]
+        context.log.info(
+            f"evaluation: test ROC-AUC {test['auc']:.4f}, MRR {test['mrr']:.4f}, Hits@50 {test['hits@50']:.4f} "
+            f"({test['positives']} held-out edges against {test['negatives']} fixed negatives)"
+        )
+        metadata = {"path": dg.MetadataValue.path(str(out)), "task": cls.name}
+        for which, r in reports.items():
+            metadata.update({f"{which}_{k}": round(v, 4) for k, v in r.items() if isinstance(v, float)})
+        metadata["test_edges"] = test["positives"]
+        metadata["eval_negatives"] = test["negatives"]
+        return dg.MaterializeResult(metadata=metadata)
