@@ -15,6 +15,7 @@ filters, and the metadata counts the rejected candidates.
 from pathlib import Path
 
 import dagster as dg
+import numpy as np
 
 from assets.common import (
     NEEDS_LABELS_TAG,
@@ -36,8 +37,10 @@ from graphs.formats.partition_files import Partitions
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.shard_manifest import ShardManifest
 from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class
+from graphs.sampling.rebalance import rank_shares
 from graphs.stages.canonical import read_summary
 from graphs.stages.normalize import Adjacency
+from training.outputs import METRICS, rank_seeds_per_second
 from training.outputs import STAGE as TRAINED_MODEL
 
 MinibatchShardsConfig = dagster_config(ShardConfig, "MinibatchShardsConfig")
@@ -94,6 +97,7 @@ def minibatch_shards(
                 return skipped
         _require_partition_files(dataset, cfg, partitions)
         scores = _adaptive_node_scores(context, storage, dataset, cfg)
+        shares = _rank_shares(context, storage, dataset, cfg)
         with file_errors_as_failures(dataset), storage.publishing(dataset, _ASSET) as out:
             try:
                 inputs = load_shard_inputs(
@@ -102,6 +106,7 @@ def minibatch_shards(
                     partitions if partitions.is_dir() else None,
                     compressed if compressed.is_dir() else None,
                     node_scores=scores,
+                    rank_shares=shares,
                 )
                 m = task.write_shards(inputs, out, cfg, canonical=canonical, log=context.log.info)
             except (ValueError, FileNotFoundError) as exc:
@@ -144,6 +149,32 @@ def _adaptive_node_scores(context, storage: GnnflowStorage, dataset: str, cfg: S
     return scores
 
 
+def _rank_shares(context, storage: GnnflowStorage, dataset: str, cfg: ShardConfig) -> np.ndarray | None:
+    """Each rank's share of an epoch's seeds (``rebalance: true``): by the rank speeds of the
+    dataset's last training run (`graphs.sampling.rebalance`); None = equal shares."""
+    if not cfg.rebalance:
+        return None
+    metrics = storage.asset_dir(dataset, TRAINED_MODEL) / METRICS
+    if not metrics.is_file():
+        context.log.info(f"rebalance: no {metrics} yet; equal shares this round")
+        return None
+    try:
+        speeds = rank_seeds_per_second(metrics)
+    except ValueError as exc:
+        raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from None
+    if sorted(speeds) != list(range(cfg.world_size)):
+        context.log.info(
+            f"rebalance: {metrics} times ranks {sorted(speeds)}, not one process per rank of world_size="
+            f"{cfg.world_size}; equal shares this round"
+        )
+        return None
+    rates = [speeds[r] for r in range(cfg.world_size)]
+    shares = rank_shares(rates, cfg.rebalance_tolerance)
+    said = "equal shares (within rebalance_tolerance)" if shares is None else f"shares {np.round(shares, 4).tolist()}"
+    context.log.info(f"rebalance: rank speeds {np.round(rates, 1).tolist()} seeds/s in the last run -> {said}")
+    return shares
+
+
 def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
     """The materialization's metadata from the shards' manifest `m`: counts, sizes, rates and sampler facts."""
     metadata = {
@@ -173,6 +204,8 @@ def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
     if "placement" in m:
         metadata["remote_feature_row_share"] = m["placement"]["remote_row_share_mean"]
         metadata["rank_of_part"] = str(m["placement"]["rank_of_part"])
+    if "rebalance" in m:
+        metadata["rebalance_shares"] = str([round(s, 4) for s in m["rebalance"]["shares"]])
     if "adaptive" in m:
         metadata["adaptive_alpha"] = m["adaptive"]["alpha"]
         metadata["adaptive_node_scores"] = m["adaptive"]["node_scores"]

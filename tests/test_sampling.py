@@ -37,6 +37,7 @@ from graphs.stages.normalize import build_normalized_adjacency, load_csr
 from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from tests.conftest import write_edges
 from training.data import ShardError, ShardStream, cross_entropy, read_manifest
+from training.outputs import METRICS, write_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 BUILT_IN_SAMPLERS = ("neighbor", "importance", "cluster_gcn", "saint")
@@ -580,8 +581,9 @@ def _instance(*names: str) -> dg.DagsterInstance:
 
 
 def _materialize_cora(datasets: Path, home: Path, config: dict):
-    """minibatch_shards of Cora (its upstream stages built here) with this run config block."""
-    _build(home / "cora", datasets / "cora", clusters=20)
+    """minibatch_shards of Cora (its upstream stages built here, once) with this run config block."""
+    if not (home / "cora").exists():
+        _build(home / "cora", datasets / "cora", clusters=20)
     storage = GnnflowStorage(home=str(home), landing=str(datasets))
     # entered, so the current definitions-state storage is this instance's (not a stale one of an
     # earlier test whose instance was collected: the "undefined DagsterInstance weakref" flake)
@@ -628,6 +630,34 @@ def test_asset_takes_the_chosen_samplers_block_from_run_config(shared_datasets, 
     assert m["minibatches_per_epoch_per_rank"] == 3  # subgraphs per rank
     # presamples: ceil(coverage * n / budget) = ceil(4 * 2708 / 400)
     assert m["saint"]["presamples"] == math.ceil(4 * 2708 / 400)
+
+
+def test_asset_rebalances_by_the_rank_speeds_of_the_last_training_run(shared_datasets, tmp_path):
+    """rebalance: true reads trained_model's metrics.parquet: equal shares before any run, then
+    shares by each rank's seeds per busy second over the epochs after the first."""
+    home = tmp_path / "home"
+    config = {"batch_size": 32, "epochs": 1, "fanouts": "5,5", "rebalance": True}
+    result = _materialize_cora(shared_datasets, home, config)
+    assert (
+        result.success
+        and "rebalance_shares" not in result.asset_materializations_for_node("minibatch_shards")[0].metadata
+    )
+    (home / "cora" / "trained_model").mkdir(parents=True)
+    busy = {(1, 0): 9.0, (1, 1): 9.0, (2, 0): 0.5, (2, 1): 1.5, (3, 0): 0.5, (3, 1): 1.5}  # epoch 1: start-up
+    rows = [
+        {"epoch": e, "rank": r, "seeds": 70, "data_seconds": t / 2, "forward_seconds": t / 2}
+        for (e, r), t in busy.items()
+    ]
+    write_metrics(rows, home / "cora" / "trained_model" / METRICS)
+    result = _materialize_cora(shared_datasets, home, config)
+    assert (
+        result.asset_materializations_for_node("minibatch_shards")[0].metadata["rebalance_shares"].value
+        == "[0.75, 0.25]"
+    )
+    manifest = ShardManifest.open(home / "cora" / "minibatch_shards")
+    assert manifest.loss_scales == [1.5, 0.5]
+    per_rank = [sum(s["seeds"] for s in manifest.doc["streams"] if s["rank"] == r) for r in (0, 1)]
+    assert per_rank == [105, 35] and len(set(manifest.stream_minibatches())) == 1
 
 
 def test_asset_skips_a_dataset_without_labels(tmp_path):

@@ -40,6 +40,8 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
     model.train()
     streams = _epoch_streams(run, epoch)
     iters = [iter(s) for s in streams]
+    # rebalanced shards: each stream's loss weighted by W x its share of the seeds (graphs.sampling.rebalance)
+    scales = [run.manifest.loss_scales[r] for r in run.my_streams]
     timing = dict.fromkeys(("data", "forward", "backward", "update"), 0.0)
     loss_sum = correct = seeds = minibatches = 0
     lr = optimizer.param_groups[0]["lr"]
@@ -50,8 +52,8 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
             for s in range(run.steps_per_epoch):
                 # one optimizer step: `accumulate` minibatches (fewer at the epoch's end) per stream
                 micro = min(tcfg.accumulate, run.per_stream - s * tcfg.accumulate)
-                sources = [it for _ in range(micro) for it in iters]
-                for i, it in enumerate(sources):
+                sources = [(it, scale) for _ in range(micro) for it, scale in zip(iters, scales)]
+                for i, (it, scale) in enumerate(sources):
                     t0 = run.now()
                     with record_function("data"):
                         mb = next(it)
@@ -59,7 +61,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
                     # DDP all-reduces the gradients in the step's last backward only
                     last = i == len(sources) - 1
                     with contextlib.nullcontext() if last or run.net is model else run.net.no_sync():
-                        loss, logits = forward_backward(run, mb, len(sources), timing)
+                        loss, logits = forward_backward(run, mb, len(sources), timing, scale)
                     loss_sum += loss
                     minibatches += 1
                     seeds += mb.num_seeds
@@ -79,9 +81,10 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
     return _epoch_row(run, epoch, streams, timing, train_seconds, loss=loss, acc=acc, lr=lr, seeds=seeds)
 
 
-def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
+def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict, scale: float = 1.0):
     """Loss of one minibatch (a float; NonFiniteLossError when NaN or infinite) and its logits,
-    its gradient accumulated (scaled for fp16, averaged over the step)."""
+    its gradient accumulated (scaled for fp16, averaged over the step, times `scale`: a
+    rebalanced stream's weight)."""
     t0 = run.now()
     with record_function("forward"), run.precision.autocast():
         blocks = model_blocks(mb.blocks, run.cfg.model.num_layers, run.manifest.shared_block)
@@ -96,9 +99,9 @@ def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict):
     if not math.isfinite(value):
         raise _non_finite_loss(run, value)
     with record_function("backward"):
-        run.scaler.scale(loss / minibatches_in_step).backward()
+        run.scaler.scale(loss * scale / minibatches_in_step).backward()
     if run.grad_stats is not None:  # the minibatch loss's own gradient: undo the loss scale and the 1/M
-        run.grad_stats.record(x, mb.input_nodes, run.scaler.get_scale() / minibatches_in_step)
+        run.grad_stats.record(x, mb.input_nodes, run.scaler.get_scale() * scale / minibatches_in_step)
     t2 = run.now()
     timing["forward"] += t1 - t0
     timing["backward"] += t2 - t1

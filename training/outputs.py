@@ -268,6 +268,30 @@ def write_metrics(rows: list[dict], path: str | os.PathLike) -> None:
     pq.write_table(pa.table(columns), path)
 
 
+def rank_seeds_per_second(path: str | os.PathLike) -> dict[int, float]:
+    """Each rank's speed over a run's metrics.parquet: its seeds per second reading and forwarding
+    its minibatches (``data_seconds + forward_seconds``; backward holds DDP's wait for the slowest
+    rank) over the epochs after the first (which holds the one-off costs of first calls) when there
+    are any, by rank; empty when the file has no per-rank timings (ValueError when unreadable)."""
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise ValueError(f"{path}: unreadable ({str(exc)[:120]})") from None
+    needed = ("epoch", "rank", "seeds", "data_seconds", "forward_seconds")
+    if any(name not in table.column_names for name in needed):
+        return {}
+    epoch, rank, seeds, data, forward = (
+        np.asarray(table.column(n).fill_null(0).to_numpy(), np.float64) for n in needed
+    )
+    later = epoch > epoch.min() if len(epoch) else epoch.astype(bool)
+    if later.any():
+        rank, seeds, data, forward = rank[later], seeds[later], data[later], forward[later]
+    ranks = rank.astype(np.int64)
+    busy = np.bincount(ranks, weights=data + forward)
+    done = np.bincount(ranks, weights=seeds)
+    return {int(r): float(done[r] / busy[r]) for r in np.unique(ranks) if busy[r] > 0 and done[r] > 0}
+
+
 def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: torch.Tensor) -> None:
     """predictions.parquet: node_id (the user's id), predicted, probabilities, index (internal).
 

@@ -254,6 +254,11 @@ MANIFEST_KEYS = {
         " then also carry gathered_rows and remote_rows",
         required=False,
     ),
+    "rebalance": ManifestKey(
+        "rebalance only, when the ranks' speeds differed: {shares: each rank's share of an epoch's seeds};"
+        " training weights rank r's loss by world_size x shares[r] (graphs.sampling.rebalance)",
+        required=False,
+    ),
     "inputs": ManifestKey("paths (relative) of the canonical, adjacency, partition and compressed folders used"),
     "task": ManifestKey(
         "node_classification (absent: the same) or link_prediction (minibatches carry pos_pairs / neg_pairs; the"

@@ -84,6 +84,15 @@ class ShardManifest:
         """The ShardConfig the shards were cut with (every field but ``workers``)."""
         return self.doc["settings"]
 
+    @property
+    def loss_scales(self) -> list[float]:
+        """Each rank's loss weight ``W s_r`` for shares ``s_r`` of rebalanced shards
+        (`graphs.sampling.rebalance`); 1.0 for every rank otherwise."""
+        shares = (self.doc.get("rebalance") or {}).get("shares")
+        if shares is None:
+            return [1.0] * self.world_size
+        return [self.world_size * float(s) for s in shares]
+
     def stream_minibatches(self) -> list[int]:
         """The minibatch count of every (epoch, rank) stream, in manifest order."""
         return [int(s["minibatches"]) for s in self.doc["streams"]]

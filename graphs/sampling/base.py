@@ -316,7 +316,9 @@ class MinibatchSampler:
         """Epoch `epoch`'s minibatch items, one list per rank: here batches of seed ids (the
         training nodes, placed and weighted per the settings); `sample` turns one into its minibatch."""
         placed = self.rank_of_node if self.cfg.placement == "partition" else None
-        return epoch_seed_batches(self.inputs.train_nodes, epoch, self.cfg, placed, self.seed_probs)
+        return epoch_seed_batches(
+            self.inputs.train_nodes, epoch, self.cfg, placed, self.seed_probs, self.inputs.rank_shares
+        )
 
     def minibatches_per_rank(self) -> int:
         return len(self.schedule(0)[0])

@@ -160,6 +160,24 @@ class ShardConfig:
             "neighbor and importance samplers."
         },
     )
+    rebalance: bool = field(
+        default=False,
+        metadata={
+            "help": "Between retrains: share every epoch's seeds between ranks in proportion to each rank's speed "
+            "in trained_model's last run (seeds per second reading and forwarding its minibatches, from "
+            "metrics.parquet), every rank keeping the same number of minibatches (a slower rank gets smaller "
+            "ones); training weights each rank's loss by its share, so the gradient stays the mean over all "
+            "seeds (graphs.sampling.rebalance). neighbor and importance samplers."
+        },
+    )
+    rebalance_tolerance: float = field(
+        default=0.1,
+        metadata={
+            "max": 1.0,
+            "help": "rebalance: ranks whose speeds differ by less than this fraction keep equal shares "
+            "(the shard files are then those of rebalance: false); 1 = never rebalance",
+        },
+    )
     minibatches_per_shard: int = field(default=8, metadata={"max": 1 << 20, "help": "Minibatches per shard file."})
     workers: int = field(
         default=0,
@@ -251,6 +269,13 @@ class ShardConfig:
                 f"placement='partition' places seed nodes; sampler={bounded_repr(self.sampler)} draws whole subgraphs "
                 f"(use a sampler that grows minibatches from seeds: {seed_samplers()}, or placement 'random')"
             )
+        if self.rebalance and not kind.traits.seeds:
+            raise ValueError(
+                f"rebalance shares seed nodes between ranks; sampler={bounded_repr(self.sampler)} draws whole "
+                f"subgraphs (use a sampler that grows minibatches from seeds: {seed_samplers()})"
+            )
+        if self.rebalance_tolerance < 0:
+            raise ValueError(f"rebalance_tolerance={self.rebalance_tolerance} must be in [0, 1]")
         self.samplers = {self.sampler: _sampler_settings(self.samplers)[self.sampler]}
 
     @property

@@ -42,6 +42,7 @@ class ShardInputs:
     )
     node_scores_path: Path | None = None
     scale_factors: ScaleFactors | None = None  # Â's row / column scales when it factors (graphs.stages.normalize)
+    rank_shares: np.ndarray | None = None  # each rank's share of an epoch's seeds (graphs.sampling.rebalance)
 
 
 def train_nodes_of(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
@@ -55,10 +56,12 @@ def load_shard_inputs(
     partitions_dir: str | os.PathLike | None = None,
     compressed_dir: str | os.PathLike | None = None,
     node_scores: str | os.PathLike | None = None,
+    rank_shares: np.ndarray | None = None,
 ) -> ShardInputs:
     """Read the canonical graph's labels/splits, Â's CSR and (if given) the METIS parts and clusters;
     `compressed_dir` (compressed_graph, optional) supplies the features for feature_encoding='compressed';
-    `node_scores` (optional) a training run's `graphs.formats.node_scores` file, read as g(v) for adaptive sampling.
+    `node_scores` (optional) a training run's `graphs.formats.node_scores` file, read as g(v) for adaptive sampling;
+    `rank_shares` (optional, float [W] summing to 1) each rank's share of an epoch's seeds (`graphs.sampling.rebalance`).
 
     Every file read from the canonical, adjacency and partition folders, and the features the
     shards will reference, is checked against its folder's hashes.json first
@@ -108,4 +111,5 @@ def load_shard_inputs(
         node_scores=scores,
         node_scores_path=Path(node_scores) if node_scores is not None else None,
         scale_factors=load_scale_factors(adjacency, n=n),
+        rank_shares=None if rank_shares is None else np.asarray(rank_shares, dtype=np.float64),
     )

@@ -8,6 +8,7 @@ import math
 import numpy as np
 
 from graphs.sampling.config import ShardConfig, resolve_batch_size
+from graphs.sampling.rebalance import share_sizes
 
 # ----------------------------------------------------------------------------- seeds
 
@@ -55,13 +56,11 @@ def ranks_of_parts(part_id: np.ndarray, train_nodes: np.ndarray, world_size: int
     return owner
 
 
-def _place_on_owners(perm: np.ndarray, owner: np.ndarray, world_size: int) -> list[np.ndarray]:
-    """Rank shares of `perm` with the sizes of ``np.array_split(perm, W)``: rank r keeps its own
-    nodes (owner == r) in permuted order up to its share; the surplus of every rank, in
-    permuted order, fills the other ranks' gaps."""
+def _place_on_owners(perm: np.ndarray, owner: np.ndarray, world_size: int, quota: np.ndarray) -> list[np.ndarray]:
+    """Rank shares of `perm` of sizes `quota` (int64 [W]): rank r keeps its own nodes (owner == r)
+    in permuted order up to its quota; the surplus of every rank, in permuted order, fills the
+    other ranks' gaps."""
     t = len(perm)
-    quota = np.full(world_size, t // world_size, dtype=np.int64)
-    quota[: t % world_size] += 1
     order = np.argsort(owner, kind="stable")  # grouped by rank, permuted order kept within a rank
     grouped_owner = owner[order]
     own_counts = np.bincount(owner, minlength=world_size)
@@ -81,6 +80,7 @@ def epoch_seed_batches(
     cfg: ShardConfig,
     rank_of_node: np.ndarray | None = None,
     seed_probs: np.ndarray | None = None,
+    rank_shares: np.ndarray | None = None,
 ) -> list[list[np.ndarray]]:
     """[rank][minibatch] seed arrays of one epoch (see the module docstring).
 
@@ -91,6 +91,8 @@ def epoch_seed_batches(
     With `seed_probs` (float [T], summing to 1; ``seed_weighting='class_balanced'``) the epoch's
     T seeds are drawn with replacement by those probabilities instead of permuted (a node may
     repeat, across ranks too); sizes and step counts are those of the permutation.
+    With `rank_shares` (float [W]; ``rebalance``) rank r gets about T s_r seeds, every rank as many
+    minibatches as the largest share needs (`graphs.sampling.rebalance.share_sizes`).
     """
     w, t = cfg.world_size, len(train_nodes)
     if t < w:
@@ -101,14 +103,19 @@ def epoch_seed_batches(
         perm = rng.permutation(np.asarray(train_nodes, dtype=np.int64))
     else:
         perm = np.asarray(train_nodes, dtype=np.int64)[rng.choice(t, size=t, replace=True, p=seed_probs)]
-    if rank_of_node is None:
-        parts = np.array_split(perm, w)
+    if rank_shares is None:  # the sizes of np.array_split(perm, w)
+        sizes = np.full(w, t // w, dtype=np.int64)
+        sizes[: t % w] += 1
+        batches = math.ceil(int(sizes[0]) / cfg.batch_size)
     else:
-        parts = [rng.permutation(p) for p in _place_on_owners(perm, np.asarray(rank_of_node)[perm], w)]
-    batches = math.ceil(len(parts[0]) / cfg.batch_size)
-    if len(parts[-1]) < batches:
+        sizes, batches = share_sizes(t, rank_shares, cfg.batch_size)
+    if rank_of_node is None:
+        parts = np.split(perm, np.cumsum(sizes)[:-1])
+    else:
+        parts = [rng.permutation(p) for p in _place_on_owners(perm, np.asarray(rank_of_node)[perm], w, sizes)]
+    if int(sizes.min()) < batches:
         raise ValueError(
-            f"batch_size={cfg.batch_size} leaves a rank with fewer seeds ({len(parts[-1])}) than minibatches "
+            f"batch_size={cfg.batch_size} leaves a rank with fewer seeds ({int(sizes.min())}) than minibatches "
             f"({batches}); raise batch_size"
         )
     return [np.array_split(p, batches) for p in parts]

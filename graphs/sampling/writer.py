@@ -205,6 +205,8 @@ def write_minibatch_shards(
         _add_upstream_facts(manifest, inputs, sampler, final, features)
         if measure:
             manifest["placement"] = _placement_facts(cfg, sampler, streams, step_shares)
+        if inputs.rank_shares is not None:
+            manifest["rebalance"] = {"shares": [float(s) for s in inputs.rank_shares]}
         manifest.update(sampler.manifest_facts())
         if per_rank != written:
             raise AssertionError(f"planned {per_rank} minibatches per rank, wrote {streams[0]['minibatches']}")
