@@ -37,6 +37,7 @@ from graphs.formats.partition_files import Partitions
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.shard_manifest import ShardManifest
 from graphs.sampling import ShardConfig, load_shard_inputs, sampler_class
+from graphs.sampling.placement import placement_class
 from graphs.sampling.rebalance import rank_shares
 from graphs.stages.canonical import read_summary
 from graphs.stages.normalize import Adjacency
@@ -124,9 +125,9 @@ def minibatch_shards(
 
 def _require_partition_files(dataset: str, cfg: ShardConfig, partitions: Path) -> None:
     """dg.Failure when partition placement or Cluster-GCN needs a metis_partitions file that is missing."""
-    if cfg.placement == "partition" and not (partitions / Partitions.PART_ID).is_file():
+    if placement_class(cfg.placement).traits.needs_parts and not (partitions / Partitions.PART_ID).is_file():
         raise dg.Failure(
-            description=f"dataset '{dataset}': placement 'partition' needs {partitions / Partitions.PART_ID}; "
+            description=f"dataset '{dataset}': placement {cfg.placement!r} needs {partitions / Partitions.PART_ID}; "
             "materialize metis_partitions first"
         )
     if sampler_class(cfg.sampler).traits.needs_clusters and not (partitions / Partitions.CLUSTER_ID).is_file():

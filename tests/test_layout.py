@@ -292,7 +292,7 @@ def test_the_mock_rule_sees_each_spelling(source, expected):
     assert _uses_mock(ast.parse(source)) == expected
 
 
-VARIANT_FIELDS = ("sampler", "conv")
+VARIANT_FIELDS = ("sampler", "conv", "placement", "task")
 
 
 def _variant_switches(tree: ast.AST) -> list[int]:
@@ -338,6 +338,8 @@ def test_no_code_switches_on_a_sampler_or_layer_name():
         ("ok = manifest['sampler'] in ('neighbor', 'importance')\n", [1]),
         ("if kind.traits.seeds: pass\n", []),
         ("if cfg.sampler != NeighborSampler.name: pass\n", []),
+        ("if cfg.placement == 'partition': pass\n", [1]),
+        ("if manifest.task != 'link_prediction': pass\n", [1]),
     ],
 )
 def test_the_variant_rule_sees_each_spelling(source, expected):

@@ -7,10 +7,15 @@ import numpy as np
 import pytest
 
 from graphs.sampling import (
+    Placement,
+    PlacementTraits,
     ShardConfig,
     epoch_seed_batches,
     load_shard_inputs,
+    placement_class,
+    placement_names,
     ranks_of_parts,
+    register_placement,
     remote_rows,
     write_minibatch_shards,
 )
@@ -66,10 +71,30 @@ def test_remote_rows_counts_rows_of_other_ranks():
 
 
 def test_config_refuses_partition_placement_for_subgraph_samplers():
-    with pytest.raises(ValueError, match="placement"):
+    with pytest.raises(ValueError, match="placement='metis' is not one of"):
         ShardConfig(placement="metis")
-    with pytest.raises(ValueError, match="sampler='saint'"):
+    with pytest.raises(ValueError, match="sampler='saint'.*or a placement that places none: 'random'"):
         ShardConfig(placement="partition", sampler="saint")
+
+
+@register_placement
+class ParityPlacement(Placement):
+    """A toy strategy registered from this module: rank r owns the nodes whose id is r modulo W."""
+
+    name = "toy_parity"
+    traits = PlacementTraits(needs_parts=False, places_seeds=True)
+
+    @classmethod
+    def owners(cls, inputs, cfg):
+        return np.arange(cfg.world_size, dtype=np.int64), np.arange(inputs.n, dtype=np.int64) % cfg.world_size
+
+
+def test_the_built_in_placements_declare_their_traits():
+    assert {"random", "partition"} <= set(placement_names())
+    rnd, part = placement_class("random").traits, placement_class("partition").traits
+    assert (rnd.needs_parts, rnd.places_seeds, part.needs_parts, part.places_seeds) == (False, False, True, True)
+    with pytest.raises(TypeError, match="declares no PlacementTraits"):
+        register_placement(type("NoTraits", (Placement,), {"name": "toy_no_traits"}))
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +150,15 @@ def test_default_placement_shards_do_not_depend_on_the_parts(metis_graph, tmp_pa
     digests = [[f["sha256"] for s in m["streams"] for f in s["files"]] for m in (with_parts, without)]
     assert digests[0] == digests[1]
     assert json.loads((tmp_path / "a" / "manifest.json").read_text())["placement"]["mode"] == "random"
+
+
+def test_a_placement_registered_from_a_test_places_the_seeds_and_is_measured(metis_graph, tmp_path):
+    m = _write(metis_graph, tmp_path / "parity", False, placement="toy_parity")
+    assert m["placement"]["mode"] == "toy_parity" and m["placement"]["rank_of_part"] == [0, 1]
+    train = load_shard_inputs(metis_graph["can"], metis_graph["adj"]).train_nodes
+    per_rank = [np.concatenate([mb.seeds.numpy() for mb in ShardStream(tmp_path / "parity", r, 0)]) for r in (0, 1)]
+    for r, seeds in enumerate(per_rank):  # a rank keeps all of its own nodes its share allows
+        assert np.count_nonzero(seeds % 2 == r) == min(np.count_nonzero(train % 2 == r), len(seeds))
+    assert 0 < m["placement"]["remote_row_share_mean"] < 1
+    with pytest.raises(ValueError, match="placement='toy_parity' places seed nodes"):
+        ShardConfig(placement="toy_parity", sampler="cluster_gcn")

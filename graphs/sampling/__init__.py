@@ -128,19 +128,25 @@ from graphs.sampling.base import (
 from graphs.sampling.config import (
     AUTO_BATCH_MAX,
     AUTO_MINIBATCHES,
-    PLACEMENTS,
     ShardConfig,
     auto_batch_size,
     resolve_batch_size,
 )
 from graphs.sampling.inputs import ShardInputs, load_shard_inputs, train_nodes_of
+from graphs.sampling.placement import (
+    Placement,
+    PlacementTraits,
+    placement_class,
+    placement_names,
+    ranks_of_parts,
+    register_placement,
+)
 from graphs.sampling.registry import SamplerTraits, register_sampler, sampler_class, sampler_names
 from graphs.sampling.schedule import (
     derive_seed,
     epoch_cluster_groups,
     epoch_seed_batches,
     minibatch_seed,
-    ranks_of_parts,
     remote_rows,
 )
 from graphs.sampling.writer import sampling_workers, write_minibatch_shards
@@ -150,7 +156,8 @@ __all__ = [
     "AUTO_MINIBATCHES",
     "MinibatchSampler",
     "SamplerTraits",
-    "PLACEMENTS",
+    "Placement",
+    "PlacementTraits",
     "SampledBlock",
     "SampledMinibatch",
     "ShardConfig",
@@ -164,7 +171,10 @@ __all__ = [
     "load_shard_inputs",
     "make_sampler",
     "minibatch_seed",
+    "placement_class",
+    "placement_names",
     "ranks_of_parts",
+    "register_placement",
     "register_sampler",
     "remote_rows",
     "resolve_batch_size",

@@ -16,8 +16,9 @@ from graphs.formats.shard_format import index_dtype
 from graphs.kernels.quantize import csr_row_blocks
 from graphs.sampling.config import ShardConfig, stored_weight_encoding
 from graphs.sampling.inputs import ShardInputs
+from graphs.sampling.placement import placement_class
 from graphs.sampling.registry import SamplerTraits, sampler_class
-from graphs.sampling.schedule import epoch_seed_batches, minibatch_seed, ranks_of_parts
+from graphs.sampling.schedule import epoch_seed_batches, minibatch_seed
 from graphs.sampling.weighting import class_balanced_probs
 
 # ----------------------------------------------------------------------------- minibatches
@@ -274,16 +275,12 @@ class MinibatchSampler:
         self.edge_weights = self.weight_encoding != "factors"
 
     def _init_placement(self, inputs: ShardInputs, cfg: ShardConfig) -> None:
-        """The rank owning each node's METIS part: places seeds (placement='partition') and measures
-        remote feature rows under either placement (None without parts, or fewer parts than ranks)."""
-        self.rank_of_node: np.ndarray | None = None
-        self.rank_of_part: np.ndarray | None = None
-        if inputs.part_id is not None and (cfg.placement == "partition" or inputs.part_id.max() + 1 >= cfg.world_size):
-            part_id = np.asarray(inputs.part_id, dtype=np.int64)
-            self.rank_of_part = ranks_of_parts(part_id, inputs.train_nodes, cfg.world_size)
-            self.rank_of_node = self.rank_of_part[part_id]
-        if cfg.placement == "partition" and self.rank_of_node is None:
-            raise ValueError("placement='partition' needs part_id.npy from metis_partitions")
+        """The rank owning each node under the registered placement (`graphs.sampling.placement`):
+        places seeds when the placement does (``places_seeds``) and measures remote feature rows
+        under any (None where no rank owns nodes: no parts, or fewer parts than ranks)."""
+        self.placement = placement_class(cfg.placement)
+        owned = self.placement.owners(inputs, cfg)
+        self.rank_of_part, self.rank_of_node = owned if owned is not None else (None, None)
 
     def setup(self) -> None:
         """A sampler's own state, built once after the shared state (nothing by default)."""
@@ -315,7 +312,7 @@ class MinibatchSampler:
     def schedule(self, epoch: int) -> list[list]:
         """Epoch `epoch`'s minibatch items, one list per rank: here batches of seed ids (the
         training nodes, placed and weighted per the settings); `sample` turns one into its minibatch."""
-        placed = self.rank_of_node if self.cfg.placement == "partition" else None
+        placed = self.rank_of_node if self.placement.traits.places_seeds else None
         return epoch_seed_batches(
             self.inputs.train_nodes, epoch, self.cfg, placed, self.seed_probs, self.inputs.rank_shares
         )

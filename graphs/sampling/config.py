@@ -22,6 +22,7 @@ from graphs.infra.config_checks import (
     check_fields,
     parse_fanouts,
 )
+from graphs.sampling.placement import placement_class, placement_names
 from graphs.sampling.registry import sampler_class, sampler_names
 from graphs.stages.negatives import DISTRIBUTIONS as NEGATIVE_DISTRIBUTIONS
 from graphs.stages.negatives import FILTERS as NEGATIVE_FILTERS
@@ -29,7 +30,6 @@ from graphs.stages.negatives import FILTERS as NEGATIVE_FILTERS
 # the automatic per-rank batch size (ShardConfig.batch_size = 0): see `auto_batch_size`
 AUTO_BATCH_MAX = 1024
 AUTO_MINIBATCHES = 4
-PLACEMENTS = ("random", "partition")
 SEED_WEIGHTINGS = ("uniform", "class_balanced")
 # weight_encoding settings: 'auto' picks the stored encoding (`stored_weight_encoding`)
 WEIGHT_SETTINGS = ("auto",) + tuple(e for e in WEIGHT_ENCODINGS if e != "factors")
@@ -153,7 +153,8 @@ class ShardConfig:
     placement: str = field(
         default="random",
         metadata={
-            "help": f"How seeds go to ranks, one of {PLACEMENTS}: 'random' cuts a permutation of the training "
+            "help": "How seeds go to ranks, by its registered name (graphs/sampling/placements/): 'random' cuts a "
+            "permutation of the training "
             "nodes into W parts; 'partition' gives rank r the training nodes of the METIS parts assigned to it "
             "(metis_partitions' part_id.npy; parts go to ranks balancing training nodes), moving only the "
             "surplus over an equal share to other ranks, so step counts and batch sizes stay those of 'random'. "
@@ -262,12 +263,11 @@ class ShardConfig:
             raise ValueError(
                 f"feature_encoding={bounded_repr(self.feature_encoding)} is not one of {FEATURE_ENCODINGS}"
             )
-        if self.placement not in PLACEMENTS:
-            raise ValueError(f"placement={bounded_repr(self.placement)} is not one of {PLACEMENTS}")
-        if self.placement == "partition" and not kind.traits.seeds:
+        if placement_class(self.placement).traits.places_seeds and not kind.traits.seeds:
             raise ValueError(
-                f"placement='partition' places seed nodes; sampler={bounded_repr(self.sampler)} draws whole subgraphs "
-                f"(use a sampler that grows minibatches from seeds: {seed_samplers()}, or placement 'random')"
+                f"placement={bounded_repr(self.placement)} places seed nodes; sampler={bounded_repr(self.sampler)} "
+                f"draws whole subgraphs (use a sampler that grows minibatches from seeds: {seed_samplers()}, or a "
+                f"placement that places none: {unplaced_seeds()})"
             )
         if self.rebalance and not kind.traits.seeds:
             raise ValueError(
@@ -318,6 +318,11 @@ def _settings_from(cls: type, given: Any, where: str) -> Any:
         if key not in known:
             raise ValueError(f"{where}.{bounded_text(str(key))}: not a setting of this sampler; its settings: {known}")
     return cls(**given)
+
+
+def unplaced_seeds() -> str:
+    """The registered placements that leave seeds where the permutation puts them, for messages."""
+    return ", ".join(repr(n) for n in placement_names() if not placement_class(n).traits.places_seeds)
 
 
 def seed_samplers() -> str:

@@ -32,30 +32,6 @@ def presample_seed(seed: int, index: int) -> int:
     return derive_seed(seed, _TAG_PRESAMPLE, index)
 
 
-def ranks_of_parts(part_id: np.ndarray, train_nodes: np.ndarray, world_size: int) -> np.ndarray:
-    """Rank of every METIS part (int64 [k]): parts in decreasing order of training nodes, each
-    to the rank holding the fewest training nodes so far (longest-processing-time greedy).
-
-    METIS balances nodes, not training nodes, so this evens the ranks' own seed counts; a
-    loop over parts (k is the number of machines or trainers, not nodes).
-    """
-    part_id = np.asarray(part_id)
-    k = int(part_id.max()) + 1 if len(part_id) else 0
-    if k < world_size:
-        raise ValueError(
-            f"placement='partition' needs at least one METIS part per rank: {k} parts for world_size={world_size}; "
-            "set metis_partitions num_parts to a multiple of world_size"
-        )
-    per_part = np.bincount(part_id[np.asarray(train_nodes, dtype=np.int64)], minlength=k)
-    owner = np.empty(k, dtype=np.int64)
-    load = np.zeros(world_size, dtype=np.int64)
-    for p in np.argsort(-per_part, kind="stable").tolist():
-        r = int(np.argmin(load))
-        owner[p] = r
-        load[r] += per_part[p]
-    return owner
-
-
 def _place_on_owners(perm: np.ndarray, owner: np.ndarray, world_size: int, quota: np.ndarray) -> list[np.ndarray]:
     """Rank shares of `perm` of sizes `quota` (int64 [W]): rank r keeps its own nodes (owner == r)
     in permuted order up to its quota; the surplus of every rank, in permuted order, fills the
