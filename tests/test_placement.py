@@ -23,7 +23,9 @@ from graphs.stages.canonical import build_canonical_graph
 from graphs.stages.normalize import build_normalized_adjacency
 from graphs.stages.partition import PartitionConfig, build_partitions
 from graphs.synthetic.generate import GenerateConfig, generate_dataset
+from training.config import RunConfig
 from training.data import ShardStream
+from training.train import train
 
 
 def test_ranks_of_parts_balances_training_nodes_not_nodes():
@@ -162,3 +164,38 @@ def test_a_placement_registered_from_a_test_places_the_seeds_and_is_measured(met
     assert 0 < m["placement"]["remote_row_share_mean"] < 1
     with pytest.raises(ValueError, match="placement='toy_parity' places seed nodes"):
         ShardConfig(placement="toy_parity", sampler="cluster_gcn")
+
+
+def test_replicated_hot_rows_count_as_local_and_change_no_shard_file(metis_graph, tmp_path):
+    """replicate (hybrid partitioning): the top-degree rows every rank holds are never remote; the
+    sampling itself is unchanged, and training keeps those rows in its hot tier."""
+    g = metis_graph
+    part = _write(g, tmp_path / "partition", True, placement="partition")
+    hybrid = _write(g, tmp_path / "hybrid", True, placement="partition", replicate=0.1)
+    assert [f["sha256"] for s in part["streams"] for f in s["files"]] == [
+        f["sha256"] for s in hybrid["streams"] for f in s["files"]
+    ]
+    assert hybrid["placement"]["replicated_rows"] == 200 and part["placement"]["replicated_rows"] == 0
+    assert hybrid["placement"]["remote_row_share_mean"] < part["placement"]["remote_row_share_mean"]
+    inputs = load_shard_inputs(g["can"], g["adj"])
+    replicated = np.zeros(inputs.n, dtype=bool)
+    replicated[np.argsort(-np.diff(inputs.indptr), kind="stable")[:200]] = True
+    rank_of_node = np.asarray(hybrid["placement"]["rank_of_part"])[np.load(g["part"] / "part_id.npy")]
+    for s in hybrid["streams"]:
+        mbs = list(ShardStream(tmp_path / "hybrid", s["rank"], s["epoch"]))
+        remote = [
+            (rank_of_node[mb.input_nodes.numpy()] != s["rank"]) & ~replicated[mb.input_nodes.numpy()] for mb in mbs
+        ]
+        assert sum(int(r.sum()) for r in remote) == s["remote_rows"]
+    with pytest.raises(ValueError, match="replicate=0.1 .*metis_partitions"):
+        _write(g, tmp_path / "no-parts", False, replicate=0.1)
+
+    out = tmp_path / "trained_model"
+    run = RunConfig.from_dict(
+        {
+            "model": {"conv": "sage", "hidden": 8, "num_layers": 2},
+            "training": {"epochs": 1, "profiler": "none"},
+            "paths": {"shards": str(tmp_path / "hybrid"), "out": str(out)},
+        }
+    )
+    assert train(run)["feature_cache_hot_rows"] == 200

@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from graphs.formats.npyrows import mapped_bytes, prefetch_rows
+from graphs.kernels.degree import top_degree_nodes as hot_nodes
 from graphs.kernels.quantize import EncodedFeatures
 
 __all__ = ["WARM_POLICIES", "CacheSpec", "CacheStats", "HotSplit", "TieredFeatures", "hot_nodes"]
@@ -169,15 +170,6 @@ def larger_than_half_the_memory(array: np.ndarray) -> bool:
     except (ValueError, OSError, AttributeError):
         return False
     return mapped_bytes(array) > memory // 2
-
-
-def hot_nodes(degree: np.ndarray, count: int) -> np.ndarray:
-    """Ascending ids of the `count` nodes of highest degree (ties: lower id first)."""
-    count = max(0, min(int(count), len(degree)))
-    if count == 0:
-        return np.empty(0, dtype=np.int64)
-    order = np.argsort(-np.asarray(degree, dtype=np.int64), kind="stable")[:count]
-    return np.sort(order).astype(np.int64)
 
 
 class TieredFeatures:

@@ -150,6 +150,7 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
 
     # ------------------------------------------------------------------ features
     features = _stream_features(manifest, shards, adjacency, tcfg)
+    hot = max(tcfg.feature_cache_hot, manifest.replicated_share)  # hybrid shards' replicated rows stay hot
 
     # ------------------------------------------------------------------ model, DDP, optimizer, AMP
     trained = _model_and_optimizer(cfg, info, features["in_feats"], features["num_classes"], adjacency)
@@ -176,8 +177,8 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         work=work,
         ckpt_path=work / CHECKPOINT_NAME,
         feature_rows=(
-            FeatureRows("manifest", manifest.doc, shards, cache=_cache_spec(tcfg, adjacency, device))
-            if (tcfg.feature_cache > 0 or tcfg.feature_cache_hot > 0) and isinstance(features["stream_features"], str)
+            FeatureRows("manifest", manifest.doc, shards, cache=_cache_spec(tcfg, adjacency, device, hot))
+            if (tcfg.feature_cache > 0 or hot > 0) and isinstance(features["stream_features"], str)
             else None
         ),
     )
@@ -369,13 +370,13 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
     return evaluator
 
 
-def _cache_spec(tcfg: TrainingConfig, adjacency: Path, device: torch.device) -> CacheSpec:
+def _cache_spec(tcfg: TrainingConfig, adjacency: Path, device: torch.device, hot_share: float) -> CacheSpec:
     """The feature cache's tiers; nodes are ranked by their row lengths in Â (degree, + 1 with
-    the self loop) for the hot tier and the ``degree`` policy."""
+    the self loop) for the hot tier (`hot_share` of the rows) and the ``degree`` policy."""
     return CacheSpec(
         warm_share=tcfg.feature_cache,
         warm_policy=tcfg.feature_cache_policy,
-        hot_share=tcfg.feature_cache_hot,
+        hot_share=hot_share,
         device=device,
         degree=np.diff(load_csr(adjacency).indptr),
     )

@@ -93,6 +93,11 @@ class ShardManifest:
             return [1.0] * self.world_size
         return [self.world_size * float(s) for s in shares]
 
+    @property
+    def replicated_share(self) -> float:
+        """The share of feature rows every rank holds (hybrid partitioning, ``replicate``); 0.0 when none."""
+        return float(self.settings.get("replicate", 0.0))
+
     def stream_minibatches(self) -> list[int]:
         """The minibatch count of every (epoch, rank) stream, in manifest order."""
         return [int(s["minibatches"]) for s in self.doc["streams"]]

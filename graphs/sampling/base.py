@@ -13,6 +13,7 @@ import numpy as np
 
 from graphs.formats.shard_codec import canonical_correction, expand_correction
 from graphs.formats.shard_format import index_dtype
+from graphs.kernels.degree import top_degree_nodes
 from graphs.kernels.quantize import csr_row_blocks
 from graphs.sampling.config import ShardConfig, stored_weight_encoding
 from graphs.sampling.inputs import ShardInputs
@@ -281,6 +282,15 @@ class MinibatchSampler:
         self.placement = placement_class(cfg.placement)
         owned = self.placement.owners(inputs, cfg)
         self.rank_of_part, self.rank_of_node = owned if owned is not None else (None, None)
+        self.replicated: np.ndarray | None = None  # bool [n]: rows every rank holds (``replicate``)
+        if cfg.replicate > 0:
+            if self.rank_of_node is None:
+                raise ValueError(
+                    f"replicate={cfg.replicate:g} replicates rows besides each rank's own parts; materialize "
+                    f"metis_partitions with at least world_size={cfg.world_size} parts first"
+                )
+            self.replicated = np.zeros(inputs.n, dtype=bool)
+            self.replicated[top_degree_nodes(np.diff(inputs.indptr), round(cfg.replicate * inputs.n))] = True
 
     def setup(self) -> None:
         """A sampler's own state, built once after the shared state (nothing by default)."""

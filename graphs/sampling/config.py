@@ -161,6 +161,17 @@ class ShardConfig:
             "neighbor and importance samplers."
         },
     )
+    replicate: float = field(
+        default=0.0,
+        metadata={
+            "max": 1.0,
+            "help": "Hybrid partitioning (PaGraph's rule): this share of the feature rows (0..1), those of the "
+            "highest-degree nodes, is held by every rank besides its own parts, so they are never remote; the "
+            "remote-row measurement counts them as local, the manifest records them, and training keeps them "
+            "in its feature cache's hot tier (training.feature_cache_hot is raised to this share). Needs "
+            "metis_partitions with at least world_size parts. 0 = off",
+        },
+    )
     rebalance: bool = field(
         default=False,
         metadata={

@@ -97,9 +97,15 @@ def epoch_seed_batches(
     return [np.array_split(p, batches) for p in parts]
 
 
-def remote_rows(input_nodes: np.ndarray, rank_of_node: np.ndarray, rank: int) -> int:
-    """How many of a minibatch's gathered feature rows (`input_nodes`) live in another rank's parts."""
-    return int(np.count_nonzero(rank_of_node[input_nodes] != rank))
+def remote_rows(
+    input_nodes: np.ndarray, rank_of_node: np.ndarray, rank: int, replicated: np.ndarray | None = None
+) -> int:
+    """How many of a minibatch's gathered feature rows (`input_nodes`) live in another rank's parts
+    and are not `replicated` (bool [n]: held by every rank; ``replicate``)."""
+    remote = rank_of_node[input_nodes] != rank
+    if replicated is not None:
+        remote &= ~replicated[input_nodes]
+    return int(np.count_nonzero(remote))
 
 
 def epoch_cluster_groups(

@@ -62,7 +62,7 @@ def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
     }
     if measure:
         gathered = [len(mb.input_nodes) for mb in batch]
-        remote = [remote_rows(mb.input_nodes, sampler.rank_of_node, rank) for mb in batch]
+        remote = [remote_rows(mb.input_nodes, sampler.rank_of_node, rank, sampler.replicated) for mb in batch]
         out.update(gathered_rows=sum(gathered), remote_rows=sum(remote))
         out["step_shares"] = [r / max(g, 1) for r, g in zip(remote, gathered)]
     rel = shard_relpath(epoch, rank, shard)
@@ -315,6 +315,7 @@ def _placement_facts(cfg: ShardConfig, sampler, streams: list[dict], step_shares
     return {
         "mode": cfg.placement,
         "rank_of_part": sampler.rank_of_part.tolist(),
+        "replicated_rows": int(sampler.replicated.sum()) if sampler.replicated is not None else 0,
         "remote_row_share_mean": round(float(np.mean(step_shares)), 4) if step_shares else 0.0,
         "remote_row_share_max": round(float(np.max(step_shares)), 4) if step_shares else 0.0,
         "remote_row_share_total": round(sum(s["remote_rows"] for s in streams) / gathered, 4) if gathered else 0.0,

@@ -1,0 +1,189 @@
+"""Partitioning strategies side by side: random, METIS edge-cut, METIS + training-node balance, hybrid.
+
+    .venv/bin/python benchmarks/partitioning.py                       # Cora + a generated power-law graph
+    .venv/bin/python benchmarks/partitioning.py --graphs generated --world-sizes 2,4 --nodes 20000
+
+For each graph and W ranks (k = W METIS parts): metis_partitions with and without
+``balance_train_nodes`` (timed, with their edge cut and halo replication), then minibatch_shards
+with the same sampler, fanouts, batch size and seed under each strategy:
+
+- random: seeds cut at random over the ranks (the baseline), rows owned by METIS part;
+- METIS: ``placement: partition`` (each rank's seeds from its parts);
+- METIS + balance: the same over the parts of the training-node-balanced METIS;
+- hybrid: METIS plus ``replicate``: the highest-degree rows that fit a fixed memory budget per rank
+  (--budget-share, PaGraph's rule) held by every rank, so fewer rows at wider features.
+
+Printed per row, from the shards' manifest (accounting of the rows each step gathers; on 2
+cores only W = 2 also trains): remote feature bytes per rank and step at each feature width
+(remote rows x D x 4 bytes), the remote row share, the replication factor (1 + replicated rows x
+(W - 1) / n for hybrid; METIS's halo replication is printed beside), the per-rank load imbalance
+(max / mean sampled edges of an epoch, mean over epochs), the training-node imbalance of the
+parts, partitioning seconds, and for W = 2 test accuracy (one training process reading the W
+streams: the DDP-averaged gradient; hybrid samples exactly METIS's shards, so its accuracy is
+METIS's). A vertex-cut (edge) partitioner is not in gnnflow, so the brief's vertex-cut claim is
+not measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("DGLBACKEND", "pytorch")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+WIDTHS = (64, 256, 512)
+GRAPHS = {  # name: (shard settings, model, training), as benchmarks/placement.py trains them
+    "cora": (
+        {"fanouts": "10,10", "batch_size": 16, "epochs": 4},
+        {"conv": "gcn", "hidden": 64, "num_layers": 2, "dropout": 0.5},
+        {"epochs": 30, "feature_norm": "row", "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4}},
+    ),
+    "generated": (
+        {"fanouts": "10,5", "batch_size": 256, "epochs": 3},
+        {"conv": "sage", "hidden": 64, "num_layers": 2, "dropout": 0.5},
+        {"epochs": 3, "optimizer": {"type": "Adam", "lr": 0.003}},
+    ),
+}
+
+
+def prepare(name: str, work: Path, nodes: int) -> Path:
+    """canonical_graph and normalized_adjacency of `name` under work/name (built once)."""
+    from graphs.stages.canonical import CanonicalGraph, build_canonical_graph
+    from graphs.stages.normalize import Adjacency, build_normalized_adjacency
+
+    home = work / name
+    landing = ROOT / "datasets" / name
+    if name == "generated":
+        from graphs.synthetic.generate import GenerateConfig, generate_dataset
+
+        landing = home / "landing"
+        if not landing.exists():  # the demo's DC-SBM: power-law degrees, communities
+            generate_dataset(
+                GenerateConfig(num_nodes=nodes, num_edges=8 * nodes, feature_dim=32), landing, progress=False
+            )
+    if not (home / "canonical_graph" / CanonicalGraph.SUMMARY).exists():
+        build_canonical_graph(landing, home / "canonical_graph")
+    if not (home / "normalized_adjacency" / Adjacency.SUMMARY).exists():
+        build_normalized_adjacency(home / "canonical_graph", home / "normalized_adjacency")
+    return home
+
+
+def partitions(home: Path, w: int, balance: bool) -> tuple[Path, dict]:
+    from graphs.stages.partition import PartitionConfig, build_partitions
+
+    out = home / f"metis-k{w}-{'balanced' if balance else 'plain'}"
+    t = time.perf_counter()
+    s = build_partitions(
+        home / "canonical_graph", out, PartitionConfig(num_parts=w, balance_train_nodes=balance, write_distdgl=False)
+    )
+    return out, {**s["metis"], "wall_seconds": time.perf_counter() - t, "random": s["random"]}
+
+
+def shard_row(home: Path, parts: Path, w: int, label: str, **settings) -> dict:
+    """Write the shards of one strategy; its accounting figures."""
+    from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+
+    inputs = load_shard_inputs(home / "canonical_graph", home / "normalized_adjacency", parts)
+    out = home / f"shards-w{w}-{label.replace(' ', '_').replace('+', 'p')}"
+    m = write_minibatch_shards(inputs, out, ShardConfig(world_size=w, **GRAPHS[home.name][0], **settings))
+    steps = w * m["epochs"] * m["minibatches_per_epoch_per_rank"]
+    remote = sum(s["remote_rows"] for s in m["streams"])
+    per_epoch = [[s["sampled_edges"] for s in m["streams"] if s["epoch"] == e] for e in range(m["epochs"])]
+    replicated = m["placement"]["replicated_rows"]
+    return {
+        "shards": out,
+        "n": inputs.n,
+        "remote_rows_per_step": remote / steps,
+        "remote_share": m["placement"]["remote_row_share_total"],
+        "replication": 1 + replicated * (w - 1) / inputs.n,
+        "edge_imbalance": float(np.mean([max(e) / np.mean(e) for e in per_epoch])),
+    }
+
+
+def test_accuracy(name: str, shards: Path, out: Path) -> float:
+    from training.config import RunConfig
+    from training.train import train
+
+    _, model, training = GRAPHS[name]
+    paths = {"shards": str(shards), "out": str(out)}
+    cfg = RunConfig.from_dict({"model": model, "training": {**training, "profiler": "none"}, "paths": paths})
+    return 100 * float(train(cfg)["test_acc_at_best_val"])
+
+
+def rows_of(name: str, home: Path, w: int, budget_share: float, accuracy: bool) -> list[dict]:
+    plain, s_plain = partitions(home, w, balance=False)
+    balanced, s_bal = partitions(home, w, balance=True)
+    strategies = [
+        ("random", plain, s_plain["random"] | {"wall_seconds": 0.0}, {}),
+        ("METIS", plain, s_plain, {"placement": "partition"}),
+        ("METIS + balance", balanced, s_bal, {"placement": "partition"}),
+    ]
+    rows = []
+    for label, parts, s, settings in strategies:
+        r = shard_row(home, parts, w, label, **settings)
+        rows.append({"strategy": label, "partition": s, **r})
+    n = rows[0]["n"]
+    budget_mb = budget_share * n * WIDTHS[0] * 4 / 2**20  # a fixed memory budget per rank
+    for d in WIDTHS:  # hybrid: the rows that fit the budget at this width
+        share = budget_share * WIDTHS[0] / d
+        r = shard_row(home, plain, w, f"hybrid-d{d}", placement="partition", replicate=round(share, 6))
+        rows.append({"strategy": f"hybrid ({budget_mb:.2f} MB/rank at D={d})", "partition": s_plain, "width": d, **r})
+    if accuracy:
+        for r in rows[:3]:
+            r["accuracy"] = test_accuracy(name, r["shards"], home / "runs" / f"w{w}-{r['strategy'].replace(' ', '_')}")
+    for r in rows:
+        r["graph"], r["w"] = name, w
+    return rows
+
+
+def print_table(rows: list[dict]) -> None:
+    widths = " | ".join(f"remote KB/step D={d}" for d in WIDTHS)
+    print(
+        f"| graph | W | strategy | {widths} | remote row share | replication | METIS halo replication | "
+        "sampled-edge imbalance | training-node imbalance | partition s | test acc (W=2) |"
+    )
+    print("|" + "---|" * (10 + len(WIDTHS)))
+    for r in rows:
+        kb = [(f"{r['remote_rows_per_step'] * d * 4 / 1024:.1f}" if r.get("width", d) == d else "") for d in WIDTHS]
+        p = r["partition"]
+        acc = f"{r['accuracy']:.2f}" if "accuracy" in r else ""
+        print(
+            f"| {r['graph']} | {r['w']} | {r['strategy']} | {' | '.join(kb)} | {r['remote_share']:.3f} | "
+            f"{r['replication']:.3f} | {p['halo_replication']:.3f} | {r['edge_imbalance']:.3f} | "
+            f"{p['train_imbalance']:.3f} | {p['wall_seconds']:.2f} | {acc} |",
+            flush=True,
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--graphs", default="cora,generated")
+    ap.add_argument("--world-sizes", default="2,4,8")
+    ap.add_argument("--nodes", type=int, default=20000, help="nodes of the generated graph (8 edges per node)")
+    ap.add_argument(
+        "--budget-share",
+        type=float,
+        default=0.1,
+        help=f"hybrid: replicated feature memory per rank, as this share of the rows at D={WIDTHS[0]}",
+    )
+    ap.add_argument("--work", default="bench_out/partitioning")
+    args = ap.parse_args()
+    work = Path(args.work).resolve()
+    rows = []
+    for name in args.graphs.split(","):
+        home = prepare(name, work, args.nodes)
+        for w in (int(x) for x in args.world_sizes.split(",")):
+            rows += rows_of(name, home, w, args.budget_share, accuracy=w == 2)
+    print("\nsampler neighbor; shard and training settings per graph: GRAPHS in benchmarks/partitioning.py\n")
+    print_table(rows)
+
+
+if __name__ == "__main__":
+    main()
