@@ -176,6 +176,21 @@ def _rank_shares(context, storage: GnnflowStorage, dataset: str, cfg: ShardConfi
     return shares
 
 
+def _rank_load(m: dict) -> dict:
+    """Each rank's seeds and sampled edges per epoch (mean over the sampled epochs) and their
+    imbalance (largest rank over the mean), from the manifest's streams."""
+    w, epochs = m["world_size"], m["epochs"]
+    load = np.zeros((2, w), dtype=np.float64)
+    for s in m["streams"]:
+        load[:, s["rank"]] += (s["seeds"], s["sampled_edges"])
+    seeds, edges = load / epochs
+    return {
+        "seeds_per_rank": str([round(x, 1) for x in seeds]),
+        "sampled_edges_per_rank": str([round(x, 1) for x in edges]),
+        "sampled_edge_imbalance": round(float(edges.max() / edges.mean()), 4) if edges.mean() > 0 else 1.0,
+    }
+
+
 def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
     """The materialization's metadata from the shards' manifest `m`: counts, sizes, rates and sampler facts."""
     metadata = {
@@ -205,6 +220,7 @@ def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
     if "placement" in m:
         metadata["remote_feature_row_share"] = m["placement"]["remote_row_share_mean"]
         metadata["rank_of_part"] = str(m["placement"]["rank_of_part"])
+    metadata.update(_rank_load(m))
     if "rebalance" in m:
         metadata["rebalance_shares"] = str([round(s, 4) for s in m["rebalance"]["shares"]])
     if "adaptive" in m:

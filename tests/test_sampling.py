@@ -658,6 +658,11 @@ def test_asset_rebalances_by_the_rank_speeds_of_the_last_training_run(shared_dat
     assert manifest.loss_scales == [1.5, 0.5]
     per_rank = [sum(s["seeds"] for s in manifest.doc["streams"] if s["rank"] == r) for r in (0, 1)]
     assert per_rank == [105, 35] and len(set(manifest.stream_minibatches())) == 1
+    meta = result.asset_materializations_for_node("minibatch_shards")[0].metadata
+    assert meta["seeds_per_rank"].value == "[105.0, 35.0]"
+    edges = [sum(s["sampled_edges"] for s in manifest.doc["streams"] if s["rank"] == r) for r in (0, 1)]
+    assert meta["sampled_edge_imbalance"].value == pytest.approx(max(edges) / (sum(edges) / 2), abs=1e-3)
+    assert meta["sampled_edge_imbalance"].value > 1.2
 
 
 def test_asset_skips_a_dataset_without_labels(tmp_path):
