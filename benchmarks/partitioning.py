@@ -36,21 +36,10 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+from placement import GRAPHS  # noqa: E402  (benchmarks/placement.py: each graph's shard and training settings)
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = (64, 256, 512)
-GRAPHS = {  # name: (shard settings, model, training), as benchmarks/placement.py trains them
-    "cora": (
-        {"fanouts": "10,10", "batch_size": 16, "epochs": 4},
-        {"conv": "gcn", "hidden": 64, "num_layers": 2, "dropout": 0.5},
-        {"epochs": 30, "feature_norm": "row", "optimizer": {"type": "Adam", "lr": 0.01, "weight_decay": 5e-4}},
-    ),
-    "generated": (
-        {"fanouts": "10,5", "batch_size": 256, "epochs": 3},
-        {"conv": "sage", "hidden": 64, "num_layers": 2, "dropout": 0.5},
-        {"epochs": 3, "optimizer": {"type": "Adam", "lr": 0.003}},
-    ),
-}
 
 
 def prepare(name: str, work: Path, nodes: int) -> Path:
@@ -181,7 +170,7 @@ def main() -> None:
         home = prepare(name, work, args.nodes)
         for w in (int(x) for x in args.world_sizes.split(",")):
             rows += rows_of(name, home, w, args.budget_share, accuracy=w == 2)
-    print("\nsampler neighbor; shard and training settings per graph: GRAPHS in benchmarks/partitioning.py\n")
+    print("\nsampler neighbor; shard and training settings per graph: GRAPHS in benchmarks/placement.py\n")
     print_table(rows)
 
 
