@@ -98,7 +98,7 @@ def minibatch_shards(
                 return skipped
         _require_partition_files(dataset, cfg, partitions)
         scores = _adaptive_node_scores(context, storage, dataset, cfg)
-        shares = _rank_shares(context, storage, dataset, cfg)
+        shares = _rank_shares(context, storage, dataset, cfg, task)
         with file_errors_as_failures(dataset), storage.publishing(dataset, _ASSET) as out:
             try:
                 inputs = load_shard_inputs(
@@ -150,10 +150,13 @@ def _adaptive_node_scores(context, storage: GnnflowStorage, dataset: str, cfg: S
     return scores
 
 
-def _rank_shares(context, storage: GnnflowStorage, dataset: str, cfg: ShardConfig) -> np.ndarray | None:
+def _rank_shares(context, storage: GnnflowStorage, dataset: str, cfg: ShardConfig, task) -> np.ndarray | None:
     """Each rank's share of an epoch's seeds (``rebalance: true``): by the rank speeds of the
     dataset's last training run (`graphs.sampling.rebalance`); None = equal shares."""
     if not cfg.rebalance:
+        return None
+    if task.traits.seeds != "nodes":
+        context.log.info(f"rebalance: shares node seeds; task {task.name!r} seeds edges, equal shares")
         return None
     metrics = storage.asset_dir(dataset, TRAINED_MODEL) / METRICS
     if not metrics.is_file():
