@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+import torch
 import yaml
 
 from graphs.formats.shard_manifest import ShardManifest
@@ -20,6 +21,8 @@ from graphs.stages.canonical import build_canonical_graph
 from graphs.stages.normalize import build_normalized_adjacency
 from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from tests.conftest import folder_bytes
+from training.data import ShardStream, cross_entropy
+from training.layers import ModelConfig, build_model
 from training.outputs import METRICS, rank_seeds_per_second
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -143,3 +146,28 @@ def test_a_slowed_rank_gets_fewer_seeds_and_the_busy_times_even_out(graph):
     )
     assert _imbalance(after) < _imbalance(before)
     assert after["epoch_seconds"] < before["epoch_seconds"] / 1.5
+
+
+def test_the_loss_scales_make_the_averaged_gradient_the_mean_over_all_seeds(graph):
+    """What DDP computes from rebalanced shards, (1/W) sum_r grad(W s_r L_r) with L_r a rank's mean
+    loss, is the gradient of the mean over both ranks' seeds; without the scales the smaller
+    rank's seeds would weigh three times as much."""
+    shards = _shards(graph, "scaled", np.array([0.75, 0.25]), rebalance=True, batch_size=1000)
+    scales = ShardManifest.open(shards).loss_scales
+    assert scales == [1.5, 0.5]
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(conv="sage", hidden=16, num_layers=2, dropout=0.0), 16, 4)
+    first = [next(iter(ShardStream(shards, r, 0, prefetch=0))) for r in (0, 1)]  # one minibatch per rank
+    n = [mb.num_seeds for mb in first]
+    assert n == [540, 180]
+
+    def grad(weights) -> torch.Tensor:
+        model.zero_grad()
+        sum(w * cross_entropy(mb, model(mb.blocks, mb.x)) for w, mb in zip(weights, first)).backward()
+        return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+    scaled = grad([s / 2 for s in scales])
+    mean_over_seeds = grad([k / sum(n) for k in n])
+    unscaled = grad([0.5, 0.5])
+    torch.testing.assert_close(scaled, mean_over_seeds, rtol=1e-5, atol=1e-7)
+    assert (unscaled - mean_over_seeds).abs().max() > 100 * (scaled - mean_over_seeds).abs().max()
