@@ -133,6 +133,22 @@ def _metadata(s: dict, out: Path) -> dict:
         **disk_metadata(out),
         "degree_distribution": png_markdown(out / CanonicalGraph.DEGREE_PLOT, "degree distribution"),
     }
+    if "collection" in s:  # a graph collection: its graphs' facts (graphs.stages.collection)
+        c = s["collection"]
+        metadata.update(
+            graphs=c["graphs"],
+            graph_label_kind=c["label_kind"],
+            graph_classes=c["num_classes"],
+            graph_split=f"train {c['train_graphs']} / val {c['val_graphs']} / test {c['test_graphs']}",
+            nodes_per_graph_mean=c["nodes_per_graph_mean"],
+            nodes_per_graph_max=c["nodes_per_graph_max"],
+            categorical_node_columns=dg.MetadataValue.json(c["categorical"]),
+            ignored_columns=dg.MetadataValue.json(
+                {"nodes": c["ignored_node_columns"], "edges": c["ignored_edge_columns"]}
+            ),
+        )
+        if c.get("label_values"):
+            metadata["label_values"] = dg.MetadataValue.json(c["label_values"])
     classes = read_label_classes(out)
     if classes is not None:  # labels given as values (strings, booleans): class index -> value
         metadata["label_values"] = dg.MetadataValue.json(

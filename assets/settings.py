@@ -57,7 +57,7 @@ import dagster as dg
 import pydantic
 
 import assets
-from assets.task_registry import DEFAULT_TASK, task_names
+from assets.task_registry import DEFAULT_TASK, GRAPH_TASK, task_class, task_names
 from graphs.infra.config_checks import (
     RunConfigShapeError,
     asset_config_block,
@@ -66,6 +66,7 @@ from graphs.infra.config_checks import (
     read_yaml_file,
     run_config_ops,
 )
+from graphs.stages.collection import is_collection_folder
 from graphs.stages.landing import InputError, checked_dataset_file
 from graphs.stages.user_files import check_column_mapping
 
@@ -170,11 +171,24 @@ def _check_task(task: Any, path: Path) -> str:
 
 
 def read_task(path: Path) -> str:
-    """The dataset's task from its gnnflow.yaml (`DEFAULT_TASK` without a file or key);
-    the file is read and checked as in `read_settings_file`."""
+    """The dataset's task from its gnnflow.yaml `path` in the dataset's landing folder; without a
+    file or key the default of the folder's kind: `DEFAULT_TASK` for a graph, `GRAPH_TASK` for a
+    graph collection (`graphs.stages.collection`). The file is read and checked as in
+    `read_settings_file`; a task of the other kind (a node-level task named for a collection, a
+    graph-level one for a graph) is refused, naming both."""
     doc = _read_document(path)
     _config_blocks(doc, path, registered_configs())
-    return doc.get("task", DEFAULT_TASK)
+    collection = is_collection_folder(path.parent)
+    named = doc.get("task")
+    if named is None:
+        return GRAPH_TASK if collection else DEFAULT_TASK
+    if task_class(named).traits.graph_level != collection:
+        kind = "a graph collection (it holds graphs.parquet)" if collection else "one graph (no graphs.parquet)"
+        raise SettingsError(
+            f"{path}: key 'task': {named} does not apply to {path.parent}, which is {kind}; "
+            f"{'remove the key' if collection else 'name a node or edge task'}"
+        )
+    return named
 
 
 def read_columns(path: Path) -> dict[str, str]:

@@ -13,7 +13,9 @@ Traits (`TaskTraits`):
 - ``needs_labels``: training needs node labels, so a dataset without them is ingested and
   prepared but not sampled, trained or evaluated (the landing sensor, minibatch_shards);
 - ``seeds``: what a seed sampler's minibatches grow around, ``"nodes"`` (every training node
-  once per epoch, checked on the shards) or ``"edges"``;
+  once per epoch, checked on the shards) or ``"edges"``, or what the loss is over, ``"graphs"``;
+- ``graph_level``: the task learns from a graph collection (`graphs.stages.collection`): the
+  task of a collection folder whose gnnflow.yaml names none, and the only kind a collection takes;
 - ``not_promoted`` / ``no_node_predictions``: None where the promotion / predictions assets
   apply to the task, else why they do not (a line for the log and the metadata).
 
@@ -26,15 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, ClassVar
 
-from graphs.formats.shard_manifest import NODE_CLASSIFICATION
+from graphs.formats.shard_manifest import GRAPH_PROPERTY, NODE_CLASSIFICATION
 from graphs.infra.variants import Registry
 
-__all__ = ["DEFAULT_TASK", "Task", "TaskTraits", "register_task", "task_class", "task_names"]
+__all__ = ["DEFAULT_TASK", "GRAPH_TASK", "Task", "TaskTraits", "register_task", "task_class", "task_names"]
 
 DEFAULT_TASK = NODE_CLASSIFICATION
-"""The task of a dataset whose gnnflow.yaml names none."""
+"""The task of a dataset (one graph) whose gnnflow.yaml names none."""
+GRAPH_TASK = GRAPH_PROPERTY
+"""The task of a graph collection whose gnnflow.yaml names none."""
 
-SEED_KINDS = ("nodes", "edges")
+SEED_KINDS = ("nodes", "edges", "graphs")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,6 +48,7 @@ class TaskTraits:
     holds_out_edges: bool
     needs_labels: bool
     seeds: str
+    graph_level: bool = False
     not_promoted: str | None = None
     no_node_predictions: str | None = None
 

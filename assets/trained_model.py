@@ -75,6 +75,7 @@ from graphs.stages.normalize import Adjacency
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError
+from training.graph_train import GraphTrainConfig
 from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
@@ -93,6 +94,7 @@ TrainedModelModelConfig = dagster_config(ModelConfig, "TrainedModelModelConfig")
 TrainedModelTrainingConfig = dagster_config(TrainingConfig, "TrainedModelTrainingConfig")
 TrainedModelLaunchConfig = dagster_config(LaunchConfig, "TrainedModelLaunchConfig")
 TrainedModelLinkConfig = dagster_config(LinkTrainConfig, "TrainedModelLinkConfig")
+TrainedModelGraphConfig = dagster_config(GraphTrainConfig, "TrainedModelGraphConfig")
 
 
 class TrainedModelConfig(dg.Config):
@@ -111,11 +113,16 @@ class TrainedModelConfig(dg.Config):
         default_factory=TrainedModelLinkConfig,
         description="link prediction only (task: link_prediction): " + (LinkTrainConfig.__doc__ or "").strip(),
     )
+    graph: TrainedModelGraphConfig = Field(  # type: ignore[valid-type]
+        default_factory=TrainedModelGraphConfig,
+        description="graph collections only (task: graph_property): " + (GraphTrainConfig.__doc__ or "").strip(),
+    )
 
     def to_dataclass(self) -> tuple[ModelConfig, TrainingConfig, LaunchConfig]:
         """The `model`, `training` and `launch` dataclasses (validated by their `__post_init__`); the
-        `link` block is validated too, so a bad value there fails with the others, before any run."""
+        `link` and `graph` blocks are validated too, so a bad value there fails with the others, before any run."""
         self.link.to_dataclass()
+        self.graph.to_dataclass()
         return self.model.to_dataclass(), self.training.to_dataclass(), self.launch.to_dataclass()
 
     def to_run_config(self, paths: PathsConfig) -> RunConfig:

@@ -86,6 +86,7 @@ OUTPUT_FORMAT = 3  # 3: model files in safetensors (training.state_file)
 MODEL_FINAL = "model_final.safetensors"
 MODEL_BEST = "model_best.safetensors"
 LINK_MODEL = "model.safetensors"  # a link-prediction trained_model's model (training.link)
+GRAPH_MODEL = "model.safetensors"  # a graph-level trained_model's model (training.graph_train)
 PICKLED_MODEL_BEST = "model_best.pt"  # what format 2 and older wrote (a torch pickle): refused, never loaded
 VERSION_FILE = "version.json"
 SUMMARY = SUMMARY_NAME  # every stage's summary (`graphs.formats.stage_artifact.StageArtifact.SUMMARY`)

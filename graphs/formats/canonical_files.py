@@ -30,6 +30,8 @@ class CanonicalGraph(StageArtifact):
     NODES = "nodes.parquet"
     FEATURES = "features.npy"
     LABEL_CLASSES = LABEL_CLASSES
+    GRAPHS = "graphs.parquet"  # graph collections only (graphs.formats.graph_table)
+    CATEGORIES = "categories.npy"  # graph collections with categorical node columns only
     DEGREE_PLOT = "degree_distribution.png"
 
     @property

@@ -261,8 +261,14 @@ MANIFEST_KEYS = {
     ),
     "inputs": ManifestKey("paths (relative) of the canonical, adjacency, partition and compressed folders used"),
     "task": ManifestKey(
-        "node_classification (absent: the same) or link_prediction (minibatches carry pos_pairs / neg_pairs; the"
-        " seeds are the pairs' endpoints, labels -1)",
+        "node_classification (absent: the same), link_prediction (minibatches carry pos_pairs / neg_pairs; the"
+        " seeds are the pairs' endpoints, labels -1) or graph_property (see graphs)",
+        required=False,
+    ),
+    "graphs": ManifestKey(
+        "graph_property only (sampler whole_graphs): {train_graphs, graphs_per_batch, label_kind}; each minibatch"
+        " is whole graphs of the collection: seeds are graph indices (graphs.formats.graph_table), seed_pos each"
+        " graph's first position among the nodes, labels the class index (-1 for values and missing labels)",
         required=False,
     ),
     "link": ManifestKey(

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from graphs.formats.shard_format import read_manifest
 
-__all__ = ["LINK_PREDICTION", "NODE_CLASSIFICATION", "ShardManifest"]
+__all__ = ["GRAPH_PROPERTY", "LINK_PREDICTION", "NODE_CLASSIFICATION", "ShardManifest"]
 
 # the tasks a manifest records (``task``); what each means is `assets.task_registry`'s
 NODE_CLASSIFICATION = "node_classification"
 LINK_PREDICTION = "link_prediction"
+GRAPH_PROPERTY = "graph_property"
 
 
 @dataclass(frozen=True)

@@ -366,6 +366,29 @@ class MinibatchSampler:
         """The local ids `local_ids` set for `nodes` (-1 for nodes it did not map)."""
         return self._scratch[nodes]
 
+    def induced_block(self, nodes: np.ndarray) -> SampledBlock:
+        """The block of Â restricted to `nodes` (num_src == num_dst == len(nodes))."""
+        adj = self.adj
+        counts = np.diff(adj.full_indptr)[nodes]
+        pos = segment_positions(adj.full_indptr[nodes], counts)
+        owner = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
+        col = np.asarray(adj.full_indices[pos], dtype=np.int64)
+        self.local_ids(nodes)
+        local = self.local_of(col)
+        self.reset_local(nodes)
+        keep = local >= 0
+        if not self.cfg.self_loops:
+            keep &= col != nodes[owner]
+        m = len(nodes)
+        return SampledBlock(
+            csc_indptr(np.bincount(owner[keep], minlength=m)),
+            local[keep].astype(index_dtype(m)),
+            m,
+            m,
+            np.asarray(adj.full_weights[pos[keep]], dtype=np.float32) if self.edge_weights else None,
+            np.ones(int(keep.sum()), dtype=np.float32),  # an induced subgraph: nothing sampled per edge
+        )
+
     def labelled(self, output_nodes: np.ndarray, seeds_only: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(loss nodes, their positions in `output_nodes`, labels): every output node when
         `seeds_only`, else the training nodes among them."""

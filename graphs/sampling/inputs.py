@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.graph_table import GraphTable, read_graph_table
 from graphs.formats.node_scores import mean_grad_norm, read_node_scores
 from graphs.formats.partition_files import Partitions
 from graphs.infra.storage import verify_inputs
@@ -43,6 +44,7 @@ class ShardInputs:
     node_scores_path: Path | None = None
     scale_factors: ScaleFactors | None = None  # Â's row / column scales when it factors (graphs.stages.normalize)
     rank_shares: np.ndarray | None = None  # each rank's share of an epoch's seeds (graphs.sampling.rebalance)
+    graphs: GraphTable | None = None  # a graph collection's graphs (graphs.formats.graph_table)
 
 
 def train_nodes_of(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
@@ -76,6 +78,9 @@ def load_shard_inputs(
         raise ValueError(f"{graph.nodes_path}: column 'node_id' is not 0..{n - 1} in order")
     labels = table.column("label").to_numpy().astype(np.int64)
     split = table.column("split").to_numpy(zero_copy_only=False).astype(str)
+    graphs = read_graph_table(canonical) if "collection" in summary else None
+    # a collection's loss reaches every node of its training graphs (through the readout)
+    train = train_nodes_of(labels, split) if graphs is None else graphs.node_ranges(graphs.of_split("train"))[0]
     csr = load_csr(adjacency, n=n)
     cluster_id = part_id = None
     parts = Partitions.open(partitions_dir) if partitions_dir is not None else None
@@ -98,7 +103,7 @@ def load_shard_inputs(
         indices=csr.indices,
         weights=csr.weights,
         labels=labels,
-        train_nodes=train_nodes_of(labels, split),
+        train_nodes=train,
         num_classes=int(summary.get("num_classes", int(labels.max()) + 1 if n else 0)),
         feature_dim=int(summary.get("feature_dim", 0)),
         features_path=feats if feats.is_file() else None,
@@ -112,4 +117,5 @@ def load_shard_inputs(
         node_scores_path=Path(node_scores) if node_scores is not None else None,
         scale_factors=load_scale_factors(adjacency, n=n),
         rank_shares=None if rank_shares is None else np.asarray(rank_shares, dtype=np.float64),
+        graphs=graphs,
     )

@@ -32,12 +32,15 @@ class SamplerTraits:
     - ``non_uniform``: edges are drawn with unequal probabilities, so each carries a
       correction that only a (weighted) sum or mean can use (a layer's ``linear`` trait).
     - ``needs_clusters``: reads metis_partitions' clusters (``cluster_id.npy``).
+    - ``whole_graphs``: minibatches are whole graphs of a graph collection, the loss items graphs
+      (a graph-level task's sampler; a node-level sampler draws from one graph).
     """
 
     seeds: bool
     shares_block: bool = False
     non_uniform: bool = False
     needs_clusters: bool = False
+    whole_graphs: bool = False
 
 
 def _check_traits(cls: type) -> None:

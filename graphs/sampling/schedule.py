@@ -121,3 +121,25 @@ def epoch_cluster_groups(
     rng = np.random.default_rng(derive_seed(cfg.seed, _TAG_EPOCH, epoch))
     groups = np.array_split(rng.permutation(cluster_ids), cfg.world_size * batches)
     return [groups[r * batches : (r + 1) * batches] for r in range(cfg.world_size)]
+
+
+def epoch_graph_batches(
+    graphs: np.ndarray, num_nodes: np.ndarray, epoch: int, cfg: ShardConfig, per_batch: int
+) -> list[list[np.ndarray]]:
+    """[rank][minibatch] arrays of graph indices for whole_graphs: each of `graphs` once per
+    epoch in a seeded order, cut into ``world_size x B`` minibatches (B the same for every rank,
+    about `per_batch` graphs each) at equal shares of the nodes (`num_nodes` per graph index), so
+    a minibatch holds at most total/(W·B) nodes plus one graph."""
+    g, w = len(graphs), cfg.world_size
+    if g < w:
+        raise ValueError(f"{g} training graphs cannot be split over world_size={w} ranks")
+    batches = min(math.ceil(g / (per_batch * w)), g // w)
+    k = w * batches
+    rng = np.random.default_rng(derive_seed(cfg.seed, _TAG_EPOCH, epoch))
+    order = rng.permutation(np.asarray(graphs, dtype=np.int64))
+    cum = np.cumsum(num_nodes[order])
+    cuts = np.searchsorted(cum, cum[-1] * np.arange(1, k) / k, side="left") + 1
+    step = np.arange(1, k)  # every minibatch keeps at least one graph: cuts strictly inside 1..g-1
+    cuts = np.minimum(np.maximum.accumulate(np.maximum(cuts, step) - step) + step, g - k + step)
+    groups = np.split(order, cuts)
+    return [groups[r * batches : (r + 1) * batches] for r in range(w)]

@@ -118,6 +118,7 @@ from graphs.stages.canonical_inputs import (
     validate_inputs,
 )
 from graphs.stages.canonical_nodes import write_nodes
+from graphs.stages.collection import prepare_collection, write_collection_files
 from graphs.stages.landing import (  # the landing folder's layout and rule, re-exported as part of the ingest's API
     READY_MARKER,
     DatasetFiles,
@@ -127,7 +128,7 @@ from graphs.stages.landing import (  # the landing folder's layout and rule, re-
     landing_fingerprint,
     landing_marked_ready,
 )
-from graphs.stages.user_files import prepare_inputs, read_column_mapping
+from graphs.stages.user_files import PreparedInputs, prepare_inputs, read_column_mapping
 
 FORMAT_VERSION = CanonicalGraph.FORMAT_VERSION
 INVALID_WEIGHT_ACTIONS = ("error", "drop")
@@ -242,7 +243,11 @@ def build_canonical_graph(
     with gc_paused(), atomic_output_dir(out_dir) as tmp:
         work = tmp / "_work"
         work.mkdir()
-        inputs = prepare_inputs(given, columns, work / "inputs", memory_limit=cfg.memory_limit, threads=cfg.threads)
+        collection = _prepare_collection(given, columns, work, cfg)
+        if collection is not None:
+            inputs = PreparedInputs(collection.files)
+        else:
+            inputs = prepare_inputs(given, columns, work / "inputs", memory_limit=cfg.memory_limit, threads=cfg.threads)
         try:
             summary = _ingest(dataset_dir, inputs.files, tmp, work, cfg)
         except InputError as exc:
@@ -255,10 +260,30 @@ def build_canonical_graph(
                 summary[key] = [inputs.given_name(name) for name in summary[key]]
         if inputs.label_classes:
             write_label_classes(tmp, inputs.label_classes)
+        if collection is not None:
+            write_collection_files(tmp, collection, summary)
         summary["seconds"] = round(time.perf_counter() - t0, 3)
         summary["peak_rss_bytes"] = peak_rss_bytes()
         write_summary(tmp, summary)
     return summary
+
+
+def _prepare_collection(given: DatasetFiles, columns: dict, work: Path, cfg: CanonicalConfig):
+    """A graph collection's union in the ingest's layout (`graphs.stages.collection`), None when the
+    folder is no collection."""
+    if given.graphs is None:
+        return None
+    if columns:
+        raise InputError(f"{given.graphs}: a graph collection reads its columns by name; remove `columns:`")
+    return prepare_collection(
+        given,
+        work / "collection",
+        memory_limit=cfg.memory_limit,
+        threads=cfg.threads,
+        split_seed=cfg.split_seed,
+        train_fraction=cfg.train_fraction,
+        val_fraction=cfg.val_fraction,
+    )
 
 
 @dataclass(frozen=True)

@@ -81,16 +81,10 @@ def write_nodes(
             facts["has_labels"] = bool((label >= 0).any())
         if "split" in t.column_names:
             facts["null_splits_as_other"] = int(t.column("split").null_count)
-            split[idx], unknown_rows, unknown_words = _split_codes(t.column("split"))
+            split[idx], unknown_rows, unknown_words = split_codes(t.column("split"))
             facts["unknown_splits_as_other"], facts["unknown_split_words"] = unknown_rows, unknown_words
         elif facts["has_labels"]:
-            labelled = np.flatnonzero(label >= 0)
-            order = np.random.default_rng(split_seed).permutation(labelled)
-            n_train = int(round(train_fraction * len(order)))
-            n_val = int(round(val_fraction * len(order)))
-            split[order[:n_train]] = 0
-            split[order[n_train : n_train + n_val]] = 1
-            split[order[n_train + n_val :]] = 2
+            seeded_split(split, np.flatnonzero(label >= 0), split_seed, train_fraction, val_fraction)
             facts["split_generated"] = True
     facts["labelled_nodes"] = int(np.count_nonzero(label >= 0))
     facts["num_classes"] = int(label.max()) + 1 if facts["labelled_nodes"] else 0
@@ -150,7 +144,20 @@ def _check_label_range(low, high, path: Path) -> None:
             )
 
 
-def _split_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int, list[str]]:
+def seeded_split(
+    split: np.ndarray, labelled: np.ndarray, seed: int, train_fraction: float, val_fraction: float
+) -> None:
+    """Put the rows `labelled` of the split codes `split` into train / val / test, in place, in a
+    permutation seeded by `seed`: these shares in train and val, the rest in test."""
+    order = np.random.default_rng(seed).permutation(labelled)
+    n_train = int(round(train_fraction * len(order)))
+    n_val = int(round(val_fraction * len(order)))
+    split[order[:n_train]] = 0
+    split[order[n_train : n_train + n_val]] = 1
+    split[order[n_train + n_val :]] = 2
+
+
+def split_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int, list[str]]:
     """(the code in `SPLIT_NAMES` of each row of a nodes.parquet `split` column, the rows whose
     word is none of `SPLIT_WORDS`, up to `SHOWN_SPLIT_WORDS` of those words). Words match
     case-insensitively, surrounding spaces ignored; null and unknown words read as 'other'."""
@@ -170,4 +177,12 @@ def _split_codes(column: pa.ChunkedArray) -> tuple[np.ndarray, int, list[str]]:
     return codes, unknown_rows, shown
 
 
-__all__ = ["SHOWN_SPLIT_WORDS", "SHOWN_WORD_CHARS", "SPLIT_NAMES", "SPLIT_WORDS", "write_nodes"]
+__all__ = [
+    "SHOWN_SPLIT_WORDS",
+    "SHOWN_WORD_CHARS",
+    "SPLIT_NAMES",
+    "SPLIT_WORDS",
+    "seeded_split",
+    "split_codes",
+    "write_nodes",
+]

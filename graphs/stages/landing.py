@@ -5,6 +5,8 @@ A dataset folder (`landing/<dataset>/`) holds the ingest's inputs:
                                        <fmt> one of `EDGE_SUFFIXES`: parquet, csv, tsv, txt
     nodes.<fmt>                        optional; parquet, csv or tsv (`NODE_SUFFIXES`)
     features.parquet                   optional
+    graphs.parquet                     optional: makes the folder a graph collection
+                                       (`graphs.stages.collection` documents its layout)
     _SUCCESS                           optional marker: "the copy is complete" (`landing_marked_ready`)
 One input in two formats (edges.parquet and edges.csv, nodes.parquet and nodes.csv) is refused.
 How the text formats are read is `graphs.stages.user_files`' part.
@@ -48,7 +50,7 @@ EDGE_SUFFIXES = (".parquet", ".csv", ".tsv", ".txt")
 NODE_SUFFIXES = (".parquet", ".csv", ".tsv")
 FEATURE_SUFFIXES = (".parquet",)
 # the optional inputs: file stem -> the formats it may come in
-OPTIONAL_INPUTS = {"nodes": NODE_SUFFIXES, "features": FEATURE_SUFFIXES}
+OPTIONAL_INPUTS = {"nodes": NODE_SUFFIXES, "features": FEATURE_SUFFIXES, "graphs": (".parquet",)}
 
 
 class InputError(ValueError):
@@ -62,6 +64,7 @@ class DatasetFiles:
     edge_files: list[Path]
     nodes: Path | None
     features: Path | None
+    graphs: Path | None = None  # a graph collection's graphs.parquet (`graphs.stages.collection`)
 
 
 def _present(root: Path, stem: str, suffixes: tuple[str, ...]) -> list[Path]:
@@ -182,7 +185,7 @@ def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
         raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet (or .csv, .tsv, .txt)")
     for path in edge_files + [p for p in optional.values() if p is not None]:
         _check_entry(path, landing)
-    return DatasetFiles(edge_files, optional["nodes"], optional["features"])
+    return DatasetFiles(edge_files, optional["nodes"], optional["features"], optional["graphs"])
 
 
 def _content_line(path: Path, root: Path, landing: Path | None) -> str:

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from graphs.formats.shard_format import index_dtype
 from graphs.infra.config_checks import check_fields
-from graphs.sampling.base import MinibatchSampler, SampledBlock, SampledMinibatch, csc_indptr, segment_positions
+from graphs.sampling.base import MinibatchSampler, SampledMinibatch
 from graphs.sampling.registry import SamplerTraits, register_sampler
 from graphs.sampling.schedule import epoch_cluster_groups
 
@@ -56,26 +55,3 @@ class ClusterGCNSampler(MinibatchSampler):
         block = self.induced_block(nodes)
         seeds, pos, labels = self.labelled(nodes, seeds_only=False)
         return SampledMinibatch(nodes, [block], seeds, pos, labels)
-
-    def induced_block(self, nodes: np.ndarray) -> SampledBlock:
-        """The block of Â restricted to `nodes` (num_src == num_dst == len(nodes))."""
-        adj = self.adj
-        counts = np.diff(adj.full_indptr)[nodes]
-        pos = segment_positions(adj.full_indptr[nodes], counts)
-        owner = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
-        col = np.asarray(adj.full_indices[pos], dtype=np.int64)
-        self.local_ids(nodes)
-        local = self.local_of(col)
-        self.reset_local(nodes)
-        keep = local >= 0
-        if not self.cfg.self_loops:
-            keep &= col != nodes[owner]
-        m = len(nodes)
-        return SampledBlock(
-            csc_indptr(np.bincount(owner[keep], minlength=m)),
-            local[keep].astype(index_dtype(m)),
-            m,
-            m,
-            np.asarray(adj.full_weights[pos[keep]], dtype=np.float32) if self.edge_weights else None,
-            np.ones(int(keep.sum()), dtype=np.float32),  # an induced subgraph: nothing sampled per edge
-        )

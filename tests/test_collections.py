@@ -1,0 +1,286 @@
+"""Graph collections (many small graphs): ingest as a disjoint union, whole-graph shards, the
+graph-level model, and the graph_property task through Dagster with no config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+from assets.common import dataset_partitions
+from assets.settings import SettingsError, read_task
+from graphs.formats.graph_table import read_categories, read_graph_table
+from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
+from graphs.sampling.schedule import epoch_graph_batches
+from graphs.stages.canonical import InputError, build_canonical_graph
+from graphs.stages.normalize import build_normalized_adjacency, load_csr
+from graphs.synthetic.collection import generate_collection
+from pipelines.definitions import ALL_ASSETS
+from training.graph_model import readout
+from training.graph_train import GraphTrainConfig, evaluate_graph_model, train_graphs
+
+DATASETS = Path(__file__).resolve().parents[1] / "datasets"
+
+
+def _ingest(landing: Path, out: Path) -> dict:
+    return build_canonical_graph(landing, out / "canonical_graph")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A generated collection, ingested, normalized and sampled into whole-graph shards."""
+    root = tmp_path_factory.mktemp("collection")
+    generate_collection(root / "landing" / "mols", 240, seed=3)
+    summary = _ingest(root / "landing" / "mols", root)
+    build_normalized_adjacency(root / "canonical_graph", root / "normalized_adjacency")
+    inputs = load_shard_inputs(root / "canonical_graph", root / "normalized_adjacency")
+    cfg = ShardConfig(
+        sampler="whole_graphs", epochs=2, world_size=2, samplers={"whole_graphs": {"graphs_per_batch": 16}}
+    )
+    write_minibatch_shards(inputs, root / "minibatch_shards", cfg)
+    return root, summary
+
+
+def test_the_ingest_writes_the_disjoint_union_with_the_graph_table(built):
+    root, summary = built
+    landing = root / "landing" / "mols"
+    table = read_graph_table(root / "canonical_graph")
+    graphs = pq.read_table(landing / "graphs.parquet").to_pydict()
+    nodes = pq.read_table(landing / "nodes.parquet").to_pydict()
+    edges = pq.read_table(landing / "edges.parquet").to_pydict()
+    # graphs in the order of their ids, each one's nodes contiguous
+    assert table.graph_id == sorted(graphs["graph_id"])
+    given = dict(zip(graphs["graph_id"], graphs["label"]))
+    assert table.labels.tolist() == [given[g] for g in table.graph_id]
+    sizes = {g: 0 for g in graphs["graph_id"]}
+    for g in nodes["graph_id"]:
+        sizes[g] += 1
+    assert table.num_nodes.tolist() == [sizes[g] for g in table.graph_id]
+    assert table.first_node.tolist() == np.concatenate([[0], np.cumsum(table.num_nodes)[:-1]]).tolist()
+    assert summary["nodes"] == sum(sizes.values()) and summary["collection"]["graphs"] == len(sizes)
+    # every input edge, mapped through (graph, local id), is an edge of the union, both ways
+    index = {g: i for i, g in enumerate(table.graph_id)}
+    out = pq.read_table(root / "canonical_graph" / "edges.parquet")
+    union = set(zip(out.column("src").to_pylist(), out.column("dst").to_pylist()))
+    for g, s, d in zip(edges["graph_id"], edges["src"], edges["dst"]):
+        u, v = table.first_node[index[g]] + s, table.first_node[index[g]] + d
+        assert (u, v) in union and (v, u) in union
+    graph_of = np.repeat(np.arange(table.num_graphs), table.num_nodes)
+    src, dst = out.column("src").to_numpy(), out.column("dst").to_numpy()
+    assert (graph_of[src] == graph_of[dst]).all()  # no edge between graphs
+    # the categorical codes and features follow the union's node order
+    order = np.lexsort((np.array(nodes["node_id"]), [index[g] for g in nodes["graph_id"]]))
+    atom = np.array(nodes["atom_type"])[order]
+    assert (read_categories(root / "canonical_graph")[:, 0] == atom).all()  # types 0..4 all occur: codes = values
+    feats = np.load(root / "canonical_graph" / "features.npy")
+    assert np.allclose(feats, np.array(nodes["feat"], dtype=np.float32)[order])
+
+
+def test_adjacency_of_a_collection_normalizes_each_graph_by_its_own_degrees(built):
+    root, _ = built
+    table = read_graph_table(root / "canonical_graph")
+    csr = load_csr(root / "normalized_adjacency")
+    for g in (0, 7, table.num_graphs - 1):
+        lo, n = int(table.first_node[g]), int(table.num_nodes[g])
+        rows = slice(int(csr.indptr[lo]), int(csr.indptr[lo + n]))
+        dense = np.zeros((n, n))
+        row_of = np.repeat(np.arange(n), np.diff(csr.indptr[lo : lo + n + 1]))
+        dense[row_of, csr.indices[rows] - lo] = csr.weights[rows]
+        a = (dense != 0).astype(float) - np.eye(n) * (np.diag(dense) != 0) + np.eye(n)
+        d = a.sum(1) ** -0.5
+        assert np.allclose(dense, d[:, None] * a * d[None, :], atol=1e-6)
+
+
+def test_each_epoch_holds_every_training_graph_once_in_equal_batches_per_rank(built):
+    root, _ = built
+    table = read_graph_table(root / "canonical_graph")
+    train = table.of_split("train")
+    cfg = ShardConfig(sampler="whole_graphs", world_size=3)
+    for epoch in range(3):
+        plan = epoch_graph_batches(train, table.num_nodes, epoch, cfg, per_batch=10)
+        assert len({len(r) for r in plan}) == 1
+        got = np.sort(np.concatenate([b for r in plan for b in r]))
+        assert (got == train).all()
+        sizes = [int(table.num_nodes[b].sum()) for r in plan for b in r]
+        bound = table.num_nodes[train].sum() / len(sizes) + table.num_nodes.max()
+        assert min(sizes) > 0 and max(sizes) <= bound
+    assert not np.array_equal(plan[0][0], epoch_graph_batches(train, table.num_nodes, 0, cfg, 10)[0][0])
+
+
+def test_a_whole_graph_minibatch_is_the_induced_subgraph_of_its_graphs(built):
+    root, _ = built
+    inputs = load_shard_inputs(root / "canonical_graph", root / "normalized_adjacency")
+    from graphs.sampling import make_sampler
+
+    sampler = make_sampler(inputs, ShardConfig(sampler="whole_graphs", world_size=1))
+    table = inputs.graphs
+    graphs = np.array([5, 1, 30])
+    mb = sampler.sample(graphs, seed=0)
+    nodes, ptr = table.node_ranges(np.sort(graphs))
+    assert (mb.input_nodes == nodes).all() and (mb.seeds == np.sort(graphs)).all()
+    assert (mb.seed_pos == ptr[:-1]).all() and (mb.labels == table.labels[np.sort(graphs)]).all()
+    indptr, local, _, _ = table.induced(inputs.indptr, inputs.indices, np.sort(graphs))
+    (block,) = mb.blocks
+    for v in range(len(nodes)):  # the same neighbours (Â is symmetric: rows = in-edges)
+        got = sorted(block.indices[block.indptr[v] : block.indptr[v + 1]].tolist())
+        assert got == sorted(local[indptr[v] : indptr[v + 1]].tolist())
+
+
+@pytest.mark.parametrize("kind", ["sum", "mean", "max", "attention"])
+def test_readouts_equal_dgls_pooling(kind):
+    dgl = pytest.importorskip("dgl")
+    from dgl.nn import AvgPooling, GlobalAttentionPooling, MaxPooling, SumPooling
+
+    torch.manual_seed(0)
+    sizes = [3, 1, 5, 2]
+    g = dgl.batch([dgl.graph(([], []), num_nodes=n) for n in sizes])
+    h = torch.randn(sum(sizes), 6)
+    gate = torch.nn.Linear(6, 1)
+    ptr = torch.tensor(np.concatenate([[0], np.cumsum(sizes)]))
+    ref = {"sum": SumPooling(), "mean": AvgPooling(), "max": MaxPooling(), "attention": GlobalAttentionPooling(gate)}
+    assert torch.allclose(readout(kind, h, ptr, gate(h)), ref[kind](g, h), atol=1e-6)
+
+
+def test_the_planted_property_is_learned_from_the_structure(built):
+    root, _ = built
+    s = train_graphs(root / "minibatch_shards", root / "trained_model", GraphTrainConfig(epochs=30), log=lambda m: None)
+    assert s["test"]["roc_auc"] > 0.85 > s["baseline"]["roc_auc"]
+    again = evaluate_graph_model(root / "trained_model", root / "minibatch_shards")
+    assert again["test"] == pytest.approx(s["test"])
+    predictions = pq.read_table(root / "trained_model" / "predictions.parquet").to_pydict()
+    table = read_graph_table(root / "canonical_graph")
+    assert predictions["graph_id"] == table.graph_id and predictions["label"] == table.labels.tolist()
+    test = table.of_split("test")
+    acc = np.mean(np.array(predictions["prediction"])[test] == table.labels[test])
+    assert acc == pytest.approx(s["test"]["accuracy"])
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+def _write(folder: Path, graphs: dict, nodes: dict, edges: dict) -> Path:
+    folder.mkdir(parents=True)
+    for name, cols in (("graphs", graphs), ("nodes", nodes), ("edges", edges)):
+        pq.write_table(pa.table(cols), folder / f"{name}.parquet")
+    return folder
+
+
+GOOD_NODES = {"graph_id": ["a", "a", "b", "b"], "node_id": [0, 1, 0, 1]}
+GOOD_EDGES = {"graph_id": ["a", "b"], "src": [0, 0], "dst": [1, 1]}
+
+
+@pytest.mark.parametrize(
+    "graphs, nodes, edges, said",
+    [
+        (  # an edge of graph a naming a node only graph b has
+            {"graph_id": ["a", "b"], "label": [0, 1]},
+            {"graph_id": ["a", "a", "b", "b", "b"], "node_id": [0, 1, 0, 1, 2]},
+            {"graph_id": ["a", "a"], "src": [0, 0], "dst": [1, 2]},
+            ["edges.parquet", "'dst'", "graph 'a'", "node 2", "it is a node of graph 'b'"],
+        ),
+        (
+            {"graph_id": ["a", "b", "c"], "label": [0, 1, 0]},
+            GOOD_NODES,
+            GOOD_EDGES,
+            ["nodes.parquet", "graph 'c'", "has no nodes"],
+        ),
+        (
+            {"graph_id": ["a", "b"], "label": ["3.5", "active"]},
+            GOOD_NODES,
+            GOOD_EDGES,
+            ["graphs.parquet", "'label'", "mixed kinds", "'3.5'", "'active'"],
+        ),
+        ({"graph_id": ["a", "a"]}, GOOD_NODES, GOOD_EDGES, ["graphs.parquet", "'graph_id'", "repeats", "'a'"]),
+        (
+            {"graph_id": ["a", "b"]},
+            {"graph_id": ["a", "z"], "node_id": [0, 0]},
+            GOOD_EDGES,
+            ["nodes.parquet", "'z'", "not a graph_id of graphs.parquet"],
+        ),
+        (
+            {"graph_id": ["a", "b"]},
+            {"graph_id": ["a", "a", "b"], "node_id": [0, 0, 0]},
+            GOOD_EDGES,
+            ["nodes.parquet", "graph 'a'", "node_id 0 twice"],
+        ),
+        (
+            {"graph_id": [1, 2]},
+            GOOD_NODES,
+            GOOD_EDGES,
+            ["'graph_id'", "different kinds", "graphs.parquet: int", "nodes.parquet: string"],
+        ),
+    ],
+)
+def test_bad_collections_are_refused_naming_the_file_column_and_value(tmp_path, graphs, nodes, edges, said):
+    landing = _write(tmp_path / "landing" / "bad", graphs, nodes, edges)
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "canonical_graph").mkdir()
+    (tmp_path / "out" / "canonical_graph" / "kept.txt").write_text("previous")
+    with pytest.raises(InputError) as err:
+        _ingest(landing, tmp_path / "out")
+    for part in said:
+        assert part in str(err.value), (part, str(err.value))
+    assert (tmp_path / "out" / "canonical_graph" / "kept.txt").read_text() == "previous"
+
+
+def test_a_collection_takes_a_graph_level_task_and_a_graph_a_node_level_one(tmp_path):
+    folder = _write(tmp_path / "landing" / "c", {"graph_id": ["a", "b"]}, GOOD_NODES, GOOD_EDGES)
+    assert read_task(folder / "gnnflow.yaml") == "graph_property"
+    (folder / "gnnflow.yaml").write_text("task: node_classification\n")
+    with pytest.raises(SettingsError, match="does not apply to .*a graph collection"):
+        read_task(folder / "gnnflow.yaml")
+    (folder / "graphs.parquet").unlink()
+    assert read_task(folder / "gnnflow.yaml") == "node_classification"
+    (folder / "gnnflow.yaml").write_text("task: graph_property\n")
+    with pytest.raises(SettingsError, match="which is one graph"):
+        read_task(folder / "gnnflow.yaml")
+
+
+# ----------------------------------------------------------------------------- through Dagster
+
+
+def _materialize(storage, dataset: str):
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(dataset_partitions.name, [dataset])
+    return dg.materialize(ALL_ASSETS, partition_key=dataset, instance=instance, resources={"storage": storage})
+
+
+def _metadata(result, asset: str) -> dict:
+    (m,) = result.asset_materializations_for_node(asset)
+    return {k: getattr(v, "value", v) for k, v in m.metadata.items()}
+
+
+@pytest.mark.parametrize("label_kind", ["class", "value"])
+def test_an_unseen_collection_trains_through_dagster_with_no_config(tmp_path, storage, label_kind):
+    landing = Path(storage.landing) / "unseen"
+    generate_collection(landing, 260, seed=11, label_kind=label_kind, with_split=False, min_nodes=4, max_nodes=30)
+    result = _materialize(storage, "unseen")
+    model = _metadata(result, "trained_model")
+    assert model["task"] == "graph_property" and model["label_kind"] == label_kind
+    if label_kind == "class":
+        assert model["test_roc_auc"] > 0.8 and model["baseline_test_roc_auc"] == 0.5
+    else:
+        assert model["test_mae"] < 0.6 * model["baseline_test_mae"]
+    evaluation = json.loads((Path(storage.home) / "unseen" / "evaluation" / "metrics.json").read_text())
+    key = "roc_auc" if label_kind == "class" else "mae"
+    assert evaluation["candidate"]["test"][key] == pytest.approx(model[f"test_{key}"], abs=1e-4)
+    assert "graph_property" in _metadata(result, "predictions")["skipped"]
+    assert _metadata(result, "promotion")["promoted"] is False
+    canonical = _metadata(result, "canonical_graph")
+    assert canonical["graphs"] == 260 and canonical["categorical_node_columns"] == {"atom_type": 5}
+
+
+def test_bbbp_ingests_with_the_counts_its_readme_gives(tmp_path):
+    summary = _ingest(DATASETS / "bbbp", tmp_path)
+    c = summary["collection"]
+    assert (c["graphs"], summary["nodes"], c["train_graphs"], c["val_graphs"], c["test_graphs"]) == (
+        2039, 49068, 1631, 204, 204,
+    )  # fmt: skip
+    assert summary["edges"] == 2 * 52921 and c["ignored_edge_columns"] == ["bond_type"]
+    assert c["categorical"]["atom_type"] > 10 and c["label_kind"] == "class"

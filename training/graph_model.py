@@ -1,0 +1,132 @@
+"""The graph-level model: node encoder, registered graph layers, readout per graph, prediction head.
+
+`GraphModel` reads a minibatch of whole graphs (`graphs.sampling.kinds.whole_graphs`): one block
+(the graphs' induced subgraph of Â, no edge between graphs) for every layer, the nodes' float
+features and categorical codes, and ``graph_ptr`` (each graph's first position among the nodes,
+plus the total). Its parts:
+
+- the node encoder: the sum of one learned embedding per categorical column (e.g. atom types,
+  ``categorical: embedding``) or their one-hot codes (``one_hot``) and a linear map of the float
+  features (a graph with neither starts every node at one learned vector);
+- ``num_layers`` layers of a registered kind (`training.layer_registry`; GIN by default), each
+  ``conv -> batch norm -> relu -> dropout``;
+- a readout per graph of every layer's node states, the input's included (sum, mean, max, or
+  attention: a softmax gate per node within its graph), each through its own linear map to the
+  output, summed: the GIN paper's and DGL's GIN example's jumping-knowledge head.
+
+The output is [graphs, classes] logits for class labels or [graphs, 1] for values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from training.blocks import Block
+from training.layer_registry import LayerOptions, layer_kind
+
+__all__ = ["READOUTS", "GraphModel", "GraphShape", "readout"]
+
+READOUTS = ("sum", "mean", "max", "attention")
+CATEGORICAL = ("embedding", "one_hot")
+
+
+@dataclass(frozen=True)
+class GraphShape:
+    """What the model's input and output sizes follow from: the data."""
+
+    feature_dim: int  # float features per node (0: none)
+    categorical: tuple[int, ...]  # the cardinality of each categorical column
+    outputs: int  # classes, or 1 for a value
+
+
+def readout(kind: str, h: torch.Tensor, graph_ptr: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
+    """[graphs, d] per-graph readout `kind` of node states `h` [n, d]; graph g's nodes are
+    ``graph_ptr[g]:graph_ptr[g + 1]``; `gate` [n, 1] the attention logits for ``attention``."""
+    counts = graph_ptr[1:] - graph_ptr[:-1]
+    owner = torch.repeat_interleave(torch.arange(len(counts), device=h.device), counts)
+    out = h.new_zeros(len(counts), h.shape[1])
+    if kind == "sum":
+        return out.index_add(0, owner, h)
+    if kind == "mean":
+        return out.index_add(0, owner, h) / counts.clamp(min=1).unsqueeze(1).to(h.dtype)
+    if kind == "max":
+        return out.index_reduce(0, owner, h, "amax", include_self=False)
+    if kind == "attention":
+        g = gate.squeeze(1)
+        top = g.new_full((len(counts),), float("-inf")).index_reduce(0, owner, g, "amax", include_self=True)
+        w = torch.exp(g - top[owner])
+        w = w / w.new_zeros(len(counts)).index_add(0, owner, w)[owner]
+        return out.index_add(0, owner, h * w.unsqueeze(1))
+    raise ValueError(f"readout={kind!r} is not one of {READOUTS}")
+
+
+class GraphModel(nn.Module):
+    """Node encoder, ``num_layers`` registered layers and a jumping-knowledge readout head (module docstring)."""
+
+    def __init__(
+        self,
+        shape: GraphShape,
+        *,
+        conv: str = "gin",
+        hidden: int = 64,
+        num_layers: int = 3,
+        dropout: float = 0.2,
+        readout: str = "sum",
+        categorical: str = "embedding",
+        heads: int = 1,
+    ):
+        super().__init__()
+        if readout not in READOUTS:
+            raise ValueError(f"readout={readout!r} is not one of {READOUTS}")
+        if categorical not in CATEGORICAL:
+            raise ValueError(f"categorical={categorical!r} is not one of {CATEGORICAL}")
+        self.shape, self.readout_kind, self.categorical = shape, readout, categorical
+        self.kind = layer_kind(conv)
+        self.options = LayerOptions(heads=heads)
+        self.embeddings = nn.ModuleList(nn.Embedding(k, hidden) for k in shape.categorical)
+        one_hot_dim = sum(shape.categorical) if categorical == "one_hot" else 0
+        self.embeddings = self.embeddings if categorical == "embedding" else nn.ModuleList()
+        in_dim = shape.feature_dim + one_hot_dim
+        self.linear_in = nn.Linear(in_dim, hidden) if in_dim else None
+        self.start = nn.Parameter(torch.zeros(hidden)) if not in_dim and not len(self.embeddings) else None
+        self.convs = nn.ModuleList(self.kind.build(hidden, hidden, False, self.options) for _ in range(num_layers))
+        self.norms = nn.ModuleList(nn.BatchNorm1d(hidden) for _ in range(num_layers))
+        self.heads = nn.ModuleList(nn.Linear(hidden, shape.outputs) for _ in range(num_layers + 1))
+        self.gates = (
+            nn.ModuleList(nn.Linear(hidden, 1) for _ in range(num_layers + 1)) if readout == "attention" else None
+        )
+        self.dropout = nn.Dropout(dropout)
+
+    def encode(self, x: torch.Tensor | None, codes: torch.Tensor | None, n: int) -> torch.Tensor:
+        """[n, hidden] input states of the nodes from their float features and categorical codes."""
+        parts = []
+        if self.categorical == "one_hot" and codes is not None:
+            hot = [F.one_hot(codes[:, k], c) for k, c in enumerate(self.shape.categorical)]
+            x = torch.cat(([x] if x is not None else []) + [h.to(torch.float32) for h in hot], 1)
+        if self.linear_in is not None:
+            parts.append(self.linear_in(x))
+        parts.extend(emb(codes[:, k]) for k, emb in enumerate(self.embeddings))
+        if self.start is not None:
+            parts.append(self.start.expand(n, -1))
+        return torch.stack(parts).sum(0)
+
+    def forward(
+        self, block: Block, x: torch.Tensor | None, codes: torch.Tensor | None, graph_ptr: torch.Tensor
+    ) -> torch.Tensor:
+        """[graphs, outputs] predictions of the graphs whose nodes `block` holds (module docstring)."""
+        h = self.encode(x, codes, block.num_dst)
+        weight = self.kind.edge_weight(block, self.options, None)
+        out = self._head(0, h, graph_ptr)
+        for layer, conv in enumerate(self.convs):
+            h = self.kind.forward(conv, block, h, weight, False)
+            h = self.dropout(F.relu(self.norms[layer](h)))
+            out = out + self._head(layer + 1, h, graph_ptr)
+        return out
+
+    def _head(self, layer: int, h: torch.Tensor, graph_ptr: torch.Tensor) -> torch.Tensor:
+        gate = self.gates[layer](h) if self.gates is not None else None
+        return self.heads[layer](readout(self.readout_kind, h, graph_ptr, gate))

@@ -1,0 +1,406 @@
+"""Graph-level training (task graph_property): a `training.graph_model.GraphModel` trained in this
+process on the whole-graph shards, on the loop every task shares (`training.loop.run_epochs`).
+
+Each epoch reads every rank's stream of sampled epoch ``epoch % E`` in turn, each minibatch one
+optimizer step: cross-entropy on the graphs' classes, or the squared error of standardized values
+(the training graphs' mean and standard deviation). Every ``eval_every`` epochs the validation
+graphs are scored whole (`GraphTable.induced` over Â, in chunks of ``eval_graphs_per_batch``);
+the model of the best validation metric (ROC-AUC for two classes, accuracy for more, MAE for
+values) is kept, and early stopping ends the run after ``early_stopping_patience`` evaluations
+without a better one. The run does not checkpoint: a killed run starts over.
+
+Written into the output folder: ``model.safetensors`` (`training.state_file`, kind
+``graph_model``: the state dict, the config, the data's shape and the value standardization),
+``metrics.parquet`` (one row per evaluation, and the test row of the best epoch),
+``predictions.parquet`` (every graph: the user's graph_id, its split, label, prediction and, for
+classes, the probability of each class) and ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+import torch.nn.functional as F
+
+from graphs.formats.graph_table import GraphTable, read_categories, read_graph_table
+from graphs.formats.shard_format import MANIFEST_NAME
+from graphs.formats.shard_manifest import GRAPH_PROPERTY, ShardManifest
+from graphs.infra.config_checks import MAX_SEED, check_fields
+from graphs.stages.normalize import load_csr
+from training.blocks import block_from_csr
+from training.data import FeatureRows, ShardStream
+from training.distributed import DistInfo
+from training.graph_model import CATEGORICAL, READOUTS, GraphModel, GraphShape
+from training.layer_registry import layer_kind
+from training.loop import TaskHead, run_epochs
+from training.loss_check import non_finite_loss
+from training.metrics import accuracy, average_precision, one_vs_rest_auc, roc_auc
+from training.outputs import GRAPH_MODEL, METRICS, PREDICTIONS, SUMMARY
+from training.state_file import read_state_file, write_state_file
+
+__all__ = ["GRAPH_MODEL", "GraphTrainConfig", "evaluate_graph_model", "train_graphs"]
+
+GRAPH_MODEL_KIND = "graph_model"
+GRAPH_MODEL_FORMAT = 1
+_ONE_PROCESS = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend=None)
+
+
+@dataclass(kw_only=True)
+class GraphTrainConfig:
+    """How a graph-level model is built and trained (task graph_property)."""
+
+    conv: str = field(default="gin", metadata={"help": "layer type, by its registered name (gin, gcn, sage, gat)"})
+    hidden: int = field(default=64, metadata={"max": 1 << 14, "help": "node state width"})
+    num_layers: int = field(default=3, metadata={"max": 64, "help": "graph layers"})
+    dropout: float = field(default=0.2, metadata={"max": 1.0, "help": "dropout after each layer"})
+    readout: str = field(
+        default="mean", metadata={"help": f"per-graph readout of every layer's node states, one of {READOUTS}"}
+    )
+    categorical: str = field(
+        default="embedding",
+        metadata={"help": f"integer node columns (e.g. atom types) as one of {CATEGORICAL}: a learned vector per value "
+                  "or the one-hot code"},
+    )  # fmt: skip
+    heads: int = field(default=1, metadata={"max": 64, "help": "gat: attention heads"})
+    lr: float = field(default=1e-3, metadata={"max": 10.0, "help": "Adam learning rate"})
+    epochs: int = field(default=100, metadata={"max": 100_000, "help": "training epochs (shard epochs replayed)"})
+    early_stopping_patience: int = field(
+        default=20,
+        metadata={"max": 100_000, "help": "evaluations without a better validation metric before stopping; 0 = off"},
+    )
+    eval_every: int = field(default=1, metadata={"max": 100_000, "help": "evaluate every this many epochs"})
+    eval_graphs_per_batch: int = field(default=512, metadata={"max": 1 << 24, "help": "graphs per evaluation chunk"})
+    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "seed of the parameter initialization"})
+    prefetch: int = field(default=2, metadata={"max": 64, "help": "minibatches read ahead per stream"})
+
+    def __post_init__(self) -> None:
+        check_fields(self, "graph")
+        layer_kind(self.conv)  # ValueError naming the registered layers
+        if self.readout not in READOUTS:
+            raise ValueError(f"graph.readout={self.readout!r} is not one of {READOUTS}")
+        if self.categorical not in CATEGORICAL:
+            raise ValueError(f"graph.categorical={self.categorical!r} is not one of {CATEGORICAL}")
+        for name in ("hidden", "num_layers", "epochs", "eval_every", "eval_graphs_per_batch", "heads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"graph.{name}={getattr(self, name)} must be at least 1")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"graph.dropout={self.dropout} must be in [0, 1)")
+        if not self.lr > 0:
+            raise ValueError(f"graph.lr={self.lr} must be > 0")
+
+
+@dataclass(eq=False)
+class GraphData:
+    """What every step and evaluation reads besides the shards: the graph table, the nodes'
+    categorical codes and features, Â, and the targets as trained."""
+
+    table: GraphTable
+    categories: torch.Tensor | None  # int64 [n, K]
+    features: FeatureRows
+    csr: object  # graphs.stages.normalize.CSR
+    shape: GraphShape
+    mean: float = 0.0  # values: the training graphs' mean and standard deviation
+    std: float = 1.0
+
+    @classmethod
+    def load(cls, manifest: ShardManifest, shards: Path) -> "GraphData":
+        canonical = shards / manifest.doc["inputs"]["canonical_graph"]
+        adjacency = shards / manifest.doc["inputs"]["normalized_adjacency"]
+        table = read_graph_table(canonical)
+        codes = read_categories(canonical)
+        outputs = table.num_classes if table.label_kind == "class" else 1
+        shape = GraphShape(int(manifest.doc["feature_dim"]), tuple(table.categorical.values()), outputs)
+        data = cls(
+            table,
+            None if codes is None else torch.from_numpy(codes),
+            FeatureRows("manifest", manifest.doc, shards),
+            load_csr(adjacency),
+            shape,
+        )
+        if table.label_kind == "value":
+            y = table.labels[table.of_split("train")]
+            data.mean, data.std = float(y.mean()), float(y.std()) or 1.0
+        return data
+
+    def inputs(self, nodes: np.ndarray, x: torch.Tensor | None = None):
+        """(float features, categorical codes) of `nodes` (`x`: the features already read)."""
+        if x is None and self.shape.feature_dim:
+            x = self.features.gather_host(nodes, decode=True)
+        codes = None if self.categories is None else self.categories[torch.from_numpy(np.asarray(nodes))]
+        return x, codes
+
+    def target(self, graphs: torch.Tensor) -> torch.Tensor:
+        """The training target of `graphs`: the class index, or the standardized value."""
+        y = torch.from_numpy(self.table.labels)[graphs]
+        return y if self.table.label_kind == "class" else ((y - self.mean) / self.std).to(torch.float32)
+
+
+@dataclass(eq=False)
+class GraphRun:
+    """One `train_graphs` run: fixed inputs and model, and what the loop and the head advance."""
+
+    cfg: GraphTrainConfig
+    manifest: ShardManifest
+    shards: Path
+    data: GraphData
+    model: GraphModel
+    opt: torch.optim.Optimizer
+    epochs: int
+    log: object
+    info: DistInfo = _ONE_PROCESS
+    start_epoch: int = 0
+    stopped_early: bool = False
+    history: list = field(default_factory=list)
+    rows: list = field(default_factory=list)
+    best: dict = field(default_factory=lambda: {"epoch": 0, "val": None, "loss": math.nan, "state": None})
+    stale: int = 0
+
+
+def _loss(data: GraphData, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    if data.table.label_kind == "class":
+        return F.cross_entropy(out, y)
+    return F.mse_loss(out.squeeze(1), y)
+
+
+class GraphHead(TaskHead):
+    """The graph-level head of `training.loop.run_epochs`."""
+
+    rows_agree = True
+
+    def train_epoch(self, run: GraphRun, epoch: int) -> dict:
+        m, data = run.manifest, run.data
+        t0 = time.perf_counter()
+        total, steps, graphs = 0.0, 0, 0
+        run.model.train()
+        for r in range(m.world_size):
+            stream = ShardStream(
+                run.shards, r, epoch % m.epochs, "cpu", run.cfg.prefetch, features=data.features, manifest=m.doc
+            )
+            with stream:
+                for mb in stream:
+                    block = mb.blocks[0]
+                    x, codes = data.inputs(mb.input_nodes.numpy(), mb.x)
+                    ptr = torch.cat([mb.seed_pos, torch.tensor([block.num_dst])])
+                    loss = _loss(data, run.model(block, x, codes, ptr), data.target(mb.seeds))
+                    value = float(loss.detach())
+                    if not math.isfinite(value):
+                        raise non_finite_loss(
+                            value, epoch=epoch + 1, step=steps + 1, steps=len(stream), causes=_CAUSES(run.cfg)
+                        )
+                    run.opt.zero_grad()
+                    loss.backward()
+                    run.opt.step()
+                    total, steps, graphs = total + value, steps + 1, graphs + mb.num_seeds
+        seconds = time.perf_counter() - t0
+        return {"epoch": epoch + 1, "rank": 0, "loss": total / max(steps, 1), "steps": steps,
+                "graphs": graphs, "train_seconds": seconds}  # fmt: skip
+
+    def evaluate(self, run: GraphRun, epoch: int, row: dict) -> bool:
+        if (epoch + 1) % run.cfg.eval_every and epoch != run.epochs - 1:
+            return False
+        val = score_split(run.model, run.data, "val", run.cfg.eval_graphs_per_batch)[0]
+        run.rows.append({"epoch": epoch + 1, "split": "val", "loss": row["loss"], **val})
+        if run.best["val"] is None or _better(val, run.best["val"]):
+            state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
+            run.best, run.stale = {"epoch": epoch + 1, "val": val, "loss": row["loss"], "state": state}, 0
+        else:
+            run.stale += 1
+        shown = ", ".join(f"{k} {v:.4f}" for k, v in val.items() if k != "graphs")
+        run.log(
+            f"epoch {epoch + 1}/{run.epochs}: loss {row['loss']:.4f} val {shown} ({row['train_seconds']:.2f} s); "
+            f"best epoch {run.best['epoch']}"
+        )
+        patience = run.cfg.early_stopping_patience
+        return bool(patience and run.stale >= patience)
+
+    def checkpoint(self, run: GraphRun, epoch: int) -> None:
+        """No checkpoints: a graph-level run is restarted whole (module docstring)."""
+
+
+def _CAUSES(cfg: GraphTrainConfig) -> list[str]:
+    return [
+        f"a learning rate too high: graph.lr={cfg.lr:g}",
+        "a NaN, infinite or huge value in nodes.parquet's feat or graphs.parquet's label",
+    ]
+
+
+def _key_metric(report: dict) -> tuple[str, float]:
+    """(name, value as 'higher is better') of the metric that picks the best model."""
+    if "mae" in report:
+        return "mae", -report["mae"]
+    if "roc_auc" in report and math.isfinite(report["roc_auc"]):
+        return "roc_auc", report["roc_auc"]
+    return "accuracy", report["accuracy"]
+
+
+def _better(a: dict, b: dict) -> bool:
+    return _key_metric(a)[1] > _key_metric(b)[1]
+
+
+@torch.no_grad()
+def predict(model: GraphModel, data: GraphData, graphs: np.ndarray, chunk: int) -> torch.Tensor:
+    """[len(graphs), outputs] model outputs of whole `graphs` (values de-standardized)."""
+    model.eval()
+    outs = []
+    for start in range(0, len(graphs), chunk):
+        part = graphs[start : start + chunk]
+        indptr, local, entry, ptr = data.table.induced(data.csr.indptr, data.csr.indices, part)
+        weights = torch.from_numpy(np.asarray(data.csr.weights[entry], dtype=np.float32))
+        block = block_from_csr(torch.from_numpy(indptr), torch.from_numpy(local), weights)
+        nodes, _ = data.table.node_ranges(part)
+        x, codes = data.inputs(nodes)
+        outs.append(model(block, x, codes, torch.from_numpy(ptr)))
+    out = torch.cat(outs) if outs else torch.zeros(0, data.shape.outputs)
+    return out if data.table.label_kind == "class" else out * data.std + data.mean
+
+
+def report(data: GraphData, graphs: np.ndarray, out: torch.Tensor) -> dict:
+    """The metrics of outputs `out` of `graphs` against their labels: accuracy, ROC-AUC and PR-AUC
+    (two classes; macro one-vs-rest ROC-AUC for more) or MAE and RMSE."""
+    y = data.table.labels[graphs]
+    if data.table.label_kind == "value":
+        err = out.squeeze(1).numpy().astype(np.float64) - y
+        return {"graphs": len(graphs), "mae": float(np.abs(err).mean()), "rmse": float(np.sqrt((err**2).mean()))}
+    probs = torch.softmax(out, 1).numpy()
+    rep = {"graphs": len(graphs), "accuracy": accuracy(y, probs.argmax(1))}
+    if data.shape.outputs == 2:
+        rep["roc_auc"], rep["pr_auc"] = roc_auc(y == 1, probs[:, 1]), average_precision(y == 1, probs[:, 1])
+    else:
+        aucs = one_vs_rest_auc(y, probs)["auc"]
+        rep["roc_auc"] = float(np.nanmean(aucs)) if np.isfinite(aucs).any() else math.nan
+    return rep
+
+
+def score_split(model: GraphModel, data: GraphData, split: str, chunk: int) -> tuple[dict, torch.Tensor]:
+    """(the report, the outputs) of the labelled graphs of `split`."""
+    graphs = data.table.of_split(split)
+    out = predict(model, data, graphs, chunk)
+    return report(data, graphs, out), out
+
+
+def _new_model(cfg: GraphTrainConfig, shape: GraphShape) -> GraphModel:
+    return GraphModel(
+        shape, conv=cfg.conv, hidden=cfg.hidden, num_layers=cfg.num_layers, dropout=cfg.dropout,
+        readout=cfg.readout, categorical=cfg.categorical, heads=cfg.heads,
+    )  # fmt: skip
+
+
+def train_graphs(
+    shards_dir: str | os.PathLike, out_dir: str | os.PathLike | None, cfg: GraphTrainConfig | None = None, log=print
+) -> dict:
+    """Train on the whole-graph shards of `shards_dir`; write `out_dir` (module docstring)
+    unless None. Returns the summary."""
+    cfg = cfg or GraphTrainConfig()
+    shards = Path(shards_dir)
+    manifest = ShardManifest.open(shards)
+    if manifest.task != GRAPH_PROPERTY:
+        raise ValueError(
+            f"{shards / MANIFEST_NAME}: not whole-graph shards of a collection; materialize minibatch_shards"
+        )
+    data = GraphData.load(manifest, shards)
+    if not len(data.table.of_split("val")):
+        raise ValueError("the collection has no labelled validation graphs (split 'val' in graphs.parquet)")
+    torch.manual_seed(cfg.seed)
+    model = _new_model(cfg, data.shape)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    run = GraphRun(cfg, manifest, shards, data, model, opt, cfg.epochs, log)
+    run_epochs(run, GraphHead(), log, progress=False)
+    return _finish(run, out_dir)
+
+
+def _finish(run: GraphRun, out_dir) -> dict:
+    """Restore the best validation model, test it, write the outputs; the summary."""
+    best, data = run.best, run.data
+    run.model.load_state_dict(best["state"])
+    test = score_split(run.model, data, "test", run.cfg.eval_graphs_per_batch)[0]
+    run.rows.append({"epoch": best["epoch"], "split": "test", "loss": best["loss"], **test})
+    shown = ", ".join(f"{k} {v:.4f}" for k, v in test.items() if k != "graphs")
+    run.log(f"best epoch {best['epoch']} of {len(run.history)}: test {shown}")
+    summary = {
+        "task": GRAPH_PROPERTY,
+        "label_kind": data.table.label_kind,
+        "epochs": len(run.history),
+        "best_epoch": best["epoch"],
+        "epoch_seconds": [r["train_seconds"] for r in run.history],
+        "losses": [r["loss"] for r in run.history],
+        "val": best["val"],
+        "test": test,
+        "baseline": baseline(data),
+        "config": asdict(run.cfg),
+        "shape": asdict(data.shape),
+        "standardization": {"mean": data.mean, "std": data.std},
+    }
+    if out_dir is not None:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        state = {
+            "state_dict": {k: v.detach().cpu() for k, v in run.model.state_dict().items()},
+            **{k: summary[k] for k in ("config", "shape", "standardization")},
+        }
+        write_state_file(out / GRAPH_MODEL, state, kind=GRAPH_MODEL_KIND, format_version=GRAPH_MODEL_FORMAT)
+        pq.write_table(pa.Table.from_pylist(run.rows), out / METRICS)
+        write_predictions(run.model, data, out / PREDICTIONS, run.cfg.eval_graphs_per_batch)
+        (out / SUMMARY).write_text(json.dumps(summary, indent=2, default=float))
+    return summary
+
+
+def baseline(data: GraphData) -> dict:
+    """The test metrics of a model that ignores the graphs: the training graphs' most common
+    class (ROC-AUC 0.5) or mean value."""
+    test, train = data.table.of_split("test"), data.table.of_split("train")
+    y = data.table.labels
+    if data.table.label_kind == "value":
+        err = y[test] - y[train].mean()
+        return {"mae": float(np.abs(err).mean()), "rmse": float(np.sqrt((err**2).mean()))}
+    common = int(np.bincount(y[train]).argmax())
+    return {"accuracy": float((y[test] == common).mean()) if len(test) else math.nan, "roc_auc": 0.5}
+
+
+def write_predictions(model: GraphModel, data: GraphData, path: Path, chunk: int) -> None:
+    """predictions.parquet: every graph's id (as the user gave it), split, label and prediction."""
+    graphs = np.arange(data.table.num_graphs)
+    out = predict(model, data, graphs, chunk)
+    cols = {
+        "graph_id": pa.array(data.table.graph_id),
+        "split": np.array(["train", "val", "test", "other"])[data.table.split].tolist(),
+        "label": pa.array(data.table.labels) if data.table.labels is not None else pa.nulls(len(graphs)),
+    }
+    if data.table.label_kind == "value":
+        cols["prediction"] = out.squeeze(1).numpy().astype(np.float64)
+    else:
+        probs = torch.softmax(out, 1).numpy()
+        cols["prediction"] = probs.argmax(1).astype(np.int64)
+        for c in range(probs.shape[1]):
+            cols[f"prob_{c}"] = probs[:, c].astype(np.float32)
+    pq.write_table(pa.table(cols), path)
+
+
+def evaluate_graph_model(model_dir: str | os.PathLike, shards_dir: str | os.PathLike) -> dict:
+    """{val, test, baseline} reports of the saved model in `model_dir` on the collection the
+    shards of `shards_dir` were cut from, recomputed."""
+    shards = Path(shards_dir)
+    manifest = ShardManifest.open(shards)
+    data = GraphData.load(manifest, shards)
+    state = read_state_file(
+        Path(model_dir) / GRAPH_MODEL, kind=GRAPH_MODEL_KIND, format_version=GRAPH_MODEL_FORMAT,
+        remedy="re-materialize trained_model",
+    )  # fmt: skip
+    if GraphShape(**{**state["shape"], "categorical": tuple(state["shape"]["categorical"])}) != data.shape:
+        raise ValueError(
+            f"{Path(model_dir) / GRAPH_MODEL}: trained on data of another shape; re-materialize trained_model"
+        )
+    model = _new_model(GraphTrainConfig(**state["config"]), data.shape)
+    model.load_state_dict(state["state_dict"])
+    data.mean, data.std = float(state["standardization"]["mean"]), float(state["standardization"]["std"])
+    chunk = int(state["config"]["eval_graphs_per_batch"])
+    reports = {split: score_split(model, data, split, chunk)[0] for split in ("val", "test")}
+    return reports | {"baseline": baseline(data)}
