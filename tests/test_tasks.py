@@ -37,6 +37,8 @@ def test_the_built_in_tasks_declare_their_traits():
     )
     assert (lp.holds_out_edges, lp.needs_labels, lp.seeds) == (True, False, "edges")
     assert "promotion" in lp.not_promoted and "score-pairs" in lp.no_node_predictions
+    gp = task_class("graph_property").traits
+    assert (gp.graph_level, gp.seeds, nc.graph_level, lp.graph_level) == (True, "graphs", False, False)
 
 
 def test_registration_refuses_a_task_without_traits_or_of_another_kind():
@@ -47,8 +49,8 @@ def test_registration_refuses_a_task_without_traits_or_of_another_kind():
         register_task(NoTraits)
     with pytest.raises(TypeError, match="is not a Task subclass"):
         register_task(type("NotATask", (), {"name": "toy_not_a_task"}))
-    with pytest.raises(ValueError, match="seeds='graphs' is not one of"):
-        TaskTraits(holds_out_edges=False, needs_labels=True, seeds="graphs")
+    with pytest.raises(ValueError, match="seeds='molecules' is not one of"):
+        TaskTraits(holds_out_edges=False, needs_labels=True, seeds="molecules")
     with pytest.raises(ValueError, match="task='nope' is not one of"):
         task_class("nope")
 

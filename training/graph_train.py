@@ -31,11 +31,12 @@ import pyarrow.parquet as pq
 import torch
 import torch.nn.functional as F
 
+from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.graph_table import GraphTable, read_categories, read_graph_table
 from graphs.formats.shard_format import MANIFEST_NAME
 from graphs.formats.shard_manifest import GRAPH_PROPERTY, ShardManifest
 from graphs.infra.config_checks import MAX_SEED, check_fields
-from graphs.stages.normalize import load_csr
+from graphs.stages.normalize import Adjacency, load_csr
 from training.blocks import block_from_csr
 from training.data import FeatureRows, ShardStream
 from training.distributed import DistInfo
@@ -113,8 +114,8 @@ class GraphData:
 
     @classmethod
     def load(cls, manifest: ShardManifest, shards: Path) -> "GraphData":
-        canonical = shards / manifest.doc["inputs"]["canonical_graph"]
-        adjacency = shards / manifest.doc["inputs"]["normalized_adjacency"]
+        canonical = shards / manifest.doc["inputs"][CanonicalGraph.STAGE]
+        adjacency = shards / manifest.doc["inputs"][Adjacency.STAGE]
         table = read_graph_table(canonical)
         codes = read_categories(canonical)
         outputs = table.num_classes if table.label_kind == "class" else 1

@@ -73,7 +73,7 @@ class GraphProperty(Task):
             **{f"baseline_test_{k}": round(v, 4) for k, v in base.items()},
             "test_graphs": test["graphs"],
             "metrics": dg.MetadataValue.path(str(out / METRICS)),
-            "predictions": dg.MetadataValue.path(str(out / PREDICTIONS)),
+            "graph_predictions": dg.MetadataValue.path(str(out / PREDICTIONS)),
             **disk_metadata(out),
             **config_metadata,
         }

@@ -43,11 +43,10 @@ from graphs.formats.graph_table import SPLITS
 from graphs.infra import duck
 from graphs.infra.config_checks import bounded_repr
 from graphs.stages.canonical_nodes import SPLIT_NAMES, seeded_split, split_codes
-from graphs.stages.landing import DatasetFiles, InputError
+from graphs.stages.landing import EDGES_FILE, FEATURES_FILE, GRAPHS_FILE, NODES_FILE, DatasetFiles, InputError
 
-__all__ = ["GRAPHS_FILE", "PreparedCollection", "is_collection_folder", "prepare_collection", "write_collection_files"]
+__all__ = ["PreparedCollection", "is_collection_folder", "prepare_collection", "write_collection_files"]
 
-GRAPHS_FILE = "graphs.parquet"
 FEAT = "feat"
 MAX_GRAPH_CLASSES = 1 << 12
 SHOWN_VALUES = 20
@@ -349,7 +348,7 @@ def _edges(con, edge_files: list[Path], schemas: dict, names: list[str], scratch
             f"{bounded_repr(graph)} names node {bounded_repr(node)}, which is not a node of that graph in "
             f"nodes.parquet ({where}); an edge joins two nodes of its own graph"
         )
-    out = scratch / "edges.parquet"
+    out = scratch / EDGES_FILE
     con.sql("SELECT s AS src, d AS dst FROM eg ORDER BY s, d").write_parquet(str(out))
     edges = con.execute("SELECT count(*) FROM eg").fetchone()[0]
     if edges == 0:
@@ -363,11 +362,11 @@ def _node_files(con, graphs: pa.Table, feat: str | None, scratch: Path) -> tuple
     codes = graphs.column("split_code").to_numpy()
     nid = con.execute("SELECT gi FROM nid ORDER BY nid").fetchnumpy()["gi"].astype(np.int64)
     words = np.array(SPLIT_NAMES, dtype=object)[codes[nid]]
-    nodes = scratch / "nodes.parquet"
+    nodes = scratch / NODES_FILE
     pq.write_table(pa.table({"node_id": pa.array(np.arange(len(nid), dtype=np.int64)), "split": words.tolist()}), nodes)
     if feat is None:
         return nodes, None
-    features = scratch / "features.parquet"
+    features = scratch / FEATURES_FILE
     con.sql(
         f"SELECT nid.nid AS node_id, n.{FEAT} AS feat FROM nid JOIN nodes_v n ON n.file_row_number = nid.row_ "
         "ORDER BY nid.nid"

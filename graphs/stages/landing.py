@@ -44,7 +44,9 @@ from graphs.infra.storage import cached_file_sha256
 READY_MARKER = "_SUCCESS"
 SETTINGS_FILE = "gnnflow.yaml"  # the dataset's settings: its column mapping and stage settings
 # the node and feature files of a landing folder in the layout read without conversion (and generated)
+EDGES_FILE = "edges.parquet"
 NODES_FILE = "nodes.parquet"
+GRAPHS_FILE = "graphs.parquet"  # a graph collection's graph table (`graphs.stages.collection`)
 FEATURES_FILE = "features.parquet"
 EDGE_SUFFIXES = (".parquet", ".csv", ".tsv", ".txt")
 NODE_SUFFIXES = (".parquet", ".csv", ".tsv")
@@ -257,6 +259,8 @@ __all__ = [
     "SETTINGS_FILE",
     "DatasetFiles",
     "EDGE_SUFFIXES",
+    "EDGES_FILE",
+    "GRAPHS_FILE",
     "InputError",
     "NODE_SUFFIXES",
     "find_dataset_files",

@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphs.stages.landing import EDGES_FILE, GRAPHS_FILE, NODES_FILE
+
 __all__ = ["generate_collection"]
 
 
@@ -88,11 +90,11 @@ def generate_collection(
     ng, nn, na = (np.concatenate(c) for c in zip(*rows["n"]))
     feat = rng.normal(size=(len(na), feat_dim)).astype(np.float32)
     feat[:, 0] += na  # a feature that follows the type, as a real atom feature would
-    pq.write_table(pa.table({"graph_id": ids[eg].tolist(), "src": es, "dst": ed}), out / "edges.parquet")
+    pq.write_table(pa.table({"graph_id": ids[eg].tolist(), "src": es, "dst": ed}), out / EDGES_FILE)
     feat_col = pa.FixedSizeListArray.from_arrays(pa.array(feat.ravel()), feat_dim).cast(pa.list_(pa.float32()))
     pq.write_table(
         pa.table({"graph_id": ids[ng].tolist(), "node_id": nn, "atom_type": na, "feat": feat_col}),
-        out / "nodes.parquet",
+        out / NODES_FILE,
     )
     table = {"graph_id": ids.tolist()}
     if label_kind == "class":
@@ -102,5 +104,5 @@ def generate_collection(
     if with_split:
         u = rng.random(graphs)
         table["split"] = np.where(u < 0.7, "train", np.where(u < 0.85, "valid", "test")).tolist()
-    pq.write_table(pa.table(table), out / "graphs.parquet")
+    pq.write_table(pa.table(table), out / GRAPHS_FILE)
     return {"graphs": graphs, "nodes": int(len(na)), "edges": int(len(es)), "label_mean": float(labels.mean())}
