@@ -16,9 +16,8 @@ without a better validation ROC-AUC; the model of the best validation ROC-AUC is
   same Parquet files, ``dgl.dataloading.GraphDataLoader`` (batch 32, shuffled), ``dgl.nn.GINConv``
   and ``dgl.nn.AvgPooling``.
 
-One difference stays: gnnflow's layers run over Â's structure, which holds each node's self loop,
-so its GIN sum counts the node once more (``(2 + eps) h_v`` where DGL's graph without self loops
-gives ``(1 + eps) h_v``); both keep eps fixed at 0.
+Both GINs compute ``MLP((1 + eps) h_v + sum of the neighbours' h_u)`` with eps fixed at 0
+(gnnflow's graph model drops Â's self loops for a layer with the ``own_term`` trait).
 
 Each run is a fresh spawned child (its peak RSS is its own), the two sides alternate, both with
 the same torch thread count. Printed: test ROC-AUC (mean ± std over seeds), the median epoch
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import sys
 import time
@@ -41,6 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _child import run_in_child  # noqa: E402
+
+from graphs.infra.storage import peak_rss_bytes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SETTINGS = {"hidden": 64, "num_layers": 3, "dropout": 0.2, "lr": 1e-3, "epochs": 100, "patience": 20, "batch": 32}
@@ -73,17 +73,16 @@ def _gnnflow(shards: str, seed: int, threads: int, variant: dict, q) -> None:
     from training.graph_train import GraphTrainConfig, train_graphs
 
     s = SETTINGS
-    cfg = GraphTrainConfig(
-        hidden=s["hidden"], num_layers=s["num_layers"], dropout=s["dropout"], lr=s["lr"], epochs=s["epochs"],
-        early_stopping_patience=s["patience"], seed=seed, readout="mean", **variant,
-    )  # fmt: skip
+    settings = {"hidden": s["hidden"], "num_layers": s["num_layers"], "dropout": s["dropout"], "lr": s["lr"],
+                "epochs": s["epochs"], "early_stopping_patience": s["patience"], "readout": "mean"}  # fmt: skip
+    cfg = GraphTrainConfig(**{**settings, **variant}, seed=seed)
     out = train_graphs(shards, None, cfg, log=lambda m: None)
     q.put(
         {
             "roc_auc": out["test"]["roc_auc"],
             "epoch_seconds": statistics.median(out["epoch_seconds"]),
             "epochs": out["epochs"],
-            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "peak_rss": peak_rss_bytes(),  # VmHWM: this process alone
         }
     )
 
@@ -194,7 +193,7 @@ def _dgl(landing: str, seed: int, threads: int, q) -> None:
             "roc_auc": score("test"),
             "epoch_seconds": statistics.median(seconds),
             "epochs": len(seconds),
-            "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            "peak_rss": peak_rss_bytes(),  # VmHWM: this process alone
         }
     )
 

@@ -9,7 +9,8 @@ plus the total). Its parts:
   ``categorical: embedding``) or their one-hot codes (``one_hot``) and a linear map of the float
   features (a graph with neither starts every node at one learned vector);
 - ``num_layers`` layers of a registered kind (`training.layer_registry`; GIN by default), each
-  ``conv -> batch norm -> relu -> dropout``;
+  ``conv -> batch norm -> relu -> dropout``, over the block without its self loops for a layer
+  that adds the node's own state itself (the ``own_term`` trait: GIN), with them otherwise;
 - a readout per graph of every layer's node states, the input's included (sum, mean, max, or
   attention: a softmax gate per node within its graph), each through its own linear map to the
   output, summed: the GIN paper's and DGL's GIN example's jumping-knowledge head.
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.blocks import Block
+from training.blocks import Block, remove_self_loops
 from training.layer_registry import LayerOptions, layer_kind
 
 __all__ = ["READOUTS", "GraphModel", "GraphShape", "readout"]
@@ -119,6 +120,8 @@ class GraphModel(nn.Module):
     ) -> torch.Tensor:
         """[graphs, outputs] predictions of the graphs whose nodes `block` holds (module docstring)."""
         h = self.encode(x, codes, block.num_dst)
+        if self.kind.own_term:  # e.g. GIN: its (1 + eps) x_v is the node's own term
+            block = remove_self_loops(block)
         weight = self.kind.edge_weight(block, self.options, None)
         out = self._head(0, h, graph_ptr)
         for layer, conv in enumerate(self.convs):

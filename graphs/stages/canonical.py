@@ -31,6 +31,10 @@ Output (written atomically into one folder, see `build_canonical_graph`):
     summary.json    the counts returned by `build_canonical_graph`
     label_classes.json   the user's value of each class index (`graphs.formats.label_classes`), only
                     when the labels were categorical values rather than class indices
+    graphs.parquet, categories.npy   a graph collection's graph table and categorical node codes
+                    (only for a landing folder with graphs.parquet: `graphs.stages.collection` checks
+                    and writes its files as the disjoint union of its graphs, in the layout above,
+                    before this ingest runs; `graphs.formats.graph_table` documents both files)
 
 How it scales (the 100M-edge path): DuckDB reads every edge file out of core and
 streams the rows as Arrow batches; it also computes the sorted set of distinct ids

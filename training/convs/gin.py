@@ -53,6 +53,7 @@ class Gin(LayerKind):
     name = "gin"
     linear = True
     sums = True
+    own_term = True
     aggregates_by = "sum"
 
     @classmethod
