@@ -105,6 +105,16 @@ def promoted_training_labels(storage: GnnflowStorage, dataset: str, log) -> tupl
         return None, version
 
 
+def publish_candidate_metrics(storage: GnnflowStorage, dataset: str, task: str, reports: dict) -> Path:
+    """Publish evaluation's metrics.json for a task that compares no promoted model (its reports of
+    the candidate alone); the published folder."""
+    record = {"task": task, "candidate": reports, "promoted": None}
+    with storage.publishing(dataset, STAGE) as out:
+        out.mkdir()
+        (out / METRICS_FILE).write_text(json.dumps(record, indent=1, allow_nan=True))
+    return storage.asset_dir(dataset, STAGE)
+
+
 def verified_or_failure(folder: Path, names: list[str], stage: str) -> None:
     """Fail the run, naming the file and the stage to re-materialize, unless the files are as published."""
     try:

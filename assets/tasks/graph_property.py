@@ -8,13 +8,11 @@ the graphs. trained_model writes a prediction for every graph (predictions.parqu
 user's graph_id). Node predictions and promotion do not apply yet."""
 
 import dataclasses
-import json
 
 import dagster as dg
 
 from assets.common import GnnflowStorage, disk_metadata
-from assets.evaluation import METRICS_FILE, verified_or_failure
-from assets.evaluation import STAGE as EVALUATION
+from assets.evaluation import publish_candidate_metrics, verified_or_failure
 from assets.task_registry import Task, TaskTraits, register_task
 from assets.trained_model import BEATS_MAJORITY, shard_failure
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
@@ -100,11 +98,7 @@ class GraphProperty(Task):
                 reports = evaluate_graph_model(model, shards)
             except (ValueError, FileNotFoundError, KeyError) as exc:
                 raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from exc
-            record = {"task": cls.name, "candidate": reports, "promoted": None}
-            with storage.publishing(dataset, EVALUATION) as out:
-                out.mkdir()
-                (out / METRICS_FILE).write_text(json.dumps(record, indent=1, allow_nan=True))
-            out = storage.asset_dir(dataset, EVALUATION)
+            out = publish_candidate_metrics(storage, dataset, cls.name, reports)
         test = reports["test"]
         shown = ", ".join(f"{k} {v:.4f}" for k, v in test.items() if isinstance(v, float))
         context.log.info(

@@ -5,13 +5,10 @@ asset's process by `training.link_train.train_link` (the ``model`` block is the 
 against its fixed negatives: ROC-AUC, MRR and Hits@K. Node labels are not needed; promotion and
 node predictions do not apply (pairs are scored with ``gnnflow score-pairs``)."""
 
-import json
-
 import dagster as dg
 
 from assets.common import GnnflowStorage, disk_metadata
-from assets.evaluation import METRICS_FILE, verified_or_failure
-from assets.evaluation import STAGE as EVALUATION
+from assets.evaluation import publish_candidate_metrics, verified_or_failure
 from assets.task_registry import Task, TaskTraits, register_task
 from assets.trained_model import BEATS_MAJORITY, shard_failure
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
@@ -100,11 +97,7 @@ class LinkPrediction(Task):
                 reports = evaluate_saved(model, shards, split, adjacency)
             except (ValueError, FileNotFoundError, KeyError) as exc:
                 raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from exc
-            record = {"task": cls.name, "candidate": reports, "promoted": None}
-            with storage.publishing(dataset, EVALUATION) as out:
-                out.mkdir()
-                (out / METRICS_FILE).write_text(json.dumps(record, indent=1, allow_nan=True))
-            out = storage.asset_dir(dataset, EVALUATION)
+            out = publish_candidate_metrics(storage, dataset, cls.name, reports)
         test = reports["test"]
         context.log.info(
             f"evaluation: test ROC-AUC {test['auc']:.4f}, MRR {test['mrr']:.4f}, Hits@50 {test['hits@50']:.4f} "
