@@ -57,6 +57,7 @@ from training.outputs import STAGE as TRAINED_MODEL
 from training.promotion import (
     LABELS_FILE,
     TEST_LABELS_FILE,
+    Decision,
     Evidence,
     LabelRecord,
     PromotionConfig,
@@ -105,10 +106,12 @@ def promoted_training_labels(storage: GnnflowStorage, dataset: str, log) -> tupl
         return None, version
 
 
-def publish_candidate_metrics(storage: GnnflowStorage, dataset: str, task: str, reports: dict) -> Path:
-    """Publish evaluation's metrics.json for a task that compares no promoted model (its reports of
-    the candidate alone); the published folder."""
-    record = {"task": task, "candidate": reports, "promoted": None}
+def publish_candidate_metrics(
+    storage: GnnflowStorage, dataset: str, task: str, reports: dict, promoted: dict | None = None
+) -> Path:
+    """Publish evaluation's metrics.json of a task other than node classification: the reports of
+    the candidate and, where the task compares one, of the promoted model; the published folder."""
+    record = {"task": task, "candidate": reports, "promoted": promoted}
     with storage.publishing(dataset, STAGE) as out:
         out.mkdir()
         (out / METRICS_FILE).write_text(json.dumps(record, indent=1, allow_nan=True))
@@ -363,7 +366,8 @@ def promotion(
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, PROMOTION, config)
     cfg = config.to_dataclass()
-    why = storage.task(dataset).traits.not_promoted
+    task = storage.task(dataset)
+    why = task.traits.not_promoted
     if why is not None:
         context.log.info(f"promotion: {why}")
         return dg.MaterializeResult(
@@ -371,10 +375,11 @@ def promotion(
             check_results=[dg.AssetCheckResult(check_name=NOT_WORSE, passed=True, metadata={"skipped": why})],
         )
     with storage.lock(dataset, context.log.info):
-        summary = read_summary(storage.upstream_dir(dataset, CanonicalGraph.STAGE))
-        skipped = skip_without_labels(context, summary, "promote", [NOT_WORSE])
-        if skipped is not None:
-            return skipped
+        if task.traits.needs_labels:
+            summary = read_summary(storage.upstream_dir(dataset, CanonicalGraph.STAGE))
+            skipped = skip_without_labels(context, summary, "promote", [NOT_WORSE])
+            if skipped is not None:
+                return skipped
         record = _evaluation_record(storage, dataset, context.run.run_id)
         candidate, promoted = record["candidate"], record["promoted"]
         version = candidate["version"]
@@ -383,10 +388,10 @@ def promotion(
                 description=f"dataset '{dataset}': the trained_model was written before model versions existed; "
                 "re-materialize trained_model"
             )
+        decision = task.decide_promotion(storage, dataset, record, cfg)
+        ok, why = decision.ok, decision.why
         if promoted is not None and promoted["version"] == version:
             ok, why = True, f"{version} is the promoted version already"
-        else:
-            ok, why = decide_promotion(_evidence(storage, dataset, record), cfg)
         if ok:
             storage.promote(dataset, version)
         storage.apply_retention(dataset, cfg.keep_versions)
@@ -396,12 +401,12 @@ def promotion(
         "reason": why,
         "candidate_version": version,
         "promoted_version": current or "none",
-        "metric": cfg.metric,
-        "candidate_value": candidate[cfg.metric],
+        "metric": decision.metric,
+        "candidate_value": decision.candidate,
         **config_metadata,
     }
-    if promoted is not None:
-        metadata["previous_value"] = promoted[cfg.metric]
+    if decision.previous is not None:
+        metadata["previous_value"] = decision.previous
     check = dg.AssetCheckResult(
         check_name=NOT_WORSE,
         passed=ok,
@@ -426,6 +431,15 @@ def _evaluation_record(storage: GnnflowStorage, dataset: str, run_id: str) -> di
     if storage.asset_dir(dataset, TRAINED_MODEL).is_dir():
         storage.record_model_version(dataset, run_id)
     return record
+
+
+def decide_node_promotion(storage: GnnflowStorage, dataset: str, record: dict, cfg: PromotionConfig) -> Decision:
+    """node_classification's promotion decision (`training.promotion.decide_promotion`) on `record`."""
+    ok, why = decide_promotion(_evidence(storage, dataset, record), cfg)
+    promoted = record["promoted"]
+    return Decision(
+        ok, why, cfg.metric, record["candidate"][cfg.metric], None if promoted is None else promoted[cfg.metric]
+    )
 
 
 def _evidence(storage: GnnflowStorage, dataset: str, record: dict) -> Evidence:

@@ -19,7 +19,8 @@ Traits (`TaskTraits`):
 - ``not_promoted`` / ``no_node_predictions``: None where the promotion / predictions assets
   apply to the task, else why they do not (a line for the log and the metadata).
 
-A task's parts of the stages are its class methods `write_shards`, `train` and `evaluate`.
+A task's parts of the stages are its class methods `write_shards`, `train`, `evaluate` and
+`decide_promotion`.
 """
 
 from __future__ import annotations
@@ -80,6 +81,13 @@ class Task:
     def evaluate(cls, context, storage, dataset: str):
         """evaluation's materialization (a ``dg.MaterializeResult``): the test metrics of the newest model."""
         raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no evaluate()")
+
+    @classmethod
+    def decide_promotion(cls, storage, dataset: str, record: dict, cfg):
+        """Whether the candidate of evaluation's `record` (its metrics.json) replaces the promoted
+        model under `cfg` (`training.promotion.PromotionConfig`): a `training.promotion.Decision`.
+        Called only for a task whose traits leave ``not_promoted`` unset."""
+        raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no decide_promotion()")
 
 
 def _check_traits(cls: type) -> None:

@@ -15,6 +15,7 @@ import torch
 
 from assets.common import dataset_partitions
 from assets.settings import SettingsError, read_task
+from assets.tasks.graph_property import decide_graph_promotion
 from graphs.formats.graph_table import read_categories, read_graph_table
 from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 from graphs.sampling.schedule import epoch_graph_batches
@@ -23,7 +24,8 @@ from graphs.stages.normalize import build_normalized_adjacency, load_csr
 from graphs.synthetic.collection import generate_collection
 from pipelines.definitions import ALL_ASSETS
 from training.graph_model import readout
-from training.graph_train import GraphTrainConfig, evaluate_graph_model, train_graphs
+from training.graph_train import GraphTrainConfig, evaluate_graph_model, task_report, train_graphs
+from training.promotion import PromotionConfig
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
 
@@ -161,6 +163,81 @@ def test_the_planted_property_is_learned_from_the_structure(built):
     assert acc == pytest.approx(s["test"]["accuracy"])
 
 
+def test_string_classes_come_back_as_the_users_values(tmp_path):
+    landing = tmp_path / "landing" / "words"
+    generate_collection(landing, 120, seed=5)
+    graphs = pq.read_table(landing / "graphs.parquet").to_pydict()
+    words = {0: "inert", 1: "active"}
+    graphs["label"] = [words[v] for v in graphs["label"]]
+    pq.write_table(pa.table(graphs), landing / "graphs.parquet")
+    _ingest(landing, tmp_path)
+    build_normalized_adjacency(tmp_path / "canonical_graph", tmp_path / "normalized_adjacency")
+    inputs = load_shard_inputs(tmp_path / "canonical_graph", tmp_path / "normalized_adjacency")
+    write_minibatch_shards(inputs, tmp_path / "minibatch_shards", ShardConfig(sampler="whole_graphs", epochs=1))
+    train_graphs(tmp_path / "minibatch_shards", tmp_path / "model", GraphTrainConfig(epochs=2), log=lambda m: None)
+    table = read_graph_table(tmp_path / "canonical_graph")
+    assert table.classes == ["active", "inert"]  # sorted values: class index 0 is "active"
+    predictions = pq.read_table(tmp_path / "model" / "predictions.parquet").to_pydict()
+    by_id = dict(zip(graphs["graph_id"], graphs["label"]))
+    assert predictions["label"] == [by_id[g] for g in predictions["graph_id"]]
+    assert set(predictions["prediction"]) <= {"active", "inert"}
+    best = np.argmax([predictions["prob_0"], predictions["prob_1"]], axis=0)
+    assert predictions["prediction"] == [table.classes[c] for c in best]
+
+
+def test_task_metrics_score_each_task_on_its_present_labels_only():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, size=(50, 3)).astype(np.float64)
+    y[:, 2] = 1.0  # one class only: no ROC-AUC for task 2
+    missing = rng.random(y.shape) < 0.3
+    y[missing] = np.nan
+    probs = rng.random(y.shape)
+    r = task_report(y, probs)
+    changed = probs.copy()
+    changed[missing] = 1.0 - changed[missing]  # scores of missing labels must not count
+    assert task_report(y, changed) == r
+    assert r["tasks_scored"] == 2 and r["graphs"] == 50
+    perfect = np.where(np.isnan(y), 0.5, y)
+    assert task_report(y, perfect)["roc_auc"] == 1.0 and task_report(y, perfect)["accuracy"] == 1.0
+
+
+def _record(test: dict, baseline: dict, promoted: dict | None) -> dict:
+    return {"candidate": {"version": "v2", "test": {"graphs": 40, **test}, "baseline": baseline}, "promoted": promoted}
+
+
+@pytest.mark.parametrize(
+    "test, promoted, pinned, ok, said",
+    [
+        ({"roc_auc": 0.48, "accuracy": 0.7}, None, False, False, "does not beat a model that ignores the graphs"),
+        ({"roc_auc": 0.8, "accuracy": 0.7}, None, False, True, "no promoted model yet"),
+        ({"roc_auc": 0.8, "accuracy": 0.7}, {"roc_auc": 0.805}, False, True, "0.8000 vs promoted 0.8050"),
+        ({"roc_auc": 0.8, "accuracy": 0.7}, {"roc_auc": 0.83}, False, False, "0.8000 vs promoted 0.8300"),
+        ({"roc_auc": 0.8, "accuracy": 0.7}, {"roc_auc": 0.7}, True, False, "is pinned"),
+        ({"roc_auc": float("nan"), "accuracy": 0.9}, None, False, True, "no promoted model yet"),
+        ({"roc_auc": float("nan"), "accuracy": 0.5}, None, False, False, "does not beat"),
+        ({"mae": 1.0, "rmse": 1.2}, {"mae": 0.995}, False, True, "at most 1.01x"),
+        ({"mae": 1.0, "rmse": 1.2}, {"mae": 0.95}, False, False, "test mae 1.0000 vs promoted 0.9500"),
+        ({"mae": 2.5, "rmse": 3.0}, None, False, False, "does not beat"),
+    ],
+)
+def test_graph_promotion_compares_the_tasks_metric(test, promoted, pinned, ok, said):
+    baseline = {"mae": 2.0} if "mae" in test else {"accuracy": 0.6, "roc_auc": 0.5}
+    record = _record(
+        test, baseline, None if promoted is None else {"version": "v1", "test": {"graphs": 40, **promoted}}
+    )
+    decision = decide_graph_promotion(record, pinned, PromotionConfig(margin=0.01))
+    assert decision.ok is ok and said in decision.why, decision.why
+    assert decision.metric == (
+        "mae" if "mae" in test else "accuracy" if test["roc_auc"] != test["roc_auc"] else "roc_auc"
+    )
+
+
+def test_a_promoted_model_that_cannot_score_the_graphs_is_replaced():
+    record = _record({"roc_auc": 0.8, "accuracy": 0.7}, {"accuracy": 0.6}, {"version": "v1", "problem": "other shape"})
+    decision = decide_graph_promotion(record, False, PromotionConfig())
+    assert decision.ok and "cannot be compared: other shape" in decision.why and decision.previous is None
+
+
 # ----------------------------------------------------------------------------- bad input
 
 
@@ -215,6 +292,24 @@ GOOD_EDGES = {"graph_id": ["a", "b"], "src": [0, 0], "dst": [1, 1]}
             GOOD_EDGES,
             ["'graph_id'", "different kinds", "graphs.parquet: int", "nodes.parquet: string"],
         ),
+        (
+            {"graph_id": ["a", "b"], "label": [[1, 0, None], [1, None]]},
+            GOOD_NODES,
+            GOOD_EDGES,
+            ["graphs.parquet", "'label'", "different lengths", "graph 'a' has 3 items, graph 'b' 2"],
+        ),
+        (
+            {"graph_id": ["a", "b"], "label": [[1, 0], [None, 2]]},
+            GOOD_NODES,
+            GOOD_EDGES,
+            ["graphs.parquet", "'label'", "holds 2 for task 1 of graph 'b'", "binary"],
+        ),
+        (
+            {"graph_id": ["a", "b"], "label": [["x"], ["y"]]},
+            GOOD_NODES,
+            GOOD_EDGES,
+            ["graphs.parquet", "'label'", "lists of string"],
+        ),
     ],
 )
 def test_bad_collections_are_refused_naming_the_file_column_and_value(tmp_path, graphs, nodes, edges, said):
@@ -245,10 +340,12 @@ def test_a_collection_takes_a_graph_level_task_and_a_graph_a_node_level_one(tmp_
 # ----------------------------------------------------------------------------- through Dagster
 
 
-def _materialize(storage, dataset: str):
+def _materialize(storage, dataset: str, **kwargs):
     instance = dg.DagsterInstance.ephemeral()
     instance.add_dynamic_partitions(dataset_partitions.name, [dataset])
-    return dg.materialize(ALL_ASSETS, partition_key=dataset, instance=instance, resources={"storage": storage})
+    return dg.materialize(
+        ALL_ASSETS, partition_key=dataset, instance=instance, resources={"storage": storage}, **kwargs
+    )
 
 
 def _metadata(result, asset: str) -> dict:
@@ -256,22 +353,36 @@ def _metadata(result, asset: str) -> dict:
     return {k: getattr(v, "value", v) for k, v in m.metadata.items()}
 
 
-@pytest.mark.parametrize("label_kind", ["class", "value"])
+@pytest.mark.parametrize("label_kind", ["class", "value", "multi_label"])
 def test_an_unseen_collection_trains_through_dagster_with_no_config(tmp_path, storage, label_kind):
     landing = Path(storage.landing) / "unseen"
     generate_collection(landing, 260, seed=11, label_kind=label_kind, with_split=False, min_nodes=4, max_nodes=30)
     result = _materialize(storage, "unseen")
     model = _metadata(result, "trained_model")
     assert model["task"] == "graph_property" and model["label_kind"] == label_kind
-    if label_kind == "class":
-        assert model["test_roc_auc"] > 0.8 and model["baseline_test_roc_auc"] == 0.5
-    else:
+    if label_kind == "value":
         assert model["test_mae"] < 0.6 * model["baseline_test_mae"]
+    else:  # multi_label: the mean over 3 tasks, each of its present labels only
+        assert model["test_roc_auc"] > 0.8 and model["baseline_test_roc_auc"] == 0.5
     evaluation = json.loads((Path(storage.home) / "unseen" / "evaluation" / "metrics.json").read_text())
-    key = "roc_auc" if label_kind == "class" else "mae"
+    key = "mae" if label_kind == "value" else "roc_auc"
     assert evaluation["candidate"]["test"][key] == pytest.approx(model[f"test_{key}"], abs=1e-4)
     assert "graph_property" in _metadata(result, "predictions")["skipped"]
-    assert _metadata(result, "promotion")["promoted"] is False
+    promotion = _metadata(result, "promotion")
+    assert promotion["promoted"] is True and promotion["reason"] == "no promoted model yet"
+    assert promotion["metric"] == key and promotion["candidate_value"] == pytest.approx(model[f"test_{key}"], abs=1e-4)
+    if label_kind == "class":  # a second model, scored beside the promoted one on the same test graphs
+        first = promotion["candidate_version"]
+        again = _materialize(
+            storage, "unseen", selection=["trained_model", "evaluation", "promotion"],
+            run_config={"ops": {"trained_model": {"config": {"graph": {"seed": 1, "epochs": 2}}}}},
+        )  # fmt: skip
+        scored = json.loads((Path(storage.home) / "unseen" / "evaluation" / "metrics.json").read_text())["promoted"]
+        assert scored["version"] == first and scored["test"][key] == pytest.approx(model[f"test_{key}"], abs=1e-4)
+        second = _metadata(again, "promotion")
+        assert second["previous_value"] == pytest.approx(model[f"test_{key}"], abs=1e-4)
+        worse = second["candidate_value"] < second["previous_value"] - 0.01
+        assert second["promoted"] is (not worse), second["reason"]
     canonical = _metadata(result, "canonical_graph")
     assert canonical["graphs"] == 260 and canonical["categorical_node_columns"] == {"atom_type": 5}
 

@@ -11,6 +11,9 @@ plus the total). Its parts:
 - ``num_layers`` layers of a registered kind (`training.layer_registry`; GIN by default), each
   ``conv -> batch norm -> relu -> dropout``, over the block without its self loops for a layer
   that adds the node's own state itself (the ``own_term`` trait: GIN), with them otherwise;
+- with ``virtual_node``, one extra state per graph (the OGB examples' virtual node, starting at a
+  learned vector): added to every node's state before each layer, and between layers replaced
+  by ``MLP(sum of the graph's node states + its own state)`` (``Linear -> BN -> ReLU`` twice);
 - a readout per graph of every layer's node states, the input's included (sum, mean, max, or
   attention: a softmax gate per node within its graph), each through its own linear map to the
   output, summed: the GIN paper's and DGL's GIN example's jumping-knowledge head.
@@ -44,11 +47,17 @@ class GraphShape:
     outputs: int  # classes, or 1 for a value
 
 
+def _owners(graph_ptr: torch.Tensor) -> torch.Tensor:
+    """[n] the graph of each node position."""
+    counts = graph_ptr[1:] - graph_ptr[:-1]
+    return torch.repeat_interleave(torch.arange(len(counts), device=graph_ptr.device), counts)
+
+
 def readout(kind: str, h: torch.Tensor, graph_ptr: torch.Tensor, gate: torch.Tensor | None = None) -> torch.Tensor:
     """[graphs, d] per-graph readout `kind` of node states `h` [n, d]; graph g's nodes are
     ``graph_ptr[g]:graph_ptr[g + 1]``; `gate` [n, 1] the attention logits for ``attention``."""
     counts = graph_ptr[1:] - graph_ptr[:-1]
-    owner = torch.repeat_interleave(torch.arange(len(counts), device=h.device), counts)
+    owner = _owners(graph_ptr)
     out = h.new_zeros(len(counts), h.shape[1])
     if kind == "sum":
         return out.index_add(0, owner, h)
@@ -79,6 +88,7 @@ class GraphModel(nn.Module):
         readout: str = "sum",
         categorical: str = "embedding",
         heads: int = 1,
+        virtual_node: bool = False,
     ):
         super().__init__()
         if readout not in READOUTS:
@@ -101,6 +111,18 @@ class GraphModel(nn.Module):
             nn.ModuleList(nn.Linear(hidden, 1) for _ in range(num_layers + 1)) if readout == "attention" else None
         )
         self.dropout = nn.Dropout(dropout)
+        self.virtual = nn.Parameter(torch.zeros(hidden)) if virtual_node else None
+        self.virtual_mlps = nn.ModuleList(
+            nn.Sequential(
+                nn.Linear(hidden, hidden),
+                nn.BatchNorm1d(hidden),
+                nn.ReLU(),
+                nn.Linear(hidden, hidden),
+                nn.BatchNorm1d(hidden),
+                nn.ReLU(),
+            )  # fmt: skip
+            for _ in range(num_layers - 1 if virtual_node else 0)
+        )
 
     def encode(self, x: torch.Tensor | None, codes: torch.Tensor | None, n: int) -> torch.Tensor:
         """[n, hidden] input states of the nodes from their float features and categorical codes."""
@@ -124,7 +146,13 @@ class GraphModel(nn.Module):
             block = remove_self_loops(block)
         weight = self.kind.edge_weight(block, self.options, None)
         out = self._head(0, h, graph_ptr)
+        virtual = None if self.virtual is None else self.virtual.expand(len(graph_ptr) - 1, -1)
+        owner = _owners(graph_ptr) if virtual is not None else None
         for layer, conv in enumerate(self.convs):
+            if virtual is not None:
+                h = h + virtual[owner]
+                if layer < len(self.virtual_mlps):
+                    virtual = self.dropout(self.virtual_mlps[layer](readout("sum", h, graph_ptr) + virtual))
             h = self.kind.forward(conv, block, h, weight, False)
             h = self.dropout(F.relu(self.norms[layer](h)))
             out = out + self._head(layer + 1, h, graph_ptr)

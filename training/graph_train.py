@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from graphs.formats.canonical_files import CanonicalGraph
-from graphs.formats.graph_table import GraphTable, read_categories, read_graph_table
+from graphs.formats.graph_table import SPLITS, GraphTable, read_categories, read_graph_table
 from graphs.formats.shard_format import MANIFEST_NAME
 from graphs.formats.shard_manifest import GRAPH_PROPERTY, ShardManifest
 from graphs.infra.config_checks import MAX_SEED, check_fields
@@ -48,7 +48,7 @@ from training.metrics import accuracy, average_precision, one_vs_rest_auc, roc_a
 from training.outputs import GRAPH_MODEL, METRICS, PREDICTIONS, SUMMARY
 from training.state_file import read_state_file, write_state_file
 
-__all__ = ["GRAPH_MODEL", "GraphTrainConfig", "evaluate_graph_model", "train_graphs"]
+__all__ = ["GRAPH_MODEL", "GraphTrainConfig", "evaluate_graph_model", "key_metric", "task_report", "train_graphs"]
 
 GRAPH_MODEL_KIND = "graph_model"
 GRAPH_MODEL_FORMAT = 1
@@ -72,6 +72,9 @@ class GraphTrainConfig:
                   "or the one-hot code"},
     )  # fmt: skip
     heads: int = field(default=1, metadata={"max": 64, "help": "gat: attention heads"})
+    virtual_node: bool = field(
+        default=False, metadata={"help": "one extra state per graph, linked to all its nodes, updated between layers"}
+    )
     lr: float = field(default=1e-3, metadata={"max": 10.0, "help": "Adam learning rate"})
     epochs: int = field(default=100, metadata={"max": 100_000, "help": "training epochs (shard epochs replayed)"})
     early_stopping_patience: int = field(
@@ -118,7 +121,7 @@ class GraphData:
         adjacency = shards / manifest.doc["inputs"][Adjacency.STAGE]
         table = read_graph_table(canonical)
         codes = read_categories(canonical)
-        outputs = table.num_classes if table.label_kind == "class" else 1
+        outputs = {"class": table.num_classes, "multi_label": table.num_tasks}.get(table.label_kind, 1)
         shape = GraphShape(int(manifest.doc["feature_dim"]), tuple(table.categorical.values()), outputs)
         data = cls(
             table,
@@ -140,9 +143,12 @@ class GraphData:
         return x, codes
 
     def target(self, graphs: torch.Tensor) -> torch.Tensor:
-        """The training target of `graphs`: the class index, or the standardized value."""
+        """The training target of `graphs`: the class index, the 0 / 1 label per task (NaN
+        missing), or the standardized value."""
         y = torch.from_numpy(self.table.labels)[graphs]
-        return y if self.table.label_kind == "class" else ((y - self.mean) / self.std).to(torch.float32)
+        if self.table.label_kind == "value":
+            return ((y - self.mean) / self.std).to(torch.float32)
+        return y if self.table.label_kind == "class" else y.to(torch.float32)
 
 
 @dataclass(eq=False)
@@ -167,8 +173,13 @@ class GraphRun:
 
 
 def _loss(data: GraphData, out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy of classes, binary cross-entropy of the present labels of every task, or
+    the squared error of standardized values."""
     if data.table.label_kind == "class":
         return F.cross_entropy(out, y)
+    if data.table.label_kind == "multi_label":
+        present = ~torch.isnan(y)
+        return F.binary_cross_entropy_with_logits(out[present], y[present])
     return F.mse_loss(out.squeeze(1), y)
 
 
@@ -234,7 +245,7 @@ def _CAUSES(cfg: GraphTrainConfig) -> list[str]:
     ]
 
 
-def _key_metric(report: dict) -> tuple[str, float]:
+def key_metric(report: dict) -> tuple[str, float]:
     """(name, value as 'higher is better') of the metric that picks the best model."""
     if "mae" in report:
         return "mae", -report["mae"]
@@ -244,7 +255,7 @@ def _key_metric(report: dict) -> tuple[str, float]:
 
 
 def _better(a: dict, b: dict) -> bool:
-    return _key_metric(a)[1] > _key_metric(b)[1]
+    return key_metric(a)[1] > key_metric(b)[1]
 
 
 @torch.no_grad()
@@ -261,13 +272,16 @@ def predict(model: GraphModel, data: GraphData, graphs: np.ndarray, chunk: int) 
         x, codes = data.inputs(nodes)
         outs.append(model(block, x, codes, torch.from_numpy(ptr)))
     out = torch.cat(outs) if outs else torch.zeros(0, data.shape.outputs)
-    return out if data.table.label_kind == "class" else out * data.std + data.mean
+    return out * data.std + data.mean if data.table.label_kind == "value" else out
 
 
 def report(data: GraphData, graphs: np.ndarray, out: torch.Tensor) -> dict:
     """The metrics of outputs `out` of `graphs` against their labels: accuracy, ROC-AUC and PR-AUC
-    (two classes; macro one-vs-rest ROC-AUC for more) or MAE and RMSE."""
+    (two classes; macro one-vs-rest ROC-AUC for more; per task over its present labels, averaged
+    over the tasks whose test labels hold both classes, for multi_label) or MAE and RMSE."""
     y = data.table.labels[graphs]
+    if data.table.label_kind == "multi_label":
+        return task_report(y, torch.sigmoid(out).numpy().astype(np.float64))
     if data.table.label_kind == "value":
         err = out.squeeze(1).numpy().astype(np.float64) - y
         return {"graphs": len(graphs), "mae": float(np.abs(err).mean()), "rmse": float(np.sqrt((err**2).mean()))}
@@ -281,6 +295,26 @@ def report(data: GraphData, graphs: np.ndarray, out: torch.Tensor) -> dict:
     return rep
 
 
+def task_report(y: np.ndarray, probs: np.ndarray) -> dict:
+    """Metrics of binary labels per task (`y` [graphs, tasks], NaN missing) scored by `probs`."""
+    present = ~np.isnan(y)
+    aucs, aps = [], []
+    for task in range(y.shape[1]):  # a loop over tasks, not rows
+        keep = present[:, task]
+        truth = y[keep, task] == 1.0
+        if truth.any() and not truth.all():
+            aucs.append(roc_auc(truth, probs[keep, task]))
+            aps.append(average_precision(truth, probs[keep, task]))
+    hits = (probs >= 0.5) == (y == 1.0)
+    return {
+        "graphs": len(y),
+        "accuracy": float(hits[present].mean()) if present.any() else math.nan,
+        "roc_auc": float(np.mean(aucs)) if aucs else math.nan,
+        "pr_auc": float(np.mean(aps)) if aps else math.nan,
+        "tasks_scored": len(aucs),
+    }
+
+
 def score_split(model: GraphModel, data: GraphData, split: str, chunk: int) -> tuple[dict, torch.Tensor]:
     """(the report, the outputs) of the labelled graphs of `split`."""
     graphs = data.table.of_split(split)
@@ -291,7 +325,7 @@ def score_split(model: GraphModel, data: GraphData, split: str, chunk: int) -> t
 def _new_model(cfg: GraphTrainConfig, shape: GraphShape) -> GraphModel:
     return GraphModel(
         shape, conv=cfg.conv, hidden=cfg.hidden, num_layers=cfg.num_layers, dropout=cfg.dropout,
-        readout=cfg.readout, categorical=cfg.categorical, heads=cfg.heads,
+        readout=cfg.readout, categorical=cfg.categorical, heads=cfg.heads, virtual_node=cfg.virtual_node,
     )  # fmt: skip
 
 
@@ -359,6 +393,11 @@ def baseline(data: GraphData) -> dict:
     class (ROC-AUC 0.5) or mean value."""
     test, train = data.table.of_split("test"), data.table.of_split("train")
     y = data.table.labels
+    if data.table.label_kind == "multi_label":
+        common = np.nanmean(y[train], axis=0) >= 0.5  # each task's most common training label
+        present = ~np.isnan(y[test])
+        hits = (y[test] == 1.0) == common
+        return {"accuracy": float(hits[present].mean()) if present.any() else math.nan, "roc_auc": 0.5}
     if data.table.label_kind == "value":
         err = y[test] - y[train].mean()
         return {"mae": float(np.abs(err).mean()), "rmse": float(np.sqrt((err**2).mean()))}
@@ -367,19 +406,30 @@ def baseline(data: GraphData) -> dict:
 
 
 def write_predictions(model: GraphModel, data: GraphData, path: Path, chunk: int) -> None:
-    """predictions.parquet: every graph's id (as the user gave it), split, label and prediction."""
-    graphs = np.arange(data.table.num_graphs)
+    """predictions.parquet: every graph's id, split, label and prediction, as the user gave them
+    (class values, not indices), and the probability of each class index (``prob_<c>``, c indexing
+    the sorted class values) or task (``prob_<t>``, the label list's position t)."""
+    table = data.table
+    graphs = np.arange(table.num_graphs)
     out = predict(model, data, graphs, chunk)
     cols = {
-        "graph_id": pa.array(data.table.graph_id),
-        "split": np.array(["train", "val", "test", "other"])[data.table.split].tolist(),
-        "label": pa.array(data.table.labels) if data.table.labels is not None else pa.nulls(len(graphs)),
+        "graph_id": pa.array(table.graph_id),
+        "split": np.array(SPLITS)[table.split].tolist(),
     }
-    if data.table.label_kind == "value":
+    if table.label_kind == "value":
+        cols["label"] = pa.array(table.labels)
         cols["prediction"] = out.squeeze(1).numpy().astype(np.float64)
+    elif table.label_kind == "multi_label":
+        probs = torch.sigmoid(out).numpy()
+        labels = np.where(np.isnan(table.labels), None, table.labels).tolist()
+        cols["label"] = pa.array(labels, type=pa.list_(pa.float64(), table.num_tasks))
+        cols["prediction"] = pa.array((probs >= 0.5).astype(np.int8).tolist(), type=pa.list_(pa.int8()))
     else:
         probs = torch.softmax(out, 1).numpy()
-        cols["prediction"] = probs.argmax(1).astype(np.int64)
+        values = table.classes if table.classes is not None else list(range(probs.shape[1]))
+        cols["label"] = pa.array([values[c] if c >= 0 else None for c in table.labels.tolist()])
+        cols["prediction"] = pa.array([values[c] for c in probs.argmax(1).tolist()])
+    if table.label_kind != "value":
         for c in range(probs.shape[1]):
             cols[f"prob_{c}"] = probs[:, c].astype(np.float32)
     pq.write_table(pa.table(cols), path)

@@ -312,6 +312,18 @@ def majority_baseline(train_labels: np.ndarray, test_labels: np.ndarray) -> tupl
     return majority, float((test_labels == majority).mean())
 
 
+@dataclass(frozen=True)
+class Decision:
+    """A task's promotion decision: promote?, why, and the metric it compared (`metric`: the
+    candidate's `candidate` value, the promoted model's `previous`, None without one)."""
+
+    ok: bool
+    why: str
+    metric: str
+    candidate: float
+    previous: float | None = None
+
+
 @dataclass(frozen=True, kw_only=True)
 class Evidence:
     """What `evaluation` measured, for `decide_promotion`."""

@@ -5,9 +5,14 @@ graphs. The shards' minibatches are whole graphs (sampler ``whole_graphs``), the
 in the asset's process (`training.graph_train.train_graphs`) and evaluated on the test graphs:
 ROC-AUC, PR-AUC and accuracy for classes, MAE and RMSE for values, beside a model that ignores
 the graphs. trained_model writes a prediction for every graph (predictions.parquet, joined on the
-user's graph_id). Node predictions and promotion do not apply yet."""
+user's graph_id); node predictions do not apply.
+
+evaluation scores the newest model and the promoted one on the current test graphs; promotion
+(`decide_graph_promotion`) compares them on the task's metric, the one that picked the best
+epoch: ROC-AUC (accuracy where it is undefined) for classes and tasks, MAE for values."""
 
 import dataclasses
+import math
 
 import dagster as dg
 
@@ -17,11 +22,13 @@ from assets.task_registry import Task, TaskTraits, register_task
 from assets.trained_model import BEATS_MAJORITY, shard_failure
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.shard_manifest import GRAPH_PROPERTY
+from graphs.infra.storage import CorruptFileError, verify_files
 from graphs.sampling import sampler_class, write_minibatch_shards
 from training.data import ShardError
-from training.graph_train import evaluate_graph_model, train_graphs
+from training.graph_train import evaluate_graph_model, key_metric, train_graphs
 from training.outputs import GRAPH_MODEL, METRICS, PREDICTIONS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
+from training.promotion import Decision, PromotionConfig
 
 GRAPH_SAMPLER = "whole_graphs"
 
@@ -34,7 +41,6 @@ class GraphProperty(Task):
         needs_labels=False,  # its labels are the graphs' (graphs.parquet), not the nodes'
         seeds="graphs",
         graph_level=True,
-        not_promoted="graph_property: promotion compares node-classification metrics; not applied",
         no_node_predictions="graph_property: trained_model writes one prediction per graph "
         "(predictions.parquet, by graph_id); node predictions do not apply",
     )
@@ -89,23 +95,90 @@ class GraphProperty(Task):
 
     @classmethod
     def evaluate(cls, context, storage: GnnflowStorage, dataset: str):
-        """The saved model's validation and test metrics on the collection, recomputed."""
+        """The newest and the promoted model's metrics on the collection's graphs, recomputed."""
         with storage.lock(dataset, context.log.info):
             model = storage.upstream_dir(dataset, TRAINED_MODEL)
             shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
             verified_or_failure(model, [GRAPH_MODEL, SUMMARY], TRAINED_MODEL)
+            version = storage.record_model_version(dataset, context.run.run_id)
             try:
                 reports = evaluate_graph_model(model, shards)
             except (ValueError, FileNotFoundError, KeyError) as exc:
                 raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from exc
-            out = publish_candidate_metrics(storage, dataset, cls.name, reports)
+            promoted = _score_promoted(storage, dataset, shards, context.log)
+            out = publish_candidate_metrics(storage, dataset, cls.name, {"version": version, **reports}, promoted)
         test = reports["test"]
         shown = ", ".join(f"{k} {v:.4f}" for k, v in test.items() if isinstance(v, float))
         context.log.info(
             f"evaluation: test {shown} on {test['graphs']} graphs (ignoring the graphs: {reports['baseline']})"
         )
-        metadata = {"path": dg.MetadataValue.path(str(out)), "task": cls.name}
+        metadata = {"path": dg.MetadataValue.path(str(out)), "task": cls.name, "version": version}
         for which, r in reports.items():
             metadata.update({f"{which}_{k}": round(v, 4) for k, v in r.items() if isinstance(v, float)})
         metadata["test_graphs"] = test["graphs"]
+        if promoted is not None and "test" in promoted:
+            metric = key_metric(test)[0]
+            metadata[f"promoted_test_{metric}"] = round(promoted["test"][metric], 4)
         return dg.MaterializeResult(metadata=metadata)
+
+    @classmethod
+    def decide_promotion(cls, storage, dataset, record, cfg):
+        promoted = record["promoted"]
+        pinned = promoted is not None and promoted["version"] in storage.pinned_versions(dataset)
+        return decide_graph_promotion(record, pinned, cfg)
+
+
+def _score_promoted(storage: GnnflowStorage, dataset: str, shards, log) -> dict | None:
+    """The promoted model's reports on the current graphs ({"version", "val", "test", "baseline"}),
+    {"version", "problem"} when it cannot score them, None without a promoted model."""
+    version = storage.promoted_version(dataset)
+    if version is None:
+        return None
+    folder = storage.promoted_dir(dataset)
+    try:
+        verify_files(folder, [GRAPH_MODEL], stage=TRAINED_MODEL)
+        return {"version": version, **evaluate_graph_model(folder, shards)}
+    except (CorruptFileError, ValueError, FileNotFoundError, KeyError) as exc:
+        log.warning(f"the promoted version {version} cannot score the current graphs: {exc}")
+        return {"version": version, "problem": str(exc)}
+
+
+def decide_graph_promotion(record: dict, pinned: bool, cfg: PromotionConfig) -> Decision:
+    """Whether evaluation's candidate replaces the promoted model (`pinned`: whether the promoted
+    version is pinned). Promoted when, in this order: its test metric beats a model that ignores
+    the graphs; there is no promoted model; the promoted version is not pinned; the promoted one
+    cannot score the current graphs, or the candidate's metric is not worse than the promoted
+    one's on the same test graphs by more than ``cfg.margin`` (absolute for ROC-AUC and accuracy,
+    relative for MAE: at most ``(1 + margin)`` times the promoted model's)."""
+    test, base, promoted = record["candidate"]["test"], record["candidate"]["baseline"], record["promoted"]
+    metric = key_metric(test)[0]
+    value = float(test[metric])
+    previous = None
+    if promoted is not None and "test" in promoted:
+        previous = float(promoted["test"].get(metric, math.nan))
+
+    def verdict(ok: bool, why: str) -> Decision:
+        return Decision(ok, why, metric, value, previous)
+
+    if not math.isfinite(value):
+        return verdict(False, f"the new model's test {metric} is undefined (no labelled test graph of both classes)")
+    floor = {"mae": base.get("mae"), "roc_auc": 0.5}.get(metric, base.get("accuracy"))
+    beats = value < floor if metric == "mae" else value > floor
+    if not beats:
+        return verdict(False, f"test {metric} {value:.4f} does not beat a model that ignores the graphs ({floor:.4f})")
+    if promoted is None:
+        return verdict(True, "no promoted model yet")
+    if pinned:
+        return verdict(False, f"the promoted version {promoted['version']} is pinned; run `gnnflow models unpin "
+                       f"{promoted['version']} --dataset NAME` to let promotion replace it")  # fmt: skip
+    if previous is None or not math.isfinite(previous):
+        why = promoted.get("problem", f"it has no test {metric} on the current graphs")
+        return verdict(True, f"the promoted version {promoted['version']} cannot be compared: {why}")
+    if metric == "mae":
+        worse = value > previous * (1 + cfg.margin)
+        limit = f"at most {1 + cfg.margin:.2f}x the promoted model's"
+    else:
+        worse = previous - value > cfg.margin
+        limit = f"margin {cfg.margin * 100:.2f} points"
+    compared = f"test {metric} {value:.4f} vs promoted {previous:.4f} on {test['graphs']} test graphs ({limit})"
+    return verdict(not worse, compared)

@@ -4,7 +4,7 @@ model is trained by torchrun DDP (`assets.trained_model.train_node_classificatio
 the labelled test nodes against the promoted model (`assets.evaluation.evaluate_node_classification`),
 promoted when it passes, and scores every node (the predictions asset)."""
 
-from assets.evaluation import evaluate_node_classification
+from assets.evaluation import decide_node_promotion, evaluate_node_classification
 from assets.task_registry import Task, TaskTraits, register_task
 from assets.trained_model import train_node_classification
 from graphs.formats.shard_manifest import NODE_CLASSIFICATION
@@ -27,3 +27,7 @@ class NodeClassification(Task):
     @classmethod
     def evaluate(cls, context, storage, dataset):
         return evaluate_node_classification(context, storage, dataset)
+
+    @classmethod
+    def decide_promotion(cls, storage, dataset, record, cfg):
+        return decide_node_promotion(storage, dataset, record, cfg)

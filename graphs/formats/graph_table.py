@@ -12,9 +12,12 @@ graph ids. ``graphs.parquet`` columns:
     first_node   int64, the graph's first node id in the union
     num_nodes    int64, its nodes (at least one)
     split        string, train / val / test / other
-    label        int32 class index (-1 = missing) for class labels, float64 (NaN = missing) for
-                 values (the summary's ``collection.label_kind``: "class" or "value"); absent
-                 without labels ("none")
+    label        by the summary's ``collection.label_kind``: "class", the int64 class index
+                 (-1 = missing); "value", float64 (NaN = missing); "multi_label", a fixed-size
+                 list of ``num_tasks`` float64 0.0 / 1.0 (NaN = missing); absent without labels
+                 ("none")
+    label_value  "class" only: the user's label as given (class index c stands for the value
+                 of the rows whose label is c; classes are the sorted distinct values)
 
 ``categories.npy`` (int64 [n, K], only with categorical node columns) holds each node's code
 0..cardinality-1 in each of the K categorical columns the summary's ``collection.categorical``
@@ -28,13 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph
 
 __all__ = ["LABEL_KINDS", "SPLITS", "GraphTable", "is_collection", "read_categories", "read_graph_table"]
 
-LABEL_KINDS = ("class", "value", "none")
+LABEL_KINDS = ("class", "value", "multi_label", "none")
 SPLITS = ("train", "val", "test", "other")
 
 
@@ -47,9 +51,11 @@ class GraphTable:
     num_nodes: np.ndarray  # int64 [G]
     split: np.ndarray  # int8 [G], the index in SPLITS
     label_kind: str  # one of LABEL_KINDS
-    labels: np.ndarray | None  # int64 [G] (-1 missing) or float64 [G] (NaN missing); None without labels
-    num_classes: int  # classes of a "class" label, else 0
+    labels: np.ndarray | None  # int64 [G] (-1 missing), float64 [G] or [G, tasks] (NaN missing); None without
+    num_classes: int  # classes of a "class" label, 2 for "multi_label", else 0
     categorical: dict[str, int]  # categorical node column -> cardinality, in the order of categories.npy
+    num_tasks: int = 1  # labels per graph ("multi_label": one binary label per task)
+    classes: list | None = None  # "class": the user's value of each class index
 
     @property
     def num_graphs(self) -> int:
@@ -67,6 +73,8 @@ class GraphTable:
         """bool [G]: whether each graph's label is present."""
         if self.labels is None:
             return np.zeros(self.num_graphs, dtype=bool)
+        if self.label_kind == "multi_label":
+            return ~np.isnan(self.labels).all(axis=1)
         return ~np.isnan(self.labels) if self.label_kind == "value" else self.labels >= 0
 
     def node_ranges(self, graphs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -109,11 +117,15 @@ def read_graph_table(canonical_dir: str | os.PathLike, *, verify: bool = True) -
     path = graph.verified(graph.GRAPHS) if verify else graph.path(graph.GRAPHS)
     t = pq.read_table(path)
     kind = facts["label_kind"]
-    labels = None
+    labels, classes, tasks = None, None, int(facts.get("num_tasks", 1))
     if kind == "class":
         labels = t.column("label").to_numpy().astype(np.int64)
+        classes = _class_values(t, labels, int(facts.get("num_classes", 0)))
     elif kind == "value":
         labels = t.column("label").to_numpy(zero_copy_only=False).astype(np.float64)
+    elif kind == "multi_label":
+        flat = t.column("label").combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        labels = flat.astype(np.float64).reshape(len(t), tasks)
     split_names = t.column("split").to_numpy(zero_copy_only=False).astype(str)
     split = np.full(len(split_names), SPLITS.index("other"), dtype=np.int8)
     for code, name in enumerate(SPLITS):
@@ -127,7 +139,20 @@ def read_graph_table(canonical_dir: str | os.PathLike, *, verify: bool = True) -
         labels=labels,
         num_classes=int(facts.get("num_classes", 0)),
         categorical={str(k): int(v) for k, v in facts.get("categorical", {}).items()},
+        num_tasks=tasks,
+        classes=classes,
     )
+
+
+def _class_values(t, labels: np.ndarray, num_classes: int) -> list | None:
+    """The user's value of each class index (from ``label_value``), None where the folder has none."""
+    if "label_value" not in t.column_names:
+        return None
+    first = np.full(num_classes, -1, dtype=np.int64)
+    rows = np.flatnonzero(labels >= 0)
+    first[labels[rows][::-1]] = rows[::-1]  # any row of each class; the first one
+    values = t.column("label_value").take(pa.array(np.maximum(first, 0))).to_pylist()
+    return [v if f >= 0 else None for v, f in zip(values, first)]
 
 
 def read_categories(canonical_dir: str | os.PathLike, *, verify: bool = True) -> np.ndarray | None:

@@ -4,8 +4,9 @@ the disjoint union of its graphs, which the canonical ingest then reads like any
 A dataset folder is a graph collection exactly when it holds ``graphs.parquet``. Its files
 (Parquet only; ids of any type, one kind per column across the files):
 
-    graphs.parquet   graph_id, optional label (an integer, string or boolean class, or a float
-                     target; null = missing), optional split (words as for nodes, e.g. train /
+    graphs.parquet   graph_id, optional label (an integer, string or boolean class, a float
+                     target, or a list of binary labels, one per task: 0 / 1 or booleans, the
+                     same length in every row; null = missing, per task too), optional split (words as for nodes, e.g. train /
                      valid / test); without a split, labelled graphs are split by the ingest's
                      seeded ``train_fraction`` / ``val_fraction``
     nodes.parquet    graph_id, node_id (local to its graph), optional ``feat`` (list of floats,
@@ -18,7 +19,7 @@ A dataset folder is a graph collection exactly when it holds ``graphs.parquet``.
 Refused with the file, column and value named: a graph id missing from graphs.parquet or given
 twice; a node given twice; a graph with no nodes; an edge whose endpoint is not a node of its
 graph (naming the graph it is a node of, if any); labels of mixed kinds (numbers and words in
-one column); list labels (multi-task) are not read yet.
+one column); list labels of different lengths, or with an item other than 0 and 1.
 
 `prepare_collection` writes, into a scratch folder, the union in the ingest's layout: edges with
 global ids (graph g's nodes are ``first_node[g] ..`` in the order of the user's graph ids, then
@@ -49,6 +50,7 @@ __all__ = ["PreparedCollection", "is_collection_folder", "prepare_collection", "
 
 FEAT = "feat"
 MAX_GRAPH_CLASSES = 1 << 12
+MAX_LABEL_TASKS = 1 << 12
 SHOWN_VALUES = 20
 
 
@@ -154,7 +156,7 @@ def prepare_collection(
             "first_node": pa.array(first),
             "num_nodes": pa.array(num_nodes),
             "split": pa.array(np.array(SPLITS, dtype=object)[graphs.column("split_code").to_numpy()].tolist()),
-            **({"label": graphs.column("label")} if "label" in graphs.column_names else {}),
+            **{c: graphs.column(c) for c in ("label", "label_value") if c in graphs.column_names},
         }
     )
     facts.update(cat_facts, **edge_facts, graphs=len(num_nodes), nodes=int(num_nodes.sum()))
@@ -183,13 +185,16 @@ def _graph_table(con, path: Path, schema: pa.Schema, seed: int, train: float, va
     cols = {"graph_id": ids, "gi": pa.array(np.arange(g, dtype=np.int64))}
     labelled = np.ones(g, dtype=bool)
     if "label" in schema.names:
-        label, facts = _labels(t.column("label"), path)
+        label, facts = _labels(t.column("label"), t.column("graph_id"), path)
         cols["label"] = label
-        labelled = np.asarray(label.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
         if facts["label_kind"] == "class":
-            labelled &= label.to_numpy(zero_copy_only=False) >= 0
+            cols["label_value"] = _plain(t.column("label"))
+            labelled = label.to_numpy(zero_copy_only=False) >= 0
+        elif facts["label_kind"] == "multi_label":
+            flat = label.flatten().to_numpy(zero_copy_only=False).reshape(g, facts["num_tasks"])
+            labelled = ~np.isnan(flat).all(axis=1)
         else:
-            labelled &= ~np.isnan(label.to_numpy(zero_copy_only=False))
+            labelled = ~np.isnan(label.to_numpy(zero_copy_only=False))
     split = np.full(g, SPLIT_NAMES.index("other"), dtype=np.int8)
     facts["split_generated"] = False
     if "split" in schema.names:
@@ -204,12 +209,13 @@ def _graph_table(con, path: Path, schema: pa.Schema, seed: int, train: float, va
     return pa.table(cols), facts
 
 
-def _labels(column: pa.ChunkedArray, path: Path) -> tuple[pa.Array, dict]:
-    """(the labels as int64 class indices, -1 missing, or float64 values, NaN missing; the facts)."""
-    t = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
-    column = column.cast(t).combine_chunks()
+def _labels(column: pa.ChunkedArray, ids: pa.ChunkedArray, path: Path) -> tuple[pa.Array, dict]:
+    """(the labels as int64 class indices, -1 missing, float64 values, NaN missing, or lists of
+    0.0 / 1.0 per task, NaN missing; the facts)."""
+    column = _plain(column)
+    t = column.type
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        raise InputError(f"{path}: column 'label' holds lists (one label per task); give one label per graph")
+        return _task_labels(column, ids, path)
     if pa.types.is_floating(t):
         values = pc.fill_null(column, float("nan")).cast(pa.float64())
         return values, {"label_kind": "value", "num_classes": 0}
@@ -229,6 +235,51 @@ def _labels(column: pa.ChunkedArray, path: Path) -> tuple[pa.Array, dict]:
     index = pc.fill_null(pc.index_in(column, value_set=classes), -1).cast(pa.int64())
     shown = [bounded_repr(v) for v in classes.to_pylist()[:SHOWN_VALUES]]
     return index, {"label_kind": "class", "num_classes": len(classes), "label_values": shown}
+
+
+def _plain(column: pa.ChunkedArray) -> pa.Array:
+    """`column` decoded from a dictionary type, one chunk."""
+    t = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    return column.cast(t).combine_chunks()
+
+
+def _task_labels(column: pa.Array, ids: pa.ChunkedArray, path: Path) -> tuple[pa.Array, dict]:
+    """Binary labels per task (a list column): a fixed-size list of float64 0.0 / 1.0 per graph,
+    NaN missing (a null list misses every task)."""
+    item = column.type.value_type
+    if not (pa.types.is_integer(item) or pa.types.is_boolean(item) or pa.types.is_floating(item)):
+        raise InputError(
+            f"{path}: column 'label' holds lists of {item}; a list label holds one binary label per task "
+            "(0 / 1 or booleans)"
+        )
+    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+    present = np.asarray(column.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    if not present.any():
+        raise InputError(f"{path}: column 'label' holds no list with a label")
+    rows = np.flatnonzero(present)
+    tasks = int(lengths[rows[0]])
+    odd = rows[lengths[rows] != tasks]
+    if len(odd) or not 1 <= tasks <= MAX_LABEL_TASKS:
+        at = int(odd[0]) if len(odd) else int(rows[0])
+        raise InputError(
+            f"{path}: column 'label' holds lists of different lengths or sizes outside 1..{MAX_LABEL_TASKS}: graph "
+            f"{bounded_repr(ids[int(rows[0])].as_py())} has {tasks} items, graph {bounded_repr(ids[at].as_py())} "
+            f"{int(lengths[at])}; one binary label per task, the same tasks in every row"
+        )
+    values = pc.list_flatten(column)  # the present rows' items, row after row
+    items = pc.fill_null(values.cast(pa.float64()), float("nan")).to_numpy(zero_copy_only=False)
+    bad = ~np.isnan(items) & (items != 0.0) & (items != 1.0)
+    if bad.any():
+        at = int(np.flatnonzero(bad)[0])
+        graph = ids[int(np.flatnonzero(present)[at // tasks])].as_py()
+        raise InputError(
+            f"{path}: column 'label' holds {bounded_repr(values[at].as_py())} for task {at % tasks} of graph "
+            f"{bounded_repr(graph)}; a list label holds binary labels (0 / 1 or booleans)"
+        )
+    flat = np.full((len(column), tasks), np.nan)
+    flat[present] = items.reshape(-1, tasks)
+    label = pa.FixedSizeListArray.from_arrays(pa.array(flat.ravel(), type=pa.float64()), tasks)
+    return label, {"label_kind": "multi_label", "num_classes": 2, "num_tasks": tasks}
 
 
 def _refuse_mixed_kinds(column: pa.Array, path: Path) -> None:

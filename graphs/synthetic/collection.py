@@ -5,7 +5,10 @@ integer ``atom_type`` in 0..types-1 and a short float ``feat``.
 The planted property needs the structure, not only the node types: every graph has one node of
 type 1 and one of type 2, and a graph is positive exactly when they are adjacent (so counting
 types cannot tell). With ``label_kind="value"`` the label is instead the number of distinct
-edges joining two nodes of type 0 (plus Gaussian noise of standard deviation 0.1).
+edges joining two nodes of type 0 (plus Gaussian noise of standard deviation 0.1). With
+``label_kind="multi_label"`` it is a list of three binary labels, each missing (null) with
+probability ``missing``: the planted property, "at least two type-0 pairs joined", and "more
+nodes than the middle size".
 """
 
 from __future__ import annotations
@@ -58,12 +61,13 @@ def generate_collection(
     feat_dim: int = 4,
     label_kind: str = "class",
     with_split: bool = True,
+    missing: float = 0.2,
 ) -> dict:
     """Write graphs.parquet, nodes.parquet and edges.parquet of `graphs` graphs into `out_dir`
     (module docstring); graph ids are strings ``mol-<k>``, node ids integers local to their
     graph. Returns the counts and the mean label (the share of positive graphs for classes)."""
-    if label_kind not in ("class", "value"):
-        raise ValueError(f"label_kind={label_kind!r} is not 'class' or 'value'")
+    if label_kind not in ("class", "value", "multi_label"):
+        raise ValueError(f"label_kind={label_kind!r} is not 'class', 'value' or 'multi_label'")
     rng = np.random.default_rng(seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -71,6 +75,7 @@ def generate_collection(
     positive = rng.random(graphs) < 0.5
     rows = {"e": [], "n": []}
     labels = np.zeros(graphs, dtype=np.float64)
+    tasks = np.zeros((graphs, 3), dtype=np.float64)
     for g in range(graphs):  # one small graph at a time; each graph's arrays are built vectorised
         src, dst, atom = _graph(rng, int(sizes[g]), types, bool(positive[g]))
         joins = ((atom[src] == 1) & (atom[dst] == 2)) | ((atom[src] == 2) & (atom[dst] == 1))
@@ -82,7 +87,8 @@ def generate_collection(
                 )
             }
         )
-        labels[g] = float(joins.any()) if label_kind == "class" else zero_pairs
+        labels[g] = float(joins.any()) if label_kind != "value" else zero_pairs
+        tasks[g] = (joins.any(), zero_pairs >= 2, sizes[g] > (min_nodes + max_nodes) / 2)
         rows["e"].append((np.full(len(src), g), src, dst))
         rows["n"].append((np.full(len(atom), g), np.arange(len(atom)), atom))
     ids = np.array([f"mol-{g}" for g in range(graphs)], dtype=object)
@@ -99,6 +105,9 @@ def generate_collection(
     table = {"graph_id": ids.tolist()}
     if label_kind == "class":
         table["label"] = labels.astype(np.int64)
+    elif label_kind == "multi_label":
+        given = np.where(rng.random(tasks.shape) < missing, None, tasks.astype(np.int64)).tolist()
+        table["label"] = pa.array(given, type=pa.list_(pa.int64()))
     else:
         table["label"] = labels + rng.normal(scale=0.1, size=graphs)
     if with_split:
