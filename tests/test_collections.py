@@ -149,6 +149,26 @@ def test_readouts_equal_dgls_pooling(kind):
     assert torch.allclose(readout(kind, h, ptr, gate(h)), ref[kind](g, h), atol=1e-6)
 
 
+def test_standardized_one_hot_columns_have_mean_0_and_variance_1_on_the_training_nodes():
+    from training.graph_model import GraphModel, GraphShape
+
+    torch.manual_seed(0)
+    codes = torch.stack(
+        [torch.randint(0, 3, (500,)), torch.randint(0, 2, (500,)), torch.zeros(500, dtype=torch.long)], 1
+    )
+    model = GraphModel(GraphShape(0, (3, 2, 4), 2), categorical="one_hot_standardized")
+    model.standardize(codes)
+    hot = torch.cat([torch.nn.functional.one_hot(codes[:, k], c) for k, c in enumerate((3, 2, 4))], 1).float()
+    z = (hot - model.hot_mean) * model.hot_scale
+    seen = hot.std(0) > 0
+    assert torch.allclose(z.mean(0), torch.zeros(9), atol=1e-5)
+    assert torch.allclose(z[:, seen].std(0, unbiased=False), torch.ones(int(seen.sum())), atol=1e-4)
+    assert torch.equal(model.hot_scale[~seen], torch.ones(int((~seen).sum())))  # a constant column is only shifted
+    plain = GraphModel(GraphShape(0, (3, 2, 4), 2), categorical="one_hot")
+    plain.standardize(codes)
+    assert torch.equal(plain.hot_mean, torch.zeros(9)) and torch.equal(plain.hot_scale, torch.ones(9))
+
+
 def test_the_planted_property_is_learned_from_the_structure(built):
     root, _ = built
     s = train_graphs(root / "minibatch_shards", root / "trained_model", GraphTrainConfig(epochs=30), log=lambda m: None)
@@ -183,6 +203,16 @@ def test_string_classes_come_back_as_the_users_values(tmp_path):
     assert set(predictions["prediction"]) <= {"active", "inert"}
     best = np.argmax([predictions["prob_0"], predictions["prob_1"]], axis=0)
     assert predictions["prediction"] == [table.classes[c] for c in best]
+
+
+def test_gnnflow_generate_writes_a_collection_that_ingests(tmp_path, capsys):
+    from pipelines.cli import main
+
+    assert main(["generate", "--out", str(tmp_path / "mols"), "--collection", "30", "--label-kind", "value"]) == 0
+    assert json.loads(capsys.readouterr().out)["graphs"] == 30
+    summary = _ingest(tmp_path / "mols", tmp_path)
+    assert summary["collection"]["graphs"] == 30 and summary["collection"]["label_kind"] == "value"
+    assert main(["generate", "--out", str(tmp_path / "mols"), "--collection", "30"]) == 2  # not over a dataset
 
 
 def test_task_metrics_score_each_task_on_its_present_labels_only():

@@ -6,7 +6,9 @@ features and categorical codes, and ``graph_ptr`` (each graph's first position a
 plus the total). Its parts:
 
 - the node encoder: the sum of one learned embedding per categorical column (e.g. atom types,
-  ``categorical: embedding``) or their one-hot codes (``one_hot``) and a linear map of the float
+  ``categorical: embedding``) or their one-hot codes (``one_hot``; ``one_hot_standardized``: each
+  one-hot column shifted and scaled to mean 0, variance 1 over the training graphs' nodes, set by
+  `GraphModel.standardize`) and a linear map of the float
   features (a graph with neither starts every node at one learned vector);
 - ``num_layers`` layers of a registered kind (`training.layer_registry`; GIN by default), each
   ``conv -> batch norm -> relu -> dropout``, over the block without its self loops for a layer
@@ -35,7 +37,7 @@ from training.layer_registry import LayerOptions, layer_kind
 __all__ = ["READOUTS", "GraphModel", "GraphShape", "readout"]
 
 READOUTS = ("sum", "mean", "max", "attention")
-CATEGORICAL = ("embedding", "one_hot")
+CATEGORICAL = ("embedding", "one_hot", "one_hot_standardized")
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,9 @@ class GraphModel(nn.Module):
         self.kind = layer_kind(conv)
         self.options = LayerOptions(heads=heads)
         self.embeddings = nn.ModuleList(nn.Embedding(k, hidden) for k in shape.categorical)
-        one_hot_dim = sum(shape.categorical) if categorical == "one_hot" else 0
+        one_hot_dim = sum(shape.categorical) if categorical != "embedding" else 0
+        self.register_buffer("hot_mean", torch.zeros(one_hot_dim))
+        self.register_buffer("hot_scale", torch.ones(one_hot_dim))
         self.embeddings = self.embeddings if categorical == "embedding" else nn.ModuleList()
         in_dim = shape.feature_dim + one_hot_dim
         self.linear_in = nn.Linear(in_dim, hidden) if in_dim else None
@@ -124,12 +128,26 @@ class GraphModel(nn.Module):
             for _ in range(num_layers - 1 if virtual_node else 0)
         )
 
+    def standardize(self, codes: torch.Tensor) -> None:
+        """For ``one_hot_standardized``: set each one-hot column's shift and scale from the
+        categorical codes [n, K] of the training graphs' nodes (a value seen in all or none of
+        them keeps scale 1)."""
+        if self.categorical != "one_hot_standardized":
+            return
+        share = torch.cat(
+            [torch.bincount(codes[:, k], minlength=c).to(torch.float32) for k, c in enumerate(self.shape.categorical)]
+        ) / max(len(codes), 1)
+        std = torch.sqrt(share * (1 - share))
+        self.hot_mean.copy_(share)
+        self.hot_scale.copy_(torch.where(std > 0, 1 / std.clamp(min=1e-12), torch.ones_like(std)))
+
     def encode(self, x: torch.Tensor | None, codes: torch.Tensor | None, n: int) -> torch.Tensor:
         """[n, hidden] input states of the nodes from their float features and categorical codes."""
         parts = []
-        if self.categorical == "one_hot" and codes is not None:
-            hot = [F.one_hot(codes[:, k], c) for k, c in enumerate(self.shape.categorical)]
-            x = torch.cat(([x] if x is not None else []) + [h.to(torch.float32) for h in hot], 1)
+        if self.categorical != "embedding" and codes is not None:
+            hot = torch.cat([F.one_hot(codes[:, k], c) for k, c in enumerate(self.shape.categorical)], 1)
+            hot = (hot.to(torch.float32) - self.hot_mean) * self.hot_scale
+            x = hot if x is None else torch.cat([x, hot], 1)
         if self.linear_in is not None:
             parts.append(self.linear_in(x))
         parts.extend(emb(codes[:, k]) for k, emb in enumerate(self.embeddings))

@@ -68,8 +68,8 @@ class GraphTrainConfig:
     )
     categorical: str = field(
         default="embedding",
-        metadata={"help": f"integer node columns (e.g. atom types) as one of {CATEGORICAL}: a learned vector per value "
-                  "or the one-hot code"},
+        metadata={"help": f"integer node columns (e.g. atom types) as one of {CATEGORICAL}: a learned vector per value, "
+                  "the one-hot code, or the one-hot code standardized over the training graphs' nodes"},
     )  # fmt: skip
     heads: int = field(default=1, metadata={"max": 64, "help": "gat: attention heads"})
     virtual_node: bool = field(
@@ -346,6 +346,9 @@ def train_graphs(
         raise ValueError("the collection has no labelled validation graphs (split 'val' in graphs.parquet)")
     torch.manual_seed(cfg.seed)
     model = _new_model(cfg, data.shape)
+    if data.categories is not None:
+        nodes, _ = data.table.node_ranges(data.table.of_split("train"))
+        model.standardize(data.categories[torch.from_numpy(nodes)])
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     run = GraphRun(cfg, manifest, shards, data, model, opt, cfg.epochs, log)
     run_epochs(run, GraphHead(), log, progress=False)
