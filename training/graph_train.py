@@ -2,18 +2,20 @@
 process on the whole-graph shards, on the loop every task shares (`training.loop.run_epochs`).
 
 Each epoch reads every rank's stream of sampled epoch ``epoch % E`` in turn, each minibatch one
-optimizer step: cross-entropy on the graphs' classes, or the squared error of standardized values
-(the training graphs' mean and standard deviation). Every ``eval_every`` epochs the validation
-graphs are scored whole (`GraphTable.induced` over Â, in chunks of ``eval_graphs_per_batch``);
-the model of the best validation metric (ROC-AUC for two classes, accuracy for more, MAE for
-values) is kept, and early stopping ends the run after ``early_stopping_patience`` evaluations
-without a better one. The run does not checkpoint: a killed run starts over.
+optimizer step: cross-entropy on the graphs' classes, binary cross-entropy on the present labels
+of every task (list labels; a missing label adds nothing), or the squared error of standardized
+values (the training graphs' mean and standard deviation). Every ``eval_every`` epochs the
+validation graphs are scored whole (`GraphTable.induced` over Â, in chunks of
+``eval_graphs_per_batch``); the model of the best validation metric (`key_metric`: ROC-AUC for
+two classes and for tasks, accuracy for more classes, MAE for values) is kept, and early
+stopping ends the run after ``early_stopping_patience`` evaluations without a better one. The
+run does not checkpoint: a killed run starts over.
 
 Written into the output folder: ``model.safetensors`` (`training.state_file`, kind
 ``graph_model``: the state dict, the config, the data's shape and the value standardization),
 ``metrics.parquet`` (one row per evaluation, and the test row of the best epoch),
-``predictions.parquet`` (every graph: the user's graph_id, its split, label, prediction and, for
-classes, the probability of each class) and ``summary.json``.
+``predictions.parquet`` (every graph: the user's graph_id, its split, label and prediction in
+the user's label values and, for classes and tasks, the probability of each) and ``summary.json``.
 """
 
 from __future__ import annotations
