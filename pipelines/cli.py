@@ -26,6 +26,7 @@ from pathlib import Path
 
 from graphs.infra.dataset_names import DatasetNameError, validate_dataset_name
 from graphs.synthetic import generate
+from graphs.synthetic.collection import generate_collection
 from pipelines.dagster_cli_hooks import DAGSTER_HOME_MISSING
 from pipelines.launch_cli import add_parsers
 from pipelines.models_cli import add_parser as add_models_parser
@@ -76,8 +77,6 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
 def _generate_collection(args: argparse.Namespace) -> int:
     """`gnnflow generate --collection N`: a graph collection with a planted property."""
-    from graphs.synthetic.collection import generate_collection
-
     out = Path(args.out)
     if args.collection < 1:
         print(f"gnnflow generate: --collection {args.collection}: give at least 1 graph", file=sys.stderr)
