@@ -5,11 +5,12 @@
 features and categorical codes, and ``graph_ptr`` (each graph's first position among the nodes,
 plus the total). Its parts:
 
-- the node encoder: the sum of one learned embedding per categorical column (e.g. atom types,
-  ``categorical: embedding``) or their one-hot codes (``one_hot``; ``one_hot_standardized``: each
-  one-hot column shifted and scaled to mean 0, variance 1 over the training graphs' nodes, set by
-  `GraphModel.standardize`) and a linear map of the float
-  features (a graph with neither starts every node at one learned vector);
+- the node encoder: a linear map of the float features and of the categorical columns' (e.g.
+  atom types) one-hot codes, each one-hot column shifted and scaled to mean 0, variance 1 over
+  the training graphs' nodes (``categorical: one_hot_standardized``, set by
+  `GraphModel.standardize`; ``one_hot`` leaves the codes as they are, ``embedding`` adds one
+  learned vector per categorical column instead; BENCHMARKS.md measures the three); a graph
+  with neither starts every node at one learned vector;
 - ``num_layers`` layers of a registered kind (`training.layer_registry`; GIN by default), each
   ``conv -> batch norm -> relu -> dropout``, over the block without its self loops for a layer
   that adds the node's own state itself (the ``own_term`` trait: GIN), with them otherwise;
@@ -88,7 +89,7 @@ class GraphModel(nn.Module):
         num_layers: int = 3,
         dropout: float = 0.2,
         readout: str = "sum",
-        categorical: str = "embedding",
+        categorical: str = "one_hot_standardized",
         heads: int = 1,
         virtual_node: bool = False,
     ):

@@ -69,7 +69,7 @@ class GraphTrainConfig:
         default="mean", metadata={"help": f"per-graph readout of every layer's node states, one of {READOUTS}"}
     )
     categorical: str = field(
-        default="embedding",
+        default="one_hot_standardized",
         metadata={"help": f"integer node columns (e.g. atom types) as one of {CATEGORICAL}: a learned vector per value, "
                   "the one-hot code, or the one-hot code standardized over the training graphs' nodes"},
     )  # fmt: skip
