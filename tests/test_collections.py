@@ -134,6 +134,65 @@ def test_a_whole_graph_minibatch_is_the_induced_subgraph_of_its_graphs(built):
         assert got == sorted(local[indptr[v] : indptr[v + 1]].tolist())
 
 
+@pytest.mark.parametrize("hops", [1, 2])
+def test_a_khop_minibatch_keeps_each_graphs_ball_around_one_root_as_dgl_finds_it(built, hops):
+    dgl = pytest.importorskip("dgl")
+    from graphs.sampling import make_sampler
+
+    root, _ = built
+    inputs = load_shard_inputs(root / "canonical_graph", root / "normalized_adjacency")
+    cfg = ShardConfig(sampler="khop_graphs", world_size=1, samplers={"khop_graphs": {"hops": hops}})
+    sampler, table = make_sampler(inputs, cfg), inputs.graphs
+    graphs = np.array([7, 2, 40, 11])
+    mb = sampler.sample(graphs, seed=4)
+    assert (mb.seeds == np.sort(graphs)).all() and (mb.labels == table.labels[np.sort(graphs)]).all()
+    ends = np.append(mb.seed_pos[1:], len(mb.input_nodes))
+    (block,) = mb.blocks
+    assert block.num_dst == len(mb.input_nodes) < table.num_nodes[graphs].sum()
+    for g, start, end in zip(np.sort(graphs), mb.seed_pos, ends):
+        first, n = int(table.first_node[g]), int(table.num_nodes[g])
+        kept = mb.input_nodes[start:end] - first
+        assert end > start and kept.min() >= 0 and kept.max() < n
+        rows = np.repeat(np.arange(first, first + n), np.diff(inputs.indptr[first : first + n + 1]))
+        cols = inputs.indices[inputs.indptr[first] : inputs.indptr[first + n]]
+        one = dgl.graph((cols - first, rows - first), num_nodes=n)
+        balls = [sorted(dgl.khop_in_subgraph(one, int(r), hops)[0].ndata[dgl.NID].tolist()) for r in kept]
+        assert sorted(kept.tolist()) in balls  # the nodes within `hops` of one of them
+    for v in range(block.num_dst):  # the block is the subgraph the kept nodes induce
+        got = set(mb.input_nodes[block.indices[block.indptr[v] : block.indptr[v + 1]]].tolist())
+        want = set(inputs.indices[inputs.indptr[mb.input_nodes[v]] : inputs.indptr[mb.input_nodes[v] + 1]].tolist())
+        assert got == want & set(mb.input_nodes.tolist()) - ({int(mb.input_nodes[v])} if not cfg.self_loops else set())
+
+
+def test_khop_graphs_keeps_graphs_up_to_max_nodes_whole_and_trains(built, tmp_path):
+    from graphs.sampling import make_sampler
+
+    root, _ = built
+    inputs = load_shard_inputs(root / "canonical_graph", root / "normalized_adjacency")
+    table = inputs.graphs
+    big = int(table.num_nodes.max())
+    whole = make_sampler(inputs, ShardConfig(sampler="whole_graphs", world_size=1)).sample(np.arange(20), 0)
+    settings = {"khop_graphs": {"hops": 1, "max_nodes": big}}
+    same = make_sampler(inputs, ShardConfig(sampler="khop_graphs", world_size=1, samplers=settings)).sample(
+        np.arange(20), 0
+    )
+    assert (same.input_nodes == whole.input_nodes).all() and (same.seed_pos == whole.seed_pos).all()
+    assert (same.blocks[0].indptr == whole.blocks[0].indptr).all()
+    cfg = ShardConfig(sampler="khop_graphs", epochs=1, samplers={"khop_graphs": {"hops": 2}})
+    write_minibatch_shards(inputs, tmp_path / "shards", cfg)
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert manifest["graphs"]["hops"] == 2 and manifest["graphs"]["max_nodes"] == 0
+    s = train_graphs(tmp_path / "shards", tmp_path / "model", GraphTrainConfig(epochs=2), log=lambda m: None)
+    assert s["test"]["graphs"] == len(table.of_split("test"))  # evaluated on whole graphs
+
+
+@pytest.mark.parametrize("bad", [{"hops": -1}, {"roots": 0}, {"max_nodes": -2}, {"graphs_per_batch": 0}])
+def test_khop_settings_are_checked_by_name(bad):
+    key = next(iter(bad))
+    with pytest.raises(ValueError, match=f"samplers.khop_graphs.{key}"):
+        ShardConfig(sampler="khop_graphs", samplers={"khop_graphs": bad})
+
+
 @pytest.mark.parametrize("kind", ["sum", "mean", "max", "attention"])
 def test_readouts_equal_dgls_pooling(kind):
     dgl = pytest.importorskip("dgl")

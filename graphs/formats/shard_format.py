@@ -266,8 +266,9 @@ MANIFEST_KEYS = {
         required=False,
     ),
     "graphs": ManifestKey(
-        "graph_property only (sampler whole_graphs): {train_graphs, graphs_per_batch, label_kind}; each minibatch"
-        " is whole graphs of the collection: seeds are graph indices (graphs.formats.graph_table), seed_pos each"
+        "graph_property only (samplers whole_graphs, khop_graphs): {train_graphs, graphs_per_batch, label_kind;"
+        " khop_graphs: hops, roots, max_nodes}; each minibatch is graphs of the collection, whole or cut to the"
+        " k-hop neighbourhood of roots: seeds are graph indices (graphs.formats.graph_table), seed_pos each"
         " graph's first position among the nodes, labels the class index (-1 for values and missing labels)",
         required=False,
     ),

@@ -32,8 +32,9 @@ class SamplerTraits:
     - ``non_uniform``: edges are drawn with unequal probabilities, so each carries a
       correction that only a (weighted) sum or mean can use (a layer's ``linear`` trait).
     - ``needs_clusters``: reads metis_partitions' clusters (``cluster_id.npy``).
-    - ``whole_graphs``: minibatches are whole graphs of a graph collection, the loss items graphs
-      (a graph-level task's sampler; a node-level sampler draws from one graph).
+    - ``whole_graphs``: minibatches are graphs of a graph collection (whole, or each cut to a
+      subgraph of its own nodes), the loss items graphs (a graph-level task's sampler; a
+      node-level sampler draws from one graph).
     """
 
     seeds: bool
