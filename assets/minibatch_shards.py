@@ -232,6 +232,11 @@ def _shard_metadata(m: dict, cfg: ShardConfig, disk: dict) -> dict:
     if "saint" in m:
         metadata["saint_presamples"] = m["saint"]["presamples"]
         metadata["saint_mean_subgraph_nodes"] = m["saint"]["mean_subgraph_nodes"]
+    if "graphs" in m:  # minibatches of a collection's graphs: the node-level settings do not apply
+        for key in ("fanouts", "num_layers", "batch_size", "train_nodes", "placement"):
+            metadata.pop(key)
+        metadata["graphs_sampled"] = metadata.pop("seeds")
+        metadata.update(task=m["task"], **m["graphs"])
     if "link" in m:
         ns = m["link"]["negative_sampling"]
         metadata.update(

@@ -449,6 +449,9 @@ def test_an_unseen_collection_trains_through_dagster_with_no_config(tmp_path, st
     result = _materialize(storage, "unseen")
     model = _metadata(result, "trained_model")
     assert model["task"] == "graph_property" and model["label_kind"] == label_kind
+    shards = _metadata(result, "minibatch_shards")
+    assert 0 < shards["train_graphs"] < 260 and shards["graphs_sampled"] == shards["train_graphs"] * shards["epochs"]
+    assert not {"fanouts", "batch_size", "train_nodes", "num_layers"} & set(shards)  # node-level settings
     if label_kind == "value":
         assert model["test_mae"] < 0.6 * model["baseline_test_mae"]
     else:  # multi_label: the mean over 3 tasks, each of its present labels only
