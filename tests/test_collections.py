@@ -242,6 +242,30 @@ def test_the_planted_property_is_learned_from_the_structure(built):
     assert acc == pytest.approx(s["test"]["accuracy"])
 
 
+def test_a_killed_graph_run_resumes_to_the_figures_of_an_uninterrupted_one(built, tmp_path):
+    root, _ = built
+    cfg = GraphTrainConfig(epochs=4, early_stopping_patience=0, dropout=0.5)
+    whole = train_graphs(root / "minibatch_shards", tmp_path / "whole", cfg, log=lambda m: None)
+
+    def kill_after_second(epoch, rows):
+        if epoch == 1:
+            raise KeyboardInterrupt
+
+    beside, said = tmp_path / "trained_model", []
+    with pytest.raises(KeyboardInterrupt):
+        train_graphs(root / "minibatch_shards", None, cfg, log=said.append, checkpoint_beside=beside,
+                     on_epoch_end=kill_after_second)  # fmt: skip
+    (work,) = tmp_path.glob(".trained_model.work-*")
+    again = train_graphs(root / "minibatch_shards", tmp_path / "again", cfg, log=said.append, checkpoint_beside=beside)
+    assert any("resuming from" in line and "epochs 1..2 done" in line for line in said)
+    assert again["losses"] == whole["losses"] and again["test"] == whole["test"]
+    assert not work.exists()  # a finished run removes its checkpoints
+    other = GraphTrainConfig(epochs=4, early_stopping_patience=0, dropout=0.4)  # other settings: a fresh run
+    said.clear()
+    train_graphs(root / "minibatch_shards", None, other, log=said.append, checkpoint_beside=beside)
+    assert not any("resuming" in line for line in said)
+
+
 def test_string_classes_come_back_as_the_users_values(tmp_path):
     landing = tmp_path / "landing" / "words"
     generate_collection(landing, 120, seed=5)

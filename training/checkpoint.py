@@ -29,6 +29,12 @@ SHA-256 over both), so reading it never runs code and a damaged byte is refused.
 Dropout randomness is re-seeded from (seed, epoch, rank) at the start of every epoch, so a
 resumed run continues exactly as an uninterrupted one (no RNG state is stored).
 
+The one-process runs on the same loop (link prediction, graph-level tasks) checkpoint in the same
+folder and manner, each under its own kind: `loop_state` is what they hold (``epoch``, ``model``,
+``optimizer``, ``rng`` (torch's generator and any of the run's own, as uint8 tensors),
+``history``, ``rows``, ``best``, ``stale``, ``stopped_early``, ``run_key``, ``code_version``),
+`restore_loop_state` puts it back.
+
 A checkpoint that cannot be used (not a gnnflow checkpoint of this format, truncated, damaged)
 is set aside by `resume_state` as ``checkpoint.safetensors.unusable-<tag>`` beside it, with a
 warning naming it, and the run starts from its first epoch: one bad file never blocks retries.
@@ -44,6 +50,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.compress_files import CompressedGraph
 from graphs.formats.shard_format import MANIFEST_NAME
@@ -56,6 +64,8 @@ __all__ = [
     "code_version",
     "data_version",
     "load_checkpoint",
+    "loop_state",
+    "restore_loop_state",
     "resume_state",
     "run_key",
     "save_checkpoint",
@@ -186,3 +196,37 @@ def resume_state(
         reason = str(exc).split("; ")[0]
         warn(f"{reason}; set aside as {aside.name}: training restarts from the first epoch")
         return None
+
+
+def loop_state(run, epoch: int, generators: dict | None = None) -> dict:
+    """What a one-process run of `training.loop.run_epochs` checkpoints after `epoch` (module
+    docstring): its model, optimizer, torch's generator and `generators` (name -> its state),
+    and the loop's and head's progress (``run.history``, ``rows``, ``best``, ``stale``)."""
+    return {
+        "epoch": epoch,
+        "model": run.model.state_dict(),
+        "optimizer": run.opt.state_dict(),
+        "rng": {"torch": torch.get_rng_state(), **(generators or {})},
+        "history": run.history,
+        "rows": run.rows,
+        "best": run.best,
+        "stale": run.stale,
+        "stopped_early": run.stopped_early,
+        "run_key": run.key,
+        "code_version": code_version(),
+    }
+
+
+def restore_loop_state(run, state: dict, path: Path) -> None:
+    """Put a `loop_state` back into `run` (its own generators are the caller's, in
+    ``state["rng"]``); the run continues after the checkpoint's epoch."""
+    run.model.load_state_dict(state["model"])
+    run.opt.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"]["torch"])
+    run.history, run.rows, run.best = list(state["history"]), list(state["rows"]), dict(state["best"])
+    run.stale, run.stopped_early, run.start_epoch = (
+        int(state["stale"]),
+        bool(state["stopped_early"]),
+        state["epoch"] + 1,
+    )
+    run.log(f"resuming from {path}: epochs 1..{run.start_epoch} done")

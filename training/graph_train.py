@@ -8,8 +8,16 @@ values (the training graphs' mean and standard deviation). Every ``eval_every`` 
 validation graphs are scored whole (`GraphTable.induced` over Â, in chunks of
 ``eval_graphs_per_batch``); the model of the best validation metric (`key_metric`: ROC-AUC for
 two classes and for tasks, accuracy for more classes, MAE for values) is kept, and early
-stopping ends the run after ``early_stopping_patience`` evaluations without a better one. The
-run does not checkpoint: a killed run starts over.
+stopping ends the run after ``early_stopping_patience`` evaluations without a better one.
+
+Checkpoints. Given ``checkpoint_beside`` (the folder the outputs will end up in: the graph task
+passes trained_model's), the run checkpoints after every epoch into
+``<its parent>/.<its name>.work-<key>/checkpoint.safetensors`` (``key`` hashes the settings that
+change the result and the data version of the shards, the canonical graph and Â), a
+`training.state_file` of kind ``graph_checkpoint`` holding `training.checkpoint.loop_state`.
+A rerun with the same settings on the same data continues after the last completed epoch and
+gives the figures of an uninterrupted run; a finished run removes the folder; a checkpoint that
+cannot be read is set aside and the run starts over.
 
 Written into the output folder: ``model.safetensors`` (`training.state_file`, kind
 ``graph_model``: the state dict, the config, the data's shape and the value standardization),
@@ -23,6 +31,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -40,11 +49,21 @@ from graphs.formats.shard_manifest import GRAPH_PROPERTY, ShardManifest
 from graphs.infra.config_checks import MAX_SEED, check_fields
 from graphs.stages.normalize import Adjacency, load_csr
 from training.blocks import block_from_csr
+from training.checkpoint import (
+    CHECKPOINT_NAME,
+    data_version,
+    loop_state,
+    restore_loop_state,
+    resume_state,
+    run_key,
+    save_checkpoint,
+    work_dir_for,
+)
 from training.data import FeatureRows, ShardStream
 from training.distributed import DistInfo
 from training.graph_model import CATEGORICAL, READOUTS, GraphModel, GraphShape
 from training.layer_registry import layer_kind
-from training.loop import TaskHead, run_epochs
+from training.loop import EpochHook, TaskHead, run_epochs
 from training.loss_check import non_finite_loss
 from training.metrics import accuracy, average_precision, one_vs_rest_auc, roc_auc
 from training.outputs import GRAPH_MODEL, METRICS, PREDICTIONS, SUMMARY
@@ -54,6 +73,7 @@ __all__ = ["GRAPH_MODEL", "GraphTrainConfig", "evaluate_graph_model", "key_metri
 
 GRAPH_MODEL_KIND = "graph_model"
 GRAPH_MODEL_FORMAT = 1
+_CHECKPOINT_KIND, _CHECKPOINT_FORMAT = "graph_checkpoint", 1
 _ONE_PROCESS = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend=None)
 
 
@@ -165,6 +185,8 @@ class GraphRun:
     opt: torch.optim.Optimizer
     epochs: int
     log: object
+    key: str = ""
+    work: Path | None = None  # the checkpoint folder; None: no checkpoints
     info: DistInfo = _ONE_PROCESS
     start_epoch: int = 0
     stopped_early: bool = False
@@ -237,7 +259,9 @@ class GraphHead(TaskHead):
         return bool(patience and run.stale >= patience)
 
     def checkpoint(self, run: GraphRun, epoch: int) -> None:
-        """No checkpoints: a graph-level run is restarted whole (module docstring)."""
+        if run.work is not None:
+            state = loop_state(run, epoch)
+            save_checkpoint(run.work / CHECKPOINT_NAME, state, kind=_CHECKPOINT_KIND, format_version=_CHECKPOINT_FORMAT)
 
 
 def _CAUSES(cfg: GraphTrainConfig) -> list[str]:
@@ -332,10 +356,17 @@ def _new_model(cfg: GraphTrainConfig, shape: GraphShape) -> GraphModel:
 
 
 def train_graphs(
-    shards_dir: str | os.PathLike, out_dir: str | os.PathLike | None, cfg: GraphTrainConfig | None = None, log=print
+    shards_dir: str | os.PathLike,
+    out_dir: str | os.PathLike | None,
+    cfg: GraphTrainConfig | None = None,
+    log=print,
+    *,
+    checkpoint_beside: str | os.PathLike | None = None,
+    on_epoch_end: EpochHook | None = None,
 ) -> dict:
-    """Train on the whole-graph shards of `shards_dir`; write `out_dir` (module docstring)
-    unless None. Returns the summary."""
+    """Train on the graph shards of `shards_dir`; write `out_dir` (module docstring) unless None;
+    checkpoint beside `checkpoint_beside` when given (and continue from its checkpoint).
+    ``on_epoch_end(epoch, rows)`` as in `training.loop.run_epochs`. Returns the summary."""
     cfg = cfg or GraphTrainConfig()
     shards = Path(shards_dir)
     manifest = ShardManifest.open(shards)
@@ -353,8 +384,19 @@ def train_graphs(
         model.standardize(data.categories[torch.from_numpy(nodes)])
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     run = GraphRun(cfg, manifest, shards, data, model, opt, cfg.epochs, log)
-    run_epochs(run, GraphHead(), log, progress=False)
-    return _finish(run, out_dir)
+    if checkpoint_beside is not None:
+        canonical, adjacency = (shards / manifest.doc["inputs"][s] for s in (CanonicalGraph.STAGE, Adjacency.STAGE))
+        run.key = run_key({"model": {}, "training": asdict(cfg)}, data_version(shards, canonical, adjacency))
+        run.work = work_dir_for(checkpoint_beside, run.key)
+        path = run.work / CHECKPOINT_NAME
+        state = resume_state(path, log, kind=_CHECKPOINT_KIND, format_version=_CHECKPOINT_FORMAT)
+        if state is not None:
+            restore_loop_state(run, state, path)
+    run_epochs(run, GraphHead(), log, progress=False, on_epoch_end=on_epoch_end)
+    summary = _finish(run, out_dir)
+    if run.work is not None:
+        shutil.rmtree(run.work, ignore_errors=True)
+    return summary
 
 
 def _finish(run: GraphRun, out_dir) -> dict:

@@ -49,7 +49,15 @@ from graphs.formats.shard_format import MANIFEST_NAME
 from graphs.formats.shard_manifest import LINK_PREDICTION, ShardManifest
 from graphs.infra.progress import Progress
 from graphs.stages.edge_split import load_edge_split
-from training.checkpoint import CHECKPOINT_NAME, code_version, data_version, resume_state, run_key, work_dir_for
+from training.checkpoint import (
+    CHECKPOINT_NAME,
+    data_version,
+    loop_state,
+    restore_loop_state,
+    resume_state,
+    run_key,
+    work_dir_for,
+)
 from training.checkpoint import save_checkpoint as save_state
 from training.data import ShardStream
 from training.distributed import DistInfo
@@ -154,19 +162,7 @@ class LinkPrediction(TaskHead):
     def checkpoint(self, run: LinkRun, epoch: int) -> None:
         if run.work is None:
             return
-        state = {
-            "epoch": epoch,
-            "model": run.model.state_dict(),
-            "optimizer": run.opt.state_dict(),
-            "rng": {"torch": torch.get_rng_state(), "hard_negatives": run.generator.get_state()},
-            "history": run.history,
-            "rows": run.rows,
-            "best": run.best,
-            "stale": run.stale,
-            "stopped_early": run.stopped_early,
-            "run_key": run.key,
-            "code_version": code_version(),
-        }
+        state = loop_state(run, epoch, {"hard_negatives": run.generator.get_state()})
         save_state(run.work / CHECKPOINT_NAME, state, kind=_CHECKPOINT_KIND, format_version=LINK_CHECKPOINT_FORMAT)
 
     def stop_line(self, run: LinkRun, epoch: int) -> str:
@@ -277,17 +273,8 @@ def _resume(run: LinkRun) -> None:
     state = resume_state(path, run.log, kind=_CHECKPOINT_KIND, format_version=LINK_CHECKPOINT_FORMAT)
     if state is None:
         return
-    run.model.load_state_dict(state["model"])
-    run.opt.load_state_dict(state["optimizer"])
-    torch.set_rng_state(state["rng"]["torch"])
+    restore_loop_state(run, state, path)
     run.generator.set_state(state["rng"]["hard_negatives"])
-    run.history, run.rows, run.best = list(state["history"]), list(state["rows"]), dict(state["best"])
-    run.stale, run.stopped_early, run.start_epoch = (
-        int(state["stale"]),
-        bool(state["stopped_early"]),
-        state["epoch"] + 1,
-    )
-    run.log(f"resuming from {path}: epochs 1..{run.start_epoch} done")
 
 
 def _finish(run: LinkRun, out_dir) -> dict:

@@ -60,7 +60,8 @@ class GraphProperty(Task):
         try:
             cfg = config.graph.to_dataclass()
             with storage.publishing(dataset, TRAINED_MODEL) as out:
-                s = train_graphs(shards, out, cfg, log=context.log.info)
+                beside = storage.asset_dir(dataset, TRAINED_MODEL)
+                s = train_graphs(shards, out, cfg, log=context.log.info, checkpoint_beside=beside)
         except (ValueError, ShardError) as exc:
             raise shard_failure(dataset, exc) from exc
         out = storage.asset_dir(dataset, TRAINED_MODEL)
