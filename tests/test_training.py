@@ -1,6 +1,7 @@
 """training: config, AMP shim, schedule, features, DDP gradients, resume, no-DGL run,
 outputs, a short Cora run through the pipeline's functions, and the Dagster asset via pipes."""
 
+import contextlib
 import dataclasses
 import datetime
 import json
@@ -348,6 +349,66 @@ def test_a_replayed_epoch_reads_every_minibatch_once_in_a_new_order(sbm):
     for order in (first, second):
         assert sorted(order) == sorted(stored)  # the same minibatches, each once
     assert len({tuple(stored), tuple(first), tuple(second)}) == 3  # in three different orders
+
+
+class _RecordedCopies:
+    """Stands in for `training.copy_streams.CudaCopies`: records what would run on which stream."""
+
+    def __init__(self, log: list):
+        self.log, self.on_side, self.events = log, False, 0
+
+    @contextlib.contextmanager
+    def side(self):
+        self.on_side = True
+        yield
+        self.on_side = False
+
+    def record(self):
+        self.events += 1
+        self.log.append(("record", self.events))
+        return self.events
+
+    def wait(self, event):
+        self.log.append(("wait", event))
+
+    def keep(self, tensor):
+        self.log.append(("keep", tensor.data_ptr()))
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_the_next_minibatch_is_copied_on_the_side_stream_before_the_current_one_computes(sbm, prefetch):
+    shards = sbm["w1"]["shards"]
+    with ShardStream(shards, 0, 0, prefetch=prefetch) as stream:
+        plain = [(mb.index, mb.input_nodes.clone(), mb.x.clone()) for mb in stream]
+    log = []
+    copies = _RecordedCopies(log)
+    stream = ShardStream(shards, 0, 0, prefetch=prefetch, copies=copies)
+    move = stream._to_device
+
+    def logged_move(host):
+        log.append(("copy", host.index, copies.on_side))
+        return move(host)
+
+    stream._to_device = logged_move
+    got = []
+    with stream:
+        for mb in stream:
+            log.append(("compute", mb.index))
+            got.append((mb.index, mb.input_nodes, mb.x))
+    assert len(got) == len(plain) > 2
+    for (i, nodes, x), (j, nodes_plain, x_plain) in zip(got, plain):  # the same minibatches, in order
+        assert i == j and torch.equal(nodes, nodes_plain) and torch.equal(x, x_plain)
+    at = {entry: k for k, entry in enumerate(log) if entry[0] != "keep"}
+    events = [entry[1] for entry in log if entry[0] == "record"]
+    for t, (i, _, _) in enumerate(got):
+        assert at[("copy", i, True)] < at[("record", events[t])] < at[("wait", events[t])] < at[("compute", i)]
+        if t + 1 < len(got):
+            following = at[("copy", got[t + 1][0], True)]
+            assert following < at[("compute", i)]  # the next copy runs while this minibatch computes
+            assert not t or at[("compute", got[t - 1][0])] < following  # one minibatch ahead, not more
+    kept = [k for k, entry in enumerate(log) if entry[0] == "keep"]
+    first_wait, first_compute = at[("wait", events[0])], at[("compute", got[0][0])]
+    assert any(first_wait < k < first_compute for k in kept)  # its tensors marked for the compute stream
 
 
 def _plain_and_cached_rows(sbm, **tiers):

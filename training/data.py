@@ -27,7 +27,8 @@ just hashed, sparing ``np.load``'s second copy and per-member CRC; the files als
 ``np.load(..., allow_pickle=False)``), builds CPU tensors, gathers the input nodes'
 feature rows (from the memory-mapped ``features.npy``, or the INT8 rows, or a tensor you
 pass) and pins them when the device is CUDA. The consuming thread then moves the batch
-with ``non_blocking`` copies and builds the blocks. INT8 features and edge weights are
+with ``non_blocking`` copies and builds the blocks; on CUDA it does so on a side stream, one
+minibatch ahead of the one it hands over (`training.copy_streams`). INT8 features and edge weights are
 decoded on the device for CUDA (a quarter of the bytes cross PCIe) and in the prefetch
 thread for CPU training (`graphs.kernels.quantize`, NumPy-only at import; both decode alike). So
 the next minibatch is read and gathered while the current one trains; ``wait_seconds`` is the time the loop was
@@ -64,6 +65,7 @@ from graphs.formats.shard_format import (
 from graphs.formats.shard_manifest import ShardManifest
 from graphs.formats.shard_references import open_features, open_weight_factors
 from training.blocks import Block, NodeScales, correction_is_per_dst
+from training.copy_streams import CudaCopies, ahead
 from training.feature_cache import CacheSpec, HotSplit, TieredFeatures
 
 __all__ = [
@@ -263,6 +265,9 @@ class ShardStream:
             them (the files in a permuted order, each file's minibatches permuted too, both
             drawn from this seed) so that a replayed epoch is not the same sequence of steps.
             Each file is still read once.
+        copies: how minibatches reach the device: by default, on CUDA, copied one minibatch
+            ahead on a side stream (`training.copy_streams.CudaCopies`), else on the current
+            stream as they are handed over; an object with the same methods stands in for it.
     """
 
     def __init__(
@@ -277,6 +282,7 @@ class ShardStream:
         verify: bool = True,
         manifest: dict | None = None,
         order_seed: int | None = None,
+        copies=None,
     ):
         if prefetch < 0:
             raise ValueError(f"prefetch={prefetch} must be >= 0")
@@ -288,6 +294,7 @@ class ShardStream:
         self.order_seed = order_seed
         self.device = torch.device(device)
         self.pin = self.device.type == "cuda" and torch.cuda.is_available()
+        self.copies = copies if copies is not None else (CudaCopies(self.device) if self.pin else None)
         self.decode_on_host = self.device.type == "cpu"
         if isinstance(features, FeatureRows):
             self.features = features
@@ -451,6 +458,19 @@ class ShardStream:
         if self._started:
             raise RuntimeError("a ShardStream is iterated once; create a new one per epoch")
         self._started = True
+        hosts = self._hosts()
+        try:
+            if self.copies is None:
+                for host in hosts:
+                    yield self._to_device(host)
+            else:
+                yield from ahead(hosts, self._to_device, self.copies)
+        finally:
+            hosts.close()  # a consumer that stops early stops the reading thread
+
+    def _hosts(self) -> Iterator[_HostBatch]:
+        """The host batches in order, read inline (``prefetch=0``) or by the background thread;
+        the time spent waiting for them counts in ``wait_seconds``."""
         if self.prefetch == 0:
             source = self._host_batches()
             while True:
@@ -459,7 +479,7 @@ class ShardStream:
                 self.wait_seconds += time.perf_counter() - t0
                 if host is None:
                     return
-                yield self._to_device(host)
+                yield host
         self._queue = queue.Queue(maxsize=self.prefetch)
         self._thread = threading.Thread(target=self._produce, name=f"shards-r{self.rank}-e{self.epoch}", daemon=True)
         self._thread.start()
@@ -472,7 +492,7 @@ class ShardStream:
                     return
                 if isinstance(item, _Failure):
                     raise item.exc
-                yield self._to_device(item)
+                yield item
         finally:
             self.close()
 
