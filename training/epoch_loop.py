@@ -41,7 +41,7 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
     streams = _epoch_streams(run, epoch)
     iters = [iter(s) for s in streams]
     # rebalanced shards: each stream's loss weighted by W x its share of the seeds (graphs.sampling.rebalance)
-    scales = [run.manifest.loss_scales[r] for r in run.my_streams]
+    scales = [run.manifest.loss_scales[r] for r in run.plan.my_streams]
     timing = dict.fromkeys(("data", "forward", "backward", "update"), 0.0)
     loss_sum = correct = seeds = minibatches = 0
     lr = optimizer.param_groups[0]["lr"]
@@ -49,9 +49,9 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
         run.comm_counter.take()  # count this epoch's steps only
     try:
         with use_aggregation(model, tcfg.aggregation):  # evaluation keeps `auto`
-            for s in range(run.steps_per_epoch):
+            for s in range(run.plan.steps_per_epoch):
                 # one optimizer step: `accumulate` minibatches (fewer at the epoch's end) per stream
-                micro = min(tcfg.accumulate, run.per_stream - s * tcfg.accumulate)
+                micro = min(tcfg.accumulate, run.plan.per_stream - s * tcfg.accumulate)
                 sources = [(it, scale) for _ in range(micro) for it, scale in zip(iters, scales)]
                 for i, (it, scale) in enumerate(sources):
                     t0 = run.now()
@@ -111,13 +111,13 @@ def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict, scale
 def _non_finite_loss(run: Run, value: float) -> NonFiniteLossError:
     """The error stopping the run at its current step (`training.loss_check`), with its settings."""
     tcfg = run.cfg.training
-    epoch, step = divmod(run.step, run.steps_per_epoch)
+    epoch, step = divmod(run.step, run.plan.steps_per_epoch)
     norm = tcfg.feature_norm
     return non_finite_loss(
         value,
         epoch=epoch + 1,
         step=step + 1,
-        steps=run.steps_per_epoch,
+        steps=run.plan.steps_per_epoch,
         causes=[
             f"feature normalization: training.feature_norm={norm!r}"
             + (" leaves features on their own scales; try 'standard'" if norm == "none" else ""),
@@ -136,22 +136,22 @@ def _epoch_streams(run: Run, epoch: int) -> list[ShardStream]:
         ShardStream(
             run.shards,
             r,
-            epoch % run.shard_epochs,
+            epoch % run.plan.shard_epochs,
             run.device,
             tcfg.prefetch,
             features=run.feature_rows if run.feature_rows is not None else run.stream_features,
             verify=tcfg.verify_shards,
             manifest=run.manifest.doc,
-            order_seed=replay_order_seed(tcfg.seed, epoch, run.shard_epochs, r),
+            order_seed=replay_order_seed(tcfg.seed, epoch, run.plan.shard_epochs, r),
         )
-        for r in run.my_streams
+        for r in run.plan.my_streams
     ]
 
 
 def _optimizer_step(run: Run) -> float:
     """Set the scheduled learning rate, clip, step the optimizer through the loss scaler; the rate."""
     tcfg, optimizer = run.cfg.training, run.optimizer
-    lr = learning_rate(tcfg.lr_schedule, tcfg.optimizer.lr, run.step, run.steps_per_epoch, run.total_steps)
+    lr = learning_rate(tcfg.lr_schedule, tcfg.optimizer.lr, run.step, run.plan.steps_per_epoch, run.plan.total_steps)
     for group in optimizer.param_groups:
         group["lr"] = lr
     if tcfg.gradient_clipping > 0:
@@ -167,7 +167,7 @@ def _epoch_row(run: Run, epoch: int, streams, timing: dict, train_seconds: float
     """This rank's metric row of one epoch."""
     comm = {}
     if run.comm_counter is not None:
-        comm = {"comm_bytes_per_step": run.comm_counter.take()["sent"] / max(run.steps_per_epoch, 1)}
+        comm = {"comm_bytes_per_step": run.comm_counter.take()["sent"] / max(run.plan.steps_per_epoch, 1)}
     return {
         **comm,
         "epoch": epoch + 1,  # numbered from 1 in metrics, logs, summaries and plots
@@ -175,7 +175,7 @@ def _epoch_row(run: Run, epoch: int, streams, timing: dict, train_seconds: float
         "loss": loss,
         "minibatch_acc": acc,
         "lr": lr,
-        "steps": run.steps_per_epoch,
+        "steps": run.plan.steps_per_epoch,
         "seeds": seeds,
         "seeds_per_s": seeds / train_seconds if train_seconds > 0 else float("nan"),
         "train_seconds": train_seconds,

@@ -1,6 +1,6 @@
 """The plan of a node-classification run: pure rules from its settings and the shards' manifest.
 
-How many epochs run (`training_epochs`) and how often each sampled epoch is read then
+This rank's streams, epochs and steps (`StepPlan`), how many epochs run (`training_epochs`) and how often each sampled epoch is read then
 (`epoch_passes`: epoch e replays sampled epoch e % E), the minibatch order of a replay
 (`replay_order_seed`), the learning rate of each optimizer step (`learning_rate`), the
 model's layer count (`resolve_num_layers`) and whether its layer can use the shards' draws
@@ -11,6 +11,7 @@ apply them.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from training.config import LRScheduleConfig, TrainingConfig
 from training.layer_registry import layer_kind, linear_layer_names
 
 __all__ = [
+    "StepPlan",
     "check_sampler_supports",
     "epoch_passes",
     "learning_rate",
@@ -28,6 +30,36 @@ __all__ = [
     "resolve_num_layers",
     "training_epochs",
 ]
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """This rank's share of the shards and the run's length, fixed for the run."""
+
+    my_streams: list[int]  # the streams this rank reads (rank, rank + P, ... of the W the shards hold)
+    shard_epochs: int  # sampled epochs the shards hold
+    epochs: int  # epochs trained (`training_epochs`)
+    per_stream: int  # minibatches per stream and epoch
+    steps_per_epoch: int  # optimizer steps per epoch (minibatches / accumulate)
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.steps_per_epoch
+
+    @classmethod
+    def of(cls, manifest: ShardManifest, shards: Path, rank: int, processes: int, tcfg: TrainingConfig) -> "StepPlan":
+        """The plan of rank `rank` of `processes` (ValueError when they do not divide the W streams)."""
+        W = manifest.world_size
+        if W % processes:
+            raise ValueError(
+                f"{shards}: the shards were cut for world_size={W}; launch a number of processes that divides it "
+                f"(got {processes}), e.g. torchrun --nproc-per-node {W}, or re-materialize minibatch_shards "
+                f"with world_size={processes}"
+            )
+        per_stream = manifest.minibatches_per_epoch_per_rank
+        steps_per_epoch = math.ceil(per_stream / tcfg.accumulate)
+        epochs = training_epochs(tcfg, manifest.epochs, steps_per_epoch)
+        return cls(list(range(rank, W, processes)), manifest.epochs, epochs, per_stream, steps_per_epoch)
 
 
 def training_epochs(tcfg: TrainingConfig, shard_epochs: int, steps_per_epoch: int) -> int:

@@ -12,7 +12,6 @@ checkpoints (`training.train`) and the outputs (`training.publish`) then read an
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass, field, replace
@@ -41,7 +40,7 @@ from training.layers import build_model
 from training.node_stats import NodeGradStats
 from training.precision import Precision, grad_scaler, resolve_precision
 from training.report import Reporter
-from training.run_plan import check_sampler_supports, resolve_num_layers, training_epochs
+from training.run_plan import StepPlan, check_sampler_supports, resolve_num_layers
 
 __all__ = [
     "InMemoryEval",
@@ -75,13 +74,7 @@ class Run:
     canonical: Path
     adjacency: Path
     manifest: ShardManifest
-    my_streams: list[int]
-    shard_epochs: int
-    epochs: int
-    per_stream: int
-    steps_per_epoch: int
-    total_steps: int
-    num_blocks: int
+    plan: StepPlan
     # features
     stream_features: str | torch.Tensor  # "manifest": the shards' features; else degree one-hots
     in_feats: int
@@ -93,11 +86,10 @@ class Run:
     optimizer: torch.optim.Optimizer
     precision: Precision
     scaler: torch.cuda.amp.GradScaler  # torch.amp.GradScaler from torch 2.3 (training.precision.grad_scaler_class)
-    # checkpoint identity
-    dver: str
+    # checkpoint identity: the data version, the run key and the work folder the key names
+    data_version: str
     key: str
     work: Path
-    ckpt_path: Path
     eval_graph: "InMemoryEval | StreamedEval | None" = None
     feature_rows: FeatureRows | None = None  # shared by the streams when training.feature_cache > 0
     # imbalanced classes and adaptive sampling (None when off; training.imbalance, training.node_stats)
@@ -121,6 +113,14 @@ class Run:
     def device(self) -> torch.device:
         return self.info.device
 
+    @property
+    def epochs(self) -> int:
+        return self.plan.epochs
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.work / CHECKPOINT_NAME
+
     def now(self) -> float:
         """perf_counter after a CUDA sync: accurate stage timings on GPUs."""
         if self.device.type == "cuda":
@@ -138,13 +138,12 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
     # with verify_shards, also every upstream file the shards were cut from: a stage re-run
     # since then (same shapes, new values) is refused, naming it, instead of trained on silently
     manifest = ShardManifest.open(shards, verify_upstream_files=tcfg.verify_shards)
-    plan = _shard_plan(manifest, shards, info, tcfg)
+    plan = StepPlan.of(manifest, shards, info.rank, info.world_size, tcfg)
 
     # The shards own the layer count (one block per layer); the resolved count is what is
     # trained, checkpointed and written to run.yaml. The run key (work folder) stays that of
     # the config as given, which the launcher computes too.
     given = cfg
-    num_blocks = manifest.num_layers
     cfg = replace(cfg, model=replace(cfg.model, num_layers=resolve_num_layers(cfg.model.num_layers, manifest, shards)))
     check_sampler_supports(cfg.model.conv, manifest.non_uniform_draws, shards)
 
@@ -156,8 +155,8 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
     trained = _model_and_optimizer(cfg, info, features["in_feats"], features["num_classes"], adjacency)
 
     # ------------------------------------------------------------------ checkpoint identity
-    dver = data_version(shards, canonical, adjacency)
-    key = run_key(given.to_dict(), dver)
+    version = data_version(shards, canonical, adjacency)
+    key = run_key(given.to_dict(), version)
     work = work_dir_for(cfg.paths.out, key, cfg.paths.work)
     run = Run(
         cfg=cfg,
@@ -168,14 +167,12 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         canonical=canonical,
         adjacency=adjacency,
         manifest=manifest,
-        num_blocks=num_blocks,
-        **plan,
+        plan=plan,
         **features,
         **trained,
-        dver=dver,
+        data_version=version,
         key=key,
         work=work,
-        ckpt_path=work / CHECKPOINT_NAME,
         feature_rows=(
             FeatureRows("manifest", manifest.doc, shards, cache=_cache_spec(tcfg, adjacency, device, hot))
             if (tcfg.feature_cache > 0 or hot > 0) and isinstance(features["stream_features"], str)
@@ -193,29 +190,6 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
         _log_run_start(run)
         run.eval_graph = load_eval_graph(run)
     return run
-
-
-def _shard_plan(manifest: ShardManifest, shards: Path, info: DistInfo, tcfg: TrainingConfig) -> dict:
-    """The `Run` fields of the shards' plan: this rank's streams, epochs and steps."""
-    W = manifest.world_size
-    if W % info.world_size:
-        raise ValueError(
-            f"{shards}: the shards were cut for world_size={W}; launch a number of processes that divides it "
-            f"(got {info.world_size}), e.g. torchrun --nproc-per-node {W}, or re-materialize minibatch_shards "
-            f"with world_size={info.world_size}"
-        )
-    shard_epochs = manifest.epochs
-    per_stream = manifest.minibatches_per_epoch_per_rank
-    steps_per_epoch = math.ceil(per_stream / tcfg.accumulate)
-    epochs = training_epochs(tcfg, shard_epochs, steps_per_epoch)
-    return {
-        "my_streams": list(range(info.rank, W, info.world_size)),
-        "shard_epochs": shard_epochs,
-        "epochs": epochs,
-        "per_stream": per_stream,
-        "steps_per_epoch": steps_per_epoch,
-        "total_steps": epochs * steps_per_epoch,
-    }
 
 
 def _stream_features(manifest: ShardManifest, shards: Path, adjacency: Path, tcfg: TrainingConfig) -> dict:
@@ -275,23 +249,23 @@ def _log_run_start(run: Run) -> None:
     tcfg, manifest, W = run.cfg.training, run.manifest, run.manifest.world_size
     run.report.info(
         f"training {run.cfg.model.conv} ({sum(p.numel() for p in run.model.parameters())} parameters) on "
-        f"{run.device} with {run.info.world_size} process(es) x {len(run.my_streams)} stream(s) of W={W}, "
-        f"{run.per_stream} minibatches of <= {manifest.batch_size} seeds per stream and epoch, accumulate "
+        f"{run.device} with {run.info.world_size} process(es) x {len(run.plan.my_streams)} stream(s) of W={W}, "
+        f"{run.plan.per_stream} minibatches of <= {manifest.batch_size} seeds per stream and epoch, accumulate "
         f"{tcfg.accumulate}: global batch {manifest.batch_size * W * tcfg.accumulate} seeds; "
-        f"{run.epochs} epochs (shards hold {run.shard_epochs}); precision {tcfg.precision} -> "
+        f"{run.epochs} epochs (shards hold {run.plan.shard_epochs}); precision {tcfg.precision} -> "
         f"{run.precision.note}; backend {run.info.backend or 'none'}; work folder {run.work}"
     )
-    if run.epochs > run.shard_epochs:
+    if run.epochs > run.plan.shard_epochs:
         run.report.info(
-            f"{run.epochs} epochs over {run.shard_epochs} sampled epochs: epoch e replays sampled epoch e % "
-            f"{run.shard_epochs} with its minibatches in a new seeded order per pass"
+            f"{run.epochs} epochs over {run.plan.shard_epochs} sampled epochs: epoch e replays sampled epoch e % "
+            f"{run.plan.shard_epochs} with its minibatches in a new seeded order per pass"
         )
 
 
 def resume(run: Run) -> None:
     """Restore the model, optimizer, scaler and progress from the run's checkpoint, if any (one
     that cannot be used is set aside by rank 0, with a warning, and the run starts over)."""
-    state = resume_state(run.ckpt_path, run.report.warning if run.info.is_main else None)
+    state = resume_state(run.checkpoint_path, run.report.warning if run.info.is_main else None)
     if state is None:
         return
     run.model.load_state_dict(state["model"])
@@ -301,7 +275,7 @@ def resume(run: Run) -> None:
     run.history, run.best = list(state["history"]), dict(state["best"])
     run.start_epoch, run.step, run.stopped_early = state["epoch"] + 1, state["step"], state["stopped_early"]
     if run.info.is_main:
-        run.report.info(f"resuming from {run.ckpt_path}: epochs 1..{state['epoch'] + 1} done, {run.step} steps")
+        run.report.info(f"resuming from {run.checkpoint_path}: epochs 1..{state['epoch'] + 1} done, {run.step} steps")
         if state["code_version"] != code_version():
             run.report.warning(f"checkpoint written by {state['code_version']}, running {code_version()}")
 

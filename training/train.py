@@ -202,7 +202,7 @@ def evaluate_epoch(run: Run, epoch: int, row: dict) -> bool:
 def save_run_checkpoint(run: Run, epoch: int) -> None:
     """Rank 0: the checkpoint a resumed run continues from after `epoch`."""
     save_checkpoint(
-        run.ckpt_path,
+        run.checkpoint_path,
         {
             "epoch": epoch,
             "step": run.step,
@@ -214,7 +214,7 @@ def save_run_checkpoint(run: Run, epoch: int) -> None:
             "stopped_early": run.stopped_early,
             "config": run.cfg.to_dict(),
             "run_key": run.key,
-            "data_version": run.dver,
+            "data_version": run.data_version,
             "code_version": code_version(),
         },
     )
