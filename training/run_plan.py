@@ -1,7 +1,8 @@
 """The plan of a node-classification run: pure rules from its settings and the shards' manifest.
 
-This rank's streams, epochs and steps (`StepPlan`), how many epochs run (`training_epochs`) and how often each sampled epoch is read then
-(`epoch_passes`: epoch e replays sampled epoch e % E), the minibatch order of a replay
+This rank's streams, epochs and steps (`StepPlan`), how many epochs run (`training_epochs`)
+and how often each sampled epoch is read then (`epoch_passes`: epoch e replays sampled epoch
+e % E), the minibatch order of a replay
 (`replay_order_seed`), the learning rate of each optimizer step (`learning_rate`), the
 model's layer count (`resolve_num_layers`) and whether its layer can use the shards' draws
 (`check_sampler_supports`). `training.run_setup`, `training.epoch_loop` and `training.publish`
