@@ -94,8 +94,9 @@ def registered_configs() -> dict[str, type[dg.Config]]:
 
 def moved_keys(run_config: Mapping[str, Any]) -> list[str]:
     """ "'ops.<asset>.config.<key>' is now '...'" for every key of a run config that a setting's
-    older shape used (the Config class's ``moved_settings``); Dagster's own check would only call
-    them unexpected."""
+    older shape used (a Config class's ``moved_settings``, in the asset's block or a nested one,
+    each naming the new key under the asset's config); Dagster's own check would only call them
+    unexpected."""
     out: list[str] = []
     ops = run_config.get("ops")
     if not isinstance(ops, Mapping):
@@ -103,10 +104,23 @@ def moved_keys(run_config: Mapping[str, Any]) -> list[str]:
     for asset, cls in registered_configs().items():
         block = ops.get(asset)
         config = block.get("config") if isinstance(block, Mapping) else None
-        for key in config if isinstance(config, Mapping) else ():
-            moved = getattr(cls, "moved_settings", {}).get(key) if isinstance(key, str) else None
-            if moved is not None:
-                out.append(f"'ops.{asset}.config.{key}' is now 'ops.{asset}.config.{moved}'")
+        if isinstance(config, Mapping):
+            out.extend(_moved_in(cls, config, f"ops.{asset}.config", f"ops.{asset}.config"))
+    return out
+
+
+def _moved_in(cls: type[pydantic.BaseModel], block: Mapping, where: str, root: str) -> list[str]:
+    """The moved keys of `block` (a `cls` block at `where`) and of its nested blocks."""
+    out = []
+    for key, value in block.items():
+        moved = getattr(cls, "moved_settings", {}).get(key) if isinstance(key, str) else None
+        if moved is not None:
+            out.append(f"'{where}.{key}' is now '{root}.{moved}'")
+            continue
+        field = cls.model_fields.get(key) if isinstance(key, str) else None
+        sub = field.annotation if field is not None else None
+        if isinstance(sub, type) and issubclass(sub, pydantic.BaseModel) and isinstance(value, Mapping):
+            out.extend(_moved_in(sub, value, f"{where}.{key}", root))
     return out
 
 
@@ -200,10 +214,11 @@ def read_columns(path: Path) -> dict[str, str]:
 def _check_keys(cls: type[pydantic.BaseModel], block: dict, where: str, path: Path) -> None:
     """Every key of `block` is a field of `cls` (recursing into nested Config blocks)."""
     fields = cls.model_fields
+    root = ".".join(where.split(".")[:3])  # ops.<asset>.config: moved keys are named from there
     for key, value in block.items():
         moved = getattr(cls, "moved_settings", {}).get(key) if isinstance(key, str) else None
         if moved is not None:
-            raise SettingsError(f"{path}: key '{where}.{key}' is now '{where}.{moved}'")
+            raise SettingsError(f"{path}: key '{where}.{key}' is now '{root}.{moved}'")
         if not isinstance(key, str) or key not in fields:
             raise SettingsError(
                 f"{path}: key '{where}.{bounded_text(str(key))}' is not a setting of {where.split('.')[1]}"

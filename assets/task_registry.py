@@ -19,20 +19,39 @@ Traits (`TaskTraits`):
 - ``not_promoted`` / ``no_node_predictions``: None where the promotion / predictions assets
   apply to the task, else why they do not (a line for the log and the metadata).
 
+Every task trains from trained_model's one run config (`training.task_settings`): the shared
+``model`` and ``training`` blocks and a block of its own. A task declares ``defaults`` (its own
+default of a shared setting, by dotted key under the asset's config, applied where the run config
+and gnnflow.yaml leave the key unset) and ``reads`` (the blocks and keys its training reads; a key
+set outside them is reported as ignored). `task_settings` resolves both for a run config.
+
 A task's parts of the stages are its class methods `write_shards`, `train`, `evaluate` and
 `decide_promotion`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import Any, Callable, ClassVar, Mapping
+
+import pydantic
 
 from graphs.formats.shard_manifest import GRAPH_PROPERTY, NODE_CLASSIFICATION
 from graphs.infra.variants import Registry
+from training.task_settings import block_values, read_by, with_values
 
-__all__ = ["DEFAULT_TASK", "GRAPH_TASK", "Task", "TaskTraits", "register_task", "task_class", "task_names"]
+__all__ = [
+    "DEFAULT_TASK",
+    "GRAPH_TASK",
+    "Task",
+    "TaskSettings",
+    "TaskTraits",
+    "register_task",
+    "task_class",
+    "task_names",
+    "task_settings",
+]
 
 DEFAULT_TASK = NODE_CLASSIFICATION
 """The task of a dataset (one graph) whose gnnflow.yaml names none."""
@@ -63,6 +82,8 @@ class Task:
 
     name: ClassVar[str]
     traits: ClassVar[TaskTraits]
+    defaults: ClassVar[Mapping[str, Any]] = {}  # its own defaults of shared settings (module docstring)
+    reads: ClassVar[tuple[str, ...]] = ("model", "training", "launch")  # the settings its training reads
 
     @classmethod
     def write_shards(cls, inputs, out: Path, cfg, *, canonical: Path, log: Callable[[str], None]) -> dict:
@@ -88,6 +109,48 @@ class Task:
         model under `cfg` (`training.promotion.PromotionConfig`): a `training.promotion.Decision`.
         Called only for a task whose traits leave ``not_promoted`` unset."""
         raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no decide_promotion()")
+
+
+@dataclass
+class TaskSettings:
+    """A run config resolved for a task: each block as its dataclass, the task's defaults that
+    applied (dotted key -> value) and the keys set that its training does not read."""
+
+    blocks: dict[str, Any]
+    task_defaults: dict[str, Any] = field(default_factory=dict)
+    ignored: list[str] = field(default_factory=list)
+
+
+def task_settings(task: type[Task], config: pydantic.BaseModel) -> TaskSettings:
+    """`config` (trained_model's effective run config, whose set fields are the ones the run config
+    or gnnflow.yaml wrote) with `task`'s defaults where a key is unset, block by block."""
+    applied = {k: v for k, v in task.defaults.items() if not _is_set(config, k.split("."))}
+    blocks = {
+        name: with_values(getattr(config, name).to_dataclass(), block_values(applied, name))
+        for name in type(config).model_fields
+    }
+    ignored = [k for k in _set_keys(config) if not read_by(k, task.reads)]
+    return TaskSettings(blocks, applied, ignored)
+
+
+def _is_set(obj: pydantic.BaseModel, parts: list[str]) -> bool:
+    for name in parts:
+        if not isinstance(obj, pydantic.BaseModel) or name not in obj.model_fields_set:
+            return False
+        obj = getattr(obj, name)
+    return True
+
+
+def _set_keys(obj: pydantic.BaseModel, prefix: str = "") -> list[str]:
+    """The dotted keys of the leaves set in `obj` (a nested block Dagster filled in is no leaf)."""
+    out = []
+    for name in sorted(obj.model_fields_set):
+        value = getattr(obj, name)
+        if isinstance(value, pydantic.BaseModel):
+            out.extend(_set_keys(value, f"{prefix}{name}."))
+        else:
+            out.append(prefix + name)
+    return out
 
 
 def _check_traits(cls: type) -> None:

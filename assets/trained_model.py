@@ -64,6 +64,7 @@ from assets.integrity import file_errors_as_failures
 from assets.pipes_messages import WholeLineMessageReader
 from assets.reporting import stage_result
 from assets.settings import register_config
+from assets.task_registry import task_settings
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.compress_files import CompressedGraph
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
@@ -75,11 +76,11 @@ from graphs.stages.normalize import Adjacency
 from training.checkpoint import data_version, run_key, work_dir_for
 from training.config import PathsConfig, RunConfig, TrainingConfig
 from training.data import ShardError
-from training.graph_train import GraphTrainConfig
+from training.graph_train import GraphConfig
 from training.launch import LOCK_FD_ENV, LaunchConfig, launch_env, other_node_command, torchrun_command
 from training.layers import ModelConfig
 from training.lifetime import LAUNCHER_PID_ENV, tied_process
-from training.link import LinkTrainConfig
+from training.link import LinkConfig
 from training.outputs import CURVES, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
 from training.profiling import PROFILE_DIR, TRACE_FILE
@@ -93,8 +94,8 @@ _RUN_HELP = {f: RunConfig.__dataclass_fields__[f].metadata["help"] for f in ("mo
 TrainedModelModelConfig = dagster_config(ModelConfig, "TrainedModelModelConfig")
 TrainedModelTrainingConfig = dagster_config(TrainingConfig, "TrainedModelTrainingConfig")
 TrainedModelLaunchConfig = dagster_config(LaunchConfig, "TrainedModelLaunchConfig")
-TrainedModelLinkConfig = dagster_config(LinkTrainConfig, "TrainedModelLinkConfig")
-TrainedModelGraphConfig = dagster_config(GraphTrainConfig, "TrainedModelGraphConfig")
+TrainedModelLinkConfig = dagster_config(LinkConfig, "TrainedModelLinkConfig")
+TrainedModelGraphConfig = dagster_config(GraphConfig, "TrainedModelGraphConfig")
 
 
 class TrainedModelConfig(dg.Config):
@@ -111,11 +112,11 @@ class TrainedModelConfig(dg.Config):
     )
     link: TrainedModelLinkConfig = Field(  # type: ignore[valid-type]
         default_factory=TrainedModelLinkConfig,
-        description="link prediction only (task: link_prediction): " + (LinkTrainConfig.__doc__ or "").strip(),
+        description="link prediction only (task: link_prediction): " + (LinkConfig.__doc__ or "").strip(),
     )
     graph: TrainedModelGraphConfig = Field(  # type: ignore[valid-type]
         default_factory=TrainedModelGraphConfig,
-        description="graph collections only (task: graph_property): " + (GraphTrainConfig.__doc__ or "").strip(),
+        description="graph collections only (task: graph_property): " + (GraphConfig.__doc__ or "").strip(),
     )
 
     def to_dataclass(self) -> tuple[ModelConfig, TrainingConfig, LaunchConfig]:
@@ -246,9 +247,20 @@ def trained_model(
     """GNN trained with torchrun DDP from the minibatch shards: models, predictions, metrics, curves, traces."""
     dataset = storage.dataset(context)
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
+    task = storage.task(dataset)
+    try:
+        resolved = task_settings(task, config)
+    except ValueError as exc:
+        raise dg.Failure(
+            description=f"dataset '{dataset}': trained_model settings for task {task.name}: {exc}"
+        ) from exc
+    config_metadata["task_defaults"] = dg.MetadataValue.json(resolved.task_defaults)
+    if resolved.ignored:
+        context.log.warning(f"trained_model: task {task.name} does not read {', '.join(resolved.ignored)}")
+        config_metadata["ignored_settings"] = dg.MetadataValue.json(resolved.ignored)
     # the launcher shares this lock; rank 0 runs under it, and stops if it ends (graphs.infra.storage)
     with storage.lock(dataset, context.log.info):
-        return storage.task(dataset).train(context, config, storage, dataset, config_metadata)
+        return task.train(context, config, storage, dataset, config_metadata)
 
 
 def train_node_classification(

@@ -80,12 +80,12 @@ def prepare(work: Path, landing: Path, seeds: int, khop: tuple[int, ...] = ()) -
 
 
 VARIANTS = (
-    ("virtual node", {"virtual_node": True}),
-    ("attention readout", {"readout": "attention"}),
-    ("atom columns as learned embeddings", {"categorical": "embedding"}),
-    ("atom columns one-hot, unscaled", {"categorical": "one_hot"}),
-    ("2 layers (hops)", {"num_layers": 2}),
-    ("4 layers (hops)", {"num_layers": 4}),
+    ("virtual node", {"graph.virtual_node": True}),
+    ("attention readout", {"graph.readout": "attention"}),
+    ("atom columns as learned embeddings", {"graph.categorical": "embedding"}),
+    ("atom columns one-hot, unscaled", {"graph.categorical": "one_hot"}),
+    ("2 layers (hops)", {"model.num_layers": 2}),
+    ("4 layers (hops)", {"model.num_layers": 4}),
 )
 
 
@@ -93,13 +93,16 @@ def _gnnflow(shards: str, seed: int, threads: int, variant: dict, q) -> None:
     import torch
 
     torch.set_num_threads(threads)
-    from training.graph_train import GraphTrainConfig, train_graphs
+    from training.graph_train import GRAPH_DEFAULTS, GraphConfig, train_graphs
+    from training.task_settings import block_values, task_blocks
 
     s = SETTINGS
-    settings = {"hidden": s["hidden"], "num_layers": s["num_layers"], "dropout": s["dropout"], "lr": s["lr"],
-                "epochs": s["epochs"], "early_stopping_patience": s["patience"], "readout": "mean"}  # fmt: skip
-    cfg = GraphTrainConfig(**{**settings, **variant}, seed=seed)
-    out = train_graphs(shards, None, cfg, log=lambda m: None)
+    settings = {"model.hidden": s["hidden"], "model.num_layers": s["num_layers"], "model.dropout": s["dropout"],
+                "training.optimizer.lr": s["lr"], "training.epochs": s["epochs"],
+                "training.early_stopping_patience": s["patience"], "graph.readout": "mean"}  # fmt: skip
+    values = {**GRAPH_DEFAULTS, **settings, **variant, "training.seed": seed}
+    cfg = GraphConfig(**block_values(values, "graph"))
+    out = train_graphs(shards, None, cfg, *task_blocks(values), log=lambda m: None)
     q.put(
         {
             "roc_auc": out["test"]["roc_auc"],

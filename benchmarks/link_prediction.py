@@ -12,8 +12,8 @@ negatives with `training.metrics.link_prediction_report`: ROC-AUC, MRR, Hits@K).
 ours       the pipeline with no configuration: edge_split -> normalized_adjacency ->
            metis_partitions -> compressed_graph (Bloom filters over *all* edges) ->
            `graphs.sampling.link.write_link_shards` with `ShardConfig()` ->
-           `training.link_train.train_link` with `LinkTrainConfig()` and `ModelConfig()` (the
-           defaults trained_model uses: the hybrid scorer, the step floor, early stopping on
+           `training.link_train.train_link` with `LinkConfig()` and the model and training blocks at
+           link prediction's defaults (`training.link.LINK_DEFAULTS`; what trained_model uses: the hybrid scorer, the step floor, early stopping on
            validation MRR, the best validation model tested).
 DGL        DGL's ``examples/pytorch/graphsage/link_pred.py`` configuration, in DGL: the training
            graph made bidirected with ``to_bidirected_with_reverse_mapping`` (copied from the
@@ -95,12 +95,13 @@ def features_for(d: dict):
 
 
 def run_ours(d: dict) -> dict:
-    """The pipeline's defaults: ShardConfig(), LinkTrainConfig(), ModelConfig()."""
+    """The pipeline's defaults: ShardConfig(), LinkConfig(), the model and training blocks at
+    link prediction's defaults."""
     from graphs.sampling import ShardConfig, load_shard_inputs
     from graphs.sampling.link import write_link_shards
-    from training.layers import ModelConfig
-    from training.link import LinkTrainConfig
+    from training.link import LINK_DEFAULTS, LinkConfig
     from training.link_train import train_link
+    from training.task_settings import task_blocks
 
     inputs = load_shard_inputs(d["split"], d["adj"], d["parts"], d["compressed"])
     shards = d["split"].parent / "shards-default"
@@ -108,7 +109,7 @@ def run_ours(d: dict) -> dict:
     m = write_link_shards(inputs, shards, ShardConfig(), canonical_dir=d["canonical"])
     shard_seconds = time.perf_counter() - t0
     s = train_link(
-        shards, d["split"], d["adj"], None, LinkTrainConfig(), ModelConfig(), log=lambda msg: print("  ours:", msg)
+        shards, d["split"], d["adj"], None, LinkConfig(), *task_blocks(LINK_DEFAULTS), log=lambda m: print("  ours:", m)
     )
     return {
         "test": s["test"],

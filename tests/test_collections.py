@@ -24,10 +24,17 @@ from graphs.stages.normalize import build_normalized_adjacency, load_csr
 from graphs.synthetic.collection import generate_collection
 from pipelines.definitions import ALL_ASSETS
 from training.graph_model import readout
-from training.graph_train import GraphTrainConfig, evaluate_graph_model, task_report, train_graphs
+from training.graph_train import GRAPH_DEFAULTS, GraphConfig, evaluate_graph_model, task_report, train_graphs
 from training.promotion import PromotionConfig
+from training.task_settings import task_blocks
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets"
+
+
+def graph_settings(values: dict) -> tuple:
+    """(graph block, model, training) at graph property's defaults, with `values` (dotted keys) set."""
+    defaults = {**GRAPH_DEFAULTS, **values}
+    return (GraphConfig(), *task_blocks(defaults))
 
 
 def _ingest(landing: Path, out: Path) -> dict:
@@ -182,7 +189,9 @@ def test_khop_graphs_keeps_graphs_up_to_max_nodes_whole_and_trains(built, tmp_pa
     write_minibatch_shards(inputs, tmp_path / "shards", cfg)
     manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
     assert manifest["graphs"]["hops"] == 2 and manifest["graphs"]["max_nodes"] == 0
-    s = train_graphs(tmp_path / "shards", tmp_path / "model", GraphTrainConfig(epochs=2), log=lambda m: None)
+    s = train_graphs(
+        tmp_path / "shards", tmp_path / "model", *graph_settings({"training.epochs": 2}), log=lambda m: None
+    )
     assert s["test"]["graphs"] == len(table.of_split("test"))  # evaluated on whole graphs
 
 
@@ -230,7 +239,9 @@ def test_standardized_one_hot_columns_have_mean_0_and_variance_1_on_the_training
 
 def test_the_planted_property_is_learned_from_the_structure(built):
     root, _ = built
-    s = train_graphs(root / "minibatch_shards", root / "trained_model", GraphTrainConfig(epochs=30), log=lambda m: None)
+    s = train_graphs(
+        root / "minibatch_shards", root / "trained_model", *graph_settings({"training.epochs": 30}), log=lambda m: None
+    )
     assert s["test"]["roc_auc"] > 0.85 > s["baseline"]["roc_auc"]
     again = evaluate_graph_model(root / "trained_model", root / "minibatch_shards")
     assert again["test"] == pytest.approx(s["test"])
@@ -244,8 +255,8 @@ def test_the_planted_property_is_learned_from_the_structure(built):
 
 def test_a_killed_graph_run_resumes_to_the_figures_of_an_uninterrupted_one(built, tmp_path):
     root, _ = built
-    cfg = GraphTrainConfig(epochs=4, early_stopping_patience=0, dropout=0.5)
-    whole = train_graphs(root / "minibatch_shards", tmp_path / "whole", cfg, log=lambda m: None)
+    cfg = graph_settings({"training.epochs": 4, "training.early_stopping_patience": 0, "model.dropout": 0.5})
+    whole = train_graphs(root / "minibatch_shards", tmp_path / "whole", *cfg, log=lambda m: None)
 
     def kill_after_second(epoch, rows):
         if epoch == 1:
@@ -253,16 +264,16 @@ def test_a_killed_graph_run_resumes_to_the_figures_of_an_uninterrupted_one(built
 
     beside, said = tmp_path / "trained_model", []
     with pytest.raises(KeyboardInterrupt):
-        train_graphs(root / "minibatch_shards", None, cfg, log=said.append, checkpoint_beside=beside,
+        train_graphs(root / "minibatch_shards", None, *cfg, log=said.append, checkpoint_beside=beside,
                      on_epoch_end=kill_after_second)  # fmt: skip
     (work,) = tmp_path.glob(".trained_model.work-*")
-    again = train_graphs(root / "minibatch_shards", tmp_path / "again", cfg, log=said.append, checkpoint_beside=beside)
+    again = train_graphs(root / "minibatch_shards", tmp_path / "again", *cfg, log=said.append, checkpoint_beside=beside)
     assert any("resuming from" in line and "epochs 1..2 done" in line for line in said)
     assert again["losses"] == whole["losses"] and again["test"] == whole["test"]
     assert not work.exists()  # a finished run removes its checkpoints
-    other = GraphTrainConfig(epochs=4, early_stopping_patience=0, dropout=0.4)  # other settings: a fresh run
+    other = graph_settings({"training.epochs": 4, "training.early_stopping_patience": 0, "model.dropout": 0.4})
     said.clear()
-    train_graphs(root / "minibatch_shards", None, other, log=said.append, checkpoint_beside=beside)
+    train_graphs(root / "minibatch_shards", None, *other, log=said.append, checkpoint_beside=beside)  # a fresh run
     assert not any("resuming" in line for line in said)
 
 
@@ -277,7 +288,9 @@ def test_string_classes_come_back_as_the_users_values(tmp_path):
     build_normalized_adjacency(tmp_path / "canonical_graph", tmp_path / "normalized_adjacency")
     inputs = load_shard_inputs(tmp_path / "canonical_graph", tmp_path / "normalized_adjacency")
     write_minibatch_shards(inputs, tmp_path / "minibatch_shards", ShardConfig(sampler="whole_graphs", epochs=1))
-    train_graphs(tmp_path / "minibatch_shards", tmp_path / "model", GraphTrainConfig(epochs=2), log=lambda m: None)
+    train_graphs(
+        tmp_path / "minibatch_shards", tmp_path / "model", *graph_settings({"training.epochs": 2}), log=lambda m: None
+    )
     table = read_graph_table(tmp_path / "canonical_graph")
     assert table.classes == ["active", "inert"]  # sorted values: class index 0 is "active"
     predictions = pq.read_table(tmp_path / "model" / "predictions.parquet").to_pydict()
@@ -491,7 +504,7 @@ def test_an_unseen_collection_trains_through_dagster_with_no_config(tmp_path, st
         first = promotion["candidate_version"]
         again = _materialize(
             storage, "unseen", selection=["trained_model", "evaluation", "promotion"],
-            run_config={"ops": {"trained_model": {"config": {"graph": {"seed": 1, "epochs": 2}}}}},
+            run_config={"ops": {"trained_model": {"config": {"training": {"seed": 1, "epochs": 2}}}}},
         )  # fmt: skip
         scored = json.loads((Path(storage.home) / "unseen" / "evaluation" / "metrics.json").read_text())["promoted"]
         assert scored["version"] == first and scored["test"][key] == pytest.approx(model[f"test_{key}"], abs=1e-4)

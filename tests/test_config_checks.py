@@ -32,8 +32,9 @@ from training.comm_hooks import CommConfig
 from training.compensation import CompensationConfig
 from training.config import LRScheduleConfig, OptimizerConfig, PathsConfig, RunConfig, TrainingConfig
 from training.distdgl_config import DistDGLConfig
+from training.graph_train import GraphConfig
 from training.layers import ModelConfig
-from training.link import LinkTrainConfig
+from training.link import LinkConfig
 from training.promotion import PromotionConfig
 
 PATHS = {"shards": "s", "out": "o"}
@@ -48,7 +49,8 @@ CONFIGS = {
     ShardConfig: ({}, ""),
     LinkShardSettings: ({}, "link."),
     PromotionConfig: ({}, ""),
-    LinkTrainConfig: ({}, "link."),
+    LinkConfig: ({}, "link."),
+    GraphConfig: ({}, "graph."),
     ModelConfig: ({}, "model."),
     OptimizerConfig: ({}, "training.optimizer."),
     LRScheduleConfig: ({}, "training.lr_schedule."),

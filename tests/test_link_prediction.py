@@ -1,6 +1,7 @@
 """Link prediction: the edge split, Bloom-filtered negatives, edge-seed shards, metrics, training."""
 
 import itertools
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -21,8 +22,15 @@ from graphs.stages.normalize import build_normalized_adjacency, load_csr
 from graphs.stages.partition import PartitionConfig, build_partitions
 from graphs.synthetic.generate import GenerateConfig, generate_dataset
 from training.data import ShardStream
+from training.link import LINK_DEFAULTS
 from training.metrics import link_prediction_report, positive_ranks, roc_auc
 from training.outputs import LINK_MODEL
+from training.task_settings import task_blocks, with_values
+
+
+def link_training(values: dict):
+    """The training block at link prediction's defaults, with `values` (dotted keys) set."""
+    return with_values(task_blocks(LINK_DEFAULTS)[1], values)
 
 
 def _edge_set(folder):
@@ -214,7 +222,7 @@ def test_training_learns_and_writes_metrics(lp, tmp_path, monkeypatch):
     from graphs.infra.progress import Progress
     from training import link_train
     from training.layers import ModelConfig
-    from training.link import LinkTrainConfig
+    from training.link import LinkConfig
     from training.link_train import train_link
 
     monkeypatch.setattr(link_train, "Progress", functools.partial(Progress, every=0.0))  # a line per step
@@ -228,8 +236,9 @@ def test_training_learns_and_writes_metrics(lp, tmp_path, monkeypatch):
         lp / "split",
         lp / "adj",
         tmp_path / "out",
-        LinkTrainConfig(lr=0.005, epochs=2),
+        LinkConfig(),
         ModelConfig(hidden=32, dropout=0.0),
+        link_training({"optimizer.lr": 0.005, "epochs": 2}),
         log=lines.append,
     )
     assert summary["test"]["auc"] > 0.65  # a homophilous SBM after 2 epochs: random scoring gives 0.5
@@ -291,10 +300,11 @@ def test_early_stopping_keeps_the_best_validation_epoch(lp, tmp_path, monkeypatc
     real, mrrs = link.evaluate_link, iter([0.5, 0.4, 0.45, 0.3, 0.9])
     monkeypatch.setattr(link_train, "evaluate_link", lambda *a, **k: {**real(*a, **k), "mrr": next(mrrs)})
     lines = []
-    cfg = link.LinkTrainConfig(epochs=5, early_stopping_patience=2)
+    training = link_training({"epochs": 5, "early_stopping_patience": 2})
     s = link_train.train_link(
-        tmp_path / "shards", lp / "split", lp / "adj", None, cfg, ModelConfig(hidden=8), lines.append
-    )
+        tmp_path / "shards", lp / "split", lp / "adj", None, link.LinkConfig(), ModelConfig(hidden=8), training,
+        lines.append,
+    )  # fmt: skip
     assert s["epochs"] == 3 and s["best_epoch"] == 1 and s["val"]["mrr"] == 0.5
     assert "early stopping after epoch 3: validation MRR has not improved for 2 evaluations" in lines
 
@@ -325,7 +335,7 @@ def test_link_prediction_pipeline_materializes_through_dagster(tmp_path):
         "  metis_partitions: {config: {num_parts: 2, write_distdgl: false}}\n"
         "  compressed_graph: {config: {fpr_queries: 20000}}\n"
         "  minibatch_shards: {config: {fanouts: '5,5', epochs: 2, world_size: 2, batch_size: 256}}\n"
-        "  trained_model: {config: {model: {hidden: 16, dropout: 0.0}, link: {lr: 0.005, min_steps: 64}}}\n"
+        "  trained_model: {config: {model: {hidden: 16, dropout: 0.0}, training: {optimizer: {lr: 0.005}, min_steps: 64}}}\n"
     )
     storage = GnnflowStorage(home=str(tmp_path / "home"), landing=str(tmp_path / "landing"))
     instance = dg.DagsterInstance.ephemeral()
@@ -339,6 +349,13 @@ def test_link_prediction_pipeline_materializes_through_dagster(tmp_path):
     assert meta["minibatch_shards"]["negatives_rejected_as_edge"].value > 0
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["no_held_out_edge_in_message_passing"]
+    # the training block of every task, at link prediction's defaults where gnnflow.yaml leaves a key unset
+    applied = mats["trained_model"].metadata["task_defaults"].value
+    assert applied == {
+        k: v for k, v in LINK_DEFAULTS.items() if k not in ("training.optimizer.lr", "training.min_steps")
+    }
+    summary = json.loads((tmp_path / "home" / "lp" / "trained_model" / "summary.json").read_text())
+    assert summary["training"]["optimizer"]["lr"] == 0.005 and summary["training"]["early_stopping_patience"] == 5
     evaluation = mats["evaluation"].metadata
     assert 0.5 < evaluation["test_auc"].value <= 1.0
     assert "gnnflow score-pairs" in mats["predictions"].metadata["skipped"].value  # pairs, not nodes
@@ -462,17 +479,18 @@ def test_a_stopped_run_continues_from_its_checkpoint_to_the_uninterrupted_figure
     stopped after epoch 2 continues from there and ends with the figures and metrics of an
     uninterrupted run (dropout on: torch's generator is restored too), then drops the work folder."""
     from training.layers import ModelConfig
-    from training.link import LinkTrainConfig
+    from training.link import LinkConfig
     from training.link_train import train_link
     from training.outputs import METRICS
 
     inputs = load_shard_inputs(lp / "split", lp / "adj", lp / "parts", lp / "compressed")
     shard_cfg = ShardConfig(fanouts="5", batch_size=1024, epochs=2, world_size=1)
     write_link_shards(inputs, tmp_path / "shards", shard_cfg, canonical_dir=lp / "canonical")
-    cfg, model_cfg = LinkTrainConfig(epochs=4, early_stopping_patience=0), ModelConfig(hidden=8, dropout=0.5)
+    model_cfg = ModelConfig(hidden=8, dropout=0.5)
+    training = link_training({"epochs": 4, "early_stopping_patience": 0})
 
     def run(out: Path, **kw) -> dict:
-        args = (tmp_path / "shards", lp / "split", lp / "adj", out, cfg, model_cfg)
+        args = (tmp_path / "shards", lp / "split", lp / "adj", out, LinkConfig(), model_cfg, training)
         return train_link(*args, kw.pop("log", lambda m: None), checkpoint_beside=out, **kw)
 
     whole = run(tmp_path / "whole")

@@ -68,11 +68,16 @@ def test_two_hop_negatives_share_a_neighbour_and_are_not_edges():
 
 
 def test_the_budget_has_a_step_floor_and_a_cap():
-    from training.link import LinkTrainConfig, epoch_budget
+    import dataclasses
 
-    assert epoch_budget(LinkTrainConfig(), sampled_epochs=3, steps_per_epoch=8) == 100  # ceil(1000 / 8) = 125, capped
-    assert epoch_budget(LinkTrainConfig(), sampled_epochs=3, steps_per_epoch=148) == 7
-    assert epoch_budget(LinkTrainConfig(), sampled_epochs=12, steps_per_epoch=148) == 12
-    assert epoch_budget(LinkTrainConfig(epochs=2), sampled_epochs=3, steps_per_epoch=8) == 2
-    with pytest.raises(ValueError, match="max_epochs=0 must be >= 1"):
-        LinkTrainConfig(max_epochs=0)
+    from training.link import LINK_DEFAULTS
+    from training.run_plan import training_epochs
+    from training.task_settings import task_blocks
+
+    training = task_blocks(LINK_DEFAULTS)[1]  # link prediction: at least 1000 steps, at most 100 epochs
+    assert training_epochs(training, shard_epochs=3, steps_per_epoch=8) == 100  # ceil(1000 / 8) = 125, capped
+    assert training_epochs(training, shard_epochs=3, steps_per_epoch=148) == 7
+    assert training_epochs(training, shard_epochs=12, steps_per_epoch=148) == 12
+    assert training_epochs(dataclasses.replace(training, epochs=2), shard_epochs=3, steps_per_epoch=8) == 2
+    with pytest.raises(ValueError, match="max_epochs"):
+        dataclasses.replace(training, max_epochs=0)

@@ -18,10 +18,11 @@ from graphs.stages.normalize import build_normalized_adjacency
 from graphs.stages.partition import PartitionConfig, build_partitions
 from tests.conftest import write_edges
 from training.layers import ModelConfig
-from training.link import LinkTrainConfig, load_saved
+from training.link import LINK_DEFAULTS, LinkConfig, load_saved
 from training.link_train import train_link
 from training.outputs import LINK_MODEL
 from training.score_pairs import PairsError, score_dataset_pairs
+from training.task_settings import task_blocks, with_values
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +48,9 @@ def home(tmp_path_factory):
         d / "edge_split",
         d / "normalized_adjacency",
         d / "trained_model",
-        LinkTrainConfig(epochs=1),
+        LinkConfig(),
         ModelConfig(hidden=8),
+        with_values(task_blocks(LINK_DEFAULTS)[1], {"epochs": 1}),
         log=lambda msg: None,
     )
     return root

@@ -10,6 +10,7 @@ import dagster as dg
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import yaml
 
 from assets.canonical_graph import CanonicalGraphConfig, canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions
@@ -17,6 +18,7 @@ from assets.minibatch_shards import MinibatchShardsConfig
 from assets.settings import (
     SettingsError,
     explicit_run_config,
+    moved_keys,
     read_settings_file,
     read_task,
     registered_configs,
@@ -417,8 +419,13 @@ HOSTILE_NUMBERS = [  # (asset, YAML config block, what the message says after th
         "key 'ops.trained_model.config.model.hidden': Input should be less than or equal to 1048576",
     ),
     ("trained_model", "{model: {dropout: .nan}}", "model.dropout': Input should be a finite number"),
-    ("trained_model", "{link: {lr: .nan}}", "key 'ops.trained_model.config.link.lr': Input should be a finite number"),
-    ("trained_model", "{link: {epochs: 1000000000000}}", "link.epochs': Input should be less than or equal to 100000"),
+    ("trained_model", "{training: {optimizer: {lr: .nan}}}", "training.optimizer.lr': Input should be a finite number"),
+    ("trained_model", "{training: {epochs: 1000000000000}}", "epochs': Input should be less than or equal to 100000"),
+    (
+        "trained_model",
+        "{graph: {eval_graphs_per_batch: 1000000000000}}",
+        "key 'ops.trained_model.config.graph.eval_graphs_per_batch': Input should be less than or equal to 16777216",
+    ),
 ]
 
 
@@ -452,11 +459,37 @@ def test_the_launchpad_refuses_a_huge_count_before_the_stage_runs(tmp_path, stor
 
 
 def test_the_link_block_is_validated_with_the_other_training_settings(tmp_path):
-    path = _write(_landing(tmp_path), "ops: {trained_model: {config: {link: {lr: -1.0}}}}\n")
+    path = _write(_landing(tmp_path), "ops: {trained_model: {config: {link: {scorer: cosine}}}}\n")
     blocks = read_settings_file(path, registered_configs())
     with pytest.raises(SettingsError) as err:
         resolve(TrainedModelConfig, "trained_model", {}, blocks["trained_model"], path)
-    assert str(err.value).startswith(f"{path}: ops.trained_model.config: ") and "lr" in str(err.value)
+    assert str(err.value).startswith(f"{path}: ops.trained_model.config: ") and "link.scorer='cosine'" in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "block, now",
+    [
+        (
+            "{link: {lr: 0.01}}",
+            "'ops.trained_model.config.link.lr' is now 'ops.trained_model.config.training.optimizer.lr'",
+        ),
+        ("{link: {min_steps: 64}}", "link.min_steps' is now 'ops.trained_model.config.training.min_steps'"),
+        (
+            "{graph: {hidden: 32}}",
+            "'ops.trained_model.config.graph.hidden' is now 'ops.trained_model.config.model.hidden'",
+        ),
+        ("{graph: {epochs: 5}}", "graph.epochs' is now 'ops.trained_model.config.training.epochs'"),
+    ],
+)
+def test_a_task_setting_of_the_shared_blocks_is_refused_in_its_old_place_naming_the_new(tmp_path, block, now):
+    """lr, epochs, early stopping, seed and the graph model's layers are set in the training and
+    model blocks for every task; the link and graph blocks' old keys say where they went, in a
+    dataset's gnnflow.yaml and in a run config file."""
+    path = _write(_landing(tmp_path), f"ops: {{trained_model: {{config: {block}}}}}\n")
+    with pytest.raises(SettingsError) as err:
+        read_settings_file(path, registered_configs())
+    assert now in str(err.value)
+    assert any(now in m for m in moved_keys(yaml.safe_load(f"ops: {{trained_model: {{config: {block}}}}}")))
 
 
 def test_a_settings_file_linked_out_of_landing_or_dangling_is_refused_unread(tmp_path):

@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from assets.settings import SettingsError, read_task
-from assets.task_registry import DEFAULT_TASK, Task, TaskTraits, register_task, task_class, task_names
+from assets.task_registry import DEFAULT_TASK, Task, TaskTraits, register_task, task_class, task_names, task_settings
 from assets.tasks.node_classification import NodeClassification
 from graphs.stages.canonical import READY_MARKER
 from pipelines.definitions import ALL_ASSETS
@@ -93,3 +93,36 @@ def test_the_sensor_selects_the_label_stages_by_the_tasks_needs_labels(tmp_path,
         assert selected == set(every) - set(needs_labels)
     else:
         assert selected == set(every)
+
+
+def _trained_model_config(block: dict):
+    from assets.trained_model import TrainedModelConfig
+
+    return TrainedModelConfig(**block)
+
+
+def test_every_task_reads_the_one_training_block_with_its_own_defaults_where_it_is_unset():
+    """A key the run config or gnnflow.yaml sets wins; where it is unset, the task's own default
+    applies (link prediction: Adam at 1e-3, patience 5; graph property: GIN of width 64); node
+    classification keeps the shared defaults. A key the task does not read is reported."""
+    from training.config import TrainingConfig
+    from training.layers import ModelConfig
+
+    config = _trained_model_config({"training": {"early_stopping_patience": 7, "precision": "bf16"}})
+    link = task_settings(task_class("link_prediction"), config)
+    assert link.blocks["training"].early_stopping_patience == 7  # set: the user's
+    assert (link.blocks["training"].optimizer.type, link.blocks["training"].optimizer.lr) == ("Adam", 1e-3)
+    assert link.blocks["training"].min_steps == 1000 and link.blocks["model"] == ModelConfig()
+    assert "training.early_stopping_patience" not in link.task_defaults
+    assert link.ignored == ["training.precision"]  # link prediction trains in fp32
+    node = task_settings(task_class("node_classification"), config)
+    shared = TrainingConfig(early_stopping_patience=7, precision="bf16")
+    assert node.blocks["training"] == shared and node.task_defaults == {} and node.ignored == []
+
+    config = _trained_model_config({"model": {"conv": "gat", "residual": True}, "graph": {"readout": "sum"}})
+    graph = task_settings(task_class("graph_property"), config)
+    model = graph.blocks["model"]
+    assert (model.conv, model.hidden, model.heads, model.num_layers) == ("gat", 64, 1, 3)
+    assert graph.blocks["graph"].readout == "sum" and graph.blocks["training"].epochs == 100
+    assert graph.ignored == ["model.residual"]
+    assert task_settings(task_class("node_classification"), config).ignored == ["graph.readout"]

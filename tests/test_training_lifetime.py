@@ -298,9 +298,11 @@ def test_link_prediction_stops_on_a_non_finite_loss(tmp_path):
     from graphs.stages.edge_split import EdgeSplitConfig, build_edge_split
     from graphs.stages.normalize import build_normalized_adjacency
     from graphs.stages.partition import PartitionConfig, build_partitions
-    from training.link import LinkTrainConfig
+    from training.layers import ModelConfig
+    from training.link import LINK_DEFAULTS, LinkConfig
     from training.link_train import train_link
     from training.loss_check import NonFiniteLossError
+    from training.task_settings import task_blocks, with_values
 
     generate_dataset(
         GenerateConfig(num_nodes=300, num_edges=2000, feature_dim=8, seed=5), tmp_path / "l", progress=False
@@ -315,10 +317,11 @@ def test_link_prediction_stops_on_a_non_finite_loss(tmp_path):
     inputs = load_shard_inputs(tmp_path / "split", tmp_path / "adj", tmp_path / "parts", tmp_path / "cg")
     shard_cfg = ShardConfig(fanouts="5,5", batch_size=128, epochs=1, world_size=1)
     write_link_shards(inputs, tmp_path / "shards", shard_cfg, canonical_dir=tmp_path / "canonical")
-    cfg = LinkTrainConfig(epochs=2)
-    cfg.lr = 1e30  # past any bound the settings may set: the loop's own check is under test
-    with pytest.raises(NonFiniteLossError, match=r"at epoch 1, optimizer step 2 of \d+: .*link.lr=1e\+30"):
-        train_link(tmp_path / "shards", tmp_path / "split", tmp_path / "adj", tmp_path / "out", cfg, log=print)
+    training = with_values(task_blocks(LINK_DEFAULTS)[1], {"epochs": 2})
+    training.optimizer.lr = 1e30  # past any bound the settings may set: the loop's own check is under test
+    settings = LinkConfig(), ModelConfig(dropout=0.0), training
+    with pytest.raises(NonFiniteLossError, match=r"step 2 of \d+: .*training.optimizer.lr=1e\+30"):
+        train_link(tmp_path / "shards", tmp_path / "split", tmp_path / "adj", tmp_path / "out", *settings, log=print)
     assert not (tmp_path / "out").exists()
 
 

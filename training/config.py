@@ -414,8 +414,18 @@ class PathsConfig:
 class RunConfig:
     """One training run: model, training and paths."""
 
-    model: ModelConfig = field(default_factory=ModelConfig, metadata={"help": "the GNN architecture"})
-    training: TrainingConfig = field(default_factory=TrainingConfig, metadata={"help": "how to train"})
+    model: ModelConfig = field(
+        default_factory=ModelConfig,
+        metadata={"help": "the GNN architecture (every task's encoder; a task may default some keys otherwise)"},
+    )
+    training: TrainingConfig = field(
+        default_factory=TrainingConfig,
+        metadata={
+            "help": "how to train, for every task; a task's own defaults of some keys (link_prediction, "
+            "graph_property: training.task_settings) apply where this block leaves them unset, and the "
+            "materialization's metadata lists them (task_defaults) and the keys the task does not read"
+        },
+    )
     paths: PathsConfig = field(metadata={"help": "inputs and outputs"})
 
     @classmethod

@@ -33,8 +33,9 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -46,7 +47,7 @@ from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.graph_table import SPLITS, GraphTable, read_categories, read_graph_table
 from graphs.formats.shard_format import MANIFEST_NAME
 from graphs.formats.shard_manifest import GRAPH_PROPERTY, ShardManifest
-from graphs.infra.config_checks import MAX_SEED, check_fields
+from graphs.infra.config_checks import check_fields
 from graphs.stages.normalize import Adjacency, load_csr
 from training.blocks import block_from_csr
 from training.checkpoint import (
@@ -59,17 +60,28 @@ from training.checkpoint import (
     save_checkpoint,
     work_dir_for,
 )
+from training.config import TrainingConfig
 from training.data import FeatureRows, ShardStream
 from training.distributed import DistInfo
 from training.graph_model import CATEGORICAL, READOUTS, GraphModel, GraphShape
-from training.layer_registry import layer_kind
+from training.layers import ModelConfig
 from training.loop import EpochHook, TaskHead, run_epochs
 from training.loss_check import non_finite_loss
 from training.metrics import accuracy, average_precision, one_vs_rest_auc, roc_auc
 from training.outputs import GRAPH_MODEL, METRICS, PREDICTIONS, SUMMARY
+from training.run_plan import training_epochs
+from training.run_setup import make_optimizer
 from training.state_file import read_state_file, write_state_file
 
-__all__ = ["GRAPH_MODEL", "GraphTrainConfig", "evaluate_graph_model", "key_metric", "task_report", "train_graphs"]
+__all__ = [
+    "GRAPH_DEFAULTS",
+    "GRAPH_MODEL",
+    "GraphConfig",
+    "evaluate_graph_model",
+    "key_metric",
+    "task_report",
+    "train_graphs",
+]
 
 GRAPH_MODEL_KIND = "graph_model"
 GRAPH_MODEL_FORMAT = 1
@@ -77,14 +89,30 @@ _CHECKPOINT_KIND, _CHECKPOINT_FORMAT = "graph_checkpoint", 1
 _ONE_PROCESS = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device("cpu"), backend=None)
 
 
-@dataclass(kw_only=True)
-class GraphTrainConfig:
-    """How a graph-level model is built and trained (task graph_property)."""
+GRAPH_DEFAULTS = {
+    "model.conv": "gin",
+    "model.hidden": 64,
+    "model.num_layers": 3,
+    "model.dropout": 0.2,
+    "model.heads": 1,
+    "training.optimizer.type": "Adam",
+    "training.optimizer.lr": 1e-3,
+    "training.epochs": 100,
+    "training.early_stopping_patience": 20,
+}
+"""Graph property's own defaults of shared settings (`training.task_settings`): 3 GIN layers of
+width 64, dropout 0.2, Adam at 1e-3, 100 epochs, early stopping after 20 evaluations."""
+MODEL_SETTINGS = ("conv", "hidden", "num_layers", "dropout", "heads")
+"""The ``model`` settings a graph model reads (the rest are node classification's)."""
 
-    conv: str = field(default="gin", metadata={"help": "layer type, by its registered name (gin, gcn, sage, gat)"})
-    hidden: int = field(default=64, metadata={"max": 1 << 14, "help": "node state width"})
-    num_layers: int = field(default=3, metadata={"max": 64, "help": "graph layers"})
-    dropout: float = field(default=0.2, metadata={"max": 1.0, "help": "dropout after each layer"})
+
+@dataclass(kw_only=True)
+class GraphConfig:
+    """Graph property's own settings (the run config's ``graph`` block). The node encoder's
+    layers are the ``model`` block (conv, hidden, num_layers, dropout, heads) and how it is
+    trained the ``training`` block, with graph property's defaults where they differ
+    (`GRAPH_DEFAULTS`)."""
+
     readout: str = field(
         default="mean", metadata={"help": f"per-graph readout of every layer's node states, one of {READOUTS}"}
     )
@@ -93,35 +121,28 @@ class GraphTrainConfig:
         metadata={"help": f"integer node columns (e.g. atom types) as one of {CATEGORICAL}: a learned vector per value, "
                   "the one-hot code, or the one-hot code standardized over the training graphs' nodes"},
     )  # fmt: skip
-    heads: int = field(default=1, metadata={"max": 64, "help": "gat: attention heads"})
     virtual_node: bool = field(
         default=False, metadata={"help": "one extra state per graph, linked to all its nodes, updated between layers"}
     )
-    lr: float = field(default=1e-3, metadata={"max": 10.0, "help": "Adam learning rate"})
-    epochs: int = field(default=100, metadata={"max": 100_000, "help": "training epochs (shard epochs replayed)"})
-    early_stopping_patience: int = field(
-        default=20,
-        metadata={"max": 100_000, "help": "evaluations without a better validation metric before stopping; 0 = off"},
-    )
-    eval_every: int = field(default=1, metadata={"max": 100_000, "help": "evaluate every this many epochs"})
     eval_graphs_per_batch: int = field(default=512, metadata={"max": 1 << 24, "help": "graphs per evaluation chunk"})
-    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "seed of the parameter initialization"})
-    prefetch: int = field(default=2, metadata={"max": 64, "help": "minibatches read ahead per stream"})
+
+    MOVED_SETTINGS: ClassVar[dict[str, str]] = {
+        **{k: f"model.{k}" for k in MODEL_SETTINGS},
+        "lr": "training.optimizer.lr",
+        **{k: f"training.{k}" for k in ("epochs", "early_stopping_patience", "eval_every", "seed", "prefetch")},
+    }
 
     def __post_init__(self) -> None:
         check_fields(self, "graph")
-        layer_kind(self.conv)  # ValueError naming the registered layers
         if self.readout not in READOUTS:
             raise ValueError(f"graph.readout={self.readout!r} is not one of {READOUTS}")
         if self.categorical not in CATEGORICAL:
             raise ValueError(f"graph.categorical={self.categorical!r} is not one of {CATEGORICAL}")
-        for name in ("hidden", "num_layers", "epochs", "eval_every", "eval_graphs_per_batch", "heads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"graph.{name}={getattr(self, name)} must be at least 1")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"graph.dropout={self.dropout} must be in [0, 1)")
-        if not self.lr > 0:
-            raise ValueError(f"graph.lr={self.lr} must be > 0")
+        if self.eval_graphs_per_batch < 1:
+            raise ValueError(f"graph.eval_graphs_per_batch={self.eval_graphs_per_batch} must be at least 1")
+
+
+GRAPH_FIELDS = tuple(f.name for f in fields(GraphConfig))
 
 
 @dataclass(eq=False)
@@ -177,7 +198,9 @@ class GraphData:
 class GraphRun:
     """One `train_graphs` run: fixed inputs and model, and what the loop and the head advance."""
 
-    cfg: GraphTrainConfig
+    cfg: GraphConfig
+    model_cfg: ModelConfig
+    training: TrainingConfig
     manifest: ShardManifest
     shards: Path
     data: GraphData
@@ -219,7 +242,7 @@ class GraphHead(TaskHead):
         run.model.train()
         for r in range(m.world_size):
             stream = ShardStream(
-                run.shards, r, epoch % m.epochs, "cpu", run.cfg.prefetch, features=data.features, manifest=m.doc
+                run.shards, r, epoch % m.epochs, "cpu", run.training.prefetch, features=data.features, manifest=m.doc
             )
             with stream:
                 for mb in stream:
@@ -230,7 +253,7 @@ class GraphHead(TaskHead):
                     value = float(loss.detach())
                     if not math.isfinite(value):
                         raise non_finite_loss(
-                            value, epoch=epoch + 1, step=steps + 1, steps=len(stream), causes=_CAUSES(run.cfg)
+                            value, epoch=epoch + 1, step=steps + 1, steps=len(stream), causes=_CAUSES(run.training)
                         )
                     run.opt.zero_grad()
                     loss.backward()
@@ -241,7 +264,7 @@ class GraphHead(TaskHead):
                 "graphs": graphs, "train_seconds": seconds}  # fmt: skip
 
     def evaluate(self, run: GraphRun, epoch: int, row: dict) -> bool:
-        if (epoch + 1) % run.cfg.eval_every and epoch != run.epochs - 1:
+        if (epoch + 1) % run.training.eval_every and epoch != run.epochs - 1:
             return False
         val = score_split(run.model, run.data, "val", run.cfg.eval_graphs_per_batch)[0]
         run.rows.append({"epoch": epoch + 1, "split": "val", "loss": row["loss"], **val})
@@ -255,7 +278,7 @@ class GraphHead(TaskHead):
             f"epoch {epoch + 1}/{run.epochs}: loss {row['loss']:.4f} val {shown} ({row['train_seconds']:.2f} s); "
             f"best epoch {run.best['epoch']}"
         )
-        patience = run.cfg.early_stopping_patience
+        patience = run.training.early_stopping_patience
         return bool(patience and run.stale >= patience)
 
     def checkpoint(self, run: GraphRun, epoch: int) -> None:
@@ -264,9 +287,9 @@ class GraphHead(TaskHead):
             save_checkpoint(run.work / CHECKPOINT_NAME, state, kind=_CHECKPOINT_KIND, format_version=_CHECKPOINT_FORMAT)
 
 
-def _CAUSES(cfg: GraphTrainConfig) -> list[str]:
+def _CAUSES(training: TrainingConfig) -> list[str]:
     return [
-        f"a learning rate too high: graph.lr={cfg.lr:g}",
+        f"a learning rate too high: training.optimizer.lr={training.optimizer.lr:g}",
         "a NaN, infinite or huge value in nodes.parquet's feat or graphs.parquet's label",
     ]
 
@@ -348,26 +371,35 @@ def score_split(model: GraphModel, data: GraphData, split: str, chunk: int) -> t
     return report(data, graphs, out), out
 
 
-def _new_model(cfg: GraphTrainConfig, shape: GraphShape) -> GraphModel:
+def _model_doc(model: ModelConfig) -> dict:
+    """The model settings a graph model reads, as saved with it."""
+    return {k: getattr(model, k) for k in MODEL_SETTINGS}
+
+
+def _new_model(cfg: GraphConfig, model: ModelConfig, shape: GraphShape) -> GraphModel:
+    if model.num_layers < 1:
+        raise ValueError(f"model.num_layers={model.num_layers}: a graph model needs at least 1 layer")
     return GraphModel(
-        shape, conv=cfg.conv, hidden=cfg.hidden, num_layers=cfg.num_layers, dropout=cfg.dropout,
-        readout=cfg.readout, categorical=cfg.categorical, heads=cfg.heads, virtual_node=cfg.virtual_node,
+        shape, conv=model.conv, hidden=model.hidden, num_layers=model.num_layers, dropout=model.dropout,
+        readout=cfg.readout, categorical=cfg.categorical, heads=model.heads, virtual_node=cfg.virtual_node,
     )  # fmt: skip
 
 
 def train_graphs(
     shards_dir: str | os.PathLike,
     out_dir: str | os.PathLike | None,
-    cfg: GraphTrainConfig | None = None,
+    cfg: GraphConfig,
+    model_cfg: ModelConfig,
+    training: TrainingConfig,
     log=print,
     *,
     checkpoint_beside: str | os.PathLike | None = None,
     on_epoch_end: EpochHook | None = None,
 ) -> dict:
-    """Train on the graph shards of `shards_dir`; write `out_dir` (module docstring) unless None;
+    """Train on the graph shards of `shards_dir` (the graph block `cfg`, the node encoder's
+    `model_cfg`, the ``training`` block `training`); write `out_dir` (module docstring) unless None;
     checkpoint beside `checkpoint_beside` when given (and continue from its checkpoint).
     ``on_epoch_end(epoch, rows)`` as in `training.loop.run_epochs`. Returns the summary."""
-    cfg = cfg or GraphTrainConfig()
     shards = Path(shards_dir)
     manifest = ShardManifest.open(shards)
     if manifest.task != GRAPH_PROPERTY:
@@ -377,16 +409,18 @@ def train_graphs(
     data = GraphData.load(manifest, shards)
     if not len(data.table.of_split("val")):
         raise ValueError("the collection has no labelled validation graphs (split 'val' in graphs.parquet)")
-    torch.manual_seed(cfg.seed)
-    model = _new_model(cfg, data.shape)
+    torch.manual_seed(training.seed)
+    model = _new_model(cfg, model_cfg, data.shape)
     if data.categories is not None:
         nodes, _ = data.table.node_ranges(data.table.of_split("train"))
         model.standardize(data.categories[torch.from_numpy(nodes)])
-    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    run = GraphRun(cfg, manifest, shards, data, model, opt, cfg.epochs, log)
+    epochs = training_epochs(training, manifest.epochs, manifest.minibatches_per_epoch_per_rank * manifest.world_size)
+    opt = make_optimizer(training.optimizer, model)
+    run = GraphRun(cfg, model_cfg, training, manifest, shards, data, model, opt, epochs, log)
     if checkpoint_beside is not None:
         canonical, adjacency = (shards / manifest.doc["inputs"][s] for s in (CanonicalGraph.STAGE, Adjacency.STAGE))
-        run.key = run_key({"model": {}, "training": asdict(cfg)}, data_version(shards, canonical, adjacency))
+        settings = {"model": _model_doc(model_cfg), "graph": asdict(cfg), "training": asdict(training)}
+        run.key = run_key(settings, data_version(shards, canonical, adjacency))
         run.work = work_dir_for(checkpoint_beside, run.key)
         path = run.work / CHECKPOINT_NAME
         state = resume_state(path, log, kind=_CHECKPOINT_KIND, format_version=_CHECKPOINT_FORMAT)
@@ -418,6 +452,8 @@ def _finish(run: GraphRun, out_dir) -> dict:
         "test": test,
         "baseline": baseline(data),
         "config": asdict(run.cfg),
+        "model_config": _model_doc(run.model_cfg),
+        "training": asdict(run.training),
         "shape": asdict(data.shape),
         "standardization": {"mean": data.mean, "std": data.std},
     }
@@ -426,7 +462,7 @@ def _finish(run: GraphRun, out_dir) -> dict:
         out.mkdir(parents=True, exist_ok=True)
         state = {
             "state_dict": {k: v.detach().cpu() for k, v in run.model.state_dict().items()},
-            **{k: summary[k] for k in ("config", "shape", "standardization")},
+            **{k: summary[k] for k in ("config", "model_config", "shape", "standardization")},
         }
         write_state_file(out / GRAPH_MODEL, state, kind=GRAPH_MODEL_KIND, format_version=GRAPH_MODEL_FORMAT)
         pq.write_table(pa.Table.from_pylist(run.rows), out / METRICS)
@@ -496,9 +532,14 @@ def evaluate_graph_model(model_dir: str | os.PathLike, shards_dir: str | os.Path
         raise ValueError(
             f"{Path(model_dir) / GRAPH_MODEL}: trained on data of another shape; re-materialize trained_model"
         )
-    model = _new_model(GraphTrainConfig(**state["config"]), data.shape)
+    doc = state["config"]  # the graph block; files written before the model block was shared hold all in it
+    cfg = GraphConfig(**{k: doc[k] for k in GRAPH_FIELDS if k in doc})
+    model_cfg = ModelConfig(
+        **(state["model_config"] if "model_config" in state else {k: doc[k] for k in MODEL_SETTINGS})
+    )
+    model = _new_model(cfg, model_cfg, data.shape)
     model.load_state_dict(state["state_dict"])
     data.mean, data.std = float(state["standardization"]["mean"]), float(state["standardization"]["std"])
-    chunk = int(state["config"]["eval_graphs_per_batch"])
+    chunk = cfg.eval_graphs_per_batch
     reports = {split: score_split(model, data, split, chunk)[0] for split in ("val", "test")}
     return reports | {"baseline": baseline(data)}

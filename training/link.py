@@ -8,7 +8,7 @@ full-graph embeddings over the message-passing graph against the fixed evaluatio
 negatives of `graphs.stages.edge_split` (`training.metrics.link_prediction_report`: ROC-AUC, MRR,
 Hits@10/50/100).
 
-Scorers (``LinkTrainConfig.scorer``): ``dot`` = ``<h_u, h_v>``; ``mlp`` = DGL's
+Scorers (``LinkConfig.scorer``): ``dot`` = ``<h_u, h_v>``; ``mlp`` = DGL's
 link_pred.py predictor ``Linear-ReLU-Linear-ReLU-Linear`` on ``h_u * h_v``; ``hybrid`` (the
 default) = that predictor on ``h_u * h_v`` concatenated with the pair's structural features
 on the message-passing graph (`training.pair_features`: common neighbours, Adamic-Adar,
@@ -19,11 +19,11 @@ shards' uniform negatives, each step adds one hard negative per positive
 among the minibatch's nodes (`training.pair_features.two_hop_negatives`), so the scorer
 also learns to rank pairs that share neighbours but are no edge.
 
-The budget follows node classification's rule (`training.config.TrainingConfig`): with
-``epochs = 0`` the run trains ``min(max_epochs, max(E, ceil(min_steps / S)))`` epochs (E the
-shards' sampled epochs, replayed in order; S optimizer steps per epoch), stopped early when
-validation MRR has not improved for ``early_stopping_patience`` evaluations; the model of
-the best validation MRR is the one kept, tested and written. Epochs are numbered from 1.
+The run is configured as every task's is, by the ``training`` block (`training.config.TrainingConfig`:
+the optimizer, the epoch budget ``training.run_plan.training_epochs``, the shards' sampled epochs
+replayed in order, early stopping on validation MRR after ``early_stopping_patience``
+evaluations, seed, prefetch); the model of the best validation MRR is the one kept, tested and
+written. Epochs are numbered from 1.
 A progress line (steps, seeds/s, ETA; `graphs.infra.progress`) is logged every few seconds
 within epochs and one line per evaluated epoch.
 
@@ -32,8 +32,8 @@ step); link prediction is not launched under torchrun/DDP (node classification i
 
 Files a training run writes (`training.link_train.train_link`): ``model.safetensors``
 (`training.outputs.LINK_MODEL`: a `training.state_file` of kind ``link_model``, format
-``LINK_MODEL_FORMAT``, holding {"state_dict", "config", "model_config", "in_feats", "graph":
-{"nodes", "edges"}}: everything scoring needs besides the message-passing graph and the features
+``LINK_MODEL_FORMAT``, holding {"state_dict", "config" (the link block), "model_config",
+"degree_buckets", "eval_batch_size", "in_feats", "graph": {"nodes", "edges"}}: everything scoring needs besides the message-passing graph and the features
 it was trained on; loading it never runs code, `load_saved`), ``metrics.parquet`` (one row per
 evaluated epoch and split: epoch, split, auc, mrr, hits@10, hits@50, hits@100, loss; the test
 row carries the best epoch), ``summary.json`` (config, best epoch, its val/test metrics, epoch
@@ -42,25 +42,16 @@ times).
 
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from torch import nn
 
 from graphs.formats.shard_manifest import ShardManifest
-from graphs.infra.config_checks import (
-    MAX_EPOCHS,
-    MAX_PREFETCH,
-    MAX_RATE,
-    MAX_ROWS,
-    MAX_SEED,
-    MAX_STEPS,
-    bounded_repr,
-    check_fields,
-)
+from graphs.infra.config_checks import MAX_STEPS, bounded_repr, check_fields
 from graphs.infra.storage import CorruptFileError, read_file_hashes
 from graphs.stages.edge_split import load_edge_split
 from graphs.stages.normalize import Adjacency
@@ -74,14 +65,15 @@ from training.pair_features import FEATURE_NAMES, PairHeuristics
 from training.state_file import read_state_file
 
 __all__ = [
+    "LINK_DEFAULTS",
+    "LINK_FIELDS",
     "LINK_MODEL_FORMAT",
     "LINK_MODEL_KIND",
     "SCORERS",
     "LinkGraph",
     "LinkModel",
-    "LinkTrainConfig",
+    "LinkConfig",
     "SavedLinkModel",
-    "epoch_budget",
     "evaluate_link",
     "evaluate_saved",
     "load_saved",
@@ -90,6 +82,15 @@ __all__ = [
 ]
 
 SCORERS = ("dot", "mlp", "hybrid")
+LINK_DEFAULTS = {
+    "training.optimizer.type": "Adam",
+    "training.optimizer.lr": 1e-3,
+    "training.min_steps": 1000,
+    "training.max_epochs": 100,
+    "training.early_stopping_patience": 5,
+}
+"""Link prediction's own defaults of shared settings (`training.task_settings`): Adam at 1e-3,
+at least 1000 steps and at most 100 epochs, early stopping after 5 evaluations of validation MRR."""
 LINK_MODEL_FORMAT = 2  # the model file's format version (training.state_file, kind LINK_MODEL_KIND)
 LINK_MODEL_KIND = "link_model"
 _SCORE_CHUNK = 1 << 18  # pairs scored at once by SavedLinkModel.probabilities (bounds the MLP's memory)
@@ -97,39 +98,17 @@ _REMEDY = "re-materialize trained_model (retrain) to write it in this format"
 
 
 @dataclass(kw_only=True)
-class LinkTrainConfig:
-    """How a link-prediction model is trained (the encoder's architecture is a ModelConfig)."""
+class LinkConfig:
+    """Link prediction's own settings (the run config's ``link`` block). The encoder is the
+    ``model`` block; how it is trained (optimizer, epochs, early stopping, evaluation chunks,
+    seed, prefetch) is the ``training`` block, with link prediction's defaults where they differ
+    (`assets.tasks.link_prediction`)."""
 
     scorer: str = field(
         default="hybrid",
         metadata={
             "help": f"pair scorer, one of {SCORERS}: hybrid = an MLP on h_u*h_v and the pair's common-neighbour, "
             "Adamic-Adar, resource-allocation and degree features on the message-passing graph"
-        },
-    )
-    lr: float = field(default=1e-3, metadata={"max": MAX_RATE, "help": "Adam learning rate"})
-    epochs: int = field(
-        default=0,
-        metadata={
-            "max": MAX_EPOCHS,
-            "help": "training epochs; 0 = the automatic budget: min(max_epochs, max(E, ceil(min_steps / S))) with "
-            "E the shards' epochs (replayed in order) and S optimizer steps per epoch, ended earlier by "
-            "early_stopping_patience",
-        },
-    )
-    min_steps: int = field(
-        default=1000,
-        metadata={"max": MAX_STEPS, "help": "automatic budget (epochs=0): train at least this many optimizer steps"},
-    )
-    max_epochs: int = field(
-        default=100, metadata={"max": MAX_EPOCHS, "help": "automatic budget (epochs=0): at most this many epochs"}
-    )
-    early_stopping_patience: int = field(
-        default=5,
-        metadata={
-            "max": MAX_EPOCHS,
-            "help": "stop when validation MRR has not improved for this many evaluations (the model of the best "
-            "one is kept); 0 = off",
         },
     )
     hard_negatives: bool = field(
@@ -140,18 +119,6 @@ class LinkTrainConfig:
             "almost never are)"
         },
     )
-    eval_every: int = field(
-        default=1, metadata={"max": MAX_EPOCHS, "help": "evaluate on the validation split every this many epochs"}
-    )
-    eval_batch_size: int = field(
-        default=0, metadata={"max": MAX_ROWS, "help": "rows per chunk of full-graph inference; 0 = all"}
-    )
-    degree_buckets: int = field(
-        default=16,
-        metadata={"max": 64, "help": "a graph without features gets one-hot log2-degree buckets of this many classes"},
-    )
-    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "seed of the parameter initialization"})
-    prefetch: int = field(default=2, metadata={"max": MAX_PREFETCH, "help": "minibatches read ahead per stream"})
     max_steps_per_epoch: int = field(
         default=0,
         metadata={
@@ -160,20 +127,24 @@ class LinkTrainConfig:
         },
     )
 
+    MOVED_SETTINGS: ClassVar[dict[str, str]] = {
+        "lr": "training.optimizer.lr",
+        **{
+            k: f"training.{k}"
+            for k in ("epochs", "min_steps", "max_epochs", "early_stopping_patience", "eval_every")
+            + ("eval_batch_size", "degree_buckets", "seed", "prefetch")
+        },
+    }
+
     def __post_init__(self) -> None:
         check_fields(self, "link")
         if self.scorer not in SCORERS:
-            raise ValueError(f"scorer={bounded_repr(self.scorer)} is not one of {SCORERS}")
-        if not self.lr > 0:
-            raise ValueError(f"lr={self.lr} must be > 0")
-        for name in ("epochs", "min_steps", "early_stopping_patience", "eval_batch_size", "prefetch"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 0")
+            raise ValueError(f"link.scorer={bounded_repr(self.scorer)} is not one of {SCORERS}")
         if self.max_steps_per_epoch < 0:
-            raise ValueError(f"max_steps_per_epoch={self.max_steps_per_epoch} must be >= 0")
-        for name in ("eval_every", "degree_buckets", "max_epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+            raise ValueError(f"link.max_steps_per_epoch={self.max_steps_per_epoch} must be >= 0")
+
+
+LINK_FIELDS = tuple(f.name for f in fields(LinkConfig))
 
 
 class LinkModel(nn.Module):
@@ -281,17 +252,10 @@ class LinkGraph:
         }
 
 
-def new_link_model(cfg: LinkTrainConfig, model_cfg: ModelConfig, graph: LinkGraph) -> LinkModel:
+def new_link_model(cfg: LinkConfig, model_cfg: ModelConfig, graph: LinkGraph) -> LinkModel:
     """A fresh (or to-be-loaded) link model of these settings over `graph`."""
     encoder = build_model(model_cfg, graph.x.shape[1], model_cfg.hidden)
     return LinkModel(encoder, model_cfg.hidden, cfg.scorer, graph.heuristics)
-
-
-def epoch_budget(cfg: LinkTrainConfig, sampled_epochs: int, steps_per_epoch: int) -> int:
-    """Epochs to train: ``cfg.epochs``, or the automatic budget (LinkTrainConfig.epochs)."""
-    if cfg.epochs:
-        return cfg.epochs
-    return min(cfg.max_epochs, max(sampled_epochs, math.ceil(cfg.min_steps / max(steps_per_epoch, 1))))
 
 
 @dataclass
@@ -300,10 +264,11 @@ class SavedLinkModel:
 
     model: LinkModel
     graph: LinkGraph
-    config: LinkTrainConfig
+    config: LinkConfig
+    eval_batch_size: int  # the run's training.eval_batch_size: rows per chunk of full-graph inference
 
     def embeddings(self) -> torch.Tensor:
-        return embed(self.model, self.graph.block, self.graph.x, self.config.eval_batch_size)
+        return embed(self.model, self.graph.block, self.graph.x, self.eval_batch_size)
 
     @torch.no_grad()
     def probabilities(self, pairs: torch.Tensor, h: torch.Tensor | None = None) -> torch.Tensor:
@@ -322,9 +287,12 @@ def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:
     that graph is not the one the model was trained on."""
     path = Path(model_dir) / LINK_MODEL
     state = read_state_file(path, kind=LINK_MODEL_KIND, format_version=LINK_MODEL_FORMAT, remedy=_REMEDY)
-    cfg, model_cfg = LinkTrainConfig(**state["config"]), ModelConfig(**state["model_config"])
+    doc = state["config"]  # the link block; files written before the training block was shared hold all in it
+    cfg = LinkConfig(**{k: doc[k] for k in LINK_FIELDS if k in doc})
+    model_cfg = ModelConfig(**state["model_config"])
+    buckets, chunk = (int(state.get(k, doc.get(k, 0))) for k in ("degree_buckets", "eval_batch_size"))
     shards = Path(shards_dir)
-    graph = LinkGraph.load(ShardManifest.open(shards), shards, adjacency_dir, cfg.degree_buckets)
+    graph = LinkGraph.load(ShardManifest.open(shards), shards, adjacency_dir, buckets)
     trained, now = state["graph"], graph.fingerprint()
     if any(str(trained.get(k)) != str(v) for k, v in now.items()) or graph.x.shape[1] != int(state["in_feats"]):
         raise ValueError(
@@ -337,7 +305,7 @@ def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:
     model = new_link_model(cfg, model_cfg, graph)
     model.load_state_dict(state["state_dict"])
     model.eval()
-    return SavedLinkModel(model, graph, cfg)
+    return SavedLinkModel(model, graph, cfg, chunk)
 
 
 def evaluate_saved(
@@ -347,5 +315,5 @@ def evaluate_saved(
     recomputed from its LINK_MODEL file (`load_saved`)."""
     saved = load_saved(model_dir, shards_dir, adjacency_dir)
     split = load_edge_split(split_dir)
-    g, cfg = saved.graph, saved.config
-    return {w: evaluate_link(saved.model, g.block, g.x, split, w, cfg.eval_batch_size) for w in ("val", "test")}
+    g = saved.graph
+    return {w: evaluate_link(saved.model, g.block, g.x, split, w, saved.eval_batch_size) for w in ("val", "test")}

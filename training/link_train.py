@@ -27,7 +27,7 @@ The files written into ``out_dir`` are `training.link`'s (``model.safetensors``,
 
 Usage::
 
-    summary = train_link(shards_dir, split_dir, adjacency_dir, out_dir, LinkTrainConfig())
+    summary = train_link(shards_dir, split_dir, adjacency_dir, out_dir, LinkConfig(), ModelConfig(), TrainingConfig())
 """
 
 from __future__ import annotations
@@ -59,16 +59,16 @@ from training.checkpoint import (
     work_dir_for,
 )
 from training.checkpoint import save_checkpoint as save_state
+from training.config import TrainingConfig
 from training.data import ShardStream
 from training.distributed import DistInfo
 from training.layers import ModelConfig
 from training.link import (
     LINK_MODEL_FORMAT,
     LINK_MODEL_KIND,
+    LinkConfig,
     LinkGraph,
     LinkModel,
-    LinkTrainConfig,
-    epoch_budget,
     evaluate_link,
     new_link_model,
 )
@@ -77,6 +77,8 @@ from training.loss_check import NonFiniteLossError, non_finite_loss
 from training.metrics import LINK_HITS_AT
 from training.outputs import LINK_MODEL, METRICS, SUMMARY
 from training.pair_features import two_hop_negatives
+from training.run_plan import training_epochs
+from training.run_setup import make_optimizer
 from training.state_file import write_state_file
 
 __all__ = ["LINK_CHECKPOINT_FORMAT", "LinkPrediction", "LinkRun", "train_link"]
@@ -90,8 +92,9 @@ _ONE_PROCESS = DistInfo(rank=0, world_size=1, local_rank=0, device=torch.device(
 class LinkRun:
     """One `train_link` run: fixed inputs and model, and what the loop and the head advance."""
 
-    cfg: LinkTrainConfig
+    cfg: LinkConfig
     model_cfg: ModelConfig
+    training: TrainingConfig
     manifest: ShardManifest
     shards: Path
     split: object  # graphs.stages.edge_split.SplitPairs
@@ -119,7 +122,7 @@ class LinkPrediction(TaskHead):
 
     def train_epoch(self, run: LinkRun, epoch: int) -> dict:
         """Every rank's stream of sampled epoch ``epoch % E`` in turn, each minibatch one step."""
-        cfg, manifest = run.cfg, run.manifest
+        manifest = run.manifest
         t0 = time.perf_counter()
         total, steps, seeds = 0.0, 0, 0
         for r in range(manifest.world_size):
@@ -127,7 +130,7 @@ class LinkPrediction(TaskHead):
                 break
             sampled = epoch % manifest.epochs
             stream = ShardStream(
-                run.shards, r, sampled, "cpu", cfg.prefetch, features=run.graph.x, manifest=manifest.doc
+                run.shards, r, sampled, "cpu", run.training.prefetch, features=run.graph.x, manifest=manifest.doc
             )
             with stream:
                 for mb in stream:
@@ -143,9 +146,9 @@ class LinkPrediction(TaskHead):
 
     def evaluate(self, run: LinkRun, epoch: int, row: dict) -> bool:
         """When due: validation MRR, the best model kept; whether early stopping fires."""
-        if (epoch + 1) % run.cfg.eval_every and epoch != run.epochs - 1:
+        if (epoch + 1) % run.training.eval_every and epoch != run.epochs - 1:
             return False
-        val = evaluate_link(run.model, run.graph.block, run.graph.x, run.split, "val", run.cfg.eval_batch_size)
+        val = evaluate_link(run.model, run.graph.block, run.graph.x, run.split, "val", run.training.eval_batch_size)
         run.rows.append({"epoch": epoch + 1, "split": "val", "loss": row["loss"], **val})
         if run.best["val"] is None or val["mrr"] > run.best["val"]["mrr"]:
             state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
@@ -156,7 +159,7 @@ class LinkPrediction(TaskHead):
             f"epoch {epoch + 1}/{run.epochs}: loss {row['loss']:.4f} val auc {val['auc']:.4f} mrr {val['mrr']:.4f} "
             f"hits@50 {val['hits@50']:.4f} ({row['train_seconds']:.2f} s); best epoch {run.best['epoch']}"
         )
-        patience = run.cfg.early_stopping_patience
+        patience = run.training.early_stopping_patience
         return bool(patience and run.stale >= patience)
 
     def checkpoint(self, run: LinkRun, epoch: int) -> None:
@@ -168,7 +171,7 @@ class LinkPrediction(TaskHead):
     def stop_line(self, run: LinkRun, epoch: int) -> str:
         return (
             f"early stopping after epoch {epoch + 1}: validation MRR has not improved for "
-            f"{run.cfg.early_stopping_patience} evaluations"
+            f"{run.training.early_stopping_patience} evaluations"
         )
 
 
@@ -194,16 +197,16 @@ def _step(run: LinkRun, mb, epoch: int, step: int) -> float:
 def _non_finite_loss(value: float, run: LinkRun, epoch: int, step: int) -> NonFiniteLossError:
     """The error stopping the run at `step` (from 0) of `epoch` (from 0; `training.loss_check`);
     each minibatch of every rank's stream is one optimizer step."""
-    cfg = run.cfg
+    training = run.training
     return non_finite_loss(
         value,
         epoch=epoch + 1,
         step=step + 1,
         steps=run.steps_per_epoch,
         causes=[
-            f"a learning rate too high: link.lr={cfg.lr:g}",
+            f"a learning rate too high: training.optimizer.lr={training.optimizer.lr:g}",
             "features on scales far apart, or a NaN, infinite or huge value in the dataset's features "
-            f"(features.parquet; a graph without them gets {cfg.degree_buckets} one-hot degree buckets)",
+            f"(features.parquet; a graph without them gets {training.degree_buckets} one-hot degree buckets)",
             "a corrupted input: check the landing files, then re-materialize canonical_graph and the stages after it",
         ],
     )
@@ -214,18 +217,19 @@ def train_link(
     split_dir: str | os.PathLike,
     adjacency_dir: str | os.PathLike,
     out_dir: str | os.PathLike | None,
-    cfg: LinkTrainConfig | None = None,
-    model_cfg: ModelConfig | None = None,
+    cfg: LinkConfig,
+    model_cfg: ModelConfig,
+    training: TrainingConfig,
     log=print,
     *,
     checkpoint_beside: str | os.PathLike | None = None,
     on_epoch_end: EpochHook | None = None,
 ) -> dict:
-    """Train on the link-prediction shards, evaluate on the split; write `out_dir` (module
-    docstring) unless None; checkpoint beside `checkpoint_beside` when given (and continue from
+    """Train on the link-prediction shards, evaluate on the split (the link block `cfg`, the
+    encoder `model_cfg`, the ``training`` block `training`); write `out_dir` (module docstring) unless None; checkpoint beside `checkpoint_beside` when given (and continue from
     its checkpoint). ``on_epoch_end(epoch, rows)`` as in `training.loop.run_epochs`. Returns the
     summary."""
-    run = _setup(shards_dir, split_dir, adjacency_dir, cfg or LinkTrainConfig(), model_cfg, log, checkpoint_beside)
+    run = _setup(shards_dir, split_dir, adjacency_dir, (cfg, model_cfg, training), log, checkpoint_beside)
     run.model.train()
     run_epochs(run, LinkPrediction(), log, progress=False, on_epoch_end=on_epoch_end)
     summary = _finish(run, out_dir)
@@ -234,30 +238,31 @@ def train_link(
     return summary
 
 
-def _setup(shards_dir, split_dir, adjacency_dir, cfg: LinkTrainConfig, model_cfg, log, beside) -> LinkRun:
-    """The run: shards, split, graph and features, the model and optimizer, restored from the
-    checkpoint when there is one."""
+def _setup(shards_dir, split_dir, adjacency_dir, settings: tuple, log, beside) -> LinkRun:
+    """The run of `settings` (link block, model, training): shards, split, graph and features, the
+    model and optimizer, restored from the checkpoint when there is one."""
+    cfg, model_cfg, training = settings
     shards = Path(shards_dir)
     manifest = ShardManifest.open(shards)
     if manifest.task != LINK_PREDICTION:
         raise ValueError(f"{shards / MANIFEST_NAME}: not link-prediction shards; materialize minibatch_shards")
     layers = manifest.num_layers
-    model_cfg = model_cfg or ModelConfig(dropout=0.0)
     if model_cfg.num_layers not in (0, layers):
         raise ValueError(f"model.num_layers={model_cfg.num_layers}, but the shards hold {layers} blocks")
     model_cfg = ModelConfig(**{**asdict(model_cfg), "num_layers": layers})
     split = load_edge_split(split_dir)
-    graph = LinkGraph.load(manifest, shards, adjacency_dir, cfg.degree_buckets)
+    graph = LinkGraph.load(manifest, shards, adjacency_dir, training.degree_buckets)
 
-    torch.manual_seed(cfg.seed)
+    torch.manual_seed(training.seed)
     model = new_link_model(cfg, model_cfg, graph)
     steps = manifest.minibatches_per_epoch_per_rank * manifest.world_size
     steps = min(steps, cfg.max_steps_per_epoch or steps)
-    epochs = epoch_budget(cfg, manifest.epochs, steps)
-    key = run_key({"model": asdict(model_cfg), "training": asdict(cfg)}, data_version(shards, split_dir, adjacency_dir))
+    epochs = training_epochs(training, manifest.epochs, steps)
+    settings = {"model": asdict(model_cfg), "link": asdict(cfg), "training": asdict(training)}
+    key = run_key(settings, data_version(shards, split_dir, adjacency_dir))
     run = LinkRun(
-        cfg, model_cfg, manifest, shards, split, graph, model, torch.optim.Adam(model.parameters(), lr=cfg.lr),
-        epochs, steps, torch.Generator().manual_seed(cfg.seed), log, key,
+        cfg, model_cfg, training, manifest, shards, split, graph, model, make_optimizer(training.optimizer, model),
+        epochs, steps, torch.Generator().manual_seed(training.seed), log, key,
         None if beside is None else work_dir_for(beside, key),
     )  # fmt: skip
     _resume(run)
@@ -281,7 +286,7 @@ def _finish(run: LinkRun, out_dir) -> dict:
     """Restore the best validation model, test it, write the outputs; the summary."""
     best = run.best
     run.model.load_state_dict(best["state"])
-    test = evaluate_link(run.model, run.graph.block, run.graph.x, run.split, "test", run.cfg.eval_batch_size)
+    test = evaluate_link(run.model, run.graph.block, run.graph.x, run.split, "test", run.training.eval_batch_size)
     run.rows.append({"epoch": best["epoch"], "split": "test", "loss": best["loss"], **test})
     run.log(
         f"best epoch {best['epoch']} of {len(run.history)}: test auc {test['auc']:.4f} mrr {test['mrr']:.4f} "
@@ -297,6 +302,9 @@ def _finish(run: LinkRun, out_dir) -> dict:
         "test": test,
         "config": asdict(run.cfg),
         "model_config": asdict(run.model_cfg),
+        "training": asdict(run.training),
+        "degree_buckets": run.training.degree_buckets,
+        "eval_batch_size": run.training.eval_batch_size,
         "in_feats": int(run.graph.x.shape[1]),
         "graph": run.graph.fingerprint(),
         "hits_at": list(LINK_HITS_AT),
@@ -311,7 +319,7 @@ def _write_outputs(out: Path, model: LinkModel, rows: list[dict], summary: dict)
     out.mkdir(parents=True, exist_ok=True)
     state = {
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        **{k: summary[k] for k in ("config", "model_config", "in_feats", "graph")},
+        **{k: summary[k] for k in ("config", "model_config", "degree_buckets", "eval_batch_size", "in_feats", "graph")},
     }
     write_state_file(out / LINK_MODEL, state, kind=LINK_MODEL_KIND, format_version=LINK_MODEL_FORMAT)
     pq.write_table(pa.Table.from_pylist(rows), out / METRICS)

@@ -1,7 +1,9 @@
 """task: graph_property, the task of a graph collection (a landing folder with graphs.parquet,
 `graphs.stages.collection`): a class or a value per graph, learned from the labelled training
 graphs. The shards' minibatches are whole graphs (sampler ``whole_graphs``), the model
-(`training.graph_model.GraphModel`, GIN by default, the run config's ``graph`` block) is trained
+(`training.graph_model.GraphModel`: the ``model`` block's layers, GIN by default, and the ``graph``
+block's readout and encoding; the ``training`` block, at graph property's defaults where it leaves a
+key unset, `training.graph_train.GRAPH_DEFAULTS`) is trained
 in the asset's process (`training.graph_train.train_graphs`) and evaluated on the test graphs:
 ROC-AUC, PR-AUC and accuracy for classes, MAE and RMSE for values, beside a model that ignores
 the graphs. trained_model writes a prediction for every graph (predictions.parquet, joined on the
@@ -18,17 +20,18 @@ import dagster as dg
 
 from assets.common import GnnflowStorage, disk_metadata
 from assets.evaluation import publish_candidate_metrics, verified_or_failure
-from assets.task_registry import Task, TaskTraits, register_task
+from assets.task_registry import Task, TaskTraits, register_task, task_settings
 from assets.trained_model import BEATS_MAJORITY, shard_failure
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.shard_manifest import GRAPH_PROPERTY
 from graphs.infra.storage import CorruptFileError, verify_files
 from graphs.sampling import sampler_class, write_minibatch_shards
 from training.data import ShardError
-from training.graph_train import evaluate_graph_model, key_metric, train_graphs
+from training.graph_train import GRAPH_DEFAULTS, MODEL_SETTINGS, evaluate_graph_model, key_metric, train_graphs
 from training.outputs import GRAPH_MODEL, METRICS, PREDICTIONS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
 from training.promotion import Decision, PromotionConfig
+from training.task_settings import LOOP_SETTINGS
 
 GRAPH_SAMPLER = "whole_graphs"
 
@@ -44,6 +47,8 @@ class GraphProperty(Task):
         no_node_predictions="graph_property: trained_model writes one prediction per graph "
         "(predictions.parquet, by graph_id); node predictions do not apply",
     )
+    defaults = GRAPH_DEFAULTS
+    reads = ("graph", *(f"model.{k}" for k in MODEL_SETTINGS), *LOOP_SETTINGS)
 
     @classmethod
     def write_shards(cls, inputs, out, cfg, *, canonical, log):
@@ -58,10 +63,11 @@ class GraphProperty(Task):
         test metric beyond a model that ignores the graphs."""
         shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
         try:
-            cfg = config.graph.to_dataclass()
+            blocks = task_settings(cls, config).blocks
+            settings = blocks["graph"], blocks["model"], blocks["training"]
             with storage.publishing(dataset, TRAINED_MODEL) as out:
                 beside = storage.asset_dir(dataset, TRAINED_MODEL)
-                s = train_graphs(shards, out, cfg, log=context.log.info, checkpoint_beside=beside)
+                s = train_graphs(shards, out, *settings, log=context.log.info, checkpoint_beside=beside)
         except (ValueError, ShardError) as exc:
             raise shard_failure(dataset, exc) from exc
         out = storage.asset_dir(dataset, TRAINED_MODEL)

@@ -1,7 +1,8 @@
 """task: link_prediction: edge_split holds out edges, the shards' minibatches grow around seed
 edges with negatives rejected by compressed_graph's Bloom filters, the model is trained in the
 asset's process by `training.link_train.train_link` (the ``model`` block is the encoder, the
-``link`` block the scorer, learning rate and epochs) and evaluated on edge_split's held-out edges
+``training`` block how it is trained, at link prediction's defaults where it leaves a key unset
+(`training.link.LINK_DEFAULTS`), the ``link`` block the scorer and negatives) and evaluated on edge_split's held-out edges
 against its fixed negatives: ROC-AUC, MRR and Hits@K. Node labels are not needed; promotion and
 node predictions do not apply (pairs are scored with ``gnnflow score-pairs``)."""
 
@@ -9,7 +10,7 @@ import dagster as dg
 
 from assets.common import GnnflowStorage, disk_metadata
 from assets.evaluation import publish_candidate_metrics, verified_or_failure
-from assets.task_registry import Task, TaskTraits, register_task
+from assets.task_registry import Task, TaskTraits, register_task, task_settings
 from assets.trained_model import BEATS_MAJORITY, shard_failure
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.shard_manifest import LINK_PREDICTION
@@ -17,10 +18,11 @@ from graphs.sampling.link import write_link_shards
 from graphs.stages.edge_split import EdgeSplit
 from graphs.stages.normalize import Adjacency
 from training.data import ShardError
-from training.link import evaluate_saved
+from training.link import LINK_DEFAULTS, evaluate_saved
 from training.link_train import train_link
 from training.outputs import LINK_MODEL, METRICS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
+from training.task_settings import LOOP_SETTINGS
 
 
 @register_task
@@ -34,6 +36,8 @@ class LinkPrediction(Task):
         no_node_predictions="link prediction: node predictions do not apply; score candidate pairs with "
         "`gnnflow score-pairs`",
     )
+    defaults = LINK_DEFAULTS
+    reads = ("model", "link", *LOOP_SETTINGS, "training.eval_batch_size", "training.degree_buckets")
 
     @classmethod
     def write_shards(cls, inputs, out, cfg, *, canonical, log):
@@ -47,15 +51,16 @@ class LinkPrediction(Task):
         adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
         shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
         try:
-            model_cfg, link_cfg = config.model.to_dataclass(), config.link.to_dataclass()
+            blocks = task_settings(cls, config).blocks
             with storage.publishing(dataset, TRAINED_MODEL) as out:
                 s = train_link(
                     shards,
                     split,
                     adjacency,
                     out,
-                    link_cfg,
-                    model_cfg,
+                    blocks["link"],
+                    blocks["model"],
+                    blocks["training"],
                     log=context.log.info,
                     checkpoint_beside=storage.asset_dir(dataset, TRAINED_MODEL),
                 )
