@@ -13,7 +13,7 @@ export GNNFLOW_LANDING ?= $(CURDIR)/landing
 DEMO ?= demo
 PORT ?= 3000
 
-.PHONY: install test lint fmt demo ui bench clean peers
+.PHONY: install test lint fmt demo ui bench clean peers docs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,11 @@ demo: install $(DAGSTER_HOME)/dagster.yaml
 ui: install $(DAGSTER_HOME)/dagster.yaml
 	@echo "gnnflow UI: http://127.0.0.1:$(PORT) (Ctrl-C stops it; make ui LOG=info for the daemon's lines)"
 	$(BIN)/dagster dev -w workspace.yaml -h 127.0.0.1 -p $(PORT) --log-level $(LOG)
+
+# docs/configuration.md: every setting of every asset, generated from the settings' declarations
+# (tests/test_config_reference.py fails when the committed file differs)
+docs: install
+	$(BIN)/gnnflow config-reference --out docs/configuration.md
 
 # Every benchmark at one scale (SCALE=small|medium|large, sizes in benchmarks/harness.py), each
 # side in its own child process; writes benchmarks/results/$(SCALE).json and .md (ours, peer,

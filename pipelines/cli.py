@@ -8,6 +8,7 @@
     gnnflow backfills                                      # how the newest backfills' runs ended
     gnnflow models list --dataset mydata                   # model versions; promote / pin / unpin VERSION
     gnnflow score-pairs --dataset mydata --pairs c.parquet --out s.parquet   # link prediction
+    gnnflow config-reference --out docs/configuration.md   # every setting, generated
 
 `datasets sync` does from the shell what the landing sensor does in the daemon: it adds
 every landing sub-folder as a partition of the Dagster instance in $DAGSTER_HOME, so
@@ -27,6 +28,7 @@ from pathlib import Path
 from graphs.infra.dataset_names import DatasetNameError, validate_dataset_name
 from graphs.synthetic import generate
 from graphs.synthetic.collection import generate_collection
+from pipelines.config_reference import add_parser as add_config_reference_parser
 from pipelines.dagster_cli_hooks import DAGSTER_HOME_MISSING
 from pipelines.launch_cli import add_parsers
 from pipelines.models_cli import add_parser as add_models_parser
@@ -139,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_parsers(sub)
     add_models_parser(sub)
     add_score_pairs_parser(sub)
+    add_config_reference_parser(sub)
     return parser
 
 

@@ -237,7 +237,21 @@ def test_standardized_one_hot_columns_have_mean_0_and_variance_1_on_the_training
     assert torch.equal(plain.hot_mean, torch.zeros(9)) and torch.equal(plain.hot_scale, torch.ones(9))
 
 
-def test_the_planted_property_is_learned_from_the_structure(built):
+def _saved_in_the_earlier_shape(model_dir: Path, out: Path) -> None:
+    """The model of `model_dir` as written when the graph block held the layers and the training settings."""
+    from training.graph_train import GRAPH_MODEL, GRAPH_MODEL_FORMAT, GRAPH_MODEL_KIND
+    from training.state_file import read_state_file, write_state_file
+
+    fmt = {"kind": GRAPH_MODEL_KIND, "format_version": GRAPH_MODEL_FORMAT}
+    state = read_state_file(model_dir / GRAPH_MODEL, **fmt, remedy="")
+    old = {k: v for k, v in state.items() if k != "model_config"}
+    old["config"] = {**state["config"], **state["model_config"], "lr": 1e-3, "epochs": 30,
+                     "early_stopping_patience": 20, "eval_every": 1, "seed": 0, "prefetch": 2}  # fmt: skip
+    out.mkdir()
+    write_state_file(out / GRAPH_MODEL, old, **fmt)
+
+
+def test_the_planted_property_is_learned_from_the_structure(built, tmp_path):
     root, _ = built
     s = train_graphs(
         root / "minibatch_shards", root / "trained_model", *graph_settings({"training.epochs": 30}), log=lambda m: None
@@ -245,6 +259,8 @@ def test_the_planted_property_is_learned_from_the_structure(built):
     assert s["test"]["roc_auc"] > 0.85 > s["baseline"]["roc_auc"]
     again = evaluate_graph_model(root / "trained_model", root / "minibatch_shards")
     assert again["test"] == pytest.approx(s["test"])
+    _saved_in_the_earlier_shape(root / "trained_model", tmp_path / "old")  # one graph block held the model's layers
+    assert evaluate_graph_model(tmp_path / "old", root / "minibatch_shards") == again
     predictions = pq.read_table(root / "trained_model" / "predictions.parquet").to_pydict()
     table = read_graph_table(root / "canonical_graph")
     assert predictions["graph_id"] == table.graph_id and predictions["label"] == table.labels.tolist()

@@ -168,3 +168,27 @@ def test_a_model_is_refused_over_another_graph_of_the_same_size(home, tmp_path):
         load_saved(d / "trained_model", d / "minibatch_shards", tmp_path / "adj")
     other = pq.read_table(tmp_path / "canonical_graph" / "edges.parquet").num_rows
     assert other == len(trained.heuristics.indices)  # the counts alone would not have told them apart
+
+
+def test_a_model_saved_before_the_training_block_was_shared_scores_the_same(home, tmp_path):
+    """A link model written when the link block held the learning rate, the budget, the
+    evaluation chunk and the degree buckets (all in its "config") loads and scores as before."""
+    from training.link import LINK_MODEL_FORMAT, LINK_MODEL_KIND
+    from training.state_file import read_state_file, write_state_file
+
+    d = home / "home" / "social"
+    folders = d / "minibatch_shards", d / "normalized_adjacency"
+    now = load_saved(d / "trained_model", *folders)
+    pairs = torch.tensor([[0, 1, 2, 3], [4, 5, 6, 7]])
+    state = read_state_file(
+        d / "trained_model" / LINK_MODEL, kind=LINK_MODEL_KIND, format_version=LINK_MODEL_FORMAT, remedy=""
+    )
+    old = {k: v for k, v in state.items() if k not in ("degree_buckets", "eval_batch_size")}
+    old["config"] = {**state["config"], "lr": 1e-3, "epochs": 1, "min_steps": 1000, "max_epochs": 100,
+                     "early_stopping_patience": 5, "eval_every": 1, "eval_batch_size": state["eval_batch_size"],
+                     "degree_buckets": state["degree_buckets"], "seed": 0, "prefetch": 2}  # fmt: skip
+    (tmp_path / "old").mkdir()
+    write_state_file(tmp_path / "old" / LINK_MODEL, old, kind=LINK_MODEL_KIND, format_version=LINK_MODEL_FORMAT)
+    then = load_saved(tmp_path / "old", *folders)
+    assert then.config == now.config and then.eval_batch_size == now.eval_batch_size
+    assert torch.equal(then.probabilities(pairs), now.probabilities(pairs))

@@ -221,8 +221,8 @@ class TrainingConfig:
         default=50,
         metadata={
             "max": MAX_EPOCHS,
-            "help": "stop when validation accuracy has not improved for this many epochs (the model of "
-            "the best epoch is the one kept); 0 = off",
+            "help": "stop when the validation metric (the task's: accuracy or select_by, MRR, ROC-AUC or MAE) "
+            "has not improved for this many evaluations (the model of the best one is kept); 0 = off",
         },
     )
     feature_norm: str = field(
@@ -249,16 +249,16 @@ class TrainingConfig:
         metadata={
             "help": f"sparse kernel for the sampled minibatch blocks, one of {AGGREGATIONS} (see "
             "training.aggregate): auto = DGL's fused CPU kernels when DGL imports and the tensors are on the "
-            "CPU (a block gets only the formats its kernels read: 16 vs 25 ms of aggregation per SAGE 3 x 256 "
-            "step on the demo graph), torch sparse otherwise. Full-graph inference always uses auto"
+            "CPU (a block gets only the formats its kernels read), torch sparse otherwise. Full-graph inference "
+            "always uses auto"
         },
     )
     reuse_host_memory: bool = field(
         default=True,
         metadata={
             "help": "during the training steps, glibc keeps freed host memory for the next step's tensors instead "
-            "of unmapping it and faulting it in again (graphs.infra.host_memory; CPU epochs 0.92x as long on the demo "
-            "graph, peak RSS +13 %); false = glibc's defaults"
+            "of unmapping it and faulting it in again (graphs.infra.host_memory: shorter CPU epochs for a somewhat "
+            "higher peak RSS); false = glibc's defaults"
         },
     )
     class_weighted_loss: bool = field(

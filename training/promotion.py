@@ -63,6 +63,8 @@ _GYAML = f"ops.{STAGE}.config"
 
 @dataclass(frozen=True, kw_only=True)
 class PromotionConfig:
+    """When the newest model replaces the promoted one, and which training labels are refused."""
+
     metric: str = field(
         default="accuracy", metadata={"help": f"headline test metric compared, one of {HEADLINE_METRICS}"}
     )
