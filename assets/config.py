@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Mapping, TypeVar
 
 import dagster as dg
+import pydantic
 from pydantic import Field
 
 from graphs.infra.config_checks import MAX_TEXT, help_text
+from training.task_settings import block_values, read_by, with_values
 
 T = TypeVar("T")
 
@@ -98,3 +100,47 @@ def _constraints(hint: Any, metadata: typing.Mapping) -> dict[str, Any]:
     if hint is str or hint == str | None:
         return {"max_length": metadata.get("max_len", MAX_TEXT)}
     return {}
+
+
+@dataclasses.dataclass
+class ResolvedSettings:
+    """A run config resolved for what reads it (a task, an engine): each block as its dataclass,
+    the own defaults that applied (dotted key -> value) and the keys set that it does not read."""
+
+    blocks: dict[str, Any]
+    own_defaults: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ignored: list[str] = dataclasses.field(default_factory=list)
+
+
+def resolve_blocks(config: pydantic.BaseModel, defaults: Mapping[str, Any], reads: tuple[str, ...]) -> ResolvedSettings:
+    """`config` (an asset's effective run config, whose set fields are the ones the run config or
+    gnnflow.yaml wrote: `assets.settings.resolve`) block by block as dataclasses, with `defaults`
+    (values by dotted key, `training.task_settings`) where a key is unset; the keys set outside
+    `reads` (dotted keys or blocks) are listed as ignored."""
+    applied = {k: v for k, v in defaults.items() if not _is_set(config, k.split("."))}
+    blocks = {
+        name: with_values(getattr(config, name).to_dataclass(), block_values(applied, name))
+        for name in type(config).model_fields
+    }
+    ignored = [k for k in _set_keys(config) if not read_by(k, reads)]
+    return ResolvedSettings(blocks, applied, ignored)
+
+
+def _is_set(obj: pydantic.BaseModel, parts: list[str]) -> bool:
+    for name in parts:
+        if not isinstance(obj, pydantic.BaseModel) or name not in obj.model_fields_set:
+            return False
+        obj = getattr(obj, name)
+    return True
+
+
+def _set_keys(obj: pydantic.BaseModel, prefix: str = "") -> list[str]:
+    """The dotted keys of the leaves set in `obj` (a nested block Dagster filled in is no leaf)."""
+    out = []
+    for name in sorted(obj.model_fields_set):
+        value = getattr(obj, name)
+        if isinstance(value, pydantic.BaseModel):
+            out.extend(_set_keys(value, f"{prefix}{name}."))
+        else:
+            out.append(prefix + name)
+    return out

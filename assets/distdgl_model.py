@@ -5,13 +5,19 @@ For graphs beyond one machine: metis_partitions writes DGL's distributed format
 every machine (`training.distdgl_cluster`: the ``local`` launcher on this machine alone,
 ``ssh`` on the hosts of ``cluster.hosts``), which train our plain-torch layers over the
 DistGraph and evaluate val/test after every epoch (`training.distdgl`). The run config has
-two blocks, `training.distdgl_config.DistDGLTraining` (``training``) and
-`training.distdgl_cluster.DistDGLCluster` (``cluster``), field for field:
+trained_model's ``model`` and ``training`` blocks (`training.layers.ModelConfig`,
+`training.config.TrainingConfig`: DistDGL reads the model, ``epochs``, ``optimizer.lr``,
+``seed`` and ``profiler``, with its own default of 3 epochs, `DISTDGL_DEFAULTS`; a key it does
+not read is reported in the metadata's ``ignored_settings``), its sampling
+(`training.distdgl_config.DistDGLSampling`, ``distdgl``) and its machines
+(`training.distdgl_cluster.DistDGLCluster`, ``cluster``):
 
     ops:
       distdgl_model:
         config:
-          training: {fanouts: "10,10", epochs: 10, model: {hidden: 128}}
+          model: {hidden: 128}
+          training: {epochs: 10}
+          distdgl: {fanouts: "10,10"}
           cluster: {hosts: [10.0.0.1, 10.0.0.2], launcher: ssh, socket_ifname: eth0}
 
 The trainers write into a work folder next to the asset folder, keyed by the settings and
@@ -30,14 +36,14 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import dagster as dg
 from pydantic import Field
 
 from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, disk_metadata, skip_without_labels
-from assets.config import dagster_config
+from assets.config import dagster_config, resolve_blocks
 from assets.integrity import file_errors_as_failures
 from assets.metis_partitions import metis_partitions
 from assets.reporting import stage_result
@@ -47,32 +53,77 @@ from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.partition_files import Partitions
 from graphs.stages.canonical import read_summary
 from training.checkpoint import CHECKPOINT_NAME, work_dir_for
+from training.config import TrainingConfig
 from training.distdgl import STAGE
 from training.distdgl_cluster import DistDGLCluster, machine_command, machine_script, run_machines, write_ip_config
-from training.distdgl_config import DistDGLTraining, model_for_fanouts
+from training.distdgl_config import DistDGLSampling, DistDGLTraining, model_for_fanouts
+from training.layers import ModelConfig
 from training.outputs import METRICS, SUMMARY
 from training.profiling import PROFILE_DIR, TRACE_FILE
 
 _ASSET = STAGE
 LOGS = "logs"
 IP_CONFIG = "ip_config.txt"
-DistDGLTrainingConfig = dagster_config(DistDGLTraining, "DistDGLModelTrainingConfig")
+DISTDGL_DEFAULTS = {"training.epochs": 3}
+"""DistDGL's own default of a shared setting (`training.task_settings`): 3 epochs (it has no
+automatic budget: ``training.epochs`` must be at least 1)."""
+DISTDGL_READS = ("model", "distdgl", "cluster") + tuple(
+    f"training.{k}" for k in ("epochs", "optimizer.lr", "seed", "profiler")
+)
+"""The settings DistDGL's trainers read; any other key set is reported as ignored."""
+
+DistDGLModelModelConfig = dagster_config(ModelConfig, "DistDGLModelModelConfig")
+DistDGLModelTrainingConfig = dagster_config(TrainingConfig, "DistDGLModelTrainingConfig")
+DistDGLModelTrainingConfig.moved_settings = {  # the keys DistDGL's own training block had
+    "fanouts": "distdgl.fanouts",
+    "batch_size": "distdgl.batch_size",
+    "stop_after_epoch": "distdgl.stop_after_epoch",
+    "lr": "training.optimizer.lr",
+    "model": "model",
+}
+DistDGLSamplingConfig = dagster_config(DistDGLSampling, "DistDGLModelSamplingConfig")
 DistDGLClusterConfig = dagster_config(DistDGLCluster, "DistDGLModelClusterConfig")
 
 
 class DistDGLModelConfig(dg.Config):
-    """The run config of distdgl_model: what is trained, and on which machines."""
+    """The run config of distdgl_model: what is trained (model, training), how the trainers
+    sample (distdgl), and on which machines (cluster)."""
 
-    training: DistDGLTrainingConfig = Field(  # type: ignore[valid-type]
-        default_factory=DistDGLTrainingConfig, description=(DistDGLTraining.__doc__ or "").strip()
+    model: DistDGLModelModelConfig = Field(  # type: ignore[valid-type]
+        default_factory=DistDGLModelModelConfig, description="the GNN architecture, as trained_model's"
+    )
+    training: DistDGLModelTrainingConfig = Field(  # type: ignore[valid-type]
+        default_factory=DistDGLModelTrainingConfig,
+        description="trained_model's training block; DistDGL reads epochs (its own default: 3), optimizer.lr, "
+        "seed and profiler (torch or none)",
+    )
+    distdgl: DistDGLSamplingConfig = Field(  # type: ignore[valid-type]
+        default_factory=DistDGLSamplingConfig, description=(DistDGLSampling.__doc__ or "").strip()
     )
     cluster: DistDGLClusterConfig = Field(  # type: ignore[valid-type]
         default_factory=DistDGLClusterConfig, description=(DistDGLCluster.__doc__ or "").strip()
     )
 
+    @classmethod
+    def readers(cls) -> list[tuple[str, dict, tuple[str, ...]]]:
+        """(name, own defaults, settings read) of what reads this config (the configuration reference's columns)."""
+        return [("distdgl", DISTDGL_DEFAULTS, DISTDGL_READS)]
+
     def to_dataclass(self) -> tuple[DistDGLTraining, DistDGLCluster]:
-        """The `training` and `cluster` dataclasses (validated by their `__post_init__`)."""
-        return self.training.to_dataclass(), self.cluster.to_dataclass()
+        """What one run trains (`DistDGLTraining`, from the model, training and distdgl blocks at
+        DistDGL's defaults) and the machines; every block validated."""
+        resolved = resolve_blocks(self, DISTDGL_DEFAULTS, DISTDGL_READS)
+        return distdgl_training(resolved.blocks), resolved.blocks["cluster"]
+
+
+def distdgl_training(blocks: dict) -> DistDGLTraining:
+    """The `DistDGLTraining` of resolved blocks (`assets.config.resolve_blocks`)."""
+    training, sampling = blocks["training"], blocks["distdgl"]
+    return DistDGLTraining(
+        **{f.name: getattr(sampling, f.name) for f in fields(DistDGLSampling)},
+        epochs=training.epochs, lr=training.optimizer.lr, seed=training.seed, profiler=training.profiler,
+        model=blocks["model"],
+    )  # fmt: skip
 
 
 register_config(_ASSET, DistDGLModelConfig)
@@ -106,10 +157,15 @@ def distdgl_model(
         if skipped is not None:
             return skipped
         try:
-            training, cluster = config.to_dataclass()
+            resolved = resolve_blocks(config, DISTDGL_DEFAULTS, DISTDGL_READS)
+            training, cluster = distdgl_training(resolved.blocks), resolved.blocks["cluster"]
             model_for_fanouts(training)  # the layers match the fanouts
         except ValueError as exc:
             raise dg.Failure(description=f"{_ASSET} config: {exc}") from exc
+        config_metadata["distdgl_defaults"] = dg.MetadataValue.json(resolved.own_defaults)
+        if resolved.ignored:
+            context.log.warning(f"{_ASSET}: DistDGL does not read {', '.join(resolved.ignored)}")
+            config_metadata["ignored_settings"] = dg.MetadataValue.json(resolved.ignored)
         with file_errors_as_failures(dataset):
             parts = Partitions.open(storage.upstream_dir(dataset, Partitions.STAGE))
         part_config = _part_config(parts, dataset)

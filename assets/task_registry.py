@@ -23,7 +23,8 @@ Every task trains from trained_model's one run config (`training.task_settings`)
 ``model`` and ``training`` blocks and a block of its own. A task declares ``defaults`` (its own
 default of a shared setting, by dotted key under the asset's config, applied where the run config
 and gnnflow.yaml leave the key unset) and ``reads`` (the blocks and keys its training reads; a key
-set outside them is reported as ignored). `task_settings` resolves both for a run config.
+set outside them is reported as ignored). `task_settings` resolves both for a run config
+(`assets.config.resolve_blocks`).
 
 A task's parts of the stages are its class methods `write_shards`, `train`, `evaluate` and
 `decide_promotion`.
@@ -31,22 +32,20 @@ A task's parts of the stages are its class methods `write_shards`, `train`, `eva
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
-import pydantic
-
+from assets.config import ResolvedSettings, resolve_blocks
 from graphs.formats.shard_manifest import GRAPH_PROPERTY, NODE_CLASSIFICATION
 from graphs.infra.variants import Registry
-from training.task_settings import block_values, read_by, with_values
 
 __all__ = [
     "DEFAULT_TASK",
     "GRAPH_TASK",
     "Task",
-    "TaskSettings",
     "TaskTraits",
+    "built_in_tasks",
     "register_task",
     "task_class",
     "task_names",
@@ -111,46 +110,10 @@ class Task:
         raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no decide_promotion()")
 
 
-@dataclass
-class TaskSettings:
-    """A run config resolved for a task: each block as its dataclass, the task's defaults that
-    applied (dotted key -> value) and the keys set that its training does not read."""
-
-    blocks: dict[str, Any]
-    task_defaults: dict[str, Any] = field(default_factory=dict)
-    ignored: list[str] = field(default_factory=list)
-
-
-def task_settings(task: type[Task], config: pydantic.BaseModel) -> TaskSettings:
-    """`config` (trained_model's effective run config, whose set fields are the ones the run config
-    or gnnflow.yaml wrote) with `task`'s defaults where a key is unset, block by block."""
-    applied = {k: v for k, v in task.defaults.items() if not _is_set(config, k.split("."))}
-    blocks = {
-        name: with_values(getattr(config, name).to_dataclass(), block_values(applied, name))
-        for name in type(config).model_fields
-    }
-    ignored = [k for k in _set_keys(config) if not read_by(k, task.reads)]
-    return TaskSettings(blocks, applied, ignored)
-
-
-def _is_set(obj: pydantic.BaseModel, parts: list[str]) -> bool:
-    for name in parts:
-        if not isinstance(obj, pydantic.BaseModel) or name not in obj.model_fields_set:
-            return False
-        obj = getattr(obj, name)
-    return True
-
-
-def _set_keys(obj: pydantic.BaseModel, prefix: str = "") -> list[str]:
-    """The dotted keys of the leaves set in `obj` (a nested block Dagster filled in is no leaf)."""
-    out = []
-    for name in sorted(obj.model_fields_set):
-        value = getattr(obj, name)
-        if isinstance(value, pydantic.BaseModel):
-            out.extend(_set_keys(value, f"{prefix}{name}."))
-        else:
-            out.append(prefix + name)
-    return out
+def task_settings(task: type[Task], config) -> ResolvedSettings:
+    """trained_model's effective run config `config` with `task`'s defaults where a key is unset
+    (`assets.config.resolve_blocks`)."""
+    return resolve_blocks(config, task.defaults, task.reads)
 
 
 def _check_traits(cls: type) -> None:
@@ -171,6 +134,11 @@ def register_task(cls: type[Task]) -> type[Task]:
 def task_names() -> tuple[str, ...]:
     """The registered task names (the built-in ones first)."""
     return TASKS.names()
+
+
+def built_in_tasks() -> list[str]:
+    """The names of the tasks of the `assets.tasks` package (not those a script or a test registers), sorted."""
+    return sorted(n for n in task_names() if task_class(n).__module__.startswith("assets.tasks."))
 
 
 def task_class(name: str) -> type[Task]:

@@ -64,7 +64,7 @@ from assets.integrity import file_errors_as_failures
 from assets.pipes_messages import WholeLineMessageReader
 from assets.reporting import stage_result
 from assets.settings import register_config
-from assets.task_registry import task_settings
+from assets.task_registry import built_in_tasks, task_class, task_settings
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.compress_files import CompressedGraph
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
@@ -125,6 +125,11 @@ class TrainedModelConfig(dg.Config):
         self.link.to_dataclass()
         self.graph.to_dataclass()
         return self.model.to_dataclass(), self.training.to_dataclass(), self.launch.to_dataclass()
+
+    @classmethod
+    def readers(cls) -> list[tuple[str, dict, tuple[str, ...]]]:
+        """(name, own defaults, settings read) of every built-in task (the configuration reference's columns)."""
+        return [(name, dict(task_class(name).defaults), task_class(name).reads) for name in built_in_tasks()]
 
     def to_run_config(self, paths: PathsConfig) -> RunConfig:
         return RunConfig(model=self.model.to_dataclass(), training=self.training.to_dataclass(), paths=paths)
@@ -254,7 +259,7 @@ def trained_model(
         raise dg.Failure(
             description=f"dataset '{dataset}': trained_model settings for task {task.name}: {exc}"
         ) from exc
-    config_metadata["task_defaults"] = dg.MetadataValue.json(resolved.task_defaults)
+    config_metadata["task_defaults"] = dg.MetadataValue.json(resolved.own_defaults)
     if resolved.ignored:
         context.log.warning(f"trained_model: task {task.name} does not read {', '.join(resolved.ignored)}")
         config_metadata["ignored_settings"] = dg.MetadataValue.json(resolved.ignored)

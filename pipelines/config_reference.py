@@ -6,7 +6,7 @@
 Every asset's run config class (`assets.settings.registered_configs`, generated from the
 library's config dataclasses by `assets.config.dagster_config`) gives one table: each setting's
 dotted key, type, default and help text as the dataclass declares them (bounds included), the
-tasks that read it and their own defaults for trained_model (`assets.task_registry`), and the
+tasks or engines that read it and their own defaults (a config class's ``readers()``), and the
 keys an older shape used with their new place. `tests/test_config_reference.py` fails when the
 committed file differs from what this writes.
 """
@@ -78,21 +78,18 @@ def run(args: argparse.Namespace) -> int:
 def render() -> str:
     """The reference as Markdown."""
     from assets.settings import registered_configs  # lazy: Dagster and every asset, +2 s on gnnflow
-    from assets.task_registry import task_class, task_names
+    from assets.task_registry import built_in_tasks  # lazy: Dagster, +0.5 s on gnnflow
 
     configs = registered_configs()
     order = [a for a in _STAGE_ORDER if a in configs] + sorted(set(configs) - set(_STAGE_ORDER))
-    tasks = [task_class(n) for n in task_names()]
-    parts = [_HEADER.replace("TASKS", ", ".join(f"`{t.name}`" for t in tasks))]
+    parts = [_HEADER.replace("TASKS", ", ".join(f"`{name}`" for name in built_in_tasks()))]
     for asset in order:
         cls = configs[asset]
         parts.append(f"\n## {asset}\n\n{_one_line(cls.__doc__ or '')}\n")
-        rows = list(_rows(cls))
-        if asset == "trained_model":
-            parts.append(_task_note(tasks))
-            parts.append(_table(rows, tasks))
-        else:
-            parts.append(_table(rows, None))
+        readers = cls.readers() if hasattr(cls, "readers") else None
+        if readers:
+            parts.append(_READERS_NOTE)
+        parts.append(_table(list(_rows(cls)), readers))
         moved = dict(_moved(cls))
         if moved:
             parts.append("\nKeys of an older shape, refused naming their new place:\n")
@@ -133,30 +130,29 @@ def _type_name(annotation: Any) -> str:
     return name if isinstance(annotation, type) and name else str(annotation).replace("typing.", "")
 
 
-def _task_note(tasks) -> str:
-    lines = [
-        "Every task trains from the `model` and `training` blocks; `link` and `graph` hold the settings only",
-        "one task has, `launch` node classification's launcher. A task's own default of a shared setting",
-        "applies where the run config and gnnflow.yaml leave the key unset; the column *read by* names the",
-        "tasks whose training reads the key (a key set for a task that does not read it is reported in the",
-        "materialization's `ignored_settings`).\n",
-    ]
-    return "\n".join(lines)
+_READERS_NOTE = """The `model` and `training` blocks are shared by every task and engine that trains; a block named
+after one of them holds the settings only it has. Where a reader has its own default of a shared
+setting, it applies when the run config and gnnflow.yaml leave the key unset (*default* shows it
+after the shared one); *read by* names who reads the key, and a key set for one that does not read
+it is reported in the materialization's `ignored_settings`.
+"""
 
 
-def _table(rows: list[tuple], tasks) -> str:
-    from training.task_settings import read_by
+def _table(rows: list[tuple], readers) -> str:
+    """The Markdown table of `rows`; with `readers` ((name, defaults, reads) of each task or engine
+    reading the asset's config), each reader's own defaults and a *read by* column."""
+    from training.task_settings import read_by  # lazy: torch, +0.8 s on gnnflow
 
-    head = "| key | type | default | " + ("read by | " if tasks else "") + "what it does |"
-    out = [head, "|" + " --- |" * (5 if tasks else 4)]
+    head = "| key | type | default | " + ("read by | " if readers else "") + "what it does |"
+    out = [head, "|" + " --- |" * (5 if readers else 4)]
     for key, kind, default, help_ in rows:
         shown = _value(default)
         cells = [f"`{key}`", kind, shown]
-        if tasks:
-            own = [f"{t.name}: {_value(t.defaults[key])}" for t in tasks if key in t.defaults]
+        if readers:
+            own = [f"{name}: {_value(defaults[key])}" for name, defaults, _ in readers if key in defaults]
             if own:
                 cells[2] = f"{shown}; " + "; ".join(own)
-            cells.append(", ".join(t.name for t in tasks if read_by(key, t.reads)) or "—")
+            cells.append(", ".join(name for name, _, reads in readers if read_by(key, reads)) or "—")
         cells.append(_one_line(help_))
         out.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(out) + "\n"

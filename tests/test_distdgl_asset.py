@@ -18,6 +18,7 @@ from netns import in_namespace, skip_without_mount_namespaces, two_hosts
 import assets.distdgl_model as distdgl_asset
 from assets.canonical_graph import canonical_graph
 from assets.common import GnnflowStorage, dataset_partitions
+from assets.config import resolve_blocks
 from assets.distdgl_model import distdgl_model
 from assets.metis_partitions import metis_partitions
 from graphs.synthetic.generate import GenerateConfig, generate_dataset
@@ -29,7 +30,11 @@ from training.layers import ModelConfig
 from training.outputs import METRICS, MODEL_BEST, MODEL_FINAL, SUMMARY
 from training.profiling import PROFILE_DIR, TRACE_FILE
 
-TRAINING = {"fanouts": "5,5", "epochs": 3, "batch_size": 64, "lr": 0.03, "model": {"hidden": 16, "dropout": 0.0}}
+SETTINGS = {
+    "model": {"hidden": 16, "dropout": 0.0},
+    "training": {"epochs": 3, "optimizer": {"lr": 0.03}},
+    "distdgl": {"fanouts": "5,5", "batch_size": 64},
+}
 
 
 def test_process_flags_read_back_as_the_same_config(tmp_path):
@@ -164,8 +169,8 @@ def _home(tmp_path, num_parts: int) -> tuple[GnnflowStorage, dg.DagsterInstance]
     return storage, instance
 
 
-def _train(storage, instance, training: dict, cluster: dict | None = None) -> dg.ExecuteInProcessResult:
-    config = {"training": training, "cluster": cluster or {}}
+def _train(storage, instance, settings: dict, cluster: dict | None = None) -> dg.ExecuteInProcessResult:
+    config = {**settings, "cluster": cluster or {}}
     return dg.materialize(
         [distdgl_model],
         partition_key="g",
@@ -183,12 +188,13 @@ def _materialization(result: dg.ExecuteInProcessResult) -> dict:
 
 def test_one_machine_trains_from_dagster_and_publishes_the_model(tmp_path):
     storage, instance = _home(tmp_path, num_parts=1)
-    result = _train(storage, instance, TRAINING)
+    result = _train(storage, instance, SETTINGS)
     assert result.success, [e.message for e in result.all_events if e.is_failure]
     meta = _materialization(result)
     out = storage.asset_dir("g", "distdgl_model")
     summary = json.loads((out / SUMMARY).read_text())
     assert summary["machines"] == meta["machines"] == 1 and meta["launcher"] == "local"
+    assert meta["distdgl_defaults"] == {} and "ignored_settings" not in meta  # epochs set: no default applied
     assert [r["epoch"] for r in summary["history"]] == [1, 2, 3]
     assert (
         meta["test_acc_at_best_val"] == round(summary["test_acc_at_best_val"], 4) and meta["test_acc_at_best_val"] > 0.5
@@ -206,10 +212,10 @@ def test_one_machine_trains_from_dagster_and_publishes_the_model(tmp_path):
 
 def test_parts_and_machines_must_match(tmp_path):
     storage, instance = _home(tmp_path, num_parts=2)
-    skipped = _train(storage, instance, TRAINING)  # no hosts named: nothing to run on, said why
+    skipped = _train(storage, instance, SETTINGS)  # no hosts named: nothing to run on, said why
     assert skipped.success and "set distdgl_model.cluster.hosts" in _materialization(skipped)["skipped"]
     three = {"hosts": ["10.9.0.1", "10.9.0.2", "10.9.0.3"], "launcher": "ssh"}
-    failed = _train(storage, instance, TRAINING, three)
+    failed = _train(storage, instance, SETTINGS, three)
     assert not failed.success
     [failure] = [e for e in failed.all_events if e.is_step_failure]
     assert "metis_partitions has 2 parts but distdgl_model.cluster.hosts lists 3 machines" in str(
@@ -225,13 +231,15 @@ def test_two_machines_stop_and_resume_from_dagster(tmp_path, monkeypatch):
         # each "machine" of the cluster is a network namespace with its own /dev/shm
         monkeypatch.setattr(distdgl_asset, "machine_command", lambda cluster, m, script: in_namespace(hosts[m], script))
         cluster = {"hosts": [addr for _, addr, _ in hosts], "launcher": "ssh", "torch_port": 29483}
-        stopped = _train(storage, instance, TRAINING | {"stop_after_epoch": 2}, cluster)
+        stopped = _train(
+            storage, instance, SETTINGS | {"distdgl": SETTINGS["distdgl"] | {"stop_after_epoch": 2}}, cluster
+        )
         assert not stopped.success and not out.exists()
         [failure] = [e for e in stopped.all_events if e.is_step_failure]
         assert "stopped after epoch 2" in str(failure.step_failure_data.error)
         [work] = out.parent.glob(".distdgl_model.work-*")
         assert (work / CHECKPOINT_NAME).is_file()
-        resumed = _train(storage, instance, TRAINING, cluster)  # the same settings continue to the end
+        resumed = _train(storage, instance, SETTINGS, cluster)  # the same settings continue to the end
     assert resumed.success, [e.message for e in resumed.all_events if e.is_failure]
     summary = json.loads((out / SUMMARY).read_text())
     assert summary["resumed_after_epoch"] == 2 and summary["machines"] == 2
@@ -249,7 +257,7 @@ def test_two_machines_stop_and_resume_from_dagster(tmp_path, monkeypatch):
 
 def test_settings_that_cannot_train_fail_before_any_machine_starts(tmp_path):
     storage, instance = _home(tmp_path, num_parts=1)
-    failed = _train(storage, instance, TRAINING | {"fanouts": "5,5,5", "model": {"num_layers": 2}})
+    failed = _train(storage, instance, SETTINGS | {"distdgl": {"fanouts": "5,5,5"}, "model": {"num_layers": 2}})
     assert not failed.success and not list(storage.dataset_dir("g").glob(".distdgl_model.work-*"))
     [failure] = [e for e in failed.all_events if e.is_step_failure]
     assert "model.num_layers=2 but fanouts='5,5,5' samples 3 blocks" in str(failure.step_failure_data.error)
@@ -261,9 +269,36 @@ def test_a_failing_trainer_ends_the_run_with_its_error(tmp_path):
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        failed = _train(storage, instance, TRAINING, {"torch_port": port})
+        failed = _train(storage, instance, SETTINGS, {"torch_port": port})
     assert not failed.success and not storage.asset_dir("g", "distdgl_model").exists()
     [failure] = [e for e in failed.all_events if e.is_step_failure]
     error = str(failure.step_failure_data.error)
     assert "machine 0 (127.0.0.1) exited with 1" in error and "machine0-trainer0.log" in error, error
     assert "trainer 0 of machine 0 failed" in error, error
+
+
+def test_distdgl_reads_the_shared_blocks_at_its_own_defaults_and_names_its_old_keys_new_places():
+    """distdgl_model has trained_model's model and training blocks (DistDGL reads epochs, its own
+    default 3, optimizer.lr, seed and profiler), its sampling in distdgl; its earlier training
+    block's keys are refused naming where they went."""
+    from assets.distdgl_model import DISTDGL_DEFAULTS, DISTDGL_READS, DistDGLModelConfig
+    from assets.settings import moved_keys
+
+    config = DistDGLModelConfig(**{"training": {"optimizer": {"lr": 0.01}, "accumulate": 2}, "model": {"hidden": 8}})
+    training, _ = config.to_dataclass()
+    assert (training.epochs, training.lr, training.model.hidden, training.fanouts) == (3, 0.01, 8, "10,10")
+    resolved = resolve_blocks(config, DISTDGL_DEFAULTS, DISTDGL_READS)
+    assert resolved.own_defaults == {"training.epochs": 3} and resolved.ignored == ["training.accumulate"]
+    assert DistDGLModelConfig(**{"training": {"epochs": 7}}).to_dataclass()[0].epochs == 7
+    with pytest.raises(ValueError, match=r"training.profiler='nsys' is not one of \('torch', 'none'\)"):
+        DistDGLModelConfig(**{"training": {"profiler": "nsys"}}).to_dataclass()
+    with pytest.raises(ValueError, match="distdgl.fanouts"):
+        DistDGLModelConfig(**{"distdgl": {"fanouts": "5,x"}}).to_dataclass()
+    old = {"training": {"fanouts": "5,5", "lr": 0.1, "model": {"hidden": 8}, "epochs": 2}}
+    said = moved_keys({"ops": {"distdgl_model": {"config": old}}})
+    root = "ops.distdgl_model.config"
+    assert said == [
+        f"'{root}.training.fanouts' is now '{root}.distdgl.fanouts'",
+        f"'{root}.training.lr' is now '{root}.training.optimizer.lr'",
+        f"'{root}.training.model' is now '{root}.model'",
+    ]

@@ -113,11 +113,11 @@ def test_every_task_reads_the_one_training_block_with_its_own_defaults_where_it_
     assert link.blocks["training"].early_stopping_patience == 7  # set: the user's
     assert (link.blocks["training"].optimizer.type, link.blocks["training"].optimizer.lr) == ("Adam", 1e-3)
     assert link.blocks["training"].min_steps == 1000 and link.blocks["model"] == ModelConfig()
-    assert "training.early_stopping_patience" not in link.task_defaults
+    assert "training.early_stopping_patience" not in link.own_defaults
     assert link.ignored == ["training.precision"]  # link prediction trains in fp32
     node = task_settings(task_class("node_classification"), config)
     shared = TrainingConfig(early_stopping_patience=7, precision="bf16")
-    assert node.blocks["training"] == shared and node.task_defaults == {} and node.ignored == []
+    assert node.blocks["training"] == shared and node.own_defaults == {} and node.ignored == []
 
     config = _trained_model_config({"model": {"conv": "gat", "residual": True}, "graph": {"readout": "sum"}})
     graph = task_settings(task_class("graph_property"), config)

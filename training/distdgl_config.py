@@ -2,11 +2,13 @@
 and one process's place (machine, index, files); the command-line flags of
 ``python -m training.distdgl`` both ways.
 
-Three dataclasses, so each setting is declared once: `DistDGLTraining` (the ``training``
-block of the ``distdgl_model`` asset, and the training flags), `DistDGLProcesses` (servers
-and trainers per machine, the trainers' torch port) and `DistDGLConfig`, one process:
-both of those plus the ip_config, the partition config, the machine, the index and the
-output folder. `training.distdgl_cluster.DistDGLCluster` extends `DistDGLProcesses` with
+Each setting is declared once: `DistDGLSampling` (the ``distdgl`` block of the
+``distdgl_model`` asset: fanouts, batch size, stop_after_epoch), `DistDGLTraining` (what one
+run trains: its sampling plus the epochs, learning rate, seed, profiler and model the asset
+takes from its ``training`` and ``model`` blocks; the training flags), `DistDGLProcesses`
+(servers and trainers per machine, the trainers' torch port) and `DistDGLConfig`, one
+process: both of those plus the ip_config, the partition config, the machine, the index and
+the output folder. `training.distdgl_cluster.DistDGLCluster` extends `DistDGLProcesses` with
 the machines' addresses and how they are started. This module imports neither DGL nor torch's
 distributed package.
 """
@@ -39,6 +41,7 @@ __all__ = [
     "ROLES",
     "DistDGLConfig",
     "DistDGLProcesses",
+    "DistDGLSampling",
     "DistDGLTraining",
     "config_from_args",
     "dgl_env",
@@ -53,21 +56,17 @@ MAX_PROCESSES = 1024  # servers or trainers per machine
 
 
 @dataclass(kw_only=True)
-class DistDGLTraining:
-    """What a DistDGL run trains: sampling, optimisation, epochs and the model."""
+class DistDGLSampling:
+    """How DistDGL's trainers sample (online, from the DistGraph), and when a run stops early for
+    maintenance; what is trained is the asset's ``model`` and ``training`` blocks."""
 
-    PREFIX: ClassVar[str] = "training"
+    PREFIX: ClassVar[str] = "distdgl"
 
     fanouts: str = field(
         default=DEFAULT_FANOUTS,
         metadata={"help": "Neighbours sampled per layer, input layer first, comma separated (-1 = all)."},
     )
     batch_size: int = field(default=256, metadata={"max": MAX_BATCH, "help": "Seed nodes per trainer per step."})
-    epochs: int = field(default=3, metadata={"max": MAX_EPOCHS, "help": "Passes over each trainer's seeds."})
-    lr: float = field(
-        default=DEFAULT_LR, metadata={"max": MAX_RATE, "help": "Adam learning rate (training.optimizer.lr's default)."}
-    )
-    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "Model initialisation and shuffling seed."})
     stop_after_epoch: int = field(
         default=0,
         metadata={
@@ -76,6 +75,33 @@ class DistDGLTraining:
             "outputs); a rerun continues from the checkpoint to the last epoch. 0: never.",
         },
     )
+
+    def __post_init__(self) -> None:
+        check_fields(self, self.PREFIX)
+        self.check_sampling()
+
+    def check_sampling(self) -> None:
+        if self.stop_after_epoch < 0:
+            raise ValueError(f"{self.PREFIX}.stop_after_epoch={self.stop_after_epoch} must be >= 0 (0: never)")
+        if self.batch_size < 1:
+            raise ValueError(f"{self.PREFIX}.batch_size={self.batch_size} must be at least 1")
+        self.fanout_list  # noqa: B018 -- parsed here so a bad value fails before any process starts
+
+    @property
+    def fanout_list(self) -> list[int]:
+        return parse_fanouts(self.fanouts, f"{self.PREFIX}.fanouts")
+
+
+@dataclass(kw_only=True)
+class DistDGLTraining(DistDGLSampling):
+    """What one DistDGL run trains: its sampling, and the settings it reads of the asset's
+    ``training`` block (epochs, optimizer.lr, seed, profiler) and ``model`` block."""
+
+    PREFIX: ClassVar[str] = "training"
+
+    epochs: int = field(default=3, metadata={"max": MAX_EPOCHS, "help": "Passes over each trainer's seeds."})
+    lr: float = field(default=DEFAULT_LR, metadata={"max": MAX_RATE, "help": "Adam learning rate."})
+    seed: int = field(default=0, metadata={"max": MAX_SEED, "help": "Model initialisation and shuffling seed."})
     profiler: str = field(
         default="torch",
         metadata={
@@ -90,20 +116,13 @@ class DistDGLTraining:
         self.check_training()
 
     def check_training(self) -> None:
-        if self.stop_after_epoch < 0:
-            raise ValueError(f"{self.PREFIX}.stop_after_epoch={self.stop_after_epoch} must be >= 0 (0: never)")
-        for name in ("batch_size", "epochs"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{self.PREFIX}.{name}={getattr(self, name)} must be at least 1")
+        self.check_sampling()
+        if self.epochs < 1:
+            raise ValueError(f"{self.PREFIX}.epochs={self.epochs} must be at least 1")
         if not self.lr > 0:
-            raise ValueError(f"{self.PREFIX}.lr={self.lr} must be positive")
+            raise ValueError(f"{self.PREFIX}.optimizer.lr={self.lr} must be positive")
         if self.profiler not in DISTDGL_PROFILERS:
             raise ValueError(f"{self.PREFIX}.profiler={bounded_repr(self.profiler)} is not one of {DISTDGL_PROFILERS}")
-        self.fanout_list  # noqa: B018 -- parsed here so a bad value fails before any process starts
-
-    @property
-    def fanout_list(self) -> list[int]:
-        return parse_fanouts(self.fanouts, f"{self.PREFIX}.fanouts")
 
 
 @dataclass(kw_only=True)
