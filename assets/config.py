@@ -144,3 +144,18 @@ def _set_keys(obj: pydantic.BaseModel, prefix: str = "") -> list[str]:
         else:
             out.append(prefix + name)
     return out
+
+
+def resolved_metadata(resolved: ResolvedSettings, reader: str, log: typing.Callable[[str], None]) -> dict[str, Any]:
+    """Metadata entries of `resolved` for `reader` (a task's or engine's name): the effective
+    settings (``config``, own defaults applied), the own defaults that applied
+    (``own_defaults``) and the keys set that it does not read (``ignored_settings``, also
+    logged as a warning)."""
+    entries = {
+        "config": dg.MetadataValue.json({name: dataclasses.asdict(block) for name, block in resolved.blocks.items()}),
+        "own_defaults": dg.MetadataValue.json(resolved.own_defaults),
+    }
+    if resolved.ignored:
+        log(f"{reader} does not read {', '.join(resolved.ignored)}")
+        entries["ignored_settings"] = dg.MetadataValue.json(resolved.ignored)
+    return entries

@@ -43,7 +43,7 @@ import dagster as dg
 from pydantic import Field
 
 from assets.common import NEEDS_LABELS_TAG, GnnflowStorage, dataset_partitions, disk_metadata, skip_without_labels
-from assets.config import dagster_config, resolve_blocks
+from assets.config import dagster_config, resolve_blocks, resolved_metadata
 from assets.integrity import file_errors_as_failures
 from assets.metis_partitions import metis_partitions
 from assets.reporting import stage_result
@@ -162,10 +162,7 @@ def distdgl_model(
             model_for_fanouts(training)  # the layers match the fanouts
         except ValueError as exc:
             raise dg.Failure(description=f"{_ASSET} config: {exc}") from exc
-        config_metadata["distdgl_defaults"] = dg.MetadataValue.json(resolved.own_defaults)
-        if resolved.ignored:
-            context.log.warning(f"{_ASSET}: DistDGL does not read {', '.join(resolved.ignored)}")
-            config_metadata["ignored_settings"] = dg.MetadataValue.json(resolved.ignored)
+        config_metadata |= resolved_metadata(resolved, f"{_ASSET}: DistDGL", context.log.warning)
         with file_errors_as_failures(dataset):
             parts = Partitions.open(storage.upstream_dir(dataset, Partitions.STAGE))
         part_config = _part_config(parts, dataset)

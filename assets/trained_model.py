@@ -58,7 +58,7 @@ from assets.common import (
     png_markdown,
     skip_without_labels,
 )
-from assets.config import dagster_config
+from assets.config import dagster_config, resolved_metadata
 from assets.evaluation import promoted_training_labels, promotion_config
 from assets.integrity import file_errors_as_failures
 from assets.pipes_messages import WholeLineMessageReader
@@ -259,10 +259,7 @@ def trained_model(
         raise dg.Failure(
             description=f"dataset '{dataset}': trained_model settings for task {task.name}: {exc}"
         ) from exc
-    config_metadata["task_defaults"] = dg.MetadataValue.json(resolved.own_defaults)
-    if resolved.ignored:
-        context.log.warning(f"trained_model: task {task.name} does not read {', '.join(resolved.ignored)}")
-        config_metadata["ignored_settings"] = dg.MetadataValue.json(resolved.ignored)
+    config_metadata |= resolved_metadata(resolved, f"trained_model: task {task.name}", context.log.warning)
     # the launcher shares this lock; rank 0 runs under it, and stops if it ends (graphs.infra.storage)
     with storage.lock(dataset, context.log.info):
         return task.train(context, config, storage, dataset, config_metadata)

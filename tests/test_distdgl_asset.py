@@ -194,7 +194,7 @@ def test_one_machine_trains_from_dagster_and_publishes_the_model(tmp_path):
     out = storage.asset_dir("g", "distdgl_model")
     summary = json.loads((out / SUMMARY).read_text())
     assert summary["machines"] == meta["machines"] == 1 and meta["launcher"] == "local"
-    assert meta["distdgl_defaults"] == {} and "ignored_settings" not in meta  # epochs set: no default applied
+    assert meta["own_defaults"] == {} and "ignored_settings" not in meta  # epochs set: no default applied
     assert [r["epoch"] for r in summary["history"]] == [1, 2, 3]
     assert (
         meta["test_acc_at_best_val"] == round(summary["test_acc_at_best_val"], 4) and meta["test_acc_at_best_val"] > 0.5

@@ -350,7 +350,7 @@ def test_link_prediction_pipeline_materializes_through_dagster(tmp_path):
     checks = {c.check_name: c.passed for c in result.get_asset_check_evaluations()}
     assert checks["no_held_out_edge_in_message_passing"]
     # the training block of every task, at link prediction's defaults where gnnflow.yaml leaves a key unset
-    applied = mats["trained_model"].metadata["task_defaults"].value
+    applied = mats["trained_model"].metadata["own_defaults"].value
     assert applied == {
         k: v for k, v in LINK_DEFAULTS.items() if k not in ("training.optimizer.lr", "training.min_steps")
     }

@@ -423,7 +423,8 @@ class RunConfig:
         metadata={
             "help": "how to train, for every task; a task's own defaults of some keys (link_prediction, "
             "graph_property: training.task_settings) apply where this block leaves them unset, and the "
-            "materialization's metadata lists them (task_defaults) and the keys the task does not read"
+            "materialization's metadata lists them (own_defaults), the effective config and the keys the task "
+            "does not read"
         },
     )
     paths: PathsConfig = field(metadata={"help": "inputs and outputs"})
