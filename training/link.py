@@ -33,11 +33,11 @@ step); link prediction is not launched under torchrun/DDP (node classification i
 Files a training run writes (`training.link_train.train_link`): ``model.safetensors``
 (`training.outputs.LINK_MODEL`: a `training.state_file` of kind ``link_model``, format
 ``LINK_MODEL_FORMAT``, holding {"state_dict", "config" (the link block), "model_config",
-"degree_buckets", "eval_batch_size", "in_feats", "graph": {"nodes", "edges"}}: everything scoring needs besides the message-passing graph and the features
-it was trained on; loading it never runs code, `load_saved`), ``metrics.parquet`` (one row per
-evaluated epoch and split: epoch, split, auc, mrr, hits@10, hits@50, hits@100, loss; the test
-row carries the best epoch), ``summary.json`` (config, best epoch, its val/test metrics, epoch
-times).
+"degree_buckets", "eval_batch_size", "in_feats", "graph": {"nodes", "edges"}}: everything scoring
+needs besides the message-passing graph and the features it was trained on; loading it never
+runs code, `load_saved`), ``metrics.parquet`` (one row per evaluated epoch and split: epoch,
+split, auc, mrr, hits@10, hits@50, hits@100, loss; the test row carries the best epoch),
+``summary.json`` (config, best epoch, its val/test metrics, epoch times).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class LinkConfig:
     """Link prediction's own settings (the run config's ``link`` block). The encoder is the
     ``model`` block; how it is trained (optimizer, epochs, early stopping, evaluation chunks,
     seed, prefetch) is the ``training`` block, with link prediction's defaults where they differ
-    (`assets.tasks.link_prediction`)."""
+    (`LINK_DEFAULTS`)."""
 
     scorer: str = field(
         default="hybrid",

@@ -27,7 +27,8 @@ The files written into ``out_dir`` are `training.link`'s (``model.safetensors``,
 
 Usage::
 
-    summary = train_link(shards_dir, split_dir, adjacency_dir, out_dir, LinkConfig(), ModelConfig(), TrainingConfig())
+    model_cfg, training = task_blocks(LINK_DEFAULTS)  # the model and training blocks at link prediction's defaults
+    summary = train_link(shards_dir, split_dir, adjacency_dir, out_dir, LinkConfig(), model_cfg, training)
 """
 
 from __future__ import annotations

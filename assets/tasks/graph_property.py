@@ -1,10 +1,10 @@
 """task: graph_property, the task of a graph collection (a landing folder with graphs.parquet,
 `graphs.stages.collection`): a class or a value per graph, learned from the labelled training
 graphs. The shards' minibatches are whole graphs (sampler ``whole_graphs``), the model
-(`training.graph_model.GraphModel`: the ``model`` block's layers, GIN by default, and the ``graph``
-block's readout and encoding; the ``training`` block, at graph property's defaults where it leaves a
-key unset, `training.graph_train.GRAPH_DEFAULTS`) is trained
-in the asset's process (`training.graph_train.train_graphs`) and evaluated on the test graphs:
+(`training.graph_model.GraphModel`: the ``model`` block's layers, GIN by default, and the
+``graph`` block's readout and encoding) is trained by the ``training`` block, at graph property's
+defaults where it leaves a key unset (`training.graph_train.GRAPH_DEFAULTS`), in the asset's
+process (`training.graph_train.train_graphs`) and evaluated on the test graphs:
 ROC-AUC, PR-AUC and accuracy for classes, MAE and RMSE for values, beside a model that ignores
 the graphs. trained_model writes a prediction for every graph (predictions.parquet, joined on the
 user's graph_id); node predictions do not apply.

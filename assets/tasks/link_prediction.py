@@ -2,9 +2,10 @@
 edges with negatives rejected by compressed_graph's Bloom filters, the model is trained in the
 asset's process by `training.link_train.train_link` (the ``model`` block is the encoder, the
 ``training`` block how it is trained, at link prediction's defaults where it leaves a key unset
-(`training.link.LINK_DEFAULTS`), the ``link`` block the scorer and negatives) and evaluated on edge_split's held-out edges
-against its fixed negatives: ROC-AUC, MRR and Hits@K. Node labels are not needed; promotion and
-node predictions do not apply (pairs are scored with ``gnnflow score-pairs``)."""
+(`training.link.LINK_DEFAULTS`), the ``link`` block the scorer and hard negatives) and evaluated
+on edge_split's held-out edges against its fixed negatives: ROC-AUC, MRR and Hits@K. Node labels
+are not needed; promotion and node predictions do not apply (pairs are scored with
+``gnnflow score-pairs``)."""
 
 import dagster as dg
 
