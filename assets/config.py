@@ -76,7 +76,7 @@ def dagster_config(dataclass_type: type[T], name: str | None = None) -> type[dg.
 def _blocks_config(classes: dict[str, type], name: str) -> type[dg.Config]:
     """A `dagster.Config` with one nested block per entry of `classes` ({key: config dataclass},
     e.g. each registered sampler's settings); its `to_dataclass()` is {key: dataclass instance}."""
-    blocks = {key: dagster_config(cls, f"{name}_{key}") for key, cls in classes.items()}
+    blocks = {key: dagster_config(classes[key], f"{name}_{key}") for key in sorted(classes)}
     namespace: dict[str, Any] = {
         key: Field(default_factory=sub, description=(classes[key].__doc__ or "").strip() or None)
         for key, sub in blocks.items()

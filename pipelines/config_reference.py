@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 _PROG = "gnnflow config-reference"
+_PACKAGES = ("assets", "graphs", "training", "pipelines")  # the project's own settings
 # the assets in the order of the stage diagram; any other registered asset follows by name
 _STAGE_ORDER = (
     "canonical_graph",
@@ -106,7 +107,8 @@ def _rows(cls, prefix: str = ""):
         key = prefix + name
         sub = f.annotation
         if isinstance(sub, type) and issubclass(sub, pydantic.BaseModel):
-            yield from _rows(sub, key + ".")
+            if sub.__module__.split(".")[0] in _PACKAGES:  # not a variant a script or a test registered
+                yield from _rows(sub, key + ".")
             continue
         default = f.default_factory() if f.default_factory is not None else f.default
         yield key, _type_name(f.annotation), default, f.description or ""
