@@ -20,18 +20,23 @@ from typing import Any
 
 _PROG = "gnnflow config-reference"
 _PACKAGES = ("assets", "graphs", "training", "pipelines")  # the project's own settings
-# the assets in the order of the stage diagram; any other registered asset follows by name
-_STAGE_ORDER = (
-    "canonical_graph",
-    "edge_split",
-    "normalized_adjacency",
-    "metis_partitions",
-    "compressed_graph",
-    "minibatch_shards",
-    "trained_model",
-    "distdgl_model",
-    "promotion",
-)
+
+
+def _stage_order() -> tuple[str, ...]:
+    """The assets in the order of the stage diagram (any other registered asset follows by name)."""
+    from graphs.formats.canonical_files import CanonicalGraph  # lazy: each stage's module, +1 s on gnnflow
+    from graphs.formats.compress_files import CompressedGraph  # lazy: as above
+    from graphs.formats.partition_files import Partitions  # lazy: as above
+    from graphs.formats.shard_format import STAGE as SHARDS  # lazy: as above
+    from graphs.stages.edge_split import EdgeSplit  # lazy: as above
+    from graphs.stages.normalize import Adjacency  # lazy: as above
+    from training.distdgl import STAGE as DISTDGL  # lazy: torch, +0.8 s on gnnflow
+    from training.outputs import STAGE as TRAINED  # lazy: as above
+    from training.promotion import STAGE as PROMOTION  # lazy: as above
+
+    stages = (CanonicalGraph, EdgeSplit, Adjacency, Partitions, CompressedGraph)
+    return (*(s.STAGE for s in stages), SHARDS, TRAINED, DISTDGL, PROMOTION)
+
 
 _HEADER = """# Configuration reference
 
@@ -82,7 +87,8 @@ def render() -> str:
     from assets.task_registry import built_in_tasks  # lazy: Dagster, +0.5 s on gnnflow
 
     configs = registered_configs()
-    order = [a for a in _STAGE_ORDER if a in configs] + sorted(set(configs) - set(_STAGE_ORDER))
+    stages = _stage_order()
+    order = [a for a in stages if a in configs] + sorted(set(configs) - set(stages))
     parts = [_HEADER.replace("TASKS", ", ".join(f"`{name}`" for name in built_in_tasks()))]
     for asset in order:
         cls = configs[asset]
