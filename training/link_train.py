@@ -227,8 +227,9 @@ def train_link(
     on_epoch_end: EpochHook | None = None,
 ) -> dict:
     """Train on the link-prediction shards, evaluate on the split (the link block `cfg`, the
-    encoder `model_cfg`, the ``training`` block `training`); write `out_dir` (module docstring) unless None; checkpoint beside `checkpoint_beside` when given (and continue from
-    its checkpoint). ``on_epoch_end(epoch, rows)`` as in `training.loop.run_epochs`. Returns the
+    encoder `model_cfg`, the ``training`` block `training`); write `out_dir` (module docstring)
+    unless None; checkpoint beside `checkpoint_beside` when given (and continue from its
+    checkpoint). ``on_epoch_end(epoch, rows)`` as in `training.loop.run_epochs`. Returns the
     summary."""
     run = _setup(shards_dir, split_dir, adjacency_dir, (cfg, model_cfg, training), log, checkpoint_beside)
     run.model.train()
