@@ -104,11 +104,26 @@ def _metadata(out, s: dict) -> dict:
         "halo_per_part": dg.MetadataValue.json(metis["halo_per_part"]),
         "balance_train_nodes": bool(s.get("balance_train_nodes", False)),
         **({"train_nodes_per_part": dg.MetadataValue.json(metis["train_nodes"])} if "train_nodes" in metis else {}),
+        **_vertex_cut_metadata(s.get("vertex_cut")),
         "seconds": dg.MetadataValue.json(s["seconds"]),
         "peak_rss_mb": s["peak_rss_bytes"] / 2**20,
         "distdgl_config": s["distdgl_config"] or "not written",
         **disk_metadata(out),
         "partition_sizes": png_markdown(out / Partitions.SIZES_PLOT, "core and halo nodes per part"),
+    }
+
+
+def _vertex_cut_metadata(cut: dict | None) -> dict:
+    """The vertex cut's figures (`graphs.stages.vertex_cut`), when one was written."""
+    if cut is None:
+        return {}
+    return {
+        "vertex_cut": cut["partitioner"],
+        "vertex_cut_replication_factor": cut["replication_factor"],
+        "vertex_cut_edge_imbalance": cut["edge_imbalance"],
+        "vertex_cut_edges_per_part": dg.MetadataValue.json(cut["edges_per_part"]),
+        "vertex_cut_vertices_per_part": dg.MetadataValue.json(cut["vertices_per_part"]),
+        **({"vertex_cut_train_imbalance": cut["train_imbalance"]} if "train_imbalance" in cut else {}),
     }
 
 

@@ -1,4 +1,5 @@
-"""Partitioning strategies side by side: random, METIS edge-cut, METIS + training-node balance, hybrid.
+"""Partitioning strategies side by side: random, METIS edge-cut, METIS + training-node balance, hybrid,
+vertex cut (HDRF and DBH).
 
     .venv/bin/python benchmarks/partitioning.py                       # Cora + a generated power-law graph
     .venv/bin/python benchmarks/partitioning.py --graphs generated --world-sizes 2,4 --nodes 20000
@@ -11,17 +12,24 @@ with the same sampler, fanouts, batch size and seed under each strategy:
 - METIS: ``placement: partition`` (each rank's seeds from its parts);
 - METIS + balance: the same over the parts of the training-node-balanced METIS;
 - hybrid: METIS plus ``replicate``: the highest-degree rows that fit a fixed memory budget per rank
-  (--budget-share, PaGraph's rule) held by every rank, so fewer rows at wider features.
+  (--budget-share, PaGraph's rule) held by every rank, so fewer rows at wider features;
+- vertex cut: metis_partitions' ``vertex_cut`` (HDRF, DBH) and ``placement: vertex_cut``: each rank
+  samples its own edges and holds every row they touch, so a row is remote only for a seed moved
+  off its master's rank; the cost is the replicas (rows held per rank) and partial neighbourhoods
+  (fewer sampled edges, the accuracy column); each is followed by hybrid given the same rows per
+  rank (METIS plus the highest-degree rows up to the vertex cut's largest rank), the comparison at
+  equal memory.
 
 Printed per row, from the shards' manifest (accounting of the rows each step gathers; on 2
 cores only W = 2 also trains): remote feature bytes per rank and step at each feature width
-(remote rows x D x 4 bytes), the remote row share, the replication factor (1 + replicated rows x
-(W - 1) / n for hybrid; METIS's halo replication is printed beside), the per-rank load imbalance
-(max / mean sampled edges of an epoch, mean over epochs), the training-node imbalance of the
-parts, partitioning seconds, and for W = 2 test accuracy (one training process reading the W
-streams: the DDP-averaged gradient; hybrid samples exactly METIS's shards, so its accuracy is
-METIS's). A vertex-cut (edge) partitioner is not in gnnflow, so the brief's vertex-cut claim is
-not measured here.
+(remote rows x D x 4 bytes), the remote row share, the feature rows the largest rank holds (its
+parts' nodes, plus the replicated rows for hybrid, plus the replicas for a vertex cut) as a share
+of n, the replication factor (1 + replicated rows x (W - 1) / n for hybrid; vertex copies over n
+for a vertex cut; METIS's halo replication is printed beside), the per-rank load imbalance (max /
+mean sampled edges of an epoch, mean over epochs), the sampled edges per step, the training-node
+imbalance of the parts (of the masters for a vertex cut), partitioning seconds (METIS's call, or
+the edge partitioner's), and for W = 2 test accuracy (one training process reading the W streams:
+the DDP-averaged gradient; hybrid samples exactly METIS's shards, so its accuracy is METIS's).
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from placement import GRAPHS  # noqa: E402  (benchmarks/placement.py: each graph
 
 ROOT = Path(__file__).resolve().parents[1]
 WIDTHS = (64, 256, 512)
+VERTEX_CUTS = ("hdrf", "dbh")
 
 
 def prepare(name: str, work: Path, nodes: int) -> Path:
@@ -64,19 +73,22 @@ def prepare(name: str, work: Path, nodes: int) -> Path:
     return home
 
 
-def partitions(home: Path, w: int, balance: bool) -> tuple[Path, dict]:
+def partitions(home: Path, w: int, balance: bool, vertex_cut: str = "none") -> tuple[Path, dict]:
     from graphs.stages.partition import PartitionConfig, build_partitions
 
-    out = home / f"metis-k{w}-{'balanced' if balance else 'plain'}"
+    out = home / f"metis-k{w}-{'balanced' if balance else 'plain'}-{vertex_cut}"
     t = time.perf_counter()
-    s = build_partitions(
-        home / "canonical_graph", out, PartitionConfig(num_parts=w, balance_train_nodes=balance, write_distdgl=False)
-    )
-    return out, {**s["metis"], "wall_seconds": time.perf_counter() - t, "random": s["random"]}
+    cfg = PartitionConfig(num_parts=w, balance_train_nodes=balance, write_distdgl=False, vertex_cut=vertex_cut)
+    s = build_partitions(home / "canonical_graph", out, cfg)
+    facts = {**s["metis"], "wall_seconds": time.perf_counter() - t, "random": s["random"]}
+    if vertex_cut != "none":
+        facts["vertex_cut"] = s["vertex_cut"]
+    return out, facts
 
 
 def shard_row(home: Path, parts: Path, w: int, label: str, **settings) -> dict:
     """Write the shards of one strategy; its accounting figures."""
+    from graphs.formats.partition_files import Partitions
     from graphs.sampling import ShardConfig, load_shard_inputs, write_minibatch_shards
 
     inputs = load_shard_inputs(home / "canonical_graph", home / "normalized_adjacency", parts)
@@ -85,13 +97,24 @@ def shard_row(home: Path, parts: Path, w: int, label: str, **settings) -> dict:
     steps = w * m["epochs"] * m["minibatches_per_epoch_per_rank"]
     remote = sum(s["remote_rows"] for s in m["streams"])
     per_epoch = [[s["sampled_edges"] for s in m["streams"] if s["epoch"] == e] for e in range(m["epochs"])]
-    replicated = m["placement"]["replicated_rows"]
+    placement = m["placement"]
+    replicated = placement["replicated_rows"]
+    own = placement.get("own_edges")
+    if own is not None:  # a vertex cut: each rank's replicas
+        held, replication = max(own["rows_held_per_rank"]), own["replication_factor"]
+    else:  # the nodes of the rank's METIS parts, plus the rows every rank holds
+        part_id = np.load(parts / Partitions.PART_ID)
+        rank_of_node = np.asarray(placement["rank_of_part"])[part_id]
+        held = int(np.bincount(rank_of_node, minlength=w).max()) + replicated
+        replication = 1 + replicated * (w - 1) / inputs.n
     return {
         "shards": out,
         "n": inputs.n,
         "remote_rows_per_step": remote / steps,
-        "remote_share": m["placement"]["remote_row_share_total"],
-        "replication": 1 + replicated * (w - 1) / inputs.n,
+        "remote_share": placement["remote_row_share_total"],
+        "held_share": held / inputs.n,
+        "replication": replication,
+        "edges_per_step": m["sampled_edges"] / steps,
         "edge_imbalance": float(np.mean([max(e) / np.mean(e) for e in per_epoch])),
     }
 
@@ -124,8 +147,22 @@ def rows_of(name: str, home: Path, w: int, budget_share: float, accuracy: bool) 
         share = budget_share * WIDTHS[0] / d
         r = shard_row(home, plain, w, f"hybrid-d{d}", placement="partition", replicate=round(share, 6))
         rows.append({"strategy": f"hybrid ({budget_mb:.2f} MB/rank at D={d})", "partition": s_plain, "width": d, **r})
-    if accuracy:
-        for r in rows[:3]:
+    for cut in VERTEX_CUTS:
+        parts, s = partitions(home, w, balance=False, vertex_cut=cut)
+        vc = s["vertex_cut"]
+        facts = {
+            "halo_replication": float("nan"),
+            "train_imbalance": vc["train_imbalance"],
+            "wall_seconds": vc["seconds"],
+        }
+        r = shard_row(home, parts, w, f"vertex-cut-{cut}", placement="vertex_cut")
+        rows.append({"strategy": f"vertex cut ({cut.upper()})", "partition": facts, **r})
+        # METIS + hybrid given the rows this vertex cut holds: the same memory per rank
+        extra = max(0.0, r["held_share"] - rows[1]["held_share"])
+        r = shard_row(home, plain, w, f"hybrid-as-{cut}", placement="partition", replicate=round(extra, 6))
+        rows.append({"strategy": f"hybrid at {cut.upper()}'s rows", "partition": s_plain, **r})
+    if accuracy:  # hybrid samples METIS's shards: METIS's accuracy
+        for r in [r for r in rows if not r["strategy"].startswith("hybrid")]:
             r["accuracy"] = test_accuracy(name, r["shards"], home / "runs" / f"w{w}-{r['strategy'].replace(' ', '_')}")
     for r in rows:
         r["graph"], r["w"] = name, w
@@ -135,17 +172,20 @@ def rows_of(name: str, home: Path, w: int, budget_share: float, accuracy: bool) 
 def print_table(rows: list[dict]) -> None:
     widths = " | ".join(f"remote KB/step D={d}" for d in WIDTHS)
     print(
-        f"| graph | W | strategy | {widths} | remote row share | replication | METIS halo replication | "
-        "sampled-edge imbalance | training-node imbalance | partition s | test acc (W=2) |"
+        f"| graph | W | strategy | {widths} | remote row share | rows held by the largest rank / n | replication | "
+        "METIS halo replication | sampled edges per step | sampled-edge imbalance | training-node imbalance | "
+        "partition s | test acc (W=2) |"
     )
-    print("|" + "---|" * (10 + len(WIDTHS)))
+    print("|" + "---|" * (12 + len(WIDTHS)))
     for r in rows:
         kb = [(f"{r['remote_rows_per_step'] * d * 4 / 1024:.1f}" if r.get("width", d) == d else "") for d in WIDTHS]
         p = r["partition"]
         acc = f"{r['accuracy']:.2f}" if "accuracy" in r else ""
+        halo = "—" if np.isnan(p["halo_replication"]) else f"{p['halo_replication']:.3f}"
         print(
             f"| {r['graph']} | {r['w']} | {r['strategy']} | {' | '.join(kb)} | {r['remote_share']:.3f} | "
-            f"{r['replication']:.3f} | {p['halo_replication']:.3f} | {r['edge_imbalance']:.3f} | "
+            f"{r['held_share']:.3f} | {r['replication']:.3f} | {halo} | "
+            f"{r['edges_per_step']:.0f} | {r['edge_imbalance']:.3f} | "
             f"{p['train_imbalance']:.3f} | {p['wall_seconds']:.2f} | {acc} |",
             flush=True,
         )

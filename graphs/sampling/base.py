@@ -17,9 +17,9 @@ from graphs.kernels.degree import top_degree_nodes
 from graphs.kernels.quantize import csr_row_blocks
 from graphs.sampling.config import ShardConfig, stored_weight_encoding
 from graphs.sampling.inputs import ShardInputs
-from graphs.sampling.placement import placement_class
+from graphs.sampling.placement import OwnEdges, placement_class
 from graphs.sampling.registry import SamplerTraits, sampler_class
-from graphs.sampling.schedule import epoch_seed_batches, minibatch_seed
+from graphs.sampling.schedule import epoch_seed_batches, minibatch_seed, remote_rows
 from graphs.sampling.weighting import class_balanced_probs
 
 # ----------------------------------------------------------------------------- minibatches
@@ -250,6 +250,8 @@ class MinibatchSampler:
     name: ClassVar[str]
     traits: ClassVar[SamplerTraits]
     Settings: ClassVar[type] = NoSettings
+    rank_edges: OwnEdges | None = None  # each rank's own edges and held rows (an ``own_edges`` placement)
+    rank: int = 0  # the rank whose minibatches `sample` draws (`at_rank`)
 
     def __init__(self, inputs: ShardInputs, cfg: ShardConfig, log: Callable[[str], None] | None = None):
         self.inputs, self.cfg = inputs, cfg
@@ -282,6 +284,13 @@ class MinibatchSampler:
         self.placement = placement_class(cfg.placement)
         owned = self.placement.owners(inputs, cfg)
         self.rank_of_part, self.rank_of_node = owned if owned is not None else (None, None)
+        if self.placement.traits.own_edges:
+            if not self.traits.own_edges:
+                raise ValueError(
+                    f"placement={cfg.placement!r} samples each rank's own edges; sampler {self.name!r} does not "
+                    "(samplers that do declare own_edges, graphs/sampling/registry.py)"
+                )
+            self.rank_edges = self.placement.own_edges(inputs, cfg, self.rank_of_part, self.adj)
         self.replicated: np.ndarray | None = None  # bool [n]: rows every rank holds (``replicate``)
         if cfg.replicate > 0:
             if self.rank_of_node is None:
@@ -327,6 +336,17 @@ class MinibatchSampler:
             self.inputs.train_nodes, epoch, self.cfg, placed, self.seed_probs, self.inputs.rank_shares
         )
 
+    def at_rank(self, rank: int) -> None:
+        """Draw the next minibatches for `rank` (under an ``own_edges`` placement, from its edges)."""
+        self.rank = rank
+
+    def remote_rows(self, input_nodes: np.ndarray) -> int:
+        """How many of a minibatch's gathered feature rows the current rank does not hold."""
+        if self.rank_edges is not None:
+            held = (self.rank_edges.holders[input_nodes] >> np.uint64(self.rank)) & np.uint64(1)
+            return int(np.count_nonzero(held == 0))
+        return remote_rows(input_nodes, self.rank_of_node, self.rank, self.replicated)
+
     def minibatches_per_rank(self) -> int:
         return len(self.schedule(0)[0])
 
@@ -337,6 +357,7 @@ class MinibatchSampler:
     def epoch(self, epoch: int) -> Iterator[tuple[int, int, SampledMinibatch]]:
         """``(rank, index, minibatch)`` of epoch `epoch`, rank by rank: the order of the shard files."""
         for rank, items in enumerate(self.schedule(epoch)):
+            self.at_rank(rank)
             for index, item in enumerate(items):
                 yield rank, index, self.sample(item, minibatch_seed(self.cfg.seed, epoch, rank, index))
 

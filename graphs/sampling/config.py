@@ -157,8 +157,10 @@ class ShardConfig:
             "permutation of the training "
             "nodes into W parts; 'partition' gives rank r the training nodes of the METIS parts assigned to it "
             "(metis_partitions' part_id.npy; parts go to ranks balancing training nodes), moving only the "
-            "surplus over an equal share to other ranks, so step counts and batch sizes stay those of 'random'. "
-            "neighbor and importance samplers."
+            "surplus over an equal share to other ranks, so step counts and batch sizes stay those of 'random'; "
+            "'vertex_cut' does the same with the masters of metis_partitions' vertex cut (its vertex_cut setting) "
+            "and rank r samples only from the edges of its parts, holding the feature rows they touch. "
+            "neighbor and importance samplers ('vertex_cut': neighbor with prob 'uniform')."
         },
     )
     replicate: float = field(
@@ -280,6 +282,16 @@ class ShardConfig:
                 f"draws whole subgraphs (use a sampler that grows minibatches from seeds: {seed_samplers()}, or a "
                 f"placement that places none: {unplaced_seeds()})"
             )
+        if placement_class(self.placement).traits.own_edges and self.replicate > 0:
+            raise ValueError(
+                f"replicate={self.replicate:g} adds rows to each rank's METIS parts; placement="
+                f"{bounded_repr(self.placement)} already holds every row its rank's edges touch (set replicate to 0)"
+            )
+        if placement_class(self.placement).traits.own_edges and not kind.traits.own_edges:
+            raise ValueError(
+                f"placement={bounded_repr(self.placement)} samples each rank's own edges; "
+                f"sampler={bounded_repr(self.sampler)} does not (samplers that do: {own_edge_samplers()})"
+            )
         if self.rebalance and not kind.traits.seeds:
             raise ValueError(
                 f"rebalance shares seed nodes between ranks; sampler={bounded_repr(self.sampler)} draws whole "
@@ -329,6 +341,11 @@ def _settings_from(cls: type, given: Any, where: str) -> Any:
         if key not in known:
             raise ValueError(f"{where}.{bounded_text(str(key))}: not a setting of this sampler; its settings: {known}")
     return cls(**given)
+
+
+def own_edge_samplers() -> str:
+    """The registered samplers that can sample each rank's own edges, for messages."""
+    return ", ".join(repr(n) for n in sampler_names() if sampler_class(n).traits.own_edges)
 
 
 def unplaced_seeds() -> str:

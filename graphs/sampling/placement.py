@@ -9,7 +9,10 @@ declared `PlacementTraits`, never a name:
   file, without it);
 - ``places_seeds``: rank r takes its seeds first from the nodes it owns (`owners`), the surplus
   over its share going to other ranks (`graphs.sampling.schedule._place_on_owners`), so it
-  applies to samplers that grow minibatches from seeds only (`ShardConfig` refuses the others).
+  applies to samplers that grow minibatches from seeds only (`ShardConfig` refuses the others);
+- ``own_edges``: rank r samples from its own edges only and holds the feature rows of every node
+  they touch (`Placement.own_edges`, a vertex cut), so it applies to samplers that declare
+  ``own_edges`` (`graphs.sampling.registry.SamplerTraits`).
 
 Every strategy also says which rank owns each node (`Placement.owners`), against which the writer
 measures per step the share of gathered feature rows owned by another rank (manifest
@@ -19,7 +22,7 @@ ranks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -27,6 +30,7 @@ import numpy as np
 from graphs.infra.variants import Registry
 
 __all__ = [
+    "OwnEdges",
     "Placement",
     "PlacementTraits",
     "placement_class",
@@ -42,6 +46,16 @@ class PlacementTraits:
 
     needs_parts: bool
     places_seeds: bool
+    own_edges: bool = False
+
+
+@dataclass
+class OwnEdges:
+    """What each rank samples from and holds under an ``own_edges`` placement."""
+
+    rank_of_edge: np.ndarray  # int [m]: the rank of every off-diagonal entry of Â (canonical edge order)
+    holders: np.ndarray  # uint64 [n]: bit r set when rank r holds the node's feature row
+    facts: dict = field(default_factory=dict)  # what the manifest records of it
 
 
 class Placement:
@@ -61,6 +75,12 @@ class Placement:
         part_id = np.asarray(inputs.part_id, dtype=np.int64)
         rank_of_part = ranks_of_parts(part_id, inputs.train_nodes, cfg.world_size)
         return rank_of_part, rank_of_part[part_id]
+
+    @classmethod
+    def own_edges(cls, inputs, cfg, rank_of_part: np.ndarray, adj) -> OwnEdges:
+        """The ranks' own edges and held rows (``traits.own_edges``); `adj` is the sampler's
+        `graphs.sampling.base.Adjacency` (its off-diagonal CSR is in canonical edge order)."""
+        raise NotImplementedError(f"placement {cls.name!r} declares own_edges and implements no own_edges()")
 
 
 def ranks_of_parts(part_id: np.ndarray, train_nodes: np.ndarray, world_size: int) -> np.ndarray:

@@ -34,7 +34,7 @@ from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, private_rss_
 from graphs.sampling.base import make_sampler
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
-from graphs.sampling.schedule import minibatch_seed, remote_rows
+from graphs.sampling.schedule import minibatch_seed
 from graphs.stages.normalize import Adjacency
 
 # ----------------------------------------------------------------------------- shard files
@@ -54,6 +54,7 @@ def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
     if _JOB.get("epoch") != epoch:
         _JOB["epoch"], _JOB["schedule"] = epoch, sampler.schedule(epoch)
     items = _JOB["schedule"][rank][start:stop]
+    sampler.at_rank(rank)
     batch = [sampler.sample(item, minibatch_seed(cfg.seed, epoch, rank, start + i)) for i, item in enumerate(items)]
     out = {
         "seeds": sum(len(mb.seeds) for mb in batch),
@@ -62,7 +63,7 @@ def _write_shard(task: tuple[int, int, int, int, int]) -> dict:
     }
     if measure:
         gathered = [len(mb.input_nodes) for mb in batch]
-        remote = [remote_rows(mb.input_nodes, sampler.rank_of_node, rank, sampler.replicated) for mb in batch]
+        remote = [sampler.remote_rows(mb.input_nodes) for mb in batch]
         out.update(gathered_rows=sum(gathered), remote_rows=sum(remote))
         out["step_shares"] = [r / max(g, 1) for r, g in zip(remote, gathered)]
     rel = shard_relpath(epoch, rank, shard)
@@ -319,4 +320,5 @@ def _placement_facts(cfg: ShardConfig, sampler, streams: list[dict], step_shares
         "remote_row_share_mean": round(float(np.mean(step_shares)), 4) if step_shares else 0.0,
         "remote_row_share_max": round(float(np.max(step_shares)), 4) if step_shares else 0.0,
         "remote_row_share_total": round(sum(s["remote_rows"] for s in streams) / gathered, 4) if gathered else 0.0,
+        **({"own_edges": sampler.rank_edges.facts} if sampler.rank_edges is not None else {}),
     }

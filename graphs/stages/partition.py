@@ -34,8 +34,11 @@ Files written (format version 1) into `<out_dir>/`:
     distdgl/<graph_name>.json    DGL distributed partition config (with write_distdgl)
     distdgl/part{p}/             graph.dgl, node_feat.dgl, edge_feat.dgl per part
     distdgl/orig_nids.npy        int64 [n]   reshuffled node id -> canonical node id
+    vertex_cut/edge_part.npy     int32 [m]   with ``vertex_cut`` set: the part of every canonical edge
+                                             (edges.parquet order, which is Â's off-diagonal order)
+    vertex_cut/master.npy        int32 [n]   every node's master part (`graphs.stages.vertex_cut`)
     partition_sizes.png          core and halo sizes per part, METIS vs random
-    summary.json                 metrics for "metis" and "random", timings, settings
+    summary.json                 metrics for "metis" and "random" (and "vertex_cut"), timings, settings
 
 The DistDGL folder is what `dgl.distributed.load_partition(json, p)` and DistDGL's
 `DistGraph` read; node data `feat` (canonical features.npy), `label` (int64) and
@@ -77,6 +80,7 @@ from graphs.kernels.coarsen import Level, metis_levels
 from graphs.kernels.metis import metis_idx_dtype, metis_kway_multi, quiet_stdout
 from graphs.stages.partition_metrics import csr_halos, csr_metrics, train_balance
 from graphs.stages.partition_nodes import node_data, train_mask
+from graphs.stages.vertex_cut import MAX_VERTEX_CUT_PARTS, edge_partitioner_class, vertex_cut
 
 FORMAT_VERSION = Partitions.FORMAT_VERSION
 METIS_WEIGHT_SCALE = 1000  # integer METIS weight of the heaviest edge (see the module docstring)
@@ -116,6 +120,16 @@ class PartitionConfig:
     write_distdgl: bool = field(
         default=True, metadata={"help": "Also write DGL's distributed partition format under distdgl/."}
     )
+    vertex_cut: str = field(
+        default="none",
+        metadata={
+            "help": "Also partition the edges (vertex cut), by a registered edge partitioner "
+            "(graphs/stages/vertex_cuts/): 'hdrf' (streamed, the higher-degree endpoint replicated) or 'dbh' "
+            "(degree-based hashing); every edge goes to one of num_parts parts (at most 64) and a vertex is "
+            "held by every part with one of its edges; writes vertex_cut/edge_part.npy and master.npy (each "
+            "vertex's master part), read by minibatch_shards' placement 'vertex_cut'. 'none' = off.",
+        },
+    )
     metis_max_edges: int = field(
         default=40_000_000,
         metadata={
@@ -134,6 +148,13 @@ class PartitionConfig:
             raise ValueError(f"clusters_per_part must be >= 1, got {self.clusters_per_part}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.vertex_cut != "none":
+            edge_partitioner_class(self.vertex_cut)  # ValueError naming the registered ones
+            if self.num_parts > MAX_VERTEX_CUT_PARTS:
+                raise ValueError(
+                    f"vertex_cut={self.vertex_cut!r} places edges on at most {MAX_VERTEX_CUT_PARTS} parts; "
+                    f"num_parts={self.num_parts}"
+                )
         if self.metis_max_edges < 0:
             raise ValueError(f"metis_max_edges must be >= 0 (0 = no limit), got {self.metis_max_edges}")
 
@@ -452,9 +473,14 @@ def build_partitions(
         indptr, indices, cores, cfg.clusters_per_part, weight, symmetrized, cfg.seed, cfg.metis_max_edges
     )
     seconds["clusters"] = time.perf_counter() - t
+    edges = _vertex_cut(indptr, indices, cfg, symmetrized, train, seconds)
 
     with atomic_output_dir(out_dir) as tmp:
         num_clusters = _save_assignments(tmp, part, cluster, cores, halos)
+        if edges is not None:
+            (tmp / Partitions.EDGE_PART).parent.mkdir()
+            np.save(tmp / Partitions.EDGE_PART, edges.edge_part)
+            np.save(tmp / Partitions.MASTER, edges.master)
         del cluster, cores, halos  # written: the DistDGL export below needs only the CSR and part
         if cfg.write_distdgl:
             t = time.perf_counter()
@@ -480,6 +506,7 @@ def build_partitions(
             "distdgl_config": f"{Partitions.DISTDGL}/{graph_name}.json" if cfg.write_distdgl else None,
             "metis": metis,
             "random": random,
+            **({"vertex_cut": edges.metrics} if edges is not None else {}),
             "seconds": {name: round(v, 3) for name, v in seconds.items()},
             "total_seconds": round(time.perf_counter() - t0, 3),
             "peak_rss_bytes": peak_rss_bytes(),
@@ -516,6 +543,19 @@ def _metis_parts(canonical: Path, indptr, indices, cfg: PartitionConfig, symmetr
     metis.update(seconds=round(seconds["metis_assign"], 3), peak_rss_bytes=metis_rss)
     metis.update(train_balance(part, k, train))
     return part, cores, halos, metis
+
+
+def _vertex_cut(indptr, indices, cfg: PartitionConfig, symmetrized: bool, train, seconds: dict):
+    """The edge partition of ``cfg.vertex_cut`` (`graphs.stages.vertex_cut`), or None when off;
+    its time and peak memory into its metrics, its time into `seconds`."""
+    if cfg.vertex_cut == "none":
+        return None
+    t = time.perf_counter()
+    fallback = random_assign(len(indptr) - 1, cfg.num_parts, cfg.seed)  # the part of an isolated vertex
+    edges = vertex_cut(cfg.vertex_cut, indptr, indices, cfg.num_parts, cfg.seed, symmetrized, train, fallback)
+    seconds["vertex_cut"] = time.perf_counter() - t
+    edges.metrics.update(seconds=round(seconds["vertex_cut"], 3), peak_rss_bytes=peak_rss_bytes())
+    return edges
 
 
 def _random_baseline(indptr, indices, k: int, seed: int, weight, seconds: dict, train: np.ndarray) -> dict:

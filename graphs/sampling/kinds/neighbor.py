@@ -63,7 +63,7 @@ class NeighborSampler(MinibatchSampler):
     """Per layer, ``fanout`` neighbours of each destination (all for -1), seeds outwards."""
 
     name = "neighbor"
-    traits = SamplerTraits(seeds=True)
+    traits = SamplerTraits(seeds=True, own_edges=True)
     Settings = NeighborSettings
 
     def setup(self) -> None:
@@ -71,6 +71,12 @@ class NeighborSampler(MinibatchSampler):
         self._row_sums: np.ndarray | None = None
         self._edge_prob: np.ndarray | None = None
         self.adaptive_info: dict = {}
+        self._rank_graphs: dict[int, tuple] = {}  # rank -> (its DGL graph, Â position of each of its edges)
+        if self.rank_edges is not None and self.cfg.options.prob != "uniform":
+            raise ValueError(
+                f"placement={self.cfg.placement!r} samples each rank's own edges uniformly; "
+                f"samplers.neighbor.prob={self.cfg.options.prob!r} draws over all of a node's edges (set it to 'uniform')"
+            )
 
     @classmethod
     def non_uniform_draws(cls, cfg: ShardConfig) -> str | None:
@@ -85,6 +91,8 @@ class NeighborSampler(MinibatchSampler):
     def prepare(self) -> None:
         with single_threaded_dgl():
             self._neighbor_graph()
+            for rank in range(self.cfg.world_size if self.rank_edges is not None else 0):
+                self._rank_graph(rank)
 
     def manifest_facts(self) -> dict:
         if not self.adaptive_info:
@@ -131,6 +139,8 @@ class NeighborSampler(MinibatchSampler):
             eid = b.edata[dgl.EID].numpy()  # positions in the off-diagonal CSR of Â
             if not np.array_equal(local_eid, np.arange(len(local_eid))):  # DGL's fused blocks: in order
                 eid = eid[local_eid]
+            if self.rank_edges is not None:  # positions in the rank's own edges
+                eid = self._rank_graph(self.rank)[1][eid]
         dst_global = input_nodes[: b.num_dst_nodes()]
         # Â's entries (np.take: ~25 % faster than fancy indexing here), unless stored as its factors
         weight = np.take(self.adj.weights, eid) if self.edge_weights else None
@@ -148,10 +158,30 @@ class NeighborSampler(MinibatchSampler):
     def _neighbor_graph(self):
         """The DGL graph neighbour sampling draws from, built on first use, with the draw
         probabilities (and their manifest facts) for prob 'weight' / 'adaptive'."""
+        if self.rank_edges is not None:
+            return self._rank_graph(self.rank)[0]
         by_weight = self.cfg.options.prob in WEIGHTED_PROBS
         if by_weight and self._row_sums is None:
             self._edge_prob, self._row_sums = self._draw_probs()
         return self.adj.dgl_graph(prob=self._edge_prob if by_weight else None)
+
+    def _rank_graph(self, rank: int) -> tuple:
+        """(DGL graph, int64 Â position of each edge) of `rank`'s own edges (``rank_edges``), built
+        on first use: the off-diagonal CSR of Â keeping the entries of that rank."""
+        if rank not in self._rank_graphs:
+            import dgl
+            import torch
+
+            adj = self.adj
+            mine = self.rank_edges.rank_of_edge == rank
+            kept = np.concatenate([[0], np.cumsum(mine, dtype=np.int64)])
+            positions = np.flatnonzero(mine).astype(np.int64)
+            indptr = kept[adj.indptr]  # each row's kept entries are contiguous in the kept order
+            indices = torch.from_numpy(np.asarray(adj.indices[positions], dtype=np.int64))
+            empty = torch.empty(0, dtype=torch.int64)
+            graph = dgl.graph(("csc", (torch.from_numpy(indptr), indices, empty)), num_nodes=adj.n)
+            self._rank_graphs[rank] = (graph, positions)
+        return self._rank_graphs[rank]
 
     def _draw_probs(self) -> tuple[np.ndarray, np.ndarray]:
         """(q float32 per off-diagonal entry, its row sums S_v float64): Â's entries for
