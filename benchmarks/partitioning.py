@@ -29,7 +29,8 @@ for a vertex cut; METIS's halo replication is printed beside), the per-rank load
 mean sampled edges of an epoch, mean over epochs), the sampled edges per step, the training-node
 imbalance of the parts (of the masters for a vertex cut), partitioning seconds (METIS's call, or
 the edge partitioner's), and for W = 2 test accuracy (one training process reading the W streams:
-the DDP-averaged gradient; hybrid samples exactly METIS's shards, so its accuracy is METIS's).
+the DDP-averaged gradient; mean ± std over --seeds training seeds; hybrid samples exactly
+METIS's shards, so its accuracy is METIS's).
 """
 
 from __future__ import annotations
@@ -119,17 +120,23 @@ def shard_row(home: Path, parts: Path, w: int, label: str, **settings) -> dict:
     }
 
 
-def test_accuracy(name: str, shards: Path, out: Path) -> float:
+def test_accuracy(name: str, shards: Path, out: Path, seeds: int) -> tuple[float, float]:
+    """Mean and standard deviation of the test accuracy (%) over training seeds 0..seeds-1."""
     from training.config import RunConfig
     from training.train import train
 
     _, model, training = GRAPHS[name]
-    paths = {"shards": str(shards), "out": str(out)}
-    cfg = RunConfig.from_dict({"model": model, "training": {**training, "profiler": "none"}, "paths": paths})
-    return 100 * float(train(cfg)["test_acc_at_best_val"])
+    accs = []
+    for seed in range(seeds):
+        paths = {"shards": str(shards), "out": str(out / f"seed{seed}")}
+        run = {**training, "profiler": "none", "seed": seed}
+        cfg = RunConfig.from_dict({"model": model, "training": run, "paths": paths})
+        accs.append(100 * float(train(cfg)["test_acc_at_best_val"]))
+    return float(np.mean(accs)), float(np.std(accs))
 
 
-def rows_of(name: str, home: Path, w: int, budget_share: float, accuracy: bool) -> list[dict]:
+def rows_of(name: str, home: Path, w: int, budget_share: float, accuracy: int) -> list[dict]:
+    """The table's rows of one graph at W ranks; `accuracy` training seeds per trained strategy (0: none)."""
     plain, s_plain = partitions(home, w, balance=False)
     balanced, s_bal = partitions(home, w, balance=True)
     strategies = [
@@ -163,7 +170,8 @@ def rows_of(name: str, home: Path, w: int, budget_share: float, accuracy: bool) 
         rows.append({"strategy": f"hybrid at {cut.upper()}'s rows", "partition": s_plain, **r})
     if accuracy:  # hybrid samples METIS's shards: METIS's accuracy
         for r in [r for r in rows if not r["strategy"].startswith("hybrid")]:
-            r["accuracy"] = test_accuracy(name, r["shards"], home / "runs" / f"w{w}-{r['strategy'].replace(' ', '_')}")
+            run = home / "runs" / f"w{w}-{r['strategy'].replace(' ', '_')}"
+            r["accuracy"] = test_accuracy(name, r["shards"], run, accuracy)
     for r in rows:
         r["graph"], r["w"] = name, w
     return rows
@@ -174,13 +182,13 @@ def print_table(rows: list[dict]) -> None:
     print(
         f"| graph | W | strategy | {widths} | remote row share | rows held by the largest rank / n | replication | "
         "METIS halo replication | sampled edges per step | sampled-edge imbalance | training-node imbalance | "
-        "partition s | test acc (W=2) |"
+        "partition s | test acc % (W=2) |"
     )
     print("|" + "---|" * (12 + len(WIDTHS)))
     for r in rows:
         kb = [(f"{r['remote_rows_per_step'] * d * 4 / 1024:.1f}" if r.get("width", d) == d else "") for d in WIDTHS]
         p = r["partition"]
-        acc = f"{r['accuracy']:.2f}" if "accuracy" in r else ""
+        acc = f"{r['accuracy'][0]:.2f} ± {r['accuracy'][1]:.2f}" if "accuracy" in r else ""
         halo = "—" if np.isnan(p["halo_replication"]) else f"{p['halo_replication']:.3f}"
         print(
             f"| {r['graph']} | {r['w']} | {r['strategy']} | {' | '.join(kb)} | {r['remote_share']:.3f} | "
@@ -202,6 +210,7 @@ def main() -> None:
         default=0.1,
         help=f"hybrid: replicated feature memory per rank, as this share of the rows at D={WIDTHS[0]}",
     )
+    ap.add_argument("--seeds", type=int, default=3, help="training seeds per strategy at W = 2 (mean ± std)")
     ap.add_argument("--work", default="bench_out/partitioning")
     args = ap.parse_args()
     work = Path(args.work).resolve()
@@ -209,7 +218,7 @@ def main() -> None:
     for name in args.graphs.split(","):
         home = prepare(name, work, args.nodes)
         for w in (int(x) for x in args.world_sizes.split(",")):
-            rows += rows_of(name, home, w, args.budget_share, accuracy=w == 2)
+            rows += rows_of(name, home, w, args.budget_share, accuracy=args.seeds if w == 2 else 0)
     print("\nsampler neighbor; shard and training settings per graph: GRAPHS in benchmarks/placement.py\n")
     print_table(rows)
 

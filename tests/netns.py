@@ -2,10 +2,17 @@
 
 import contextlib
 import os
+import shlex
 import shutil
+import signal
 import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess:
@@ -67,3 +74,50 @@ def in_namespace(host: tuple[str, str, str], script: str) -> list[str]:
     ns, _addr, ifname = host
     setup = f"mount -t tmpfs tmpfs /dev/shm || exit 97\nexport GLOO_SOCKET_IFNAME={ifname}\n"
     return ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", setup + script]
+
+
+def machine_script(args: list[str], log_dir: Path, i: int) -> str:
+    """One DistDGL machine: a private /dev/shm, then its server in the background and its trainer."""
+    common = " ".join(shlex.quote(a) for a in args)
+    py = shlex.quote(sys.executable)
+    server_log, trainer_log = (shlex.quote(str(log_dir / f"{r}{i}.log")) for r in ("server", "trainer"))
+    return (
+        "mount -t tmpfs tmpfs /dev/shm || exit 97\n"
+        f"{py} -m training.distdgl server {common} > {server_log} 2>&1 &\n"
+        "server=$!\n"
+        f"{py} -m training.distdgl trainer {common} > {trainer_log} 2>&1\n"
+        "rc=$?\n"
+        "wait $server\n"
+        "src=$?\n"
+        '[ "$rc" -eq 0 ] && exit "$src"\n'
+        'exit "$rc"\n'
+    )
+
+
+def run_machines(hosts, args: list[str], log_dir: Path, timeout: float = 240) -> None:
+    """Run one DistDGL server and one trainer (`training.distdgl`) per host of `two_hosts` with the
+    same flags; fails with the logs when a machine fails (the other is then stopped, not left
+    waiting for its peer). Each machine's GLOO_SOCKET_IFNAME is its veth end."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DGLBACKEND": "pytorch", "PYTHONPATH": str(ROOT)}
+    ip = log_dir / "ip.txt"
+    ip.write_text("".join(f"{addr} 30150\n" for _, addr, _ in hosts))
+    procs = []
+    for i, (ns, _addr, ifname) in enumerate(hosts):
+        script = machine_script(["--machine", str(i), "--ip-config", str(ip), *args], log_dir, i)
+        cmd = ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", script]
+        machine_env = {**env, "GLOO_SOCKET_IFNAME": ifname}
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=machine_env, start_new_session=True))
+    deadline = time.monotonic() + timeout
+    try:
+        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
+            if any(p.poll() for p in procs):  # one machine failed: its peer would wait for it
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)  # the machine's server and trainer too
+                p.wait()
+    logs = {f.name: f.read_text()[-2500:] for f in sorted(log_dir.glob("*.log"))}
+    assert [p.returncode for p in procs] == [0, 0], logs

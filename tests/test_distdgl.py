@@ -2,12 +2,6 @@
 1 trainer) in network namespaces with private /dev/shm, training from metis_partitions' files."""
 
 import json
-import os
-import shlex
-import signal
-import subprocess
-import sys
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -15,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from netns import skip_without_mount_namespaces, two_hosts
+from netns import run_machines, skip_without_mount_namespaces, two_hosts
 
 from graphs.stages.canonical import build_canonical_graph
 from graphs.stages.partition import PartitionConfig, build_partitions
@@ -26,8 +20,6 @@ from training.distdgl_config import DistDGLConfig, config_from_args, dgl_env, mo
 from training.distdgl_epochs import epoch_seed, read_checkpoint, run_identity, save_checkpoint
 from training.layers import ModelConfig
 from training.outputs import METRICS, MODEL_BEST, MODEL_FINAL, SUMMARY
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -81,52 +73,6 @@ def test_flags_become_dgls_environment(parts, tmp_path):
         DistDGLConfig(ip_config=str(ip), part_config=str(tmp_path / "missing.json"))
 
 
-def _machine_script(args: list[str], log_dir: Path, i: int) -> str:
-    """One machine: a private /dev/shm, then its server in the background and its trainer."""
-    common = " ".join(shlex.quote(a) for a in args)
-    py = shlex.quote(sys.executable)
-    server_log, trainer_log = (shlex.quote(str(log_dir / f"{r}{i}.log")) for r in ("server", "trainer"))
-    return (
-        "mount -t tmpfs tmpfs /dev/shm || exit 97\n"
-        f"{py} -m training.distdgl server {common} > {server_log} 2>&1 &\n"
-        "server=$!\n"
-        f"{py} -m training.distdgl trainer {common} > {trainer_log} 2>&1\n"
-        "rc=$?\n"
-        "wait $server\n"
-        "src=$?\n"
-        '[ "$rc" -eq 0 ] && exit "$src"\n'
-        'exit "$rc"\n'
-    )
-
-
-def _train_on(hosts, args: list[str], log_dir: Path, timeout: float = 240) -> None:
-    """Run one server and one trainer per host with the same flags; fails with the logs when a
-    machine fails (the other is then stopped, not left waiting for its peer)."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "DGLBACKEND": "pytorch", "PYTHONPATH": str(ROOT)}
-    ip = log_dir / "ip.txt"
-    ip.write_text("".join(f"{addr} 30150\n" for _, addr, _ in hosts))
-    procs = []
-    for i, (ns, _addr, ifname) in enumerate(hosts):
-        script = _machine_script(["--machine", str(i), "--ip-config", str(ip), *args], log_dir, i)
-        cmd = ["ip", "netns", "exec", ns, "unshare", "-m", "sh", "-c", script]
-        machine_env = {**env, "GLOO_SOCKET_IFNAME": ifname}
-        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=machine_env, start_new_session=True))
-    deadline = time.monotonic() + timeout
-    try:
-        while any(p.poll() is None for p in procs) and time.monotonic() < deadline:
-            if any(p.poll() for p in procs):  # one machine failed: its peer would wait for it
-                break
-            time.sleep(0.2)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)  # the machine's server and trainer too
-                p.wait()
-    logs = {f.name: f.read_text()[-2500:] for f in sorted(log_dir.glob("*.log"))}
-    assert [p.returncode for p in procs] == [0, 0], logs
-
-
 def _flags(out: Path, *extra: str) -> list[str]:
     flags = ["--out", str(out), "--torch-port", "29481", "--batch-size", "64", "--lr", "0.03"]
     return flags + ["--model-hidden", "16", "--model-dropout", "0", *extra]
@@ -137,10 +83,16 @@ def test_two_machines_train_from_the_distdgl_partitions(parts, tmp_path):
     with two_hosts("gfdd", 232) as hosts:
         skip_without_mount_namespaces(hosts[0][0])
         flags = _flags(out, "--part-config", str(parts["part_config"]), "--fanouts", "5,5", "--epochs", "6")
-        _train_on(hosts, flags, tmp_path)
+        run_machines(hosts, flags, tmp_path)
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machines"] == 2 and summary["trainers"] == 2 and summary["mode"] == "distdgl"
+    # each machine's veth received at least the feature rows its trainer pulled from the other part
+    # (8 float32 features per row), besides the sampled blocks and the gradients
+    remote = sum(sum(r["trainer_remote"]) for r in summary["history"])
+    feature_bytes = remote * 8 * 4 / (2 * summary["steps_per_trainer"])
+    assert all(b > 0 for r in summary["history"] for b in r["trainer_rx_bytes"])
+    assert summary["rx_bytes_per_step"] > feature_bytes > 0
     orig_nids = np.load(parts["parts"] / "distdgl" / "orig_nids.npy")
     nodes = pq.read_table(parts["canonical"] / "nodes.parquet", columns=["label", "split"])
     label = nodes.column("label").to_numpy()
@@ -195,12 +147,12 @@ def test_a_stopped_run_resumes_from_its_checkpoint_as_if_uninterrupted(parts, tm
     flags = ["--part-config", str(parts["part_config"]), "--fanouts=-1,-1", "--epochs", "3"]
     with two_hosts("gfdr", 233) as hosts:
         skip_without_mount_namespaces(hosts[0][0])
-        _train_on(hosts, _flags(tmp_path / "full", *flags), tmp_path / "full-logs")
+        run_machines(hosts, _flags(tmp_path / "full", *flags), tmp_path / "full-logs")
         stopped = _flags(tmp_path / "resumed", *flags, "--stop-after-epoch", "2")
-        _train_on(hosts, stopped, tmp_path / "stop-logs")
+        run_machines(hosts, stopped, tmp_path / "stop-logs")
         assert (tmp_path / "resumed" / CHECKPOINT_NAME).is_file()
         assert not (tmp_path / "resumed" / MODEL_FINAL).exists() and not (tmp_path / "resumed" / SUMMARY).exists()
-        _train_on(hosts, stopped, tmp_path / "resume-logs")  # the same command: epoch 2 is behind it, so to the end
+        run_machines(hosts, stopped, tmp_path / "resume-logs")  # the same command: epoch 2 is behind it, so to the end
     full = json.loads((tmp_path / "full" / SUMMARY).read_text())
     resumed = json.loads((tmp_path / "resumed" / SUMMARY).read_text())
     assert resumed["resumed_after_epoch"] == 2 and full["resumed_after_epoch"] == 0

@@ -51,7 +51,9 @@ best_val_acc, test_acc_at_best_val, final_val_acc, final_test_acc, the run's fac
 node_split seeds, DGL's reshuffled ids), ``labels.npy`` (the labels DistGraph served for them)
 and ``losses.json`` (mean loss per epoch, the share of its seeds in its machine's part, the
 share of its sampled input rows served by other machines' parts: remote feature traffic);
-``summary.json`` has the latter over all trainers. Map the ids to canonical ones with
+``summary.json`` has the latter over all trainers, and ``rx_bytes_per_step``: the bytes a
+machine's interface (the first of ``GLOO_SOCKET_IFNAME``) received per training step, sampling,
+feature rows and gradients together (None where that variable is unset). Map the ids to canonical ones with
 ``distdgl/orig_nids.npy``.
 """
 
@@ -78,6 +80,7 @@ from training.distdgl_epochs import (
     epoch_row,
     epoch_seed,
     history_summary,
+    interface_rx_bytes,
     resume_header,
     run_identity,
     save_checkpoint,
@@ -360,7 +363,8 @@ class DistDGLTraining(TaskHead):
 
 def _train_epoch(t: _Trainer, seed: int) -> torch.Tensor:
     """One pass over the trainer's seeds in an order drawn from `seed`; float64 counts
-    [loss x seeds, seeds, correct, steps, input nodes, input nodes of other machines' parts]."""
+    [loss x seeds, seeds, correct, steps, input nodes, input nodes of other machines' parts,
+    bytes its machine's interface received meanwhile (-1: unknown)]."""
     import dgl
 
     order = torch.randperm(len(t.seeds), generator=torch.Generator().manual_seed(seed))
@@ -370,6 +374,7 @@ def _train_epoch(t: _Trainer, seed: int) -> torch.Tensor:
     )
     book = t.g.get_partition_book()
     total, n, correct, steps, inputs, remote = 0.0, 0, 0, 0, 0, 0
+    rx_before = interface_rx_bytes()
     t.ddp.train()
     for input_nodes, out_nodes, dgl_blocks in loader:
         blocks = [block_from_dgl(b).to(t.device) for b in dgl_blocks]
@@ -386,7 +391,9 @@ def _train_epoch(t: _Trainer, seed: int) -> torch.Tensor:
             t.profiler.step()
         total, n, steps = total + float(loss) * len(out_nodes), n + len(out_nodes), steps + 1
         correct += int((logits.argmax(1) == y).sum())
-    return torch.tensor([total, n, correct, steps, inputs, remote], dtype=torch.float64)
+    rx_after = interface_rx_bytes()
+    rx = rx_after - rx_before if min(rx_before, rx_after) >= 0 else -1
+    return torch.tensor([total, n, correct, steps, inputs, remote, rx], dtype=torch.float64)
 
 
 def _evaluate(t: _Trainer) -> dict[str, float]:

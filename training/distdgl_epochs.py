@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -58,6 +59,9 @@ _KIND = "distdgl_checkpoint"
 _REMEDY = "delete it (or train into another --out) to start over"
 # settings that say where a process runs, not what is trained: not compared on resume
 NOT_COMPARED = ("out", "machine", "index", "torch_port", "ip_config", "stop_after_epoch")
+
+
+_INTERFACE = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
 
 
 def run_identity(config: dict, machines: int) -> dict:
@@ -180,10 +184,23 @@ def share_optimizer_state(optim: torch.optim.Optimizer, layout: list, saved: dic
     optim.load_state_dict({"state": state, "param_groups": optim.state_dict()["param_groups"]})
 
 
+def interface_rx_bytes() -> int:
+    """Bytes received so far on the interface the machines reach each other on (the first of
+    ``GLOO_SOCKET_IFNAME``, read from /sys/class/net), or -1 where it is unset or unreadable."""
+    name = os.environ.get("GLOO_SOCKET_IFNAME", "").split(",")[0]
+    if not _INTERFACE.fullmatch(name):  # becomes a path: an interface name only
+        return -1
+    try:
+        return int(Path(f"/sys/class/net/{name}/statistics/rx_bytes").read_text())
+    except (OSError, ValueError):
+        return -1
+
+
 def epoch_row(epoch: int, per_trainer: torch.Tensor, accs: dict, seconds: dict, lr: float) -> dict:
     """One epoch's row (module docstring) from every trainer's float64 counts, one row per rank:
-    [loss x seeds, seeds, correct, steps, input nodes, input nodes of other machines' parts]."""
-    loss_sum, n, correct, steps, inputs, remote = per_trainer.double().T
+    [loss x seeds, seeds, correct, steps, input nodes, input nodes of other machines' parts,
+    bytes its machine's interface received while it trained (-1: unknown, `interface_rx_bytes`)]."""
+    loss_sum, n, correct, steps, inputs, remote, rx = per_trainer.double().T
     seeds = float(n.sum())
     return {
         "epoch": epoch,
@@ -199,6 +216,7 @@ def epoch_row(epoch: int, per_trainer: torch.Tensor, accs: dict, seconds: dict, 
         "trainer_losses": (loss_sum / n.clamp(min=1)).tolist(),
         "trainer_inputs": inputs.long().tolist(),
         "trainer_remote": remote.long().tolist(),
+        "trainer_rx_bytes": rx.long().tolist(),
     }
 
 
@@ -207,8 +225,15 @@ def history_summary(rows: list[dict], best: dict | None) -> dict:
     summary uses them; None where nothing was evaluated)."""
     best, last = best or {}, rows[-1] if rows else {}
     inputs = sum(sum(r["trainer_inputs"]) for r in rows)
+    steps = sum(r["steps"] for r in rows)
+    # rows resumed from a checkpoint written before the count existed: unknown
+    rx = [r.get("trainer_rx_bytes", [-1] * len(r["trainer_losses"])) for r in rows]
+    measured = bool(rows) and min(min(r) for r in rx) >= 0
     return {
-        "steps_per_trainer": sum(r["steps"] for r in rows),
+        "steps_per_trainer": steps,
+        # bytes a machine's interface received per training step: every trainer reads its machine's
+        # counter over its epochs' training (evaluation left out), averaged over the trainers
+        "rx_bytes_per_step": sum(map(sum, rx)) / (len(rx[0]) * max(steps, 1)) if measured else None,
         "epoch_loss_rank0": [r["trainer_losses"][0] for r in rows],
         "remote_input_share": sum(sum(r["trainer_remote"]) for r in rows) / max(inputs, 1),
         "best_epoch": best.get("epoch"),
