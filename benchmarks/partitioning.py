@@ -28,7 +28,8 @@ of n, the replication factor (1 + replicated rows x (W - 1) / n for hybrid; vert
 for a vertex cut; METIS's halo replication is printed beside), the per-rank load imbalance (max /
 mean sampled edges of an epoch, mean over epochs), the sampled edges per step, the training-node
 imbalance of the parts (of the masters for a vertex cut), partitioning seconds (METIS's call, or
-the edge partitioner's), and for W = 2 test accuracy (one training process reading the W streams:
+the edge partitioner's), the metis_partitions stage's peak RSS (built in a fresh process per
+setting: METIS, its clusters and, where set, the vertex cut), and for W = 2 test accuracy (one training process reading the W streams:
 the DDP-averaged gradient; mean ± std over --seeds training seeds; hybrid samples exactly
 METIS's shards, so its accuracy is METIS's).
 """
@@ -45,6 +46,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
+from _child import run_in_child  # noqa: E402  (benchmarks/_child.py: a fresh process per variant)
 from placement import GRAPHS  # noqa: E402  (benchmarks/placement.py: each graph's shard and training settings)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,14 +76,25 @@ def prepare(name: str, work: Path, nodes: int) -> Path:
     return home
 
 
-def partitions(home: Path, w: int, balance: bool, vertex_cut: str = "none") -> tuple[Path, dict]:
+def _partition_child(home: Path, out: Path, w: int, balance: bool, vertex_cut: str, queue) -> None:
+    """metis_partitions in a fresh process: its summary and that process's peak RSS."""
+    from graphs.infra.storage import peak_rss_bytes
     from graphs.stages.partition import PartitionConfig, build_partitions
 
-    out = home / f"metis-k{w}-{'balanced' if balance else 'plain'}-{vertex_cut}"
     t = time.perf_counter()
     cfg = PartitionConfig(num_parts=w, balance_train_nodes=balance, write_distdgl=False, vertex_cut=vertex_cut)
     s = build_partitions(home / "canonical_graph", out, cfg)
-    facts = {**s["metis"], "wall_seconds": time.perf_counter() - t, "random": s["random"]}
+    queue.put({"summary": s, "wall_seconds": time.perf_counter() - t, "peak_rss_bytes": peak_rss_bytes()})
+
+
+def partitions(home: Path, w: int, balance: bool, vertex_cut: str = "none") -> tuple[Path, dict]:
+    """The partitions of one setting, built in a spawned child (`benchmarks/_child.py`) so its peak
+    memory is the stage's own (imports included, the same for every row)."""
+    out = home / f"metis-k{w}-{'balanced' if balance else 'plain'}-{vertex_cut}"
+    child = run_in_child(_partition_child, home, out, w, balance, vertex_cut)
+    s = child["summary"]
+    facts = {**s["metis"], "wall_seconds": child["wall_seconds"], "random": s["random"]}
+    facts["stage_peak_mb"] = child["peak_rss_bytes"] / 2**20
     if vertex_cut != "none":
         facts["vertex_cut"] = s["vertex_cut"]
     return out, facts
@@ -140,7 +153,7 @@ def rows_of(name: str, home: Path, w: int, budget_share: float, accuracy: int) -
     plain, s_plain = partitions(home, w, balance=False)
     balanced, s_bal = partitions(home, w, balance=True)
     strategies = [
-        ("random", plain, s_plain["random"] | {"wall_seconds": 0.0}, {}),
+        ("random", plain, s_plain["random"] | {"wall_seconds": 0.0, "stage_peak_mb": float("nan")}, {}),
         ("METIS", plain, s_plain, {"placement": "partition"}),
         ("METIS + balance", balanced, s_bal, {"placement": "partition"}),
     ]
@@ -161,6 +174,7 @@ def rows_of(name: str, home: Path, w: int, budget_share: float, accuracy: int) -
             "halo_replication": float("nan"),
             "train_imbalance": vc["train_imbalance"],
             "wall_seconds": vc["seconds"],
+            "stage_peak_mb": s["stage_peak_mb"],
         }
         r = shard_row(home, parts, w, f"vertex-cut-{cut}", placement="vertex_cut")
         rows.append({"strategy": f"vertex cut ({cut.upper()})", "partition": facts, **r})
@@ -182,19 +196,20 @@ def print_table(rows: list[dict]) -> None:
     print(
         f"| graph | W | strategy | {widths} | remote row share | rows held by the largest rank / n | replication | "
         "METIS halo replication | sampled edges per step | sampled-edge imbalance | training-node imbalance | "
-        "partition s | test acc % (W=2) |"
+        "partition s | stage peak MB | test acc % (W=2) |"
     )
-    print("|" + "---|" * (12 + len(WIDTHS)))
+    print("|" + "---|" * (13 + len(WIDTHS)))
     for r in rows:
         kb = [(f"{r['remote_rows_per_step'] * d * 4 / 1024:.1f}" if r.get("width", d) == d else "") for d in WIDTHS]
         p = r["partition"]
         acc = f"{r['accuracy'][0]:.2f} ± {r['accuracy'][1]:.2f}" if "accuracy" in r else ""
         halo = "—" if np.isnan(p["halo_replication"]) else f"{p['halo_replication']:.3f}"
+        peak = "—" if np.isnan(p["stage_peak_mb"]) else f"{p['stage_peak_mb']:.0f}"
         print(
             f"| {r['graph']} | {r['w']} | {r['strategy']} | {' | '.join(kb)} | {r['remote_share']:.3f} | "
             f"{r['held_share']:.3f} | {r['replication']:.3f} | {halo} | "
             f"{r['edges_per_step']:.0f} | {r['edge_imbalance']:.3f} | "
-            f"{p['train_imbalance']:.3f} | {p['wall_seconds']:.2f} | {acc} |",
+            f"{p['train_imbalance']:.3f} | {p['wall_seconds']:.2f} | {peak} | {acc} |",
             flush=True,
         )
 
