@@ -172,6 +172,9 @@ def test_edge_seed_shards_hold_pairs_negatives_and_blocks_without_seed_edges(lp,
     inputs = load_shard_inputs(lp / "split", lp / "adj", lp / "parts", lp / "compressed")
     cfg = ShardConfig(fanouts="5,5", batch_size=256, epochs=1, world_size=2, link=LinkShardSettings(negatives=2))
     m = write_link_shards(inputs, tmp_path / "shards", cfg, canonical_dir=lp / "canonical")
+    for placement in ("partition", "vertex_cut"):  # seed edges are not placed: refused, not ignored
+        with pytest.raises(ValueError, match=f"placement='{placement}' places seed nodes"):
+            write_link_shards(inputs, tmp_path / "x", replace(cfg, placement=placement), canonical_dir=lp / "canonical")
     manifest = read_manifest(tmp_path / "shards")
     assert manifest["task"] == "link_prediction" and manifest["format_version"] == FORMAT_VERSION
     seed_edges = manifest["link"]["seed_edges"]

@@ -37,6 +37,7 @@ from graphs.sampling.base import SampledMinibatch
 from graphs.sampling.config import ShardConfig, resolve_batch_size
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.kinds.neighbor import NeighborSampler
+from graphs.sampling.placement import placement_class
 from graphs.sampling.schedule import epoch_seed_batches
 from graphs.sampling.writer import write_minibatch_shards
 from graphs.stages.compress import load_bloom_filters
@@ -120,6 +121,11 @@ class LinkSampler(NeighborSampler):
     ):
         if cfg.sampler != NeighborSampler.name:  # a LinkSampler is a NeighborSampler around seed edges
             raise ValueError(f"link prediction samples with sampler={NeighborSampler.name!r}, got {cfg.sampler!r}")
+        if placement_class(cfg.placement).traits.places_seeds:  # seeds are edges, spread at random
+            raise ValueError(
+                f"link prediction spreads its seed edges over the ranks at random; placement={cfg.placement!r} "
+                "places seed nodes (set placement to 'random')"
+            )
         # the state NeighborSampler.sample_neighbor reads; no training nodes are needed
         self.inputs, self.log = inputs, log or (lambda msg: None)
         self.cfg = cfg
