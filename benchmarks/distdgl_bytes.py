@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.append(str(ROOT / "tests"))  # the two-machine harness: tests/netns.py
 
-from netns import run_machines, skip_without_mount_namespaces, two_hosts  # noqa: E402
+from netns import run_distdgl_machines, skip_without_mount_namespaces, two_hosts  # noqa: E402
 
 STRATEGIES = ("random", "METIS", "METIS + balance")
 GRAPH = "bytes"
@@ -82,7 +82,7 @@ def train(config: Path, out: Path, args, index: int) -> dict:
     flags += ["--lr", "0.01", "--model-hidden", str(args.hidden)]
     with two_hosts("gfby", 200 + index) as hosts:
         skip_without_mount_namespaces(hosts[0][0])
-        run_machines(hosts, flags, out.parent / f"{out.name}-logs", timeout=1200)
+        run_distdgl_machines(hosts, flags, out.parent / f"{out.name}-logs", timeout=1200)
     return json.loads((out / "summary.json").read_text())
 
 

@@ -94,7 +94,7 @@ def machine_script(args: list[str], log_dir: Path, i: int) -> str:
     )
 
 
-def run_machines(hosts, args: list[str], log_dir: Path, timeout: float = 240) -> None:
+def run_distdgl_machines(hosts, args: list[str], log_dir: Path, timeout: float = 240) -> None:
     """Run one DistDGL server and one trainer (`training.distdgl`) per host of `two_hosts` with the
     same flags; fails with the logs when a machine fails (the other is then stopped, not left
     waiting for its peer). Each machine's GLOO_SOCKET_IFNAME is its veth end."""

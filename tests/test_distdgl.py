@@ -9,7 +9,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
-from netns import run_machines, skip_without_mount_namespaces, two_hosts
+from netns import run_distdgl_machines, skip_without_mount_namespaces, two_hosts
 
 from graphs.stages.canonical import build_canonical_graph
 from graphs.stages.partition import PartitionConfig, build_partitions
@@ -83,7 +83,7 @@ def test_two_machines_train_from_the_distdgl_partitions(parts, tmp_path):
     with two_hosts("gfdd", 232) as hosts:
         skip_without_mount_namespaces(hosts[0][0])
         flags = _flags(out, "--part-config", str(parts["part_config"]), "--fanouts", "5,5", "--epochs", "6")
-        run_machines(hosts, flags, tmp_path)
+        run_distdgl_machines(hosts, flags, tmp_path)
 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["machines"] == 2 and summary["trainers"] == 2 and summary["mode"] == "distdgl"
@@ -147,12 +147,14 @@ def test_a_stopped_run_resumes_from_its_checkpoint_as_if_uninterrupted(parts, tm
     flags = ["--part-config", str(parts["part_config"]), "--fanouts=-1,-1", "--epochs", "3"]
     with two_hosts("gfdr", 233) as hosts:
         skip_without_mount_namespaces(hosts[0][0])
-        run_machines(hosts, _flags(tmp_path / "full", *flags), tmp_path / "full-logs")
+        run_distdgl_machines(hosts, _flags(tmp_path / "full", *flags), tmp_path / "full-logs")
         stopped = _flags(tmp_path / "resumed", *flags, "--stop-after-epoch", "2")
-        run_machines(hosts, stopped, tmp_path / "stop-logs")
+        run_distdgl_machines(hosts, stopped, tmp_path / "stop-logs")
         assert (tmp_path / "resumed" / CHECKPOINT_NAME).is_file()
         assert not (tmp_path / "resumed" / MODEL_FINAL).exists() and not (tmp_path / "resumed" / SUMMARY).exists()
-        run_machines(hosts, stopped, tmp_path / "resume-logs")  # the same command: epoch 2 is behind it, so to the end
+        run_distdgl_machines(
+            hosts, stopped, tmp_path / "resume-logs"
+        )  # the same command: epoch 2 is behind it, so to the end
     full = json.loads((tmp_path / "full" / SUMMARY).read_text())
     resumed = json.loads((tmp_path / "resumed" / SUMMARY).read_text())
     assert resumed["resumed_after_epoch"] == 2 and full["resumed_after_epoch"] == 0

@@ -7,6 +7,7 @@ import shlex
 import socket
 import stat
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -97,6 +98,15 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}").is_dir() and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
 
 
+def _still_alive(pids: list[int], grace: float = 5.0) -> list[int]:
+    """The `pids` still running after up to `grace` seconds: a stopped process dies once the signal
+    is delivered, which may be a moment after the call that sent it returned."""
+    deadline = time.monotonic() + grace
+    while (alive := [pid for pid in pids if _alive(pid)]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return alive
+
+
 @pytest.mark.parametrize("stuck_trainer", [False, True])
 def test_a_failing_process_stops_every_other_one_of_its_machine(tmp_path, monkeypatch, stuck_trainer):
     # servers wait (as DGL's do, for their trainers); trainer 1 fails once both servers are up,
@@ -119,7 +129,7 @@ def test_a_failing_process_stops_every_other_one_of_its_machine(tmp_path, monkey
     assert run_machines([machine_command(cluster, 0, script)], env={"PATH": "/usr/bin:/bin"}) == [7]
     seen = [line.split() for line in calls.read_text().splitlines()]
     assert sorted(row[:3] for row in seen) == [[r, i, "3"] for r in ("server", "trainer") for i in "01"]
-    assert not [row for row in seen if _alive(int(row[3]))]  # the sleeping servers (and trainer) were stopped
+    assert not _still_alive([int(row[3]) for row in seen])  # the sleeping servers (and trainer) were stopped
     assert (tmp_path / "machine0-trainer1.exit").read_text().strip() == "7"
     assert sorted(p.name for p in tmp_path.glob("machine0-*.log")) == [
         "machine0-server0.log",
