@@ -35,6 +35,8 @@ sys.path.append(str(ROOT / "tests"))  # the two-machine harness: tests/netns.py
 
 from netns import run_distdgl_machines, skip_without_mount_namespaces, two_hosts  # noqa: E402
 
+from training.outputs import SUMMARY  # noqa: E402
+
 STRATEGIES = ("random", "METIS", "METIS + balance")
 GRAPH = "bytes"
 
@@ -76,14 +78,14 @@ def part_config(home: Path, strategy: str) -> Path:
 
 
 def train(config: Path, out: Path, args, index: int) -> dict:
-    """Two machines training from `config`; the engine's summary.json."""
+    """Two machines training from `config`; the engine's summary."""
     flags = ["--part-config", str(config), "--out", str(out), "--torch-port", "29491"]
     flags += ["--fanouts", args.fanouts, "--batch-size", str(args.batch_size), "--epochs", str(args.epochs)]
     flags += ["--lr", "0.01", "--model-hidden", str(args.hidden)]
     with two_hosts("gfby", 200 + index) as hosts:
         skip_without_mount_namespaces(hosts[0][0])
         run_distdgl_machines(hosts, flags, out.parent / f"{out.name}-logs", timeout=1200)
-    return json.loads((out / "summary.json").read_text())
+    return json.loads((out / SUMMARY).read_text())
 
 
 def main() -> None:

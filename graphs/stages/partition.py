@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +77,7 @@ from graphs.infra.plotting import headless_pyplot
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
 from graphs.kernels.coarsen import Level, metis_levels
 from graphs.kernels.metis import metis_idx_dtype, metis_kway_multi, quiet_stdout
+from graphs.stages.partition_dgl import dgl_graph, metis_assign
 from graphs.stages.partition_metrics import csr_halos, csr_metrics, train_balance
 from graphs.stages.partition_nodes import node_data, train_mask
 from graphs.stages.vertex_cut import MAX_VERTEX_CUT_PARTS, edge_partitioner_class, vertex_cut
@@ -392,43 +392,6 @@ def csr_clusters(
     return cluster
 
 
-def dgl_graph(indptr: np.ndarray, indices: np.ndarray):
-    """A DGL graph over the CSR arrays (no copy of the edges; int64 ids)."""
-    import dgl
-    import torch
-
-    with warnings.catch_warnings():  # read-only Arrow/memmap buffers: DGL only reads them
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        indptr_t = torch.from_numpy(np.asarray(indptr, dtype=np.int64))
-        indices_t = torch.from_numpy(np.asarray(indices, dtype=np.int64))
-    empty = torch.empty(0, dtype=torch.int64)  # no explicit edge ids: edge k is entry k
-    return dgl.graph(("csr", (indptr_t, indices_t, empty)), num_nodes=len(indptr) - 1)
-
-
-def metis_assign(graph, k: int, balance_edges: bool = False) -> np.ndarray:
-    """int32 part id per node from DGL's METIS; `graph` is a DGLGraph or (indptr, indices).
-
-    Not reproducible run to run: the METIS in DGL 2.1 (called with its on-disk option) gives
-    different, equally valid assignments for the same graph across calls and processes, so
-    this stage is the one whose files are not byte-identical for the same inputs; every
-    stage downstream is, given the same metis_partitions folder.
-    """
-    import dgl
-
-    if isinstance(graph, tuple):
-        graph = dgl_graph(*graph)
-    n = graph.num_nodes()
-    if k == 1 or n == 0:
-        return np.zeros(n, dtype=np.int32)
-    if k >= n:
-        return np.arange(n, dtype=np.int32)
-    with quiet_stdout():
-        parts = dgl.metis_partition_assignment(graph, k, balance_edges=balance_edges)
-    if parts is None:
-        raise RuntimeError(f"DGL's METIS returned no assignment for {n} nodes and k={k}")
-    return parts.numpy().astype(np.int32)
-
-
 def random_assign(n: int, k: int, seed: int = 0) -> np.ndarray:
     """int32 part id per node: splitmix64 hash of (node id, seed) mod k — the baseline."""
     z = np.arange(n, dtype=np.uint64) + np.uint64((seed + 1) * 0x9E3779B97F4A7C15 % 2**64)
@@ -436,9 +399,6 @@ def random_assign(n: int, k: int, seed: int = 0) -> np.ndarray:
     z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
     z ^= z >> np.uint64(31)
     return (z % np.uint64(k)).astype(np.int32)
-
-
-# ----------------------------------------------------------------------------- DistDGL
 
 
 # ----------------------------------------------------------------------------- stage
