@@ -43,6 +43,8 @@ class LayerOptions:
     attn_dropout: float = 0.0
     edge_weights: bool = False  # aggregate with Â's entries too (sage, gin, sage_pool)
     gcn_edge_weight: bool = True  # gcn: Â's entries with norm 'none', else the block's degrees
+    relations: int = 1  # relations of a typed graph's blocks (1: a homogeneous graph)
+    num_bases: int = 0  # rgcn: bases the relation weights are mixed from (0: one weight per relation)
 
 
 class LayerKind:

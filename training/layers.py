@@ -66,7 +66,7 @@ class ModelConfig:
     conv: str = field(
         default="sage",
         metadata={
-            "help": "layer type, by its registered name: the built-in sage, sage_pool, gcn, gat and gin "
+            "help": "layer type, by its registered name: the built-in sage, sage_pool, gcn, gat, gin and rgcn "
             "(training/convs/), or one a module registers (docs/extending.md)"
         },
     )

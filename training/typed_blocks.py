@@ -1,0 +1,177 @@
+"""Typed message-flow blocks: a :class:`~training.blocks.Block` whose nodes have types and whose
+edges have relations, in one homogeneous id space (as DGL stores a heterogeneous graph
+underneath, and as ``dgl.nn.RelGraphConv`` reads one).
+
+- :class:`Relation` is one canonical edge type ``(src_type, name, dst_type)``; its ``key`` is
+  ``src_type__name__dst_type``, the name of its landing file (``edges/<key>.parquet``).
+- :class:`GraphSchema` is the node types and the relations, in a fixed order: a node type's index
+  and a relation's index are positions in these tuples.
+- :class:`TypedBlock` is a block plus ``etypes`` (each edge's relation index) and ``src_types``
+  (each source node's type index). The destination nodes are the first ``num_dst`` source
+  nodes, as in every block, so ``src_types[:num_dst]`` are the destinations' types. Every edge
+  of relation r leaves a node of r's source type and enters one of r's destination type.
+
+`TypedBlock.relation_block` is the block of one relation's edges over the same source and
+destination nodes (a destination without such edges has none), built once per block and shared
+by every layer that runs over it: a relational layer (`training.relational`) runs a homogeneous
+layer on it and keeps the rows of the relation's destination type. Nothing here imports DGL.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import torch
+
+from training.blocks import Block, mask_edges
+
+__all__ = ["GraphSchema", "Relation", "TypedBlock"]
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+def _check_name(kind: str, name: str) -> str:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or "__" in name:
+        raise ValueError(
+            f"{kind} name {name!r} must be 1-64 letters, digits, '_' or '-', start with a letter "
+            "and hold no '__' (it separates the parts of a relation's key)"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class Relation:
+    """One canonical edge type: edges from `src_type` nodes to `dst_type` nodes, named `name`."""
+
+    src_type: str
+    name: str
+    dst_type: str
+
+    def __post_init__(self) -> None:
+        _check_name("node type", self.src_type)
+        _check_name("relation", self.name)
+        _check_name("node type", self.dst_type)
+
+    @property
+    def key(self) -> str:
+        """``src_type__name__dst_type``: the relation's landing file name without ``.parquet``."""
+        return f"{self.src_type}__{self.name}__{self.dst_type}"
+
+    @classmethod
+    def from_key(cls, key: str) -> "Relation":
+        """The relation whose key is `key` (ValueError unless it has three ``__``-separated parts)."""
+        parts = key.split("__")
+        if len(parts) != 3:
+            raise ValueError(f"relation key {key!r} must be <src_type>__<relation>__<dst_type>")
+        return cls(*parts)
+
+
+@dataclass(frozen=True)
+class GraphSchema:
+    """The node types and the relations of a typed graph, in index order."""
+
+    node_types: tuple[str, ...]
+    relations: tuple[Relation, ...]
+
+    def __post_init__(self) -> None:
+        for t in self.node_types:
+            _check_name("node type", t)
+        if len(set(self.node_types)) != len(self.node_types):
+            raise ValueError(f"node types {self.node_types} are not unique")
+        if len(set(self.relations)) != len(self.relations):
+            raise ValueError(f"relations {[r.key for r in self.relations]} are not unique")
+        for r in self.relations:
+            for t in (r.src_type, r.dst_type):
+                if t not in self.node_types:
+                    raise ValueError(f"relation {r.key!r} names node type {t!r}, not one of {self.node_types}")
+        if not self.relations:
+            raise ValueError("a typed graph needs at least one relation")
+
+    def type_index(self, node_type: str) -> int:
+        """The index of `node_type` (ValueError naming the node types otherwise)."""
+        if node_type not in self.node_types:
+            raise ValueError(f"unknown node type {node_type!r}; the node types are {self.node_types}")
+        return self.node_types.index(node_type)
+
+    def dst_type_index(self, relation: int) -> int:
+        """The type index of relation `relation`'s destination nodes."""
+        return self.node_types.index(self.relations[relation].dst_type)
+
+    def src_type_index(self, relation: int) -> int:
+        """The type index of relation `relation`'s source nodes."""
+        return self.node_types.index(self.relations[relation].src_type)
+
+
+@dataclass(eq=False)  # identity equality, as a Block's
+class TypedBlock:
+    """A block with node types and edge relations (see the module docstring)."""
+
+    block: Block
+    etypes: torch.Tensor  # int64 [num_edges]: each edge's relation index in schema.relations
+    src_types: torch.Tensor  # int64 [num_src]: each source node's type index in schema.node_types
+    schema: GraphSchema
+    _relation_blocks: dict = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.etypes.dtype != torch.int64 or self.src_types.dtype != torch.int64:
+            raise TypeError(f"etypes and src_types must be int64, got {self.etypes.dtype} and {self.src_types.dtype}")
+        if self.etypes.shape != (self.block.num_edges,):
+            raise ValueError(f"etypes has shape {list(self.etypes.shape)}; the block has {self.block.num_edges} edges")
+        if self.src_types.shape != (self.block.num_src,):
+            raise ValueError(
+                f"src_types has shape {list(self.src_types.shape)}; the block has {self.block.num_src} source nodes"
+            )
+        if self.etypes.device.type == "cpu":  # the checks below read values: no device sync
+            self._check_types()
+
+    def _check_types(self) -> None:
+        rels, types = len(self.schema.relations), len(self.schema.node_types)
+        if self.etypes.numel() and not (0 <= int(self.etypes.min()) and int(self.etypes.max()) < rels):
+            raise ValueError(f"etypes must lie in [0, {rels}) (the schema's relations)")
+        if self.src_types.numel() and not (0 <= int(self.src_types.min()) and int(self.src_types.max()) < types):
+            raise ValueError(f"src_types must lie in [0, {types}) (the schema's node types)")
+        src_of = torch.tensor([self.schema.src_type_index(r) for r in range(rels)])
+        dst_of = torch.tensor([self.schema.dst_type_index(r) for r in range(rels)])
+        wrong_src = self.src_types[self.block.indices] != src_of[self.etypes]
+        wrong_dst = self.dst_types[self.block.dst_ids()] != dst_of[self.etypes]
+        for wrong, end in ((wrong_src, "source"), (wrong_dst, "destination")):
+            if bool(wrong.any()):
+                e = int(wrong.nonzero()[0, 0])
+                rel = self.schema.relations[int(self.etypes[e])]
+                raise ValueError(
+                    f"edge {e} of relation {rel.key!r} has a {end} node of another type than the relation's"
+                )
+
+    @property
+    def num_src(self) -> int:
+        return self.block.num_src
+
+    @property
+    def num_dst(self) -> int:
+        return self.block.num_dst
+
+    @property
+    def dst_types(self) -> torch.Tensor:
+        """int64 ``[num_dst]``: each destination node's type index."""
+        return self.src_types[: self.block.num_dst]
+
+    def to(self, device, non_blocking: bool = False) -> "TypedBlock":
+        """The same typed block on ``device`` (``self`` when already there)."""
+        block = self.block.to(device, non_blocking)
+        if block is self.block:
+            return self
+        moved = (t.to(device, non_blocking=non_blocking) for t in (self.etypes, self.src_types))
+        return TypedBlock(block, *moved, self.schema)
+
+    def relation_block(self, relation: int) -> Block:
+        """The block of relation `relation`'s edges over all source and destination nodes (each
+        edge's weight and correction kept), built once."""
+        got = self._relation_blocks.get(relation)
+        if got is None:
+            got = self._relation_blocks[relation] = mask_edges(self.block, self.etypes == relation)
+        return got
+
+    def dst_of_type(self, node_type: int) -> torch.Tensor:
+        """bool ``[num_dst]``: the destinations of type index `node_type`."""
+        return self.dst_types == node_type
