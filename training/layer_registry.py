@@ -14,6 +14,9 @@ and calls layers only through their kind, and every check reads a declared trait
 - ``sums``: a (weighted) sum, so DropEdge's kept edges count 1/(1-p);
 - ``aggregates_by``: its aggregation in words, without an article, for messages ("mean",
   "softmax attention").
+- ``relational``: the layer reads each edge's relation itself and takes a typed block whole
+  (`training.typed_blocks`, as ``rgcn``); any other layer type runs on a typed graph once per
+  relation (`training.relational.RelationalConv`);
 - ``own_term``: the layer adds the node's own state itself (GIN's ``(1 + eps) x_v``), so a
   block's self loop would count the node twice: the graph-level model
   (`training.graph_model`) drops self loops from its blocks for such a layer.
@@ -60,6 +63,7 @@ class LayerKind:
     aggregates_by: ClassVar[str]
     sums: ClassVar[bool] = False
     own_term: ClassVar[bool] = False
+    relational: ClassVar[bool] = False
 
     @classmethod
     def build(cls, d_in: int, d_out: int, last: bool, opts: LayerOptions) -> nn.Module:

@@ -106,6 +106,7 @@ class Rgcn(LayerKind):
 
     name = "rgcn"
     linear = True
+    relational = True
     aggregates_by = "mean per relation"
 
     @classmethod
