@@ -25,6 +25,7 @@ dgl = pytest.importorskip("dgl")
 from training.aggregate import (  # noqa: E402
     Aggregating,
     aggregate,
+    edge_scores,
     edge_softmax,
     resolve_backend,
     use_aggregation,
@@ -169,11 +170,16 @@ def test_aggregate_matches_dgl_update_all(graph):
     close(ours, g.dstdata["out"])
 
 
-def test_edge_softmax_matches_dgl(graph):
+@pytest.mark.parametrize("kernel", ["torch", "dgl"])
+def test_edge_softmax_and_scores_match_dgl(graph, kernel):
     g, block, eids = graph
-    scores = torch.randn(g.num_edges(), 3, generator=torch.Generator().manual_seed(2))
+    gen = torch.Generator().manual_seed(2)
+    scores = torch.randn(g.num_edges(), 3, generator=gen)
     theirs = dgl.nn.functional.edge_softmax(g, scores)
-    close(edge_softmax(block, scores[eids]), theirs[eids])
+    close(edge_softmax(block, scores[eids], kernel), theirs[eids])
+    src, dst = torch.randn(block.num_src, 3, generator=gen), torch.randn(block.num_dst, 3, generator=gen)
+    theirs = dgl.ops.u_add_v(g, src, dst)
+    close(edge_scores(block, src, dst, kernel), theirs[eids])
 
 
 def test_aggregate_under_cpu_autocast():

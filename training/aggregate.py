@@ -44,6 +44,7 @@ __all__ = [
     "Aggregating",
     "BACKENDS",
     "aggregate",
+    "edge_scores",
     "edge_softmax",
     "per_row",
     "resolve_backend",
@@ -135,13 +136,31 @@ def aggregate(
     return out.to(out_dtype)
 
 
-def edge_softmax(block: Block, scores: torch.Tensor) -> torch.Tensor:
+def edge_scores(block: Block, src: torch.Tensor, dst: torch.Tensor, backend: str | None = None) -> torch.Tensor:
+    """``src[u] + dst[v]`` for every edge u -> v: ``[num_edges, *F]`` from ``src [num_src, *F]``
+    and ``dst [num_dst, *F]`` (an attention layer's two halves of its scores); DGL's fused
+    ``u_add_v`` on its backend, two gathers otherwise."""
+    if resolve_backend(backend, src.device) == "dgl":
+        dtype = torch.promote_types(src.dtype, dst.dtype)
+        compute = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+        with _autocast_off(src.device):
+            g = _dgl_graph(block, "w")
+            return _dgl().ops.u_add_v(g, src.to(compute).contiguous(), dst.to(compute).contiguous()).to(dtype)
+    return src[block.indices] + dst[block.dst_ids()]
+
+
+def edge_softmax(block: Block, scores: torch.Tensor, backend: str | None = None) -> torch.Tensor:
     """Softmax of per-edge ``scores [num_edges, *]`` over each destination's in-edges.
 
-    Vectorised: a segment max (``scatter_reduce``) for stability, then exp and a segment
-    sum (``index_add``). Computed in float32; returns ``scores.dtype``.
+    On the DGL backend DGL's kernel (``dgl.ops.edge_softmax``). Otherwise vectorised: a segment
+    max (``scatter_reduce``) for stability, then exp and a segment sum (``index_add``).
+    Computed in float32; returns ``scores.dtype``.
     """
     out_dtype = scores.dtype
+    if resolve_backend(backend, scores.device) == "dgl" and block.num_edges > 0:
+        with _autocast_off(scores.device):
+            s = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
+            return _dgl().ops.edge_softmax(_dgl_graph(block, "w"), s.contiguous()).to(out_dtype)
     s = scores.float() if scores.dtype in (torch.float16, torch.bfloat16) else scores
     dst = block.dst_ids()
     seg_shape = (block.num_dst, *s.shape[1:])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from training.aggregate import Aggregating, aggregate, edge_softmax
+from training.aggregate import Aggregating, aggregate, edge_scores, edge_softmax
 from training.blocks import Block
 from training.layer_registry import LayerKind, LayerOptions, register_layer
 
@@ -73,8 +73,8 @@ class GATConv(Aggregating):
         ft = self.fc(h).view(-1, heads, out)
         el = (ft * self.attn_l).sum(-1)  # [num_src, heads]
         er = (ft[:num_dst] * self.attn_r).sum(-1)  # [num_dst, heads]
-        scores = self.leaky_relu(el[block.indices] + er[block.dst_ids()])  # [E, heads]
-        attn = self.attn_drop(edge_softmax(block, scores))
+        scores = self.leaky_relu(edge_scores(block, el, er, self.aggregation))  # [E, heads]
+        attn = self.attn_drop(edge_softmax(block, scores, self.aggregation))
         if edge_weight is not None:
             attn = attn * edge_weight.view(-1, 1)
         rst = aggregate(block, ft, reduce="sum", edge_weight=attn, backend=self.aggregation)  # [num_dst, heads, out]
