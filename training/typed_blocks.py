@@ -111,7 +111,7 @@ class TypedBlock:
     etypes: torch.Tensor  # int64 [num_edges]: each edge's relation index in schema.relations
     src_types: torch.Tensor  # int64 [num_src]: each source node's type index in schema.node_types
     schema: GraphSchema
-    _relation_blocks: dict = field(default_factory=dict, init=False, repr=False)
+    _by_relation: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.etypes.dtype != torch.int64 or self.src_types.dtype != torch.int64:
@@ -164,12 +164,19 @@ class TypedBlock:
         moved = (t.to(device, non_blocking=non_blocking) for t in (self.etypes, self.src_types))
         return TypedBlock(block, *moved, self.schema)
 
+    def relation_mask(self, relation: int) -> torch.Tensor:
+        """bool ``[num_edges]``: the edges of relation `relation`, built once."""
+        got = self._by_relation.get(("mask", relation))
+        if got is None:
+            got = self._by_relation[("mask", relation)] = self.etypes == relation
+        return got
+
     def relation_block(self, relation: int) -> Block:
         """The block of relation `relation`'s edges over all source and destination nodes (each
-        edge's weight and correction kept), built once."""
-        got = self._relation_blocks.get(relation)
+        edge's weight and correction kept, in the block's order), built once."""
+        got = self._by_relation.get(relation)
         if got is None:
-            got = self._relation_blocks[relation] = mask_edges(self.block, self.etypes == relation)
+            got = self._by_relation[relation] = mask_edges(self.block, self.relation_mask(relation))
         return got
 
     def dst_of_type(self, node_type: int) -> torch.Tensor:

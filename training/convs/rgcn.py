@@ -80,23 +80,22 @@ class RelGraphConv(Aggregating):
                 raise ValueError(
                     f"rgcn was built for {rels} relations; the block's schema has {len(block.schema.relations)}"
                 )
-            parts = [(block.relation_block(r), r) for r in range(rels)]
-            num_dst, keep = block.num_dst, None if edge_weight is None else [block.etypes == r for r in range(rels)]
+            parts = [(block.relation_block(r), block.relation_mask(r)) for r in range(rels)]
         else:
             if rels != 1:
                 raise ValueError(f"rgcn was built for {rels} relations but was given a block without relation types")
-            parts, num_dst, keep = [(block, 0)], block.num_dst, None
+            parts = [(block, None)]
         w_all = self.linear_r.weights()
-        h = x.new_zeros(num_dst, w_all.shape[2])
-        for i, (sub, r) in enumerate(parts):
-            w = None if edge_weight is None else edge_weight if keep is None else edge_weight[keep[i]]
+        h = x.new_zeros(block.num_dst, w_all.shape[2])
+        for r, (sub, mask) in enumerate(parts):
+            w = edge_weight if edge_weight is None or mask is None else edge_weight[mask]
             if w is not None:
                 w = weighted_mean_weights(sub, w)
             h = h + self.aggregate(sub, x, "mean", w) @ w_all[r]
         if self.h_bias is not None:
             h = h + self.h_bias
         if self.loop_weight is not None:
-            h = h + x[:num_dst] @ self.loop_weight
+            h = h + x[: block.num_dst] @ self.loop_weight
         return h
 
 
