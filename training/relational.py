@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from training.aggregate import per_row
 from training.layer_registry import LayerKind, LayerOptions
 from training.typed_blocks import GraphSchema, TypedBlock
 
@@ -69,7 +70,7 @@ class RelationalConv(nn.Module):
             y = self.kind.forward(self.convs[first], block.relation_block(0), x, None, self.last)
             return torch.zeros_like(y)
         if self.combine == "mean":
-            out = out / reached.clamp(min=1).view(-1, *([1] * (out.dim() - 1)))
+            out = out / per_row(reached.clamp(min=1), out)
         elif self.combine == "max":
-            out = torch.where(reached.view(-1, *([1] * (out.dim() - 1))) > 0, out, torch.zeros_like(out))
+            out = torch.where(per_row(reached, out) > 0, out, torch.zeros_like(out))
         return out
