@@ -32,6 +32,8 @@ class CanonicalGraph(StageArtifact):
     LABEL_CLASSES = LABEL_CLASSES
     GRAPHS = "graphs.parquet"  # graph collections only (graphs.formats.graph_table)
     CATEGORIES = "categories.npy"  # graph collections with categorical node columns only
+    TYPES = "types.json"  # typed graphs only (graphs.stages.typed_graph)
+    TYPED_EDGES = "typed_edges.parquet"  # typed graphs only: every relation's edges
     DEGREE_PLOT = "degree_distribution.png"
 
     @property
@@ -61,6 +63,11 @@ class CanonicalGraph(StageArtifact):
     @property
     def features_path(self) -> Path:
         return self.path(self.FEATURES)
+
+    @property
+    def typed(self) -> bool:
+        """Whether the graph has node types and relations (types.json, `graphs.stages.typed_graph`)."""
+        return self.has(self.TYPES)
 
     @property
     def has_features(self) -> bool:

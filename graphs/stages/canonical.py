@@ -31,6 +31,9 @@ Output (written atomically into one folder, see `build_canonical_graph`):
     summary.json    the counts returned by `build_canonical_graph`
     label_classes.json   the user's value of each class index (`graphs.formats.label_classes`), only
                     when the labels were categorical values rather than class indices
+    types.json, typed_edges.parquet   a typed graph's schema and relations (only for a landing folder
+                    with nodes/: `graphs.stages.typed_graph` checks the per-type files and writes them
+                    in the layout above over one id space before this ingest runs, and documents both)
     graphs.parquet, categories.npy   a graph collection's graph table and categorical node codes
                     (only for a landing folder with graphs.parquet: `graphs.stages.collection` checks
                     and writes its files as the disjoint union of its graphs, in the layout above,
@@ -132,6 +135,7 @@ from graphs.stages.landing import (  # the landing folder's layout and rule, re-
     landing_fingerprint,
     landing_marked_ready,
 )
+from graphs.stages.typed_graph import prepare_typed, write_typed_files
 from graphs.stages.user_files import PreparedInputs, prepare_inputs, read_column_mapping
 
 FORMAT_VERSION = CanonicalGraph.FORMAT_VERSION
@@ -143,6 +147,13 @@ class CanonicalConfig:
     """Settings of the canonical_graph stage."""
 
     symmetrize: bool = field(default=True, metadata={"help": "Add the reverse of every edge (undirected graph)."})
+    add_reverse: bool = field(
+        default=False,
+        metadata={
+            "help": "Typed graphs (a nodes/ folder): add each relation's reverse, named rev-<relation>, so "
+            "messages also flow from its destination type to its source type (graphs.stages.typed_graph)."
+        },
+    )
     memory_limit: str = field(
         default="4GB", metadata={"help": "DuckDB memory_limit, e.g. '4GB'; DuckDB spills beyond it."}
     )
@@ -248,8 +259,13 @@ def build_canonical_graph(
         work = tmp / "_work"
         work.mkdir()
         collection = _prepare_collection(given, columns, work, cfg)
+        typed = _prepare_typed(given, columns, work, tmp, cfg)
         if collection is not None:
             inputs = PreparedInputs(collection.files)
+        elif typed is not None:  # labels as values are written as class indices by prepare_inputs
+            inputs = prepare_inputs(
+                typed.files, {}, work / "inputs", memory_limit=cfg.memory_limit, threads=cfg.threads
+            )
         else:
             inputs = prepare_inputs(given, columns, work / "inputs", memory_limit=cfg.memory_limit, threads=cfg.threads)
         try:
@@ -266,6 +282,8 @@ def build_canonical_graph(
             write_label_classes(tmp, inputs.label_classes)
         if collection is not None:
             write_collection_files(tmp, collection, summary)
+        if typed is not None:
+            write_typed_files(tmp, typed, summary)
         summary["seconds"] = round(time.perf_counter() - t0, 3)
         summary["peak_rss_bytes"] = peak_rss_bytes()
         write_summary(tmp, summary)
@@ -287,6 +305,27 @@ def _prepare_collection(given: DatasetFiles, columns: dict, work: Path, cfg: Can
         split_seed=cfg.split_seed,
         train_fraction=cfg.train_fraction,
         val_fraction=cfg.val_fraction,
+    )
+
+
+def _prepare_typed(given: DatasetFiles, columns: dict, work: Path, tmp: Path, cfg: CanonicalConfig):
+    """A typed graph's union in the ingest's layout (`graphs.stages.typed_graph`), None when the
+    folder is not typed."""
+    if not given.typed:
+        return None
+    if columns:
+        raise InputError(
+            f"{given.node_type_files[0].parent}: a typed graph reads its columns by name; remove `columns:`"
+        )
+    return prepare_typed(
+        given,
+        work / "typed",
+        memory_limit=cfg.memory_limit,
+        threads=cfg.threads,
+        add_reverse=cfg.add_reverse,
+        weight_combine=cfg.weight_combine,
+        out_dir=tmp,
+        drop_invalid_weights=cfg.invalid_weights == "drop",
     )
 
 

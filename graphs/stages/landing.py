@@ -7,6 +7,9 @@ A dataset folder (`landing/<dataset>/`) holds the ingest's inputs:
     features.parquet                   optional
     graphs.parquet                     optional: makes the folder a graph collection
                                        (`graphs.stages.collection` documents its layout)
+    nodes/<type>.parquet               a typed graph: one file per node type (the folder makes the
+    features/<type>.parquet            dataset typed; `graphs.stages.typed_graph` documents the layout,
+                                       edges/ then holds edges/<src_type>__<relation>__<dst_type>.parquet)
     _SUCCESS                           optional marker: "the copy is complete" (`landing_marked_ready`)
 One input in two formats (edges.parquet and edges.csv, nodes.parquet and nodes.csv) is refused.
 How the text formats are read is `graphs.stages.user_files`' part.
@@ -36,7 +39,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphs.infra.storage import cached_file_sha256
@@ -53,6 +56,8 @@ NODE_SUFFIXES = (".parquet", ".csv", ".tsv")
 FEATURE_SUFFIXES = (".parquet",)
 # the optional inputs: file stem -> the formats it may come in
 OPTIONAL_INPUTS = {"nodes": NODE_SUFFIXES, "features": FEATURE_SUFFIXES, "graphs": (".parquet",)}
+# a typed graph's per-type folders (`graphs.stages.typed_graph`): folder -> the file suffix it holds
+TYPED_FOLDERS = {"nodes": ".parquet", "features": ".parquet"}
 
 
 class InputError(ValueError):
@@ -67,6 +72,13 @@ class DatasetFiles:
     nodes: Path | None
     features: Path | None
     graphs: Path | None = None  # a graph collection's graphs.parquet (`graphs.stages.collection`)
+    node_type_files: list[Path] = field(default_factory=list)  # a typed graph's nodes/<type>.parquet
+    feature_type_files: list[Path] = field(default_factory=list)  # a typed graph's features/<type>.parquet
+
+    @property
+    def typed(self) -> bool:
+        """Whether the folder is a typed graph (it has a ``nodes/`` folder)."""
+        return bool(self.node_type_files)
 
 
 def _present(root: Path, stem: str, suffixes: tuple[str, ...]) -> list[Path]:
@@ -91,9 +103,26 @@ def _edge_entries(root: Path, strict: bool = False) -> list[Path]:
     return entries + _present(root, "edges", EDGE_SUFFIXES)
 
 
+def _folder_entries(root: Path, name: str, strict: bool = False) -> list[Path]:
+    """The ``<name>/*<suffix>`` entries of a typed graph's folder `name` (`TYPED_FOLDERS`) in name
+    order, [] when there is no such folder; one that cannot be listed counts as one entry (raises
+    OSError with `strict`)."""
+    folder = root / name
+    if not (folder.is_symlink() or folder.is_dir()):
+        return []
+    try:
+        return sorted(p for p in folder.iterdir() if p.name.endswith(TYPED_FOLDERS[name]))
+    except OSError:
+        if strict:
+            raise
+        return [folder]
+
+
 def _input_entries(root: Path) -> list[Path]:
-    """Every input entry of a dataset folder (`_edge_entries`, then the optional files present)."""
-    return _edge_entries(root) + [p for stem, sfx in OPTIONAL_INPUTS.items() for p in _present(root, stem, sfx)]
+    """Every input entry of a dataset folder (`_edge_entries`, then the optional files present,
+    then a typed graph's per-type files)."""
+    optional = [p for stem, sfx in OPTIONAL_INPUTS.items() for p in _present(root, stem, sfx)]
+    return _edge_entries(root) + optional + [p for name in TYPED_FOLDERS for p in _folder_entries(root, name)]
 
 
 def _one_format(entries: list[Path]) -> Path | None:
@@ -179,15 +208,32 @@ def find_dataset_files(dataset_dir: str | os.PathLike) -> DatasetFiles:
         edge_files = _edge_entries(root, strict=True)
         _one_format(_present(root, "edges", EDGE_SUFFIXES))
         optional = {stem: _one_format(_present(root, stem, sfx)) for stem, sfx in OPTIONAL_INPUTS.items()}
+        typed = {}
+        for name in TYPED_FOLDERS:
+            if (root / name).is_symlink() or (root / name).is_dir():
+                _check_entry(root / name, landing, folder=True)
+            typed[name] = _folder_entries(root, name, strict=True)
     except OSError as exc:
         raise InputError(
             f"{exc.filename or root}: cannot be listed ({exc.strerror or exc}); fix its permissions"
         ) from None
     if not edge_files:
         raise InputError(f"{root}: no edge files; expected edges/*.parquet or edges.parquet (or .csv, .tsv, .txt)")
-    for path in edge_files + [p for p in optional.values() if p is not None]:
+    if (root / "nodes").is_dir() and not typed["nodes"]:
+        raise InputError(f"{root / 'nodes'}: a typed graph's folder with no <type>.parquet file")
+    for name, stem in (("nodes", "nodes"), ("features", "features")):
+        if typed[name] and optional[stem] is not None:
+            raise InputError(
+                f"{optional[stem]} and {name}/: a dataset is typed (per-type files in {name}/) or not; keep one of them"
+            )
+    if typed["features"] and not typed["nodes"]:
+        raise InputError(f"{root / 'features'}: per-type feature files need the node types' files in nodes/")
+    inputs = edge_files + [p for p in optional.values() if p is not None] + typed["nodes"] + typed["features"]
+    for path in inputs:
         _check_entry(path, landing)
-    return DatasetFiles(edge_files, optional["nodes"], optional["features"], optional["graphs"])
+    return DatasetFiles(
+        edge_files, optional["nodes"], optional["features"], optional["graphs"], typed["nodes"], typed["features"]
+    )
 
 
 def _content_line(path: Path, root: Path, landing: Path | None) -> str:
