@@ -68,6 +68,8 @@ from graphs.formats.stage_artifact import StageArtifact
 from graphs.infra import duck
 from graphs.infra.config_checks import MAX_ROWS, MAX_SCALE, bounded_repr, check_fields
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.stages.normalize_relations import RelationalCSR, write_relational_adjacency
+from graphs.stages.typed_graph import TypedSchema
 
 NORMS = ("both", "right")
 
@@ -83,6 +85,18 @@ class Adjacency(StageArtifact):
     ROW_SCALE = "row_scale.npy"
     COL_SCALE = "col_scale.npy"
     CSR_FILES = (INDPTR, INDICES, WEIGHTS)
+    # a typed graph's relational Â (`graphs.stages.normalize_relations`)
+    RELATIONAL_FILES = {
+        "indptr": "rel_indptr.npy",
+        "indices": "rel_indices.npy",
+        "weights": "rel_weights.npy",
+        "etypes": "rel_etypes.npy",
+    }
+
+    @property
+    def relational(self) -> bool:
+        """Whether the folder holds a typed graph's relational Â."""
+        return bool(self.summary.get("relational"))
 
     @property
     def num_nodes(self) -> int:
@@ -175,6 +189,21 @@ def load_csr(adjacency_dir: str | os.PathLike, mmap: bool = True, n: int | None 
             "re-materialize normalized_adjacency"
         )
     return csr
+
+
+def load_relational_csr(adjacency_dir: str | os.PathLike, mmap: bool = True) -> RelationalCSR:
+    """A typed graph's relational Â (`graphs.stages.normalize_relations`), memory-mapped read-only
+    by default, each file checked against the folder's hashes.json first; ValueError naming the
+    stages to re-run when the folder has none."""
+    adj = Adjacency.open(adjacency_dir)
+    if not adj.relational:
+        raise ValueError(
+            f"{adj.root}: no relational Â; the canonical graph is not typed (re-run canonical_graph and "
+            "normalized_adjacency if its landing folder has nodes/)"
+        )
+    mode = "r" if mmap else None
+    arrays = [np.load(adj.verified(name), mmap_mode=mode, allow_pickle=False) for name in adj.RELATIONAL_FILES.values()]
+    return RelationalCSR(*arrays)
 
 
 class ScaleFactors(NamedTuple):
@@ -306,6 +335,12 @@ def build_normalized_adjacency(
             arr.flush()
         del indptr, indices, weights
         factors = _save_scale_factors(tmp, row_scale, col_scale, weighted, cfg)
+        typed = TypedSchema.read(canonical)
+        relational = (
+            None
+            if typed is None
+            else write_relational_adjacency(graph, tmp, Adjacency.RELATIONAL_FILES, len(typed.schema.relations))
+        )
 
         seconds = time.perf_counter() - t0
         nonempty = row_len > 0
@@ -321,6 +356,7 @@ def build_normalized_adjacency(
             "symmetrized": symmetric,
             "index_dtype": np.dtype(index_dtype).name,
             "scale_factors": factors,
+            "relational": relational,
             "isolated_nodes": int(np.count_nonzero((out_deg == 0) & (in_deg == 0))),
             "empty_rows": int(np.count_nonzero(~nonempty)),
             "max_row_length": int(row_len.max()) if n else 0,
