@@ -124,7 +124,7 @@ __all__ = [
 ]
 
 STAGE = "minibatch_shards"  # the asset (stage) whose folder holds this format
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 """Version of the files this code writes; the reader refuses any other (git's history of this line: what changed)."""
 SUPPORTED_FORMAT_VERSION = FORMAT_VERSION
 """Version of the files this code reads (only its own: a format change re-samples)."""
@@ -192,6 +192,11 @@ BLOCK_ENTRIES = {
     "weight_q": Entry("int8 [nnz] with weight encoding int8", required=False),
     "weight_scale": Entry("float32 [num_dst] with weight encoding int8: weight = q * scale[dst]", required=False),
     # weight encoding factors: no weight entry (the manifest's weight_factors hold them)
+    "etype": Entry(
+        "int16 [nnz] typed graphs only: each edge's relation index (the manifest's typed schema), from the"
+        " relational Â (graphs.stages.normalize_relations)",
+        required=False,
+    ),
 }
 
 
@@ -272,6 +277,11 @@ MANIFEST_KEYS = {
         " graph's first position among the nodes, labels the class index (-1 for values and missing labels)",
         required=False,
     ),
+    "typed": ManifestKey(
+        "typed graphs only: canonical_graph's types.json (graphs.stages.typed_graph.TypedSchema): the node types"
+        " (count, offset, feat_width), the relations and the target type; every block then holds etype",
+        required=False,
+    ),
     "link": ManifestKey(
         "link prediction only: seed edges, negatives per positive, negative filter and distribution, the"
         " negative sampler's rejection counts, the edge_split folder",
@@ -326,8 +336,13 @@ def write_manifest(folder: str | os.PathLike, manifest: dict) -> None:
 # The files of each upstream stage that the shards reference or training reads (besides the shard
 # files, hashed in `streams`); compressed_graph's feature files are hashed when referenced.
 UPSTREAM_FILES = {
-    CanonicalGraph.STAGE: (CanonicalGraph.NODES, CanonicalGraph.FEATURES),
-    Adjacency.STAGE: (*Adjacency.CSR_FILES, Adjacency.ROW_SCALE, Adjacency.COL_SCALE),
+    CanonicalGraph.STAGE: (CanonicalGraph.NODES, CanonicalGraph.FEATURES, CanonicalGraph.TYPES),
+    Adjacency.STAGE: (
+        *Adjacency.CSR_FILES,
+        Adjacency.ROW_SCALE,
+        Adjacency.COL_SCALE,
+        *Adjacency.RELATIONAL_FILES.values(),
+    ),
 }
 
 

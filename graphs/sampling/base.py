@@ -18,7 +18,7 @@ from graphs.kernels.quantize import csr_row_blocks
 from graphs.sampling.config import ShardConfig, stored_weight_encoding
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.placement import OwnEdges, placement_class
-from graphs.sampling.registry import SamplerTraits, sampler_class
+from graphs.sampling.registry import SamplerTraits, sampler_class, sampler_names
 from graphs.sampling.schedule import epoch_seed_batches, minibatch_seed, remote_rows
 from graphs.sampling.weighting import class_balanced_probs
 
@@ -37,6 +37,7 @@ class SampledBlock:
     correction_edges: np.ndarray | None = None  # float32 [nnz], the sampling correction (1 for self loops)
     # or (first, rest) float32 [num_dst], its stored per-destination form (`graphs.formats.shard_format`)
     correction_compact: tuple[np.ndarray, np.ndarray] | None = None
+    etype: np.ndarray | None = None  # int16 [nnz] typed graphs: each edge's relation index
 
     @property
     def correction(self) -> np.ndarray:
@@ -256,6 +257,12 @@ class MinibatchSampler:
     def __init__(self, inputs: ShardInputs, cfg: ShardConfig, log: Callable[[str], None] | None = None):
         self.inputs, self.cfg = inputs, cfg
         self.log = log or (lambda msg: None)
+        if inputs.typed is not None and not self.traits.typed:
+            typed = ", ".join(n for n in sampler_names() if sampler_class(n).traits.typed)
+            raise ValueError(
+                f"sampler {self.name!r} does not draw a typed graph's blocks (with each edge's relation); "
+                f"typed graphs sample with: {typed}"
+            )
         if len(inputs.train_nodes) == 0:
             raise ValueError("the graph has no training nodes (split 'train' with a label >= 0)")
         self._init_adjacency(inputs, cfg)

@@ -14,7 +14,8 @@ from graphs.formats.graph_table import GraphTable, read_graph_table
 from graphs.formats.node_scores import mean_grad_norm, read_node_scores
 from graphs.formats.partition_files import Partitions
 from graphs.infra.storage import verify_inputs
-from graphs.stages.normalize import ScaleFactors, load_csr, load_scale_factors
+from graphs.stages.normalize import ScaleFactors, load_csr, load_relational_csr, load_scale_factors
+from graphs.stages.typed_graph import TypedSchema
 
 # ----------------------------------------------------------------------------- inputs
 
@@ -45,6 +46,8 @@ class ShardInputs:
     scale_factors: ScaleFactors | None = None  # Â's row / column scales when it factors (graphs.stages.normalize)
     rank_shares: np.ndarray | None = None  # each rank's share of an epoch's seeds (graphs.sampling.rebalance)
     graphs: GraphTable | None = None  # a graph collection's graphs (graphs.formats.graph_table)
+    typed: TypedSchema | None = None  # a typed graph's schema: Â is then its relational Â
+    etypes: np.ndarray | None = None  # int16 [nnz] typed graphs: each entry's relation index
 
 
 def train_nodes_of(labels: np.ndarray, split: np.ndarray) -> np.ndarray:
@@ -81,7 +84,10 @@ def load_shard_inputs(
     graphs = read_graph_table(canonical) if "collection" in summary else None
     # a collection's loss reaches every node of its training graphs (through the readout)
     train = train_nodes_of(labels, split) if graphs is None else graphs.node_ranges(graphs.of_split("train"))[0]
-    csr = load_csr(adjacency, n=n)
+    typed = TypedSchema.read(graph.root)
+    csr = load_csr(adjacency, n=n) if typed is None else load_relational_csr(adjacency)
+    if csr.n != n:
+        raise ValueError(f"{adjacency}: Â has {csr.n} rows, the canonical graph {n} nodes; re-run normalized_adjacency")
     cluster_id = part_id = None
     parts = Partitions.open(partitions_dir) if partitions_dir is not None else None
     if parts is not None and parts.has(parts.CLUSTER_ID):
@@ -115,7 +121,9 @@ def load_shard_inputs(
         compressed_dir=Path(compressed_dir) if compressed_dir is not None else None,
         node_scores=scores,
         node_scores_path=Path(node_scores) if node_scores is not None else None,
-        scale_factors=load_scale_factors(adjacency, n=n),
+        scale_factors=load_scale_factors(adjacency, n=n) if typed is None else None,
         rank_shares=None if rank_shares is None else np.asarray(rank_shares, dtype=np.float64),
         graphs=graphs,
+        typed=typed,
+        etypes=None if typed is None else csr.etypes,
     )

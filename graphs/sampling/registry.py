@@ -35,6 +35,8 @@ class SamplerTraits:
     - ``whole_graphs``: minibatches are graphs of a graph collection (whole, or each cut to a
       subgraph of its own nodes), the loss items graphs (a graph-level task's sampler; a
       node-level sampler draws from one graph).
+    - ``typed``: it draws a typed graph's blocks from its relational Â and stores each edge's
+      relation (``etype``), as relational models need.
     - ``own_edges``: it can draw each rank's minibatches from that rank's own edges only (the
       sampler's ``rank`` and ``own_edges``), as a placement with ``own_edges`` needs (vertex cut).
     """
@@ -45,6 +47,7 @@ class SamplerTraits:
     needs_clusters: bool = False
     whole_graphs: bool = False
     own_edges: bool = False
+    typed: bool = False
 
 
 def _check_traits(cls: type) -> None:

@@ -270,6 +270,7 @@ def _manifest(inputs: ShardInputs, cfg: ShardConfig, sampler, features: dict, pe
         "seconds": round(seconds, 3),
         "seeds_per_second": round(seeds / seconds, 1) if seconds > 0 else 0.0,
         "sampled_edges_per_second": round(edges / seconds, 1) if seconds > 0 else 0.0,
+        **({"typed": inputs.typed.to_json()} if inputs.typed is not None else {}),
     }
 
 

@@ -63,7 +63,7 @@ class NeighborSampler(MinibatchSampler):
     """Per layer, ``fanout`` neighbours of each destination (all for -1), seeds outwards."""
 
     name = "neighbor"
-    traits = SamplerTraits(seeds=True, own_edges=True)
+    traits = SamplerTraits(seeds=True, own_edges=True, typed=True)
     Settings = NeighborSettings
 
     def setup(self) -> None:
@@ -135,7 +135,8 @@ class NeighborSampler(MinibatchSampler):
 
         indptr, src, local_eid = (t.numpy() for t in b.adj_tensors("csc"))
         eid = None
-        if self.edge_weights or by_weight:
+        etypes = self.inputs.etypes
+        if self.edge_weights or by_weight or etypes is not None:
             eid = b.edata[dgl.EID].numpy()  # positions in the off-diagonal CSR of Â
             if not np.array_equal(local_eid, np.arange(len(local_eid))):  # DGL's fused blocks: in order
                 eid = eid[local_eid]
@@ -153,7 +154,10 @@ class NeighborSampler(MinibatchSampler):
         elif self.cfg.options.rescale:  # deg(v) / sampled(v): the inverse inclusion probability
             sampled = np.diff(indptr)
             per_dst = (self.adj.degree[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
-        return self.block(indptr, src, weight, b.num_src_nodes(), dst_global, correction, per_dst)
+        block = self.block(indptr, src, weight, b.num_src_nodes(), dst_global, correction, per_dst)
+        if etypes is not None:  # the relational Â has no self loops: the block's edges are the sampled ones
+            block.etype = np.take(etypes, eid)
+        return block
 
     def _neighbor_graph(self):
         """The DGL graph neighbour sampling draws from, built on first use, with the draw
