@@ -2,6 +2,7 @@
 
     gnnflow generate --preset demo --out landing/demo      # synthetic DC-SBM dataset
     gnnflow generate --num-nodes 1000000 --num-edges 10000000 --out landing/big
+    gnnflow generate --typed 20000 --out landing/shop              # typed: users, items, categories
     gnnflow datasets sync                                  # landing sub-folders -> `dataset` partitions
     gnnflow datasets list
     gnnflow launch --assets '*' --partition mydata         # run stages (see pipelines.launch_cli)
@@ -28,6 +29,7 @@ from pathlib import Path
 from graphs.infra.dataset_names import DatasetNameError, validate_dataset_name
 from graphs.synthetic import generate
 from graphs.synthetic.collection import generate_collection
+from graphs.synthetic.typed import generate_typed
 from pipelines.config_reference import add_parser as add_config_reference_parser
 from pipelines.dagster_cli_hooks import DAGSTER_HOME_MISSING
 from pipelines.launch_cli import add_parsers
@@ -61,6 +63,8 @@ def _cmd_generate(args: argparse.Namespace) -> int:
 
     if args.collection is not None:
         return _generate_collection(args)
+    if args.typed is not None:
+        return _generate_typed(args)
     base = generate.demo_config() if args.preset == "demo" else None
     overrides = {
         f.name: getattr(args, f.name)
@@ -88,6 +92,20 @@ def _generate_collection(args: argparse.Namespace) -> int:
         return 2
     seed = args.seed if args.seed is not None else 0
     summary = generate_collection(out, args.collection, seed=seed, label_kind=args.label_kind)
+    print(json.dumps(summary))
+    return 0
+
+
+def _generate_typed(args: argparse.Namespace) -> int:
+    """`gnnflow generate --typed USERS`: a typed graph (users, items, categories) with planted segments."""
+    if args.typed < 100:
+        print(f"gnnflow generate: --typed {args.typed}: give at least 100 users", file=sys.stderr)
+        return 2
+    try:
+        summary = generate_typed(args.out, args.typed, seed=args.seed if args.seed is not None else 0)
+    except FileExistsError as exc:
+        print(f"gnnflow generate: {exc}", file=sys.stderr)
+        return 2
     print(json.dumps(summary))
     return 0
 
@@ -127,6 +145,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument(
         "--collection", type=int, metavar="GRAPHS",
         help="write a graph collection of GRAPHS small graphs with a planted property instead (graphs.parquet)",
+    )  # fmt: skip
+    gen.add_argument(
+        "--typed", type=int, metavar="USERS",
+        help="write a typed graph instead: USERS users, items and categories with planted segments (nodes/, edges/)",
     )  # fmt: skip
     gen.add_argument(
         "--label-kind", choices=["class", "value", "multi_label"], default="class",

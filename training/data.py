@@ -67,6 +67,7 @@ from graphs.formats.shard_references import open_features, open_weight_factors
 from training.blocks import Block, NodeScales, correction_is_per_dst
 from training.copy_streams import CudaCopies, ahead
 from training.feature_cache import CacheSpec, HotSplit, TieredFeatures
+from training.typed_blocks import typed_blocks, typed_schema
 
 __all__ = [
     "FeatureRows",
@@ -222,6 +223,7 @@ class _HostBlock:
     correction_first: torch.Tensor | None
     correction_rest: torch.Tensor | None
     per_dst: bool
+    etype: torch.Tensor | None = None  # typed graphs: each edge's relation index
 
 
 @dataclass
@@ -238,6 +240,7 @@ class _HostBatch:
     x: torch.Tensor | None
     extra: dict[str, torch.Tensor] = field(default_factory=dict)
     scales: NodeScales | None = None  # weight encoding factors: Â's scales of input_nodes, gathered when used
+    node_types: torch.Tensor | None = None  # typed graphs: each input node's type index
 
 
 _END = object()
@@ -304,6 +307,7 @@ class ShardStream:
         self.shared_block = facts.shared_block
         self.weight_encoding = facts.weight_encoding
         self.weight_factors = open_weight_factors(self.manifest, self.root)
+        self.typed = typed_schema(self.manifest)
         self.wait_seconds = 0.0
         self.load_seconds = 0.0
         self.bytes_read = 0
@@ -389,6 +393,7 @@ class ShardStream:
                     first,
                     rest,
                     per_dst,
+                    long(b.extra["etype"]) if "etype" in b.extra else None,
                 )
             )
         nodes = mb.input_nodes.astype(np.int64, copy=False)
@@ -403,6 +408,7 @@ class ShardStream:
             x=self.features.gather_host(nodes, decode=self.decode_on_host),
             extra={name: long(v) for name, v in mb.extra.items()},
             scales=None if self.weight_factors is None else NodeScales(*self.weight_factors, nodes),
+            node_types=None if self.typed is None else t(self.typed.node_types_of(nodes)),
         )
         if self.pin:
             host = _pinned(host)
@@ -442,6 +448,9 @@ class ShardStream:
         if self.shared_block:
             blocks = blocks * self.num_layers  # one object: its cached structure is shared
         input_nodes = mv(h.input_nodes)
+        if self.typed is not None:
+            etypes = [mv(b.etype) for b in h.blocks]
+            blocks = typed_blocks(blocks, etypes, mv(h.node_types), input_nodes, self.typed.schema)
         return MiniBatch(
             blocks=blocks,
             x=self.features.finish(mv(h.x), input_nodes),
@@ -539,4 +548,5 @@ def _pinned(h: _HostBatch) -> _HostBatch:
         x=pin(h.x),
         extra={name: pin(v) for name, v in h.extra.items()},
         scales=h.scales,
+        node_types=pin(h.node_types),
     )

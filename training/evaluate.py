@@ -33,20 +33,30 @@ import torch
 from torch import nn
 
 from graphs.formats.npyrows import NpyRowWriter, read_rows, release, take_rows
-from graphs.stages.normalize import load_csr
+from graphs.stages.normalize import Adjacency, load_csr, load_relational_csr
 from training import metrics
 from training.blocks import Block, block_from_csr, remove_self_loops
+from training.typed_blocks import TypedBlock
 
 __all__ = ["EvalGraph", "StreamingEval", "accuracies", "load_full_block", "row_block"]
 
 
-def load_full_block(adjacency_dir: str | os.PathLike) -> Block:
-    """The normalized adjacency CSR (indptr/indices/weights .npy) as a full-graph Block.
+def load_full_block(adjacency_dir: str | os.PathLike) -> Block | TypedBlock:
+    """The graph a dataset's models run over, as one full-graph block: the normalized adjacency
+    CSR (indptr/indices/weights .npy) as a Block, or, for a typed graph, its relational Â (rows
+    are destinations) as a TypedBlock over every node.
 
     Â is symmetric for the default ``degree_norm="both"`` on a symmetrized graph, so its CSR is
     also the CSC over destinations that Block expects.
     """
-    return block_from_csr(*load_csr(adjacency_dir, mmap=False))
+    typed = Adjacency.open(adjacency_dir).typed_schema
+    if typed is None:
+        return block_from_csr(*load_csr(adjacency_dir, mmap=False))
+    rel = load_relational_csr(adjacency_dir, mmap=False)
+    block = block_from_csr(rel.indptr, rel.indices, rel.weights)
+    nodes = torch.arange(rel.n, dtype=torch.int64)
+    types = torch.from_numpy(typed.node_types_of(nodes.numpy()))
+    return TypedBlock(block, torch.from_numpy(rel.etypes.astype(np.int64)), types, typed.schema, nodes)
 
 
 @dataclass

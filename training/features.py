@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 import torch
 
 from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.graph_schema import TypedSchema
 from graphs.formats.shard_references import open_features
 
 __all__ = [
@@ -53,6 +54,9 @@ class NodeTable:
     labels: torch.Tensor  # int64 [n], -1 = unknown
     masks: dict[str, torch.Tensor]  # split name -> bool [n] (known labels only)
     original_id: "object"  # pyarrow Array [n], int64 or string
+    predicted: np.ndarray | None = (
+        None  # int64: the nodes predictions are written for (a typed graph's target type), None = all
+    )
 
     @property
     def n(self) -> int:
@@ -72,7 +76,14 @@ def read_node_table(canonical_dir: str | os.PathLike) -> NodeTable:
     labels = torch.from_numpy(table.column("label").to_numpy().astype(np.int64))
     split = table.column("split").to_numpy(zero_copy_only=False).astype(str)
     masks = {s: torch.from_numpy(split == s) & (labels >= 0) for s in SPLITS}
-    return NodeTable(labels=labels, masks=masks, original_id=table.column("original_id").combine_chunks())
+    typed = TypedSchema.read(path.parent)
+    predicted = None
+    if typed is not None:
+        target = typed.schema.node_types.index(typed.target) if typed.target is not None else 0
+        predicted = np.arange(typed.offsets[target], typed.offsets[target + 1], dtype=np.int64)
+    return NodeTable(
+        labels=labels, masks=masks, original_id=table.column("original_id").combine_chunks(), predicted=predicted
+    )
 
 
 def degree_features(indptr: np.ndarray, buckets: int) -> torch.Tensor:

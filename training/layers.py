@@ -39,10 +39,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from graphs.formats.graph_schema import TypedSchema
 from graphs.infra.config_checks import MAX_LAYERS, MAX_WIDTH, bounded_repr, check_fields, help_text
 from training.aggregate import use_aggregation
 from training.blocks import Block, drop_edge_scale, drop_edges, slice_dst
 from training.layer_registry import LayerOptions, layer_kind
+from training.relational import COMBINES
+from training.relational_model import TypedGNN
 
 __all__ = [
     "GNN",
@@ -117,6 +120,21 @@ class ModelConfig:
         default=False,
         metadata={"help": "recompute each layer in backward instead of storing activations"},
     )
+    relation_combine: str = field(
+        default="sum",
+        metadata={
+            "help": "typed graphs: how a layer that is not relational itself (sage, gcn, gat, gin) combines "
+            f"its per-relation outputs at a node, one of {COMBINES} (rgcn always sums)"
+        },
+    )
+    num_bases: int = field(
+        default=0,
+        metadata={
+            "max": 1 << 16,
+            "help": "typed graphs, rgcn: basis decomposition of the relation weights into this many shared "
+            "bases (0 = one full weight per relation); fewer parameters when relations are many",
+        },
+    )
 
     RENAMED_FIELDS: ClassVar[dict[str, str]] = {"norm": "hidden_norm"}
 
@@ -132,6 +150,10 @@ class ModelConfig:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be at least 1")
         if self.num_layers < 0:
             raise ValueError(f"model.num_layers={self.num_layers} must be >= 0 (0 = follow the shards)")
+        if self.relation_combine not in COMBINES:
+            raise ValueError(f"model.relation_combine={bounded_repr(self.relation_combine)} is not one of {COMBINES}")
+        if self.num_bases < 0:
+            raise ValueError(f"model.num_bases={self.num_bases} must be >= 0 (0 = no basis decomposition)")
         for name in ("dropout", "attn_dropout", "drop_edge"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"model.{name}={getattr(self, name)} must be in [0, 1)")
@@ -313,13 +335,19 @@ def _make_norm(hidden_norm: str | None, width: int) -> nn.Module:
     raise ValueError(f"hidden_norm={hidden_norm!r} is not one of {NORMS} or None")
 
 
-def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
-    """The :class:`GNN` described by ``cfg`` for ``in_feats`` inputs and ``num_classes``."""
+def build_model(
+    cfg: ModelConfig, in_feats: int, num_classes: int, typed: dict | None = None, sparse_embeddings: bool = True
+) -> GNN | TypedGNN:
+    """The :class:`GNN` described by ``cfg`` for ``in_feats`` inputs and ``num_classes``; for a
+    typed graph (`typed`: its schema, canonical_graph's types.json) the `TypedGNN` of that layer
+    type over its relations (its featureless types' vectors sparse unless `sparse_embeddings` is off)."""
     if cfg.num_layers < 1:
         raise ValueError(
             f"model.num_layers={cfg.num_layers}: resolve it against the shards first "
             "(training.run_plan.resolve_num_layers; 0 means 'the shards' block count')"
         )
+    if typed is not None:
+        return _typed_model(cfg, num_classes, typed, sparse_embeddings)
     return GNN(
         in_feats,
         cfg.hidden,
@@ -336,3 +364,36 @@ def build_model(cfg: ModelConfig, in_feats: int, num_classes: int) -> GNN:
         edge_weights=cfg.edge_weights,
         activation_checkpointing=cfg.activation_checkpointing,
     )
+
+
+def _typed_model(cfg: ModelConfig, num_classes: int, typed: dict, sparse: bool) -> TypedGNN:
+    """The `TypedGNN` of `cfg` over the schema `typed`; settings a relational model has no use for are refused."""
+    unused = [
+        name
+        for name, value, default in (
+            ("residual", cfg.residual, False),
+            ("hidden_norm", cfg.hidden_norm, None),
+            ("drop_edge", cfg.drop_edge, 0.0),
+            ("activation_checkpointing", cfg.activation_checkpointing, False),
+        )
+        if value != default
+    ]
+    if unused:
+        raise ValueError(f"model.{unused[0]} is not used by the relational models of typed graphs; leave it unset")
+    schema = TypedSchema.from_json(typed, "the typed schema")
+    model = TypedGNN(
+        schema.schema,
+        list(schema.feat_widths),
+        list(schema.counts),
+        cfg.hidden,
+        num_classes,
+        num_layers=cfg.num_layers,
+        conv=cfg.conv,
+        combine=cfg.relation_combine,
+        dropout=cfg.dropout,
+        heads=cfg.heads,
+        num_bases=cfg.num_bases,
+        sparse=sparse,
+    )
+    model.typed_doc = typed  # what a model file records, to build the same model back
+    return model

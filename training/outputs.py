@@ -146,8 +146,8 @@ class Preprocessing:
 
     def graph(self, block: "Block") -> "Block":
         """The full-graph block this model runs over: ``block`` (Â) without its self loops when
-        the model was trained without them."""
-        return block if self.self_loops else remove_self_loops(block)
+        the model was trained without them (a typed graph's relational Â has none)."""
+        return block if self.self_loops or not isinstance(block, Block) else remove_self_loops(block)
 
     def transform(self):
         """The :class:`training.features.FeatureTransform` with the stored statistics."""
@@ -188,6 +188,7 @@ def model_file_state(
         "num_classes": int(num_classes),
         "epoch": int(epoch),
         "preprocessing": preprocessing.to_state(),
+        **({"typed": model.typed_doc} if getattr(model, "typed_doc", None) is not None else {}),
     }
 
 
@@ -217,7 +218,7 @@ def load_model(path: str | os.PathLike, map_location="cpu") -> LoadedModel:
     state = _read_model_file(path)
     try:
         config = ModelConfig(**state["model_config"])
-        model = build_model(config, state["in_feats"], state["num_classes"])
+        model = build_model(config, state["in_feats"], state["num_classes"], state.get("typed"))
         model.load_state_dict(state["state_dict"])
         return LoadedModel(
             model.to(map_location).eval(),
@@ -293,20 +294,24 @@ def rank_seeds_per_second(path: str | os.PathLike) -> dict[int, float]:
     return {int(r): float(done[r] / busy[r]) for r in np.unique(ranks) if busy[r] > 0 and done[r] > 0}
 
 
-def write_predictions(path: str | os.PathLike, original_id: pa.Array, logits: torch.Tensor) -> None:
-    """predictions.parquet: node_id (the user's id), predicted, probabilities, index (internal).
+def write_predictions(
+    path: str | os.PathLike, original_id: pa.Array, logits: torch.Tensor, rows: np.ndarray | None = None
+) -> None:
+    """predictions.parquet: node_id (the user's id), predicted, probabilities, index (internal),
+    for every node or for the nodes `rows` (a typed graph's target type, `NodeTable.predicted`).
 
     The user's id keeps the name the landing layout gave it (`node_id`), so
     ``predictions.merge(nodes, on="node_id")`` joins the right rows for integer and string
     ids; the internal index is named `index`, which no input file uses."""
-    probs = torch.softmax(logits.float(), dim=1).cpu().numpy().astype(np.float32)
-    n, c = probs.shape
+    index = np.arange(len(logits), dtype=np.int64) if rows is None else rows
+    probs = torch.softmax(logits.float()[torch.from_numpy(index)], dim=1).cpu().numpy().astype(np.float32)
+    c = probs.shape[1]
     table = pa.table(
         {
-            "node_id": original_id,
+            "node_id": original_id.take(pa.array(index)),
             "predicted": pa.array(probs.argmax(1).astype(np.int32)),
             "probabilities": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), c),
-            "index": pa.array(np.arange(n, dtype=np.int64)),
+            "index": pa.array(index),
         }
     )
     pq.write_table(table, path)

@@ -114,12 +114,13 @@ def predict(
         )
     x = model_input(loaded.preprocessing, canonical, adjacency, loaded.in_feats)
     logits = loaded.model.inference(block, x, batch_size or None).float()
-    counts = np.bincount(logits.argmax(1).numpy(), minlength=loaded.num_classes)
+    scored = logits if nodes.predicted is None else logits[torch.from_numpy(nodes.predicted)]
+    counts = np.bincount(scored.argmax(1).numpy(), minlength=loaded.num_classes)
     summary = {
         "model": str(model_path.resolve()),
         "model_version": read_version(model_path.parent),
         "model_epoch": loaded.epoch,
-        "nodes": int(nodes.n),
+        "nodes": int(nodes.n if nodes.predicted is None else len(nodes.predicted)),
         "num_classes": loaded.num_classes,
         "predicted_per_class": [int(c) for c in counts],
         "feature_input": loaded.preprocessing.input,
@@ -127,7 +128,7 @@ def predict(
         "seconds": round(time.perf_counter() - t0, 3),
     }
     with atomic_output_dir(out_dir) as tmp:
-        write_scored(tmp / PREDICTIONS, nodes.original_id, logits, classes)
+        write_scored(tmp / PREDICTIONS, nodes.original_id, logits, classes, nodes.predicted)
         write_json(tmp / SUMMARY, summary)
     return summary
 
@@ -147,17 +148,21 @@ def model_label_classes(model_dir: Path, num_classes: int) -> list | None:
     return classes
 
 
-def write_scored(path: Path, original_id: pa.Array, logits: torch.Tensor, classes: list | None) -> None:
-    """predictions.parquet (see the module docstring) for these logits."""
-    probs = torch.softmax(logits.float(), dim=1).cpu().numpy().astype(np.float32)
+def write_scored(
+    path: Path, original_id: pa.Array, logits: torch.Tensor, classes: list | None, rows: np.ndarray | None = None
+) -> None:
+    """predictions.parquet (see the module docstring) for these logits, of every node or of the
+    nodes `rows` (a typed graph's target type)."""
+    rows = np.arange(len(logits), dtype=np.int64) if rows is None else rows
+    probs = torch.softmax(logits.float()[torch.from_numpy(rows)], dim=1).cpu().numpy().astype(np.float32)
     index = probs.argmax(1).astype(np.int32)
     table = pa.table(
         {
-            "node_id": original_id,
+            "node_id": original_id.take(pa.array(rows)),
             "predicted": pa.array(index) if classes is None else label_values(classes, index),
             "predicted_index": pa.array(index),
             "probabilities": pa.FixedSizeListArray.from_arrays(pa.array(probs.reshape(-1)), probs.shape[1]),
-            "index": pa.array(np.arange(len(index), dtype=np.int64)),
+            "index": pa.array(rows),
         }
     )
     pq.write_table(table, path)

@@ -56,7 +56,7 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
     if best["model"] is None:  # never evaluated (cannot happen with eval after the last epoch)
         best = {**best, "model": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
     last_epoch = max((r["epoch"] for r in history), default=0)  # from 1
-    original_id = read_node_table(run.canonical).original_id
+    nodes = read_node_table(run.canonical)
     seconds = time.perf_counter() - run.t_start
     out = Path(cfg.paths.out)
     model_cfg = asdict(cfg.model)
@@ -73,7 +73,7 @@ def finish_run(run: Run, replicas: list[str] | None = None) -> dict:
         save_model_file(tmp / MODEL_FINAL, final_state)
         save_model_file(tmp / MODEL_BEST, best_state)
         summary["version"] = write_version_file(tmp)  # before the swap: a kill after it leaves a named model
-        write_predictions(tmp / PREDICTIONS, original_id, logits)
+        write_predictions(tmp / PREDICTIONS, nodes.original_id, logits, nodes.predicted)
         copy_label_classes(run.canonical, tmp)  # the user's label values, in every model version
         run.eval_graph.save_embeddings(emb, tmp / EMBEDDINGS)
         write_metrics(history, tmp / METRICS)

@@ -41,6 +41,7 @@ from training.node_stats import NodeGradStats
 from training.precision import Precision, grad_scaler, resolve_precision
 from training.report import Reporter
 from training.run_plan import StepPlan, check_sampler_supports, resolve_num_layers
+from training.typed_blocks import TypedBlock
 
 __all__ = [
     "InMemoryEval",
@@ -152,7 +153,8 @@ def setup_run(cfg: RunConfig, info: DistInfo, report: Reporter) -> Run:
     hot = max(tcfg.feature_cache_hot, manifest.replicated_share)  # hybrid shards' replicated rows stay hot
 
     # ------------------------------------------------------------------ model, DDP, optimizer, AMP
-    trained = _model_and_optimizer(cfg, info, features["in_feats"], features["num_classes"], adjacency)
+    typed = manifest.doc.get("typed")
+    trained = _model_and_optimizer(cfg, info, features["in_feats"], features["num_classes"], adjacency, typed)
 
     # ------------------------------------------------------------------ checkpoint identity
     version = data_version(shards, canonical, adjacency)
@@ -211,17 +213,24 @@ def _stream_features(manifest: ShardManifest, shards: Path, adjacency: Path, tcf
     }
 
 
-def _model_and_optimizer(cfg: RunConfig, info: DistInfo, in_feats: int, num_classes: int, adjacency: Path) -> dict:
-    """The `Run` fields of the model, its DDP wrapper and communication hook, optimizer, VR-GCN and AMP."""
+def _model_and_optimizer(
+    cfg: RunConfig, info: DistInfo, in_feats: int, num_classes: int, adjacency: Path, typed: dict | None = None
+) -> dict:
+    """The `Run` fields of the model, its DDP wrapper and communication hook, optimizer, VR-GCN and AMP.
+    A typed graph's model (`typed`: its schema) keeps its learned node vectors sparse except under
+    NCCL, whose collectives take no sparse gradients."""
     tcfg, device = cfg.training, info.device
     torch.manual_seed(tcfg.seed)  # the same initial parameters on every rank
-    model = build_model(cfg.model, in_feats, num_classes).to(device)
+    sparse = not (info.initialized and device.type == "cuda")
+    model = build_model(cfg.model, in_feats, num_classes, typed, sparse_embeddings=sparse).to(device)
     net, comm_counter = model, None
     if info.initialized:
         net = DistributedDataParallel(
             model,
             device_ids=[device.index] if device.type == "cuda" else None,
             bucket_cap_mb=tcfg.comm.bucket_cap_mb,
+            # a typed minibatch may hold no edge of a relation, or no node of a featureless type
+            find_unused_parameters=typed is not None,
         )
         comm_counter = setup_comm_hook(net, tcfg.comm, timeout_s=tcfg.dist_timeout_s)
     optimizer = make_optimizer(tcfg.optimizer, model)
@@ -229,6 +238,10 @@ def _model_and_optimizer(cfg: RunConfig, info: DistInfo, in_feats: int, num_clas
         optimizer = GradientEMA(optimizer, tcfg.compensation.grad_ema)
     vrgcn = None
     if tcfg.compensation.vrgcn:
+        if typed is not None:
+            raise ValueError(
+                "training.compensation.vrgcn keeps one history per layer of a homogeneous model; a typed graph's relational model has none"
+            )
         check_vrgcn_supports(cfg.model)
         vrgcn = VRGCN.from_adjacency(adjacency, device)
     precision = resolve_precision(tcfg.precision, device)
@@ -318,6 +331,10 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
     nodes = read_node_table(run.canonical)
     manifest, tcfg = run.manifest, run.cfg.training
     self_loops = manifest.self_loops  # evaluate over the graph the blocks were sampled from
+    if tcfg.eval_batch_size and manifest.doc.get("typed"):
+        raise ValueError(
+            "training.eval_batch_size streams a homogeneous Â; a typed graph is evaluated in memory (set it to 0)"
+        )
     if tcfg.eval_batch_size:
         features = FeatureRows(run.stream_features, manifest.doc, run.shards)
 
@@ -333,7 +350,7 @@ def load_eval_graph(run: Run) -> InMemoryEval | StreamedEval:
     else:
         x_full = full_features(manifest.doc, run.shards) if manifest.has_features else run.stream_features
         block = load_full_block(run.adjacency)
-        block = block if self_loops else remove_self_loops(block)
+        block = block if self_loops or isinstance(block, TypedBlock) else remove_self_loops(block)
         graph = EvalGraph(block, run.transform(x_full), nodes.labels, nodes.masks)
         graph_n, evaluator = graph.block.num_dst, InMemoryEval(graph, run.device, tcfg.eval_batch_size)
     if not nodes.n == graph_n == manifest.n:
@@ -374,9 +391,55 @@ def resolve_inputs(cfg: RunConfig) -> tuple[Path, Path, Path]:
     return shards, pick(cfg.paths.canonical, CanonicalGraph.STAGE), pick(cfg.paths.adjacency, Adjacency.STAGE)
 
 
-def make_optimizer(cfg: OptimizerConfig, model: torch.nn.Module) -> torch.optim.Optimizer:
-    """AdamW / Adam / SGD over all parameters (one group)."""
-    params = model.parameters()
+class WithSparse:
+    """An optimizer for a model with sparse parameters (learned node vectors): `dense` steps the
+    others, ``torch.optim.SparseAdam`` the sparse ones, updating only the rows a step touched.
+    Forwards ``param_groups`` (both, so setting the learning rate sets it for both), ``state``,
+    ``zero_grad``, ``step``, ``state_dict`` as one optimizer, as `GradScaler` and the loop use it."""
+
+    def __init__(self, dense: torch.optim.Optimizer, sparse: torch.optim.Optimizer):
+        self.dense, self.sparse = dense, sparse
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.dense.param_groups + self.sparse.param_groups
+
+    @property
+    def state(self):
+        return {**self.dense.state, **self.sparse.state}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.dense.zero_grad(set_to_none=set_to_none)
+        self.sparse.zero_grad(set_to_none=set_to_none)
+
+    def step(self, closure=None):
+        loss = self.dense.step(closure)
+        self.sparse.step()
+        return loss
+
+    def state_dict(self) -> dict:
+        return {"dense": self.dense.state_dict(), "sparse": self.sparse.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        if set(state) != {"dense", "sparse"}:
+            raise ValueError("the checkpoint's optimizer state was written for a model without sparse parameters")
+        self.dense.load_state_dict(state["dense"])
+        self.sparse.load_state_dict(state["sparse"])
+
+
+def make_optimizer(cfg: OptimizerConfig, model: torch.nn.Module) -> torch.optim.Optimizer | WithSparse:
+    """AdamW / Adam / SGD over all parameters (one group); a model's sparse parameters
+    (``sparse_parameters()``, learned node vectors) go to SparseAdam at the same learning rate."""
+    sparse = list(getattr(model, "sparse_parameters", list)())
+    if sparse:
+        sparse_ids = {id(p) for p in sparse}
+        dense = _optimizer(cfg, [p for p in model.parameters() if id(p) not in sparse_ids])
+        return WithSparse(dense, torch.optim.SparseAdam(sparse, lr=cfg.lr, betas=tuple(cfg.betas)))
+    return _optimizer(cfg, model.parameters())
+
+
+def _optimizer(cfg: OptimizerConfig, params) -> torch.optim.Optimizer:
+    """AdamW / Adam / SGD over `params` (one group)."""
     if cfg.type == "AdamW":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas))
     if cfg.type == "Adam":

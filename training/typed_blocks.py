@@ -5,7 +5,8 @@ underneath, and as ``dgl.nn.RelGraphConv`` reads one).
 - :class:`Relation` and :class:`GraphSchema` (`graphs.formats.graph_schema`) name the node types
   and relations; an index is a position in the schema's tuples.
 - :class:`TypedBlock` is a block plus ``etypes`` (each edge's relation index) and ``src_types``
-  (each source node's type index). The destination nodes are the first ``num_dst`` source
+  (each source node's type index), and optionally ``src_nodes`` (their global ids, which a node
+  type without features needs to look up its learned vectors). The destination nodes are the first ``num_dst`` source
   nodes, as in every block, so ``src_types[:num_dst]`` are the destinations' types. Every edge
   of relation r leaves a node of r's source type and enters one of r's destination type.
 
@@ -17,14 +18,14 @@ layer on it and keeps the rows of the relation's destination type. Nothing here 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 
 import torch
 
-from graphs.formats.graph_schema import GraphSchema, Relation
+from graphs.formats.graph_schema import GraphSchema, Relation, TypedSchema
 from training.blocks import Block, mask_edges
 
-__all__ = ["GraphSchema", "Relation", "TypedBlock"]
+__all__ = ["GraphSchema", "Relation", "TypedBlock", "typed_blocks", "typed_schema"]
 
 
 @dataclass(eq=False)  # identity equality, as a Block's
@@ -35,9 +36,11 @@ class TypedBlock:
     etypes: torch.Tensor  # int64 [num_edges]: each edge's relation index in schema.relations
     src_types: torch.Tensor  # int64 [num_src]: each source node's type index in schema.node_types
     schema: GraphSchema
+    src_nodes: torch.Tensor | None = None  # int64 [num_src]: global ids, where learned node vectors need them
+    check: InitVar[bool] = True  # False: the types are known to fit (read from checked shards)
     _by_relation: dict = field(default_factory=dict, init=False, repr=False)
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, check: bool = True) -> None:
         if self.etypes.dtype != torch.int64 or self.src_types.dtype != torch.int64:
             raise TypeError(f"etypes and src_types must be int64, got {self.etypes.dtype} and {self.src_types.dtype}")
         if self.etypes.shape != (self.block.num_edges,):
@@ -46,7 +49,9 @@ class TypedBlock:
             raise ValueError(
                 f"src_types has shape {list(self.src_types.shape)}; the block has {self.block.num_src} source nodes"
             )
-        if self.etypes.device.type == "cpu":  # the checks below read values: no device sync
+        if self.src_nodes is not None and self.src_nodes.shape != (self.block.num_src,):
+            raise ValueError(f"src_nodes has shape {list(self.src_nodes.shape)}; the block has {self.block.num_src}")
+        if check and self.etypes.device.type == "cpu":  # the checks below read values: no device sync
             self._check_types()
 
     def _check_types(self) -> None:
@@ -85,8 +90,9 @@ class TypedBlock:
         block = self.block.to(device, non_blocking)
         if block is self.block:
             return self
-        moved = (t.to(device, non_blocking=non_blocking) for t in (self.etypes, self.src_types))
-        return TypedBlock(block, *moved, self.schema)
+        etypes, src_types = (t.to(device, non_blocking=non_blocking) for t in (self.etypes, self.src_types))
+        nodes = None if self.src_nodes is None else self.src_nodes.to(device, non_blocking=non_blocking)
+        return TypedBlock(block, etypes, src_types, self.schema, nodes, check=False)
 
     def relation_mask(self, relation: int) -> torch.Tensor:
         """bool ``[num_edges]``: the edges of relation `relation`, built once."""
@@ -106,3 +112,20 @@ class TypedBlock:
     def dst_of_type(self, node_type: int) -> torch.Tensor:
         """bool ``[num_dst]``: the destinations of type index `node_type`."""
         return self.dst_types == node_type
+
+
+def typed_schema(manifest: dict) -> TypedSchema | None:
+    """The typed schema a shard manifest carries (``typed``), None for an untyped graph."""
+    doc = manifest.get("typed")
+    return None if doc is None else TypedSchema.from_json(doc, "the shard manifest's typed schema")
+
+
+def typed_blocks(
+    blocks: list[Block], etypes: list[torch.Tensor], node_types: torch.Tensor, input_nodes: torch.Tensor, schema
+) -> list[TypedBlock]:
+    """A minibatch's blocks as typed blocks: block l's sources are the first ``num_src`` input
+    nodes, so their types and ids are prefixes of `node_types` and `input_nodes`."""
+    return [
+        TypedBlock(b, e, node_types[: b.num_src], schema, input_nodes[: b.num_src], check=False)
+        for b, e in zip(blocks, etypes)
+    ]

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 
+from graphs.formats.graph_schema import TYPES_FILE
 from graphs.formats.label_classes import LABEL_CLASSES
 from graphs.formats.stage_artifact import StageArtifact
 
@@ -32,7 +33,7 @@ class CanonicalGraph(StageArtifact):
     LABEL_CLASSES = LABEL_CLASSES
     GRAPHS = "graphs.parquet"  # graph collections only (graphs.formats.graph_table)
     CATEGORIES = "categories.npy"  # graph collections with categorical node columns only
-    TYPES = "types.json"  # typed graphs only (graphs.stages.typed_graph)
+    TYPES = TYPES_FILE  # typed graphs only (graphs.formats.graph_schema.TypedSchema)
     TYPED_EDGES = "typed_edges.parquet"  # typed graphs only: every relation's edges
     DEGREE_PLOT = "degree_distribution.png"
 

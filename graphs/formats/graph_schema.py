@@ -6,6 +6,9 @@
 - `GraphSchema` is the node types and the relations, in a fixed order: a node type's index and a
   relation's index are positions in these tuples (the ingest, `graphs.stages.typed_graph`, orders
   both by name, reverse relations after the given ones).
+- `TypedSchema` is a typed canonical graph's ``types.json``: the schema, each type's node count
+  (type t's global ids are ``offsets[t] ..``), feature width and id kind, each relation's edge
+  count, and the target node type (`graphs.stages.typed_graph` documents the file).
 
 Names are checked wherever they come from (a landing file's name, a stage's types.json, a model
 file): 1-64 letters, digits, ``_`` or ``-``, starting with a letter, never ``__``, so a name is
@@ -15,10 +18,18 @@ and the reader (`training/`, without DGL) share it.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
-__all__ = ["GraphSchema", "Relation", "check_type_name"]
+import numpy as np
+
+__all__ = ["REVERSE_PREFIX", "TYPES_FILE", "GraphSchema", "Relation", "TypedSchema", "check_type_name"]
+
+REVERSE_PREFIX = "rev-"  # a reverse relation's name: rev-<relation> (add_reverse)
+TYPES_FILE = "types.json"  # a typed canonical graph's schema (`TypedSchema`; canonical_graph's folder)
+TYPES_FORMAT = 1
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 
@@ -93,3 +104,77 @@ class GraphSchema:
     def src_type_index(self, relation: int) -> int:
         """The type index of relation `relation`'s source nodes."""
         return self.node_types.index(self.relations[relation].src_type)
+
+
+@dataclass(frozen=True)
+class TypedSchema:
+    """A typed canonical graph's types.json (module docstring), read back."""
+
+    schema: GraphSchema
+    counts: tuple[int, ...]
+    feat_widths: tuple[int, ...]
+    target: str | None
+    relation_edges: tuple[int, ...] = ()
+    id_kinds: tuple[str, ...] = ()
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """int64 [T + 1]: type t's global ids are offsets[t] .. offsets[t+1] - 1."""
+        return np.concatenate([[0], np.cumsum(self.counts, dtype=np.int64)])
+
+    def node_types_of(self, nodes: np.ndarray) -> np.ndarray:
+        """int64: the type index of each global node id."""
+        return np.searchsorted(self.offsets, np.asarray(nodes), side="right").astype(np.int64) - 1
+
+    def to_json(self) -> dict:
+        s = self.schema
+        reverse = {r.key: None for r in s.relations}
+        for r in s.relations:
+            if r.name.startswith(REVERSE_PREFIX):
+                given = Relation(r.dst_type, r.name[len(REVERSE_PREFIX) :], r.src_type)
+                if given in s.relations:
+                    reverse[r.key] = given.key
+        return {
+            "format_version": TYPES_FORMAT,
+            "node_types": [
+                {"name": t, "count": int(c), "offset": int(o), "feat_width": int(w), "id_kind": k}
+                for t, c, o, w, k in zip(s.node_types, self.counts, self.offsets, self.feat_widths, self.id_kinds)
+            ],
+            "relations": [
+                {"key": r.key, "edges": int(e), "reverse_of": reverse[r.key]}
+                for r, e in zip(s.relations, self.relation_edges)
+            ],
+            "target": self.target,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> "TypedSchema":
+        """The schema of a types.json's content; ValueError naming `where` when it is malformed."""
+        try:
+            if data["format_version"] != TYPES_FORMAT:
+                raise ValueError(f"format_version {data['format_version']!r}, this code reads {TYPES_FORMAT}")
+            types = data["node_types"]
+            schema = GraphSchema(
+                tuple(str(t["name"]) for t in types), tuple(Relation.from_key(r["key"]) for r in data["relations"])
+            )
+            target = data["target"]
+            if target is not None and target not in schema.node_types:
+                raise ValueError(f"target {target!r} is not a node type")
+            return cls(
+                schema,
+                tuple(int(t["count"]) for t in types),
+                tuple(int(t["feat_width"]) for t in types),
+                target,
+                tuple(int(r["edges"]) for r in data["relations"]),
+                tuple(str(t["id_kind"]) for t in types),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: not a typed graph's schema ({exc}); re-run canonical_graph") from None
+
+    @classmethod
+    def read(cls, folder: str | Path) -> "TypedSchema | None":
+        """The schema in `folder`'s types.json, None when the folder holds no typed graph."""
+        path = Path(folder) / TYPES_FILE
+        if not path.exists():
+            return None
+        return cls.from_json(json.loads(path.read_text()), str(path))

@@ -10,12 +10,12 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.graph_schema import TypedSchema
 from graphs.formats.graph_table import GraphTable, read_graph_table
 from graphs.formats.node_scores import mean_grad_norm, read_node_scores
 from graphs.formats.partition_files import Partitions
 from graphs.infra.storage import verify_inputs
 from graphs.stages.normalize import ScaleFactors, load_csr, load_relational_csr, load_scale_factors
-from graphs.stages.typed_graph import TypedSchema
 
 # ----------------------------------------------------------------------------- inputs
 

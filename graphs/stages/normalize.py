@@ -63,13 +63,13 @@ from typing import NamedTuple
 import numpy as np
 
 from graphs.formats.canonical_files import CanonicalGraph, edge_batches
+from graphs.formats.graph_schema import TypedSchema
 from graphs.formats.npyrows import create_npy_memmap
 from graphs.formats.stage_artifact import StageArtifact
 from graphs.infra import duck
 from graphs.infra.config_checks import MAX_ROWS, MAX_SCALE, bounded_repr, check_fields
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, write_summary
 from graphs.stages.normalize_relations import RelationalCSR, write_relational_adjacency
-from graphs.stages.typed_graph import TypedSchema
 
 NORMS = ("both", "right")
 
@@ -97,6 +97,12 @@ class Adjacency(StageArtifact):
     def relational(self) -> bool:
         """Whether the folder holds a typed graph's relational Â."""
         return bool(self.summary.get("relational"))
+
+    @property
+    def typed_schema(self) -> TypedSchema | None:
+        """The typed graph's schema its relational Â was built over, None for an untyped graph."""
+        facts = self.summary.get("relational")
+        return None if not facts else TypedSchema.from_json(facts["schema"], str(self.path(self.SUMMARY)))
 
     @property
     def num_nodes(self) -> int:
@@ -340,6 +346,7 @@ def build_normalized_adjacency(
             None
             if typed is None
             else write_relational_adjacency(graph, tmp, Adjacency.RELATIONAL_FILES, len(typed.schema.relations))
+            | {"schema": typed.to_json()}
         )
 
         seconds = time.perf_counter() - t0

@@ -53,92 +53,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph
-from graphs.formats.graph_schema import GraphSchema, Relation, check_type_name
+from graphs.formats.graph_schema import REVERSE_PREFIX, GraphSchema, Relation, TypedSchema, check_type_name
 from graphs.infra import duck
 from graphs.infra.config_checks import bounded_repr
 from graphs.stages.landing import EDGES_FILE, FEATURES_FILE, NODES_FILE, DatasetFiles, InputError
 
-__all__ = ["PreparedTyped", "TypedSchema", "prepare_typed", "write_typed_files", "REVERSE_PREFIX"]
+__all__ = ["PreparedTyped", "TypedSchema", "prepare_typed", "write_typed_files"]
 
-REVERSE_PREFIX = "rev-"
 TYPES_FILE = CanonicalGraph.TYPES
 TYPED_EDGES_FILE = CanonicalGraph.TYPED_EDGES
-TYPES_FORMAT = 1
 _AGGREGATES = {"sum": "sum(weight)", "max": "max(weight)", "mean": "avg(weight)", "first": "arg_min(weight, k)"}
-
-
-@dataclass(frozen=True)
-class TypedSchema:
-    """A typed canonical graph's types.json (module docstring), read back."""
-
-    schema: GraphSchema
-    counts: tuple[int, ...]
-    feat_widths: tuple[int, ...]
-    target: str | None
-    relation_edges: tuple[int, ...] = ()
-    id_kinds: tuple[str, ...] = ()
-
-    @property
-    def offsets(self) -> np.ndarray:
-        """int64 [T + 1]: type t's global ids are offsets[t] .. offsets[t+1] - 1."""
-        return np.concatenate([[0], np.cumsum(self.counts, dtype=np.int64)])
-
-    def node_types_of(self, nodes: np.ndarray) -> np.ndarray:
-        """int64: the type index of each global node id."""
-        return np.searchsorted(self.offsets, np.asarray(nodes), side="right").astype(np.int64) - 1
-
-    def to_json(self) -> dict:
-        s = self.schema
-        reverse = {r.key: None for r in s.relations}
-        for r in s.relations:
-            if r.name.startswith(REVERSE_PREFIX):
-                given = Relation(r.dst_type, r.name[len(REVERSE_PREFIX) :], r.src_type)
-                if given in s.relations:
-                    reverse[r.key] = given.key
-        return {
-            "format_version": TYPES_FORMAT,
-            "node_types": [
-                {"name": t, "count": int(c), "offset": int(o), "feat_width": int(w), "id_kind": k}
-                for t, c, o, w, k in zip(s.node_types, self.counts, self.offsets, self.feat_widths, self.id_kinds)
-            ],
-            "relations": [
-                {"key": r.key, "edges": int(e), "reverse_of": reverse[r.key]}
-                for r, e in zip(s.relations, self.relation_edges)
-            ],
-            "target": self.target,
-        }
-
-    @classmethod
-    def from_json(cls, data: dict, where: str) -> "TypedSchema":
-        """The schema of a types.json's content; ValueError naming `where` when it is malformed."""
-        try:
-            if data["format_version"] != TYPES_FORMAT:
-                raise ValueError(f"format_version {data['format_version']!r}, this code reads {TYPES_FORMAT}")
-            types = data["node_types"]
-            schema = GraphSchema(
-                tuple(str(t["name"]) for t in types), tuple(Relation.from_key(r["key"]) for r in data["relations"])
-            )
-            target = data["target"]
-            if target is not None and target not in schema.node_types:
-                raise ValueError(f"target {target!r} is not a node type")
-            return cls(
-                schema,
-                tuple(int(t["count"]) for t in types),
-                tuple(int(t["feat_width"]) for t in types),
-                target,
-                tuple(int(r["edges"]) for r in data["relations"]),
-                tuple(str(t["id_kind"]) for t in types),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: not a typed graph's schema ({exc}); re-run canonical_graph") from None
-
-    @classmethod
-    def read(cls, folder: str | Path) -> "TypedSchema | None":
-        """The schema in `folder`'s types.json, None when the folder holds no typed graph."""
-        path = Path(folder) / TYPES_FILE
-        if not path.exists():
-            return None
-        return cls.from_json(json.loads(path.read_text()), str(path))
 
 
 @dataclass
@@ -546,5 +470,10 @@ def write_typed_files(tmp: Path, prepared: PreparedTyped, summary: dict) -> None
     nodes = nodes.set_column(nodes.column_names.index("original_id"), "original_id", prepared.original_ids)
     nodes = nodes.append_column("node_type", prepared.type_names)
     pq.write_table(nodes, tmp / NODES_FILE)
+    if typed.target is not None:  # the other types' rows carry no label or split: not the user's nulls
+        others = total - typed.counts[typed.schema.node_types.index(typed.target)]
+        for key in ("null_labels_as_unknown", "null_splits_as_other"):
+            if summary.get(key):
+                summary[key] = max(int(summary[key]) - others, 0)
     summary["typed"] = prepared.facts
     summary["typed_edges"] = int(sum(typed.relation_edges))
