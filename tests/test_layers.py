@@ -572,6 +572,8 @@ def test_model_config_validation_and_build():
         "edge_weights",
         "gcn_edge_weight",
         "activation_checkpointing",
+        "relation_combine",
+        "num_bases",
     }
     with pytest.raises(ValueError, match="model.conv"):
         ModelConfig(conv="graphsage")

@@ -385,7 +385,7 @@ def test_weighted_metis_symmetrizes_a_directed_graph():
 def test_induced_csr_equals_the_submatrix_and_leaves_the_scratch_as_found():
     import scipy.sparse as sp
 
-    from graphs.stages.partition import induced_csr
+    from graphs.kernels.induced import induced_csr
 
     rng = np.random.default_rng(4)
     n = 300

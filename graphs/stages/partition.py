@@ -65,20 +65,21 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numba
 import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph, edge_batches
 from graphs.formats.distdgl_format import write_distdgl_parts
+from graphs.formats.graph_schema import TypedSchema
 from graphs.formats.partition_files import Partitions, load_parts
 from graphs.infra.config_checks import MAX_SEED, check_fields
 from graphs.infra.plotting import headless_pyplot
 from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, verify_inputs, write_summary
 from graphs.kernels.coarsen import Level, metis_levels
+from graphs.kernels.induced import induced_csr
 from graphs.kernels.metis import metis_idx_dtype, metis_kway_multi, quiet_stdout
 from graphs.stages.partition_dgl import dgl_graph, metis_assign
-from graphs.stages.partition_metrics import csr_halos, csr_metrics, train_balance
+from graphs.stages.partition_metrics import csr_halos, csr_metrics, train_balance, type_balance
 from graphs.stages.partition_nodes import node_data, train_mask
 from graphs.stages.vertex_cut import MAX_VERTEX_CUT_PARTS, edge_partitioner_class, vertex_cut
 
@@ -104,6 +105,14 @@ class PartitionConfig:
             "second balance constraint, as DGL's balance_ntypes does with the training mask, so the ranks owning "
             "the parts get equal seed shares. Needs training nodes; not with a graph METIS gets coarsened "
             "(metis_max_edges)."
+        },
+    )
+    balance_node_types: bool = field(
+        default=True,
+        metadata={
+            "help": "Typed graphs: ask METIS to balance each node type per part as well (one balance constraint "
+            "per type, as DGL's balance_ntypes), so every part holds its share of users, items, ...; no effect "
+            "on an untyped graph. Not with a graph METIS gets coarsened (metis_max_edges)."
         },
     )
     clusters_per_part: int = field(
@@ -265,6 +274,9 @@ def metis_assign_csr(
 ) -> np.ndarray:
     """int32 part id per node from METIS 5 k-way (pymetis, edge-cut objective, seeded).
 
+    `balance` (bool or 0/1 per node, [n] or [n, c]) adds c balance constraints: METIS also spreads
+    the nodes of each column evenly over the parts (the training nodes, one column per node type).
+
     Deterministic: the same CSR, k and seed give the same assignment in every process. The
     CSR must have no self loops (canonical graphs have none). Unless `symmetric` says it
     already is, it is made symmetric as A + Aᵀ when it is not (as DGL's METIS does).
@@ -298,9 +310,9 @@ def metis_assign_csr(
     if max_edges and len(indices) > max_edges:
         if balance is not None:
             raise ValueError(
-                f"balance_train_nodes: the graph's {len(indices)} directed edges exceed metis_max_edges={max_edges}, "
-                "and the coarsened path balances one weight per node; raise metis_max_edges (METIS holds ~100 "
-                "bytes per edge) or turn balance_train_nodes off"
+                f"balance_train_nodes / balance_node_types: the graph's {len(indices)} directed edges exceed "
+                f"metis_max_edges={max_edges}, and the coarsened path balances one weight per node; raise "
+                "metis_max_edges (METIS holds ~100 bytes per edge) or turn those settings off"
             )
         vweight = np.diff(np.asarray(indptr, dtype=np.int64)) + 1 if balance_edges else np.ones(n, dtype=np.int64)
         eweight = metis_edge_weights(weight).astype(np.int64) if weight is not None else None
@@ -309,9 +321,10 @@ def metis_assign_csr(
     xadj, adjncy = np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype)
     vweights = (np.diff(xadj) + 1).astype(dtype) if balance_edges else None
     eweights = metis_edge_weights(weight).astype(dtype) if weight is not None else None
-    if balance is not None:  # two constraints per node: [its weight, 1 when it is to be balanced]
+    if balance is not None:  # constraints per node: [its weight, 1 in each column where it is to be balanced]
         base = vweights if vweights is not None else np.ones(n, dtype=dtype)
-        both = np.stack([base, np.asarray(balance, dtype=dtype)], axis=1)
+        extra = np.asarray(balance, dtype=dtype).reshape(n, -1)
+        both = np.concatenate([base[:, None], extra], axis=1)
         return metis_kway_multi(xadj, adjncy, k, both, eweights, seed).astype(np.int32)
     with quiet_stdout():
         _, parts = pymetis.part_graph(
@@ -322,41 +335,6 @@ def metis_assign_csr(
             options=pymetis.Options(seed=int(seed)),
         )
     return np.asarray(parts, dtype=np.int32)
-
-
-@numba.njit(cache=True, nogil=True)
-def _induced_kernel(indptr, indices, nodes, local, weight, has_w, sub_indptr, out_idx, out_w):  # pragma: no cover
-    """The rows of `nodes` keeping the edges whose ends have a local id; returns the edge count."""
-    o = 0
-    for i in range(len(nodes)):
-        u = nodes[i]
-        for e in range(indptr[u], indptr[u + 1]):
-            v = local[indices[e]]
-            if v >= 0:
-                out_idx[o] = v
-                if has_w:
-                    out_w[o] = weight[e]
-                o += 1
-        sub_indptr[i + 1] = o
-    return o
-
-
-def induced_csr(
-    indptr: np.ndarray, indices: np.ndarray, nodes: np.ndarray, local: np.ndarray, weight: np.ndarray | None = None
-):
-    """(indptr, indices, weight or None) of the subgraph induced by ascending `nodes`, ids
-    local 0..len-1. `local` is an int64 [n] scratch array of -1 (left as it was found)."""
-    nodes = np.asarray(nodes, dtype=np.int64)
-    local[nodes] = np.arange(len(nodes), dtype=np.int64)
-    total = int((np.asarray(indptr[nodes + 1], dtype=np.int64) - np.asarray(indptr[nodes], dtype=np.int64)).sum())
-    sub_indptr = np.zeros(len(nodes) + 1, dtype=np.int64)
-    out_idx = np.empty(total, dtype=np.int64)  # at most every edge of the rows
-    has_w = weight is not None
-    out_w = np.empty(total if has_w else 0, dtype=weight.dtype if has_w else np.float32)
-    w = weight if has_w else out_w
-    m = _induced_kernel(indptr, indices, nodes, local, w, has_w, sub_indptr, out_idx, out_w)
-    local[nodes] = -1
-    return sub_indptr, out_idx[:m].copy(), (out_w[:m].copy() if has_w else None)
 
 
 def csr_clusters(
@@ -425,8 +403,16 @@ def build_partitions(
     seconds = {"load": time.perf_counter() - t0}
 
     train = train_mask(canonical, n)
+    typed = TypedSchema.read(canonical)
+    node_types = None if typed is None else typed.node_types_of(np.arange(n))
     random = _random_baseline(indptr, indices, k, cfg.seed, weight, seconds, train)
-    part, cores, halos, metis = _metis_parts(canonical, indptr, indices, cfg, symmetrized, weight, train, seconds)
+    part, cores, halos, metis = _metis_parts(
+        canonical, indptr, indices, cfg, symmetrized, weight, train, seconds, node_types
+    )
+    if typed is not None:
+        random_part = random_assign(n, k, cfg.seed)
+        random.update(type_balance(random_part, k, node_types, typed.schema.node_types))
+        metis.update(type_balance(part, k, node_types, typed.schema.node_types))
 
     t = time.perf_counter()
     cluster = csr_clusters(
@@ -458,6 +444,7 @@ def build_partitions(
             "num_parts": k,
             "balance_edges": cfg.balance_edges,
             "balance_train_nodes": cfg.balance_train_nodes,
+            "balance_node_types": bool(node_types is not None and cfg.balance_node_types),
             "weighted": weight is not None,
             "metis_coarsened": bool(cfg.metis_max_edges and len(indices) > cfg.metis_max_edges),
             "clusters_per_part": cfg.clusters_per_part,
@@ -475,13 +462,19 @@ def build_partitions(
     return summary
 
 
-def _metis_parts(canonical: Path, indptr, indices, cfg: PartitionConfig, symmetrized: bool, weight, train, seconds):
-    """(part id per node, cores, halos, metrics) of METIS's assignment; its times into `seconds`."""
+def _metis_parts(
+    canonical: Path, indptr, indices, cfg: PartitionConfig, symmetrized: bool, weight, train, seconds, node_types=None
+):
+    """(part id per node, cores, halos, metrics) of METIS's assignment; its times into `seconds`.
+    `node_types` (a typed graph's type index per node) adds a balance constraint per type."""
     k = cfg.num_parts
     if cfg.balance_train_nodes and not train.any():
         raise ValueError(
             f"{canonical}: balance_train_nodes needs training nodes (split 'train' with a label); it has none"
         )
+    columns = [train] if cfg.balance_train_nodes else []
+    if node_types is not None and cfg.balance_node_types and node_types.max(initial=0) > 0:
+        columns += [node_types == t for t in range(int(node_types.max()) + 1)]
     t = time.perf_counter()
     part = metis_assign_csr(
         indptr,
@@ -492,7 +485,7 @@ def _metis_parts(canonical: Path, indptr, indices, cfg: PartitionConfig, symmetr
         weight=weight,
         seed=cfg.seed,
         max_edges=cfg.metis_max_edges,
-        balance=train if cfg.balance_train_nodes else None,
+        balance=np.stack(columns, axis=1) if columns else None,
     )
     seconds["metis_assign"] = time.perf_counter() - t
     metis_rss = peak_rss_bytes()

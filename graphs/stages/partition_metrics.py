@@ -16,7 +16,15 @@ import numpy as np
 
 from graphs.kernels.coarsen import row_chunks
 
-__all__ = ["core_and_halo", "csr_halos", "csr_metrics", "partition_metrics", "partition_problems", "train_balance"]
+__all__ = [
+    "core_and_halo",
+    "csr_halos",
+    "csr_metrics",
+    "partition_metrics",
+    "partition_problems",
+    "train_balance",
+    "type_balance",
+]
 
 
 def _csr_edges(indptr: np.ndarray, indices: np.ndarray, edges_per_chunk: int = 1 << 22):
@@ -83,6 +91,19 @@ def train_balance(part: np.ndarray, k: int, train: np.ndarray) -> dict:
         return {}
     per_part = np.bincount(part[train], minlength=k)
     return {"train_nodes": per_part.tolist(), "train_imbalance": round(float(per_part.max() / per_part.mean()), 4)}
+
+
+def type_balance(part: np.ndarray, k: int, node_types: np.ndarray, names: tuple[str, ...]) -> dict:
+    """A typed graph's nodes of each type per part and their imbalance (largest part over the mean)."""
+    per_type = {}
+    for t, name in enumerate(names):
+        per_part = np.bincount(part[node_types == t], minlength=k)
+        per_part_mean = per_part.mean()
+        per_type[name] = {
+            "nodes": per_part.tolist(),
+            "imbalance": round(float(per_part.max() / per_part_mean), 4) if per_part_mean else 1.0,
+        }
+    return {"node_types": per_type}
 
 
 def core_and_halo(

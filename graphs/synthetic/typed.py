@@ -70,7 +70,7 @@ def generate_typed(
     communities: int = 5,
     buys: float = 8.0,
     follows: float = 4.0,
-    affinity: float = 0.6,
+    affinity: float = 0.35,
     user_dim: int = 16,
     item_dim: int = 8,
     signal: float = 0.5,
