@@ -46,6 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
+from graphs.stages.normalize import Adjacency  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "typed_vs_dgl.json"
 
@@ -77,7 +79,7 @@ def prepare(args) -> tuple[Path, Path]:
     """(canonical, adjacency) folders of the generated typed graph, built once per size and seed."""
     root = Path(args.work).resolve() / f"users{args.users}-seed{args.seed}"
     can, adj = root / "canonical_graph", root / "normalized_adjacency"
-    if not (adj / "summary.json").exists():
+    if not (adj / Adjacency.SUMMARY).exists():
         run_in_child(_prepare, str(root), args.users, args.seed)
     return can, adj
 
@@ -126,7 +128,9 @@ def dgl_inputs(can: Path):
     typed = TypedSchema.read(can)
     edges = pq.read_table(graph.path(graph.TYPED_EDGES)).to_pandas()
     nodes = pq.read_table(graph.nodes_path, columns=["label", "split"]).to_pandas()
-    g = dgl.graph((torch.from_numpy(edges.src.to_numpy()), torch.from_numpy(edges.dst.to_numpy())), num_nodes=len(nodes))
+    g = dgl.graph(
+        (torch.from_numpy(edges.src.to_numpy()), torch.from_numpy(edges.dst.to_numpy())), num_nodes=len(nodes)
+    )
     g.edata[dgl.ETYPE] = torch.from_numpy(edges.etype.to_numpy().astype(np.int64))
     g.ndata["feat"] = torch.from_numpy(np.load(graph.features_path))
     g.ndata["label"] = torch.from_numpy(nodes.label.to_numpy().astype(np.int64))
@@ -137,7 +141,7 @@ def dgl_inputs(can: Path):
     return g, train_nids, masks, typed
 
 
-def relation_mean_norm(dst: "torch.Tensor", etype: "torch.Tensor", relations: int) -> "torch.Tensor":
+def relation_mean_norm(dst, etype, relations: int):
     """[E, 1]: 1 / (the destination's in-edges of the edge's relation): RelGraphConv's ``norm``
     for a mean per relation."""
     import torch
@@ -175,9 +179,7 @@ def dgl_model(args, typed, classes: int):
                 }
             )
             self.convs = nn.ModuleList(
-                dglnn.RelGraphConv(
-                    dims[i], dims[i + 1], relations, "basis" if bases else None, bases, self_loop=True
-                )
+                dglnn.RelGraphConv(dims[i], dims[i + 1], relations, "basis" if bases else None, bases, self_loop=True)
                 for i in range(layers)
             )
             self.dropout = nn.Dropout(args.dropout)

@@ -446,7 +446,9 @@ def test_balance_train_nodes_spreads_clustered_training_nodes_over_the_parts(tmp
         "seconds": again["metis"]["seconds"],
         "peak_rss_bytes": again["metis"]["peak_rss_bytes"],
     }
-    with pytest.raises(ValueError, match="balance_train_nodes: the graph's .* exceed metis_max_edges=100"):
+    with pytest.raises(
+        ValueError, match="balance_train_nodes / balance_node_types: the graph's .* exceed metis_max_edges=100"
+    ):
         build_partitions(
             tmp_path / "canonical",
             tmp_path / "coarse",

@@ -102,46 +102,55 @@ def generate_typed(
     follows_edges = (src, dst)
     in_cat = _draw_in_groups(rng, cat_c, np.ones(categories), _targets(rng, item_c, 0.9, k), k)
 
+    ids = _write_nodes(out, rng, user_c, item_c, categories, (user_dim, item_dim), signal)
+    relations = _write_edges(out, ids, buys_edges, follows_edges, in_cat)
+    return {
+        "nodes": {"user": users, "item": items, "category": categories},
+        "edges": relations,
+        "communities": k,
+    }
+
+
+def _feat(rng: np.random.Generator, c: np.ndarray, dim: int, strength: float) -> pa.Array:
+    """Gaussian rows of `dim` floats, `strength` added at column ``c % dim`` (the community)."""
+    x = rng.normal(size=(len(c), dim)).astype(np.float32)
+    x[np.arange(len(c)), c % dim] += strength
+    return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), dim)
+
+
+def _write_nodes(out: Path, rng, user_c, item_c, categories: int, dims: tuple[int, int], signal: float) -> tuple:
+    """nodes/<type>.parquet of the three types; their ids (users, items, categories)."""
+    users, items = len(user_c), len(item_c)
     user_ids = np.char.add("u", np.arange(users).astype(str)).astype(object)
     item_ids = 100_000 + 7 * np.arange(items, dtype=np.int64)
     cat_ids = np.char.add("cat-", np.arange(categories).astype(str)).astype(object)
-
-    def feat(c: np.ndarray, dim: int, strength: float) -> pa.Array:
-        x = rng.normal(size=(len(c), dim)).astype(np.float32)
-        x[np.arange(len(c)), c % dim] += strength
-        return pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), dim)
-
     split = np.array(["train", "val", "test"], dtype=object)[
         np.searchsorted([0.6, 0.8], rng.random(users), side="right")
     ]
     (out / "nodes").mkdir(parents=True, exist_ok=True)
-    (out / "edges").mkdir(exist_ok=True)
-    pq.write_table(
-        pa.table(
-            {
-                "node_id": pa.array(user_ids, pa.string()),
-                "label": pa.array(np.char.add("segment-", user_c.astype(str)).astype(object), pa.string()),
-                "split": pa.array(split, pa.string()),
-                "feat": feat(user_c, user_dim, signal * 2),
-            }
-        ),
-        out / "nodes" / "user.parquet",
-    )
-    pq.write_table(
-        pa.table({"node_id": pa.array(item_ids), "feat": feat(item_c, item_dim, signal)}),
-        out / "nodes" / "item.parquet",
-    )
+    user = {
+        "node_id": pa.array(user_ids, pa.string()),
+        "label": pa.array(np.char.add("segment-", user_c.astype(str)).astype(object), pa.string()),
+        "split": pa.array(split, pa.string()),
+        "feat": _feat(rng, user_c, dims[0], signal * 2),
+    }
+    pq.write_table(pa.table(user), out / "nodes" / "user.parquet")
+    item = {"node_id": pa.array(item_ids), "feat": _feat(rng, item_c, dims[1], signal)}
+    pq.write_table(pa.table(item), out / "nodes" / "item.parquet")
     pq.write_table(pa.table({"node_id": pa.array(cat_ids, pa.string())}), out / "nodes" / "category.parquet")
+    return user_ids, item_ids, cat_ids
+
+
+def _write_edges(out: Path, ids: tuple, buys: tuple, follows: tuple, in_cat: np.ndarray) -> dict[str, int]:
+    """edges/<key>.parquet of the three relations and the settings file; the edges per relation."""
+    user_ids, item_ids, cat_ids = ids
     relations = {
-        "user__buys__item": (user_ids[buys_edges[0]], item_ids[buys_edges[1]], pa.string(), pa.int64()),
-        "user__follows__user": (user_ids[follows_edges[0]], user_ids[follows_edges[1]], pa.string(), pa.string()),
+        "user__buys__item": (user_ids[buys[0]], item_ids[buys[1]], pa.string(), pa.int64()),
+        "user__follows__user": (user_ids[follows[0]], user_ids[follows[1]], pa.string(), pa.string()),
         "item__in__category": (item_ids, cat_ids[in_cat], pa.int64(), pa.string()),
     }
+    (out / "edges").mkdir(exist_ok=True)
     (out / "gnnflow.yaml").write_text("ops: {canonical_graph: {config: {add_reverse: true}}}\n")
     for key, (s, d, st, dt) in relations.items():
         pq.write_table(pa.table({"src": pa.array(s, st), "dst": pa.array(d, dt)}), out / "edges" / f"{key}.parquet")
-    return {
-        "nodes": {"user": users, "item": items, "category": categories},
-        "edges": {key: len(v[0]) for key, v in relations.items()},
-        "communities": k,
-    }
+    return {key: len(v[0]) for key, v in relations.items()}
