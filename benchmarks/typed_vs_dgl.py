@@ -25,7 +25,7 @@ gnnflow minibatch shards written once, then `training.train.train` (``model.conv
 Each run of each side is a fresh spawned child (its peak RSS its own), the sides alternate --repeat
 times. Epoch time is the training loop alone (median, best and worst over every epoch of every
 run); accuracy is each run's final model on the test users by full-graph inference (mean ± sample
-standard deviation). Results: benchmarks/results/typed_vs_dgl.json.
+standard deviation). Results: benchmarks/results/typed_vs_dgl-<users>.json.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 from graphs.stages.normalize import Adjacency  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "typed_vs_dgl.json"
+RESULTS = REPO / "benchmarks" / "results"
 
 
 def parse_args(argv=None):
@@ -66,7 +66,7 @@ def parse_args(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch intra-op threads, both sides")
     ap.add_argument("--work", default=str(REPO / "bench_out" / "typed_vs_dgl"))
-    ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/typed_vs_dgl.json")
+    ap.add_argument("--no-write", action="store_true", help="do not write benchmarks/results/typed_vs_dgl-<users>.json")
     args = ap.parse_args(argv)
     args.fanout_list = [int(f) for f in args.fanouts.split(",")]
     return args
@@ -339,9 +339,9 @@ def main(argv=None) -> None:
               f"{r['median_epoch_s'] / dgl['median_epoch_s']:.2f}x | {r['test_acc_mean']:.4f} ± {r['test_acc_std']:.4f} | "
               f"{r['peak_rss_gb']:.2f} |")  # fmt: skip
     if not args.no_write:
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.mkdir(parents=True, exist_ok=True)
         settings = {k: v for k, v in vars(args).items() if k not in ("work", "no_write")}
-        RESULTS.write_text(json.dumps({"settings": settings, "rows": rows, "runs": runs}, indent=1) + "\n")
+        (RESULTS / f"typed_vs_dgl-{args.users}.json").write_text(json.dumps({"settings": settings, "rows": rows, "runs": runs}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
