@@ -2,10 +2,12 @@
 
     .venv/bin/python benchmarks/typed_vs_dgl.py                          # 20k users, R-GCN 2 x 64, 10 epochs
     .venv/bin/python benchmarks/typed_vs_dgl.py --users 100000 --repeat 3 --num-bases 2
+    .venv/bin/python benchmarks/typed_vs_dgl.py --dataset datasets/cora-typed --batch-size 32 --epochs 30
 
 The graph is `graphs.synthetic.typed` (users, items, categories; the users' planted segment is the
-label; users and items have features of different widths, categories none), ingested once with
-``add_reverse`` (canonical_graph, normalized_adjacency; cached under --work). Both sides train the
+label; users and items have features of different widths, categories none), or with --dataset a
+typed landing folder such as datasets/cora-typed (papers and the words they use); it is ingested
+once with ``add_reverse`` (canonical_graph, normalized_adjacency; cached under --work). Both sides train the
 same network on the same training users, with the same fanouts (drawn over a node's in-edges of
 every relation together), batch size, epochs, Adam learning rate, dropout, torch threads and seed:
 
@@ -55,6 +57,7 @@ RESULTS = REPO / "benchmarks" / "results"
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--users", type=int, default=20_000)
+    ap.add_argument("--dataset", help="a typed landing folder to read instead of generating one")
     ap.add_argument("--fanouts", default="10,10")
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--num-bases", type=int, default=0, help="basis decomposition (0: a weight per relation)")
@@ -77,14 +80,16 @@ def parse_args(argv=None):
 
 def prepare(args) -> tuple[Path, Path]:
     """(canonical, adjacency) folders of the generated typed graph, built once per size and seed."""
-    root = Path(args.work).resolve() / f"users{args.users}-seed{args.seed}"
+    root = Path(args.work).resolve() / (
+        Path(args.dataset).name if args.dataset else f"users{args.users}-seed{args.seed}"
+    )
     can, adj = root / "canonical_graph", root / "normalized_adjacency"
-    if not (adj / Adjacency.SUMMARY).exists():
-        run_in_child(_prepare, str(root), args.users, args.seed)
+    if args.dataset or not (adj / Adjacency.SUMMARY).exists():
+        run_in_child(_prepare, str(root), args.users, args.seed, args.dataset)
     return can, adj
 
 
-def _prepare(root: str, users: int, seed: int, queue) -> None:
+def _prepare(root: str, users: int, seed: int, dataset: str | None, queue) -> None:
     from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
     from graphs.stages.normalize import build_normalized_adjacency
     from graphs.synthetic.typed import generate_typed
@@ -92,7 +97,10 @@ def _prepare(root: str, users: int, seed: int, queue) -> None:
     root = Path(root)
     shutil.rmtree(root, ignore_errors=True)
     landing = root / "landing" / "typed"
-    generate_typed(landing, users, seed=seed)
+    if dataset:
+        shutil.copytree(dataset, landing)
+    else:
+        generate_typed(landing, users, seed=seed)
     build_canonical_graph(landing, root / "canonical_graph", CanonicalConfig(add_reverse=True))
     build_normalized_adjacency(root / "canonical_graph", root / "normalized_adjacency")
     queue.put({})
@@ -132,7 +140,9 @@ def dgl_inputs(can: Path):
         (torch.from_numpy(edges.src.to_numpy()), torch.from_numpy(edges.dst.to_numpy())), num_nodes=len(nodes)
     )
     g.edata[dgl.ETYPE] = torch.from_numpy(edges.etype.to_numpy().astype(np.int64))
-    g.ndata["feat"] = torch.from_numpy(np.load(graph.features_path))
+    # no type with features: every type learns its vectors, the rows are never read
+    feat = np.load(graph.features_path) if graph.has_features else np.zeros((len(nodes), 1), np.float32)
+    g.ndata["feat"] = torch.from_numpy(feat)
     g.ndata["label"] = torch.from_numpy(nodes.label.to_numpy().astype(np.int64))
     g.ndata["ntype"] = torch.from_numpy(typed.node_types_of(np.arange(len(nodes))))
     split, labelled = nodes.split.to_numpy(), nodes.label.to_numpy() >= 0
@@ -328,7 +338,7 @@ def main(argv=None) -> None:
     rows = {"DGL": side_row(runs["dgl"]), "gnnflow": side_row(runs["gnnflow"]),
             "gnnflow + shard writing": side_row(runs["gnnflow"], amortize=True)}  # fmt: skip
     dgl = rows["DGL"]
-    header = (f"users {args.users}, R-GCN {len(args.fanout_list)} x {args.hidden}, fanouts {args.fanouts}, "
+    header = (f"{args.dataset or f'users {args.users}'}, R-GCN {len(args.fanout_list)} x {args.hidden}, fanouts {args.fanouts}, "
               f"bases {args.num_bases or 'none'}, batch {args.batch_size}, {args.epochs} epochs, "
               f"{args.threads} threads, {args.repeat} runs per side")  # fmt: skip
     print(header)
@@ -341,7 +351,10 @@ def main(argv=None) -> None:
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         settings = {k: v for k, v in vars(args).items() if k not in ("work", "no_write")}
-        (RESULTS / f"typed_vs_dgl-{args.users}.json").write_text(json.dumps({"settings": settings, "rows": rows, "runs": runs}, indent=1) + "\n")
+        name = Path(args.dataset).name if args.dataset else args.users
+        (RESULTS / f"typed_vs_dgl-{name}.json").write_text(
+            json.dumps({"settings": settings, "rows": rows, "runs": runs}, indent=1) + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -148,6 +148,9 @@ class Block:
     correction_per_dst: bool = False
     weight_factors: NodeScales | None = None
     correction_compact: tuple[torch.Tensor, torch.Tensor] | None = None
+    # False for a block whose rows are not nodes among the sources (a typed block's rows per
+    # (destination, relation), `training.typed_blocks.TypedBlock.relation_rows`): aggregation only
+    dst_in_src: bool = True
     _cache: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -162,7 +165,7 @@ class Block:
             raise ValueError(
                 f"Block indptr must have shape [num_dst + 1] = [{self.num_dst + 1}], got {list(self.indptr.shape)}"
             )
-        if self.num_dst > self.num_src:
+        if self.dst_in_src and self.num_dst > self.num_src:
             raise ValueError(
                 f"Block has num_dst={self.num_dst} > num_src={self.num_src}; destination "
                 "nodes must be the first num_dst source nodes"
@@ -211,6 +214,7 @@ class Block:
             self.correction_per_dst,
             self.weight_factors,
             None if first is None else (first, rest),
+            self.dst_in_src,
         )
 
     def in_degrees(self) -> torch.Tensor:

@@ -109,6 +109,26 @@ class TypedBlock:
             got = self._by_relation[relation] = mask_edges(self.block, self.relation_mask(relation))
         return got
 
+    def relation_rows(self) -> tuple[Block, torch.Tensor | None]:
+        """(rows, perm): the block's edges as rows per (destination, relation), row
+        ``v * R + r`` holding v's in-edges of relation r, over the same sources; ``perm`` the
+        edges' order in it (None when the block's edges are already sorted by destination, then
+        relation, as the shards store them). One sparse product over it aggregates every relation
+        at once; built once and shared by the layers."""
+        got = self._by_relation.get("rows")
+        if got is None:
+            rels = len(self.schema.relations)
+            key = self.block.dst_ids() * rels + self.etypes
+            perm = None
+            if key.numel() > 1 and bool((key[1:] < key[:-1]).any()):
+                key, perm = torch.sort(key, stable=True)
+            counts = torch.bincount(key, minlength=self.num_dst * rels)
+            indptr = torch.cat([counts.new_zeros(1), counts.cumsum(0)])
+            indices = self.block.indices if perm is None else self.block.indices[perm]
+            rows = Block(indptr, indices, self.num_src, self.num_dst * rels, dst_in_src=False)
+            got = self._by_relation["rows"] = (rows, perm)
+        return got
+
     def dst_of_type(self, node_type: int) -> torch.Tensor:
         """bool ``[num_dst]``: the destinations of type index `node_type`."""
         return self.dst_types == node_type

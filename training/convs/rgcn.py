@@ -9,8 +9,10 @@ edge's relation comes from the block; over a plain block every edge is of one re
 layer is ``x_v W_0 + mean_u x_u W_1 + b`` on a homogeneous graph.
 
 Each relation's neighbours are averaged before the transform (``(Σ n_e x_u) W_r``, exact by
-linearity), so the transform runs over the destinations only, R times, instead of over every
-edge as DGL's gather does. The parameter names are DGL's (``linear_r.W``, ``linear_r.coeff``,
+linearity): one sparse product over the block's rows per (destination, relation)
+(`training.typed_blocks.TypedBlock.relation_rows`) gives every relation's mean, and one matrix
+product with the stacked relation weights ``[R · in, out]`` transforms them, over the destinations
+only, instead of over every edge as DGL's gather does. The parameter names are DGL's (``linear_r.W``, ``linear_r.coeff``,
 ``loop_weight``, ``h_bias``): a ``RelGraphConv`` state_dict loads into this module and back.
 """
 
@@ -80,18 +82,18 @@ class RelGraphConv(Aggregating):
                 raise ValueError(
                     f"rgcn was built for {rels} relations; the block's schema has {len(block.schema.relations)}"
                 )
-            parts = [(block.relation_block(r), block.relation_mask(r)) for r in range(rels)]
+            rows, perm = block.relation_rows()
         else:
             if rels != 1:
                 raise ValueError(f"rgcn was built for {rels} relations but was given a block without relation types")
-            parts = [(block, None)]
-        w_all = self.linear_r.weights()
-        h = x.new_zeros(block.num_dst, w_all.shape[2])
-        for r, (sub, mask) in enumerate(parts):
-            w = edge_weight if edge_weight is None or mask is None else edge_weight[mask]
-            if w is not None:
-                w = weighted_mean_weights(sub, w)
-            h = h + self.aggregate(sub, x, "mean", w) @ w_all[r]
+            rows, perm = block, None
+        w_all = self.linear_r.weights()  # [R, in, out]
+        w = edge_weight if edge_weight is None or perm is None else edge_weight[perm]
+        if w is not None:
+            w = weighted_mean_weights(rows, w)
+        # every relation's mean at once ([num_dst * R, in]), then one product with the stacked weights
+        agg = self.aggregate(rows, x, "mean", w).reshape(block.num_dst, rels * x.shape[1])
+        h = agg @ w_all.reshape(rels * x.shape[1], w_all.shape[2])
         if self.h_bias is not None:
             h = h + self.h_bias
         if self.loop_weight is not None:
