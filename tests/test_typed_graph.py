@@ -266,3 +266,15 @@ def test_cora_typed_learns_topics_from_words_and_citations(tmp_path):
     result = train(run)
     # 7 topics (the largest class is about 0.3 of the test papers); no paper has features
     assert result["test_acc_at_best_val"] > 0.5, result
+
+
+def test_the_landing_sensor_sees_a_typed_folder_and_its_labels(shop):
+    from graphs.stages.landing import landing_fingerprint
+    from graphs.stages.user_files import landing_has_labels
+
+    assert landing_has_labels(shop)
+    before = landing_fingerprint(shop)
+    _write(shop / "nodes" / "tag.parquet", node_id=["t1", "t2", "t3"])  # a per-type file changed
+    assert landing_fingerprint(shop) != before
+    _write(shop / "nodes" / "user.parquet", node_id=["ann", "bob", "cy", "dee", "eve", "fay"])  # no labels left
+    assert not landing_has_labels(shop)

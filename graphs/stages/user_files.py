@@ -463,6 +463,13 @@ def landing_has_labels(dataset_dir: str | os.PathLike) -> bool:
     True when the files or the mapping cannot be read (the ingest then fails naming them)."""
     try:
         files = find_dataset_files(dataset_dir)
+        if files.typed:  # the target type's file, by name (a typed graph maps no columns)
+            with tempfile.TemporaryDirectory(prefix="gnnflow-labels-") as scratch:
+                nodes = _Converter(Path(scratch), {}, "1GB", 1)
+                try:
+                    return any(_known_label(nodes, path) for path in files.node_type_files)
+                finally:
+                    nodes.close()
         if files.nodes is None:
             return False
         columns = read_column_mapping(dataset_dir)
