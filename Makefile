@@ -47,7 +47,7 @@ LOG ?= warning
 demo: install $(DAGSTER_HOME)/dagster.yaml
 	@# a dataset of the repository (datasets/, e.g. DEMO=cora) is copied; any other name is generated
 	if [ -d $(GNNFLOW_LANDING)/$(DEMO) ]; then :; \
-	elif [ -f datasets/$(DEMO)/edges.parquet ]; then mkdir -p $(GNNFLOW_LANDING) && cp -R datasets/$(DEMO) $(GNNFLOW_LANDING)/$(DEMO); \
+	elif [ -d datasets/$(DEMO) ]; then mkdir -p $(GNNFLOW_LANDING) && cp -R datasets/$(DEMO) $(GNNFLOW_LANDING)/$(DEMO); \
 	else $(BIN)/gnnflow generate --preset demo --out $(GNNFLOW_LANDING)/$(DEMO); fi
 	$(BIN)/gnnflow datasets sync
 	$(BIN)/gnnflow launch --assets '*' --partition $(DEMO)

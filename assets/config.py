@@ -126,6 +126,18 @@ def resolve_blocks(config: pydantic.BaseModel, defaults: Mapping[str, Any], read
     return ResolvedSettings(blocks, applied, ignored)
 
 
+def with_settings(config: pydantic.BaseModel, values: Mapping[str, Any]) -> pydantic.BaseModel:
+    """`config` with each value of `values` (dotted keys under it) set, as if the run config had."""
+    for key, value in values.items():
+        config = _with_setting(config, key.split("."), value)
+    return config
+
+
+def _with_setting(obj: pydantic.BaseModel, parts: list[str], value: Any) -> pydantic.BaseModel:
+    inner = value if len(parts) == 1 else _with_setting(getattr(obj, parts[0]), parts[1:], value)
+    return obj.model_copy(update={parts[0]: inner})
+
+
 def _is_set(obj: pydantic.BaseModel, parts: list[str]) -> bool:
     for name in parts:
         if not isinstance(obj, pydantic.BaseModel) or name not in obj.model_fields_set:

@@ -256,6 +256,19 @@ def _leaf_keys(block: Mapping[str, Any], prefix: str = "") -> list[str]:
     return keys
 
 
+def _mark_set(config: pydantic.BaseModel, keys: list[str]) -> None:
+    """Record every key given (dotted) as set in `config`'s blocks: Dagster's Config leaves a value
+    equal to its default out of ``model_fields_set``, and a task's or a typed graph's own
+    defaults (`assets.config.resolve_blocks`) must not replace a value the user wrote."""
+    for key in keys:
+        obj = config
+        for name in key.split("."):
+            if not isinstance(obj, pydantic.BaseModel) or name not in type(obj).model_fields:
+                break
+            obj.__pydantic_fields_set__.add(name)
+            obj = getattr(obj, name)
+
+
 def _validate(cls: type[dg.Config], block: dict) -> dg.Config:
     config = cls(**block)
     config.to_dataclass()  # the library dataclass's __post_init__ checks
@@ -278,6 +291,7 @@ def resolve(
         except (ValueError, TypeError) as exc:
             raise SettingsError(f"{path}: {where}: {exc}") from exc
     config = cls(**merge(from_file, explicit))
+    _mark_set(config, _leaf_keys(from_file) + _leaf_keys(explicit))
     provenance = {
         "settings_file": str(path) if from_file else None,
         "from_file": sorted(set(_leaf_keys(from_file)) - set(_leaf_keys(explicit))),

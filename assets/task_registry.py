@@ -82,6 +82,8 @@ class Task:
     name: ClassVar[str]
     traits: ClassVar[TaskTraits]
     defaults: ClassVar[Mapping[str, Any]] = {}  # its own defaults of shared settings (module docstring)
+    # on a typed graph (canonical_graph's types.json), its own defaults on top of `defaults`
+    typed_defaults: ClassVar[Mapping[str, Any]] = {}
     reads: ClassVar[tuple[str, ...]] = ("model", "training", "launch")  # the settings its training reads
 
     @classmethod
@@ -110,10 +112,10 @@ class Task:
         raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no decide_promotion()")
 
 
-def task_settings(task: type[Task], config) -> ResolvedSettings:
+def task_settings(task: type[Task], config, typed: bool = False) -> ResolvedSettings:
     """trained_model's effective run config `config` with `task`'s defaults where a key is unset
-    (`assets.config.resolve_blocks`)."""
-    return resolve_blocks(config, task.defaults, task.reads)
+    (`assets.config.resolve_blocks`), its ``typed_defaults`` on top of them for a typed graph."""
+    return resolve_blocks(config, {**task.defaults, **(task.typed_defaults if typed else {})}, task.reads)
 
 
 def _check_traits(cls: type) -> None:

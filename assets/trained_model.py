@@ -58,7 +58,7 @@ from assets.common import (
     png_markdown,
     skip_without_labels,
 )
-from assets.config import dagster_config, resolved_metadata
+from assets.config import dagster_config, resolved_metadata, with_settings
 from assets.evaluation import promoted_training_labels, promotion_config
 from assets.integrity import file_errors_as_failures
 from assets.pipes_messages import WholeLineMessageReader
@@ -67,6 +67,7 @@ from assets.settings import register_config
 from assets.task_registry import built_in_tasks, task_class, task_settings
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.graph_schema import TypedSchema
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.formats.shard_format import refuse_republished_upstream
 from graphs.formats.shard_manifest import ShardManifest
@@ -254,12 +255,15 @@ def trained_model(
     config, config_metadata = storage.settings(context, dataset, _ASSET, config)
     task = storage.task(dataset)
     try:
-        resolved = task_settings(task, config)
+        typed = TypedSchema.read(storage.asset_dir(dataset, CanonicalGraph.STAGE)) is not None
+        resolved = task_settings(task, config, typed)
     except ValueError as exc:
         raise dg.Failure(
             description=f"dataset '{dataset}': trained_model settings for task {task.name}: {exc}"
         ) from exc
     config_metadata |= resolved_metadata(resolved, f"trained_model: task {task.name}", context.log.warning)
+    if typed:  # the training reads the run config itself: the typed defaults that applied enter it
+        config = with_settings(config, {k: v for k, v in resolved.own_defaults.items() if k in task.typed_defaults})
     # the launcher shares this lock; rank 0 runs under it, and stops if it ends (graphs.infra.storage)
     with storage.lock(dataset, context.log.info):
         return task.train(context, config, storage, dataset, config_metadata)

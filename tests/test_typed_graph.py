@@ -278,3 +278,26 @@ def test_the_landing_sensor_sees_a_typed_folder_and_its_labels(shop):
     assert landing_fingerprint(shop) != before
     _write(shop / "nodes" / "user.parquet", node_id=["ann", "bob", "cy", "dee", "eve", "fay"])  # no labels left
     assert not landing_has_labels(shop)
+
+
+def test_a_typed_graph_trains_rgcn_unless_the_user_names_a_layer(tmp_path):
+    """Node classification's typed default (R-GCN) applies where model.conv is unset, and a value
+    the user writes wins even when it equals the dataclass's default (which Dagster's Config
+    leaves out of the fields it marks as set); so does link prediction's own learning rate."""
+    from assets.settings import resolve
+    from assets.task_registry import task_class, task_settings
+    from assets.trained_model import TrainedModelConfig
+
+    node = task_class("node_classification")
+    unset, _ = resolve(TrainedModelConfig, "trained_model", {"model": {"hidden": 64}}, {}, tmp_path / "gnnflow.yaml")
+    assert task_settings(node, unset, typed=True).own_defaults == {"model.conv": "rgcn"}
+    assert task_settings(node, unset, typed=False).own_defaults == {}
+    named, _ = resolve(TrainedModelConfig, "trained_model", {}, {"model": {"conv": "sage"}}, tmp_path / "gnnflow.yaml")
+    assert task_settings(node, named, typed=True).own_defaults == {}
+    assert task_settings(node, named, typed=True).blocks["model"].conv == "sage"
+    link = task_class("link_prediction")
+    default_lr = TrainedModelConfig().training.optimizer.lr
+    given, _ = resolve(
+        TrainedModelConfig, "trained_model", {"training": {"optimizer": {"lr": default_lr}}}, {}, tmp_path / "x.yaml"
+    )
+    assert task_settings(link, given).blocks["training"].optimizer.lr == default_lr

@@ -36,6 +36,7 @@ from training.evaluate import EvalGraph, StreamingEval, load_full_block
 from training.feature_cache import CacheSpec
 from training.features import FeatureTransform, degree_features, feature_chunks, full_features, read_node_table
 from training.imbalance import class_weights
+from training.layer_registry import layer_kind
 from training.layers import build_model
 from training.node_stats import NodeGradStats
 from training.precision import Precision, grad_scaler, resolve_precision
@@ -229,8 +230,9 @@ def _model_and_optimizer(
             model,
             device_ids=[device.index] if device.type == "cuda" else None,
             bucket_cap_mb=tcfg.comm.bucket_cap_mb,
-            # a typed minibatch may hold no edge of a relation, or no node of a featureless type
-            find_unused_parameters=typed is not None,
+            # a relation without edges in a minibatch leaves its layer unused where layers run per
+            # relation; a relational layer (rgcn) reads every relation's weight in every step
+            find_unused_parameters=typed is not None and not layer_kind(cfg.model.conv).relational,
         )
         comm_counter = setup_comm_hook(net, tcfg.comm, timeout_s=tcfg.dist_timeout_s)
     optimizer = make_optimizer(tcfg.optimizer, model)

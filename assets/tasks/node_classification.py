@@ -15,6 +15,7 @@ from graphs.sampling import write_minibatch_shards
 class NodeClassification(Task):
     name = NODE_CLASSIFICATION
     traits = TaskTraits(holds_out_edges=False, needs_labels=True, seeds="nodes")
+    typed_defaults = {"model.conv": "rgcn"}  # a typed graph trains R-GCN over its relations
 
     @classmethod
     def write_shards(cls, inputs, out, cfg, *, canonical, log):
