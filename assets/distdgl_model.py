@@ -156,6 +156,12 @@ def distdgl_model(
         skipped = skip_without_labels(context, read_summary(canonical), "train on", [BEATS_MAJORITY])
         if skipped is not None:
             return skipped
+        if CanonicalGraph.open(canonical).typed:
+            return _skipped(
+                context,
+                "the graph is typed, and the DistDGL engine trains a homogeneous model on the homogeneous "
+                "partition format; trained_model trains the typed graph's relational model",
+            )
         try:
             resolved = resolve_blocks(config, DISTDGL_DEFAULTS, DISTDGL_READS)
             training, cluster = distdgl_training(resolved.blocks), resolved.blocks["cluster"]
@@ -208,11 +214,15 @@ def _part_config(parts: Partitions, dataset: str) -> Path:
 
 
 def _skipped_without_hosts(context, num_parts: int) -> dg.MaterializeResult:
-    reason = (
+    return _skipped(
+        context,
         f"metis_partitions has {num_parts} parts and DistDGL runs one machine per part: set "
         f"{_ASSET}.cluster.hosts to their {num_parts} addresses (launcher: ssh), or partition into 1 part "
-        "(metis_partitions.num_parts: 1) to train on this machine"
+        "(metis_partitions.num_parts: 1) to train on this machine",
     )
+
+
+def _skipped(context, reason: str) -> dg.MaterializeResult:
     context.log.info(f"{_ASSET} skipped: {reason}")
     check = dg.AssetCheckResult(check_name=BEATS_MAJORITY, passed=True, metadata={"skipped": reason})
     return dg.MaterializeResult(metadata={"skipped": reason}, check_results=[check])

@@ -66,6 +66,10 @@ def parse_args(argv=None):
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--dropout", type=float, default=0.5)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument(
+        "--dgl-embedding-init", choices=("torch", "gnnflow"), default="torch",
+        help="DGL's learned vectors: nn.Embedding's N(0, 1) (its users' default) or gnnflow's N(0, 1/hidden)",
+    )  # fmt: skip
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch intra-op threads, both sides")
     ap.add_argument("--work", default=str(REPO / "bench_out" / "typed_vs_dgl"))
@@ -188,6 +192,9 @@ def dgl_model(args, typed, classes: int):
                     if not w
                 }
             )
+            if args.dgl_embedding_init == "gnnflow":
+                for e in self.embed.values():
+                    nn.init.normal_(e.weight, std=args.hidden**-0.5)
             self.convs = nn.ModuleList(
                 dglnn.RelGraphConv(dims[i], dims[i + 1], relations, "basis" if bases else None, bases, self_loop=True)
                 for i in range(layers)
