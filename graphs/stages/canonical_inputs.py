@@ -41,7 +41,8 @@ def parquet_schema(path: Path) -> pa.Schema:
         raise InputError(f"{path}: cannot be read as Parquet ({exc})") from exc
 
 
-def _id_kind(path: Path, schema: pa.Schema, column: str) -> str:
+def id_kind(path: Path, schema: pa.Schema, column: str) -> str:
+    """'int' or 'string': the kind of the ids in `column` of the Parquet file `path` (InputError otherwise)."""
     if column not in schema.names:
         raise InputError(f"{path}: missing column '{column}' (columns present: {schema.names})")
     t = schema.field(column).type
@@ -85,7 +86,7 @@ def validate_inputs(files: DatasetFiles) -> str:
     for path in files.edge_files:
         schema = parquet_schema(path)
         for col in ("src", "dst"):
-            k = _id_kind(path, schema, col)
+            k = id_kind(path, schema, col)
             if kind is None:
                 kind, kind_file = k, path
             elif k != kind:
@@ -99,7 +100,7 @@ def validate_inputs(files: DatasetFiles) -> str:
                 raise InputError(f"{path}: column 'weight' has type {wt}; expected a number")
     if files.nodes is not None:
         schema = parquet_schema(files.nodes)
-        k = _id_kind(files.nodes, schema, "node_id")
+        k = id_kind(files.nodes, schema, "node_id")
         if k != kind:
             raise InputError(
                 f"ids mix integers and strings: {kind_file} has {kind} ids but {files.nodes} "
@@ -119,7 +120,7 @@ def validate_inputs(files: DatasetFiles) -> str:
                 raise InputError(f"{files.nodes}: column 'split' has type {st}; expected strings")
     if files.features is not None:
         schema = parquet_schema(files.features)
-        k = _id_kind(files.features, schema, "node_id")
+        k = id_kind(files.features, schema, "node_id")
         if k != kind:
             raise InputError(
                 f"ids mix integers and strings: {kind_file} has {kind} ids but {files.features} "

@@ -56,6 +56,7 @@ from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.graph_schema import REVERSE_PREFIX, GraphSchema, Relation, TypedSchema, check_type_name
 from graphs.infra import duck
 from graphs.infra.config_checks import bounded_repr
+from graphs.stages.canonical_inputs import id_kind
 from graphs.stages.landing import EDGES_FILE, FEATURES_FILE, NODES_FILE, DatasetFiles, InputError
 
 __all__ = ["PreparedTyped", "TypedSchema", "prepare_typed", "write_typed_files"]
@@ -75,16 +76,6 @@ class PreparedTyped:
     original_ids: pa.ChunkedArray  # the user's id of every global id, in global order
     type_names: pa.Array  # the node type of every global id (dictionary-encoded)
     facts: dict = field(default_factory=dict)  # summary["typed"]
-
-
-def _kind(t: pa.DataType) -> str:
-    if pa.types.is_dictionary(t):
-        t = t.value_type
-    if pa.types.is_integer(t):
-        return "int"
-    if pa.types.is_string(t) or pa.types.is_large_string(t):
-        return "string"
-    return str(t)
 
 
 def _schema_of(path: Path, required: tuple[str, ...]) -> pa.Schema:
@@ -142,15 +133,8 @@ class _Ingest:
             self.types[_type_name(path)] = path
         self.names = tuple(sorted(self.types))
         self.schemas = {t: _schema_of(p, ("node_id",)) for t, p in self.types.items()}
-        self.kinds = tuple(self._id_kind(self.types[t], self.schemas[t], "node_id") for t in self.names)
+        self.kinds = tuple(id_kind(self.types[t], self.schemas[t], "node_id") for t in self.names)
         self.counts: list[int] = []
-
-    @staticmethod
-    def _id_kind(path: Path, schema: pa.Schema, column: str) -> str:
-        kind = _kind(schema.field(column).type)
-        if kind not in ("int", "string"):
-            raise InputError(f"{path}: column {column!r} is {kind}; ids must be integers or strings")
-        return kind
 
     def node_ids(self) -> None:
         """Table ids_i (id, gid) per node type i; InputError for a null or repeated id."""
@@ -181,7 +165,7 @@ class _Ingest:
 
     def check_ids(self, view: str, path: Path, column: str, type_index: int, schema: pa.Schema) -> None:
         """InputError unless every non-null id of `view`.`column` is a node of type `type_index`."""
-        kind = self._id_kind(path, schema, column)
+        kind = id_kind(path, schema, column)
         if kind != self.kinds[type_index]:
             t = self.names[type_index]
             raise InputError(
