@@ -301,3 +301,40 @@ def test_a_typed_graph_trains_rgcn_unless_the_user_names_a_layer(tmp_path):
         TrainedModelConfig, "trained_model", {"training": {"optimizer": {"lr": default_lr}}}, {}, tmp_path / "x.yaml"
     )
     assert task_settings(link, given).blocks["training"].optimizer.lr == default_lr
+
+
+def test_a_killed_typed_run_resumes_to_the_uninterrupted_model(generated, tmp_path):
+    """The checkpoint holds the learned vectors and both optimizers (Adam and SparseAdam): a run
+    killed after its second epoch and run again ends with the weights of an uninterrupted run."""
+    from training.outputs import MODEL_FINAL, load_model_weights
+
+    def run_config(out):
+        return RunConfig.from_dict(
+            {
+                "model": {"conv": "rgcn", "hidden": 16},
+                "training": {"epochs": 4, "profiler": "none", "early_stopping_patience": 0},
+                "paths": {"shards": str(generated["shards"]), "out": str(out)},
+            }
+        )
+
+    torch.manual_seed(0)
+    train(run_config(tmp_path / "a" / "trained_model"))
+
+    class Killed(Exception):
+        pass
+
+    def kill_after_second_epoch(epoch, rows):
+        if epoch == 1:
+            raise Killed
+
+    cfg = run_config(tmp_path / "b" / "trained_model")
+    with pytest.raises(Killed):
+        train(cfg, on_epoch_end=kill_after_second_epoch)
+    seen = []
+    train(cfg, on_epoch_end=lambda epoch, rows: seen.append(epoch))
+    assert seen == [2, 3]
+    a = load_model_weights(tmp_path / "a" / "trained_model" / MODEL_FINAL)
+    b = load_model_weights(tmp_path / "b" / "trained_model" / MODEL_FINAL)
+    assert any(k.startswith("net.input.embed.") for k in a)  # the featureless categories' vectors
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5)
