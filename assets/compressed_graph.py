@@ -91,6 +91,8 @@ def _metadata(out, s: dict) -> dict:
     if f:
         enc = f["encoding"] + (" of asinh(x)" if f["transform"] == "asinh" else "")
         rows.append(("features", enc, f["bytes_before"], f["bytes_after"], f["max_abs_error"], f["rel_rms_error"]))
+        for name, e in f.get("node_types", {}).items():  # a typed graph: each type on its own columns
+            rows.append((f"features of {name}", enc, None, None, e["max_abs"], e["rel_rms"]))
     rows.append(
         ("edge weights", "int8 per row", w["bytes_before"], w["bytes_after"], w["max_abs_error"], w["rel_rms_error"])
     )
@@ -104,7 +106,10 @@ def _metadata(out, s: dict) -> dict:
             if max_abs is not None
             else f"FPR {b['measured_fpr']:.4f} | (target {b['target_fpr']:g})"
         )
-        table += f"| {name} | {enc} | {before:,} | {after:,} | {1 - after / before:.1%} | {err} |\n" if before else ""
+        if before is None:  # one node type's part of the features
+            table += f"| {name} | {enc} | | | | {err} |\n"
+        elif before:
+            table += f"| {name} | {enc} | {before:,} | {after:,} | {1 - after / before:.1%} | {err} |\n"
     metadata = {
         "nodes": s["nodes"],
         "edges": s["edges"],

@@ -338,3 +338,24 @@ def test_a_killed_typed_run_resumes_to_the_uninterrupted_model(generated, tmp_pa
     assert any(k.startswith("net.input.embed.") for k in a)  # the featureless categories' vectors
     for k in a:
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5)
+
+
+def test_compressed_graph_reports_each_node_types_error(shop, tmp_path):
+    """The union's columns share their INT8 parameters across types: items whose features are a
+    thousand times the users' leave the users' features coarse, and the per-type errors show it."""
+    from graphs.stages.compress import build_compressed_graph
+    from graphs.stages.partition import PartitionConfig, build_partitions
+
+    _write(
+        shop / "nodes" / "item.parquet", node_id=[30, 10, 20], feat=[[1000.0, 3000.0], [-1000.0, 1.0], [9.0, -2000.0]]
+    )
+    canonical, adjacency, parts = tmp_path / "canonical", tmp_path / "adjacency", tmp_path / "parts"
+    build_canonical_graph(shop, canonical, CanonicalConfig(add_reverse=True))
+    build_normalized_adjacency(canonical, adjacency)
+    build_partitions(canonical, parts, PartitionConfig(num_parts=2, write_distdgl=False, clusters_per_part=1))
+    summary = build_compressed_graph(canonical, adjacency, parts, tmp_path / "compressed")
+    errors = summary["features"]["node_types"]
+    assert set(errors) == {"item", "user"}  # tags have no features
+    assert errors["item"]["rel_rms"] < 0.01
+    assert errors["user"]["rel_rms"] > 10 * errors["item"]["rel_rms"]
+    assert errors["user"]["max_abs"] > 1.0  # a step of about 4000 / 255 on the shared columns

@@ -19,6 +19,7 @@ import numpy as np
 
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.compress_files import CompressedGraph
+from graphs.formats.graph_schema import TypedSchema
 from graphs.formats.npyrows import create_npy_memmap
 from graphs.kernels.quantize import (
     EncodedFeatures,
@@ -121,10 +122,44 @@ def _transformed_range(x: np.ndarray, transform: str, rows: int) -> tuple[np.nda
     return lo, hi
 
 
+class _TypeErrors:
+    """A typed graph's reconstruction error per node type, on each type's own columns (its rows are
+    one id range, `graphs.formats.graph_schema.TypedSchema`): ``rel_rms`` (RMS error over RMS
+    value) and ``max_abs``. The union's columns share their quantization parameters across the
+    types, so a type whose values span a far smaller range than another's on the same columns
+    shows it here."""
+
+    def __init__(self, typed):
+        self.types = [
+            (name, int(typed.offsets[t]), int(typed.offsets[t + 1]), w)
+            for t, (name, w) in enumerate(zip(typed.schema.node_types, typed.feat_widths))
+            if w
+        ]
+        self.sums = {name: [0.0, 0.0, 0.0] for name, *_ in self.types}  # squared error, squared value, max
+
+    def add(self, a: int, block: np.ndarray, decoded: np.ndarray) -> None:
+        for name, first, last, width in self.types:
+            lo, hi = max(first, a), min(last, a + len(block))
+            if lo >= hi:
+                continue
+            diff = decoded[lo - a : hi - a, :width].astype(np.float64) - block[lo - a : hi - a, :width]
+            s = self.sums[name]
+            s[0] += float(np.sum(diff**2))
+            s[1] += float(np.sum(block[lo - a : hi - a, :width].astype(np.float64) ** 2))
+            s[2] = max(s[2], float(np.abs(diff).max(initial=0.0)))
+
+    def result(self) -> dict:
+        return {
+            name: {"rel_rms": float(np.sqrt(e / v)) if v else float(np.sqrt(e)), "max_abs": m}
+            for name, (e, v, m) in self.sums.items()
+        }
+
+
 def _encode_features(
-    x: np.ndarray, encoding: str, transform: str, tmp: Path, rows: int
+    x: np.ndarray, encoding: str, transform: str, tmp: Path, rows: int, typed=None
 ) -> tuple[dict, np.ndarray | None]:
-    """Write the encoded features (and scales) into `tmp`; return (error summary, scales or None)."""
+    """Write the encoded features (and scales) into `tmp`; return (error summary, scales or None);
+    for a typed graph (`typed`: its `TypedSchema`) the summary holds each type's error (``node_types``)."""
     n, d = x.shape
     shape = {"int8": (n, d), "int4": (n, (d + 1) // 2), "binary": (n, (d + 7) // 8)}[encoding]
     dtype = np.int8 if encoding == "int8" else np.uint8
@@ -132,16 +167,20 @@ def _encode_features(
     lo, hi = _transformed_range(x, transform, rows) if encoding != "binary" else (None, None)
     enc = _BlockEncoder(encoding, lo, hi, d)
     acc = ErrorAccumulator(d)
+    per_type = _TypeErrors(typed) if typed is not None else None
     for a, b in _blocks(n, rows):
         block = np.asarray(x[a:b])
         codes = enc.encode(forward_transform(block, transform))
         out[a:b] = codes
-        acc.add(block, inverse_transform(enc.decode(codes), transform))
+        decoded = inverse_transform(enc.decode(codes), transform)
+        acc.add(block, decoded)
+        if per_type is not None:
+            per_type.add(a, block, decoded)
     out.flush()
     del out
     if enc.scales is not None:
         np.save(tmp / CompressedGraph.FEATURE_SCALES, enc.scales)
-    return acc.result(), enc.scales
+    return acc.result() | ({"node_types": per_type.result()} if per_type else {}), enc.scales
 
 
 def _alternative_errors(x: np.ndarray, encodings: list[str], transform: str, rows: int) -> dict[str, dict]:
@@ -188,7 +227,7 @@ def compress_features(canonical: Path, tmp: Path, cfg) -> dict | None:
             "these are not — use 'int8', 'int4' or 'auto'"
         )
     transform = "none" if encoding == "binary" else cfg.feature_transform  # 0/1 bits need none
-    errors, _ = _encode_features(x, encoding, transform, tmp, rows)
+    errors, _ = _encode_features(x, encoding, transform, tmp, rows, TypedSchema.read(canonical))
     seconds = time.perf_counter() - t0
 
     applicable = ["int8", "int4"] + (["binary"] if binary else [])
