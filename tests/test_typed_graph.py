@@ -359,3 +359,15 @@ def test_compressed_graph_reports_each_node_types_error(shop, tmp_path):
     assert errors["item"]["rel_rms"] < 0.01
     assert errors["user"]["rel_rms"] > 10 * errors["item"]["rel_rms"]
     assert errors["user"]["max_abs"] > 1.0  # a step of about 4000 / 255 on the shared columns
+
+
+def test_metis_balances_node_types_on_the_coarsened_path_too(generated, tmp_path):
+    """Above metis_max_edges the multilevel path carries one constraint per node type through
+    its levels, so the default (balance_node_types) works at any size."""
+    from graphs.stages.partition import PartitionConfig, build_partitions
+
+    cfg = PartitionConfig(num_parts=2, write_distdgl=False, clusters_per_part=2, metis_max_edges=20_000)
+    summary = build_partitions(generated["canonical"], tmp_path / "parts", cfg)
+    assert summary["metis_coarsened"] and summary["balance_node_types"]
+    for name, facts in summary["metis"]["node_types"].items():
+        assert facts["imbalance"] <= 1.06, (name, facts)

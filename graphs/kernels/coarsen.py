@@ -25,6 +25,11 @@ slowly on power-law graphs — so at 200M directed edges (100M undirected) it ne
    beats its own part and the part's weight stays under ``(1 + imbalance) * total / k``;
    every move lowers the cut, and rounds go on until nothing moves.
 
+Further balance constraints (`Level.balance`, one column each: the training nodes, each node
+type of a typed graph) are summed by the contraction like the node weights, handed to METIS as
+more constraints (multi-constraint k-way, `graphs.kernels.metis.metis_kway_multi`), and kept by
+the refinement: a move must leave every column of its new part under that column's cap too.
+
 The result is deterministic for the same CSR, k and seed. Edge weights and node weights
 are integers (METIS's); a graph already within `max_edges` goes straight to METIS.
 """
@@ -36,7 +41,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from graphs.kernels.metis import metis_idx_dtype, quiet_stdout
+from graphs.kernels.metis import metis_idx_dtype, metis_kway_multi, quiet_stdout
 
 CLUSTERS_PER_PART = 16  # cluster weight bound U = total node weight / (k * this)
 LP_ROUNDS = 5  # label-propagation rounds per level
@@ -55,6 +60,7 @@ class Level:
     indices: np.ndarray  # int32 or int64 [m]
     eweight: np.ndarray | None  # int64 [m] or None
     vweight: np.ndarray  # int64 [n]
+    balance: np.ndarray | None = None  # int64 [n, c]: further balance constraints (summed like vweight)
 
     @property
     def n(self) -> int:
@@ -203,8 +209,19 @@ def _contract_kernel(
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _fits(extra, extra_load, extra_cap, u, p):  # pragma: no cover
+    """Whether part p stays within every further constraint's cap with node u in it."""
+    for j in range(extra.shape[1]):
+        if extra_load[p, j] + extra[u, j] > extra_cap[j]:
+            return False
+    return True
+
+
 @numba.njit(cache=True, nogil=True)
-def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k, rounds):  # pragma: no cover
+def _refine_kernel(
+    indptr, indices, eweight, has_w, vweight, part, load, cap, k, rounds, extra, extra_load, extra_cap
+):  # pragma: no cover
     n = len(indptr) - 1
     conn = np.zeros(k, np.int64)  # edge weight from the node into each part
     touched = np.empty(k, np.int64)
@@ -231,7 +248,7 @@ def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k,
             for i in range(t):
                 p = touched[i]
                 if p != own and (conn[p] > best_conn or (conn[p] == best_conn and best >= 0 and p < best)):
-                    if load[p] + vw <= cap:
+                    if load[p] + vw <= cap and _fits(extra, extra_load, extra_cap, u, p):
                         best, best_conn = p, conn[p]
                     else:
                         refused = True
@@ -240,6 +257,9 @@ def _refine_kernel(indptr, indices, eweight, has_w, vweight, part, load, cap, k,
             for i in range(t):
                 conn[touched[i]] = 0
             if best >= 0:
+                for j in range(extra.shape[1]):
+                    extra_load[own, j] -= extra[u, j]
+                    extra_load[best, j] += extra[u, j]
                 _move(u, own, best, vw, load, part, active, indices[e0:e1])
                 moved += 1
         if moved == 0:
@@ -282,6 +302,11 @@ def contract(g: Level, label: np.ndarray) -> tuple[Level, np.ndarray]:
     del coarse_id, present
     nc = int(cmap.max()) + 1 if g.n else 0
     vweight = np.bincount(cmap, weights=g.vweight, minlength=nc).astype(np.int64)
+    balance = None
+    if g.balance is not None:
+        balance = np.stack(
+            [np.bincount(cmap, weights=g.balance[:, j], minlength=nc) for j in range(g.balance.shape[1])], axis=1
+        ).astype(np.int64)
     members, member_ptr = _group(cmap, nc)
     out_ptr = np.zeros(nc + 1, dtype=np.int64)
     adj = np.empty(g.m, dtype=np.int32 if nc < 2**31 else np.int64)  # at most the fine edges
@@ -289,7 +314,7 @@ def contract(g: Level, label: np.ndarray) -> tuple[Level, np.ndarray]:
     m = _contract_kernel(g.indptr, g.indices, *_weights(g), members, member_ptr, cmap, out_ptr, adj, wt)
     del members, member_ptr
     adj, wt = adj[:m].copy(), wt[:m].copy()
-    return Level(out_ptr, adj, wt, vweight), cmap
+    return Level(out_ptr, adj, wt, vweight, balance), cmap
 
 
 def edge_cut_weight(g: Level, part: np.ndarray) -> int:
@@ -303,12 +328,25 @@ def edge_cut_weight(g: Level, part: np.ndarray) -> int:
 
 
 def refine_kway(g: Level, part: np.ndarray, k: int, imbalance: float, rounds: int = REFINE_ROUNDS) -> np.ndarray:
-    """Greedy k-way refinement (see the module docstring); returns the refined int32 parts."""
+    """Greedy k-way refinement (see the module docstring); returns the refined int32 parts. A
+    move must keep every further balance constraint (`Level.balance`) under its own cap too."""
     cap = (1.0 + imbalance) * float(g.vweight.sum()) / k
     part = part.astype(np.int32, copy=True)
     load = np.bincount(part, weights=g.vweight, minlength=k).astype(np.int64)
+    extra = g.balance if g.balance is not None else np.zeros((g.n, 0), dtype=np.int64)
+    extra_load = (
+        np.stack([np.bincount(part, weights=extra[:, j], minlength=k) for j in range(extra.shape[1])], axis=1).astype(
+            np.int64
+        )
+        if extra.shape[1]
+        else np.zeros((k, 0), dtype=np.int64)
+    )
+    extra_cap = (1.0 + imbalance) * extra.sum(axis=0).astype(np.float64) / k
     if g.m:
-        _refine_kernel(g.indptr, g.indices, *_weights(g), g.vweight, part, load, cap, int(k), int(rounds))
+        _refine_kernel(
+            g.indptr, g.indices, *_weights(g), g.vweight, part, load, cap, int(k), int(rounds),
+            np.ascontiguousarray(extra), extra_load, extra_cap,
+        )  # fmt: skip
     return part
 
 
@@ -345,6 +383,12 @@ def metis_levels(
     dtype = metis_idx_dtype()
     if top.n <= k:
         part = np.arange(top.n, dtype=np.int32)
+    elif top.balance is not None:  # several constraints: METIS through ctypes (pymetis passes one)
+        weights = np.concatenate([top.vweight[:, None], top.balance], axis=1).astype(dtype)
+        eweights = top.eweight.astype(dtype) if top.eweight is not None else None
+        part = metis_kway_multi(top.indptr.astype(dtype), top.indices.astype(dtype), k, weights, eweights, seed).astype(
+            np.int32
+        )
     else:
         eweights = top.eweight.astype(dtype) if top.eweight is not None else None
         with quiet_stdout():

@@ -103,8 +103,7 @@ class PartitionConfig:
         metadata={
             "help": "Ask METIS to balance the training nodes (split 'train' with a label) per part as well: a "
             "second balance constraint, as DGL's balance_ntypes does with the training mask, so the ranks owning "
-            "the parts get equal seed shares. Needs training nodes; not with a graph METIS gets coarsened "
-            "(metis_max_edges)."
+            "the parts get equal seed shares. Needs training nodes."
         },
     )
     balance_node_types: bool = field(
@@ -112,7 +111,7 @@ class PartitionConfig:
         metadata={
             "help": "Typed graphs: ask METIS to balance each node type per part as well (one balance constraint "
             "per type, as DGL's balance_ntypes), so every part holds its share of users, items, ...; no effect "
-            "on an untyped graph. Not with a graph METIS gets coarsened (metis_max_edges)."
+            "on an untyped graph."
         },
     )
     clusters_per_part: int = field(
@@ -308,15 +307,10 @@ def metis_assign_csr(
             weight = a.data if weight is not None else None
         del a
     if max_edges and len(indices) > max_edges:
-        if balance is not None:
-            raise ValueError(
-                f"balance_train_nodes / balance_node_types: the graph's {len(indices)} directed edges exceed "
-                f"metis_max_edges={max_edges}, and the coarsened path balances one weight per node; raise "
-                "metis_max_edges (METIS holds ~100 bytes per edge) or turn those settings off"
-            )
         vweight = np.diff(np.asarray(indptr, dtype=np.int64)) + 1 if balance_edges else np.ones(n, dtype=np.int64)
         eweight = metis_edge_weights(weight).astype(np.int64) if weight is not None else None
-        level = Level(np.asarray(indptr, dtype=np.int64), indices, eweight, vweight)
+        extra = None if balance is None else np.asarray(balance, dtype=np.int64).reshape(n, -1)
+        level = Level(np.asarray(indptr, dtype=np.int64), indices, eweight, vweight, extra)
         return metis_levels(level, k, max_edges, seed)
     xadj, adjncy = np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype)
     vweights = (np.diff(xadj) + 1).astype(dtype) if balance_edges else None
