@@ -371,3 +371,30 @@ def test_metis_balances_node_types_on_the_coarsened_path_too(generated, tmp_path
     assert summary["metis_coarsened"] and summary["balance_node_types"]
     for name, facts in summary["metis"]["node_types"].items():
         assert facts["imbalance"] <= 1.06, (name, facts)
+
+
+def test_per_relation_draws_take_the_fanout_from_each_relation(generated, tmp_path):
+    """samplers.neighbor.per_relation: each destination gets min(fanout, deg_r) in-edges of every
+    relation r, each with the correction deg_r / sampled_r."""
+    from graphs.formats.shard_codec import decode_minibatch
+
+    inputs = load_shard_inputs(generated["canonical"], generated["adjacency"])
+    cfg = ShardConfig(
+        fanouts="3,3", batch_size=256, epochs=1, world_size=1, samplers={"neighbor": {"per_relation": True}}
+    )
+    manifest = write_minibatch_shards(inputs, tmp_path / "shards", cfg)
+    rels = len(manifest["typed"]["relations"])
+    edges = pq.read_table(generated["canonical"] / "typed_edges.parquet").to_pandas()
+    n = manifest["n"]
+    degree = np.bincount(edges.dst.to_numpy() * rels + edges.etype.to_numpy(), minlength=n * rels).reshape(n, rels)
+    arrays = dict(np.load(tmp_path / "shards" / manifest["streams"][0]["files"][0]["path"], allow_pickle=False))
+    mb = decode_minibatch(arrays, 0, 2, manifest["weight_encoding"])
+    for b in mb.blocks:
+        etype = b.extra["etype"].astype(np.int64)
+        dst = np.repeat(np.arange(b.num_dst), np.diff(b.indptr))
+        sampled = np.bincount(dst * rels + etype, minlength=b.num_dst * rels).reshape(b.num_dst, rels)
+        full = degree[mb.input_nodes[: b.num_dst]]
+        np.testing.assert_array_equal(sampled, np.minimum(full, 3))
+        np.testing.assert_allclose(b.correction, full[dst, etype] / sampled[dst, etype], rtol=1e-6)
+    with pytest.raises(ValueError, match="per_relation draws uniformly"):
+        ShardConfig(samplers={"neighbor": {"per_relation": True, "prob": "weight"}})

@@ -12,6 +12,7 @@ from graphs.infra.storage import file_sha256
 from graphs.sampling.base import MinibatchSampler, SampledMinibatch, dgl_neighbor_blocks, single_threaded_dgl
 from graphs.sampling.config import ShardConfig
 from graphs.sampling.registry import SamplerTraits, register_sampler
+from graphs.sampling.relations import RelationDraws
 from graphs.sampling.weighting import adaptive_edge_probs, adaptive_node_probs
 
 PROBS = ("uniform", "weight", "adaptive")
@@ -49,6 +50,15 @@ class NeighborSettings:
         default=0.5,
         metadata={"help": "prob 'adaptive': α, the weight of the degree term (1 = degree only), in [0, 1]."},
     )
+    per_relation: bool = field(
+        default=False,
+        metadata={
+            "help": "typed graphs: draw the fanout from each relation's in-edges of a node (DGL's fanout per "
+            "edge type on a heterograph), so a relation with few edges is not crowded out by one with many; "
+            "off: the fanout counts a node's in-edges of every relation together. Uniform draws only "
+            "(graphs.sampling.relations)."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_fields(self, "samplers.neighbor")
@@ -56,6 +66,8 @@ class NeighborSettings:
             raise ValueError(f"samplers.neighbor.prob={bounded_repr(self.prob)} is not one of {PROBS}")
         if not 0.0 <= self.adaptive_alpha <= 1.0:
             raise ValueError(f"samplers.neighbor.adaptive_alpha={self.adaptive_alpha} must lie in [0, 1]")
+        if self.per_relation and self.prob != "uniform":
+            raise ValueError(f"samplers.neighbor.per_relation draws uniformly; prob={self.prob!r} is not 'uniform'")
 
 
 @register_sampler
@@ -72,6 +84,12 @@ class NeighborSampler(MinibatchSampler):
         self._edge_prob: np.ndarray | None = None
         self.adaptive_info: dict = {}
         self._rank_graphs: dict[int, tuple] = {}  # rank -> (its DGL graph, Â position of each of its edges)
+        self._relation_draws: RelationDraws | None = None
+        if self.cfg.options.per_relation and (self.inputs.typed is None or self.rank_edges is not None):
+            raise ValueError(
+                "samplers.neighbor.per_relation draws each relation of a typed graph (a landing folder with nodes/), "
+                "and not with a placement that samples each rank's own edges"
+            )
         if self.rank_edges is not None and self.cfg.options.prob != "uniform":
             raise ValueError(
                 f"placement={self.cfg.placement!r} samples each rank's own edges uniformly; "
@@ -90,7 +108,7 @@ class NeighborSampler(MinibatchSampler):
 
     def prepare(self) -> None:
         with single_threaded_dgl():
-            self._neighbor_graph()
+            self._draws() if self.cfg.options.per_relation else self._neighbor_graph()
             for rank in range(self.cfg.world_size if self.rank_edges is not None else 0):
                 self._rank_graph(rank)
 
@@ -114,14 +132,19 @@ class NeighborSampler(MinibatchSampler):
         by_weight = self.cfg.options.prob in WEIGHTED_PROBS
         with single_threaded_dgl():
             dgl.seed(seed)
-            input_nodes, dgl_blocks = dgl_neighbor_blocks(
-                self._neighbor_graph(),
-                torch.from_numpy(seeds),
-                self.cfg.fanout_list,
-                self._dgl_mapping,
-                prob="prob" if by_weight else None,
-                exclude=None if exclude is None else torch.from_numpy(np.asarray(exclude, dtype=np.int64)),
-            )
+            if self.cfg.options.per_relation:
+                if exclude is not None:
+                    raise ValueError("samplers.neighbor.per_relation cannot leave seed edges out (link prediction)")
+                input_nodes, dgl_blocks = self._draws().blocks(seeds, self.cfg.fanout_list)
+            else:
+                input_nodes, dgl_blocks = dgl_neighbor_blocks(
+                    self._neighbor_graph(),
+                    torch.from_numpy(seeds),
+                    self.cfg.fanout_list,
+                    self._dgl_mapping,
+                    prob="prob" if by_weight else None,
+                    exclude=None if exclude is None else torch.from_numpy(np.asarray(exclude, dtype=np.int64)),
+                )
         input_nodes = input_nodes.numpy()
         blocks = [
             self._stored_block(b, fanout, input_nodes, by_weight) for b, fanout in zip(dgl_blocks, self.cfg.fanout_list)
@@ -154,6 +177,8 @@ class NeighborSampler(MinibatchSampler):
                 sampled = np.diff(indptr)
                 factor = (self._row_sums[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
                 correction = np.repeat(factor, sampled) / np.maximum(self._edge_prob[eid], np.float32(1e-30))
+        elif self.cfg.options.rescale and self._relation_draws is not None:  # deg_r(v) / sampled_r(v)
+            correction = self._relation_draws.correction(indptr, np.take(etypes, eid), dst_global)
         elif self.cfg.options.rescale:  # deg(v) / sampled(v): the inverse inclusion probability
             sampled = np.diff(indptr)
             per_dst = (self.adj.degree[dst_global] / np.maximum(sampled, 1)).astype(np.float32)
@@ -161,6 +186,13 @@ class NeighborSampler(MinibatchSampler):
         if etypes is not None:  # the relational Â has no self loops: the block's edges are the sampled ones
             block.etype = np.take(etypes, eid)
         return block
+
+    def _draws(self) -> RelationDraws:
+        """The per-relation draws over the relational Â, built on first use."""
+        if self._relation_draws is None:
+            relations = len(self.inputs.typed.schema.relations)
+            self._relation_draws = RelationDraws(self.adj, self.inputs.etypes, relations)
+        return self._relation_draws
 
     def _neighbor_graph(self):
         """The DGL graph neighbour sampling draws from, built on first use, with the draw
