@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
+from typed_dgl_hetero import run_dgl_hetero  # noqa: E402  (benchmarks/typed_dgl_hetero.py)
 
 from graphs.stages.normalize import Adjacency  # noqa: E402
 
@@ -59,6 +60,11 @@ def parse_args(argv=None):
     ap.add_argument("--users", type=int, default=20_000)
     ap.add_argument("--dataset", help="a typed landing folder to read instead of generating one")
     ap.add_argument("--fanouts", default="10,10")
+    ap.add_argument(
+        "--conv", choices=("rgcn", "sage"), default="rgcn",
+        help="rgcn: R-GCN beside DGL's RelGraphConv; sage: a SAGE layer per relation, summed, beside DGL's "
+        "HeteroGraphConv on a heterograph (both sampling each relation's fanout)",
+    )  # fmt: skip
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--num-bases", type=int, default=0, help="basis decomposition (0: a weight per relation)")
     ap.add_argument("--batch-size", type=int, default=1024)
@@ -118,7 +124,10 @@ def _in_child(side: str, can: str, adj: str, args, queue) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    result = run_dgl(Path(can), args) if side == "dgl" else run_ours(Path(can), Path(adj), args)
+    if side == "gnnflow":
+        result = run_ours(Path(can), Path(adj), args)
+    else:
+        result = (run_dgl if args.conv == "rgcn" else run_dgl_hetero)(Path(can), args)
     result["peak_rss"] = _peak_rss()
     queue.put(result)
 
@@ -279,13 +288,21 @@ def run_ours(can: Path, adj: Path, args) -> dict:
     write_minibatch_shards(
         load_shard_inputs(can, adj),
         work / "minibatch_shards",
-        ShardConfig(fanouts=args.fanouts, batch_size=args.batch_size, epochs=args.epochs, world_size=1, seed=args.seed),
+        ShardConfig(
+            fanouts=args.fanouts,
+            batch_size=args.batch_size,
+            epochs=args.epochs,
+            world_size=1,
+            seed=args.seed,
+            # sage: the fanout of every relation, as DGL's sampler on a heterograph draws it
+            samplers={"neighbor": {"per_relation": args.conv != "rgcn"}},
+        ),
     )
     shard_seconds = time.perf_counter() - t0
     cfg = RunConfig.from_dict(
         {
             "model": {
-                "conv": "rgcn",
+                "conv": args.conv,
                 "hidden": args.hidden,
                 "num_layers": len(args.fanout_list),
                 "dropout": args.dropout,
@@ -345,7 +362,8 @@ def main(argv=None) -> None:
     rows = {"DGL": side_row(runs["dgl"]), "gnnflow": side_row(runs["gnnflow"]),
             "gnnflow + shard writing": side_row(runs["gnnflow"], amortize=True)}  # fmt: skip
     dgl = rows["DGL"]
-    header = (f"{args.dataset or f'users {args.users}'}, R-GCN {len(args.fanout_list)} x {args.hidden}, fanouts {args.fanouts}, "
+    model = "R-GCN" if args.conv == "rgcn" else "SAGE per relation (HeteroGraphConv), fanout per relation,"
+    header = (f"{args.dataset or f'users {args.users}'}, {model} {len(args.fanout_list)} x {args.hidden}, fanouts {args.fanouts}, "
               f"bases {args.num_bases or 'none'}, batch {args.batch_size}, {args.epochs} epochs, "
               f"{args.threads} threads, {args.repeat} runs per side")  # fmt: skip
     print(header)
@@ -358,7 +376,8 @@ def main(argv=None) -> None:
     if not args.no_write:
         RESULTS.mkdir(parents=True, exist_ok=True)
         settings = {k: v for k, v in vars(args).items() if k not in ("work", "no_write")}
-        name = Path(args.dataset).name if args.dataset else args.users
+        name = (Path(args.dataset).name if args.dataset else args.users, *(["sage"] if args.conv != "rgcn" else []))
+        name = "-".join(str(p) for p in name)
         (RESULTS / f"typed_vs_dgl-{name}.json").write_text(
             json.dumps({"settings": settings, "rows": rows, "runs": runs}, indent=1) + "\n"
         )
