@@ -1,17 +1,16 @@
 """Any registered homogeneous layer type run once per relation of a typed graph, the relations'
 outputs combined per destination node (= ``dgl.nn.HeteroGraphConv``).
 
-For relation r, the layer type's module for r runs over `TypedBlock.relation_block(r)` (r's edges
-over all the block's nodes), with the weights the layer type gives that block, and its output
-counts for the destinations of r's destination type. A relation without edges in the block is
+For relation r, the layer type's module for r runs over `TypedBlock.relation_subgraph(r)` (r's
+edges over the destinations of r's destination type and the sources those edges read), with the
+weights the layer type gives that block, and its output goes to those destinations. A relation without edges in the block is
 skipped, as DGL skips it. Across the relations into a node type the outputs are summed,
 averaged or max-pooled (``combine``); a destination no relation reaches (none of its type's
 relations has an edge in the block) gets zeros, where DGL leaves its type out of the output; so
 does every destination of a block without edges.
 
-A homogeneous module runs over every destination of the block, of every type, and the rows
-of other types are dropped: simple, and R times the work of a destination-only pass, which
-matters when many relations share a block.
+Each module runs over its destination type's rows only, as `HeteroGraphConv` runs each
+relation's module on the relation's destination type.
 """
 
 from __future__ import annotations
@@ -52,19 +51,20 @@ class RelationalConv(nn.Module):
             raise ValueError("the block's schema is not the one this layer was built for")
         out = reached = None
         for r, relation in enumerate(self.schema.relations):
-            sub = block.relation_block(r)
+            rows, nodes, sub = block.relation_subgraph(r)
             if sub.num_edges == 0:
                 continue
-            y = self.kind.forward(self.convs[relation.key], sub, x, self.kind.edge_weight(sub, self.opts), self.last)
-            mine = block.dst_of_type(self.schema.dst_type_index(r)).view(-1, *([1] * (y.dim() - 1)))
+            weight = self.kind.edge_weight(sub, self.opts)
+            y = self.kind.forward(self.convs[relation.key], sub, x[nodes], weight, self.last)
             if out is None:
-                out = torch.full_like(y, float("-inf")) if self.combine == "max" else torch.zeros_like(y)
-                reached = torch.zeros(block.num_dst, dtype=y.dtype, device=y.device)
+                shape = (block.num_dst, *y.shape[1:])
+                out = y.new_full(shape, float("-inf")) if self.combine == "max" else y.new_zeros(shape)
+                reached = y.new_zeros(block.num_dst)
             if self.combine == "max":
-                out = torch.where(mine, torch.maximum(out, y), out)
+                out = out.index_copy(0, rows, torch.maximum(out[rows], y))
             else:
-                out = out + torch.where(mine, y, torch.zeros_like(y))
-            reached = reached + mine.view(-1).to(y.dtype)
+                out = out.index_add(0, rows, y)
+            reached = reached.index_add(0, rows, torch.ones_like(rows, dtype=y.dtype))
         if out is None:  # no relation has an edge here: zeros, in the shape a layer gives
             first = self.schema.relations[0].key
             y = self.kind.forward(self.convs[first], block.relation_block(0), x, None, self.last)

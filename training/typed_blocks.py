@@ -109,6 +109,37 @@ class TypedBlock:
             got = self._by_relation[relation] = mask_edges(self.block, self.relation_mask(relation))
         return got
 
+    def relation_subgraph(self, relation: int) -> tuple[torch.Tensor, torch.Tensor, Block]:
+        """(rows, nodes, block) of relation `relation` over its destination type only: ``rows``
+        the destinations of that type (ascending positions among the block's destinations),
+        ``nodes`` the sources the relation reads (``rows`` first, then the other sources of its
+        edges, ascending), ``block`` its edges in CSC over ``rows`` with sources indexing
+        ``nodes`` (each edge's weight and correction kept). A layer run over it on ``x[nodes]``
+        gives the rows of ``rows``; built once and shared by the layers."""
+        key = ("sub", relation)
+        got = self._by_relation.get(key)
+        if got is None:
+            rows = self.dst_of_type(self.schema.dst_type_index(relation)).nonzero().view(-1)
+            keep = self.relation_mask(relation)
+            src, dst = self.block.indices[keep], self.block.dst_ids()[keep]
+            local = torch.full((self.num_src,), -1, dtype=torch.int64, device=rows.device)
+            local[rows] = torch.arange(rows.numel(), device=rows.device)
+            dst_local = local[dst]
+            wanted = torch.zeros(self.num_src, dtype=torch.bool, device=rows.device)
+            wanted[src] = True
+            wanted[rows] = False
+            others = wanted.nonzero().view(-1)  # the edges' other sources, ascending (no sort)
+            local[others] = torch.arange(rows.numel(), rows.numel() + others.numel(), device=rows.device)
+            nodes = torch.cat([rows, others])
+            indptr = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=rows.device)
+            torch.cumsum(torch.bincount(dst_local, minlength=rows.numel()), 0, out=indptr[1:])
+            b = self.block
+            weight = None if b.edge_weight is None else b.edge_weight[keep]
+            correction = None if b.correction is None else b.correction[keep]
+            sub = Block(indptr, local[src], nodes.numel(), rows.numel(), weight, correction, b.correction_per_dst)
+            got = self._by_relation[key] = (rows, nodes, sub)
+        return got
+
     def relation_rows(self) -> tuple[Block, torch.Tensor | None]:
         """(rows, perm): the block's edges as rows per (destination, relation), row
         ``v * R + r`` holding v's in-edges of relation r, over the same sources; ``perm`` the
