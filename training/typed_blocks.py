@@ -23,7 +23,7 @@ from dataclasses import InitVar, dataclass, field
 import torch
 
 from graphs.formats.graph_schema import GraphSchema, Relation, TypedSchema
-from training.blocks import Block, mask_edges
+from training.blocks import Block, correction_is_per_dst, mask_edges
 
 __all__ = ["GraphSchema", "Relation", "TypedBlock", "typed_blocks", "typed_schema"]
 
@@ -136,7 +136,14 @@ class TypedBlock:
             b = self.block
             weight = None if b.edge_weight is None else b.edge_weight[keep]
             correction = None if b.correction is None else b.correction[keep]
-            sub = Block(indptr, local[src], nodes.numel(), rows.numel(), weight, correction, b.correction_per_dst)
+            # draws per relation give each (destination, relation) one correction: per destination here
+            # (checked on the host; a layer then skips a correction that cancels, as SAGE's mean does)
+            per_dst = b.correction_per_dst or (
+                correction is not None
+                and correction.device.type == "cpu"
+                and correction_is_per_dst(indptr.numpy(), correction.numpy())
+            )
+            sub = Block(indptr, local[src], nodes.numel(), rows.numel(), weight, correction, per_dst)
             got = self._by_relation[key] = (rows, nodes, sub)
         return got
 
