@@ -10,10 +10,11 @@ underneath, and as ``dgl.nn.RelGraphConv`` reads one).
   nodes, as in every block, so ``src_types[:num_dst]`` are the destinations' types. Every edge
   of relation r leaves a node of r's source type and enters one of r's destination type.
 
-`TypedBlock.relation_block` is the block of one relation's edges over the same source and
-destination nodes (a destination without such edges has none), built once per block and shared
-by every layer that runs over it: a relational layer (`training.relational`) runs a homogeneous
-layer on it and keeps the rows of the relation's destination type. Nothing here imports DGL.
+Views built once per block and shared by every layer that runs over it: `relation_block` (one
+relation's edges over the same sources and destinations), `relation_subgraph` (one relation's
+edges over its destination type's rows and the sources they read: what `training.relational` runs
+a homogeneous layer on) and `relation_rows` (every edge as a row per (destination, relation): what
+R-GCN aggregates in one product). Nothing here imports DGL.
 """
 
 from __future__ import annotations
