@@ -398,3 +398,24 @@ def test_per_relation_draws_take_the_fanout_from_each_relation(generated, tmp_pa
         np.testing.assert_allclose(b.correction, full[dst, etype] / sampled[dst, etype], rtol=1e-6)
     with pytest.raises(ValueError, match="per_relation draws uniformly"):
         ShardConfig(samplers={"neighbor": {"per_relation": True, "prob": "weight"}})
+
+
+def test_gradient_clipping_counts_the_sparse_gradients_of_learned_vectors():
+    """training.gradient_clipping on a model with sparse embedding gradients: the same clipped
+    gradients as torch's clip_grad_norm_ gives the dense twin (torch's own refuses sparse ones)."""
+    from training.epoch_loop import clip_gradients
+
+    def model(sparse):
+        torch.manual_seed(0)
+        return torch.nn.ModuleDict({"e": torch.nn.Embedding(10, 4, sparse=sparse), "l": torch.nn.Linear(4, 3)})
+
+    ids = torch.tensor([1, 3, 3, 7])  # a repeated row: its two gradient entries add up
+    grads = []
+    for sparse in (True, False):
+        m = model(sparse)
+        (m["l"](m["e"](ids)) ** 2).sum().mul(10).backward()
+        total = clip_gradients(m, 0.5) if sparse else torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+        grads.append((float(total), [p.grad.to_dense() for p in m.parameters()]))
+    assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-5) and grads[0][0] > 0.5
+    for a, b in zip(grads[0][1], grads[1][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)

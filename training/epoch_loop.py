@@ -156,11 +156,28 @@ def _optimizer_step(run: Run) -> float:
         group["lr"] = lr
     if tcfg.gradient_clipping > 0:
         run.scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), tcfg.gradient_clipping)
+        clip_gradients(run.model, tcfg.gradient_clipping)
     run.scaler.step(optimizer)  # skips the step if fp16 gradients overflowed
     run.scaler.update()
     optimizer.zero_grad(set_to_none=True)
     return lr
+
+
+def clip_gradients(model: torch.nn.Module, max_norm: float) -> torch.Tensor:
+    """``clip_grad_norm_`` over every gradient, sparse ones (a typed graph's learned node vectors)
+    included by the norm of their coalesced values, which torch's own does not take."""
+    params = [p for p in model.parameters() if p.grad is not None]
+    sparse = [p for p in params if p.grad.is_sparse]
+    if not sparse:
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
+    for p in sparse:
+        p.grad = p.grad.coalesce()
+    norms = [torch.linalg.vector_norm(p.grad._values() if p.grad.is_sparse else p.grad) for p in params]
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for p in params:
+        p.grad = p.grad * scale
+    return total
 
 
 def _epoch_row(run: Run, epoch: int, streams, timing: dict, train_seconds: float, *, loss, acc, lr, seeds) -> dict:
