@@ -237,6 +237,11 @@ def _model_and_optimizer(
         comm_counter = setup_comm_hook(net, tcfg.comm, timeout_s=tcfg.dist_timeout_s)
     optimizer = make_optimizer(tcfg.optimizer, model)
     if tcfg.compensation.grad_ema:
+        if isinstance(optimizer, WithSparse):
+            raise ValueError(
+                "training.compensation.grad_ema averages dense gradients; this typed graph's model learns "
+                "vectors with sparse ones (a node type without features): turn grad_ema off"
+            )
         optimizer = GradientEMA(optimizer, tcfg.compensation.grad_ema)
     vrgcn = None
     if tcfg.compensation.vrgcn:
