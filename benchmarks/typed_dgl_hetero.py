@@ -17,6 +17,34 @@ from pathlib import Path
 import numpy as np
 
 
+def optimizers(model, lr: float) -> list:
+    """Adam over the dense parameters, SparseAdam over the learned vectors (``embed.*``), as both
+    sides of the typed benchmark step them."""
+    import torch
+
+    dense = [p for n, p in model.named_parameters() if not n.startswith("embed.")]
+    sparse = [p for n, p in model.named_parameters() if n.startswith("embed.")]
+    return [torch.optim.Adam(dense, lr=lr)] + ([torch.optim.SparseAdam(sparse, lr=lr)] if sparse else [])
+
+
+def timed_epochs(model, opts: list, loader, epochs: int, loss_of) -> list[float]:
+    """Seconds of each of `epochs` passes over `loader`, each minibatch's ``loss_of(*batch)``
+    stepped by every optimizer of `opts`."""
+    seconds = []
+    for _ in range(epochs):
+        model.train()
+        t0 = time.perf_counter()
+        for batch in loader:
+            loss = loss_of(*batch)
+            for opt in opts:
+                opt.zero_grad()
+            loss.backward()
+            for opt in opts:
+                opt.step()
+        seconds.append(time.perf_counter() - t0)
+    return seconds
+
+
 def hetero_inputs(can: Path):
     """(heterograph with feat / label, training ids of the target type, val / test masks of it, schema)."""
     import dgl
@@ -61,7 +89,6 @@ def hetero_inputs(can: Path):
 def hetero_model(args, typed, classes: int):
     """Per-type inputs and len(args.fanout_list) HeteroGraphConv layers of SAGEConv(mean); its optimizers."""
     import dgl.nn as dglnn
-    import torch
     import torch.nn.functional as F
     from torch import nn
 
@@ -97,10 +124,7 @@ def hetero_model(args, typed, classes: int):
             return h
 
     model = Net()
-    dense = [p for n, p in model.named_parameters() if not n.startswith("embed.")]
-    sparse = [p for n, p in model.named_parameters() if n.startswith("embed.")]
-    opts = [torch.optim.Adam(dense, lr=args.lr)] + ([torch.optim.SparseAdam(sparse, lr=args.lr)] if sparse else [])
-    return model, opts
+    return model, optimizers(model, args.lr)
 
 
 def run_dgl_hetero(can: Path, args) -> dict:
@@ -117,20 +141,13 @@ def run_dgl_hetero(can: Path, args) -> dict:
     model, opts = hetero_model(args, typed, classes)
     sampler = dgl.dataloading.NeighborSampler(args.fanout_list, prefetch_node_feats={t: ["feat"] for t in model.proj})
     loader = dgl.dataloading.DataLoader(hg, {target: train}, sampler, batch_size=args.batch_size, shuffle=True)
-    seconds = []
-    for _ in range(args.epochs):
-        model.train()
-        t0 = time.perf_counter()
-        for input_nodes, output_nodes, blocks in loader:
-            feats = {t: blocks[0].srcnodes[t].data["feat"] for t in model.proj}
-            logits = model(blocks, model.inputs(input_nodes, feats))[target]
-            loss = F.cross_entropy(logits, hg.nodes[target].data["label"][output_nodes[target]])
-            for opt in opts:
-                opt.zero_grad()
-            loss.backward()
-            for opt in opts:
-                opt.step()
-        seconds.append(time.perf_counter() - t0)
+
+    def loss_of(input_nodes, output_nodes, blocks):
+        feats = {t: blocks[0].srcnodes[t].data["feat"] for t in model.proj}
+        logits = model(blocks, model.inputs(input_nodes, feats))[target]
+        return F.cross_entropy(logits, hg.nodes[target].data["label"][output_nodes[target]])
+
+    seconds = timed_epochs(model, opts, loader, args.epochs, loss_of)
     model.eval()
     with torch.no_grad():
         nids = {t: torch.arange(hg.num_nodes(t)) for t in hg.ntypes}

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
-from typed_dgl_hetero import run_dgl_hetero  # noqa: E402  (benchmarks/typed_dgl_hetero.py)
+from typed_dgl_hetero import optimizers, run_dgl_hetero, timed_epochs  # noqa: E402  (benchmarks/typed_dgl_hetero.py)
 
 from graphs.stages.normalize import Adjacency  # noqa: E402
 
@@ -228,10 +228,7 @@ def dgl_model(args, typed, classes: int):
             return h
 
     model = Net()
-    dense = [p for n, p in model.named_parameters() if not n.startswith("embed.")]
-    sparse = [p for n, p in model.named_parameters() if n.startswith("embed.")]
-    opts = [torch.optim.Adam(dense, lr=args.lr)] + ([torch.optim.SparseAdam(sparse, lr=args.lr)] if sparse else [])
-    return model, opts
+    return model, optimizers(model, args.lr)
 
 
 def run_dgl(can: Path, args) -> dict:
@@ -246,20 +243,12 @@ def run_dgl(can: Path, args) -> dict:
     model, opts = dgl_model(args, typed, classes)
     sampler = dgl.dataloading.NeighborSampler(args.fanout_list, prefetch_node_feats=["feat", "ntype", "label"])
     loader = dgl.dataloading.DataLoader(g, train_nids, sampler, batch_size=args.batch_size, shuffle=True)
-    seconds = []
-    for _ in range(args.epochs):
-        model.train()
-        t0 = time.perf_counter()
-        for input_nodes, _, blocks in loader:
-            src = blocks[0].srcdata
-            x = model.inputs(input_nodes, src["ntype"], src["feat"])
-            loss = F.cross_entropy(model(blocks, x), blocks[-1].dstdata["label"])
-            for opt in opts:
-                opt.zero_grad()
-            loss.backward()
-            for opt in opts:
-                opt.step()
-        seconds.append(time.perf_counter() - t0)
+
+    def loss_of(input_nodes, _, blocks):
+        x = model.inputs(input_nodes, blocks[0].srcdata["ntype"], blocks[0].srcdata["feat"])
+        return F.cross_entropy(model(blocks, x), blocks[-1].dstdata["label"])
+
+    seconds = timed_epochs(model, opts, loader, args.epochs, loss_of)
     model.eval()
     with torch.no_grad():
         full = dgl.to_block(g, torch.arange(g.num_nodes()), include_dst_in_src=True)
