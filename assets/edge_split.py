@@ -37,6 +37,7 @@ from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.shard_manifest import LINK_PREDICTION
 from graphs.infra.storage import read_file_hashes, verified
 from graphs.stages.edge_split import EdgeSplit, EdgeSplitConfig, build_edge_split, load_edge_split
+from graphs.stages.edge_split_typed import TargetRelation, relation_edge_keys
 from graphs.stages.negatives import EdgeKeys
 
 EdgeSplitRunConfig = dagster_config(EdgeSplitConfig, "EdgeSplitRunConfig")
@@ -137,9 +138,16 @@ def _record_canonical(out, edges_sha: str) -> None:
 def check_split(out, canonical) -> dg.AssetCheckResult:
     """The blocking check, evaluated on the written files (vectorised key lookups)."""
     split = load_edge_split(out)
-    mp = EdgeKeys.from_canonical(out, split.n)
+    target = split.summary["split"].get("relation")  # a typed graph: the target relation's edges only
+    mp = (
+        EdgeKeys.from_canonical(out, split.n)
+        if target is None
+        else relation_edge_keys(out, TargetRelation.from_json(target))
+    )
     held = np.concatenate([split.val, split.test])
-    leaked = int(mp.contains(held[:, 0], held[:, 1]).sum() + mp.contains(held[:, 1], held[:, 0]).sum())
+    leaked = int(mp.contains(held[:, 0], held[:, 1]).sum())
+    if target is None:  # an undirected pair: neither direction (a typed relation's keys hold its reverse's)
+        leaked += int(mp.contains(held[:, 1], held[:, 0]).sum())
     full = EdgeKeys.from_canonical(canonical, split.n)
     neg = np.concatenate([split.val_negatives, split.test_negatives])
     bad_negatives = int(full.contains(neg[:, 0], neg[:, 1]).sum())

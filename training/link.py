@@ -54,14 +54,16 @@ from graphs.formats.shard_manifest import ShardManifest
 from graphs.infra.config_checks import MAX_STEPS, bounded_repr, check_fields
 from graphs.infra.storage import CorruptFileError, read_file_hashes
 from graphs.stages.edge_split import load_edge_split
-from graphs.stages.normalize import Adjacency
-from training.blocks import remove_self_loops
+from graphs.stages.edge_split_typed import TargetRelation
+from graphs.stages.normalize import Adjacency, load_csr
+from training.blocks import block_from_csr, remove_self_loops
 from training.evaluate import load_full_block
 from training.features import degree_features, full_features
 from training.layers import GNN, ModelConfig, build_model
 from training.metrics import link_prediction_report
 from training.outputs import LINK_MODEL
 from training.pair_features import FEATURE_NAMES, PairHeuristics
+from training.ranking import ranking_report
 from training.state_file import read_state_file
 
 __all__ = [
@@ -119,6 +121,14 @@ class LinkConfig:
             "almost never are)"
         },
     )
+    ranking_users: int = field(
+        default=1000,
+        metadata={
+            "max": 1 << 31,
+            "help": "typed graphs: users (sources of held-out edges of the target relation) whose every candidate "
+            "destination is ranked for user_mrr, user_hits@k and recall@k, drawn with the training seed; 0 = all",
+        },
+    )
     max_steps_per_epoch: int = field(
         default=0,
         metadata={
@@ -140,6 +150,8 @@ class LinkConfig:
         check_fields(self, "link")
         if self.scorer not in SCORERS:
             raise ValueError(f"link.scorer={bounded_repr(self.scorer)} is not one of {SCORERS}")
+        if self.ranking_users < 0:
+            raise ValueError(f"link.ranking_users={self.ranking_users} must be >= 0")
         if self.max_steps_per_epoch < 0:
             raise ValueError(f"link.max_steps_per_epoch={self.max_steps_per_epoch} must be >= 0")
 
@@ -222,25 +234,49 @@ def evaluate_link(model: LinkModel, full_block, x: torch.Tensor, split, which: s
 @dataclass
 class LinkGraph:
     """What training and scoring read besides the shards' minibatches: the message-passing
-    graph as a full block (self loops as the shards have them), its heuristics, the features."""
+    graph as a full block (self loops as the shards have them; a typed graph's relational Â as
+    a `TypedBlock`), its heuristics (over the homogeneous view), the features, and on a typed
+    graph its schema (``typed``, types.json's content), the target relation and each node's type."""
 
     block: object
     x: torch.Tensor
     heuristics: PairHeuristics
     indices_sha256: str  # of the adjacency's indices.npy as its stage published it ("" without a record)
+    typed: dict | None = None
+    target: TargetRelation | None = None
+    node_types: torch.Tensor | None = None
 
     @classmethod
     def load(cls, manifest: ShardManifest, shards: Path, adjacency_dir, degree_buckets: int) -> "LinkGraph":
         block = load_full_block(adjacency_dir)
-        x = _features(manifest, shards, block, degree_buckets)
-        plain = remove_self_loops(block)
-        if not manifest.self_loops:  # evaluate over the graph the blocks were sampled from
+        typed, relation = manifest.doc.get("typed"), manifest.doc.get("link", {}).get("relation")
+        plain = remove_self_loops(block if typed is None else block_from_csr(*load_csr(adjacency_dir, mmap=False)))
+        x = _features(manifest, shards, plain, degree_buckets)
+        if not manifest.self_loops and typed is None:  # evaluate over the graph the blocks were sampled from
             block = plain
         try:
             digest = read_file_hashes(adjacency_dir, stage=Adjacency.STAGE)[Adjacency.INDICES]["sha256"]
         except (CorruptFileError, KeyError):
             digest = ""
-        return cls(block, x, PairHeuristics(plain.indptr, plain.indices), digest)
+        heuristics = PairHeuristics(plain.indptr, plain.indices, ordered=typed is not None)
+        graph = cls(block, x, heuristics, digest, typed)
+        if typed is not None:
+            if relation is None:
+                raise ValueError(f"{shards}: typed link-prediction shards name no target relation; re-materialize them")
+            graph.target = TargetRelation.from_json(relation)
+            graph.node_types = block.src_types
+        return graph
+
+    def hard_negative_walk(self) -> dict:
+        """`two_hop_negatives`' walk: 2 steps to a node of the pair's own kind; on a typed graph,
+        3 steps when the target relation joins two types (user -> item -> user -> item), keeping
+        the ends of its destination type."""
+        if self.target is None:
+            return {}
+        lo, hi = self.target.dst_range
+        dst_type = int(self.node_types[lo])
+        same = self.target.src_range == self.target.dst_range
+        return {"hops": 2 if same else 3, "node_types": self.node_types, "end_type": dst_type}
 
     def fingerprint(self) -> dict:
         """What identifies the graph a model was trained over: its size and the published digest
@@ -253,9 +289,26 @@ class LinkGraph:
 
 
 def new_link_model(cfg: LinkConfig, model_cfg: ModelConfig, graph: LinkGraph) -> LinkModel:
-    """A fresh (or to-be-loaded) link model of these settings over `graph`."""
-    encoder = build_model(model_cfg, graph.x.shape[1], model_cfg.hidden)
+    """A fresh (or to-be-loaded) link model of these settings over `graph` (a typed graph's
+    encoder the relational model of `model_cfg`, its learned vectors dense: one optimizer)."""
+    encoder = build_model(model_cfg, graph.x.shape[1], model_cfg.hidden, graph.typed, sparse_embeddings=False)
     return LinkModel(encoder, model_cfg.hidden, cfg.scorer, graph.heuristics)
+
+
+def ranking(model: LinkModel, graph: LinkGraph, split, which: str, h: torch.Tensor, users: int, seed: int) -> dict:
+    """`training.ranking.ranking_report` of split `which` over the typed target relation (every
+    candidate destination of each ranked user scored from the full-graph embeddings `h`); {} on
+    an untyped graph."""
+    if graph.target is None:
+        return {}
+
+    def score(u: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        pairs = torch.stack([u.repeat_interleave(len(items)), items.repeat(len(u))])
+        return torch.cat(
+            [model.score(h, pairs[:, i : i + _SCORE_CHUNK]) for i in range(0, pairs.shape[1], _SCORE_CHUNK)]
+        ).view(len(u), -1)
+
+    return ranking_report(score, split, which, graph.target.dst_range, users=users, seed=seed)
 
 
 @dataclass
@@ -266,6 +319,7 @@ class SavedLinkModel:
     graph: LinkGraph
     config: LinkConfig
     eval_batch_size: int  # the run's training.eval_batch_size: rows per chunk of full-graph inference
+    ranking_seed: int = 0  # the run's training.seed: the users a typed relation's ranking draws
 
     def embeddings(self) -> torch.Tensor:
         return embed(self.model, self.graph.block, self.graph.x, self.eval_batch_size)
@@ -305,7 +359,16 @@ def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:
     model = new_link_model(cfg, model_cfg, graph)
     model.load_state_dict(state["state_dict"])
     model.eval()
-    return SavedLinkModel(model, graph, cfg, chunk)
+    return SavedLinkModel(model, graph, cfg, chunk, int(state.get("ranking_seed", 0)))
+
+
+def ranked_splits(model: LinkModel, graph: LinkGraph, split, users: int, seed: int, batch_size: int = 0) -> dict:
+    """{"val": ranking, "test": ranking} of a typed target relation (`ranking`; empty on an
+    untyped graph): `users` users drawn with `seed`."""
+    if graph.target is None:
+        return {"val": {}, "test": {}}
+    h = embed(model, graph.block, graph.x, batch_size)
+    return {w: ranking(model, graph, split, w, h, users, seed) for w in ("val", "test")}
 
 
 def evaluate_saved(
@@ -316,4 +379,8 @@ def evaluate_saved(
     saved = load_saved(model_dir, shards_dir, adjacency_dir)
     split = load_edge_split(split_dir)
     g = saved.graph
-    return {w: evaluate_link(saved.model, g.block, g.x, split, w, saved.eval_batch_size) for w in ("val", "test")}
+    ranked = ranked_splits(saved.model, g, split, saved.config.ranking_users, saved.ranking_seed, saved.eval_batch_size)
+    return {
+        w: evaluate_link(saved.model, g.block, g.x, split, w, saved.eval_batch_size) | ranked[w]
+        for w in ("val", "test")
+    }

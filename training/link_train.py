@@ -72,6 +72,7 @@ from training.link import (
     LinkModel,
     evaluate_link,
     new_link_model,
+    ranked_splits,
 )
 from training.loop import EpochHook, TaskHead, run_epochs
 from training.loss_check import NonFiniteLossError, non_finite_loss
@@ -180,7 +181,8 @@ def _step(run: LinkRun, mb, epoch: int, step: int) -> float:
     """One optimizer step on a minibatch; its loss (NonFiniteLossError when not finite)."""
     neg_pairs = mb.extra["neg_pairs"]
     if run.cfg.hard_negatives:
-        hard = two_hop_negatives(run.graph.heuristics, mb.seeds, mb.extra["pos_pairs"][0], run.generator)
+        walk = run.graph.hard_negative_walk()
+        hard = two_hop_negatives(run.graph.heuristics, mb.seeds, mb.extra["pos_pairs"][0], run.generator, **walk)
         neg_pairs = torch.cat([neg_pairs, hard], 1)
     pos, neg = run.model(mb.blocks, mb.x, mb.extra["pos_pairs"], neg_pairs, mb.seeds)
     scores = torch.cat([pos, neg])
@@ -289,10 +291,19 @@ def _finish(run: LinkRun, out_dir) -> dict:
     best = run.best
     run.model.load_state_dict(best["state"])
     test = evaluate_link(run.model, run.graph.block, run.graph.x, run.split, "test", run.training.eval_batch_size)
+    t = run.training
+    ranked = ranked_splits(run.model, run.graph, run.split, run.cfg.ranking_users, t.seed, t.eval_batch_size)
+    best["val"] = {**best["val"], **ranked["val"]}
+    test |= ranked["test"]
     run.rows.append({"epoch": best["epoch"], "split": "test", "loss": best["loss"], **test})
     run.log(
         f"best epoch {best['epoch']} of {len(run.history)}: test auc {test['auc']:.4f} mrr {test['mrr']:.4f} "
         f"hits@50 {test['hits@50']:.4f}"
+        + (
+            f"; per user recall@20 {test['recall@20']:.4f} (popularity {test['popularity_recall@20']:.4f})"
+            if ranked["test"]
+            else ""
+        )
     )
     summary = {
         "task": LINK_PREDICTION,
@@ -307,6 +318,7 @@ def _finish(run: LinkRun, out_dir) -> dict:
         "training": asdict(run.training),
         "degree_buckets": run.training.degree_buckets,
         "eval_batch_size": run.training.eval_batch_size,
+        "ranking_seed": run.training.seed,
         "in_feats": int(run.graph.x.shape[1]),
         "graph": run.graph.fingerprint(),
         "hits_at": list(LINK_HITS_AT),
@@ -321,7 +333,18 @@ def _write_outputs(out: Path, model: LinkModel, rows: list[dict], summary: dict)
     out.mkdir(parents=True, exist_ok=True)
     state = {
         "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-        **{k: summary[k] for k in ("config", "model_config", "degree_buckets", "eval_batch_size", "in_feats", "graph")},
+        **{
+            k: summary[k]
+            for k in (
+                "config",
+                "model_config",
+                "degree_buckets",
+                "eval_batch_size",
+                "ranking_seed",
+                "in_feats",
+                "graph",
+            )
+        },
     }
     write_state_file(out / LINK_MODEL, state, kind=LINK_MODEL_KIND, format_version=LINK_MODEL_FORMAT)
     pq.write_table(pa.Table.from_pylist(rows), out / METRICS)

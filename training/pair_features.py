@@ -12,6 +12,10 @@ and turns int64 pairs [2, P] into float32 features [P, len(FEATURE_NAMES)]:
 ``log_degree_max``     log1p(max(deg u, deg v))
 =====================  ==========================================================
 
+With ``ordered`` (the pairs of a typed relation, source type first), the last two are
+log1p(deg u) and log1p(deg v): a destination's degree is its popularity, which min/max would mix
+with the source's.
+
 A pair that is itself an edge of the graph (a training positive) is described as the graph
 without that edge: ``exclude_own_edge=True`` takes it out of both degrees, so training
 positives look like the held-out edges the model is evaluated on. The common neighbours of
@@ -57,7 +61,8 @@ def symmetric_csr(indptr, indices) -> tuple[torch.Tensor, torch.Tensor]:
 class PairHeuristics:
     """Pair features (module docstring) of one graph, given as a CSR (`symmetric_csr` cleans it)."""
 
-    def __init__(self, indptr, indices, *, chunk_entries: int = 1 << 24):
+    def __init__(self, indptr, indices, *, chunk_entries: int = 1 << 24, ordered: bool = False):
+        self.ordered = ordered  # degree columns of (u, v) as given, not (min, max): a typed relation's pairs
         self.indptr, self.indices = symmetric_csr(indptr, indices)
         self.n = len(self.indptr) - 1
         self.degree = self.indptr.diff()
@@ -125,7 +130,9 @@ class PairHeuristics:
         du, dv = self.degree[pairs[0]], self.degree[pairs[1]]
         if exclude_own_edge:
             du, dv = (du - 1).clamp(min=0), (dv - 1).clamp(min=0)
-        lo, hi = torch.minimum(du, dv).to(torch.float64), torch.maximum(du, dv).to(torch.float64)
+        if not self.ordered:
+            du, dv = torch.minimum(du, dv), torch.maximum(du, dv)
+        lo, hi = du.to(torch.float64), dv.to(torch.float64)
         cols = [cn.to(torch.float64), aa, ra * _RA_SCALE, lo, hi]
         return torch.log1p(torch.stack(cols, 1)).to(torch.float32)
 
@@ -157,22 +164,34 @@ class PairHeuristics:
 
 
 def two_hop_negatives(
-    heuristics: PairHeuristics, nodes: torch.Tensor, sources: torch.Tensor, generator: torch.Generator
+    heuristics: PairHeuristics,
+    nodes: torch.Tensor,
+    sources: torch.Tensor,
+    generator: torch.Generator,
+    *,
+    hops: int = 2,
+    node_types: torch.Tensor | None = None,
+    end_type: int | None = None,
 ) -> torch.Tensor:
     """Hard negatives: for each position in `sources` (positions in `nodes`, the global ids of
-    a minibatch's nodes), a neighbour's random neighbour w of that node that is itself among
-    `nodes`, not the node and not its neighbour; int64 [2, Q] positions in `nodes` (Q <= len(sources):
-    draws that miss are dropped). Such pairs share at least one neighbour, unlike uniform ones."""
+    a minibatch's nodes), the end w of a random walk of `hops` steps from that node (2: a
+    neighbour's neighbour) that is itself among `nodes`, not the node and not its neighbour, and
+    of type `end_type` when `node_types` (each node's type) is given; int64 [2, Q] positions in
+    `nodes` (Q <= len(sources): draws that miss are dropped). Such pairs are joined by short
+    paths, unlike uniform ones."""
     g = heuristics
     u = nodes[sources]
     deg = g.degree[u]
     has = deg > 0
-    u, sources, deg = u[has], sources[has], deg[has]
-    a = g.indices[g.indptr[u] + (torch.rand(len(u), generator=generator) * deg).long().clamp(max=deg - 1)]
-    deg_a = g.degree[a]
-    w = g.indices[g.indptr[a] + (torch.rand(len(a), generator=generator) * deg_a).long().clamp(max=deg_a - 1)]
+    u, sources = u[has], sources[has]
+    w = u
+    for _ in range(hops):  # every node on the walk has a neighbour: the graph is symmetric
+        d = g.degree[w]
+        w = g.indices[g.indptr[w] + (torch.rand(len(w), generator=generator) * d).long().clamp(max=d - 1)]
     where = torch.full((g.n,), -1, dtype=torch.int64)
     where[nodes] = torch.arange(len(nodes), dtype=torch.int64)
     keep = (where[w] >= 0) & (w != u)
+    if node_types is not None:
+        keep &= node_types[w] == end_type
     keep[keep.clone()] = ~g.is_edge(torch.stack([u[keep], w[keep]]))
     return torch.stack([sources[keep], where[w[keep]]])

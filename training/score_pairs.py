@@ -8,7 +8,9 @@ or from the shell ``gnnflow score-pairs --dataset ego-facebook --pairs candidate
 
 Input: a Parquet file of candidate pairs with columns ``src`` and ``dst`` in the user's own node
 ids (those of the dataset's edge files: integers or strings); other columns are ignored. The ids
-are mapped through canonical_graph's ``nodes.parquet`` (``original_id`` -> ``node_id``); an id
+are mapped through canonical_graph's ``nodes.parquet`` (``original_id`` -> ``node_id``; on a
+typed graph ``src`` among the target relation's source type and ``dst`` among its destination
+type, so a user and an item may share an id); an id
 the graph does not hold (or a null) fails with a `PairsError` naming the file, the column, how
 many and a bounded sample of them.
 
@@ -35,6 +37,7 @@ import pyarrow.parquet as pq
 import torch
 
 from graphs.formats.canonical_files import CanonicalGraph
+from graphs.formats.graph_schema import Relation
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
 from graphs.infra.config_checks import bounded_repr
 from graphs.infra.dataset_names import validate_dataset_name
@@ -65,10 +68,17 @@ def link_model_dir(dataset_dir: str | os.PathLike) -> Path:
     )
 
 
-def map_original_ids(values: pa.Array, nodes_file: str | os.PathLike, where: str) -> np.ndarray:
-    """int64 node ids of the user's ids `values` (nodes_file's ``original_id`` -> ``node_id``);
-    PairsError naming `where` (file and column) when an id is null or not a node."""
-    nodes = pq.read_table(nodes_file, columns=["node_id", "original_id"])
+def map_original_ids(
+    values: pa.Array, nodes_file: str | os.PathLike, where: str, node_type: str | None = None
+) -> np.ndarray:
+    """int64 node ids of the user's ids `values` (nodes_file's ``original_id`` -> ``node_id``),
+    among the nodes of `node_type` when given (a typed graph: ids are unique within a type);
+    PairsError naming `where` (file and column) when an id is null or not a node (of that type)."""
+    if node_type is None:
+        nodes = pq.read_table(nodes_file, columns=["node_id", "original_id"])
+    else:
+        nodes = pq.read_table(nodes_file, columns=["node_id", "original_id", "node_type"])
+        nodes = nodes.filter(pc.equal(nodes.column("node_type"), node_type))
     original = nodes.column("original_id").combine_chunks()
     values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
     try:
@@ -83,8 +93,9 @@ def map_original_ids(values: pa.Array, nodes_file: str | os.PathLike, where: str
     count = pc.sum(missing).as_py() or 0
     if count:
         sample = pc.filter(values, missing).slice(0, _SAMPLE).to_pylist()
+        kind = "nodes" if node_type is None else f"{node_type!r} nodes"
         raise PairsError(
-            f"{where}: {count} ids are not nodes of the dataset ({nodes_file}), e.g. "
+            f"{where}: {count} ids are not {kind} of the dataset ({nodes_file}), e.g. "
             f"{bounded_repr(sample)}; score pairs of nodes the graph holds (or re-ingest the dataset with them)"
         )
     node_ids = nodes.column("node_id").combine_chunks().to_numpy()
@@ -97,8 +108,17 @@ def score_pairs(pairs_file, out_file, *, model_dir, canonical_dir, shards_dir, a
     pairs_file, out_file = Path(pairs_file), Path(out_file)
     table = _read_pairs(pairs_file)
     nodes_file = CanonicalGraph.open(canonical_dir).nodes_path
-    ids = [map_original_ids(table.column(c), nodes_file, f"{pairs_file}: column '{c}'") for c in PAIR_COLUMNS]
     saved = load_saved(model_dir, shards_dir, adjacency_dir)
+    target = saved.graph.target  # a typed graph: src ids are the relation's source type's, dst ids its destination's
+    types = (
+        (None, None)
+        if target is None
+        else (Relation.from_key(target.key).src_type, Relation.from_key(target.key).dst_type)
+    )
+    ids = [
+        map_original_ids(table.column(c), nodes_file, f"{pairs_file}: column '{c}'", t)
+        for c, t in zip(PAIR_COLUMNS, types)
+    ]
     pairs = torch.from_numpy(np.stack(ids)) if len(table) else torch.zeros(2, 0, dtype=torch.int64)
     scores = saved.probabilities(pairs).numpy().astype(np.float32)
     out = pa.table({"src": table.column("src"), "dst": table.column("dst"), "score": scores})

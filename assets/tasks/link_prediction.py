@@ -38,6 +38,7 @@ class LinkPrediction(Task):
         "`gnnflow score-pairs`",
     )
     defaults = LINK_DEFAULTS
+    typed_defaults = {"model.conv": "rgcn"}  # a typed graph's encoder: R-GCN over its relations
     reads = ("model", "link", *LOOP_SETTINGS, "training.eval_batch_size", "training.degree_buckets")
 
     @classmethod

@@ -4,14 +4,17 @@ The configuration of DGL's link-prediction example (``examples/pytorch/graphsage
 ``as_edge_prediction_sampler(NeighborSampler(fanouts), exclude="reverse_id",
 negative_sampler=Uniform(k))``), written once as shards:
 
-- **Seed edges** are the directed edges of the message-passing graph (`graphs.stages.edge_split`:
+- **Seed edges** are the directed edges of the message-passing graph (on a typed graph, the
+  target relation's training edges, `relation_seed_edges`, over its relational Â, the blocks
+  typed) (`graphs.stages.edge_split`:
   the training edges in both directions, i.e. the off-diagonal entries of its Â; edge id =
   position in the off-diagonal CSR, as in `graphs.sampling.base.Adjacency`). Each epoch permutes
   them and cuts them over the ranks and into minibatches of at most ``batch_size`` seed
   edges with equal step counts (`graphs.sampling.schedule.epoch_seed_batches`, the seeds
   being edge ids).
 - **Negatives**: ``link.negatives`` per seed edge, its source kept and its destination drawn
-  uniformly (or degree-weighted) and rejected when the compressed graph's Bloom filters (or
+  uniformly (or degree-weighted; on a typed graph among the target relation's destination type)
+  and rejected when the compressed graph's Bloom filters (or
   the exact keys) call the pair an edge (`graphs.stages.negatives.NegativeSampler`).
 - **Blocks** around the union of both pairs' endpoints, by DGL's neighbour sampling over
   the message-passing graph with the minibatch's seed edges and their reverses excluded
@@ -32,6 +35,7 @@ from typing import Callable
 
 import numpy as np
 
+from graphs.formats.canonical_files import read_summary
 from graphs.formats.shard_manifest import LINK_PREDICTION
 from graphs.sampling.base import SampledMinibatch
 from graphs.sampling.config import ShardConfig, resolve_batch_size
@@ -41,9 +45,17 @@ from graphs.sampling.placement import placement_class
 from graphs.sampling.schedule import epoch_seed_batches
 from graphs.sampling.writer import write_minibatch_shards
 from graphs.stages.compress import load_bloom_filters
+from graphs.stages.edge_split_typed import TargetRelation
 from graphs.stages.negatives import EdgeKeys, NegativeSampler
 
-__all__ = ["LinkMinibatch", "LinkSampler", "negative_sampler_for", "seed_edge_reverse", "write_link_shards"]
+__all__ = [
+    "LinkMinibatch",
+    "LinkSampler",
+    "negative_sampler_for",
+    "relation_seed_edges",
+    "seed_edge_reverse",
+    "write_link_shards",
+]
 
 
 @dataclass
@@ -70,6 +82,27 @@ def seed_edge_reverse(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarr
     return row, rev
 
 
+def relation_seed_edges(adj, etypes: np.ndarray, target: TargetRelation) -> tuple[np.ndarray, ...]:
+    """(entry ids, destination rows, reverse entry ids or -1) of the target relation's entries of
+    a typed graph's relational Â (rows are destinations): the seed edges of its link prediction,
+    each with the entry of its ``rev-`` edge (u -> v's is v -> u, at row u, column v)."""
+    n = np.int64(adj.n)
+    row = np.repeat(np.arange(adj.n, dtype=np.int64), np.diff(adj.indptr))
+    col = np.asarray(adj.indices, dtype=np.int64)
+    etypes = np.asarray(etypes)
+    seeds = np.flatnonzero(etypes == target.index).astype(np.int64)
+    reverse = np.full(len(seeds), -1, np.int64)
+    if target.reverse is not None and len(seeds):
+        rev = np.flatnonzero(etypes == target.reverse).astype(np.int64)
+        rkeys = row[rev] * n + col[rev]
+        order = np.argsort(rkeys, kind="stable")
+        want = col[seeds] * n + row[seeds]
+        pos = np.minimum(np.searchsorted(rkeys[order], want), max(len(rev) - 1, 0))
+        found = rkeys[order][pos] == want if len(rev) else np.zeros(len(seeds), bool)
+        reverse[found] = rev[order[pos[found]]]
+    return seeds, row[seeds], reverse
+
+
 def negative_sampler_for(
     cfg: ShardConfig,
     n: int,
@@ -78,9 +111,11 @@ def negative_sampler_for(
     part_id: np.ndarray | None,
     canonical_dir: str | os.PathLike | None,
     degree: np.ndarray | None,
+    dst_range: tuple[int, int] | None = None,
 ) -> NegativeSampler:
     """The `NegativeSampler` of `cfg`: Bloom filters from compressed_graph (routed by
-    `part_id`), or exact keys of the full canonical graph, or none."""
+    `part_id`), or exact keys of the full canonical graph, or none; destinations drawn from
+    the ids `dst_range` (a typed relation's destination type) when given."""
     filters = part = exact = None
     if cfg.link.filter == "bloom":
         if compressed_dir is None:
@@ -105,6 +140,7 @@ def negative_sampler_for(
         part=part,
         exact=exact,
         degree=degree,
+        dst_range=dst_range,
     )
 
 
@@ -118,6 +154,7 @@ class LinkSampler(NeighborSampler):
         cfg: ShardConfig,
         negatives: NegativeSampler,
         log: Callable[[str], None] | None = None,
+        target: TargetRelation | None = None,
     ):
         if cfg.sampler != NeighborSampler.name:  # a LinkSampler is a NeighborSampler around seed edges
             raise ValueError(f"link prediction samples with sampler={NeighborSampler.name!r}, got {cfg.sampler!r}")
@@ -135,8 +172,15 @@ class LinkSampler(NeighborSampler):
         self.seed_probs = None
         self.setup()
         self.rank_of_node = self.rank_of_part = None
-        self.dst_of, self.reverse = seed_edge_reverse(self.adj.indptr, self.adj.indices)
-        self.num_seed_edges = len(self.dst_of)
+        self.target = target
+        if (target is None) != (inputs.typed is None):
+            raise ValueError("link prediction on a typed graph needs its target relation (edge_split.relation)")
+        if target is None:  # every off-diagonal entry of the symmetric Â, each with its reverse
+            self.seed_dst, self.reverse = seed_edge_reverse(self.adj.indptr, self.adj.indices)
+            self.seed_eid = np.arange(len(self.seed_dst), dtype=np.int64)
+        else:
+            self.seed_eid, self.seed_dst, self.reverse = relation_seed_edges(self.adj, inputs.etypes, target)
+        self.num_seed_edges = len(self.seed_dst)
         if self.num_seed_edges < cfg.world_size:
             raise ValueError(f"{self.num_seed_edges} seed edges cannot be split over world_size={cfg.world_size}")
         self.cfg = resolve_batch_size(cfg, self.num_seed_edges)
@@ -154,14 +198,18 @@ class LinkSampler(NeighborSampler):
         return len(self.schedule(0)[0])
 
     def sample(self, eids: np.ndarray, seed: int) -> LinkMinibatch:
-        """The minibatch of seed edges `eids`: pairs, negatives, blocks around their endpoints."""
+        """The minibatch of seed edges `eids` (seed numbers): pairs, negatives, blocks around their endpoints."""
         rng = np.random.default_rng(seed)
         eids = np.asarray(eids, np.int64)
-        pos_src, pos_dst = self.adj.indices[eids].astype(np.int64), self.dst_of[eids]
+        entries = self.seed_eid[eids]
+        pos_src, pos_dst = self.adj.indices[entries].astype(np.int64), self.seed_dst[eids]
         neg_src, neg_dst = self.negatives.corrupt(pos_src, self.cfg.link.negatives, rng)
         nodes, inv = np.unique(np.concatenate([pos_src, pos_dst, neg_src, neg_dst]), return_inverse=True)
         p, q = len(eids), len(neg_src)
-        exclude = np.concatenate([eids, self.reverse[eids]]) if self.cfg.link.exclude_seed_edges else None
+        exclude = None
+        if self.cfg.link.exclude_seed_edges:
+            reverse = self.reverse[eids]
+            exclude = np.concatenate([entries, reverse[reverse >= 0]])
         mb = self.sample_neighbor(nodes, seed, exclude=exclude)
         return LinkMinibatch(
             input_nodes=mb.input_nodes,
@@ -193,6 +241,7 @@ class LinkSampler(NeighborSampler):
                 "negative_filter": self.cfg.link.filter,
                 "negative_distribution": self.cfg.link.distribution,
                 "exclude_seed_edges": self.cfg.link.exclude_seed_edges,
+                "relation": None if self.target is None else self.target.to_json(),
                 "negative_sampling": sampling,
             },
         }
@@ -210,6 +259,8 @@ def write_link_shards(
     edge_split folder) into `out_dir`, through `graphs.sampling.write_minibatch_shards`.
     `canonical_dir` (the full graph) feeds ``link.filter="exact"``."""
     degree = np.diff(np.asarray(inputs.indptr)).astype(np.float64)
+    relation = read_summary(inputs.canonical_dir).get("split", {}).get("relation")
+    target = None if relation is None else TargetRelation.from_json(relation)
     negatives = negative_sampler_for(
         cfg,
         inputs.n,
@@ -217,8 +268,9 @@ def write_link_shards(
         part_id=inputs.part_id,
         canonical_dir=canonical_dir,
         degree=degree,
+        dst_range=None if target is None else target.dst_range,
     )
-    sampler = LinkSampler(inputs, cfg, negatives, log)
+    sampler = LinkSampler(inputs, cfg, negatives, log, target)
     manifest = write_minibatch_shards(inputs, out_dir, sampler.cfg, log, sampler=sampler)
     manifest["negative_sampling_seconds"] = round(negatives.stats.seconds, 3)
     return manifest

@@ -12,6 +12,10 @@ canonical graph and never see a held-out edge. The Bloom filters of compressed_g
 built from the canonical graph instead, so they hold **all** edges (held-out ones included)
 and a held-out positive can never be drawn as a training negative.
 
+A typed graph (canonical_graph's types.json) is split on one relation, ``relation``:
+`graphs.stages.edge_split_typed` holds out that relation's directed edges (pairs (src, dst),
+source type first) and writes the split folder as a typed graph of its own.
+
 Evaluation negatives: ``eval_negatives`` pairs (u, v), u != v, drawn uniformly and kept
 only when neither (u, v) nor (v, u) is an edge of the full graph (exact sorted-key lookup,
 `graphs.stages.negatives.EdgeKeys`), one fixed set per split, so every model of the dataset is
@@ -54,7 +58,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph, edge_batches
-from graphs.infra.config_checks import MAX_SEED, check_fields
+from graphs.formats.graph_schema import TypedSchema
+from graphs.infra.config_checks import MAX_SEED, bounded_repr, check_fields
 from graphs.infra.folder_swap import is_staging_dir
 from graphs.infra.storage import (
     atomic_output_dir,
@@ -64,6 +69,7 @@ from graphs.infra.storage import (
     verify_inputs,
     write_summary,
 )
+from graphs.stages.edge_split_typed import resolve_relation, split_relation, target_keys
 from graphs.stages.negatives import EdgeKeys, draw_non_edges
 
 __all__ = [
@@ -121,6 +127,13 @@ class EdgeSplitConfig:
     )
     seed: int = field(
         default=0, metadata={"max": MAX_SEED, "help": "Seed of the split and of the evaluation negatives."}
+    )
+    relation: str = field(
+        default="",
+        metadata={
+            "help": "Typed graphs: the relation whose edges are held out and predicted, by key "
+            "(user__buys__item) or by name when one relation has it; empty = the graph's only given relation.",
+        },
     )
 
     def __post_init__(self) -> None:
@@ -207,6 +220,22 @@ def _pair_weights(canonical: Path, keys: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _split_keys(graph: CanonicalGraph, cfg: EdgeSplitConfig) -> tuple[np.ndarray, object, object]:
+    """(the keys the split permutes, the typed schema, the target relation): the undirected pairs
+    of an untyped graph (schema and target None), or the target relation's edges of a typed one."""
+    typed = TypedSchema.read(graph.root)
+    if typed is not None:
+        verify_inputs(graph.root, (EdgeSplit.TYPES, EdgeSplit.TYPED_EDGES))
+        target = resolve_relation(typed, cfg.relation, f"{graph.root / EdgeSplit.TYPES}")
+        return target_keys(graph, target), typed, target
+    if cfg.relation:
+        raise ValueError(
+            f"edge_split.relation={bounded_repr(cfg.relation)} names a relation of a typed graph; "
+            f"{graph.root} holds an untyped graph (leave it empty)"
+        )
+    return undirected_pairs(graph.root, graph.num_nodes, bool(graph.summary.get("symmetrized", False))), None, None
+
+
 def build_edge_split(
     canonical_dir: str | os.PathLike, out_dir: str | os.PathLike, cfg: EdgeSplitConfig | None = None
 ) -> dict:
@@ -221,7 +250,7 @@ def build_edge_split(
     recorded = {} if is_staging_dir(canonical) else read_file_hashes(canonical, stage=CanonicalGraph.STAGE)
     graph = CanonicalGraph.open(canonical)
     facts, n = graph.summary, graph.num_nodes
-    keys = undirected_pairs(canonical, n, bool(facts.get("symmetrized", False)))
+    keys, typed, target = _split_keys(graph, cfg)
     m = len(keys)
     n_val, n_test = int(round(cfg.val_fraction * m)), int(round(cfg.test_fraction * m))
     if m - n_val - n_test < 1:
@@ -233,8 +262,9 @@ def build_edge_split(
     train_keys = np.sort(keys[perm[n_val + n_test :]])
 
     exact = EdgeKeys.from_canonical(canonical, n)
+    ranges = {} if target is None else {"src_range": target.src_range, "dst_range": target.dst_range}
     negatives = {
-        name: draw_non_edges(exact, cfg.eval_negatives, np.random.default_rng([cfg.seed, i + 1]))
+        name: draw_non_edges(exact, cfg.eval_negatives, np.random.default_rng([cfg.seed, i + 1]), **ranges)
         for i, name in enumerate(("val_negatives", "test_negatives"))
     }
 
@@ -243,8 +273,12 @@ def build_edge_split(
 
     weighted = graph.weighted
     with atomic_output_dir(out_dir) as tmp:
-        train_w = _pair_weights(canonical, keys, n)[np.searchsorted(keys, train_keys)] if weighted else None
-        _write_message_passing(tmp, train_keys, n, train_w)
+        passing = train_keys
+        if target is not None:  # the typed files, and the homogeneous view of what they keep
+            passing = split_relation(graph, typed, target, np.union1d(val_keys, test_keys), tmp)
+            keys = undirected_pairs(canonical, n, bool(facts.get("symmetrized", False))) if weighted else None
+        train_w = _pair_weights(canonical, keys, n)[np.searchsorted(keys, passing)] if weighted else None
+        _write_message_passing(tmp, passing, n, train_w)
         for name in EdgeSplit.LINKED:
             if (canonical / name).is_file():
                 _link_or_copy(canonical / name, tmp / name)
@@ -263,10 +297,11 @@ def build_edge_split(
             "test": n_test,
             "eval_negatives": cfg.eval_negatives,
             "config": asdict(cfg),
+            "relation": None if target is None else target.to_json(),
         }
         summary = {
             **facts,
-            "edges": 2 * len(train_keys),
+            "edges": 2 * len(passing),
             "symmetrized": True,
             "split": split,
             "seconds": round(time.perf_counter() - t0, 3),

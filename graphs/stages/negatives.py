@@ -91,16 +91,28 @@ class EdgeKeys:
         return self.keys[pos] == q
 
 
-def draw_non_edges(exact: EdgeKeys, count: int, rng: np.random.Generator) -> np.ndarray:
-    """int64 [count, 2] uniform pairs (u, v), u != v, neither direction an edge (exact)."""
+def draw_non_edges(
+    exact: EdgeKeys,
+    count: int,
+    rng: np.random.Generator,
+    src_range: tuple[int, int] | None = None,
+    dst_range: tuple[int, int] | None = None,
+) -> np.ndarray:
+    """int64 [count, 2] uniform pairs (u, v), u != v, neither direction an edge (exact); u drawn
+    from ids ``src_range`` [lo, hi) and v from ``dst_range`` (a typed relation's types), else all."""
     n, out, have = exact.n, [], 0
-    if n < 2:
-        raise ValueError(f"cannot draw non-edges among {n} nodes")
+    (su, sv), (du, dv) = src_range or (0, n), dst_range or (0, n)
+    if n < 2 or sv <= su or dv <= du:
+        raise ValueError(f"cannot draw non-edges among {n} nodes (sources {su}..{sv - 1}, destinations {du}..{dv - 1})")
     for _ in range(1000):
         need = count - have
         if need <= 0:
             break
-        u, v = rng.integers(0, n, size=(2, need + need // 4 + 16))
+        size = need + need // 4 + 16
+        if src_range is None and dst_range is None:
+            u, v = rng.integers(0, n, size=(2, size))
+        else:
+            u, v = rng.integers(su, sv, size=size), rng.integers(du, dv, size=size)
         keep = (u != v) & ~exact.contains(u, v)
         pairs = np.stack([u[keep], v[keep]], axis=1)[:need]
         out.append(pairs)
@@ -148,6 +160,7 @@ class NegativeSampler:
     exact: EdgeKeys | None = None
     degree: np.ndarray | None = None
     degree_power: float = 0.75
+    dst_range: tuple[int, int] | None = None  # destinations drawn from these ids [lo, hi) (a typed relation's)
     max_rounds: int = 1000
     stats: RejectionStats = field(default_factory=RejectionStats)
 
@@ -163,18 +176,22 @@ class NegativeSampler:
         if self.n < 2:
             raise ValueError(f"negative sampling needs at least 2 nodes, got {self.n}")
         self._cdf = None
+        lo, hi = self._range = self.dst_range or (0, self.n)
+        if not 0 <= lo < hi <= self.n:
+            raise ValueError(f"dst_range {self.dst_range} is not a range of ids below {self.n}")
         if self.distribution == "degree":
             if self.degree is None or len(self.degree) != self.n:
                 raise ValueError("distribution='degree' needs one degree per node")
-            w = np.power(np.asarray(self.degree, np.float64), self.degree_power)
+            w = np.power(np.asarray(self.degree[lo:hi], np.float64), self.degree_power)
             if not w.sum() > 0:
                 raise ValueError("distribution='degree' needs at least one node with a positive degree")
             self._cdf = np.cumsum(w / w.sum())
 
     def _draw(self, size: int, rng: np.random.Generator) -> np.ndarray:
+        lo, hi = self._range
         if self._cdf is None:
-            return rng.integers(0, self.n, size=size)
-        return np.minimum(np.searchsorted(self._cdf, rng.random(size), side="right"), self.n - 1)
+            return lo + rng.integers(0, hi - lo, size=size)
+        return lo + np.minimum(np.searchsorted(self._cdf, rng.random(size), side="right"), hi - lo - 1)
 
     def is_edge(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
         """What the configured filter says: True = reject as a (possible) edge."""
