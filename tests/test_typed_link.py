@@ -292,3 +292,38 @@ def test_typed_link_prediction_materializes_through_dagster(tmp_path):
     assert 0.0 < evaluation["test_recall@20"].value <= 1.0 and "test_popularity_recall@20" in evaluation
     split = json.loads((home / "edge_split" / "summary.json").read_text())["split"]
     assert split["relation"]["key"] == "user__buys__item"
+
+
+def test_a_relation_within_one_type_is_split_and_sampled_by_unordered_pairs(shop, tmp_path):
+    """follows joins users to users: (u, v) and (v, u) are one pair, held out or kept together,
+    and a seed edge's mirror and both reverses are left out of its blocks."""
+    build_edge_split(shop / "canonical", tmp_path / "split", EdgeSplitConfig(relation="follows", eval_negatives=500))
+    split = load_edge_split(tmp_path / "split")
+    target = TargetRelation.from_json(split.summary["split"]["relation"])
+    assert target.symmetric and target.key == "user__follows__user"
+    held = np.concatenate([split.val, split.test])
+    assert (held[:, 0] < held[:, 1]).all()
+    n = split.n
+    s_src, s_dst, s_et = _typed_edges(tmp_path / "split")
+    mine = (s_et == target.index) | (s_et == target.reverse)
+    left = set((s_src[mine] * n + s_dst[mine]).tolist())
+    both = {int(u) * n + int(v) for u, v in held} | {int(v) * n + int(u) for u, v in held}
+    assert not both & left
+    build_normalized_adjacency(tmp_path / "split", tmp_path / "adj")
+    inputs = load_shard_inputs(tmp_path / "split", tmp_path / "adj", None, None)
+    cfg = ShardConfig(fanouts="-1", batch_size=128, epochs=1, world_size=1, link=LinkShardSettings(filter="exact"))
+    write_link_shards(inputs, tmp_path / "shards", cfg, canonical_dir=shop / "canonical")
+    manifest = read_manifest(tmp_path / "shards")
+    with ShardStream(tmp_path / "shards", 0, 0, features=None, manifest=manifest) as stream:
+        for mb in stream:
+            nodes = mb.seeds.numpy()
+            pos = mb.extra["pos_pairs"].numpy()
+            pu, pv = nodes[pos[0]], nodes[pos[1]]
+            b = mb.blocks[-1].block
+            src_g = mb.input_nodes.numpy()[b.indices.numpy()]
+            dst_g = nodes[np.repeat(np.arange(b.num_dst), np.diff(b.indptr.numpy()))]
+            et = mb.blocks[-1].etypes.numpy()
+            sampled = set(zip(src_g.tolist(), dst_g.tolist(), et.tolist()))
+            for r in (target.index, target.reverse):  # every neighbour drawn: only the exclusion keeps them out
+                assert not sampled & set(zip(pu.tolist(), pv.tolist(), [r] * len(pu)))
+                assert not sampled & set(zip(pv.tolist(), pu.tolist(), [r] * len(pu)))

@@ -275,8 +275,7 @@ class LinkGraph:
             return {}
         lo, hi = self.target.dst_range
         dst_type = int(self.node_types[lo])
-        same = self.target.src_range == self.target.dst_range
-        return {"hops": 2 if same else 3, "node_types": self.node_types, "end_type": dst_type}
+        return {"hops": 2 if self.target.symmetric else 3, "node_types": self.node_types, "end_type": dst_type}
 
     def fingerprint(self) -> dict:
         """What identifies the graph a model was trained over: its size and the published digest
@@ -308,7 +307,15 @@ def ranking(model: LinkModel, graph: LinkGraph, split, which: str, h: torch.Tens
             [model.score(h, pairs[:, i : i + _SCORE_CHUNK]) for i in range(0, pairs.shape[1], _SCORE_CHUNK)]
         ).view(len(u), -1)
 
-    return ranking_report(score, split, which, graph.target.dst_range, users=users, seed=seed)
+    def adamic_adar(u: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+        pairs = torch.stack([u.repeat_interleave(len(items)), items.repeat(len(u))])
+        return graph.heuristics(pairs)[:, FEATURE_NAMES.index("adamic_adar")].view(len(u), -1)
+
+    target = graph.target
+    return ranking_report(
+        score, split, which, target.dst_range, users=users, seed=seed, symmetric=target.symmetric,
+        baselines={"adamic_adar": adamic_adar},
+    )  # fmt: skip
 
 
 @dataclass

@@ -13,9 +13,10 @@ held-out destination's rank among the rest is read (ties share their mean rank, 
 ``recall@k``           mean over users of (held-out items in the top k) / (held-out items)
 =====================  ==========================================================================
 
-The same figures of the training-free popularity ranking (each item scored by its training
-edges' count) are reported beside them as ``popularity_<metric>``: a trained model that does
-not beat it has learnt nothing a count could not give. Work: users x items scores, in chunks of
+The same figures of training-free rankings are reported beside them: ``popularity_<metric>``
+(each item scored by its training edges' count) and any ``baselines`` given (link prediction
+gives Adamic-Adar on the message-passing graph, ``adamic_adar_<metric>``): a trained model that
+does not beat them has learnt nothing a count could not give. Work: users x items scores, in chunks of
 about ``chunk_pairs`` pairs.
 """
 
@@ -85,31 +86,43 @@ def ranking_report(
     seed: int = 0,
     ks=RANK_AT,
     chunk_pairs: int = 1 << 20,
+    symmetric: bool = False,
+    baselines: dict[str, Callable] | None = None,
 ) -> dict:
     """The module docstring's metrics of split `which` ("val" or "test") of a `SplitPairs` over a
     typed target relation whose destinations are the ids `dst_range`; ``score(users, items)`` ->
-    float [U, I] scores of every (user, item)."""
-    held = np.asarray(getattr(split, which))
-    known = [np.asarray(split.train)] + ([np.asarray(split.val)] if which == "test" else [])
+    float [U, I] scores of every (user, item). A `symmetric` relation (a type joined to itself,
+    its pairs unordered) ranks from both ends of each pair. `baselines` (name -> a scorer like
+    `score`) are ranked the same way, reported as ``<name>_<metric>``."""
+
+    def pairs(name: str) -> np.ndarray:
+        p = np.asarray(getattr(split, name))
+        return np.concatenate([p, p[:, ::-1]]) if symmetric else p
+
+    held = pairs(which)
+    known = [pairs("train")] + ([pairs("val")] if which == "test" else [])
     lo, hi = dst_range
     chosen = ranking_users(held, users, seed)
     items = torch.arange(lo, hi, dtype=torch.int64)
-    popularity = torch.from_numpy(np.bincount(np.asarray(split.train)[:, 1] - lo, minlength=hi - lo).astype(np.float32))
+    popularity = torch.from_numpy(np.bincount(known[0][:, 1] - lo, minlength=hi - lo).astype(np.float32))
+    scorers = {"": score, "popularity_": lambda u, i: popularity.expand(len(u), -1)}
+    scorers |= {f"{name}_": fn for name, fn in (baselines or {}).items()}
     step = max(1, chunk_pairs // max(hi - lo, 1))
-    model_ranks, popular_ranks, owner = [], [], []
+    ranks: dict[str, list] = {prefix: [] for prefix in scorers}
+    owner = []
     for a in range(0, len(chosen), step):
         chunk = chosen[a : a + step]
-        scores = score(torch.from_numpy(chunk), items).float().clone()  # its known pairs are set aside below
-        popular = popularity.expand(len(chunk), -1).clone()
-        for known_pairs in known:
-            r, c = _rows_of(chunk, known_pairs, lo)
-            scores[r, c] = popular[r, c] = -torch.inf
+        known_at = [_rows_of(chunk, known_pairs, lo) for known_pairs in known]
         r, c = _rows_of(chunk, held, lo)
-        model_ranks.append(_ranks(scores, r, c))
-        popular_ranks.append(_ranks(popular, r, c))
+        for prefix, fn in scorers.items():
+            scores = fn(torch.from_numpy(chunk), items).float().clone()  # its known pairs are set aside
+            for kr, kc in known_at:
+                scores[kr, kc] = -torch.inf
+            ranks[prefix].append(_ranks(scores, r, c))
         owner.append(r + a)
-    ranks, rows = np.concatenate(model_ranks or [np.empty(0)]), np.concatenate(owner or [np.empty(0, np.int64)])
+    rows = np.concatenate(owner or [np.empty(0, np.int64)])
     out = {"ranked_users": int(len(chosen)), "ranked_items": int(hi - lo)}
-    out |= _metrics(ranks, rows, len(chosen), ks)
-    popular = _metrics(np.concatenate(popular_ranks or [np.empty(0)]), rows, len(chosen), ks)
-    return out | {f"popularity_{k}": v for k, v in popular.items()}
+    for prefix, got in ranks.items():
+        metrics = _metrics(np.concatenate(got or [np.empty(0)]), rows, len(chosen), ks)
+        out |= {f"{prefix}{k}": v for k, v in metrics.items()}
+    return out

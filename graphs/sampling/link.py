@@ -82,25 +82,40 @@ def seed_edge_reverse(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarr
     return row, rev
 
 
-def relation_seed_edges(adj, etypes: np.ndarray, target: TargetRelation) -> tuple[np.ndarray, ...]:
-    """(entry ids, destination rows, reverse entry ids or -1) of the target relation's entries of
-    a typed graph's relational Â (rows are destinations): the seed edges of its link prediction,
-    each with the entry of its ``rev-`` edge (u -> v's is v -> u, at row u, column v)."""
-    n = np.int64(adj.n)
-    row = np.repeat(np.arange(adj.n, dtype=np.int64), np.diff(adj.indptr))
+def relation_seed_edges(adj, etypes: np.ndarray, target: TargetRelation) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(entry ids, destination rows, partner entry ids [P, k] or -1) of the target relation's
+    entries of a typed graph's relational Â (rows are destinations): the seed edges of its link
+    prediction, each with the entries of the same pair that sampling must leave out with it: its
+    ``rev-`` edge and, for a relation joining a type to itself, the mirrored edge and its reverse."""
+    n = adj.n
+    etypes = np.asarray(etypes, dtype=np.int64)
+    relations = int(etypes.max()) + 1 if len(etypes) else 1
+    if n and n * n * relations >= 2**62:
+        raise ValueError(f"{n} nodes x {relations} relations: a pair's key would not fit in int64")
+    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(adj.indptr))
     col = np.asarray(adj.indices, dtype=np.int64)
-    etypes = np.asarray(etypes)
+    keys = (row * n + col) * relations + etypes  # ascending: rows, then (source, relation) within a row
+    order = None if len(keys) < 2 or (np.diff(keys) > 0).all() else np.argsort(keys, kind="stable")
+    ordered = keys if order is None else keys[order]
+
+    def find(r: np.ndarray, c: np.ndarray, e: int) -> np.ndarray:
+        q = (r * n + c) * relations + e
+        pos = np.minimum(np.searchsorted(ordered, q), max(len(ordered) - 1, 0))
+        hit = ordered[pos] == q if len(ordered) else np.zeros(len(q), bool)
+        at = pos if order is None else order[pos]
+        return np.where(hit, at, -1).astype(np.int64)
+
     seeds = np.flatnonzero(etypes == target.index).astype(np.int64)
-    reverse = np.full(len(seeds), -1, np.int64)
-    if target.reverse is not None and len(seeds):
-        rev = np.flatnonzero(etypes == target.reverse).astype(np.int64)
-        rkeys = row[rev] * n + col[rev]
-        order = np.argsort(rkeys, kind="stable")
-        want = col[seeds] * n + row[seeds]
-        pos = np.minimum(np.searchsorted(rkeys[order], want), max(len(rev) - 1, 0))
-        found = rkeys[order][pos] == want if len(rev) else np.zeros(len(seeds), bool)
-        reverse[found] = rev[order[pos[found]]]
-    return seeds, row[seeds], reverse
+    v, u = row[seeds], col[seeds]  # the edge u -> v, stored at row v
+    partners = []
+    if target.reverse is not None:
+        partners.append(find(u, v, target.reverse))  # v -> u of rev, stored at row u
+    if target.symmetric:
+        partners.append(find(u, v, target.index))  # v -> u of the relation
+        if target.reverse is not None:
+            partners.append(find(v, u, target.reverse))  # u -> v of rev
+    stacked = np.stack(partners, 1) if partners else np.full((len(seeds), 0), -1, np.int64)
+    return seeds, v, stacked
 
 
 def negative_sampler_for(
@@ -176,10 +191,10 @@ class LinkSampler(NeighborSampler):
         if (target is None) != (inputs.typed is None):
             raise ValueError("link prediction on a typed graph needs its target relation (edge_split.relation)")
         if target is None:  # every off-diagonal entry of the symmetric Â, each with its reverse
-            self.seed_dst, self.reverse = seed_edge_reverse(self.adj.indptr, self.adj.indices)
-            self.seed_eid = np.arange(len(self.seed_dst), dtype=np.int64)
+            self.seed_dst, reverse = seed_edge_reverse(self.adj.indptr, self.adj.indices)
+            self.seed_eid, self.partners = np.arange(len(self.seed_dst), dtype=np.int64), reverse[:, None]
         else:
-            self.seed_eid, self.seed_dst, self.reverse = relation_seed_edges(self.adj, inputs.etypes, target)
+            self.seed_eid, self.seed_dst, self.partners = relation_seed_edges(self.adj, inputs.etypes, target)
         self.num_seed_edges = len(self.seed_dst)
         if self.num_seed_edges < cfg.world_size:
             raise ValueError(f"{self.num_seed_edges} seed edges cannot be split over world_size={cfg.world_size}")
@@ -208,8 +223,8 @@ class LinkSampler(NeighborSampler):
         p, q = len(eids), len(neg_src)
         exclude = None
         if self.cfg.link.exclude_seed_edges:
-            reverse = self.reverse[eids]
-            exclude = np.concatenate([entries, reverse[reverse >= 0]])
+            partners = self.partners[eids].T.ravel()
+            exclude = np.concatenate([entries, partners[partners >= 0]])
         mb = self.sample_neighbor(nodes, seed, exclude=exclude)
         return LinkMinibatch(
             input_nodes=mb.input_nodes,

@@ -7,7 +7,9 @@ setting). Its edges, directed from its source type to its destination type, are 
 split permutes and holds out; every other relation's edges stay in the message-passing graph,
 so a held-out purchase may still be known to the model as a view. Each held-out edge leaves the
 message-passing graph in both directions: as an edge of the target relation and, when
-canonical_graph added reverses, as its ``rev-`` edge.
+canonical_graph added reverses, as its ``rev-`` edge. A relation that joins a type to itself
+(papers citing papers) is split as the untyped graph is, by unordered pairs: (u, v) and (v, u)
+are held out or kept together, and its split pairs are (min, max).
 
 The split folder is then a typed canonical graph of its own (`graphs.stages.edge_split`'s files
 plus the canonical typed files, so normalized_adjacency builds its relational Â and the samplers
@@ -52,6 +54,28 @@ class TargetRelation:
     reverse: int | None
     src_range: tuple[int, int]
     dst_range: tuple[int, int]
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether the relation joins a type to itself (papers citing papers): its pairs are
+        then unordered, (u, v) and (v, u) one pair held out or kept together."""
+        return self.src_range == self.dst_range
+
+    def pair_keys(self, src: np.ndarray, dst: np.ndarray, etype: np.ndarray, n: np.int64) -> np.ndarray:
+        """int64 per edge: the key ``u * n + v`` of the pair (u, v) it is an edge of, (u, v) in the
+        relation's direction (a reverse edge (v, u) read back as (u, v); a symmetric relation's
+        pairs as (min, max)); -1 for an edge of another relation."""
+        key = np.full(len(src), -1, np.int64)
+        mine = etype == self.index
+        key[mine] = src[mine] * n + dst[mine]
+        if self.reverse is not None:
+            back = etype == self.reverse
+            key[back] = dst[back] * n + src[back]
+        if self.symmetric:
+            at = key >= 0
+            u, v = np.divmod(key[at], n)
+            key[at] = np.minimum(u, v) * n + np.maximum(u, v)
+        return key
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -112,27 +136,22 @@ def _typed_batches(path: Path):
 
 
 def target_keys(graph: CanonicalGraph, target: TargetRelation) -> np.ndarray:
-    """Sorted int64 keys ``src * n + dst`` of the target relation's edges."""
+    """Sorted unique int64 keys of the target relation's pairs (`TargetRelation.pair_keys`)."""
     n = np.int64(graph.num_nodes)
-    keys = [
-        s[e == target.index] * n + d[e == target.index]
-        for s, d, e, _ in _typed_batches(graph.verified(graph.TYPED_EDGES))
-    ]
-    return np.sort(np.concatenate(keys)) if keys else np.empty(0, np.int64)
+    keys = []
+    for s, d, e, _ in _typed_batches(graph.verified(graph.TYPED_EDGES)):
+        k = target.pair_keys(s, d, e, n)
+        keys.append(k[e == target.index])
+    return np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64)
 
 
 def _held(src, dst, etype, target: TargetRelation, held: np.ndarray, n: np.int64) -> np.ndarray:
-    """bool: the rows that are held-out edges of the target relation or their reverses."""
-    drop = np.zeros(len(src), bool)
+    """bool: the rows that are edges of a held-out pair (the target relation's or their reverses)."""
     if not len(held):
-        return drop
-    for rel, key in ((target.index, src * n + dst), (target.reverse, dst * n + src)):
-        if rel is None:
-            continue
-        rows = np.flatnonzero(etype == rel)
-        pos = np.minimum(np.searchsorted(held, key[rows]), len(held) - 1)
-        drop[rows[held[pos] == key[rows]]] = True
-    return drop
+        return np.zeros(len(src), bool)
+    key = target.pair_keys(src, dst, etype, n)
+    pos = np.minimum(np.searchsorted(held, key), len(held) - 1)
+    return (key >= 0) & (held[pos] == key)
 
 
 def split_relation(
@@ -159,14 +178,12 @@ def split_relation(
 
 
 def relation_edge_keys(folder, target: TargetRelation):
-    """`EdgeKeys` of the target relation's edges in a typed graph's folder, each edge (src, dst)
-    as the key of (src, dst) and of the reverse relation's edges read back the same way
-    (a reverse edge (v, u) as (u, v)): what a held-out pair must not be in the message-passing graph."""
+    """`EdgeKeys` of the target relation's pairs in a typed graph's folder (`TargetRelation.pair_keys`
+    of its edges and its reverse's): what a held-out pair must not be in the message-passing graph."""
     graph = CanonicalGraph.open(folder)
     n = np.int64(graph.num_nodes)
     keys = []
     for src, dst, etype, _ in _typed_batches(graph.verified(graph.TYPED_EDGES)):
-        keys.append(src[etype == target.index] * n + dst[etype == target.index])
-        if target.reverse is not None:
-            keys.append(dst[etype == target.reverse] * n + src[etype == target.reverse])
+        k = target.pair_keys(src, dst, etype, n)
+        keys.append(k[k >= 0])
     return EdgeKeys(np.unique(np.concatenate(keys)) if keys else np.empty(0, np.int64), int(n))
