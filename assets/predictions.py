@@ -69,10 +69,9 @@ def predictions(context: dg.AssetExecutionContext, storage: GnnflowStorage) -> d
 
 
 def _score(context: dg.AssetExecutionContext, storage: GnnflowStorage, dataset: str) -> dg.MaterializeResult:
-    why = storage.task(dataset).traits.no_node_predictions
-    if why is not None:
-        context.log.info(f"dataset '{dataset}': {why}")
-        return dg.MaterializeResult(metadata={"skipped": why})
+    own = storage.task(dataset).predictions(context, storage, dataset)
+    if own is not None:  # a task that writes no node predictions: its own result
+        return own
     if not any((storage.asset_dir(dataset, name) / MODEL_BEST).is_file() for name in ("promoted", TRAINED_MODEL)):
         canonical = storage.asset_dir(dataset, CanonicalGraph.STAGE)
         if not (canonical / Adjacency.SUMMARY).is_file() or not has_training_labels(read_summary(canonical)):

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
 
+import dagster as dg
+
 from assets.config import ResolvedSettings, resolve_blocks
 from graphs.formats.shard_manifest import GRAPH_PROPERTY, NODE_CLASSIFICATION
 from graphs.infra.variants import Registry
@@ -103,6 +105,17 @@ class Task:
     def evaluate(cls, context, storage, dataset: str):
         """evaluation's materialization (a ``dg.MaterializeResult``): the test metrics of the newest model."""
         raise NotImplementedError(f"task {cls.name!r} ({cls.__qualname__}) implements no evaluate()")
+
+    @classmethod
+    def predictions(cls, context, storage, dataset: str):
+        """The predictions asset's result (a ``dg.MaterializeResult``) for a task that writes no
+        node predictions (``no_node_predictions`` set): by default, skipped with that reason;
+        None for a task whose nodes the predictions asset scores."""
+        why = cls.traits.no_node_predictions
+        if why is None:
+            return None
+        context.log.info(f"dataset '{dataset}': {why}")
+        return dg.MaterializeResult(metadata={"skipped": why})
 
     @classmethod
     def decide_promotion(cls, storage, dataset: str, record: dict, cfg):

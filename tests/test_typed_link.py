@@ -292,6 +292,10 @@ def test_typed_link_prediction_materializes_through_dagster(tmp_path):
     assert 0.0 < evaluation["test_recall@20"].value <= 1.0 and "test_popularity_recall@20" in evaluation
     split = json.loads((home / "edge_split" / "summary.json").read_text())["split"]
     assert split["relation"]["key"] == "user__buys__item"
+    # predictions: the top 20 items of every user, by the user's ids
+    recs = pq.read_table(home / "predictions" / "recommendations.parquet")
+    assert mats["predictions"].metadata["rows"].value == len(recs) == 20 * 500
+    assert recs.column("rank").to_pylist()[:20] == list(range(1, 21))
 
 
 def test_a_relation_within_one_type_is_split_and_sampled_by_unordered_pairs(shop, tmp_path):
@@ -327,3 +331,44 @@ def test_a_relation_within_one_type_is_split_and_sampled_by_unordered_pairs(shop
             for r in (target.index, target.reverse):  # every neighbour drawn: only the exclusion keeps them out
                 assert not sampled & set(zip(pu.tolist(), pv.tolist(), [r] * len(pu)))
                 assert not sampled & set(zip(pv.tolist(), pu.tolist(), [r] * len(pu)))
+
+
+def test_recommendations_are_each_sources_best_unknown_destinations(shop, tmp_path):
+    from training.layers import ModelConfig
+    from training.link import LINK_DEFAULTS, LinkConfig, load_saved
+    from training.link_train import train_link
+    from training.recommend import recommend
+    from training.task_settings import task_blocks, with_values
+
+    inputs = load_shard_inputs(shop / "split", shop / "adj", shop / "parts", shop / "compressed")
+    write_link_shards(
+        inputs, tmp_path / "shards", ShardConfig(fanouts="5", batch_size=1024, epochs=1, world_size=1),
+        canonical_dir=shop / "canonical",
+    )  # fmt: skip
+    training = with_values(task_blocks(LINK_DEFAULTS)[1], {"epochs": 1, "min_steps": 1})
+    train_link(
+        tmp_path / "shards", shop / "split", shop / "adj", tmp_path / "out", LinkConfig(scorer="dot"),
+        ModelConfig(hidden=8, conv="rgcn", dropout=0.0), training, log=lambda m: None,
+    )  # fmt: skip
+    saved = load_saved(tmp_path / "out", tmp_path / "shards", shop / "adj")
+    split = load_edge_split(shop / "split")
+    table = recommend(saved, split, shop / "canonical" / "nodes.parquet", k=5, chunk_pairs=1000)
+    target = saved.graph.target
+    # every user of the shop, five items each, by the user's ids (strings) and the items' (integers)
+    assert table.column("src").type == pa.string() and table.column("dst").type == pa.int64()
+    assert len(table) == 5 * (target.src_range[1] - target.src_range[0])
+    # brute force: every user's scores over every item, its known buys set aside
+    nodes = pq.read_table(shop / "canonical" / "nodes.parquet").to_pandas()
+    gid = {(t, str(o)): i for i, (t, o) in enumerate(zip(nodes.node_type, nodes.original_id))}
+    h = saved.embeddings()
+    lo, hi = target.dst_range
+    known = {(int(u), int(v)) for u, v in np.concatenate([split.train, split.val, split.test])}
+    rows = table.to_pylist()
+    for r in rows[:15]:
+        u = gid[("user", str(r["src"]))]
+        scores = (h[u] * h[lo:hi]).sum(1)
+        free = [j for j in range(lo, hi) if (u, j) not in known]
+        best = sorted(free, key=lambda j: -scores[j - lo].item())[: r["rank"]]
+        assert gid[("item", str(r["dst"]))] == best[-1]
+        assert r["score"] == pytest.approx(torch.sigmoid(scores[best[-1] - lo]).item(), abs=1e-5)
+    assert [r["rank"] for r in rows[:5]] == [1, 2, 3, 4, 5]

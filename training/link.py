@@ -27,6 +27,14 @@ written. Epochs are numbered from 1.
 A progress line (steps, seeds/s, ETA; `graphs.infra.progress`) is logged every few seconds
 within epochs and one line per evaluated epoch.
 
+On a typed graph (`graphs.stages.edge_split_typed`: one target relation) the encoder is the
+relational model of the ``model`` block (R-GCN by default, `training.layers.build_model` with the
+shards' schema), the blocks are typed, the pair features' degree columns are ordered (source,
+destination), hard negatives walk to a node of the destination type, the model is kept by (and
+early stopping watches) the validation users' rankings against every destination (``user_mrr``,
+`training.ranking`; `selection_metric`), and the final model is ranked so on both splits, beside
+the training-free rankings (`ranked_splits`).
+
 One process reads every rank's stream of an epoch in turn (each minibatch one optimizer
 step); link prediction is not launched under torchrun/DDP (node classification is).
 
@@ -50,6 +58,7 @@ from typing import ClassVar
 import torch
 from torch import nn
 
+from graphs.formats.graph_schema import TypedSchema
 from graphs.formats.shard_manifest import ShardManifest
 from graphs.infra.config_checks import MAX_STEPS, bounded_repr, check_fields
 from graphs.infra.storage import CorruptFileError, read_file_hashes
@@ -81,6 +90,10 @@ __all__ = [
     "load_saved",
     "new_link_model",
     "pair_scores",
+    "ranked_splits",
+    "ranking",
+    "selection_metric",
+    "validation_ranking",
 ]
 
 SCORERS = ("dot", "mlp", "hybrid")
@@ -121,6 +134,14 @@ class LinkConfig:
             "almost never are)"
         },
     )
+    recommend_k: int = field(
+        default=20,
+        metadata={
+            "max": 1 << 16,
+            "help": "typed graphs: destinations the predictions asset recommends to every source-type node (the "
+            "highest-scored ones it has no edge to yet)",
+        },
+    )
     ranking_users: int = field(
         default=1000,
         metadata={
@@ -150,6 +171,8 @@ class LinkConfig:
         check_fields(self, "link")
         if self.scorer not in SCORERS:
             raise ValueError(f"link.scorer={bounded_repr(self.scorer)} is not one of {SCORERS}")
+        if self.recommend_k < 1:
+            raise ValueError(f"link.recommend_k={self.recommend_k} must be >= 1")
         if self.ranking_users < 0:
             raise ValueError(f"link.ranking_users={self.ranking_users} must be >= 0")
         if self.max_steps_per_epoch < 0:
@@ -267,6 +290,11 @@ class LinkGraph:
             graph.node_types = block.src_types
         return graph
 
+    @property
+    def typed_schema(self) -> TypedSchema | None:
+        """The typed graph's schema (types.json's content read back), None for an untyped graph."""
+        return None if self.typed is None else TypedSchema.from_json(self.typed, "the shards' typed schema")
+
     def hard_negative_walk(self) -> dict:
         """`two_hop_negatives`' walk: 2 steps to a node of the pair's own kind; on a typed graph,
         3 steps when the target relation joins two types (user -> item -> user -> item), keeping
@@ -294,10 +322,24 @@ def new_link_model(cfg: LinkConfig, model_cfg: ModelConfig, graph: LinkGraph) ->
     return LinkModel(encoder, model_cfg.hidden, cfg.scorer, graph.heuristics)
 
 
-def ranking(model: LinkModel, graph: LinkGraph, split, which: str, h: torch.Tensor, users: int, seed: int) -> dict:
+def selection_metric(graph: LinkGraph) -> str:
+    """The validation figure the best model is kept by (and early stopping watches): MRR against
+    the fixed negatives, or on a typed relation the users' own rankings (``user_mrr``)."""
+    return "mrr" if graph.target is None else "user_mrr"
+
+
+def validation_ranking(model: LinkModel, graph: LinkGraph, split, users: int, seed: int, batch_size: int = 0) -> dict:
+    """The validation users' rankings (`ranking`, without the training-free baselines)."""
+    h = embed(model, graph.block, graph.x, batch_size)
+    return ranking(model, graph, split, "val", h, users, seed, baselines=False)
+
+
+def ranking(
+    model: LinkModel, graph: LinkGraph, split, which: str, h: torch.Tensor, users: int, seed: int, baselines=True
+) -> dict:
     """`training.ranking.ranking_report` of split `which` over the typed target relation (every
-    candidate destination of each ranked user scored from the full-graph embeddings `h`); {} on
-    an untyped graph."""
+    candidate destination of each ranked user scored from the full-graph embeddings `h`; with
+    `baselines`, Adamic-Adar's figures too); {} on an untyped graph."""
     if graph.target is None:
         return {}
 
@@ -314,7 +356,7 @@ def ranking(model: LinkModel, graph: LinkGraph, split, which: str, h: torch.Tens
     target = graph.target
     return ranking_report(
         score, split, which, target.dst_range, users=users, seed=seed, symmetric=target.symmetric,
-        baselines={"adamic_adar": adamic_adar},
+        baselines={"adamic_adar": adamic_adar} if baselines else None,
     )  # fmt: skip
 
 

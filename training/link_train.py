@@ -73,6 +73,8 @@ from training.link import (
     evaluate_link,
     new_link_model,
     ranked_splits,
+    selection_metric,
+    validation_ranking,
 )
 from training.loop import EpochHook, TaskHead, run_epochs
 from training.loss_check import NonFiniteLossError, non_finite_loss
@@ -151,15 +153,21 @@ class LinkPrediction(TaskHead):
         if (epoch + 1) % run.training.eval_every and epoch != run.epochs - 1:
             return False
         val = evaluate_link(run.model, run.graph.block, run.graph.x, run.split, "val", run.training.eval_batch_size)
+        if run.graph.target is not None:  # a typed relation: its users' rankings select the model
+            t = run.training
+            val |= validation_ranking(run.model, run.graph, run.split, run.cfg.ranking_users, t.seed, t.eval_batch_size)
         run.rows.append({"epoch": epoch + 1, "split": "val", "loss": row["loss"], **val})
-        if run.best["val"] is None or val["mrr"] > run.best["val"]["mrr"]:
+        key = selection_metric(run.graph)
+        if run.best["val"] is None or val[key] > run.best["val"][key]:
             state = {k: v.detach().clone() for k, v in run.model.state_dict().items()}
             run.best, run.stale = {"epoch": epoch + 1, "val": val, "loss": row["loss"], "state": state}, 0
         else:
             run.stale += 1
         run.log(
             f"epoch {epoch + 1}/{run.epochs}: loss {row['loss']:.4f} val auc {val['auc']:.4f} mrr {val['mrr']:.4f} "
-            f"hits@50 {val['hits@50']:.4f} ({row['train_seconds']:.2f} s); best epoch {run.best['epoch']}"
+            f"hits@50 {val['hits@50']:.4f}"
+            + (f" user_mrr {val['user_mrr']:.4f} recall@20 {val['recall@20']:.4f}" if "user_mrr" in val else "")
+            + f" ({row['train_seconds']:.2f} s); best epoch {run.best['epoch']}"
         )
         patience = run.training.early_stopping_patience
         return bool(patience and run.stale >= patience)
@@ -171,8 +179,9 @@ class LinkPrediction(TaskHead):
         save_state(run.work / CHECKPOINT_NAME, state, kind=_CHECKPOINT_KIND, format_version=LINK_CHECKPOINT_FORMAT)
 
     def stop_line(self, run: LinkRun, epoch: int) -> str:
+        metric = "per-user MRR" if run.graph.target is not None else "MRR"
         return (
-            f"early stopping after epoch {epoch + 1}: validation MRR has not improved for "
+            f"early stopping after epoch {epoch + 1}: validation {metric} has not improved for "
             f"{run.training.early_stopping_patience} evaluations"
         )
 

@@ -91,6 +91,7 @@ PICKLED_MODEL_BEST = "model_best.pt"  # what format 2 and older wrote (a torch p
 VERSION_FILE = "version.json"
 SUMMARY = SUMMARY_NAME  # every stage's summary (`graphs.formats.stage_artifact.StageArtifact.SUMMARY`)
 PREDICTIONS = "predictions.parquet"
+RECOMMENDATIONS = "recommendations.parquet"  # a typed link model's top-k per source (the predictions asset)
 METRICS = "metrics.parquet"
 EMBEDDINGS = "embeddings.npy"
 CURVES = "curves.png"

@@ -8,21 +8,25 @@ are not needed; promotion and node predictions do not apply (pairs are scored wi
 ``gnnflow score-pairs``)."""
 
 import dagster as dg
+import pyarrow.parquet as pq
 
 from assets.common import GnnflowStorage, disk_metadata
 from assets.evaluation import publish_candidate_metrics, verified_or_failure
+from assets.predictions import STAGE as PREDICTIONS_STAGE
 from assets.task_registry import Task, TaskTraits, register_task, task_settings
 from assets.trained_model import BEATS_MAJORITY, shard_failure
+from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.shard_format import STAGE as MINIBATCH_SHARDS
-from graphs.formats.shard_manifest import LINK_PREDICTION
+from graphs.formats.shard_manifest import LINK_PREDICTION, ShardManifest
 from graphs.sampling.link import write_link_shards
 from graphs.stages.edge_split import EdgeSplit
 from graphs.stages.normalize import Adjacency
 from training.data import ShardError
 from training.link import LINK_DEFAULTS, evaluate_saved
 from training.link_train import train_link
-from training.outputs import LINK_MODEL, METRICS, SUMMARY
+from training.outputs import LINK_MODEL, METRICS, RECOMMENDATIONS, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
+from training.recommend import write_recommendations
 from training.task_settings import LOOP_SETTINGS
 
 
@@ -34,8 +38,8 @@ class LinkPrediction(Task):
         needs_labels=False,
         seeds="edges",
         not_promoted="link prediction: promotion compares node-classification metrics; not applied",
-        no_node_predictions="link prediction: node predictions do not apply; score candidate pairs with "
-        "`gnnflow score-pairs`",
+        no_node_predictions="link prediction on an untyped graph: node predictions do not apply; score candidate "
+        "pairs with `gnnflow score-pairs`",
     )
     defaults = LINK_DEFAULTS
     typed_defaults = {"model.conv": "rgcn"}  # a typed graph's encoder: R-GCN over its relations
@@ -89,6 +93,41 @@ class LinkPrediction(Task):
             metadata={"task": cls.name, "test_auc": test["auc"], "random_scoring_auc": 0.5},
         )
         return dg.MaterializeResult(metadata=metadata, check_results=[check])
+
+    @classmethod
+    def predictions(cls, context, storage: GnnflowStorage, dataset: str):
+        """On a typed graph, the top ``link.recommend_k`` destinations of every source node of the
+        target relation (`training.recommend`), by the user's ids; skipped on an untyped graph."""
+        model_dir = storage.asset_dir(dataset, TRAINED_MODEL)
+        shards = storage.asset_dir(dataset, MINIBATCH_SHARDS)
+        if not (model_dir / LINK_MODEL).is_file() or not ShardManifest.open(shards).doc.get("typed"):
+            return super().predictions(context, storage, dataset)
+        verified_or_failure(model_dir, [LINK_MODEL, SUMMARY], TRAINED_MODEL)
+        split = storage.upstream_dir(dataset, EdgeSplit.STAGE)
+        adjacency = storage.upstream_dir(dataset, Adjacency.STAGE)
+        canonical = storage.upstream_dir(dataset, CanonicalGraph.STAGE)
+        with storage.publishing(dataset, PREDICTIONS_STAGE) as staged:
+            try:
+                s = write_recommendations(model_dir, shards, split, adjacency, canonical, staged)
+            except (ValueError, FileNotFoundError, KeyError) as exc:
+                raise dg.Failure(description=f"dataset '{dataset}': {exc}; re-materialize trained_model") from exc
+        out = storage.asset_dir(dataset, PREDICTIONS_STAGE)
+        rows = pq.read_table(out / RECOMMENDATIONS).slice(0, 10).to_pylist()
+        preview = "\n".join(
+            ["| src | dst | score | rank |", "| --- | --- | --- | --- |"]
+            + [f"| {r['src']} | {r['dst']} | {r['score']:.4f} | {r['rank']} |" for r in rows]
+        )
+        context.log.info(
+            f"predictions: the top {s['k']} of relation {s['relation']} for {s['sources']} sources "
+            f"({s['rows']} rows) in {s['seconds']:.3g} s"
+        )
+        metadata = {
+            "path": dg.MetadataValue.path(str(out / RECOMMENDATIONS)),
+            **{k: s[k] for k in ("relation", "k", "sources", "rows", "seconds")},
+            "preview": dg.MetadataValue.md(preview),
+            **disk_metadata(out),
+        }
+        return dg.MaterializeResult(metadata=metadata)
 
     @classmethod
     def evaluate(cls, context, storage: GnnflowStorage, dataset: str):
