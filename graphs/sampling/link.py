@@ -4,11 +4,11 @@ The configuration of DGL's link-prediction example (``examples/pytorch/graphsage
 ``as_edge_prediction_sampler(NeighborSampler(fanouts), exclude="reverse_id",
 negative_sampler=Uniform(k))``), written once as shards:
 
-- **Seed edges** are the directed edges of the message-passing graph (on a typed graph, the
-  target relation's training edges, `relation_seed_edges`, over its relational Â, the blocks
-  typed) (`graphs.stages.edge_split`:
+- **Seed edges** are the directed edges of the message-passing graph (`graphs.stages.edge_split`:
   the training edges in both directions, i.e. the off-diagonal entries of its Â; edge id =
-  position in the off-diagonal CSR, as in `graphs.sampling.base.Adjacency`). Each epoch permutes
+  position in the off-diagonal CSR, as in `graphs.sampling.base.Adjacency`); on a typed graph,
+  the target relation's entries of its relational Â (`relation_seed_edges`), the blocks typed
+  like node classification's. Each epoch permutes
   them and cuts them over the ranks and into minibatches of at most ``batch_size`` seed
   edges with equal step counts (`graphs.sampling.schedule.epoch_seed_batches`, the seeds
   being edge ids).
