@@ -48,6 +48,23 @@ def shop(tmp_path_factory):
     return root
 
 
+def _trained(shop, tmp_path, shards: ShardConfig, link, hidden: int, training: dict) -> dict:
+    """Shards of `shards` from the shop's split and an R-GCN link model trained on them into
+    tmp_path/out (the link block `link`, the training block's `training` values); its summary."""
+    from training.layers import ModelConfig
+    from training.link import LINK_DEFAULTS
+    from training.link_train import train_link
+    from training.task_settings import task_blocks, with_values
+
+    inputs = load_shard_inputs(shop / "split", shop / "adj", shop / "parts", shop / "compressed")
+    write_link_shards(inputs, tmp_path / "shards", shards, canonical_dir=shop / "canonical")
+    return train_link(
+        tmp_path / "shards", shop / "split", shop / "adj", tmp_path / "out", link,
+        ModelConfig(hidden=hidden, conv="rgcn", dropout=0.0), with_values(task_blocks(LINK_DEFAULTS)[1], training),
+        log=lambda m: None,
+    )  # fmt: skip
+
+
 def test_the_split_holds_out_the_target_relation_only(shop):
     full, split_schema = TypedSchema.read(shop / "canonical"), TypedSchema.read(shop / "split")
     split = load_edge_split(shop / "split")
@@ -201,22 +218,11 @@ def test_hard_negatives_walk_to_the_destination_type():
 
 
 def test_training_ranks_each_users_items_and_the_saved_model_scores_by_the_users_ids(shop, tmp_path):
-    from training.layers import ModelConfig
-    from training.link import LINK_DEFAULTS, LinkConfig, evaluate_saved
-    from training.link_train import train_link
+    from training.link import LinkConfig, evaluate_saved
     from training.score_pairs import PairsError, score_pairs
-    from training.task_settings import task_blocks, with_values
 
-    inputs = load_shard_inputs(shop / "split", shop / "adj", shop / "parts", shop / "compressed")
-    write_link_shards(
-        inputs, tmp_path / "shards", ShardConfig(fanouts="5,5", batch_size=512, epochs=2, world_size=1),
-        canonical_dir=shop / "canonical",
-    )  # fmt: skip
-    training = with_values(task_blocks(LINK_DEFAULTS)[1], {"optimizer.lr": 0.01, "epochs": 3})
-    s = train_link(
-        tmp_path / "shards", shop / "split", shop / "adj", tmp_path / "out",
-        LinkConfig(ranking_users=0), ModelConfig(hidden=32, conv="rgcn", dropout=0.0), training, log=lambda m: None,
-    )  # fmt: skip
+    shards = ShardConfig(fanouts="5,5", batch_size=512, epochs=2, world_size=1)
+    s = _trained(shop, tmp_path, shards, LinkConfig(ranking_users=0), 32, {"optimizer.lr": 0.01, "epochs": 3})
     test = s["test"]
     split = load_edge_split(shop / "split")
     items = test["ranked_items"]
@@ -334,22 +340,11 @@ def test_a_relation_within_one_type_is_split_and_sampled_by_unordered_pairs(shop
 
 
 def test_recommendations_are_each_sources_best_unknown_destinations(shop, tmp_path):
-    from training.layers import ModelConfig
-    from training.link import LINK_DEFAULTS, LinkConfig, load_saved
-    from training.link_train import train_link
+    from training.link import LinkConfig, load_saved
     from training.recommend import recommend
-    from training.task_settings import task_blocks, with_values
 
-    inputs = load_shard_inputs(shop / "split", shop / "adj", shop / "parts", shop / "compressed")
-    write_link_shards(
-        inputs, tmp_path / "shards", ShardConfig(fanouts="5", batch_size=1024, epochs=1, world_size=1),
-        canonical_dir=shop / "canonical",
-    )  # fmt: skip
-    training = with_values(task_blocks(LINK_DEFAULTS)[1], {"epochs": 1, "min_steps": 1})
-    train_link(
-        tmp_path / "shards", shop / "split", shop / "adj", tmp_path / "out", LinkConfig(scorer="dot"),
-        ModelConfig(hidden=8, conv="rgcn", dropout=0.0), training, log=lambda m: None,
-    )  # fmt: skip
+    shards = ShardConfig(fanouts="5", batch_size=1024, epochs=1, world_size=1)
+    _trained(shop, tmp_path, shards, LinkConfig(scorer="dot"), 8, {"epochs": 1, "min_steps": 1})
     saved = load_saved(tmp_path / "out", tmp_path / "shards", shop / "adj")
     split = load_edge_split(shop / "split")
     table = recommend(saved, split, shop / "canonical" / "nodes.parquet", k=5, chunk_pairs=1000)
