@@ -234,14 +234,15 @@ def _report(emb, pair_score, split, target, args) -> dict:
     import torch
 
     from training.metrics import link_prediction_report
-    from training.ranking import ranking_report
+    from training.ranking import cross_pairs, ranking_report
 
     def scores(pairs: np.ndarray) -> np.ndarray:
         p = torch.from_numpy(pairs)
         return pair_score(emb[p[:, 0]], emb[p[:, 1]]).numpy()
 
     def score(users, items):
-        return pair_score(emb[users.repeat_interleave(len(items))], emb[items.repeat(len(users))]).view(len(users), -1)
+        pairs = cross_pairs(users, items)
+        return pair_score(emb[pairs[0]], emb[pairs[1]]).view(len(users), -1)
 
     with torch.no_grad():
         out = link_prediction_report(scores(split.test), scores(split.test_negatives))

@@ -72,7 +72,7 @@ from training.layers import GNN, ModelConfig, build_model
 from training.metrics import link_prediction_report
 from training.outputs import LINK_MODEL
 from training.pair_features import FEATURE_NAMES, PairHeuristics
-from training.ranking import ranking_report
+from training.ranking import cross_pairs, ranking_report
 from training.state_file import read_state_file
 
 __all__ = [
@@ -90,8 +90,10 @@ __all__ = [
     "load_saved",
     "new_link_model",
     "pair_scores",
+    "candidate_logits",
     "ranked_splits",
     "ranking",
+    "scores_in_chunks",
     "selection_metric",
     "validation_ranking",
 ]
@@ -334,6 +336,18 @@ def validation_ranking(model: LinkModel, graph: LinkGraph, split, users: int, se
     return ranking(model, graph, split, "val", h, users, seed, baselines=False)
 
 
+def scores_in_chunks(model: LinkModel, h: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
+    """Logits [P] of the node-id pairs [2, P] over embeddings `h`, ``_SCORE_CHUNK`` pairs at a time
+    (bounds the scorer's memory)."""
+    chunks = [model.score(h, pairs[:, i : i + _SCORE_CHUNK]) for i in range(0, pairs.shape[1], _SCORE_CHUNK)]
+    return torch.cat(chunks) if chunks else torch.zeros(0)
+
+
+def candidate_logits(model: LinkModel, h: torch.Tensor, users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """Logits [U, I] of every (user, item) pair over embeddings `h`."""
+    return scores_in_chunks(model, h, cross_pairs(users, items)).view(len(users), len(items))
+
+
 def ranking(
     model: LinkModel, graph: LinkGraph, split, which: str, h: torch.Tensor, users: int, seed: int, baselines=True
 ) -> dict:
@@ -343,19 +357,13 @@ def ranking(
     if graph.target is None:
         return {}
 
-    def score(u: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        pairs = torch.stack([u.repeat_interleave(len(items)), items.repeat(len(u))])
-        return torch.cat(
-            [model.score(h, pairs[:, i : i + _SCORE_CHUNK]) for i in range(0, pairs.shape[1], _SCORE_CHUNK)]
-        ).view(len(u), -1)
-
     def adamic_adar(u: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
-        pairs = torch.stack([u.repeat_interleave(len(items)), items.repeat(len(u))])
-        return graph.heuristics(pairs)[:, FEATURE_NAMES.index("adamic_adar")].view(len(u), -1)
+        return graph.heuristics(cross_pairs(u, items))[:, FEATURE_NAMES.index("adamic_adar")].view(len(u), -1)
 
     target = graph.target
     return ranking_report(
-        score, split, which, target.dst_range, users=users, seed=seed, symmetric=target.symmetric,
+        lambda u, items: candidate_logits(model, h, u, items), split, which, target.dst_range, users=users,
+        seed=seed, symmetric=target.symmetric,
         baselines={"adamic_adar": adamic_adar} if baselines else None,
     )  # fmt: skip
 
@@ -378,9 +386,7 @@ class SavedLinkModel:
         """float32 [P]: the probability that each pair (int64 [2, P] node ids) is an edge."""
         self.model.eval()
         h = self.embeddings() if h is None else h
-        pairs = torch.as_tensor(pairs, dtype=torch.int64)
-        chunks = [self.model.score(h, pairs[:, i : i + _SCORE_CHUNK]) for i in range(0, pairs.shape[1], _SCORE_CHUNK)]
-        return torch.sigmoid(torch.cat(chunks)) if chunks else torch.zeros(0)
+        return torch.sigmoid(scores_in_chunks(self.model, h, torch.as_tensor(pairs, dtype=torch.int64)))
 
 
 def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:

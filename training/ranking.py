@@ -27,9 +27,14 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["RANK_AT", "ranking_report", "ranking_users"]
+__all__ = ["RANK_AT", "cross_pairs", "ranking_report", "ranking_users"]
 
 RANK_AT = (10, 20, 50)
+
+
+def cross_pairs(users: torch.Tensor, items: torch.Tensor) -> torch.Tensor:
+    """int64 [2, U * I]: every (user, item) pair, users major (row u's items are one run)."""
+    return torch.stack([users.repeat_interleave(len(items)), items.repeat(len(users))])
 
 
 def ranking_users(held: np.ndarray, users: int, seed: int) -> np.ndarray:

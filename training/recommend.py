@@ -30,7 +30,7 @@ import torch
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.infra.storage import atomic_output_dir
 from graphs.stages.edge_split import load_edge_split
-from training.link import load_saved
+from training.link import candidate_logits, load_saved
 from training.outputs import LINK_MODEL, RECOMMENDATIONS, SUMMARY, write_json
 
 __all__ = ["recommend", "write_recommendations"]
@@ -63,8 +63,7 @@ def recommend(saved, split, nodes_file: str | os.PathLike, k: int, chunk_pairs: 
     src, dst, prob = [], [], []
     for a in range(su, sv, step):
         users = torch.arange(a, min(a + step, sv), dtype=torch.int64)
-        pairs = torch.stack([users.repeat_interleave(len(items)), items.repeat(len(users))])
-        logits = saved.model.score(h, pairs).view(len(users), -1).float()
+        logits = candidate_logits(saved.model, h, users, items).float()
         rows = known[np.searchsorted(known[:, 0], a) : np.searchsorted(known[:, 0], a + len(users))]
         logits[torch.from_numpy(rows[:, 0] - a), torch.from_numpy(rows[:, 1] - lo)] = -torch.inf
         if target.symmetric:  # a node is not its own neighbour (sources and destinations are one type)
