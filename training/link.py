@@ -95,7 +95,6 @@ __all__ = [
     "ranking",
     "scores_in_chunks",
     "selection_metric",
-    "validation_ranking",
 ]
 
 SCORERS = ("dot", "mlp", "hybrid")
@@ -247,10 +246,12 @@ def embed(model: LinkModel, full_block, x: torch.Tensor, batch_size: int = 0) ->
 
 
 @torch.no_grad()
-def evaluate_link(model: LinkModel, full_block, x: torch.Tensor, split, which: str, batch_size: int = 0) -> dict:
+def evaluate_link(
+    model: LinkModel, full_block, x: torch.Tensor, split, which: str, batch_size: int = 0, h: torch.Tensor | None = None
+) -> dict:
     """`link_prediction_report` of split `which` ("val" or "test") of a `SplitPairs`, from
-    full-graph embeddings over `full_block`."""
-    h = embed(model, full_block, x, batch_size)
+    full-graph embeddings over `full_block` (`h` when the caller has them already)."""
+    h = embed(model, full_block, x, batch_size) if h is None else h
     pos = torch.from_numpy(getattr(split, which)).T.contiguous()
     neg = torch.from_numpy(getattr(split, f"{which}_negatives")).T.contiguous()
     return link_prediction_report(model.score(h, pos).numpy(), model.score(h, neg).numpy())
@@ -328,12 +329,6 @@ def selection_metric(graph: LinkGraph) -> str:
     """The validation figure the best model is kept by (and early stopping watches): MRR against
     the fixed negatives, or on a typed relation the users' own rankings (``user_mrr``)."""
     return "mrr" if graph.target is None else "user_mrr"
-
-
-def validation_ranking(model: LinkModel, graph: LinkGraph, split, users: int, seed: int, batch_size: int = 0) -> dict:
-    """The validation users' rankings (`ranking`, without the training-free baselines)."""
-    h = embed(model, graph.block, graph.x, batch_size)
-    return ranking(model, graph, split, "val", h, users, seed, baselines=False)
 
 
 def scores_in_chunks(model: LinkModel, h: torch.Tensor, pairs: torch.Tensor) -> torch.Tensor:
@@ -417,12 +412,11 @@ def load_saved(model_dir, shards_dir, adjacency_dir) -> SavedLinkModel:
     return SavedLinkModel(model, graph, cfg, chunk, int(state.get("ranking_seed", 0)))
 
 
-def ranked_splits(model: LinkModel, graph: LinkGraph, split, users: int, seed: int, batch_size: int = 0) -> dict:
-    """{"val": ranking, "test": ranking} of a typed target relation (`ranking`; empty on an
-    untyped graph): `users` users drawn with `seed`."""
+def ranked_splits(model: LinkModel, graph: LinkGraph, split, users: int, seed: int, h: torch.Tensor) -> dict:
+    """{"val": ranking, "test": ranking} of a typed target relation (`ranking` from the full-graph
+    embeddings `h`; empty on an untyped graph): `users` users drawn with `seed`."""
     if graph.target is None:
         return {"val": {}, "test": {}}
-    h = embed(model, graph.block, graph.x, batch_size)
     return {w: ranking(model, graph, split, w, h, users, seed) for w in ("val", "test")}
 
 
@@ -434,8 +428,6 @@ def evaluate_saved(
     saved = load_saved(model_dir, shards_dir, adjacency_dir)
     split = load_edge_split(split_dir)
     g = saved.graph
-    ranked = ranked_splits(saved.model, g, split, saved.config.ranking_users, saved.ranking_seed, saved.eval_batch_size)
-    return {
-        w: evaluate_link(saved.model, g.block, g.x, split, w, saved.eval_batch_size) | ranked[w]
-        for w in ("val", "test")
-    }
+    h = saved.embeddings()  # once, for every report
+    ranked = ranked_splits(saved.model, g, split, saved.config.ranking_users, saved.ranking_seed, h)
+    return {w: evaluate_link(saved.model, g.block, g.x, split, w, h=h) | ranked[w] for w in ("val", "test")}

@@ -70,11 +70,12 @@ from training.link import (
     LinkConfig,
     LinkGraph,
     LinkModel,
+    embed,
     evaluate_link,
     new_link_model,
     ranked_splits,
+    ranking,
     selection_metric,
-    validation_ranking,
 )
 from training.loop import EpochHook, TaskHead, run_epochs
 from training.loss_check import NonFiniteLossError, non_finite_loss
@@ -152,10 +153,11 @@ class LinkPrediction(TaskHead):
         """When due: validation MRR, the best model kept; whether early stopping fires."""
         if (epoch + 1) % run.training.eval_every and epoch != run.epochs - 1:
             return False
-        val = evaluate_link(run.model, run.graph.block, run.graph.x, run.split, "val", run.training.eval_batch_size)
-        if run.graph.target is not None:  # a typed relation: its users' rankings select the model
-            t = run.training
-            val |= validation_ranking(run.model, run.graph, run.split, run.cfg.ranking_users, t.seed, t.eval_batch_size)
+        g, t = run.graph, run.training
+        h = embed(run.model, g.block, g.x, t.eval_batch_size)  # once, for both reports
+        val = evaluate_link(run.model, g.block, g.x, run.split, "val", h=h)
+        if g.target is not None:  # a typed relation: its users' rankings select the model
+            val |= ranking(run.model, g, run.split, "val", h, run.cfg.ranking_users, t.seed, baselines=False)
         run.rows.append({"epoch": epoch + 1, "split": "val", "loss": row["loss"], **val})
         key = selection_metric(run.graph)
         if run.best["val"] is None or val[key] > run.best["val"][key]:
@@ -299,9 +301,10 @@ def _finish(run: LinkRun, out_dir) -> dict:
     """Restore the best validation model, test it, write the outputs; the summary."""
     best = run.best
     run.model.load_state_dict(best["state"])
-    test = evaluate_link(run.model, run.graph.block, run.graph.x, run.split, "test", run.training.eval_batch_size)
-    t = run.training
-    ranked = ranked_splits(run.model, run.graph, run.split, run.cfg.ranking_users, t.seed, t.eval_batch_size)
+    g, t = run.graph, run.training
+    h = embed(run.model, g.block, g.x, t.eval_batch_size)  # once, for both reports
+    test = evaluate_link(run.model, g.block, g.x, run.split, "test", h=h)
+    ranked = ranked_splits(run.model, g, run.split, run.cfg.ranking_users, t.seed, h)
     best["val"] = {**best["val"], **ranked["val"]}
     test |= ranked["test"]
     run.rows.append({"epoch": best["epoch"], "split": "test", "loss": best["loss"], **test})
