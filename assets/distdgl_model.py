@@ -159,8 +159,9 @@ def distdgl_model(
         if CanonicalGraph.open(canonical).typed:
             return _skipped(
                 context,
-                "the graph is typed, and the DistDGL engine trains a homogeneous model on the homogeneous "
-                "partition format; trained_model trains the typed graph's relational model",
+                "the graph is typed, and the DistDGL engine trains untyped graphs only (metis_partitions "
+                "writes the typed graph's parts in DGL's heterogeneous format); trained_model trains the "
+                "typed graph's relational model",
             )
         try:
             resolved = resolve_blocks(config, DISTDGL_DEFAULTS, DISTDGL_READS)

@@ -24,8 +24,9 @@ import torch
 from graphs.kernels.metis import quiet_stdout
 
 
-def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, graph_name: str) -> np.ndarray:
-    """DGL's distributed partition format for our assignment (1-hop halos); returns orig_nids.
+def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, graph_name: str):
+    """DGL's distributed partition format for our assignment (1-hop halos); returns orig_nids
+    (a dict of each node type's ids for a heterograph).
 
     `graph` carries the node data to split (feat, label, masks). See the module docstring
     for how DGL 2.1's `partition_graph` is made to use `part` instead of re-running METIS.
@@ -50,4 +51,6 @@ def write_distdgl(graph, part: np.ndarray, k: int, out_dir: str | os.PathLike, g
             "dgl.distributed.partition_graph did not take the precomputed assignment (DGL version "
             f"{dgl.__version__}; written for 2.1.0): see tests/dgl_reference.py's module docstring"
         )
+    if isinstance(orig_nids, dict):  # a heterograph: each type's own ids in new-id order
+        return {t: ids.numpy().astype(np.int64) for t, ids in orig_nids.items()}
     return orig_nids.numpy().astype(np.int64)

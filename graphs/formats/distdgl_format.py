@@ -213,7 +213,7 @@ def gather_rows(values, rows: np.ndarray, block_bytes: int = GATHER_BLOCK_BYTES)
     return out
 
 
-def _part_edge_counts(indptr, indices, part, k) -> tuple[np.ndarray, np.ndarray]:
+def part_edge_counts(indptr, indices, part, k) -> tuple[np.ndarray, np.ndarray]:
     """int64 [k] each: edges into part p (destination in p), and edges out of p (source in p,
     destination elsewhere)."""
     into, out_of = np.zeros(k, dtype=np.int64), np.zeros(k, dtype=np.int64)
@@ -225,7 +225,7 @@ def _part_edge_counts(indptr, indices, part, k) -> tuple[np.ndarray, np.ndarray]
 
 
 @dataclass
-class _Reshuffle:
+class Reshuffle:
     """The whole-graph arrays every part is cut from, plus two node-sized scratch arrays that
     each part leaves as it found them."""
 
@@ -373,16 +373,16 @@ def _checked_assignment(part: np.ndarray, k: int, n: int, node_data: dict[str, n
 
 
 def _reshuffle_plan(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, k: int):
-    """(part, orig_nids, node bounds, edge bounds, `_Reshuffle` or None for one part) of the new id order."""
+    """(part, orig_nids, node bounds, edge bounds, `Reshuffle` or None for one part) of the new id order."""
     n, m = len(indptr) - 1, int(indptr[-1])
     if k == 1:  # DGL does not reshuffle one part
         bounds = np.array([0, n], dtype=np.int64), np.array([0, m], dtype=np.int64)
         return np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64), *bounds, None
     orig_nids, new_of_old = reshuffled_node_ids(part)
     node_bounds = np.concatenate([[0], np.cumsum(np.bincount(part, minlength=k))]).astype(np.int64)
-    into, out_counts = _part_edge_counts(indptr, indices, part, k)
+    into, out_counts = part_edge_counts(indptr, indices, part, k)
     edge_bounds = np.concatenate([[0], np.cumsum(into)]).astype(np.int64)
-    shuffle = _Reshuffle(
+    shuffle = Reshuffle(
         indptr=indptr,
         indices=indices,
         part=part,
@@ -398,7 +398,7 @@ def _reshuffle_plan(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, k
     return part, orig_nids, node_bounds, edge_bounds, shuffle
 
 
-def _reshuffled_part_graph(shuffle: "_Reshuffle", p: int):
+def _reshuffled_part_graph(shuffle: "Reshuffle", p: int):
     """Part `p`'s DGL graph in new ids, with its part_id, inner_node, inner_edge and _ID data."""
     import dgl
     import torch
@@ -420,8 +420,10 @@ def _reshuffled_part_graph(shuffle: "_Reshuffle", p: int):
 
 __all__ = [
     "GATHER_BLOCK_BYTES",
+    "Reshuffle",
     "edge_id_dtype",
     "gather_rows",
+    "part_edge_counts",
     "reshuffled_edge_ids",
     "reshuffled_node_ids",
     "write_distdgl_parts",

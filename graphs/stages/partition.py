@@ -31,7 +31,9 @@ Files written (format version 1) into `<out_dir>/`:
                                              METIS leaves some clusters empty, has gaps)
     part-{p}/core_nodes.npy      int64 [n_p] ascending node ids with part_id == p
     part-{p}/halo_nodes.npy      int64 [h_p] ascending node ids outside p with an edge into p
-    distdgl/<graph_name>.json    DGL distributed partition config (with write_distdgl)
+    distdgl/<graph_name>.json    DGL distributed partition config (with write_distdgl; DGL's
+                                             heterogeneous format for a typed graph,
+                                             `graphs.formats.distdgl_typed`)
     distdgl/part{p}/             graph.dgl, node_feat.dgl, edge_feat.dgl per part
     distdgl/orig_nids.npy        int64 [n]   reshuffled node id -> canonical node id
     vertex_cut/edge_part.npy     int32 [m]   with ``vertex_cut`` set: the part of every canonical edge
@@ -69,7 +71,6 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from graphs.formats.canonical_files import CanonicalGraph, edge_batches
-from graphs.formats.distdgl_format import write_distdgl_parts
 from graphs.formats.graph_schema import TypedSchema
 from graphs.formats.partition_files import Partitions, load_parts
 from graphs.infra.config_checks import MAX_SEED, check_fields
@@ -80,7 +81,7 @@ from graphs.kernels.induced import induced_csr
 from graphs.kernels.metis import metis_idx_dtype, metis_kway_multi, quiet_stdout
 from graphs.stages.partition_dgl import dgl_graph, metis_assign
 from graphs.stages.partition_metrics import csr_halos, csr_metrics, train_balance, type_balance
-from graphs.stages.partition_nodes import node_data, train_mask
+from graphs.stages.partition_nodes import train_mask, write_distdgl
 from graphs.stages.vertex_cut import MAX_VERTEX_CUT_PARTS, edge_partitioner_class, vertex_cut
 
 FORMAT_VERSION = Partitions.FORMAT_VERSION
@@ -126,7 +127,10 @@ class PartitionConfig:
         },
     )
     write_distdgl: bool = field(
-        default=True, metadata={"help": "Also write DGL's distributed partition format under distdgl/."}
+        default=True,
+        metadata={
+            "help": "Also write DGL's distributed partition format under distdgl/ (heterogeneous for a typed graph)."
+        },
     )
     vertex_cut: str = field(
         default="none",
@@ -424,9 +428,7 @@ def build_partitions(
         del cluster, cores, halos  # written: the DistDGL export below needs only the CSR and part
         if cfg.write_distdgl:
             t = time.perf_counter()
-            orig_nids = write_distdgl_parts(
-                indptr, indices, part, k, tmp / Partitions.DISTDGL, graph_name, node_data(canonical, n)
-            )
+            orig_nids = write_distdgl(canonical, tmp / Partitions.DISTDGL, indptr, indices, part, k, graph_name)
             np.save(tmp / Partitions.ORIG_NIDS, orig_nids)
             del orig_nids
             seconds["distdgl_write"] = time.perf_counter() - t
@@ -532,6 +534,8 @@ def _verify_inputs(canonical: Path, cfg: PartitionConfig) -> None:
     """Check every canonical file the stage will read against its hashes.json before any work
     (`graphs.infra.storage.verify_inputs`; the readers check again, from the per-process digest cache)."""
     distdgl = (CanonicalGraph.NODES, CanonicalGraph.FEATURES) if cfg.write_distdgl else ()
+    if cfg.write_distdgl and CanonicalGraph.open(canonical).typed:
+        distdgl += (CanonicalGraph.TYPES, CanonicalGraph.TYPED_EDGES)
     verify_inputs(canonical, (CanonicalGraph.SUMMARY, CanonicalGraph.EDGES, *distdgl))
 
 
