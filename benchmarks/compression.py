@@ -62,7 +62,7 @@ import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
 from graphs.infra.storage import write_file_hashes  # noqa: E402
-from graphs.kernels.quantize import dequantize_int8_rows_csr  # noqa: E402
+from graphs.kernels.quantize_csr import dequantize_int8_rows_csr  # noqa: E402
 from graphs.stages.canonical import CanonicalGraph, build_canonical_graph  # noqa: E402
 from graphs.stages.compress import (  # noqa: E402
     CompressConfig,

@@ -16,7 +16,7 @@ from assets.metis_partitions import metis_partitions
 from assets.normalized_adjacency import normalized_adjacency
 from graphs.infra.storage import write_file_hashes
 from graphs.kernels.bloom import BloomFilter, measured_fpr
-from graphs.kernels.quantize import dequantize_int8_rows_csr
+from graphs.kernels.quantize_csr import dequantize_int8_rows_csr
 from graphs.stages.canonical import CanonicalConfig, build_canonical_graph
 from graphs.stages.compress import (
     CompressConfig,

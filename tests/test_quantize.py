@@ -14,17 +14,16 @@ from graphs.kernels.quantize import (
     column_min_max,
     dequantize_int4_columns,
     dequantize_int8_columns,
-    dequantize_int8_rows_csr,
     encode_features,
     is_binary,
     pack_binary,
     quantize_int4_columns,
     quantize_int8_columns,
-    quantize_int8_rows_csr,
     reconstruction_error,
     unpack_binary,
     unpack_int4,
 )
+from graphs.kernels.quantize_csr import dequantize_int8_rows_csr, quantize_int8_rows_csr
 from graphs.kernels.quantize_torch import (
     dequantize_int4_rows_torch,
     dequantize_int8_rows_csr_torch,

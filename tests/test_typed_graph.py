@@ -340,11 +340,15 @@ def test_a_killed_typed_run_resumes_to_the_uninterrupted_model(generated, tmp_pa
         torch.testing.assert_close(a[k], b[k], atol=1e-6, rtol=1e-5)
 
 
-def test_compressed_graph_reports_each_node_types_error(shop, tmp_path):
-    """The union's columns share their INT8 parameters across types: items whose features are a
-    thousand times the users' leave the users' features coarse, and the per-type errors show it."""
-    from graphs.stages.compress import build_compressed_graph
+def test_compressed_graph_quantizes_each_node_type_with_its_own_parameters(shop, tmp_path):
+    """Items whose features are a thousand times the users' on the same columns: per-column INT8
+    parameters shared across the types would leave the users' features a step of ~4000 / 255; each
+    type's own keep the users' error at their own step, and every reader decodes with them."""
+    from graphs.kernels.quantize import quantize_int8_columns
+    from graphs.stages.compress import build_compressed_graph, load_features, verify_compressed_graph
     from graphs.stages.partition import PartitionConfig, build_partitions
+    from training.data import FeatureRows
+    from training.feature_cache import TieredFeatures
 
     _write(
         shop / "nodes" / "item.parquet", node_id=[30, 10, 20], feat=[[1000.0, 3000.0], [-1000.0, 1.0], [9.0, -2000.0]]
@@ -354,11 +358,43 @@ def test_compressed_graph_reports_each_node_types_error(shop, tmp_path):
     build_normalized_adjacency(canonical, adjacency)
     build_partitions(canonical, parts, PartitionConfig(num_parts=2, write_distdgl=False, clusters_per_part=1))
     summary = build_compressed_graph(canonical, adjacency, parts, tmp_path / "compressed")
+    typed = TypedSchema.read(canonical)
+    x = np.load(canonical / "features.npy")
+    users = slice(int(typed.offsets[2]), int(typed.offsets[3]))  # types in name order: item, tag, user
+    assert typed.schema.node_types == ("item", "tag", "user")
+
     errors = summary["features"]["node_types"]
     assert set(errors) == {"item", "user"}  # tags have no features
-    assert errors["item"]["rel_rms"] < 0.01
-    assert errors["user"]["rel_rms"] > 10 * errors["item"]["rel_rms"]
-    assert errors["user"]["max_abs"] > 1.0  # a step of about 4000 / 255 on the shared columns
+    q, scale, zero = quantize_int8_columns(x)  # the shared parameters, for comparison
+    shared = np.abs(q[users].astype(np.float32) * scale + zero - x[users]).max()
+    assert shared > 1.0
+    assert errors["user"]["max_abs"] < shared / 100
+    assert errors["user"]["max_abs"] <= (5.0 / 255) / 2 + 1e-6  # half a step of the users' own range 0..5
+    assert summary["features"]["type_offsets"] == [int(o) for o in typed.offsets]
+    checks = verify_compressed_graph(tmp_path / "compressed", canonical, adjacency, parts)
+    assert checks["feature_columns_over_bound"] == 0 and checks["feature_bound_excess"] == 0.0
+
+    feats = load_features(tmp_path / "compressed")
+    assert feats.arrays["scale"].shape == (3, x.shape[1])
+    decoded = feats.decode()
+    assert np.abs(decoded[users] - x[users]).max() == pytest.approx(errors["user"]["max_abs"], rel=1e-5)
+    rows = np.array([8, 0, 5, 3, 8])
+    assert np.array_equal(feats.decode_gathered(feats.gather(rows), rows), decoded[rows])
+    assert torch.equal(feats.decode_rows_torch(rows), torch.from_numpy(decoded[rows]))
+    with pytest.raises(ValueError, match="node ids"):
+        feats.decode_gathered(feats.gather(rows))
+    cache = TieredFeatures(feats, warm_rows=3, hot_rows=2, degree=np.arange(len(x)))
+    assert torch.equal(cache.gather(rows), torch.from_numpy(decoded[rows]))
+    entry = {
+        "encoding": "compressed",
+        "path": "compressed",
+        "codes": "int8",
+        "transform": "none",
+        "shape": list(x.shape),
+    }
+    source = FeatureRows("manifest", {"features": entry}, tmp_path)
+    compact = source.gather_host(rows, decode=False)  # what a CUDA rank moves, decoded on the device
+    assert torch.equal(source.finish(compact.to("cpu"), torch.from_numpy(rows)), torch.from_numpy(decoded[rows]))
 
 
 def test_metis_balances_node_types_on_the_coarsened_path_too(generated, tmp_path):

@@ -175,8 +175,9 @@ class FeatureRows:
             else:
                 rows = self.encoded.gather(nodes, release=release)
             if decode or self.encoded.encoding == "fp32":
-                return torch.from_numpy(self.encoded.decode_gathered(rows))
-            return _Compact(torch.from_numpy(rows))
+                return torch.from_numpy(self.encoded.decode_gathered(rows, nodes))
+            typed = self.encoded.type_offsets is not None  # per-type parameters: decoding needs the ids
+            return _Compact(torch.from_numpy(rows), torch.from_numpy(np.asarray(nodes)) if typed else None)
         if self.kind == "tensor":
             return self.host.index_select(0, torch.from_numpy(nodes))
         return None
@@ -186,23 +187,27 @@ class FeatureRows:
         if isinstance(rows, HotSplit):
             return self.cache.assemble(rows)
         if isinstance(rows, _Compact):
-            return self.encoded.decode_gathered_torch(rows.codes)
+            return self.encoded.decode_gathered_torch(rows.codes, rows.nodes)
         if self.kind == "device":
             return self.device_tensor.index_select(0, nodes.to(self.device_tensor.device))
         return rows
 
 
 class _Compact:
-    """Gathered feature codes still to be decoded (on the device)."""
+    """Gathered feature codes still to be decoded (on the device), with their node ids where the
+    features hold per-type parameters."""
 
-    def __init__(self, codes: torch.Tensor):
-        self.codes = codes
+    def __init__(self, codes: torch.Tensor, nodes: torch.Tensor | None = None):
+        self.codes, self.nodes = codes, nodes
+
+    def _map(self, f) -> "_Compact":
+        return _Compact(f(self.codes), None if self.nodes is None else f(self.nodes))
 
     def to(self, device, non_blocking: bool = False) -> "_Compact":
-        return _Compact(self.codes.to(device, non_blocking=non_blocking))
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
 
     def pin_memory(self) -> "_Compact":
-        return _Compact(self.codes.pin_memory())
+        return self._map(lambda t: t.pin_memory())
 
 
 # ----------------------------------------------------------------------------- reading

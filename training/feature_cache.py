@@ -136,11 +136,13 @@ class HotSplit:
     hot_slot: torch.Tensor  # and their rows in the hot tier
     inverse: torch.Tensor | None  # unique -> the nodes as asked (None: they were ascending and unique)
     num_unique: int
+    unique: torch.Tensor | None = None  # the unique node ids, for features with per-type parameters
 
     def _map(self, f) -> "HotSplit":
         tensors = (self.host_rows, self.host_pos, self.hot_pos, self.hot_slot)
         inverse = None if self.inverse is None else f(self.inverse)
-        return HotSplit(*map(f, tensors), inverse, self.num_unique)
+        unique = None if self.unique is None else f(self.unique)
+        return HotSplit(*map(f, tensors), inverse, self.num_unique, unique)
 
     def pin_memory(self) -> "HotSplit":
         return self._map(lambda t: t.pin_memory())
@@ -289,6 +291,7 @@ class TieredFeatures:
             hot_slot=torch.from_numpy(hot_slot),
             inverse=None if inverse is None else torch.from_numpy(inverse),
             num_unique=len(unique),
+            unique=None if self.encoded.type_offsets is None else torch.from_numpy(unique),
         )
 
     def assemble(self, split: HotSplit) -> torch.Tensor:
@@ -299,7 +302,7 @@ class TieredFeatures:
             out[split.hot_pos] = self._hot[split.hot_slot]
         if len(split.host_pos):
             out[split.host_pos] = split.host_rows
-        out = self.encoded.decode_gathered_torch(out)
+        out = self.encoded.decode_gathered_torch(out, split.unique)
         return out if split.inverse is None else out[split.inverse]
 
     def _read_cold(self, nodes: np.ndarray) -> np.ndarray:

@@ -101,7 +101,8 @@ def feature_chunks(manifest: dict, shards_dir: str | os.PathLike, rows: int = 1 
     if feats is None:
         return
     for a in range(0, feats.num_rows, rows):
-        yield torch.from_numpy(np.array(feats.decode_gathered(feats.codes[a : a + rows]), dtype=np.float32))
+        block = feats.decode_gathered(feats.codes[a : a + rows], np.arange(a, min(a + rows, feats.num_rows)))
+        yield torch.from_numpy(np.array(block, dtype=np.float32))
 
 
 def full_features(manifest: dict, shards_dir: str | os.PathLike) -> torch.Tensor | None:

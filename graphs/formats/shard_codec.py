@@ -24,7 +24,7 @@ from graphs.formats.shard_format import (
     index_dtype,
     minibatch_key,
 )
-from graphs.kernels.quantize import dequantize_int8_rows_csr, quantize_int8_rows_csr
+from graphs.kernels.quantize_csr import dequantize_int8_rows_csr, quantize_int8_rows_csr
 
 __all__ = [
     "StoredBlock",

@@ -31,7 +31,7 @@ nodes are the first ``num_dst`` source nodes, and block ``l``'s destinations are
 ``l + 1``'s sources, so the one array ``input_nodes`` of global ids names the nodes of
 every block. Edge weights are stored in one of `WEIGHT_ENCODINGS`: ``fp32`` (``weight``)
 or ``int8`` (``weight_q`` int8 per edge and ``weight_scale`` float32 per destination,
-symmetric per row: weight = q * scale[dst], `graphs.kernels.quantize.quantize_int8_rows_csr`) or
+symmetric per row: weight = q * scale[dst], `graphs.kernels.quantize_csr.quantize_int8_rows_csr`) or
 ``factors``: none per edge. Where Â factors (an unweighted graph, `graphs.stages.normalize`), its
 entry of block edge u -> v is float32(row[v] · col[u]) (float32(row[v]) without ``col``), from
 normalized_adjacency's two float64 vectors over all nodes that the manifest's

@@ -1,4 +1,5 @@
-"""Compact encodings of node features and edge weights, with exact or bounded error.
+"""Compact encodings of node features, with exact or bounded error (edge weights' INT8 is
+`graphs.kernels.quantize_csr`).
 
 Four feature encodings (``encode_features(x, encoding)``) and one edge-weight encoding.
 ``n`` rows (nodes), ``d`` columns (feature dims), ``nnz`` stored edges, ``R`` CSR rows.
@@ -29,9 +30,12 @@ Details
 * Binary: only for features whose every value is exactly 0.0 or 1.0 (``is_binary``).
   ``np.packbits(..., axis=1, bitorder="little")``: bit ``b`` (LSB = 0) of byte ``j`` of row
   ``i`` is column ``8j + b``; trailing bits of the last byte are 0.
-* CSR rows: symmetric per-row INT8, ``scale[r] = max_i |w_i| / 127`` over the row's entries,
-  ``q = round(w / scale[r])`` in -127..127; empty and all-zero rows get ``scale = 0``.
-  ``indptr`` is int64 [R + 1], the usual CSR row pointer into ``q`` / the weights.
+* Per node type (a typed graph's features, `EncodedFeatures.type_offsets`): int8 and 4-bit
+  with scale and zero_point [T, d], each type's rows (one id range) quantized over their own
+  column ranges; decoding takes each row's node id to pick its type's parameters.
+* CSR rows (`graphs.kernels.quantize_csr`): symmetric per-row INT8, ``scale[r] = max_i |w_i| /
+  127`` over the row's entries, ``q = round(w / scale[r])`` in -127..127; empty and all-zero
+  rows get ``scale = 0``.
 
 Dequantization is one vectorised expression in both NumPy and torch (``q.float() * scale +
 zero_point`` after gathering the batch's rows); the torch decoders (`graphs.kernels.quantize_torch`)
@@ -52,7 +56,12 @@ from typing import TYPE_CHECKING, Iterator
 import numpy as np
 
 from graphs.formats.npyrows import take_rows
-from graphs.kernels.quantize_torch import dequantize_int4_rows_torch, dequantize_rows_torch, unpack_binary_torch
+from graphs.kernels.quantize_torch import (
+    dequantize_int4_rows_torch,
+    dequantize_rows_torch,
+    torch_param,
+    unpack_binary_torch,
+)
 
 if TYPE_CHECKING:  # torch is imported lazily: the NumPy half must not pay for it
     import torch
@@ -74,9 +83,6 @@ __all__ = [
     "is_binary",
     "pack_binary",
     "unpack_binary",
-    "csr_row_blocks",
-    "quantize_int8_rows_csr",
-    "dequantize_int8_rows_csr",
     "encode_features",
     "choose_encoding",
     "reconstruction_error",
@@ -201,22 +207,27 @@ def dequantize_int8_columns(
     chunk_rows: int | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """float32 [n, d] = q * scale + zero_point (q int8 [n, d], scale / zero_point [d])."""
+    """float32 [n, d] = q * scale + zero_point (q int8 [n, d], scale / zero_point [d], or [n, d]:
+    each row's own)."""
     if q.ndim != 2 or q.dtype != np.int8:
         raise ValueError(f"dequantize_int8_columns: q must be int8 [n, d], got {q.dtype} {q.shape}")
     n, d = q.shape
-    scale, zero = _check_params(scale, zero_point, d, "dequantize_int8_columns")
+    scale, zero = _check_params(scale, zero_point, d, "dequantize_int8_columns", n)
     x = _out_array(out, (n, d), np.float32, "dequantize_int8_columns")
     for a, b in _row_blocks(n, _block_rows(d, chunk_rows)):
-        x[a:b] = np.asarray(q[a:b]).astype(np.float32) * scale + zero
+        s, z = (scale, zero) if scale.ndim == 1 else (scale[a:b], zero[a:b])
+        x[a:b] = np.asarray(q[a:b]).astype(np.float32) * s + z
     return x
 
 
-def _check_params(scale, zero_point, d: int, what: str) -> tuple[np.ndarray, np.ndarray]:
+def _check_params(scale, zero_point, d: int, what: str, n: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """float32 scale and zero point: one per column ([d]), or with `n` given also one per row and
+    column ([n, d], the parameters of each row's node type)."""
     scale = np.asarray(scale, dtype=np.float32)
     zero = np.asarray(zero_point, dtype=np.float32)
-    if scale.shape != (d,) or zero.shape != (d,):
-        raise ValueError(f"{what}: scale {scale.shape} and zero_point {zero.shape} must both be ({d},)")
+    shapes = ((d,),) if n is None else ((d,), (n, d))
+    if scale.shape not in shapes or zero.shape != scale.shape:
+        raise ValueError(f"{what}: scale {scale.shape} and zero_point {zero.shape} must both be one of {shapes}")
     return scale, zero
 
 
@@ -259,8 +270,8 @@ def unpack_int4(packed: np.ndarray, num_cols: int) -> np.ndarray:
 
 
 def dequantize_int4_columns(packed: np.ndarray, scale: np.ndarray, zero_point: np.ndarray, num_cols: int) -> np.ndarray:
-    """float32 [n, num_cols] = code * scale + zero_point."""
-    scale, zero = _check_params(scale, zero_point, num_cols, "dequantize_int4_columns")
+    """float32 [n, num_cols] = code * scale + zero_point (per column, or [n, num_cols] per row)."""
+    scale, zero = _check_params(scale, zero_point, num_cols, "dequantize_int4_columns", len(packed))
     return unpack_int4(packed, num_cols).astype(np.float32) * scale + zero
 
 
@@ -319,80 +330,6 @@ def unpack_binary(packed: np.ndarray, num_cols: int, dtype=np.float32) -> np.nda
 
 
 # ---------------------------------------------------------------------------------------
-# Per-row INT8 of CSR edge weights
-# ---------------------------------------------------------------------------------------
-
-
-def _check_csr(indptr: np.ndarray, nnz: int, what: str) -> np.ndarray:
-    indptr = np.asarray(indptr)
-    if indptr.ndim != 1 or indptr.size == 0 or indptr.dtype.kind not in "iu":
-        raise ValueError(f"{what}: indptr must be a 1-d integer array [R + 1], got {indptr.dtype} {indptr.shape}")
-    if indptr[0] != 0 or indptr[-1] != nnz:
-        raise ValueError(f"{what}: indptr must start at 0 and end at nnz={nnz}, got {indptr[0]} .. {indptr[-1]}")
-    if indptr.size > 1 and (np.diff(indptr) < 0).any():
-        raise ValueError(f"{what}: indptr is not non-decreasing")
-    return indptr.astype(np.int64, copy=False)
-
-
-def csr_row_blocks(indptr: np.ndarray, target_nnz: int) -> Iterator[tuple[int, int]]:
-    """(r0, r1) row ranges of a CSR holding about target_nnz entries each (at least one row):
-    how every streamed pass over a CSR (quantizing, checking, splitting Â) walks its rows."""
-    rows = indptr.size - 1
-    r0 = 0
-    while r0 < rows:
-        r1 = int(np.searchsorted(indptr, indptr[r0] + target_nnz, side="right")) - 1
-        r1 = min(rows, max(r0 + 1, r1))
-        yield r0, r1
-        r0 = r1
-
-
-def quantize_int8_rows_csr(
-    indptr: np.ndarray, weights: np.ndarray, *, block_nnz: int = _BLOCK_ELEMENTS
-) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric per-row INT8 of CSR values -> (q int8 [nnz], scale float32 [R]) with
-    scale[r] = max |w| of row r / 127 (0 for empty or all-zero rows); q * scale[row] is
-    within scale[row] / 2 of w."""
-    weights = np.asarray(weights)
-    if weights.ndim != 1 or weights.dtype.kind != "f":
-        raise ValueError(f"quantize_int8_rows_csr: weights must be 1-d float, got {weights.dtype} {weights.shape}")
-    indptr = _check_csr(indptr, weights.size, "quantize_int8_rows_csr")
-    rows = indptr.size - 1
-    q = np.empty(weights.size, dtype=np.int8)
-    scale = np.zeros(rows, dtype=np.float32)
-    for r0, r1 in csr_row_blocks(indptr, block_nnz):
-        a, b = int(indptr[r0]), int(indptr[r1])
-        seg = np.abs(np.asarray(weights[a:b], dtype=np.float64))
-        if not np.isfinite(seg).all():
-            i = int(np.flatnonzero(~np.isfinite(seg))[0]) + a
-            row = int(np.searchsorted(indptr, i, side="right")) - 1
-            raise ValueError(f"quantize_int8_rows_csr: weight {weights[i]!r} at entry {i} (row {row}) is not finite")
-        counts = np.diff(indptr[r0 : r1 + 1])
-        nonempty = counts > 0
-        rowmax = np.zeros(r1 - r0, dtype=np.float64)
-        if seg.size:
-            # reduceat over the starts of non-empty rows only: an empty row's start equals the
-            # next row's start and would otherwise read one element of the next row.
-            rowmax[nonempty] = np.maximum.reduceat(seg, indptr[r0:r1][nonempty] - a)
-        s = (rowmax / 127.0).astype(np.float32)
-        scale[r0:r1] = s
-        inv = np.divide(1.0, s.astype(np.float64), out=np.zeros(s.shape), where=s > 0)
-        vals = np.asarray(weights[a:b], dtype=np.float64) * np.repeat(inv, counts)
-        np.rint(vals, out=vals)
-        np.clip(vals, -127, 127, out=vals)
-        q[a:b] = vals
-    return q, scale
-
-
-def dequantize_int8_rows_csr(indptr: np.ndarray, q: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """float32 [nnz] = q * scale[row of each entry]."""
-    indptr = _check_csr(indptr, q.size, "dequantize_int8_rows_csr")
-    scale = np.asarray(scale, dtype=np.float32)
-    if scale.shape != (indptr.size - 1,):
-        raise ValueError(f"dequantize_int8_rows_csr: scale must be ({indptr.size - 1},), got {scale.shape}")
-    return q.astype(np.float32) * np.repeat(scale, np.diff(indptr))
-
-
-# ---------------------------------------------------------------------------------------
 # Convenience: one call per encoding, sizes and errors
 # ---------------------------------------------------------------------------------------
 
@@ -442,6 +379,10 @@ class EncodedFeatures:
     transform: str = "none"
     """One of FEATURE_TRANSFORMS: with "asinh" the codes hold asinh(x) and every decode
     returns sinh of the decoded values."""
+    type_offsets: np.ndarray | None = field(default=None, repr=False)
+    """A typed graph's int8 / int4 codes: int64 [T + 1], node type t's rows are
+    ``type_offsets[t] .. type_offsets[t + 1] - 1``, and scale and zero_point are [T, d], each
+    type's own parameters; every decode then takes the rows' node ids. None: one per column."""
 
     @property
     def nbytes(self) -> int:
@@ -475,35 +416,58 @@ class EncodedFeatures:
             codes = codes.view(np.ndarray)  # still backed by the file mapping
         return np.take(codes, nodes, axis=0)
 
-    def decode_gathered(self, rows: np.ndarray) -> np.ndarray:
-        """float32 [len(rows), d] from compact rows (`gather`), transform undone."""
+    def _params(self, nodes) -> tuple:
+        """(scale, zero_point): per column, or with per-type parameters each row's ([len(nodes), d],
+        NumPy for NumPy `nodes`, else torch on their device)."""
         a = self.arrays
+        if self.type_offsets is None:
+            return a["scale"], a["zero_point"]
+        if nodes is None:
+            raise ValueError(
+                "these features hold one set of parameters per node type: decoding needs the rows' node ids"
+            )
+        if isinstance(nodes, np.ndarray):
+            t = np.searchsorted(self.type_offsets, nodes, side="right") - 1
+            return a["scale"][t], a["zero_point"][t]
+        import torch  # only the torch decoders reach here
+
+        offsets = torch.as_tensor(self.type_offsets, device=nodes.device)
+        t = torch.searchsorted(offsets, nodes.to(offsets.dtype), right=True) - 1
+        return (torch_param(a["scale"], nodes)[t], torch_param(a["zero_point"], nodes)[t])
+
+    def decode_gathered(self, rows: np.ndarray, nodes: np.ndarray | None = None) -> np.ndarray:
+        """float32 [len(rows), d] from compact rows (`gather`) of `nodes`, transform undone
+        (`nodes` is needed only with per-type parameters, `type_offsets`)."""
         if self.encoding == "fp32":
             y = np.asarray(rows, dtype=np.float32)
-        elif self.encoding == "int8":
-            y = dequantize_int8_columns(rows, a["scale"], a["zero_point"])
-        elif self.encoding == "int4":
-            y = dequantize_int4_columns(rows, a["scale"], a["zero_point"], self.num_cols)
+        elif self.encoding in ("int8", "int4"):
+            scale, zero = self._params(None if nodes is None else np.asarray(nodes))
+            if self.encoding == "int8":
+                y = dequantize_int8_columns(rows, scale, zero)
+            else:
+                y = dequantize_int4_columns(rows, scale, zero, self.num_cols)
         else:
             y = unpack_binary(rows, self.num_cols)
         return inverse_transform(y, self.transform)
 
-    def decode_gathered_torch(self, rows: "torch.Tensor") -> "torch.Tensor":
-        """float32 [len(rows), d] torch tensor from compact rows, decoded on their device."""
-        a = self.arrays
+    def decode_gathered_torch(self, rows: "torch.Tensor", nodes: "torch.Tensor | None" = None) -> "torch.Tensor":
+        """float32 [len(rows), d] torch tensor from compact rows of `nodes` (a tensor on their
+        device; needed only with `type_offsets`), decoded on their device."""
         if self.encoding == "fp32":
             y = rows
-        elif self.encoding == "int8":
-            y = dequantize_rows_torch(rows, a["scale"], a["zero_point"])
-        elif self.encoding == "int4":
-            y = dequantize_int4_rows_torch(rows, a["scale"], a["zero_point"], self.num_cols)
+        elif self.encoding in ("int8", "int4"):
+            scale, zero = self._params(nodes)
+            if self.encoding == "int8":
+                y = dequantize_rows_torch(rows, scale, zero)
+            else:
+                y = dequantize_int4_rows_torch(rows, scale, zero, self.num_cols)
         else:
             y = unpack_binary_torch(rows, self.num_cols)
         return y.sinh() if self.transform == "asinh" else y
 
     def decode(self) -> np.ndarray:
         """float32 [n, d] reconstruction."""
-        return self.decode_gathered(self.codes)
+        return self.decode_gathered(self.codes, np.arange(self.num_rows))
 
     def decode_rows_torch(self, rows=None, device=None) -> "torch.Tensor":
         """float32 [len(rows), d] torch tensor of the given rows (all rows if None), decoded
@@ -511,10 +475,11 @@ class EncodedFeatures:
         import torch
 
         src = torch.from_numpy(np.ascontiguousarray(self.codes))
+        nodes = torch.arange(self.num_rows) if rows is None else torch.as_tensor(rows, dtype=torch.long)
         if rows is not None:
-            src = src[torch.as_tensor(rows, dtype=torch.long)]
+            src = src[nodes]
         src = src.to(device) if device is not None else src
-        return self.decode_gathered_torch(src)
+        return self.decode_gathered_torch(src, nodes.to(src.device))
 
 
 def encode_features(x: np.ndarray, encoding: str, *, chunk_rows: int | None = None) -> EncodedFeatures:

@@ -63,7 +63,7 @@ its own way (`training.layers.sampled_edge_weight`: GCN Â·c, GIN c (Â·c with
 is not linear, GAT and SAGE-pool, refuse shards whose manifest records ``non_uniform_draws``:
 importance, saint, and neighbor with ``prob`` weight/adaptive). With
 ``weight_encoding="int8"`` the weights are stored as per-destination symmetric INT8
-(`graphs.kernels.quantize.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
+(`graphs.kernels.quantize_csr.quantize_int8_rows_csr`: ``q`` int8 per edge, ``scale`` float32 per
 destination; weight = q * scale[dst]); the correction stays FP32.
 
 Seeds per epoch (``neighbor`` and ``importance``): the training nodes (split "train",

@@ -14,7 +14,7 @@ import numpy as np
 from graphs.formats.shard_codec import canonical_correction, expand_correction
 from graphs.formats.shard_format import index_dtype
 from graphs.kernels.degree import top_degree_nodes
-from graphs.kernels.quantize import csr_row_blocks
+from graphs.kernels.quantize_csr import csr_row_blocks
 from graphs.sampling.config import ShardConfig, stored_weight_encoding
 from graphs.sampling.inputs import ShardInputs
 from graphs.sampling.placement import OwnEdges, placement_class

@@ -27,9 +27,12 @@ file                            dtype, shape                      meaning
 ``features_binary.npy``         uint8 [n, ceil(D/8)]              encoding "binary": bit b of
                                                                   byte j is column 8j + b
                                                                   (``np.packbits`` little)
-``feature_scales.npy``          float32 [2, D]                    int8 / int4 only: row 0 the
-                                                                  per-column scale, row 1 the
-                                                                  zero point
+``feature_scales.npy``          float32 [2, D], or [2, T, D]      int8 / int4 only: [0] the
+                                  for a typed graph               per-column scale, [1] the
+                                                                  zero point; a typed graph's
+                                                                  per node type (T types, rows
+                                                                  at the manifest's
+                                                                  ``feature_type_offsets``)
 ``weights_int8.npy``            int8 [nnz]                        Â's weights ≈ q * scale[row],
                                                                   aligned with normalized_
                                                                   adjacency's indptr / indices
@@ -50,7 +53,7 @@ reader decodes them through :class:`graphs.kernels.quantize.EncodedFeatures`.
 
 ``weights_int8.npy`` + ``weight_scales.npy`` are a storage and transfer artefact: Â's
 weights in a quarter of the bytes (decode with :func:`load_weights` and
-:func:`graphs.kernels.quantize.dequantize_int8_rows_csr`), e.g. to ship a graph or run full-graph
+:func:`graphs.kernels.quantize_csr.dequantize_int8_rows_csr`), e.g. to ship a graph or run full-graph
 inference from it. The shards do not read them: a sampled block's weights are Â times a
 sampler correction (neighbour rescaling, importance and SAINT normalization) that changes
 each destination row's maximum, so INT8 shard weights are quantized per block row from
@@ -310,6 +313,7 @@ def _manifest(tmp: Path, summary: dict, cfg: CompressConfig) -> dict:
         "feature_encoding": summary["feature_encoding"],
         "feature_transform": summary["features"]["transform"] if summary["features"] else None,
         "feature_dims": summary["features"]["dims"] if summary["features"] else 0,
+        "feature_type_offsets": summary["features"]["type_offsets"] if summary["features"] else None,
         "bloom_parts": summary["bloom"]["parts"],
         "bloom_directions": "both",
         "weights_align_with": f"{Adjacency.STAGE}/{Adjacency.INDPTR}, {Adjacency.INDICES}",
@@ -344,12 +348,14 @@ def load_features(out_dir: str | os.PathLike, mmap: bool = True, *, verify: bool
     else:
         scales = np.load(art.verified(SCALES_FILE) if verify else art.path(SCALES_FILE), allow_pickle=False)
         arrays = {"q" if encoding == "int8" else "packed": main, "scale": scales[0], "zero_point": scales[1]}
+    offsets = manifest.get("feature_type_offsets")
     return EncodedFeatures(
         encoding=encoding,
         num_rows=main.shape[0],
         num_cols=d,
         arrays=arrays,
         transform=manifest.get("feature_transform") or "none",
+        type_offsets=None if offsets is None else np.asarray(offsets, dtype=np.int64),
     )
 
 

@@ -44,15 +44,15 @@ _BLOCK_ELEMENTS = 1 << 22  # elements per feature block (~32 MiB as float64)
 # ----------------------------------------------------------------------------- sizes
 
 
-def encoding_nbytes(encoding: str, n: int, d: int) -> int:
+def encoding_nbytes(encoding: str, n: int, d: int, types: int = 1) -> int:
     """Bytes of n x d features stored as `encoding` ("fp32", "int8", "int4", "binary"),
-    the per-column scale and zero point included."""
+    the per-column scale and zero point included (one pair per column and node type)."""
     if encoding == "fp32":
         return 4 * n * d
     if encoding == "int8":
-        return n * d + 8 * d
+        return n * d + 8 * d * types
     if encoding == "int4":
-        return n * ((d + 1) // 2) + 8 * d
+        return n * ((d + 1) // 2) + 8 * d * types
     if encoding == "binary":
         return n * ((d + 7) // 8)
     raise ValueError(f"unknown encoding {encoding!r}")
@@ -74,7 +74,8 @@ def _rows_of(feats: EncodedFeatures, a: int, b: int) -> EncodedFeatures:
     """Rows a:b of `feats` as plain EncodedFeatures (decode() gives the quantizer's values,
     before any inverse transform)."""
     arrays = {k: (v[a:b] if k in ("x", "q", "packed") else v) for k, v in feats.arrays.items()}
-    return EncodedFeatures(feats.encoding, b - a, feats.num_cols, arrays)
+    offsets = None if feats.type_offsets is None else feats.type_offsets - a
+    return EncodedFeatures(feats.encoding, b - a, feats.num_cols, arrays, type_offsets=offsets)
 
 
 class _BlockEncoder:
@@ -125,9 +126,7 @@ def _transformed_range(x: np.ndarray, transform: str, rows: int) -> tuple[np.nda
 class _TypeErrors:
     """A typed graph's reconstruction error per node type, on each type's own columns (its rows are
     one id range, `graphs.formats.graph_schema.TypedSchema`): ``rel_rms`` (RMS error over RMS
-    value) and ``max_abs``. The union's columns share their quantization parameters across the
-    types, so a type whose values span a far smaller range than another's on the same columns
-    shows it here."""
+    value) and ``max_abs``, on each type's own quantization parameters."""
 
     def __init__(self, typed):
         self.types = [
@@ -155,50 +154,78 @@ class _TypeErrors:
         }
 
 
+def _segments(n: int, typed, encoding: str) -> list[tuple[int, int]]:
+    """The row ranges quantized with parameters of their own: every node type's of a typed graph
+    (its rows are one id range) for int8 / int4, else all rows."""
+    if typed is None or encoding == "binary":
+        return [(0, n)]
+    return [(int(typed.offsets[t]), int(typed.offsets[t + 1])) for t in range(len(typed.counts))]
+
+
+def _segment_coders(x: np.ndarray, encodings: list[str], transform: str, rows: int, s0: int, s1: int) -> dict:
+    """A `_BlockEncoder` per encoding for rows s0:s1, from those rows' transformed range."""
+    lo, hi = (None, None)
+    if s1 > s0 and any(e != "binary" for e in encodings):
+        lo, hi = _transformed_range(x[s0:s1], transform, rows)
+    return {e: _BlockEncoder(e, lo, hi, x.shape[1]) for e in encodings}
+
+
+def _unused_params(d: int) -> np.ndarray:
+    """Scale 1 and zero point 0: the parameters of a node type without rows."""
+    return np.stack([np.ones(d), np.zeros(d)]).astype(np.float32)
+
+
 def _encode_features(
     x: np.ndarray, encoding: str, transform: str, tmp: Path, rows: int, typed=None
 ) -> tuple[dict, np.ndarray | None]:
-    """Write the encoded features (and scales) into `tmp`; return (error summary, scales or None);
-    for a typed graph (`typed`: its `TypedSchema`) the summary holds each type's error (``node_types``)."""
+    """Write the encoded features (and scales) into `tmp`; return (error summary, scales or None).
+    For a typed graph (`typed`: its `TypedSchema`) each node type's rows are quantized with their own
+    per-column parameters (scales [2, T, d]) and the summary holds each type's error (``node_types``)."""
     n, d = x.shape
     shape = {"int8": (n, d), "int4": (n, (d + 1) // 2), "binary": (n, (d + 7) // 8)}[encoding]
     dtype = np.int8 if encoding == "int8" else np.uint8
     out = create_npy_memmap(tmp / CompressedGraph.FEATURE_FILES[encoding], dtype=dtype, shape=shape)
-    lo, hi = _transformed_range(x, transform, rows) if encoding != "binary" else (None, None)
-    enc = _BlockEncoder(encoding, lo, hi, d)
     acc = ErrorAccumulator(d)
     per_type = _TypeErrors(typed) if typed is not None else None
-    for a, b in _blocks(n, rows):
-        block = np.asarray(x[a:b])
-        codes = enc.encode(forward_transform(block, transform))
-        out[a:b] = codes
-        decoded = inverse_transform(enc.decode(codes), transform)
-        acc.add(block, decoded)
-        if per_type is not None:
-            per_type.add(a, block, decoded)
+    scales = []
+    for s0, s1 in _segments(n, typed, encoding):
+        enc = _segment_coders(x, [encoding], transform, rows, s0, s1)[encoding]
+        for a, b in _blocks(s1 - s0, rows):
+            a, b = a + s0, b + s0
+            block = np.asarray(x[a:b])
+            codes = enc.encode(forward_transform(block, transform))
+            out[a:b] = codes
+            decoded = inverse_transform(enc.decode(codes), transform)
+            acc.add(block, decoded)
+            if per_type is not None:
+                per_type.add(a, block, decoded)
+        scales.append(enc.scales if enc.scales is not None or encoding == "binary" else _unused_params(d))
     out.flush()
     del out
-    if enc.scales is not None:
-        np.save(tmp / CompressedGraph.FEATURE_SCALES, enc.scales)
-    return acc.result() | ({"node_types": per_type.result()} if per_type else {}), enc.scales
+    stacked = None
+    if encoding != "binary":
+        stacked = scales[0] if len(scales) == 1 and typed is None else np.stack(scales, axis=1)
+        np.save(tmp / CompressedGraph.FEATURE_SCALES, stacked)
+    return acc.result() | ({"node_types": per_type.result()} if per_type else {}), stacked
 
 
-def _alternative_errors(x: np.ndarray, encodings: list[str], transform: str, rows: int) -> dict[str, dict]:
+def _alternative_errors(x: np.ndarray, encodings: list[str], transform: str, rows: int, typed=None) -> dict[str, dict]:
     """Reconstruction error of each encoding in `encodings`, block by block, nothing written
-    (binary is exact: it is only applicable to 0/1 features, and then not transformed)."""
+    (binary is exact: it is only applicable to 0/1 features, and then not transformed); int8 and
+    int4 with the parameters the stage would use (per node type for a typed graph)."""
     n, d = x.shape
     quantized = [e for e in encodings if e != "binary"]
     result = {e: {"max_abs_error": 0.0, "rel_rms_error": 0.0} for e in encodings if e == "binary"}
     if not quantized:
         return result
-    lo, hi = _transformed_range(x, transform, rows)
-    coders = {e: _BlockEncoder(e, lo, hi, d) for e in quantized}
     acc = {e: ErrorAccumulator(d) for e in quantized}
-    for a, b in _blocks(n, rows):
-        block = np.asarray(x[a:b])
-        t = forward_transform(block, transform)
-        for e, coder in coders.items():
-            acc[e].add(block, inverse_transform(coder.decode(coder.encode(t)), transform))
+    for s0, s1 in _segments(n, typed, quantized[0]):
+        coders = _segment_coders(x, quantized, transform, rows, s0, s1)
+        for a, b in _blocks(s1 - s0, rows):
+            block = np.asarray(x[a + s0 : b + s0])
+            t = forward_transform(block, transform)
+            for e, coder in coders.items():
+                acc[e].add(block, inverse_transform(coder.decode(coder.encode(t)), transform))
     return {**result, **{e: a.result() for e, a in acc.items()}}
 
 
@@ -227,18 +254,20 @@ def compress_features(canonical: Path, tmp: Path, cfg) -> dict | None:
             "these are not — use 'int8', 'int4' or 'auto'"
         )
     transform = "none" if encoding == "binary" else cfg.feature_transform  # 0/1 bits need none
-    errors, _ = _encode_features(x, encoding, transform, tmp, rows, TypedSchema.read(canonical))
+    typed = TypedSchema.read(canonical)
+    errors, scales = _encode_features(x, encoding, transform, tmp, rows, typed)
     seconds = time.perf_counter() - t0
 
     applicable = ["int8", "int4"] + (["binary"] if binary else [])
     others = {}
     if cfg.compare_encodings:
-        others = _alternative_errors(x, [e for e in applicable if e != encoding], transform, rows)
+        others = _alternative_errors(x, [e for e in applicable if e != encoding], transform, rows, typed)
     others[encoding] = errors
     fp32 = encoding_nbytes("fp32", n, d)
+    types = 1 if typed is None else len(typed.counts)
     table = {}
     for enc in applicable:
-        nbytes = encoding_nbytes(enc, n, d)
+        nbytes = encoding_nbytes(enc, n, d, types)
         table[enc] = {"bytes": nbytes, "saving": 1 - nbytes / fp32 if fp32 else 0.0, **others.get(enc, {})}
     return {
         "encoding": encoding,
@@ -247,7 +276,8 @@ def compress_features(canonical: Path, tmp: Path, cfg) -> dict | None:
         "dims": d,
         "binary_valued": bool(binary),
         "bytes_before": fp32,
-        "bytes_after": encoding_nbytes(encoding, n, d),
+        "bytes_after": encoding_nbytes(encoding, n, d, types),
+        "type_offsets": None if scales is None or scales.ndim == 2 else [int(o) for o in typed.offsets],
         **errors,
         "encodings": table,
         "seconds": round(seconds, 3),
@@ -255,26 +285,34 @@ def compress_features(canonical: Path, tmp: Path, cfg) -> dict | None:
 
 
 def feature_bound_excess(out: Path, canonical: Path, feats: EncodedFeatures) -> dict:
-    """The largest excess of the decoded features' error over its bound per column, and the columns over it."""
+    """The largest excess of the decoded features' error over its bound per column (per node type
+    with per-type parameters), and the columns over it."""
     x = np.load(CanonicalGraph(canonical, {}).verified(CanonicalGraph.FEATURES), mmap_mode="r", allow_pickle=False)
     n, d = x.shape
     if (feats.num_rows, feats.num_cols) != (n, d):
         raise ValueError(f"{out}: features are {feats.num_rows} x {feats.num_cols}, canonical has {n} x {d}")
-    # Compared where the quantizer worked: on asinh(x) when the features were transformed.
-    step = np.zeros(d) if feats.encoding == "binary" else feats.arrays["scale"].astype(np.float64)
-    acc = ErrorAccumulator(d)
-    magnitude = np.zeros(d, dtype=np.float32)
-    rows = _rows_per_block(d, 0)
-    for a, b in _blocks(n, rows):
-        t = forward_transform(x[a:b], feats.transform)
-        if len(t):
-            np.maximum(magnitude, np.abs(t).max(axis=0), out=magnitude)
-        acc.add(t, _rows_of(feats, a, b).decode())
-    bound = step * (0.5 + 1e-4) + 4 * np.spacing(magnitude).astype(np.float64)
     if feats.encoding == "binary":
-        bound[:] = 0.0
-    excess = acc.col_max - bound
-    return {
-        "feature_bound_excess": float(max(excess.max(initial=0.0), 0.0)),
-        "feature_columns_over_bound": int(np.count_nonzero(excess > 0)),
-    }
+        segments = [(0, n, np.zeros(d))]
+    elif feats.type_offsets is None:
+        segments = [(0, n, feats.arrays["scale"])]
+    else:
+        o = feats.type_offsets
+        segments = [(int(o[t]), int(o[t + 1]), feats.arrays["scale"][t]) for t in range(len(o) - 1)]
+    worst, over = 0.0, np.zeros(d, dtype=bool)
+    rows = _rows_per_block(d, 0)
+    for s0, s1, step in segments:
+        # Compared where the quantizer worked: on asinh(x) when the features were transformed.
+        acc = ErrorAccumulator(d)
+        magnitude = np.zeros(d, dtype=np.float32)
+        for a, b in _blocks(s1 - s0, rows):
+            t = forward_transform(x[s0 + a : s0 + b], feats.transform)
+            if len(t):
+                np.maximum(magnitude, np.abs(t).max(axis=0), out=magnitude)
+            acc.add(t, _rows_of(feats, s0 + a, s0 + b).decode())
+        bound = np.asarray(step, dtype=np.float64) * (0.5 + 1e-4) + 4 * np.spacing(magnitude).astype(np.float64)
+        if feats.encoding == "binary":
+            bound[:] = 0.0
+        excess = acc.col_max - bound
+        worst = max(worst, float(excess.max(initial=0.0)))
+        over |= excess > 0
+    return {"feature_bound_excess": worst, "feature_columns_over_bound": int(np.count_nonzero(over))}

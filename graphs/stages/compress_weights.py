@@ -4,7 +4,7 @@
 reads them (`graphs.stages.compress.load_weights`); this module writes them from
 normalized_adjacency's CSR in blocks of about 16M entries (`compress_weights`) and checks them
 against it (`weight_bound_excess`). The codes are those of
-`graphs.kernels.quantize.quantize_int8_rows_csr`: symmetric per row, weight = q * scale[row].
+`graphs.kernels.quantize_csr.quantize_int8_rows_csr`: symmetric per row, weight = q * scale[row].
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import numpy as np
 
 from graphs.formats.compress_files import CompressedGraph
 from graphs.formats.npyrows import create_npy_memmap
-from graphs.kernels.quantize import ErrorAccumulator, csr_row_blocks, dequantize_int8_rows_csr, quantize_int8_rows_csr
+from graphs.kernels.quantize import ErrorAccumulator
+from graphs.kernels.quantize_csr import csr_row_blocks, dequantize_int8_rows_csr, quantize_int8_rows_csr
 from graphs.stages.normalize import CSR, load_csr
 
 __all__ = ["compress_weights", "weight_bound_excess"]
@@ -53,7 +54,7 @@ def compress_weights(adjacency: Path, tmp: Path) -> dict:
 
 
 def _csr_blocks(indptr: np.ndarray, target: int) -> Iterator[tuple[int, int, int, int]]:
-    """(r0, r1, first entry, end entry) of `graphs.kernels.quantize.csr_row_blocks`."""
+    """(r0, r1, first entry, end entry) of `graphs.kernels.quantize_csr.csr_row_blocks`."""
     for r0, r1 in csr_row_blocks(indptr, target):
         yield r0, r1, int(indptr[r0]), int(indptr[r1])
 
