@@ -15,7 +15,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 dgl = pytest.importorskip("dgl")
 dglnn = pytest.importorskip("dgl.nn")
 
-from training.blocks import Block  # noqa: E402
+from training.blocks import Block, mask_edges  # noqa: E402
 from training.convs.rgcn import RelGraphConv  # noqa: E402
 from training.layer_registry import LayerOptions, layer_kind  # noqa: E402
 from training.relational import RelationalConv  # noqa: E402
@@ -344,3 +344,57 @@ def test_relational_gnn_learns_a_label_only_the_relations_carry(conv):
         acc = float((model(blocks, feats, ids)[out].argmax(1) == y[test_users]).float().mean())
     print(f"{conv}: accuracy on the held-out users {acc:.3f}")
     assert acc > 0.75, acc
+
+
+def _reweighted(typed: TypedBlock, correction: str, shuffled: bool, seed=5) -> TypedBlock:
+    """`typed` with Â-like edge weights and a sampler correction (none, one per edge, or one per
+    (destination, relation) as per-relation draws give), its edges optionally out of relation
+    order; relation 0 left without edges (its layer skipped, as HeteroGraphConv skips it)."""
+    typed = TypedBlock(
+        mask_edges(typed.block, typed.etypes != 0), typed.etypes[typed.etypes != 0], typed.src_types, typed.schema
+    )
+    b, gen = typed.block, torch.Generator().manual_seed(seed)
+    order = torch.arange(b.num_edges)
+    if shuffled:  # each destination's edges in a random order: relation_rows must sort them
+        key = b.dst_ids().double() + torch.rand(b.num_edges, generator=gen, dtype=torch.float64) * 0.5
+        order = torch.argsort(key)
+    etypes, indices = typed.etypes[order], b.indices[order]
+    weight = torch.rand(b.num_edges, generator=gen) + 0.1
+    corr = None
+    if correction == "per_edge":
+        corr = torch.rand(b.num_edges, generator=gen) + 0.5
+    elif correction == "per_relation":
+        corr = (torch.rand(b.num_dst, len(typed.schema.relations), generator=gen) + 0.5)[b.dst_ids(), etypes]
+    return TypedBlock(
+        Block(b.indptr, indices, b.num_src, b.num_dst, weight, corr), etypes, typed.src_types, typed.schema
+    )
+
+
+@pytest.mark.parametrize("combine", ["sum", "mean"])
+@pytest.mark.parametrize("correction", ["none", "per_edge", "per_relation"])
+@pytest.mark.parametrize("shuffled", [False, True])
+def test_sage_for_all_relations_at_once_equals_relation_by_relation(sample, backend, combine, correction, shuffled):
+    """Sage's `per_relation` form against RelationalConv's relation-by-relation run of the same
+    modules: values and gradients (input and every weight), with edge weights and corrections."""
+    _, typed, _, _ = sample
+    results = []
+    for fused in (True, False):
+        block = _reweighted(typed, correction, shuffled)
+        torch.manual_seed(0)
+        conv = RelationalConv(
+            layer_kind("sage"), typed.schema, IN, OUT, False, LayerOptions(edge_weights=True), combine
+        )
+        conv.fused = fused
+        x = torch.randn(typed.num_src, IN, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        out = conv(block, x)
+        out.square().sum().backward()
+        results.append((out.detach(), x.grad, {n: p.grad for n, p in conv.named_parameters()}))
+    (out_f, gx_f, gp_f), (out_g, gx_g, gp_g) = results
+    torch.testing.assert_close(out_f, out_g, **TOL)
+    torch.testing.assert_close(gx_f, gx_g, **TOL)
+    assert gp_f.keys() == gp_g.keys()
+    for name in gp_f:  # a relation without edges in the block has no gradient on either side
+        if gp_g[name] is None:
+            assert gp_f[name] is None or not gp_f[name].any(), name
+        else:
+            torch.testing.assert_close(gp_f[name], gp_g[name], **TOL)

@@ -146,7 +146,8 @@ def edge_scores(block: Block, src: torch.Tensor, dst: torch.Tensor, backend: str
         with _autocast_off(src.device):
             g = _dgl_graph(block, "w")
             return _dgl().ops.u_add_v(g, src.to(compute).contiguous(), dst.to(compute).contiguous()).to(dtype)
-    return src[block.indices] + dst[block.dst_ids()]
+    # index_select, not indexing: its backward is an index_add, not a sorting index_put
+    return src.index_select(0, block.indices) + dst.index_select(0, block.dst_ids())
 
 
 def edge_softmax(block: Block, scores: torch.Tensor, backend: str | None = None) -> torch.Tensor:
@@ -169,7 +170,7 @@ def edge_softmax(block: Block, scores: torch.Tensor, backend: str | None = None)
     seg_max = s.new_zeros(seg_shape).scatter_reduce(0, index, s.detach(), reduce="amax", include_self=False)
     ex = torch.exp(s - seg_max[dst])
     seg_sum = s.new_zeros(seg_shape).index_add(0, dst, ex)
-    return (ex / seg_sum[dst]).to(out_dtype)
+    return (ex / seg_sum.index_select(0, dst)).to(out_dtype)
 
 
 def _autocast_off(device: torch.device):

@@ -95,6 +95,13 @@ class LayerKind:
         return module(block, h, edge_weight=weight)
 
     @classmethod
+    def per_relation(cls, modules: dict, block, h: torch.Tensor, opts: LayerOptions, combine: str):
+        """`training.relational.RelationalConv`'s output (``modules``: its layer per relation key,
+        `block` a `training.typed_blocks.TypedBlock`) computed for every relation at once, or None
+        where it runs the layer relation by relation (the default)."""
+        return None
+
+    @classmethod
     def compensation_problem(cls, cfg) -> str | None:
         """Why VR-GCN's control variate cannot run with this layer and `cfg` (a phrase following
         "training.compensation.vrgcn"), or None."""

@@ -10,7 +10,9 @@ relations has an edge in the block) gets zeros, where DGL leaves its type out of
 does every destination of a block without edges.
 
 Each module runs over its destination type's rows only, as `HeteroGraphConv` runs each
-relation's module on the relation's destination type.
+relation's module on the relation's destination type. A layer type with a form that computes
+every relation at once (`LayerKind.per_relation`, e.g. SAGE-mean summed or averaged) runs that
+instead, with the same result.
 """
 
 from __future__ import annotations
@@ -45,17 +47,22 @@ class RelationalConv(nn.Module):
             raise ValueError(f"relations are combined by one of {COMBINES}, got {combine!r}")
         self.kind, self.schema, self.last, self.opts, self.combine = kind, schema, last, opts, combine
         self.convs = nn.ModuleDict({r.key: kind.build(d_in, d_out, last, opts) for r in schema.relations})
+        self.fused = True  # the layer type's all-relations-at-once form where it has one (`LayerKind.per_relation`)
 
     def forward(self, block: TypedBlock, x: torch.Tensor) -> torch.Tensor:
         if block.schema != self.schema:
             raise ValueError("the block's schema is not the one this layer was built for")
+        if self.fused:
+            out = self.kind.per_relation(self.convs, block, x, self.opts, self.combine)
+            if out is not None:
+                return out
         out = reached = None
         for r, relation in enumerate(self.schema.relations):
             rows, nodes, sub = block.relation_subgraph(r)
             if sub.num_edges == 0:
                 continue
             weight = self.kind.edge_weight(sub, self.opts)
-            y = self.kind.forward(self.convs[relation.key], sub, x[nodes], weight, self.last)
+            y = self.kind.forward(self.convs[relation.key], sub, x.index_select(0, nodes), weight, self.last)
             if out is None:
                 shape = (block.num_dst, *y.shape[1:])
                 out = y.new_full(shape, float("-inf")) if self.combine == "max" else y.new_zeros(shape)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import InitVar, dataclass, field
 
+import numpy as np
 import torch
 
 from graphs.formats.graph_schema import GraphSchema, Relation, TypedSchema
@@ -102,6 +103,28 @@ class TypedBlock:
             got = self._by_relation[("mask", relation)] = self.etypes == relation
         return got
 
+    def relation_edges(self, relation: int) -> torch.Tensor:
+        """int64: the positions of relation `relation`'s edges, ascending; one stable sort of the
+        block's relations serves every relation."""
+        got = self._by_relation.get("grouped")
+        if got is None:
+            if self.etypes.device.type == "cpu" and len(self.schema.relations) <= 1 << 15:
+                order = torch.from_numpy(np.argsort(self.etypes.numpy().astype(np.int16), kind="stable"))  # radix
+            else:
+                order = torch.sort(self.etypes, stable=True)[1]
+            got = self._by_relation["grouped"] = (order, np.concatenate([[0], np.cumsum(self.relation_counts())]))
+        order, bounds = got
+        return order[int(bounds[relation]) : int(bounds[relation + 1])]
+
+    def relation_counts(self) -> list[int]:
+        """The number of edges of each relation in the block, built once."""
+        got = self._by_relation.get("counts")
+        if got is None:
+            got = self._by_relation["counts"] = torch.bincount(
+                self.etypes, minlength=len(self.schema.relations)
+            ).tolist()
+        return got
+
     def relation_block(self, relation: int) -> Block:
         """The block of relation `relation`'s edges over all source and destination nodes (each
         edge's weight and correction kept, in the block's order), built once."""
@@ -121,8 +144,8 @@ class TypedBlock:
         got = self._by_relation.get(key)
         if got is None:
             rows = self.dst_of_type(self.schema.dst_type_index(relation)).nonzero().view(-1)
-            keep = self.relation_mask(relation)
-            src, dst = self.block.indices[keep], self.block.dst_ids()[keep]
+            keep = self.relation_edges(relation)
+            src, dst = self.block.indices.index_select(0, keep), self.block.dst_ids().index_select(0, keep)
             local = torch.full((self.num_src,), -1, dtype=torch.int64, device=rows.device)
             local[rows] = torch.arange(rows.numel(), device=rows.device)
             dst_local = local[dst]
@@ -135,8 +158,8 @@ class TypedBlock:
             indptr = torch.zeros(rows.numel() + 1, dtype=torch.int64, device=rows.device)
             torch.cumsum(torch.bincount(dst_local, minlength=rows.numel()), 0, out=indptr[1:])
             b = self.block
-            weight = None if b.edge_weight is None else b.edge_weight[keep]
-            correction = None if b.correction is None else b.correction[keep]
+            weight = None if b.edge_weight is None else b.edge_weight.index_select(0, keep)
+            correction = None if b.correction is None else b.correction.index_select(0, keep)
             # draws per relation give each (destination, relation) one correction: per destination here
             # (checked on the host; a layer then skips a correction that cancels, as SAGE's mean does)
             per_dst = b.correction_per_dst or (

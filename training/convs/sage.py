@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.aggregate import Aggregating, weighted_mean_weights
-from training.blocks import Block
+from training.blocks import Block, correction_is_per_dst
 from training.layer_registry import LayerKind, LayerOptions, register_layer
 
 __all__ = ["SAGEConv", "Sage", "SagePool"]
@@ -72,6 +72,43 @@ class Sage(LayerKind):
         if c is not None:
             base = c if base is None else base * c
         return None if base is None else weighted_mean_weights(block, base)
+
+    @classmethod
+    def per_relation(cls, modules: dict, block, h: torch.Tensor, opts: LayerOptions, combine: str):
+        """SAGE-mean per relation, summed or averaged (``dgl.nn.HeteroGraphConv`` of ``SAGEConv``),
+        by linearity as R-GCN computes it: one product of every (destination, relation)'s mean
+        with the stacked ``fc_neigh`` weights, plus per destination type the ``fc_self`` weights
+        and biases of the relations into it that have edges in the block. None (run relation by
+        relation) for "max" or under VR-GCN's control variate."""
+        convs = list(modules.values())
+        if combine not in ("sum", "mean") or any(c.control_variate is not None for c in convs):
+            return None
+        schema, inner = block.schema, block.block
+        rows, perm = block.relation_rows()
+        w_e = inner.edge_weight if opts.edge_weights else None
+        c = None if inner.correction_per_dst else inner.correction
+        if perm is not None:
+            w_e, c = (None if t is None else t[perm] for t in (w_e, c))
+        if c is not None and c.device.type == "cpu" and correction_is_per_dst(rows.indptr.numpy(), c.numpy()):
+            c = None  # one correction per (destination, relation) cancels in its mean
+        base = c if w_e is None else (w_e if c is None else w_e * c)
+        w = None if base is None else weighted_mean_weights(rows, base)
+        rels, width = len(schema.relations), h.shape[1]
+        agg = convs[0].aggregate(rows, h, "mean", w).reshape(block.num_dst, rels * width)
+        out = agg @ torch.cat([conv.fc_neigh.weight.t() for conv in convs])
+        has_edges = [count > 0 for count in block.relation_counts()]
+        reached = torch.zeros(block.num_dst, dtype=out.dtype, device=out.device) if combine == "mean" else None
+        for t in range(len(schema.node_types)):
+            into = [r for r in range(rels) if has_edges[r] and schema.dst_type_index(r) == t]
+            if not into:
+                continue
+            dst = block.dst_of_type(t).nonzero().view(-1)
+            weight = sum(convs[r].fc_self.weight for r in into)
+            bias = sum(convs[r].fc_self.bias for r in into) if convs[0].fc_self.bias is not None else None
+            out = out.index_add(0, dst, F.linear(h.index_select(0, dst), weight, bias))
+            if reached is not None:
+                reached[dst] = len(into)
+        return out if reached is None else out / reached.clamp(min=1).unsqueeze(1)
 
 
 @register_layer
