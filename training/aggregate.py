@@ -9,11 +9,9 @@ one of sum / mean / max (``w_uv = 1`` without edge weights). Every GNN layer in
   autograd function whose backward multiplies by the cached transposed CSR instead of
   letting torch transpose the matrix on every step; ``scatter_reduce(amax)`` for max.
   Runs on every device and torch version.
-- ``dgl``: DGL's fused CPU kernels (``dgl.ops.gspmm``), about 1.2-1.5x faster than torch
-  sparse on CPU (``benchmarks/aggregate.py``); on a sampled block's forward and backward
-  (5.5k destinations, 32.6k sources, 256 features) 11 ms against torch's 15-17, whose
-  transposed matmul is the slow half. DGL is imported lazily the first time it is wanted;
-  it is never required.
+- ``dgl``: DGL's fused CPU kernels (``dgl.ops.gspmm``), faster than torch sparse on CPU
+  (``benchmarks/aggregate.py`` measures both), whose transposed matmul is the slow half of
+  a step. DGL is imported lazily the first time it is wanted; it is never required.
 - ``auto`` (default): ``dgl`` for CPU tensors when DGL imports, else ``torch``. The PyPI DGL
   wheel is CPU-only, so CUDA tensors always take the torch path.
 
@@ -279,7 +277,7 @@ def _dgl_graph(block: Block, grads: str):
     The formats a backward will read are built here, once per block: DGL would otherwise
     convert on every backward call (a reversed graph does not keep what it converts). COO is
     built only for edge-weight gradients, and after CSR: DGL builds it from CSC then, where
-    asked for all three formats at once it takes a slower path (3.5x the time on a sampled block).
+    asked for all three formats at once it takes a slower path.
     """
 
     def build():
@@ -296,7 +294,7 @@ def _dgl_graph(block: Block, grads: str):
             return g.formats("csc")
         g = g.formats(["csc", "csr"])
         g.create_formats_()
-        if grads == "w":  # COO after CSR: 0.9 ms a 60k-edge block, where all three at once take 3.1 ms
+        if grads == "w":  # COO after CSR, not all three at once (DGL's slower path)
             g = g.formats(["csc", "csr", "coo"])
             g.create_formats_()
         return g

@@ -30,12 +30,12 @@ classic ``m = -n ln p / ln^2 2`` but the exact false-positive model of this layo
 (b = bits per key, k_w = bits of a key in word w), and picks, for the target rate, the
 k in 1..16 that needs the fewest bits per key. At 1% this gives k = 8 and 10.1 bits per key
 (the classic layout needs 9.6 bits with k = 7, i.e. ~5% fewer); at 0.1%, k = 8 and 15.7 bits
-(classic 14.4). The rate measured on 1M random non-edges matches the model (0.0100 at a
-1% target; see tests/test_bloom.py and benchmarks/bloom.py).
+(classic 14.4). tests/test_bloom.py and benchmarks/bloom.py check the measured rate against
+the model.
 
 The kernels are numba, single-threaded (`graphs.kernels.bloom_kernels`). They hash a group of
 64 keys and prefetch their blocks before touching any of them, so the cache misses of a group
-overlap (~4x over the plain loop on a filter bigger than L2).
+overlap (on a filter bigger than L2 the plain loop waits on each miss in turn).
 
 Hash
 ----

@@ -182,7 +182,7 @@ class Adjacency:
 @contextlib.contextmanager
 def single_threaded_dgl():
     """DGL with one OpenMP thread: DGL 2.1's multi-threaded sampling is not reproducible
-    (and on a busy 2-core machine one thread was also 3-6x faster)."""
+    (and on a busy machine one thread is also faster: no OpenMP pool contends with torch's)."""
     from dgl.utils import get_num_threads, set_num_threads
 
     old = get_num_threads()

@@ -55,7 +55,7 @@ graph fit the sort budget only the (min, max) orientation is kept and the revers
 direction is produced after deduplication (`graphs.kernels.edge_keys.mirror`), halving the work. Keys are spilled into fine
 buckets by source-id range; buckets are then grouped up to `sort_budget_mb`, and each
 group is counting-sorted into rows by source (a numba kernel: O(keys) plus a small sort
-per row, about 5x faster than sorting all keys) and deduplicated row by row. Because
+per row, cheaper than sorting all keys) and deduplicated row by row. Because
 buckets are in source order, the output is globally sorted without a merge, and memory stays bounded by the sort budget
 plus O(n) arrays whatever the edge count.
 

@@ -61,10 +61,9 @@ each destination row's maximum, so INT8 shard weights are quantized per block ro
 With ``feature_transform="asinh"`` the int8 / int4 codes are those of asinh(x) (per-column
 range of asinh(x), same layout) and the features are sinh of the decoded values; the
 manifest's ``feature_transform`` says which. Heavy-tailed columns need it for 4 bits: on
-log-normal features whose column maximum is ~1000x the median, 16 equal steps over
-[min, max] put almost every value in the lowest bucket (measured in
-benchmarks/compression.py, GCN on a log-normal-feature graph: 4-bit codes of x cost 16.6
-accuracy points, 4-bit codes of asinh(x) 0.3; INT8 is within 0.3 points either way).
+log-normal features whose column maximum is far above the median, 16 equal steps over
+[min, max] put almost every value in the lowest bucket (benchmarks/compression.py measures
+the accuracy of each encoding with and without the transform).
 The CSR structure (``indptr``, ``indices``) is not copied: it stays in normalized_adjacency
 and is counted on neither side of the compression ratio. Decoding is one vectorised step
 (:func:`load_features` gives a :class:`graphs.kernels.quantize.EncodedFeatures` carrying the
