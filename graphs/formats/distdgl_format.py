@@ -296,6 +296,40 @@ def _whole_graph(indptr: np.ndarray, indices: np.ndarray):
     return g
 
 
+def part_ranges(bounds, step: int = 1, first: int = 0) -> list[list[int]]:
+    """``[[start, end), ...]`` of every part: ``bounds[p * step + first]`` and the next one."""
+    k = (len(bounds) - 1) // step
+    return [[int(bounds[p * step + first]), int(bounds[p * step + first + 1])] for p in range(k)]
+
+
+def partition_config(
+    graph_name: str, num_nodes: int, num_edges: int, part_method: str, k: int, node_map: dict, edge_map: dict
+) -> dict:
+    """DGL's partition config (``<graph_name>.json``), its keys in DGL's order: `node_map` and
+    `edge_map` give each node type's and relation's id range in every part, and their order the
+    type ids; each part's files are ``part{p}/graph.dgl``, ``node_feat.dgl``, ``edge_feat.dgl``."""
+    return {
+        "graph_name": graph_name,
+        "num_nodes": num_nodes,
+        "num_edges": num_edges,
+        "part_method": part_method,
+        "num_parts": k,
+        "halo_hops": 1,
+        "node_map": node_map,
+        "edge_map": edge_map,
+        "ntypes": {t: i for i, t in enumerate(node_map)},
+        "etypes": {e: i for i, e in enumerate(edge_map)},
+        **{
+            f"part-{p}": {
+                "node_feats": f"part{p}/node_feat.dgl",
+                "edge_feats": f"part{p}/edge_feat.dgl",
+                "part_graph": f"part{p}/graph.dgl",
+            }
+            for p in range(k)
+        },
+    }
+
+
 def write_distdgl_parts(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -318,18 +352,9 @@ def write_distdgl_parts(
     node_data = node_data or {}
     part = _checked_assignment(part, k, n, node_data)
     part, orig_nids, node_bounds, edge_bounds, shuffle = _reshuffle_plan(indptr, indices, part, k)
-    metadata = {
-        "graph_name": graph_name,
-        "num_nodes": n,
-        "num_edges": m,
-        "part_method": part_method,
-        "num_parts": k,
-        "halo_hops": 1,
-        "node_map": {NTYPE_NAME: [[int(node_bounds[p]), int(node_bounds[p + 1])] for p in range(k)]},
-        "edge_map": {ETYPE_NAME: [[int(edge_bounds[p]), int(edge_bounds[p + 1])] for p in range(k)]},
-        "ntypes": {NTYPE_NAME: 0},
-        "etypes": {ETYPE_NAME: 0},
-    }
+    metadata = partition_config(
+        graph_name, n, m, part_method, k, {NTYPE_NAME: part_ranges(node_bounds)}, {ETYPE_NAME: part_ranges(edge_bounds)}
+    )
     for p in range(k):
         part_dir = out / f"part{p}"
         part_dir.mkdir(exist_ok=True)
@@ -346,11 +371,6 @@ def write_distdgl_parts(
         save_tensors(str(part_dir / "node_feat.dgl"), feats)
         del feats
         save_tensors(str(part_dir / "edge_feat.dgl"), {})
-        metadata[f"part-{p}"] = {
-            "node_feats": f"part{p}/node_feat.dgl",
-            "edge_feats": f"part{p}/edge_feat.dgl",
-            "part_graph": f"part{p}/graph.dgl",
-        }
     (out / f"{graph_name}.json").write_text(json.dumps(metadata, indent=4))
     return orig_nids
 
@@ -424,6 +444,8 @@ __all__ = [
     "edge_id_dtype",
     "gather_rows",
     "part_edge_counts",
+    "part_ranges",
+    "partition_config",
     "reshuffled_edge_ids",
     "reshuffled_node_ids",
     "write_distdgl_parts",

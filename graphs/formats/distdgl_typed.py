@@ -42,7 +42,15 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from graphs.formats.distdgl_format import Reshuffle, edge_id_dtype, gather_rows, part_edge_counts, reshuffled_edge_ids
+from graphs.formats.distdgl_format import (
+    Reshuffle,
+    edge_id_dtype,
+    gather_rows,
+    part_edge_counts,
+    part_ranges,
+    partition_config,
+    reshuffled_edge_ids,
+)
 from graphs.formats.graph_schema import TypedSchema
 
 __all__ = ["etype_name", "write_typed_distdgl_parts"]
@@ -166,24 +174,15 @@ def write_typed_distdgl_parts(
         position = np.empty(m, dtype=np.int64)  # CSR position of each new edge id
         position[shuffle.eid] = np.arange(m, dtype=np.int64)
     names = [etype_name(r) for r in schema.relations]
-    metadata = {
-        "graph_name": graph_name,
-        "num_nodes": n,
-        "num_edges": m,
-        "part_method": part_method,
-        "num_parts": k,
-        "halo_hops": 1,
-        "node_map": {
-            t: [[int(type_bounds[p * types + i]), int(type_bounds[p * types + i + 1])] for p in range(k)]
-            for i, t in enumerate(schema.node_types)
-        },
-        "edge_map": {
-            name: [[int(groups[p * relations + r]), int(groups[p * relations + r + 1])] for p in range(k)]
-            for r, name in enumerate(names)
-        },
-        "ntypes": {t: i for i, t in enumerate(schema.node_types)},
-        "etypes": {name: r for r, name in enumerate(names)},
-    }
+    metadata = partition_config(
+        graph_name,
+        n,
+        m,
+        part_method,
+        k,
+        {t: part_ranges(type_bounds, types, i) for i, t in enumerate(schema.node_types)},
+        {name: part_ranges(groups, relations, r) for r, name in enumerate(names)},
+    )
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     offsets = typed.offsets
@@ -206,11 +205,6 @@ def write_typed_distdgl_parts(
             for name, values in edge_data.items():
                 edge_feats[f"{rel}/{name}"] = torch.from_numpy(np.ascontiguousarray(values[inner]))
         save_tensors(str(part_dir / "edge_feat.dgl"), edge_feats)
-        metadata[f"part-{p}"] = {
-            "node_feats": f"part{p}/node_feat.dgl",
-            "edge_feats": f"part{p}/edge_feat.dgl",
-            "part_graph": f"part{p}/graph.dgl",
-        }
     (out / f"{graph_name}.json").write_text(json.dumps(metadata, indent=4))
     return shuffle.orig_nids
 
