@@ -22,7 +22,7 @@ One more top-level key, ``task``, says what the dataset is trained for:
 ``node_classification`` (the default) or ``link_prediction`` (`assets.task_registry`).
 It is not an asset's setting because it changes the asset graph's behaviour upstream: with
 link prediction, edge_split holds out edges and its message-passing graph feeds
-normalized_adjacency and the shards (`GnnflowStorage.task`, README "Link prediction")::
+normalized_adjacency and the shards (`GnnflowStorage.task`, docs/link-prediction.md)::
 
     task: link_prediction
     ops:

@@ -21,6 +21,16 @@ writes, via `write_results`:
                                        "records": [Record as dict, ...]}
     benchmarks/results/<scale>.md     the same records as a Markdown table, machine and date on top
 
+BENCHMARKS.md holds generated regions, each between `<!-- generated: SOURCE -->` and
+`<!-- end generated -->`: `benchmarks/harness.py <scale>` is `render_markdown(scale)` (every record
+of results/<scale>.json with the machine and the date of the run it came from), and
+`benchmarks/pipeline_run.py --table [--out FILE]` is that script's table of its records.
+tests/test_benchmarks_doc.py fails when one differs from what its source renders now; after a
+`make bench` (or a pipeline run) rewrite them with
+
+    .venv/bin/python benchmarks/harness.py --update-doc             # BENCHMARKS.md in place
+    .venv/bin/python benchmarks/harness.py --markdown medium        # print one scale's region
+
 Per-stage cost growth: `slopes(points)` fits log(seconds) against log(edges) between sizes
 (`benchmarks/slopes.py` reads the result files and 13a's `scale_stages.json`).
 """
@@ -33,6 +43,8 @@ import json
 import math
 import os
 import platform
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -338,6 +350,26 @@ def _cpu(r: Record) -> str:
     return f"{r.ours_cpu_seconds:.2f} / {r.peer_cpu_seconds:.2f} ({r.ours_cpu_seconds / r.peer_cpu_seconds:.2f})"
 
 
+def _cells(r: Record) -> list[str]:
+    """A record's cells: stage, metric, ours, peer, ratio (✓ / ✗ against its target), target,
+    peak RSS ours / peer, nodes / edges, CPU seconds ours / peer."""
+    mark = {True: " ✓", False: " ✗", None: ""}[r.met]
+    size = f"{r.nodes:,} / {r.edges:,}" if r.nodes is not None and r.edges is not None else "—"
+    peer = "—" if r.peer is None else f"{_num(r.peer)} ({r.peer_name})"
+    ratio = "—" if r.ratio is None else f"{r.ratio:.3f}{mark}"
+    return [
+        r.stage,
+        r.metric,
+        _num(r.ours),
+        peer,
+        ratio,
+        r.target or "—",
+        f"{_gb(r.ours_rss_bytes)} / {_gb(r.peer_rss_bytes)}",
+        size,
+        _cpu(r),
+    ]
+
+
 def markdown(results: dict) -> str:
     """The results table: stage, ours, peer, ratio, target, peak RSS ours / peer, size."""
     lines = [
@@ -358,15 +390,7 @@ def markdown(results: dict) -> str:
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for d in results["records"]:
-        r = Record.from_dict(d)
-        mark = {True: " ✓", False: " ✗", None: ""}[r.met]
-        size = f"{r.nodes:,} / {r.edges:,}" if r.nodes is not None and r.edges is not None else "—"
-        peer = "—" if r.peer is None else f"{_num(r.peer)} ({r.peer_name})"
-        ratio = "—" if r.ratio is None else f"{r.ratio:.3f}{mark}"
-        lines.append(
-            f"| {r.stage} | {r.metric} | {_num(r.ours)} | {peer} | {ratio} | "
-            f"{r.target or '—'} | {_gb(r.ours_rss_bytes)} / {_gb(r.peer_rss_bytes)} | {size} | {_cpu(r)} |"
-        )
+        lines.append("| " + " | ".join(_cells(Record.from_dict(d))) + " |")
     failed = [n for n, b in results["benchmarks"].items() if b["returncode"] != 0]
     if failed:
         lines += ["", f"Benchmarks that failed (no records): {', '.join(failed)}."]
@@ -374,6 +398,105 @@ def markdown(results: dict) -> str:
     if notes:
         lines += ["", "Notes:", *notes]
     return "\n".join(lines) + "\n"
+
+
+def _run_name(m: dict, date: str) -> str:
+    """A run in a table cell: the CPU model without its trademark signs, and the day."""
+    cpu = m["cpu"].replace("(R)", "").replace("(TM)", "").removesuffix(" Processor").strip()
+    return f"{cpu}, {date[:10]}"
+
+
+def render_markdown(scale: str, results_dir: str | os.PathLike = RESULTS_DIR) -> str:
+    """BENCHMARKS.md's table of one scale, from `results_dir/<scale>.json`: every record with its
+    run's machine and date (a results file merged by `make bench ONLY=...` holds rows of earlier
+    runs, `merge_earlier`), then the records' notes. Days only: the file is no log."""
+    results = read_results(Path(results_dir) / f"{scale}.json")
+    earlier = {b: run for run in results.get("earlier_runs", []) for b in run["benchmarks"]}
+    latest = {"machine": results["machine"], "date": results["date"]}
+    latest["benchmarks"] = [b for b in results["benchmarks"] if b not in earlier]
+    runs = [latest, *results.get("earlier_runs", [])]
+
+    def run_of(benchmark: str) -> dict:
+        return earlier.get(benchmark, latest)
+
+    used = {id(run_of(d["benchmark"])) for d in results["records"]}
+    size = scale_of(scale)
+    lines = [
+        f"Scale `{scale}` (`harness.SCALES`): the graph benchmarks' generated graph has {size.nodes:,} nodes / "
+        f"{size.edges:,} edge rows; the nodes / edges column gives each row's input. Runs:",
+        "",
+    ]
+    for run in runs:
+        if id(run) in used:
+            m = run["machine"]
+            lines.append(
+                f"- {_run_name(m, run['date'])} ({', '.join(run['benchmarks'])}): {m['cpu']}, {m['cores']} cores, "
+                f"{m['memory_bytes'] / 2**30:.0f} GiB RAM, {m['system']}; load average "
+                f"{' '.join(str(x) for x in m['load_average'])} at the start."
+            )
+    lines += [
+        "",
+        "| stage | metric | ours | peer | ratio ours/peer | target | peak RSS GB ours / peer | nodes / edges "
+        "| CPU s ours / peer | run |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for d in results["records"]:
+        run = run_of(d["benchmark"])
+        cells = _cells(Record.from_dict(d)) + [_run_name(run["machine"], run["date"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    failed = [n for n, b in results["benchmarks"].items() if b["returncode"] != 0]
+    if failed:
+        lines += ["", f"Benchmarks that failed (no records): {', '.join(failed)}."]
+    notes = [f"- {d['stage']}: {d['notes']}" for d in results["records"] if d.get("notes")]
+    if notes:
+        lines += ["", "Notes:", "", *notes]
+    return "\n".join(lines) + "\n"
+
+
+DOC = RESULTS_DIR.parents[1] / "BENCHMARKS.md"
+# a region's markers each stand on a line of their own
+_GENERATED = re.compile(r"^(<!-- generated: ([^\n]+?) -->\n)(.*?)^(<!-- end generated -->)$", re.DOTALL | re.MULTILINE)
+
+
+def generated_block(source: str) -> str:
+    """What the generated region `<!-- generated: SOURCE -->` holds: `benchmarks/harness.py SCALE`
+    (`render_markdown`) or `benchmarks/pipeline_run.py --table [--out FILE]` (its records' table)."""
+    words = source.split()
+    if words[:1] == ["benchmarks/harness.py"] and len(words) == 2:
+        return render_markdown(words[1])
+    if words[:2] == ["benchmarks/pipeline_run.py", "--table"]:
+        import pipeline_run  # benchmarks/pipeline_run.py (it imports this module)
+
+        out = pipeline_run.RESULTS
+        if words[2:3] == ["--out"] and len(words) == 4:
+            out = RESULTS_DIR.parents[1] / words[3]
+        elif len(words) != 2:
+            raise ValueError(f"generated region {source!r}: expected --out FILE")
+        return pipeline_run.markdown_table(json.loads(out.read_text())) + "\n"
+    raise ValueError(f"generated region {source!r}: unknown source")
+
+
+def generated_regions(text: str) -> list[tuple[str, str]]:
+    """(source, committed content) of every generated region of a document's text."""
+    return [(m.group(2), m.group(3)) for m in _GENERATED.finditer(text)]
+
+
+def update_doc(path: str | os.PathLike = DOC) -> list[str]:
+    """Rewrite every generated region of `path` from its source; return the sources changed."""
+    p = Path(path)
+    text = p.read_text()
+    changed = []
+
+    def fill(m: re.Match) -> str:
+        block = generated_block(m.group(2))
+        if block != m.group(3):
+            changed.append(m.group(2))
+        return m.group(1) + block + m.group(4)
+
+    new = _GENERATED.sub(fill, text)
+    if new != text:
+        p.write_text(new)
+    return changed
 
 
 def write_results(
@@ -452,3 +575,25 @@ def slope(points: list[tuple[float, float]]) -> float:
     mx = sum(x for x, _ in pts) / len(pts)
     my = sum(y for _, y in pts) / len(pts)
     return sum((x - mx) * (y - my) for x, y in pts) / sum((x - mx) ** 2 for x, _ in pts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(description="BENCHMARKS.md's generated tables from benchmarks/results/.")
+    group = ap.add_mutually_exclusive_group(required=True)
+    group.add_argument("--markdown", metavar="SCALE", choices=sorted(SCALES), help="print one scale's table")
+    group.add_argument(
+        "--update-doc", nargs="?", const=str(DOC), metavar="FILE", help="rewrite the generated regions (BENCHMARKS.md)"
+    )
+    args = ap.parse_args(argv)
+    if args.markdown:
+        sys.stdout.write(render_markdown(args.markdown))
+        return 0
+    changed = update_doc(args.update_doc)
+    print(f"{args.update_doc}: " + (f"rewrote {', '.join(changed)}" if changed else "up to date"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

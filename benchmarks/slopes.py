@@ -28,7 +28,8 @@ GOAL = 1.05
 
 
 def stage_points(results_dir: Path, cpu: bool = False) -> dict[str, dict[int, float]]:
-    """stage -> {edges: seconds (ours)} over every results file of `results_dir` (with `cpu`,
+    """stage -> {edges: seconds (ours)} over the scale runs' and pipeline runs' results files of
+    `results_dir` (with `cpu`,
     our CPU seconds, where the records carry them; the scale run's file has wall time only)."""
     points: dict[str, dict[int, float]] = {}
     for path in sorted(results_dir.glob("*.json")):
@@ -42,6 +43,8 @@ def stage_points(results_dir: Path, cpu: bool = False) -> dict[str, dict[int, fl
         if path.name == "scale_stages.json":
             for r in [] if cpu else json.loads(path.read_text()):
                 points.setdefault(f"{r['stage']} (scale run)", {})[int(r["edges"])] = float(r["wall_s"])
+            continue
+        if path.stem not in harness.SCALES:  # other benchmarks' results (typed, link): not per-stage records
             continue
         results = harness.read_results(path)
         for d in results["records"]:

@@ -4,9 +4,11 @@ Reproduces the trap first: a backfill queued with `-m pipelines.definitions` nam
 location the daemon serving `workspace.yaml` does not have, so its runs failed with
 DagsterCodeLocationNotFoundError. Here every README command of that section runs verbatim
 (only `.venv/bin/` becomes this interpreter's folder): `gnnflow datasets sync`, one asset for
-one partition, a job backfill over two datasets executed by `dagster-daemon run` (started
-for the test, its process group killed at teardown), and the files of each dataset are
-checked. Bad input and a missing DAGSTER_HOME end with a line that says what is wrong.
+one partition, the sensor stopped, a job backfill over two datasets executed by `dagster-daemon
+run` (started for the test, its process group killed at teardown), and the files of each dataset
+are checked; the schedule started; `make ui` and `make ui PORT=...` dry-run. Bad input and a
+missing DAGSTER_HOME end with a line that says what is wrong. tests/test_readme.py checks that
+every command of the README's bash blocks is one that a test runs.
 """
 
 import os
@@ -110,8 +112,9 @@ def test_readme_cli_section_runs_as_written(tmp_path, env, daemon):
     assert not (gnn / "otherdata").exists()
 
     # the backfill: queued under the UI's code location, executed by the daemon
-    stop = _run([str(BIN / "dagster"), "sensor", "stop", "landing_sensor", "-w", "workspace.yaml"], env)
+    stop = _run(readme_command(".venv/bin/dagster sensor stop landing_sensor"), env)
     assert stop.returncode == 0, stop.stderr[-2000:]  # the test checks the backfill's runs alone
+    assert _instigator_status(env, "landing_sensor") == "STOPPED"
     backfill = _run(readme_command(".venv/bin/dagster job backfill"), env)
     assert backfill.returncode == 0, backfill.stderr[-3000:]
     daemon(env, tmp_path / "daemon.log")
@@ -188,7 +191,28 @@ def test_bad_input_and_a_missing_dagster_home_end_with_the_cause(tmp_path, env):
         assert "DAGSTER_HOME is not set" in lost.stderr.strip().splitlines()[-1]
 
 
+def _instigator_status(env, name: str) -> str:
+    """RUNNING or STOPPED: the stored state of a schedule or sensor in env's DAGSTER_HOME."""
+    with dg.instance_for_test(temp_dir=env["DAGSTER_HOME"]) as instance:
+        states = {s.instigator_name: s.status.value for s in instance.all_instigator_state()}
+    return states.get(name, "not stored")
+
+
+def test_readme_schedule_command_starts_the_retrain_schedule(env):
+    assert _instigator_status(env, "retrain_schedule") == "not stored"  # stopped by default
+    start = _run(readme_command(".venv/bin/dagster schedule start retrain_schedule"), env)
+    assert start.returncode == 0 and "Started schedule retrain_schedule" in start.stdout, start.stderr[-2000:]
+    assert _instigator_status(env, "retrain_schedule") == "RUNNING"
+
+
 def test_make_ui_takes_a_port():
-    dry = subprocess.run(["make", "-n", "ui", "PORT=3999"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert dry.returncode == 0, dry.stderr
-    assert "dagster dev -w workspace.yaml -h 127.0.0.1 -p 3999" in dry.stdout
+    """The README's `make ui` commands, dry-run: the UI on 127.0.0.1, port 3000 unless PORT= names one."""
+    commands = [c for c in readme_commands() if c.startswith("make ui")]
+    assert len(commands) >= 2 and any("PORT=" in c for c in commands), commands
+    for command in commands:
+        argv = shlex.split(command)
+        port = next((a.split("=", 1)[1] for a in argv if a.startswith("PORT=")), "3000")
+        env = {k: v for k, v in os.environ.items() if k != "PORT"}  # the Makefile's `PORT ?= 3000`
+        dry = subprocess.run(["make", "-n", *argv[1:]], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        assert dry.returncode == 0, dry.stderr
+        assert f"dagster dev -w workspace.yaml -h 127.0.0.1 -p {port}" in dry.stdout, (command, dry.stdout)

@@ -51,9 +51,10 @@ int32 copy would only be widened again); METIS adds ~90-130 bytes per edge of it
 (its weighted copy and one per coarsening level), so a graph of more than
 `metis_max_edges` directed edges (default 40M) is first coarsened by size-constrained label
 propagation and METIS partitions the coarse graph (`graphs.kernels.coarsen`: the partition is
-projected back and refined; its cut beside METIS on the whole graph is in BENCHMARKS.md). The DistDGL export is written part by part from the CSR and our
-assignment (`graphs.formats.distdgl_format.write_distdgl_parts`: one int32 edge id per edge plus
-one part's graph at a time, features read from the file in blocks), in DGL's format.
+projected back and refined; its cut beside METIS on the whole graph is in BENCHMARKS.md).
+The DistDGL export is written part by part from the CSR and our assignment
+(`graphs.formats.distdgl_format.write_distdgl_parts`: one int32 edge id per edge plus one
+part's graph at a time, features read from the file in blocks), in DGL's format.
 
 The tests check this writer against DGL's own `partition_graph` given the same assignment
 (tests/dgl_reference.py).

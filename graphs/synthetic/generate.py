@@ -1,6 +1,6 @@
 """Synthetic graphs for demos, tests and benchmarks: a degree-corrected stochastic block model.
 
-The generator writes a dataset in gnnflow's input layout (the landing layout of README.md, "Bringing your own data"),
+The generator writes a dataset in gnnflow's input layout (the landing layout of docs/landing.md),
 streaming, so 10M nodes / 100M edges fit in well under 4 GB of memory.
 
 Model (DC-SBM, Karrer & Newman 2011, sampled edge by edge like Chung-Lu)
