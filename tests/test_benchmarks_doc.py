@@ -1,7 +1,7 @@
 """BENCHMARKS.md states the current figures: its generated tables are what benchmarks/harness.py
-renders from the committed results files, and it and docs/performance.md read as documentation,
-not as a lab notebook (no tracker references, work rounds, timestamps, commit hashes or machine
-paths)."""
+renders from the committed results files. It, the README and docs/ read as documentation, not as
+a lab notebook (no tracker references, work rounds, timestamps, commit hashes or machine paths;
+outside BENCHMARKS.md no dates)."""
 
 import re
 import sys
@@ -67,7 +67,10 @@ NOTEBOOK = {
 ROUND_HEADING = re.compile(r"^#+ .*\bround\s+\d+", re.IGNORECASE | re.MULTILINE)
 
 
-@pytest.mark.parametrize("path", [BENCHMARKS, PERFORMANCE], ids=lambda p: p.name)
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+@pytest.mark.parametrize("path", [BENCHMARKS, ROOT / "README.md", *DOCS], ids=lambda p: p.name)
 def test_no_lab_notebook_traces(path):
     text = path.read_text()
     found = [
@@ -77,6 +80,13 @@ def test_no_lab_notebook_traces(path):
     ]
     found += [f"a heading of a work round: {m.group(0)!r}" for m in ROUND_HEADING.finditer(text)]
     assert not found, f"{path.name}: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("path", [ROOT / "README.md", *DOCS], ids=lambda p: p.name)
+def test_the_readme_and_the_docs_carry_no_dates(path):
+    """They describe the project as it is; only BENCHMARKS.md dates its runs."""
+    found = re.findall(r"\b20\d\d-\d\d-\d\d\b", path.read_text())
+    assert not found, f"{path.name}: dates {found}"
 
 
 def test_performance_doc_has_no_dates_and_covers_every_stage():
