@@ -70,8 +70,7 @@ def _unique(nodes) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _take_rows(rows: np.ndarray, index: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """rows[index] (index int64), gathered by `torch.index_select`: its threads split the rows
-    (and release the GIL), where `np.take` is one thread; ~1.2-1.4x np.take at 2 threads on
-    512-byte rows here, ~1.2x on the slots of a batch's ids. Into `out` when given."""
+    (and release the GIL), where `np.take` is one thread. Into `out` when given."""
     if out is None:
         return torch.index_select(torch.from_numpy(rows), 0, torch.from_numpy(index)).numpy()
     torch.index_select(torch.from_numpy(rows), 0, torch.from_numpy(index), out=torch.from_numpy(out))

@@ -5,8 +5,7 @@ Linux counts every page of a file mapping that a process has touched in its resi
 the page cache and the kernel can drop them at any time. A process that gathers rows at
 random from a 10 GB memory-mapped file, or writes one through a writable mapping, therefore
 shows a peak RSS (VmHWM) up to 10 GB above the memory it needs, and a memory budget checked
-against peak RSS fails. Measured: rank 0's streamed evaluation in the 100M-edge run reached
-VmHWM 20.6 GB with 14.7 GB of it file pages (BENCHMARKS.md, "streaming evaluation memory").
+against peak RSS fails (BENCHMARKS.md, "Streaming evaluation memory", measures it).
 
 - :func:`take_rows`: rows ``ids`` of a memory-mapped array, gathered in ascending windows of
   ``window_bytes`` of the file; after each window, ``madvise(MADV_DONTNEED)`` drops that
@@ -17,10 +16,8 @@ VmHWM 20.6 GB with 14.7 GB of it file pages (BENCHMARKS.md, "streaming evaluatio
 - :func:`prefetch_rows`: ask the kernel to read the pages of rows ``ids`` ahead
   (``madvise(MADV_WILLNEED)`` per run of adjacent pages), so that a gather from a file that is
   not in the page cache waits for many reads in flight at once instead of one page fault
-  after another. Measured here (2-core VM, virtio disk, 512-byte rows, 30k random rows of a
-  0.5 GB file evicted from the page cache): 12-20k rows/s faulted one by one, 70-97k rows/s
-  advised first; with the file resident the advice costs about what the gather does (~15 ms
-  per 20k page runs), so callers use it when the file does not stay cached.
+  after another; with the file resident the advice costs about what the gather does, so
+  callers use it when the file does not stay cached (BENCHMARKS.md, "Tiered feature storage").
 - :class:`NpyRowWriter`: an ``.npy`` file (format 1.0 header, C order) created at its final
   size and written by row ranges with ``os.pwrite``: the data goes through the page cache,
   never through a mapping of this process.

@@ -4,14 +4,10 @@ A CPU training step allocates and frees the same large tensors every step (a lay
 activations, its dropout mask, the zero-filled gradients of a block's sources: tens of MB
 each); the compressed_graph stage does the same with its per-part arrays. glibc serves every
 allocation above its mmap threshold (at most 32 MiB) with a fresh ``mmap`` and unmaps it on
-free, so the next one faults every page in again and the kernel zeroes it. Measured:
-
-- training on the demo graph (SAGE 3 x 256, fanouts 15,10,5, 3 epochs): 2.3-3.5M minor faults
-  and 7-9 s of system time per run, and the element-wise kernels that first touch the memory
-  (``fill_``, ``copy_``, dropout) at a third of their speed; with the setting 0.33-0.41M
-  faults, epochs 0.92x as long, peak RSS +13 %;
-- compressed_graph at 10M nodes / 100M edge rows: 1.43M -> 0.17M faults, system time 21.2 ->
-  8.3 s, 65.9 -> 50.7 s, peak RSS 2.67 -> 3.06 GB.
+free, so the next one faults every page in again and the kernel zeroes it, and the
+element-wise kernels that first touch the memory (``fill_``, ``copy_``, dropout) run at a
+fraction of their speed (docs/performance.md has the trade-off: fewer faults and less system
+time for a higher peak RSS).
 
 ``reuse_freed_memory()`` tells glibc, for as long as it is entered, to serve large
 allocations from its heap (``M_MMAP_MAX = 0``) and to keep freed heap memory
@@ -25,10 +21,9 @@ not affected: CUDA tensors go through torch's caching allocator already.
 
 ``gc_paused()`` switches Python's cyclic garbage collector off for a stage whose work is in
 arrays, not Python objects, and back on after. The collections such a stage still triggers
-come from the objects its imports and numba's kernel loading create (about 260 per ingest at
-1M nodes), and each traverses every object the process holds: 0.17-0.22 s of the ingest
-stage's ~3 s in a bare process, and a full collection of a Dagster process alone takes
-0.16 s. The cycles made inside are collected once the collector is back on.
+come from the objects its imports and numba's kernel loading create, and each traverses every
+object the process holds (a Dagster process holds many). The cycles made inside are collected
+once the collector is back on.
 """
 
 from __future__ import annotations

@@ -72,8 +72,8 @@ class _FeatureWriter:
     holds them either way, but dirty mapped pages would count in this process's RSS (5 GB at
     10M x 128). Rows in another order (ids that do not follow the file's rows) are scattered
     into a buffer in RAM when the whole matrix fits `budget_bytes`, then written at once: each
-    first touch of a page of a file mapping is a page fault (about 1.3 s for 128 MB of
-    scattered 128-byte rows here). Larger ones are scattered into a mapping of the file.
+    first touch of a page of a file mapping is a page fault, which scattered rows pay page after
+    page. Larger ones are scattered into a mapping of the file.
     """
 
     def __init__(self, path: Path, n: int, new_ids: np.ndarray, budget_bytes: int):
