@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numba
@@ -238,8 +238,12 @@ class Reshuffle:
     node_bounds: np.ndarray  # int64 [k + 1] new-id range of each part
     edge_bounds: np.ndarray  # int64 [k + 1] edge-id range of each part's inner edges
     out_counts: np.ndarray  # int64 [k] edges from each part's core to another part
-    mark: np.ndarray  # bool [n] scratch, all False
-    local: np.ndarray  # int64 [n] scratch, all -1
+    mark: np.ndarray = field(init=False)  # bool [n] scratch, all False
+    local: np.ndarray = field(init=False)  # int64 [n] scratch, all -1
+
+    def __post_init__(self) -> None:
+        n = len(self.orig_nids)
+        self.mark, self.local = np.zeros(n, dtype=bool), np.full(n, -1, dtype=np.int64)
 
     def part_graph(self, p: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
         """(local src, local dst, new edge ids, new node ids, inner edge count) of part p's graph:
@@ -412,8 +416,6 @@ def _reshuffle_plan(indptr: np.ndarray, indices: np.ndarray, part: np.ndarray, k
         node_bounds=node_bounds,
         edge_bounds=edge_bounds,
         out_counts=out_counts,
-        mark=np.zeros(n, dtype=bool),
-        local=np.full(n, -1, dtype=np.int64),
     )
     return part, orig_nids, node_bounds, edge_bounds, shuffle
 

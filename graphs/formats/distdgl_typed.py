@@ -110,8 +110,6 @@ def _typed_plan(
         node_bounds=type_bounds[::types].copy(),
         edge_bounds=groups[::relations].copy(),
         out_counts=out_counts,
-        mark=np.zeros(n, dtype=bool),
-        local=np.full(n, -1, dtype=np.int64),
     )
     return shuffle, type_bounds, groups
 
