@@ -67,11 +67,17 @@ docs: install
 # Every benchmark at one scale (SCALE=small|medium|large, sizes in benchmarks/harness.py), each
 # side in its own child process; writes benchmarks/results/$(SCALE).json and .md (ours, peer,
 # ratio, peak RSS). small: a few minutes on 2 cores; medium (1M nodes / 10M edges): tens of
-# minutes; large (10M / 100M): hours. ONLY=ingest,adjacency runs a subset.
+# minutes; large (10M / 100M): hours. ONLY=ingest,adjacency runs a subset. SCALE=wall is the memory-wall
+# run instead (benchmarks/memory_wall.py: the pipeline with training in a memory cgroup smaller than its
+# feature matrix; as root, ~20 GB of disk, about an hour on 2 cores).
 SCALE ?= small
 ONLY  ?=
 bench: install
+ifeq ($(SCALE),wall)
+	$(BIN)/python benchmarks/pipeline_run.py --preset memory-wall
+else
 	$(BIN)/python benchmarks/run.py --scale $(SCALE) $(if $(ONLY),--only $(ONLY))
+endif
 
 # PyG beside gnnflow and DGL in the benchmarks (benchmarks/frameworks.py) and tests (tests/test_layers_pyg.py):
 # the [peers] extra plus torch-scatter and torch-sparse, which PyPI has as source only. They are compiled for

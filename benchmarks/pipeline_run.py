@@ -6,6 +6,7 @@ time and peak RSS recorded: the 100M-edge run of BENCHMARKS.md ("The 100M-edge r
     # BIG/landing/big100m/gnnflow.yaml: the dataset's settings (this run's are in BENCHMARKS.md)
     .venv/bin/python benchmarks/pipeline_run.py --root BIG --dataset big100m
     .venv/bin/python benchmarks/pipeline_run.py --table        # the records as a Markdown table
+    .venv/bin/python benchmarks/pipeline_run.py --preset memory-wall [OPTIONS]   # benchmarks/memory_wall.py
 
 Each stage runs as `dagster asset materialize -m pipelines.definitions --select STAGE --partition
 DATASET` under GNU time (`/usr/bin/time -v`), with `DAGSTER_HOME=ROOT/dagster_home`,
@@ -104,8 +105,9 @@ def logged_seconds(log_text: str, stage: str) -> float | None:
     return float(found[-1]) if found else None
 
 
-def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
-    """Materialize one stage in a child command; its record (exit code, seconds, peaks)."""
+def run_stage(stage: str, dataset: str, root: Path, log_dir: Path, preexec_fn=None) -> dict:
+    """Materialize one stage in a child command; its record (exit code, seconds, peaks).
+    `preexec_fn` runs in the child before the command (`benchmarks/memory_wall.py`: into a cgroup)."""
     env = dict(
         os.environ,
         DAGSTER_HOME=str(root / "dagster_home"),
@@ -118,7 +120,9 @@ def run_stage(stage: str, dataset: str, root: Path, log_dir: Path) -> dict:
     log = log_dir / f"{stage}.log"
     t = time.perf_counter()
     with log.open("w") as fh:
-        rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+        rc = subprocess.run(
+            cmd, cwd=REPO, env=env, stdout=fh, stderr=subprocess.STDOUT, preexec_fn=preexec_fn
+        ).returncode
     wall = time.perf_counter() - t
     record = {"stage": stage, "rc": rc, "command_s": round(wall, 2), "log": str(log), "step_in_command": False}
     text = log.read_text(errors="replace")
@@ -144,6 +148,17 @@ def training_peak(home: Path, dataset: str, stage: str) -> dict:
     if summary.get("device") != "cpu" or not isinstance(summary.get("peak_memory_mb"), (int, float)):
         return {}
     return {"asset_peak_rss_bytes": int(summary["peak_memory_mb"] * 2**20), "asset_peak_of": "rank 0"}
+
+
+def prepare_home(root: Path) -> None:
+    """ROOT/dagster_home with the project's dagster.yaml, and Dagster's partitions synced with
+    the datasets in ROOT/landing."""
+    (root / "dagster_home").mkdir(parents=True, exist_ok=True)
+    dagster_yaml = root / "dagster_home" / "dagster.yaml"
+    if not dagster_yaml.exists():
+        dagster_yaml.write_text((REPO / "pipelines" / "dagster.yaml").read_text())
+    env = dict(os.environ, DAGSTER_HOME=str(root / "dagster_home"), GNNFLOW_LANDING=str(root / "landing"))
+    subprocess.run([str(Path(sys.executable).with_name("gnnflow")), "datasets", "sync"], cwd=REPO, env=env, check=True)
 
 
 def machine() -> str:
@@ -184,6 +199,12 @@ def markdown_table(records: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:2] == ["--preset", "memory-wall"]:  # its own options follow (benchmarks/memory_wall.py)
+        import memory_wall  # noqa: PLC0415  (benchmarks/memory_wall.py imports this module)
+
+        return memory_wall.main(argv[2:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, help="holds landing/<dataset>; home/ etc. are made")
     parser.add_argument("--dataset")
@@ -199,12 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     root = args.root.resolve()
     out = args.out
     nodes, edges = dataset_size(root / "landing" / args.dataset)
-    (root / "dagster_home").mkdir(parents=True, exist_ok=True)
-    dagster_yaml = root / "dagster_home" / "dagster.yaml"
-    if not dagster_yaml.exists():
-        dagster_yaml.write_text((REPO / "pipelines" / "dagster.yaml").read_text())
-    env = dict(os.environ, DAGSTER_HOME=str(root / "dagster_home"), GNNFLOW_LANDING=str(root / "landing"))
-    subprocess.run([str(Path(sys.executable).with_name("gnnflow")), "datasets", "sync"], cwd=REPO, env=env, check=True)
+    prepare_home(root)
     records = json.loads(out.read_text()) if out.is_file() else []
     log_dir = root / "logs" / args.dataset
     log_dir.mkdir(parents=True, exist_ok=True)

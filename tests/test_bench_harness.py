@@ -3,6 +3,7 @@ in results/<scale>.json and .md with ratio = ours / peer; slopes fit log-log gro
 
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -282,3 +283,48 @@ def test_merged_results_name_the_machine_of_every_row(tmp_path):
     before = harness.read_results(tmp_path / "tiny.json")
     _, _, earlier = harness.merge_earlier(before, [rec("a", 5.0), rec("b", 6.0)], {"a": ok, "b": ok})
     assert earlier == []
+
+
+def test_memory_wall_refuses_a_limit_the_features_fit_in_and_measures_direct_reads(tmp_path):
+    import memory_wall
+
+    assert memory_wall.check_wall(8_000_000, 128, 3 * 2**30) == 8_000_000 * 128 * 4
+    with pytest.raises(SystemExit, match=r"at most 0.8x"):
+        memory_wall.check_wall(1_000_000, 128, 2**30)  # 0.51 GB of features under a 1 GiB limit
+    data = tmp_path / "features.bin"
+    data.write_bytes(bytes(range(256)) * (1 << 14))  # 4 MiB
+    try:
+        os.close(os.open(data, os.O_RDONLY | os.O_DIRECT))
+    except OSError as exc:  # tmpfs has no O_DIRECT
+        pytest.skip(f"{tmp_path} cannot be read with O_DIRECT: {exc}")
+    got = memory_wall.direct_read_rate(data, runs=300, pages_per_run=2, threads=4, seconds=30)
+    assert got["bytes"] == 300 * 2 * 4096 and got["bytes_per_s"] > 0
+
+
+def test_memory_wall_tables_report_each_epoch_against_the_disk_bound():
+    import memory_wall
+
+    stage = {"rc": 0, "command_s": 10.0, "asset_s": 8.0, "command_peak_rss_bytes": 2**30}
+    result = {
+        "stages": [
+            {"stage": "metis_partitions", "in_wall": False} | stage,
+            {"stage": "trained_model", "in_wall": True, "group_peak_bytes": 3 * 2**30, "limit_hits": 7} | stage,
+        ],
+        "training": {
+            "epochs": [{"epoch": 1, "train_seconds": 20.0, "disk_read_bytes": 4e9, "data_wait_share": 0.9}],
+            "disk": {
+                "file_bytes": 4.1e9,
+                "pages_per_run": 1,
+                "threads": 32,
+                "bytes_per_s": 2.5e8,
+                "bytes": 5e9,
+                "seconds": 20.0,
+            },
+            "summary": {"feature_cache_rows": 800_000, "feature_cache_hit_rate": 0.5, "final_test_acc": 0.9},
+        },
+    }
+    result["training"]["epochs"][0]["disk_bound_seconds"] = 4e9 / 2.5e8
+    text = memory_wall.tables(result)
+    assert "| trained_model | yes | 8.0 | 10.0 | 1.00 | 3.00 | 7 |" in text
+    assert "| metis_partitions | no | 8.0 | 10.0 | 1.00 | — | — |" in text
+    assert "| 1 | 20.0 | 4.00 | 0.200 | 90% | 16.0 | 1.25 |" in text

@@ -1,6 +1,8 @@
-"""graphs.infra.host_memory: large tensors come from glibc's heap inside the context and are kept when freed."""
+"""graphs.infra.host_memory: large tensors come from glibc's heap inside the context and are kept when freed;
+the memory limit a cgroup sets; and the bytes a process had read from disk (graphs.infra.storage)."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -126,3 +128,55 @@ def test_the_ingest_stage_runs_with_the_collector_paused_and_restores_it(tmp_pat
     summary = canonical.build_canonical_graph(landing, tmp_path / "out")
     assert summary["edges"] == 6 and seen == [False]
     assert gc.isenabled()
+
+
+def test_the_memory_limit_is_the_lowest_cgroup_limit_above_the_process(tmp_path):
+    """v1 limits on the process's memory cgroup and its parents count, v2's "max" does not, and a
+    group's path is read relative to the root its hierarchy is mounted from."""
+    from graphs.infra.host_memory import _cgroup_limits, memory_limit_bytes
+
+    proc, v1, v2 = tmp_path / "proc", tmp_path / "memory", tmp_path / "unified"
+    proc.mkdir()
+    (proc / "cgroup").write_text("5:cpu:/other\n4:memory:/jobs/a/b\n0::/x\n")
+    (proc / "mountinfo").write_text(
+        f"30 25 0:26 /jobs {v1} rw,relatime - cgroup cgroup rw,memory\n"
+        f"31 25 0:27 / {v2} rw,relatime - cgroup2 cgroup2 rw\n"
+        f"32 25 0:28 / {tmp_path / 'cpu'} rw - cgroup cgroup rw,cpu\n"
+    )
+    (v1 / "a" / "b").mkdir(parents=True)
+    (v1 / "a" / "b" / "memory.limit_in_bytes").write_text("3000\n")
+    (v1 / "a" / "memory.limit_in_bytes").write_text("2000\n")
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (v2 / "x").mkdir(parents=True)
+    (v2 / "x" / "memory.max").write_text("max\n")
+    assert sorted(_cgroup_limits(proc)) == [2000, 3000, 9223372036854771712]
+    assert _cgroup_limits(tmp_path / "absent") == []
+    limit = memory_limit_bytes()
+    assert limit is not None and 0 < limit <= os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def test_disk_reads_count_what_the_disk_served_not_page_cache_hits(tmp_path):
+    from graphs.infra.storage import disk_read_bytes
+
+    mounts = [
+        line.split(" - ")[0].split()[4:5] + line.split(" - ")[1].split()[:1] for line in open("/proc/self/mountinfo")
+    ]
+    here = max((m for m in mounts if str(tmp_path).startswith(m[0])), key=lambda m: len(m[0]))
+    if here[1] in ("tmpfs", "ramfs"):
+        pytest.skip(f"{tmp_path} is on {here[1]}: its files are memory, never read from a disk")
+    path = tmp_path / "data.bin"
+    path.write_bytes(os.urandom(8 << 20))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    before = disk_read_bytes()
+    if before is None:
+        pytest.skip("this kernel does not report /proc/self/io")
+    path.read_bytes()
+    cold = disk_read_bytes() - before
+    path.read_bytes()  # now from the page cache
+    warm = disk_read_bytes() - before - cold
+    assert cold >= 8 << 20 and warm < 1 << 20

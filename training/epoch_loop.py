@@ -17,7 +17,7 @@ import math
 import torch
 from torch.profiler import record_function
 
-from graphs.infra.storage import peak_rss_bytes
+from graphs.infra.storage import disk_read_bytes, peak_rss_bytes
 from training.data import ShardStream, cross_entropy
 from training.layers import use_aggregation
 from training.loss_check import NonFiniteLossError, non_finite_loss
@@ -31,7 +31,7 @@ __all__ = ["forward_backward", "model_blocks", "train_epoch"]
 def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
     """One epoch of optimizer steps over this rank's streams; this rank's metric row."""
     tcfg, info, device, model, optimizer = run.cfg.training, run.info, run.device, run.model, run.optimizer
-    t_epoch = run.now()
+    t_epoch, read_before = run.now(), disk_read_bytes()
     # dropout/DropEdge randomness: a function of (seed, epoch, rank), so a resumed
     # run draws exactly what an uninterrupted one would
     torch.manual_seed(tcfg.seed * 1_000_003 + epoch * 1009 + info.rank)
@@ -78,7 +78,10 @@ def train_epoch(run: Run, epoch: int, profiler: StepProfiler) -> dict:
             stream.close()
     train_seconds = run.now() - t_epoch
     loss, acc = loss_sum / max(minibatches, 1), correct / seeds if seeds else float("nan")
-    return _epoch_row(run, epoch, streams, timing, train_seconds, loss=loss, acc=acc, lr=lr, seeds=seeds)
+    row = _epoch_row(run, epoch, streams, timing, train_seconds, loss=loss, acc=acc, lr=lr, seeds=seeds)
+    read_after = disk_read_bytes()
+    row["disk_read_bytes"] = float("nan") if None in (read_before, read_after) else float(read_after - read_before)
+    return row
 
 
 def forward_backward(run: Run, mb, minibatches_in_step: int, timing: dict, scale: float = 1.0):

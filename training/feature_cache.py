@@ -8,8 +8,8 @@ A minibatch's input nodes are looked up hot tier first, then warm, then cold:
   ascending node order; with ``readahead`` the pages of a gather's misses are first advised
   (`graphs.formats.npyrows.prefetch_rows`, ``madvise(MADV_WILLNEED)``), so a file that is not in the
   page cache is read with many requests in flight instead of one page fault after another
-  (default: on when the file is larger than half the machine's memory, i.e. cannot be
-  expected to stay cached; with the file resident the advice would only add its system calls).
+  (default: on when the file is larger than half the memory the process may hold, the
+  machine's or its memory cgroup's limit, i.e. cannot be expected to stay cached; with the file resident the advice would only add its system calls).
   The one-off fills of the hot and ``degree`` tiers are always read ahead;
 - **warm**: ``warm_rows`` rows in one preallocated CPU array with a slot per row, kept by
   one of two policies (``warm_policy``):
@@ -33,7 +33,9 @@ its tiers from a `CacheSpec` (``training.feature_cache``, ``feature_cache_policy
 ``feature_cache_hot``).
 
 Counters (``stats``): requested rows (after removing duplicates within a gather), hot hits,
-warm hits, cold reads; ``hit_rate`` = (hot + warm) / requested.
+warm hits, cold reads; ``hit_rate`` = (hot + warm) / requested; and the file pages the cold
+reads touched, as runs of adjacent pages (``cold_runs``, ``cold_pages``: the reads a disk
+serves when none of them is cached, `benchmarks/memory_wall.py` replays them).
 
 Why: neighbour sampling reads a node in proportion to its degree, so on a power-law graph a
 cache of a small share of the rows serves most of the reads; with features larger than host
@@ -43,7 +45,6 @@ measures it against an uncached (page-cache evicted) gather and against all rows
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -51,7 +52,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphs.formats.npyrows import mapped_bytes, prefetch_rows
+from graphs.formats.npyrows import mapped_bytes, page_runs, prefetch_rows
+from graphs.infra.host_memory import memory_limit_bytes
 from graphs.kernels.degree import top_degree_nodes as hot_nodes
 from graphs.kernels.quantize import EncodedFeatures
 
@@ -158,6 +160,8 @@ class CacheStats:
     hot_hits: int = 0
     warm_hits: int = 0
     cold_reads: int = 0
+    cold_runs: int = 0
+    cold_pages: int = 0
 
     @property
     def hit_rate(self) -> float:
@@ -165,12 +169,10 @@ class CacheStats:
 
 
 def larger_than_half_the_memory(array: np.ndarray) -> bool:
-    """Whether `array` is memory-mapped from a file larger than half of physical memory."""
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return False
-    return mapped_bytes(array) > memory // 2
+    """Whether `array` is memory-mapped from a file larger than half of the memory this process
+    may hold (physical memory, or its memory cgroup's lower limit: `memory_limit_bytes`)."""
+    memory = memory_limit_bytes()
+    return memory is not None and mapped_bytes(array) > memory // 2
 
 
 class TieredFeatures:
@@ -205,6 +207,7 @@ class TieredFeatures:
         self.readahead = larger_than_half_the_memory(codes) if readahead is None else bool(readahead)
         n = encoded.num_rows
         self._row_shape, self._dtype = codes.shape[1:], codes.dtype
+        self._row_bytes = int(codes.strides[0]) if codes.ndim else 0  # for the page counts (`stats`)
         self._lock = threading.Lock()
         self.stats = CacheStats()
 
@@ -308,6 +311,10 @@ class TieredFeatures:
         """Rows of ascending `nodes` from the feature file (their pages advised first with readahead)."""
         if self.readahead:
             prefetch_rows(self._cold, nodes)
+        if len(nodes) and self._row_bytes:
+            first, last = page_runs(nodes * self._row_bytes, self._row_bytes)
+            self.stats.cold_runs += len(first)
+            self.stats.cold_pages += int((last - first).sum()) + len(first)
         return np.take(self._cold, nodes, axis=0)
 
     def _warm_or_cold(self, unique: np.ndarray) -> np.ndarray:

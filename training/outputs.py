@@ -121,6 +121,8 @@ METRIC_COLUMNS = {
     "update_seconds": "gradient unscale/clip, optimizer step, zero_grad",
     "eval_seconds": "full-graph inference (rank 0)",
     "peak_memory_mb": "peak CUDA memory allocated, or the process's peak RSS on CPU",
+    "disk_read_bytes": "bytes the rank's process read from storage during the epoch's steps (page-cache "
+    "hits not counted; Linux's /proc/self/io, NaN elsewhere)",
 }
 
 

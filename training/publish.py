@@ -170,4 +170,7 @@ def _feature_cache_summary(rows: FeatureRows | None) -> dict:
         "feature_cache_hot_rows": len(cache.hot_nodes),
         "feature_cache_hit_rate": cache.stats.hit_rate,
         "feature_cache_hot_hit_rate": cache.stats.hot_hits / max(1, cache.stats.requested),
+        "feature_cold_rows": cache.stats.cold_reads,
+        "feature_cold_page_runs": cache.stats.cold_runs,
+        "feature_cold_pages": cache.stats.cold_pages,
     }

@@ -24,6 +24,11 @@ arrays, not Python objects, and back on after. The collections such a stage stil
 come from the objects its imports and numba's kernel loading create, and each traverses every
 object the process holds (a Dagster process holds many). The cycles made inside are collected
 once the collector is back on.
+
+``memory_limit_bytes()`` is the memory this process may hold: physical memory, or less where a
+memory cgroup (v1 or v2, the process's own or one above it) sets a lower limit, as a container
+or a ``memory.limit_in_bytes`` / ``memory.max`` does. Page cache counts against a cgroup's
+limit, so a file larger than half of it cannot be expected to stay cached.
 """
 
 from __future__ import annotations
@@ -33,11 +38,13 @@ import ctypes
 import ctypes.util
 import gc
 import logging
+import os
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
-__all__ = ["gc_paused", "reuse_freed_memory"]
+__all__ = ["gc_paused", "memory_limit_bytes", "reuse_freed_memory"]
 
 log = logging.getLogger(__name__)
 
@@ -125,3 +132,56 @@ def gc_paused() -> Iterator[None]:
             _gc_depth -= 1
             if _gc_depth == 0 and _gc_was_enabled:
                 gc.enable()
+
+
+def memory_limit_bytes() -> int | None:
+    """Physical memory, or the lowest memory-cgroup limit above this process where lower; None
+    where neither can be read (module docstring)."""
+    limits = _cgroup_limits()
+    try:
+        limits.append(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    return min(limits) if limits else None
+
+
+def _cgroup_limits(proc: Path = Path("/proc/self")) -> list[int]:
+    """The memory limits set on this process's cgroup and its ancestors, as the kernel's
+    cgroup files read here give them (v2 ``memory.max``, v1 ``memory.limit_in_bytes``)."""
+    try:
+        groups = (proc / "cgroup").read_text().splitlines()
+        mounts = (proc / "mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    limits = []
+    for line in groups:
+        _, controllers, path = line.split(":", 2)
+        version = 2 if controllers == "" else 1 if "memory" in controllers.split(",") else 0
+        mount = _cgroup_mount(mounts, version) if version else None
+        if mount is None:
+            continue
+        mount_root, mount_point = mount
+        relative = Path(path).relative_to(mount_root) if Path(path).is_relative_to(mount_root) else Path()
+        name = "memory.max" if version == 2 else "memory.limit_in_bytes"
+        for part in (relative, *relative.parents):
+            try:
+                text = (Path(mount_point) / part / name).read_text().strip()
+            except OSError:
+                continue
+            if text.isdigit():  # v2 writes "max" for no limit
+                limits.append(int(text))
+    return limits
+
+
+def _cgroup_mount(mountinfo: list[str], version: int) -> tuple[str, str] | None:
+    """(root within the hierarchy, mount point) of the cgroup2 hierarchy (`version` 2) or of the v1
+    hierarchy holding the memory controller, from /proc/self/mountinfo's lines; None if absent."""
+    for line in mountinfo:
+        fields, _, tail = line.partition(" - ")
+        parts, extra = fields.split(), tail.split()
+        if len(parts) < 5 or len(extra) < 3:
+            continue
+        fstype, options = extra[0], extra[2].split(",")
+        if (version == 2 and fstype == "cgroup2") or (version == 1 and fstype == "cgroup" and "memory" in options):
+            return parts[3], parts[4]
+    return None

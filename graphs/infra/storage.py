@@ -558,6 +558,20 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def disk_read_bytes() -> int | None:
+    """Bytes this process has had read from storage so far (Linux's /proc/self/io ``read_bytes``:
+    its reads and page faults that went to the disk, page-cache hits not counted); None where
+    the kernel does not report it."""
+    try:
+        with open("/proc/self/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"read_bytes:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
 def private_rss_bytes() -> int | None:
     """Resident bytes of this process that no other process shares (Linux's smaps_rollup
     Private_Clean + Private_Dirty): for a forked child, what it added to its parent's
