@@ -69,7 +69,7 @@ SETTINGS = """\
 ops:
   metis_partitions: {config: {write_distdgl: false}}
   minibatch_shards: {config: {epochs: 1}}
-  trained_model: {config: {training: {epochs: %(epochs)d, feature_cache: 0.1, eval_batch_size: 200000}}}
+  trained_model: {config: {training: {epochs: EPOCHS, feature_cache: 0.1, eval_batch_size: 200000}}}
 """
 _PAGE = 4096
 
@@ -199,7 +199,7 @@ def prepare(root: Path, args) -> Path:
         t = time.perf_counter()
         subprocess.run(cmd, cwd=REPO, check=True)
         print(f"generate: {time.perf_counter() - t:.1f} s", flush=True)
-    (landing / "gnnflow.yaml").write_text(SETTINGS % {"epochs": args.epochs})
+    (landing / "gnnflow.yaml").write_text(SETTINGS.replace("EPOCHS", str(args.epochs)))
     return landing
 
 
