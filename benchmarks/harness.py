@@ -24,7 +24,8 @@ writes, via `write_results`:
 BENCHMARKS.md holds generated regions, each between `<!-- generated: SOURCE -->` and
 `<!-- end generated -->`: `benchmarks/harness.py <scale>` is `render_markdown(scale)` (every record
 of results/<scale>.json with the machine and the date of the run it came from), and
-`benchmarks/pipeline_run.py --table [--out FILE]` is that script's table of its records.
+`benchmarks/pipeline_run.py --table [--out FILE]` is that script's table of its records;
+`benchmarks/memory_wall.py --table` the memory-wall run's tables.
 tests/test_benchmarks_doc.py fails when one differs from what its source renders now; after a
 `make bench` (or a pipeline run) rewrite them with
 
@@ -460,7 +461,8 @@ _GENERATED = re.compile(r"^(<!-- generated: ([^\n]+?) -->\n)(.*?)^(<!-- end gene
 
 def generated_block(source: str) -> str:
     """What the generated region `<!-- generated: SOURCE -->` holds: `benchmarks/harness.py SCALE`
-    (`render_markdown`) or `benchmarks/pipeline_run.py --table [--out FILE]` (its records' table)."""
+    (`render_markdown`), `benchmarks/pipeline_run.py --table [--out FILE]` (its records' table) or
+    `benchmarks/memory_wall.py --table` (the memory-wall run's tables)."""
     words = source.split()
     if words[:1] == ["benchmarks/harness.py"] and len(words) == 2:
         return render_markdown(words[1])
@@ -473,6 +475,10 @@ def generated_block(source: str) -> str:
         elif len(words) != 2:
             raise ValueError(f"generated region {source!r}: expected --out FILE")
         return pipeline_run.markdown_table(json.loads(out.read_text())) + "\n"
+    if words == ["benchmarks/memory_wall.py", "--table"]:
+        import memory_wall  # benchmarks/memory_wall.py (it imports this module, through pipeline_run)
+
+        return memory_wall.tables(json.loads(memory_wall.RESULTS.read_text())) + "\n"
     raise ValueError(f"generated region {source!r}: unknown source")
 
 

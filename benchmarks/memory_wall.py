@@ -6,19 +6,19 @@ training reads, cannot stay in the memory the run may hold.
 
 As root on Linux (the wall is a memory cgroup). Steps:
 
-1. **Data**: a generated power-law graph (default 8M nodes, 80M edge rows, 128 float32 features:
-   4.1 GB; 1 % training nodes) in ``ROOT/landing/wall`` unless it is there, with the dataset settings
+1. **Data**: a generated power-law graph (default 8M nodes, 80M edge rows, 256 float32 features:
+   8.2 GB; 1 % training nodes) in ``ROOT/landing/wall`` unless it is there, with the dataset settings
    `SETTINGS` (no DistDGL export, to fit the disk; a 10 % feature cache; streamed evaluation).
-2. **The wall**: a memory cgroup whose limit (``--limit-gib``, default 3) is at most 0.8x the float32
+2. **The wall**: a memory cgroup whose limit (``--limit-gib``, default 6) is at most 0.8x the float32
    feature matrix, so the matrix is at least 1.25x the limit. Set by hand it is
 
        mkdir /sys/fs/cgroup/memory/gnnflow-memory-wall                                   # cgroup v1
-       echo 3221225472 > /sys/fs/cgroup/memory/gnnflow-memory-wall/memory.limit_in_bytes
+       echo 6442450944 > /sys/fs/cgroup/memory/gnnflow-memory-wall/memory.limit_in_bytes
        mkdir /sys/fs/cgroup/gnnflow-memory-wall                                          # cgroup v2
-       echo 3221225472 > /sys/fs/cgroup/gnnflow-memory-wall/memory.max
+       echo 6442450944 > /sys/fs/cgroup/gnnflow-memory-wall/memory.max
        echo 0 > /sys/fs/cgroup/gnnflow-memory-wall/memory.swap.max
 
-   (or ``systemd-run --scope -p MemoryMax=3G -p MemorySwapMax=0 COMMAND``). Each limited stage's
+   (or ``systemd-run --scope -p MemoryMax=6G -p MemorySwapMax=0 COMMAND``). Each limited stage's
    command writes its pid into the group's ``cgroup.procs`` before it starts, so Dagster, the step
    process and torchrun's workers all run inside (a child stays in its parent's group). Page cache
    is charged to the group, so the feature file cannot stay cached: the stages that hold
@@ -46,6 +46,7 @@ import datetime
 import json
 import mmap
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -114,7 +115,7 @@ class MemoryGroup:
 
     def counters(self) -> dict:
         """The group's peak charge since `reset_peak` (v2 kernels without a reset: since it was
-        made) and the times its charge reached the limit."""
+        made), the times its charge reached the limit, and the processes its OOM killer killed."""
         if self.v2:
             events = dict(line.split() for line in (self.path / "memory.events").read_text().splitlines())
             peak = self.path / "memory.peak"
@@ -190,15 +191,22 @@ def direct_read_rate(path: Path, runs: int, pages_per_run: int, threads: int, se
 
 
 def prepare(root: Path, args) -> Path:
-    """ROOT/landing/wall, generated unless there, with its settings."""
+    """ROOT/landing/wall, generated unless there at these sizes, with its settings."""
     landing = root / "landing" / DATASET
-    if not (landing / "nodes.parquet").is_file():  # what the generator writes last
+    wanted = {"nodes": args.nodes, "edges": args.edges, "feature_dim": args.feature_dim}
+    made = root / "generated.json"
+    if made.is_file() and json.loads(made.read_text()) != wanted:  # another size: its outputs go too
+        shutil.rmtree(landing, ignore_errors=True)
+        shutil.rmtree(root / "home" / DATASET, ignore_errors=True)
+    if not (landing / "nodes.parquet").is_file() or not made.is_file():
+        shutil.rmtree(landing, ignore_errors=True)
         cmd = [str(Path(sys.executable).with_name("gnnflow")), "generate", "--quiet", "--out", str(landing)]
         cmd += ["--num-nodes", str(args.nodes), "--num-edges", str(args.edges), "--feature-dim", str(args.feature_dim)]
         cmd += ["--num-edge-files", "8", "--train-fraction", "0.01", "--val-fraction", "0.01"]
         t = time.perf_counter()
         subprocess.run(cmd, cwd=REPO, check=True)
         print(f"generate: {time.perf_counter() - t:.1f} s", flush=True)
+        made.write_text(json.dumps(wanted))
     (landing / "gnnflow.yaml").write_text(SETTINGS.replace("EPOCHS", str(args.epochs)))
     return landing
 
@@ -235,10 +243,12 @@ def run_stages(root: Path, group: MemoryGroup, stages: list[str]) -> list[dict]:
         if limited:
             drop_cached(feature_files(root))
             group.reset_peak()
+            kills_before = group.counters()["oom_kills"]
         record = pipeline_run.run_stage(stage, DATASET, root, log_dir, preexec_fn=group.enter if limited else None)
         record["in_wall"] = limited
         if limited:
             record.update(group.counters())
+            record["oom_kills"] -= kills_before
         records.append(record)
         peak = pipeline_run._peak(record) / 2**30
         wall = f", group peak {record['group_peak_bytes'] / 2**30:.2f} GiB" if record.get("group_peak_bytes") else ""
@@ -299,16 +309,17 @@ def epochs_and_disk(root: Path, args) -> dict:
 def tables(result: dict) -> str:
     """The stage table and the epoch table, Markdown."""
     lines = [
-        "| stage | in the wall | step s | command s | peak RSS GiB | group peak GiB | limit hits |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| stage | in the wall | step s | command s | peak RSS GiB | group peak GiB | limit hits | OOM kills |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in result["stages"]:
         step = f"{r['asset_s']:.1f}" if r.get("asset_s") is not None else "—"
         group = f"{r['group_peak_bytes'] / 2**30:.2f}" if r.get("group_peak_bytes") else "—"
-        hits = str(r.get("limit_hits", "—")) if r["in_wall"] else "—"
+        hits, kills = (str(r.get(k, "—")) if r["in_wall"] else "—" for k in ("limit_hits", "oom_kills"))
+        failed = "" if r["rc"] == 0 else f" (failed, rc {r['rc']})"
         lines.append(
-            f"| {r['stage']} | {'yes' if r['in_wall'] else 'no'} | {step} | {r['command_s']:.1f} | "
-            f"{pipeline_run._peak(r) / 2**30:.2f} | {group} | {hits} |"
+            f"| {r['stage']}{failed} | {'yes' if r['in_wall'] else 'no'} | {step} | {r['command_s']:.1f} | "
+            f"{pipeline_run._peak(r) / 2**30:.2f} | {group} | {hits} | {kills} |"
         )
     if "training" not in result:
         return "\n".join(lines)
@@ -341,8 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", type=Path, default=REPO / "bench_out" / "memory_wall")
     ap.add_argument("--nodes", type=int, default=8_000_000)
     ap.add_argument("--edges", type=int, default=80_000_000, help="edge rows generated")
-    ap.add_argument("--feature-dim", type=int, default=128)
-    ap.add_argument("--limit-gib", type=float, default=3.0, help="the memory cgroup's limit")
+    ap.add_argument("--feature-dim", type=int, default=256)
+    ap.add_argument("--limit-gib", type=float, default=6.0, help="the memory cgroup's limit")
     ap.add_argument("--epochs", type=int, default=3, help="training epochs (one sampled epoch, replayed)")
     ap.add_argument("--stages", default=",".join(pipeline_run.STAGES), help="comma-separated, in order")
     ap.add_argument("--io-threads", type=int, default=32, help="threads of the O_DIRECT reads")

@@ -308,7 +308,8 @@ def test_memory_wall_tables_report_each_epoch_against_the_disk_bound():
     result = {
         "stages": [
             {"stage": "metis_partitions", "in_wall": False} | stage,
-            {"stage": "trained_model", "in_wall": True, "group_peak_bytes": 3 * 2**30, "limit_hits": 7} | stage,
+            {"stage": "trained_model", "in_wall": True, "group_peak_bytes": 3 * 2**30, "limit_hits": 7, "oom_kills": 0}
+            | stage,
         ],
         "training": {
             "epochs": [{"epoch": 1, "train_seconds": 20.0, "disk_read_bytes": 4e9, "data_wait_share": 0.9}],
@@ -325,6 +326,6 @@ def test_memory_wall_tables_report_each_epoch_against_the_disk_bound():
     }
     result["training"]["epochs"][0]["disk_bound_seconds"] = 4e9 / 2.5e8
     text = memory_wall.tables(result)
-    assert "| trained_model | yes | 8.0 | 10.0 | 1.00 | 3.00 | 7 |" in text
-    assert "| metis_partitions | no | 8.0 | 10.0 | 1.00 | — | — |" in text
+    assert "| trained_model | yes | 8.0 | 10.0 | 1.00 | 3.00 | 7 | 0 |" in text
+    assert "| metis_partitions | no | 8.0 | 10.0 | 1.00 | — | — | — |" in text
     assert "| 1 | 20.0 | 4.00 | 0.200 | 90% | 16.0 | 1.25 |" in text

@@ -67,12 +67,22 @@ class GATConv(Aggregating):
             if self.res_fc.bias is not None:
                 nn.init.zeros_(self.res_fc.bias)
 
+    def attention_halves(self, h: torch.Tensor, num_dst: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``a_l·Wh_u`` of every source ``[num_src, heads]`` and ``a_r·Wh_v`` of every destination
+        ``[num_dst, heads]``, as ``h @ (Wᵀa)``: one narrow product with the attention vectors folded
+        into the weight, instead of an element-wise product and sum over ``Wh`` (and their backward)
+        at the width of all heads."""
+        heads, out = self.num_heads, self.out_feats
+        w = self.fc.weight.view(heads, out, -1)  # [heads, out, in]
+        folded = torch.cat([(w * self.attn_l.view(heads, out, 1)).sum(1), (w * self.attn_r.view(heads, out, 1)).sum(1)])
+        lr = h @ folded.t()  # [num_src, 2 * heads]
+        return lr[:, :heads], lr[:num_dst, heads:]
+
     def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         num_dst, heads, out = block.num_dst, self.num_heads, self.out_feats
         h = self.feat_drop(x)
         ft = self.fc(h).view(-1, heads, out)
-        el = (ft * self.attn_l).sum(-1)  # [num_src, heads]
-        er = (ft[:num_dst] * self.attn_r).sum(-1)  # [num_dst, heads]
+        el, er = self.attention_halves(h, num_dst)
         scores = self.leaky_relu(edge_scores(block, el, er, self.aggregation))  # [E, heads]
         attn = self.attn_drop(edge_softmax(block, scores, self.aggregation))
         if edge_weight is not None:
