@@ -96,9 +96,12 @@ class MemoryGroup:
             if self.v2:
                 (self.path / "memory.max").write_text(str(limit))
                 _write_if_there(self.path / "memory.swap.max", "0")
-            else:
-                (self.path / "memory.limit_in_bytes").write_text(str(limit))
-                _write_if_there(self.path / "memory.memsw.limit_in_bytes", str(limit))
+            else:  # v1 keeps memory + swap >= memory: the order depends on which way the limit moves
+                files = [self.path / "memory.limit_in_bytes", self.path / "memory.memsw.limit_in_bytes"]
+                if int(files[0].read_text()) < limit:
+                    files.reverse()
+                for f in files:
+                    _write_if_there(f, str(limit))
         except PermissionError:
             raise SystemExit(f"cannot create or limit {self.path}: run the memory wall as root") from None
         self.limit = limit
