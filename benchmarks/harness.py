@@ -183,7 +183,7 @@ def bench_args(name: str, scale: str) -> list[str]:
     shared |= dict.fromkeys(("adjacency", "partition", "feature_cache"), "graphs")
     work = ["--work", f"bench_out/{scale}/{shared.get(name, name)}"]
     args = {
-        "ingest": size + ["--ids", "dense,sparse,string"] + (["--no-weighted"] if scale == "tiny" else []),
+        "ingest": size + ["--ids", "dense,sparse,string"] + (["--no-weighted"] if scale == "tiny" else ["--floor"]),
         "adjacency": size,
         "partition": size + (["--skip-dgl"] if scale == "large" else []),
         "sampling": size + ["--epochs", "1"],

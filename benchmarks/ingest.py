@@ -16,7 +16,11 @@ variant starts from the same warm page cache:
          features, degree stats), and the same on the edge files alone;
   bare   the bare DuckDB equivalent ``COPY (SELECT DISTINCT src, dst FROM read_parquet(...))
          TO ... (FORMAT parquet)``, no relabelling, on a connection with our settings
-         (`graphs.infra.duck.connect`: the same memory_limit, threads, preserve_insertion_order).
+         (`graphs.infra.duck.connect`: the same memory_limit, threads, preserve_insertion_order);
+  floor  with --floor, DuckDB doing our edge work step by step on the same connection settings:
+         + each row's reverse without self loops, distinct (``UNION``), then + ``ORDER BY src,
+         dst``. Each step's cost over the bare query is a floor the ratio ours / bare cannot go
+         below with DuckDB's own operators; ours on the edge files is compared with the last.
 
 Only the work is timed: the output's row count is read after the clock stops on both
 sides. With --repeat R every variant runs once per round, in reverse order every other round,
@@ -43,6 +47,7 @@ import harness  # noqa: E402  (benchmarks/harness.py)
 from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 
 ID_KINDS = ("dense", "sparse", "string")
+FLOOR_STEPS = ("symmetrize", "sort")  # the DuckDB floor's steps beyond the bare query, in order
 SPARSE_ID_RANGE = 10**12
 
 
@@ -74,6 +79,26 @@ def _bare(landing: str, out: str, memory_limit: str, queue) -> None:
     # COPY (SELECT DISTINCT src, dst FROM read_parquet(...)) TO ..., with the paths as arguments
     edges = duck.read_parquet(con, sorted(Path(landing, "edges").glob("*.parquet")))  # literal paths, no glob
     edges.select("src, dst").distinct().write_parquet(f"{out}/edges.parquet")
+    con.close()
+    seconds, cpu = time.perf_counter() - t, harness.cpu_seconds() - c
+    queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
+
+
+def _floor(landing: str, out: str, memory_limit: str, step: str, queue) -> None:
+    """DuckDB doing the edge work of our stage up to `step` (`FLOOR_STEPS`), on the raw ids: the
+    rows and their reverses without self loops, distinct (``symmetrize``), then in (src, dst)
+    order (``sort``), written as Parquet like the bare query."""
+    from graphs.infra import duck
+    from graphs.infra.storage import peak_rss_bytes
+
+    Path(out).mkdir(parents=True, exist_ok=True)
+    t, c = time.perf_counter(), harness.cpu_seconds()
+    con = duck.connect(memory_limit, temp_directory=f"{out}/tmp")
+    edges = duck.read_parquet(con, sorted(Path(landing, "edges").glob("*.parquet"))).select("src, dst")
+    both = edges.union(edges.select("dst AS src, src AS dst")).filter("src <> dst")  # UNION: distinct rows
+    if step == "sort":
+        both = both.order("src, dst")
+    both.write_parquet(f"{out}/edges.parquet")
     con.close()
     seconds, cpu = time.perf_counter() - t, harness.cpu_seconds() - c
     queue.put({"seconds": seconds, "cpu": cpu, "rss": peak_rss_bytes(), "rows_out": _rows_of(f"{out}/edges.parquet")})
@@ -171,6 +196,11 @@ def main() -> None:
     )
     ap.add_argument("--baseline-code", default=None, help="another checkout whose unweighted ingest runs too")
     ap.add_argument("--no-weighted", action="store_true", help="skip the weighted variant")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also time DuckDB doing our edge work step by step (symmetrize, then sort): the floor of the ratio",
+    )
     ap.add_argument("--record", help="append result records here (benchmarks/harness.py)")
     args = ap.parse_args()
     kinds = [k for k in args.ids.split(",") if k]
@@ -211,6 +241,9 @@ def main() -> None:
         variants[f"bare/{kind}"] = (_bare, landing, args.memory_limit)
         variants[f"ours/{kind}"] = (_ours, landing, args.memory_limit, args.sort_budget_mb)
         variants[f"ours_edges_only/{kind}"] = (_ours, edges_only, args.memory_limit, args.sort_budget_mb)
+        if args.floor:
+            for step in FLOOR_STEPS:
+                variants[f"floor_{step}/{kind}"] = (_floor, landing, args.memory_limit, step)
     if not args.no_weighted:
         variants["bare_weighted"] = (_bare_weighted, weighted, args.memory_limit)
         variants["ours_weighted"] = (_ours, weighted, args.memory_limit, args.sort_budget_mb)
@@ -245,6 +278,8 @@ def main() -> None:
         "bare_weighted": "bare DuckDB GROUP BY src, dst sum(weight)",
         "ours_weighted": "ours, weighted (sum over dups + directions)",
         "ours_baseline_code": f"ours, code of {args.baseline_code}",
+        "floor_symmetrize": "DuckDB: + reverses, no self loops (UNION)",
+        "floor_sort": "DuckDB: + ORDER BY src, dst (our edge work)",
     }
     for name, r in results.items():
         base, _, kind = name.partition("/")
@@ -298,6 +333,8 @@ def main() -> None:
                 peer_cpu_seconds=b["cpu"],
             ),
         ]
+    for kind in kinds if args.floor else []:
+        records += _floor_records(results, kind, rows, args.nodes)
     if "ours_weighted" in results:
         w, bw = results["ours_weighted"], results["bare_weighted"]
         print(f"weighted: ours / bare {w['seconds'] / bw['seconds']:.2f}, peak RSS {w['rss'] / bw['rss']:.2f}")
@@ -324,6 +361,54 @@ def main() -> None:
             f"{u['cpu'] / b['cpu']:.2f} ({u['cpu']:.2f} vs {b['cpu']:.2f}), peak RSS {u['rss'] / b['rss']:.2f}"
         )
     harness.emit(args.record, records)
+
+
+def _floor_records(results: dict, kind: str, rows: int, nodes: int) -> list:
+    """Each DuckDB floor step against the bare query (what the step costs DuckDB), and ours
+    against the last step (DuckDB doing our edge work), printed and as records."""
+    bare, ours = results[f"bare/{kind}"], results[f"ours_edges_only/{kind}"]
+    common = {"benchmark": "ingest", "metric": "seconds", "nodes": nodes, "edges": rows}
+    records, before = [], ("bare", bare)
+    for step in FLOOR_STEPS:
+        r = results[f"floor_{step}/{kind}"]
+        print(
+            f"{kind} ids, DuckDB + {step}: {r['seconds']:.2f} s = {r['seconds'] / bare['seconds']:.2f}x the bare "
+            f"query (+{r['seconds'] - before[1]['seconds']:.2f} s over {before[0]})"
+        )
+        records.append(
+            harness.Record(
+                **common,
+                stage=f"ingest floor, {kind} ids: DuckDB + {step}",
+                ours=r["seconds"],
+                peer=bare["seconds"],
+                peer_name="bare DuckDB SELECT DISTINCT",
+                ours_rss_bytes=r["rss"],
+                peer_rss_bytes=bare["rss"],
+                ours_cpu_seconds=r["cpu"],
+                peer_cpu_seconds=bare["cpu"],
+                notes=f"DuckDB alone, steps of our edge work up to {step}; 'ours' = that query",
+            )
+        )
+        before = (step, r)
+    last = before[1]
+    print(
+        f"{kind} ids, ours (edge files alone) / DuckDB doing the same edge work: {ours['seconds'] / last['seconds']:.2f}"
+    )
+    records.append(
+        harness.Record(
+            **common,
+            stage=f"ingest, {kind} ids, edge files alone, against DuckDB doing our edge work",
+            ours=ours["seconds"],
+            peer=last["seconds"],
+            peer_name="DuckDB: symmetrize, dedupe, sort, write",
+            ours_rss_bytes=ours["rss"],
+            peer_rss_bytes=last["rss"],
+            ours_cpu_seconds=ours["cpu"],
+            peer_cpu_seconds=last["cpu"],
+            notes="ours also relabels" if kind != "dense" else "",
+        )
+    )
+    return records
 
 
 if __name__ == "__main__":
