@@ -262,6 +262,18 @@ def run_stages(root: Path, group: MemoryGroup, stages: list[str]) -> list[dict]:
     return records
 
 
+def merged_stages(out: Path, result: dict, ran: list[dict]) -> list[dict]:
+    """`ran`, after the other stages' records of an earlier run of the same sizes and limit in `out`
+    (a run of some stages, e.g. ``--stages trained_model,evaluation``, keeps the rest), in stage order."""
+    same = ("nodes", "edge_rows", "feature_bytes", "limit_bytes")
+    earlier = json.loads(out.read_text()) if out.is_file() else {}
+    by_stage = (
+        {r["stage"]: r for r in earlier.get("stages", [])} if all(earlier.get(k) == result[k] for k in same) else {}
+    )
+    by_stage |= {r["stage"]: r for r in ran}
+    return [by_stage[s] for s in pipeline_run.STAGES if s in by_stage]
+
+
 def epochs_and_disk(root: Path, args) -> dict:
     """trained_model's per-epoch figures and the O_DIRECT rate of the same reads."""
     import pyarrow.parquet as pq
@@ -382,8 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         "limit_bytes": limit,
         "cgroup": str(group.path),
     }
-    result["stages"] = run_stages(root, group, args.stages.split(","))
-    if all(r["rc"] == 0 for r in result["stages"]) and "trained_model" in args.stages.split(","):
+    ran = run_stages(root, group, args.stages.split(","))
+    result["stages"] = merged_stages(args.out, result, ran)
+    if all(r["rc"] == 0 for r in result["stages"]) and any(r["stage"] == "trained_model" for r in ran):
         result["training"] = epochs_and_disk(root, args)
     args.out.write_text(json.dumps(result, indent=1, default=str) + "\n")
     print(tables(result), flush=True)

@@ -130,6 +130,17 @@ def test_cold_reads_count_the_runs_of_file_pages_they_touch(tmp_path):
     assert (warm.stats.cold_reads, warm.stats.cold_runs, warm.stats.cold_pages) == (2, 2, 2)
 
 
+def test_the_degree_tier_filled_in_chunks_holds_the_rows_of_the_file(tmp_path, monkeypatch):
+    enc, x = _fp32(n=500, d=16, tmp_path=tmp_path)
+    monkeypatch.setattr(TieredFeatures, "FILL_CHUNK_BYTES", 7 * 64)  # 7 rows of 64 bytes per chunk
+    degree = (np.arange(500) * 7919) % 503
+    cache = TieredFeatures(enc, warm_rows=100, degree=degree, warm_policy="degree")
+    kept = cache.cached_nodes()
+    assert kept.tolist() == sorted(np.argsort(-degree, kind="stable")[:100].tolist())
+    np.testing.assert_array_equal(cache.gather(kept).numpy(), x[kept])
+    assert cache.stats.warm_hits == 100 and cache.stats.cold_reads == 0
+
+
 def test_gathered_rows_are_never_overwritten_while_held_and_their_memory_is_reused_after():
     """The warm tier gathers into recycled arrays: rows a caller still holds (as an array or as
     a tensor made from it) keep their values through later gathers; once dropped, the next

@@ -178,6 +178,8 @@ def larger_than_half_the_memory(array: np.ndarray) -> bool:
 class TieredFeatures:
     """Feature rows from the hot (device), warm (LRU, CPU) and cold (memory map) tiers."""
 
+    FILL_CHUNK_BYTES = 64 << 20  # the degree tier is filled this many bytes of rows at a time
+
     def __init__(
         self,
         encoded: EncodedFeatures,
@@ -234,8 +236,17 @@ class TieredFeatures:
             fill = np.sort(ranked[:capacity]).astype(np.int64)
             self._node_of[: len(fill)] = fill
             self._slot_of[fill] = np.arange(len(fill))
-            prefetch_rows(self._cold, fill)
-            self._rows[: len(fill)] = np.take(self._cold, fill, axis=0)
+            self._fill_warm(fill)
+
+    def _fill_warm(self, fill: np.ndarray) -> None:
+        """Rows of ascending `fill` into the first warm slots, in chunks of about 64 MiB, each read
+        ahead and gathered into its slots: no second copy of the tier is made, and no more of the
+        file is asked for at once than one chunk (a page cache the tier's size need not be free)."""
+        step = max(1, self.FILL_CHUNK_BYTES // max(1, self._row_bytes))
+        for a in range(0, len(fill), step):
+            ids = fill[a : a + step]
+            prefetch_rows(self._cold, ids)
+            np.take(self._cold, ids, axis=0, out=self._rows[a : a + len(ids)])
 
     @classmethod
     def from_spec(cls, encoded: EncodedFeatures, spec: CacheSpec) -> "TieredFeatures":
