@@ -8,7 +8,7 @@ As root on Linux (the wall is a memory cgroup). Steps:
 
 1. **Data**: a generated power-law graph (default 8M nodes, 80M edge rows, 256 float32 features:
    8.2 GB; 1 % training nodes) in ``ROOT/landing/wall`` unless it is there, with the dataset settings
-   `SETTINGS` (no DistDGL export, to fit the disk; a 10 % feature cache; streamed evaluation).
+   `SETTINGS` (no DistDGL export, to fit the disk; one rank; a 10 % feature cache; streamed evaluation).
 2. **The wall**: a memory cgroup whose limit (``--limit-gib``, default 6) is at most 0.8x the float32
    feature matrix, so the matrix is at least 1.25x the limit. Set by hand it is
 
@@ -65,11 +65,12 @@ GROUP = "gnnflow-memory-wall"
 LIMITED = ("canonical_graph", "compressed_graph", "trained_model", "evaluation")
 MAX_LIMIT_SHARE = 0.8  # the limit is at most this share of the float32 feature matrix
 SETTINGS = """\
-# The memory-wall run (benchmarks/memory_wall.py): no DistDGL export (the disk), one sampled epoch
+# The memory-wall run (benchmarks/memory_wall.py): no DistDGL export (the disk), one rank (Dagster's
+# processes and each rank's feature cache are anonymous memory inside the wall), one sampled epoch
 # replayed, a 10 % degree-ordered feature cache, evaluation streamed in chunks of rows.
 ops:
   metis_partitions: {config: {write_distdgl: false}}
-  minibatch_shards: {config: {epochs: 1}}
+  minibatch_shards: {config: {epochs: 1, world_size: 1}}
   trained_model: {config: {training: {epochs: EPOCHS, feature_cache: 0.1, eval_batch_size: 200000}}}
 """
 _PAGE = 4096

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch
 
@@ -74,8 +75,11 @@ def read_node_table(canonical_dir: str | os.PathLike) -> NodeTable:
     if (node_id != np.arange(len(node_id))).any():
         raise ValueError(f"{path}: column 'node_id' is not 0..n-1 in order; re-materialize canonical_graph")
     labels = torch.from_numpy(table.column("label").to_numpy().astype(np.int64))
-    split = table.column("split").to_numpy(zero_copy_only=False).astype(str)
-    masks = {s: torch.from_numpy(split == s) & (labels >= 0) for s in SPLITS}
+    split = table.column("split")  # compared in Arrow: no Python string per node
+    masks = {
+        s: torch.from_numpy(pc.equal(split, s).fill_null(False).to_numpy(zero_copy_only=False)) & (labels >= 0)
+        for s in SPLITS
+    }
     typed = TypedSchema.read(path.parent)
     predicted = None
     if typed is not None:
