@@ -7,7 +7,9 @@ A minibatch's input nodes are looked up hot tier first, then warm, then cold:
   canonical ``features.npy`` or compressed_graph's codes), read with ``np.take`` in
   ascending node order; with ``readahead`` the pages of a gather's misses are first advised
   (`graphs.formats.npyrows.prefetch_rows`, ``madvise(MADV_WILLNEED)``), so a file that is not in the
-  page cache is read with many requests in flight instead of one page fault after another
+  page cache is read with many requests in flight instead of one page fault after another, and
+  the mapping is advised ``MADV_RANDOM`` (a fault on a page evicted before the gather reached it
+  reads that page, not the device's read-ahead window about it)
   (default: on when the file is larger than half the memory the process may hold, the
   machine's or its memory cgroup's limit, i.e. cannot be expected to stay cached; with the file resident the advice would only add its system calls).
   The one-off fills of the hot and ``degree`` tiers are always read ahead;
@@ -52,7 +54,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from graphs.formats.npyrows import mapped_bytes, page_runs, prefetch_rows
+from graphs.formats.npyrows import advise_random, mapped_bytes, page_runs, prefetch_rows
 from graphs.infra.host_memory import memory_limit_bytes
 from graphs.kernels.degree import top_degree_nodes as hot_nodes
 from graphs.kernels.quantize import EncodedFeatures
@@ -207,6 +209,8 @@ class TieredFeatures:
         codes = encoded.codes
         self._cold = codes.view(np.ndarray) if isinstance(codes, np.memmap) else codes  # np.take: ~3x faster
         self.readahead = larger_than_half_the_memory(codes) if readahead is None else bool(readahead)
+        if self.readahead:  # the reads are the advised pages: a fault must not pull in megabytes about it
+            advise_random(codes)
         n = encoded.num_rows
         self._row_shape, self._dtype = codes.shape[1:], codes.dtype
         self._row_bytes = int(codes.strides[0]) if codes.ndim else 0  # for the page counts (`stats`)

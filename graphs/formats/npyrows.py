@@ -13,6 +13,7 @@ against peak RSS fails (BENCHMARKS.md, "Streaming evaluation memory", measures i
   is a minor fault). RssFile grows by at most about one window per call.
 - :func:`read_rows`: a contiguous row range, copied out and its pages dropped the same way.
 - :func:`release`: drop every page of an array's mapping from this process.
+- :func:`advise_random`: a mapping's page faults read their own page only (no read-around).
 - :func:`prefetch_rows`: ask the kernel to read the pages of rows ``ids`` ahead
   (``madvise(MADV_WILLNEED)`` per run of adjacent pages), so that a gather from a file that is
   not in the page cache waits for many reads in flight at once instead of one page fault
@@ -48,6 +49,7 @@ from graphs.infra.storage import reserve_space
 __all__ = [
     "WINDOW_BYTES",
     "NpyRowWriter",
+    "advise_random",
     "create_npy_memmap",
     "mapped_bytes",
     "prefetch_rows",
@@ -62,6 +64,7 @@ WINDOW_BYTES = 64 << 20
 _PAGE = mmap.PAGESIZE
 _DONTNEED = getattr(mmap, "MADV_DONTNEED", None)
 _WILLNEED = getattr(mmap, "MADV_WILLNEED", None)
+_RANDOM = getattr(mmap, "MADV_RANDOM", None)
 _MAX_RUNS = 8  # ids in more ascending runs than this are sorted first
 
 
@@ -150,6 +153,18 @@ def prefetch_rows(array: np.ndarray, ids) -> int:
     for a, b in zip((first * _PAGE).tolist(), (np.minimum((last + 1) * _PAGE, size)).tolist()):
         pages.mapping.madvise(_WILLNEED, a, b - a)
     return len(first)
+
+
+def advise_random(array: np.ndarray) -> bool:
+    """Tell the kernel that ``array``'s file mapping is read at random (``madvise(MADV_RANDOM)``): a
+    page fault then reads its own page, not the read-around window about it (the block device's
+    read-ahead, up to megabytes per fault). For rows read ahead with `prefetch_rows`, whose
+    faults land on pages evicted before the gather reached them. False without a mapping."""
+    mapping = _mapping(array) if _RANDOM is not None else None
+    if mapping is None or mapping.closed or not len(mapping):
+        return False
+    mapping.madvise(_RANDOM)
+    return True
 
 
 def read_rows(array: np.ndarray, start: int, stop: int) -> np.ndarray:
