@@ -67,11 +67,12 @@ MAX_LIMIT_SHARE = 0.8  # the limit is at most this share of the float32 feature 
 SETTINGS = """\
 # The memory-wall run (benchmarks/memory_wall.py): no DistDGL export (the disk), one rank (Dagster's
 # processes and each rank's feature cache are anonymous memory inside the wall), one sampled epoch
-# replayed, a 10 % degree-ordered feature cache, evaluation streamed in chunks of rows.
+# replayed, a 10 % degree-ordered feature cache, evaluation after the last epoch, streamed in chunks of
+# 20,000 rows (a chunk holds the features of all its rows' neighbours: ~0.5 GB here).
 ops:
   metis_partitions: {config: {write_distdgl: false}}
   minibatch_shards: {config: {epochs: 1, world_size: 1}}
-  trained_model: {config: {training: {epochs: EPOCHS, feature_cache: 0.1, eval_batch_size: 200000}}}
+  trained_model: {config: {training: {epochs: EPOCHS, eval_every: EPOCHS, feature_cache: 0.1, eval_batch_size: 20000}}}
 """
 _PAGE = 4096
 
