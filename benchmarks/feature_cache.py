@@ -47,7 +47,6 @@ from __future__ import annotations
 import argparse
 import json
 import mmap
-import os
 import sys
 import time
 from pathlib import Path
@@ -75,12 +74,10 @@ def _timed(f, items) -> float:
 
 def evict(array: np.memmap, path: Path) -> None:
     """Drop the file's pages: unmap them from this process, then ask the kernel to drop them."""
+    from graphs.infra.storage import drop_page_cache
+
     array._mmap.madvise(mmap.MADV_DONTNEED)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_page_cache(path)
 
 
 def sample_batches(indptr, indices, count: int, batch: int, fanouts: list[int], seed: int) -> list[np.ndarray]:

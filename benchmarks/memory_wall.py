@@ -158,14 +158,11 @@ def _write_if_there(path: Path, value: str) -> None:
 
 
 def drop_cached(paths: list[Path]) -> None:
-    """Drop the clean pages of `paths` from the page cache (flushed first, so none is dirty)."""
+    """Drop `paths` from the page cache (`graphs.infra.storage.drop_page_cache`)."""
+    from graphs.infra.storage import drop_page_cache
+
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        drop_page_cache(path)
 
 
 # ---------------------------------------------------------------------------- the disk

@@ -156,7 +156,7 @@ def test_the_memory_limit_is_the_lowest_cgroup_limit_above_the_process(tmp_path)
 
 
 def test_disk_reads_count_what_the_disk_served_not_page_cache_hits(tmp_path):
-    from graphs.infra.storage import disk_read_bytes
+    from graphs.infra.storage import disk_read_bytes, drop_page_cache
 
     mounts = [
         line.split(" - ")[0].split()[4:5] + line.split(" - ")[1].split()[:1] for line in open("/proc/self/mountinfo")
@@ -166,12 +166,7 @@ def test_disk_reads_count_what_the_disk_served_not_page_cache_hits(tmp_path):
         pytest.skip(f"{tmp_path} is on {here[1]}: its files are memory, never read from a disk")
     path = tmp_path / "data.bin"
     path.write_bytes(os.urandom(8 << 20))
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_page_cache(path)
     before = disk_read_bytes()
     if before is None:
         pytest.skip("this kernel does not report /proc/self/io")

@@ -558,6 +558,18 @@ def peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
+def drop_page_cache(path: str | os.PathLike) -> None:
+    """Drop `path`'s pages from the page cache, its dirty pages written first (so none stays):
+    the next read of the file goes to the disk. A process that maps the file keeps the pages it
+    has mapped until it unmaps or ``madvise(MADV_DONTNEED)``s them."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def disk_read_bytes() -> int | None:
     """Bytes this process has had read from storage so far (Linux's /proc/self/io ``read_bytes``:
     its reads and page faults that went to the disk, page-cache hits not counted); None where
