@@ -14,6 +14,7 @@ As root on Linux (the wall is a memory cgroup). Steps:
 
        mkdir /sys/fs/cgroup/memory/gnnflow-memory-wall                                   # cgroup v1
        echo 6442450944 > /sys/fs/cgroup/memory/gnnflow-memory-wall/memory.limit_in_bytes
+       echo 6442450944 > /sys/fs/cgroup/memory/gnnflow-memory-wall/memory.memsw.limit_in_bytes
        mkdir /sys/fs/cgroup/gnnflow-memory-wall                                          # cgroup v2
        echo 6442450944 > /sys/fs/cgroup/gnnflow-memory-wall/memory.max
        echo 0 > /sys/fs/cgroup/gnnflow-memory-wall/memory.swap.max
@@ -38,8 +39,8 @@ As root on Linux (the wall is a memory cgroup). Steps:
    (``/proc/self/io``), the share of the epoch waiting for data, the feature cache's hit rate and
    the runs of file pages its misses read.
 5. **The disk's rate for the same reads**: the feature file read with ``O_DIRECT`` (no page cache),
-   as many runs of pages of the epoch's mean run length at random page offsets as rank 0's
-   epochs read, by ``--io-threads`` threads (the kernel's read-ahead keeps many reads in flight
+   as many runs of pages of the epochs' mean run length at random page offsets as one of rank
+   0's epochs read (at most ``--io-seconds`` of them), by ``--io-threads`` threads (the kernel's read-ahead keeps many reads in flight
    too). An epoch bound by nothing but the disk takes (its bytes read) / (that rate): the
    ``disk bound`` column, beside the epoch's own seconds.
 """
