@@ -120,14 +120,18 @@ def test_readahead_reads_the_same_rows_and_defaults_off_for_a_small_file(tmp_pat
 
 def test_cold_reads_count_the_runs_of_file_pages_they_touch(tmp_path):
     """128 float32 features: 8 rows per 4 KiB page. Rows 0, 2 and 9 lie on pages 0 and 1 (one run),
-    row 40 on page 5; with rows 0..7 in the warm tier only 9 and 40 are read: pages 1 and 5."""
+    row 40 on page 5; with rows 0..7 in the warm tier only 9 and 40 are read: pages 1 and 5. Counted
+    when the cold tier reads ahead (a file larger than half the memory)."""
     enc, _ = _fp32(n=64, d=128, tmp_path=tmp_path)
-    cache = TieredFeatures(enc)
+    cache = TieredFeatures(enc, readahead=True)
     cache.gather(np.array([40, 9, 2, 0, 9]))
     assert (cache.stats.cold_reads, cache.stats.cold_runs, cache.stats.cold_pages) == (4, 2, 3)
-    warm = TieredFeatures(enc, warm_rows=8, degree=np.arange(64, 0, -1), warm_policy="degree")
+    warm = TieredFeatures(enc, warm_rows=8, degree=np.arange(64, 0, -1), warm_policy="degree", readahead=True)
     warm.gather(np.array([40, 9, 2, 0, 9]))
     assert (warm.stats.cold_reads, warm.stats.cold_runs, warm.stats.cold_pages) == (2, 2, 2)
+    resident = TieredFeatures(enc, readahead=False)  # a file that stays cached: no disk reads to count
+    resident.gather(np.array([40, 9]))
+    assert (resident.stats.cold_reads, resident.stats.cold_runs) == (2, 0)
 
 
 def test_the_degree_tier_filled_in_chunks_holds_the_rows_of_the_file(tmp_path, monkeypatch):

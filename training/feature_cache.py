@@ -36,8 +36,9 @@ its tiers from a `CacheSpec` (``training.feature_cache``, ``feature_cache_policy
 
 Counters (``stats``): requested rows (after removing duplicates within a gather), hot hits,
 warm hits, cold reads; ``hit_rate`` = (hot + warm) / requested; and the file pages the cold
-reads touched, as runs of adjacent pages (``cold_runs``, ``cold_pages``: the reads a disk
-serves when none of them is cached, `benchmarks/memory_wall.py` replays them).
+reads touched, as runs of adjacent pages (``cold_runs``, ``cold_pages``, counted when the cold
+tier reads ahead: the reads a disk serves when none of them is cached,
+`benchmarks/memory_wall.py` replays them).
 
 Why: neighbour sampling reads a node in proportion to its degree, so on a power-law graph a
 cache of a small share of the rows serves most of the reads; with features larger than host
@@ -326,10 +327,10 @@ class TieredFeatures:
         """Rows of ascending `nodes` from the feature file (their pages advised first with readahead)."""
         if self.readahead:
             prefetch_rows(self._cold, nodes)
-        if len(nodes) and self._row_bytes:
-            first, last = page_runs(nodes * self._row_bytes, self._row_bytes)
-            self.stats.cold_runs += len(first)
-            self.stats.cold_pages += int((last - first).sum()) + len(first)
+            if len(nodes) and self._row_bytes:  # what the disk serves: counted where it is read
+                first, last = page_runs(nodes * self._row_bytes, self._row_bytes)
+                self.stats.cold_runs += len(first)
+                self.stats.cold_pages += int((last - first).sum()) + len(first)
         return np.take(self._cold, nodes, axis=0)
 
     def _warm_or_cold(self, unique: np.ndarray) -> np.ndarray:
