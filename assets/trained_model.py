@@ -86,6 +86,7 @@ from training.outputs import CURVES, SUMMARY
 from training.outputs import STAGE as TRAINED_MODEL
 from training.profiling import PROFILE_DIR, TRACE_FILE
 from training.promotion import PromotionConfig, read_training_label_counts, training_label_problem
+from training.threads import thread_env
 
 _ASSET = TRAINED_MODEL
 BEATS_MAJORITY = "test_accuracy_above_majority_class"
@@ -224,10 +225,6 @@ def keep_nsys_report(nsys_dir: Path, out: Path) -> list[str]:
     return kept
 
 
-def _threads_per_process(nproc: int) -> str:
-    return str(max(1, (os.cpu_count() or 1) // nproc))
-
-
 @dg.asset(
     name=_ASSET,  # the asset key: the stage's constant (also the function's name)
     partitions_def=dataset_partitions,
@@ -354,7 +351,7 @@ def _launch(context, config, storage: GnnflowStorage, dataset: str, canonical: P
         context.log.info(f"training.profiler=nsys: {extra['nsys']}")
     context.log.info(f"launching: {' '.join(command)}")
     env = {
-        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", _threads_per_process(nproc)),
+        **thread_env(nproc),  # each rank's OpenMP teams: its share of the cores, idle threads asleep
         # torchrun's agent polls its workers every 5 s by default (torch 2.2), so a finished run
         # waited up to 5 s more before the step could go on; its env fallback for --monitor-interval
         "PET_MONITOR_INTERVAL": os.environ.get("PET_MONITOR_INTERVAL", "0.5"),

@@ -22,3 +22,41 @@ def run_in_child(target, *args) -> dict:
                 ) from None
     p.join()
     return result
+
+
+def _burn(cpu: int, seconds: float) -> None:
+    """Spin on core `cpu` for at most `seconds` (a child's whole life)."""
+    import os
+    import time
+
+    os.sched_setaffinity(0, {cpu})
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for _ in range(100_000):
+            pass
+
+
+class Burner:
+    """A fixed background load: one spawned process spinning on one core (the last this process
+    may run on) while the ``with`` block runs, for at most `max_seconds`. ``enabled=False``: no load."""
+
+    def __init__(self, enabled: bool = True, max_seconds: float = 6 * 3600):
+        import os
+
+        self.enabled, self.max_seconds = enabled, max_seconds
+        self.cpu = max(os.sched_getaffinity(0))
+        self._process = None
+
+    def __enter__(self) -> "Burner":
+        if self.enabled:
+            self._process = mp.get_context("spawn").Process(
+                target=_burn, args=(self.cpu, self.max_seconds), daemon=True
+            )
+            self._process.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            self._process.join()
+            self._process = None

@@ -12,12 +12,16 @@ import logging
 import os
 import sys
 
-import yaml
+from training.threads import set_thread_env
 
-from graphs.infra.config_checks import read_yaml_file
-from training.config import RunConfig, field_help, unwrap_dagster_run_config
-from training.lifetime import LAUNCHER_PID_ENV, die_with_parent
-from training.train import train
+set_thread_env()  # each OpenMP runtime reads its threads and wait policy once, when torch or DGL loads it
+
+import yaml  # noqa: E402
+
+from graphs.infra.config_checks import read_yaml_file  # noqa: E402
+from training.config import RunConfig, field_help, unwrap_dagster_run_config  # noqa: E402
+from training.lifetime import LAUNCHER_PID_ENV, die_with_parent  # noqa: E402
+from training.train import train  # noqa: E402
 
 
 def _apply_override(data: dict, assignment: str) -> None:
