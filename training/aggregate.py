@@ -285,11 +285,7 @@ def _dgl_graph(block: Block, grads: str):
         # Explicit edge ids (= position in the block): DGL's libxsmm CPU kernel for
         # edge-weighted messages needs the id array and fails on the implicit form.
         eids = torch.arange(block.num_edges, device=block.device)
-        g = dgl.create_block(
-            ("csc", (block.indptr, block.indices, eids)),
-            num_src_nodes=block.num_src,
-            num_dst_nodes=block.num_dst,
-        )
+        g = _dgl_block(dgl, block, eids)
         if grads == "":
             return g.formats("csc")
         g = g.formats(["csc", "csr"])
@@ -300,6 +296,24 @@ def _dgl_graph(block: Block, grads: str):
         return g
 
     return block._cached(("dgl_graph", grads), build)
+
+
+def _dgl_block(dgl, block: Block, eids: torch.Tensor):
+    """The DGL block over the CSC (indptr, indices, eids). ``dgl.create_block`` scans the indices for
+    their maximum to check them against the sizes given (a tenth of a kernel call on a large block);
+    a block's sizes are its own, so one of int64 ids is made from its unit graph directly."""
+    if not (block.indptr.dtype == block.indices.dtype == eids.dtype == torch.int64):
+        return dgl.create_block(
+            ("csc", (block.indptr, block.indices, eids)), num_src_nodes=block.num_src, num_dst_nodes=block.num_dst
+        )
+    # DGL is optional for training (`_dgl`): imported only once it has loaded
+    from dgl.heterograph import DGLBlock
+    from dgl.heterograph_index import create_unitgraph_from_csr
+
+    index = create_unitgraph_from_csr(
+        2, block.num_src, block.num_dst, block.indptr, block.indices, eids, ["coo", "csr", "csc"], True
+    )
+    return DGLBlock(index, (["_N"], ["_N"]), ["_E"])
 
 
 def _aggregate_dgl(block, x, reduce, w):

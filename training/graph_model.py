@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from training.blocks import Block, remove_self_loops
+from training.dropout import Dropout
 from training.layer_registry import LayerOptions, layer_kind
 
 __all__ = ["READOUTS", "GraphModel", "GraphShape", "readout"]
@@ -115,7 +116,7 @@ class GraphModel(nn.Module):
         self.gates = (
             nn.ModuleList(nn.Linear(hidden, 1) for _ in range(num_layers + 1)) if readout == "attention" else None
         )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
         self.virtual = nn.Parameter(torch.zeros(hidden)) if virtual_node else None
         self.virtual_mlps = nn.ModuleList(
             nn.Sequential(

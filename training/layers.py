@@ -43,6 +43,7 @@ from graphs.formats.graph_schema import TypedSchema
 from graphs.infra.config_checks import MAX_LAYERS, MAX_WIDTH, bounded_repr, check_fields, help_text
 from training.aggregate import use_aggregation
 from training.blocks import Block, drop_edge_scale, drop_edges, slice_dst
+from training.dropout import Dropout
 from training.layer_registry import LayerOptions, layer_kind
 from training.relational import COMBINES
 from training.relational_model import TypedGNN
@@ -210,7 +211,7 @@ class GNN(nn.Module):
             self.norms.append(_make_norm(hidden_norm, d_out))
             if residual:
                 self.residuals.append(nn.Identity() if d_in == d_out else nn.Linear(d_in, d_out, bias=False))
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, blocks: list[Block], x: torch.Tensor) -> torch.Tensor:
         """Logits of ``blocks[-1]``'s destination nodes; ``x``: ``blocks[0]``'s source features."""

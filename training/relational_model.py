@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from training.dropout import Dropout
 from training.layer_registry import LayerOptions, layer_kind
 from training.relational import RelationalConv
 from training.typed_blocks import GraphSchema, TypedBlock
@@ -116,7 +117,7 @@ class RelationalGNN(nn.Module):
                 self.convs.append(
                     RelationalConv(self.kind, schema, dims[layer], dims[layer + 1], last, self.options, combine)
                 )
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def sparse_parameters(self) -> list[nn.Parameter]:
         """The embedding tables when their gradients are sparse (a dense optimizer cannot take them)."""

@@ -8,6 +8,7 @@ from torch import nn
 
 from training.aggregate import Aggregating, aggregate, edge_scores, edge_softmax
 from training.blocks import Block
+from training.dropout import Dropout
 from training.layer_registry import LayerKind, LayerOptions, register_layer
 
 __all__ = ["GATConv", "Gat"]
@@ -38,8 +39,8 @@ class GATConv(Aggregating):
         self.fc = nn.Linear(in_feats, out_feats * num_heads, bias=False)
         self.attn_l = nn.Parameter(torch.empty(1, num_heads, out_feats))
         self.attn_r = nn.Parameter(torch.empty(1, num_heads, out_feats))
-        self.feat_drop = nn.Dropout(feat_drop)
-        self.attn_drop = nn.Dropout(attn_drop)
+        self.feat_drop = Dropout(feat_drop)
+        self.attn_drop = Dropout(attn_drop)
         self.leaky_relu = nn.LeakyReLU(negative_slope)
         # Same attribute layout as DGL: a linear residual carries the bias when present.
         self.has_linear_res = residual and in_feats != out_feats * num_heads

@@ -41,14 +41,18 @@ class SAGEConv(Aggregating):
         nn.init.xavier_uniform_(self.fc_neigh.weight, gain=gain)
 
     def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        if self.aggregator == "pool":
-            pooled = F.relu(self.fc_pool(x))
-            h_neigh = self.fc_neigh(self.aggregate(block, pooled, "max", edge_weight))
-        elif self.in_feats > self.out_feats:
+        # fc_self(x_v) + fc_neigh(reduced) as products accumulating into one output, not a third
+        # pass adding two [num_dst, out] tensors
+        x_dst = x[: block.num_dst]
+        if self.in_feats > self.out_feats and self.aggregator == "mean":
             h_neigh = self.aggregate(block, self.fc_neigh(x), "mean", edge_weight, self.fc_neigh)
+            out = torch.addmm(h_neigh, x_dst, self.fc_self.weight.t())
+            return out if self.fc_self.bias is None else out.add_(self.fc_self.bias)
+        if self.aggregator == "pool":
+            reduced = self.aggregate(block, F.relu(self.fc_pool(x)), "max", edge_weight)
         else:
-            h_neigh = self.fc_neigh(self.aggregate(block, x, "mean", edge_weight))
-        return self.fc_self(x[: block.num_dst]) + h_neigh
+            reduced = self.aggregate(block, x, "mean", edge_weight)
+        return torch.addmm(F.linear(reduced, self.fc_neigh.weight, self.fc_self.bias), x_dst, self.fc_self.weight.t())
 
 
 @register_layer
