@@ -24,6 +24,7 @@ dgl = pytest.importorskip("dgl")
 
 from training.aggregate import (  # noqa: E402
     Aggregating,
+    _dgl_block,
     aggregate,
     edge_scores,
     edge_softmax,
@@ -120,6 +121,26 @@ def edge_weights(num_edges, seed=5):
 
 
 # ------------------------------------------------------------------------- aggregate
+
+
+def test_dgl_block_is_create_blocks(graph):
+    """The DGL block the kernels run on (built from its unit graph) is what dgl.create_block makes."""
+    _, block, _ = graph
+    eids = torch.arange(block.num_edges)
+    ours = _dgl_block(dgl, block, eids)
+    ref = dgl.create_block(("csc", (block.indptr, block.indices, eids)), block.num_src, block.num_dst)
+    assert (ours.num_src_nodes(), ours.num_dst_nodes(), ours.canonical_etypes, ours.idtype) == (
+        ref.num_src_nodes(),
+        ref.num_dst_nodes(),
+        ref.canonical_etypes,
+        ref.idtype,
+    )
+    for fmt in ("csc", "csr", "coo"):
+        for a, b in zip(ours.adj_tensors(fmt), ref.adj_tensors(fmt)):
+            assert torch.equal(a, b)
+    x = features(block.num_src, 4)
+    for reduce in ("sum", "mean", "max"):
+        close(dgl.ops.gspmm(ours, "copy_lhs", reduce, x, None), dgl.ops.gspmm(ref, "copy_lhs", reduce, x, None))
 
 
 def test_aggregate_hand_checked(backend):
