@@ -185,7 +185,7 @@ def test_in_make_bench():
     tiny = harness.bench_args("frameworks", "tiny")
     assert tiny[:4] == ["--graphs", "cora", "--planetoid-epochs", "2"]
     small = harness.bench_args("frameworks", "small")
-    assert small[small.index("--repeat") + 1] == "2" and "--graphs" not in small
+    assert int(small[small.index("--repeat") + 1]) >= 2 and "--graphs" not in small
     large = harness.bench_args("frameworks", "large")
     assert large[large.index("--nodes") + 1] == "1000000"
 

@@ -31,6 +31,7 @@ from training.aggregate import (  # noqa: E402
     resolve_backend,
     use_aggregation,
     weighted_mean_weights,
+    with_dst_rows,
 )
 from training.blocks import (  # noqa: E402
     Block,
@@ -141,6 +142,30 @@ def test_dgl_block_is_create_blocks(graph):
     x = features(block.num_src, 4)
     for reduce in ("sum", "mean", "max"):
         close(dgl.ops.gspmm(ours, "copy_lhs", reduce, x, None), dgl.ops.gspmm(ref, "copy_lhs", reduce, x, None))
+
+
+def test_dst_rows_gradient_is_autograds(graph, backend):
+    """with_dst_rows: the same gradient as slicing x, for rows read by an aggregation and a linear
+    map, and when the aggregation's output is unused (the destinations' gradient alone)."""
+    _, block, _ = graph
+    x0 = features(block.num_src, 6)
+    lin = torch.nn.Linear(6, 3)
+    r = features(block.num_dst, 6, seed=9)
+
+    def grad(split: bool, use_all: bool = True):
+        x = x0.clone().requires_grad_(True)
+        x_all, x_dst = with_dst_rows(x, block.num_dst) if split else (x, x[: block.num_dst])
+        loss = lin(x_dst).square().sum()
+        if use_all:
+            loss = loss + (aggregate(block, x_all, reduce="mean", backend=backend) * r).sum()
+        loss.backward()
+        return x.grad
+
+    close(grad(True), grad(False))
+    close(grad(True, use_all=False), grad(False, use_all=False))
+    x = x0.clone()  # no gradient wanted: plain views
+    a, b = with_dst_rows(x, block.num_dst)
+    assert a is x and torch.equal(b, x[: block.num_dst])
 
 
 def test_aggregate_hand_checked(backend):

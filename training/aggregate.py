@@ -48,6 +48,7 @@ __all__ = [
     "resolve_backend",
     "use_aggregation",
     "weighted_mean_weights",
+    "with_dst_rows",
 ]
 
 log = logging.getLogger(__name__)
@@ -335,6 +336,36 @@ def _aggregate_dgl(block, x, reduce, w):
 
 
 # ----------------------------------------------------------------------------- layers
+
+
+class _DstRows(torch.autograd.Function):
+    """(x, x[:n]); the backward adds the prefix's gradient into the rows' gradient in place."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, n: int):
+        ctx.n, ctx.shape = n, x.shape
+        ctx.set_materialize_grads(False)
+        return x.view_as(x), x[:n]
+
+    @staticmethod
+    def backward(ctx, grad_all: torch.Tensor | None, grad_dst: torch.Tensor | None):
+        if grad_dst is None:
+            return grad_all, None
+        if grad_all is None:
+            grad_all = grad_dst.new_zeros(ctx.shape)
+        grad_all[: ctx.n] += grad_dst  # the consumers' own tensor (with_dst_rows)
+        return grad_all, None
+
+
+def with_dst_rows(x: torch.Tensor, num_dst: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(x, x[:num_dst])`` for a layer that reads every source row and, apart, its destinations'
+    (a block's first ``num_dst`` sources). Autograd would give the slice a zero-filled source-sized
+    gradient and add it to the other; here the destinations' gradient is added into the other's
+    first rows, in place: the rows' consumers must be kernels whose gradient is a tensor of their
+    own (an aggregation, a linear map), not one passing a gradient through (an add)."""
+    if not (x.requires_grad and torch.is_grad_enabled()):
+        return x, x[:num_dst]
+    return _DstRows.apply(x, num_dst)
 
 
 def per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from training.aggregate import Aggregating, weighted_mean_weights
+from training.aggregate import Aggregating, weighted_mean_weights, with_dst_rows
 from training.blocks import Block, correction_is_per_dst
 from training.layer_registry import LayerKind, LayerOptions, register_layer
 
@@ -43,7 +43,7 @@ class SAGEConv(Aggregating):
     def forward(self, block: Block, x: torch.Tensor, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         # fc_self(x_v) + fc_neigh(reduced) as products accumulating into one output, not a third
         # pass adding two [num_dst, out] tensors
-        x_dst = x[: block.num_dst]
+        x, x_dst = with_dst_rows(x, block.num_dst)
         if self.in_feats > self.out_feats and self.aggregator == "mean":
             h_neigh = self.aggregate(block, self.fc_neigh(x), "mean", edge_weight, self.fc_neigh)
             out = torch.addmm(h_neigh, x_dst, self.fc_self.weight.t())
