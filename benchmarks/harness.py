@@ -183,7 +183,11 @@ def bench_args(name: str, scale: str) -> list[str]:
     shared |= dict.fromkeys(("adjacency", "partition", "feature_cache"), "graphs")
     work = ["--work", f"bench_out/{scale}/{shared.get(name, name)}"]
     args = {
-        "ingest": size + ["--ids", "dense,sparse,string"] + (["--no-weighted"] if scale == "tiny" else ["--floor"]),
+        # best of 3 rounds where a round takes seconds: one round of a seconds-long stage is noise
+        "ingest": size
+        + ["--ids", "dense,sparse,string"]
+        + (["--no-weighted"] if scale == "tiny" else ["--floor"])
+        + (["--repeat", "3"] if scale in ("small", "medium") else []),
         "adjacency": size,
         "partition": size + (["--skip-dgl"] if scale == "large" else []),
         "sampling": size + ["--epochs", "1"],
