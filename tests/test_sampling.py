@@ -31,6 +31,7 @@ from graphs.sampling import (
     segment_positions,
     write_minibatch_shards,
 )
+from graphs.sampling.base import Adjacency
 from graphs.sampling.kinds.neighbor import NeighborSampler
 from graphs.stages.canonical import build_canonical_graph
 from graphs.stages.normalize import build_normalized_adjacency, load_csr
@@ -112,6 +113,26 @@ def test_segment_positions_and_self_loop_insertion():
     assert indptr.tolist() == [0, 3, 4, 6]
     assert src.tolist() == [0, 3, 4, 1, 2, 5]
     assert np.allclose(w, [1, 0.1, 0.2, 2, 3, 0.3])
+    # the indices cast on the way (int64 ids from DGL to the block's int32), the structure alone
+    indptr, src, w = insert_self_loops(np.array([0, 2, 2, 3]), np.array([3, 4, 5]), None, None, np.int32)
+    assert src.dtype == np.int32 and src.tolist() == [0, 3, 4, 1, 2, 5] and w is None
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+@pytest.mark.parametrize("chunk", [1 << 23, 3])
+def test_adjacency_splits_the_diagonal_off(index_dtype, chunk):
+    # rows: 0 -> {0, 2}, 1 -> {0, 1, 3}, 2 -> {} (empty), 3 -> {1, 2} (no diagonal entry)
+    indptr = np.array([0, 2, 5, 5, 7])
+    indices = np.array([0, 2, 0, 1, 3, 1, 2], dtype=index_dtype)
+    weights = np.array([0.5, 0.1, 0.2, 0.6, 0.3, 0.4, 0.7], dtype=np.float32)
+    adj = Adjacency(indptr, indices, weights, chunk=chunk)
+    assert adj.diag.tolist() == pytest.approx([0.5, 0.6, 0, 0])
+    assert adj.indptr.tolist() == [0, 1, 3, 3, 5] and adj.degree.tolist() == [1, 2, 0, 2]
+    assert adj.indices.dtype == np.int64 and adj.indices.tolist() == [2, 0, 3, 1, 2]
+    assert adj.weights.tolist() == pytest.approx([0.1, 0.2, 0.3, 0.4, 0.7])
+    assert adj.has_self_loops and adj.num_edges == 5
+    none = Adjacency(np.array([0, 1, 2]), np.array([1, 0], dtype=index_dtype), np.ones(2, np.float32), chunk=chunk)
+    assert not none.has_self_loops and none.indices.tolist() == [1, 0] and none.diag.tolist() == [0, 0]
 
 
 @pytest.mark.parametrize("t,w,bs", [(1000, 2, 64), (129, 2, 64), (997, 3, 100), (5, 2, 1000), (130, 4, 7)])

@@ -84,13 +84,18 @@ def csc_indptr(counts: np.ndarray) -> np.ndarray:
 
 
 def insert_self_loops(
-    indptr: np.ndarray, src: np.ndarray, weight: np.ndarray | None, loop_weight: np.ndarray | None
+    indptr: np.ndarray,
+    src: np.ndarray,
+    weight: np.ndarray | None,
+    loop_weight: np.ndarray | None,
+    index_dtype: np.dtype | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """CSC (indptr, indices, weight) with an extra first edge v -> v in each destination's segment.
 
     `indptr` int64 [num_dst + 1] over `src` (local source ids) and `weight`;
     `loop_weight` float32 [num_dst] is the weight of each new self loop. Without `weight`
-    (None) only the structure is built, and the weight returned is None.
+    (None) only the structure is built, and the weight returned is None. The indices come
+    back as `index_dtype` (default: `src`'s), cast on the way.
     """
     num_dst = len(indptr) - 1
     new_indptr = indptr + np.arange(num_dst + 1, dtype=np.int64)
@@ -98,8 +103,8 @@ def insert_self_loops(
     loops = new_indptr[:-1]
     rest = np.ones(total, dtype=bool)
     rest[loops] = False
-    out_src = np.empty(total, dtype=src.dtype)
-    out_src[loops] = np.arange(num_dst, dtype=src.dtype)
+    out_src = np.empty(total, dtype=index_dtype or src.dtype)
+    out_src[loops] = np.arange(num_dst, dtype=out_src.dtype)
     out_src[rest] = src
     if weight is None:
         return new_indptr, out_src, None
@@ -117,19 +122,25 @@ class Adjacency:
         self.n = n
         self.diag = np.zeros(n, dtype=np.float32)
         has_diag = np.zeros(n, dtype=bool)
-        parts_i, parts_w, counts = [], [], np.diff(np.asarray(indptr)).astype(np.int64)
+        counts = np.diff(np.asarray(indptr)).astype(np.int64)
+        nnz = int(indptr[-1])
+        # written in place, row block by row block; the entries past the last off-diagonal one
+        # (one per diagonal entry) are never touched, and the views below leave them out
+        out_i, out_w, kept = np.empty(nnz, dtype=np.int64), np.empty(nnz, dtype=np.float32), 0
+        row_dtype = indices.dtype if indices.dtype.kind in "iu" and n < np.iinfo(indices.dtype).max else np.int64
         for r0, r1 in csr_row_blocks(indptr, chunk):
             a, b = int(indptr[r0]), int(indptr[r1])
-            idx = np.asarray(indices[a:b], dtype=np.int64)
-            w = np.asarray(weights[a:b], dtype=np.float32)
-            rows = np.repeat(np.arange(r0, r1, dtype=np.int64), counts[r0:r1])
-            loop = idx == rows
-            self.diag[rows[loop]] = w[loop]
-            has_diag[rows[loop]] = True
-            parts_i.append(idx[~loop])
-            parts_w.append(w[~loop])
-        self.indices = np.concatenate(parts_i) if parts_i else np.empty(0, np.int64)
-        self.weights = np.concatenate(parts_w) if parts_w else np.empty(0, np.float32)
+            idx = np.asarray(indices[a:b])  # as stored: compared without widening
+            loop = idx == np.repeat(np.arange(r0, r1, dtype=row_dtype), counts[r0:r1])
+            at = np.flatnonzero(loop)
+            self.diag[idx[at]] = weights[a + at]  # a loop's column is its row
+            has_diag[idx[at]] = True
+            off = np.logical_not(loop, out=loop)
+            m = (b - a) - len(at)
+            out_i[kept : kept + m] = idx[off]
+            out_w[kept : kept + m] = np.asarray(weights[a:b])[off]
+            kept += m
+        self.indices, self.weights = out_i[:kept], out_w[:kept]
         self.degree = counts - has_diag  # off-diagonal entries per row
         self.indptr = csc_indptr(self.degree)
         self.has_self_loops = bool(has_diag.any())
@@ -441,7 +452,6 @@ class MinibatchSampler:
         self loops (correction 1) when configured. `correction` per edge, or `correction_dst`
         one value per destination (kept in that form, as the shards store it); neither = 1.
         Â's `weight` is dropped (and may be None) when the shards store Â's factors instead."""
-        src = src.astype(index_dtype(num_src), copy=False)
         num_dst = len(indptr) - 1
         if correction is not None:
             correction = correction.astype(np.float32)
@@ -453,7 +463,9 @@ class MinibatchSampler:
             weight = weight.astype(np.float32, copy=False)
         if self.add_loops:
             loop_weight = None if weight is None else self.adj.diag[dst_global]
-            indptr, src, weight = insert_self_loops(indptr, src, weight, loop_weight)
+            indptr, src, weight = insert_self_loops(indptr, src, weight, loop_weight, index_dtype(num_src))
+        else:
+            src = src.astype(index_dtype(num_src), copy=False)
         if correction is not None:
             return SampledBlock(indptr, src, int(num_src), num_dst, weight, correction_edges=correction)
         rest = np.ones(num_dst, np.float32) if correction_dst is None else correction_dst.astype(np.float32)

@@ -10,7 +10,6 @@ import numpy as np
 from graphs.formats.canonical_files import CanonicalGraph
 from graphs.formats.partition_files import load_edge_parts, load_masters
 from graphs.sampling.placement import OwnEdges, Placement, PlacementTraits, ranks_of_parts, register_placement
-from graphs.stages.vertex_cut import holders_of, popcounts
 
 
 def _partitions_dir(inputs):
@@ -32,6 +31,11 @@ class VertexCutPlacement(Placement):
 
     @classmethod
     def own_edges(cls, inputs, cfg, rank_of_part, adj):
+        from graphs.stages.vertex_cut import holders_of, popcounts  # lazy: numba, ~0.2 s (below)
+
+        # every placement module is imported at the first lookup of any (`graphs.sampling.placement`):
+        # a stage placing seeds another way does not load numba's kernels
+
         m = CanonicalGraph.open(inputs.canonical_dir).num_edges
         if adj.num_edges != m:
             raise ValueError(f"Â has {adj.num_edges} off-diagonal entries and the canonical graph {m} edges")
