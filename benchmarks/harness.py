@@ -62,7 +62,11 @@ class Scale:
     accuracy_parts: str = field(metadata={"help": "benchmarks/accuracy.py --parts at this scale."})
     accuracy_seeds: int = field(metadata={"help": "Training seeds per accuracy figure."})
     train_epochs: int = field(metadata={"help": "Epochs of each side of benchmarks/train_vs_dgl.py."})
-    train_repeat: int = field(metadata={"help": "Alternating DGL / ours runs of benchmarks/train_vs_dgl.py."})
+    train_repeat: int = field(
+        metadata={
+            "help": "Alternating DGL / ours runs of benchmarks/train_vs_dgl.py and rounds of benchmarks/sampling.py."
+        }
+    )
     compression_datasets: str = field(metadata={"help": "benchmarks/compression.py --datasets, comma-separated."})
     placement_graphs: str = field(metadata={"help": "benchmarks/placement.py --graphs."})
 
@@ -190,7 +194,7 @@ def bench_args(name: str, scale: str) -> list[str]:
         + (["--repeat", "3"] if scale in ("small", "medium") else []),
         "adjacency": size,
         "partition": size + (["--skip-dgl"] if scale == "large" else []),
-        "sampling": size + ["--epochs", "1"],
+        "sampling": size + ["--epochs", "1", "--repeat", str(s.train_repeat)],
         "train_vs_dgl": ["--nodes", str(min(s.nodes, 1_000_000)), "--edges", str(min(s.edges, 10_000_000))]
         + ["--epochs", str(s.train_epochs), "--repeat", str(s.train_repeat), "--fanouts", "15,10,5", "--hidden", "256"],
         # PyG, DGL and gnnflow on cora, citeseer and the generated graph (up to 1M nodes), alternating
