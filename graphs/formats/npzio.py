@@ -6,9 +6,10 @@ things differ from ``np.savez``, for speed (the shard files of minibatch_shards 
 
 - `write_npz` streams every array straight from its memory into the file (no in-memory
   copy of the archive), computing each member's CRC-32 (ISA-L's, where the isal package is
-  installed) and the whole file's SHA-256 on the way, and pads each member's local ZIP header with an extra field (id 0xD935, as Android's
-  zipalign does) so that every array's data starts at a file offset that is a multiple of
-  64 (the NPY header is itself a multiple of 64 bytes long).
+  installed) and the whole file's SHA-256 on the way, and pads each member's local ZIP
+  header with an extra field (id 0xD935, as Android's zipalign does) so that every array's
+  data starts at a file offset that is a multiple of 64 (the NPY header is itself a
+  multiple of 64 bytes long).
 - `read_npz` parses the archive from a bytes-like buffer (e.g. the file read once, after its
   SHA-256 was checked) and returns NumPy *views* into that buffer: no per-member copy and no
   per-member CRC-32 (the caller's SHA-256 of the whole file covers that). Object dtypes are
