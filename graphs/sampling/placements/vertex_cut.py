@@ -31,10 +31,9 @@ class VertexCutPlacement(Placement):
 
     @classmethod
     def own_edges(cls, inputs, cfg, rank_of_part, adj):
-        from graphs.stages.vertex_cut import holders_of, popcounts  # lazy: numba, ~0.2 s (below)
-
         # every placement module is imported at the first lookup of any (`graphs.sampling.placement`):
-        # a stage placing seeds another way does not load numba's kernels
+        # imported here, numba's kernels (~0.2 s to load) stay out of stages that place seeds another way
+        from graphs.stages.vertex_cut import holders_of, popcounts  # lazy: numba, only for this placement
 
         m = CanonicalGraph.open(inputs.canonical_dir).num_edges
         if adj.num_edges != m:
