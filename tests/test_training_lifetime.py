@@ -253,6 +253,7 @@ def test_one_node_refuses_a_network_interface_and_the_command_checks_its_address
 # ----------------------------------------------------------------------------- non-finite loss
 
 DIVERGING = {"type": "AdamW", "lr": 100.0, "weight_decay": 100.0}  # the largest rate and decay allowed
+NON_FINITE = r"(nan|-?inf)"  # how Python prints a float that is not finite
 
 
 def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_path):
@@ -267,8 +268,9 @@ def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_pat
     with pytest.raises(NonFiniteLossError) as err:
         train(cfg)
     message = str(err.value)
-    # AdamW's decay at lr 100 multiplies the parameters by -1e4 each step: they overflow
-    assert re.search(r"the training loss is nan at epoch \d, optimizer step \d of 3", message), message
+    # AdamW's decay at lr 100 multiplies the parameters by -1e4 each step: they overflow, and whether
+    # the loss comes out NaN or infinite depends on the CPU's kernels (the logits' overflow order)
+    assert re.search(rf"the training loss is {NON_FINITE} at epoch \d, optimizer step \d of 3", message), message
     assert "nothing was published" in message
     assert "training.feature_norm='row'" in message and "training.optimizer.lr=100" in message
     assert "a corrupted input" in message
@@ -284,9 +286,10 @@ def test_a_non_finite_loss_stops_training_and_publishes_nothing(dataset, tmp_pat
         timeout=300,
     )
     assert run.returncode != 0
+    printed = run.stdout + run.stderr
     assert re.search(
-        r"NonFiniteLossError: the training loss is nan at epoch \d, optimizer step \d of 3", run.stdout + run.stderr
-    )
+        rf"NonFiniteLossError: the training loss is {NON_FINITE} at epoch \d, optimizer step \d of 3", printed
+    ), printed[-4000:]
     assert folder_bytes(out) == before
 
 
