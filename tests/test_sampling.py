@@ -135,6 +135,30 @@ def test_adjacency_splits_the_diagonal_off(index_dtype, chunk):
     assert not none.has_self_loops and none.indices.tolist() == [1, 0] and none.diag.tolist() == [0, 0]
 
 
+def test_int32_ids_draw_what_int64_ids_draw_call_after_call(sbm):
+    import dgl
+
+    from graphs.sampling.base import dgl_csc_graph, dgl_neighbor_blocks, single_threaded_dgl
+
+    inputs = sbm["inputs"]
+    adj = Adjacency(inputs.indptr, inputs.indices, inputs.weights)
+    wide, narrow = (dgl_csc_graph(adj.indptr, adj.indices, adj.n, compact) for compact in (False, True))
+    assert (wide.idtype, narrow.idtype) == (torch.int64, torch.int32)
+    drawn = {}
+    for graph in (wide, narrow):
+        mapping: dict = {}  # one buffer reused by every call, as a sampler reuses it
+        drawn[graph.idtype] = runs = []
+        for i in range(6):
+            seeds = torch.from_numpy(inputs.train_nodes[i * 40 : (i + 1) * 40])
+            with single_threaded_dgl():  # DGL's draws are reproducible with one thread
+                dgl.seed(i)
+                nodes, blocks = dgl_neighbor_blocks(graph, seeds, [4, 3], mapping)
+            runs.append([nodes.long()] + [t.long() for b in blocks for t in (*b.adj_tensors("csc"), b.edata[dgl.EID])])
+    for ours, ref in zip(drawn[torch.int32], drawn[torch.int64]):
+        assert len(ours) == len(ref) and all(torch.equal(a, b) for a, b in zip(ours, ref))
+    assert len(drawn[torch.int32][-1][0]) > 40  # the last call drew neighbours beyond its seeds
+
+
 @pytest.mark.parametrize("t,w,bs", [(1000, 2, 64), (129, 2, 64), (997, 3, 100), (5, 2, 1000), (130, 4, 7)])
 def test_seed_schedule_covers_train_nodes_once_with_equal_batch_counts(t, w, bs):
     train = np.arange(10, 10 + 3 * t, 3)

@@ -148,7 +148,7 @@ class Adjacency:
         self.full_indptr = np.asarray(indptr, dtype=np.int64)
         self.full_indices = indices
         self.full_weights = weights
-        self._dgl_graph = None
+        self._dgl_graphs: dict = {}  # compact_ids -> the DGL graph, built on first use
 
     @property
     def num_edges(self) -> int:
@@ -160,27 +160,20 @@ class Adjacency:
         cum = np.concatenate([[0.0], np.cumsum(self.weights, dtype=np.float64)])
         return cum[self.indptr[1:]] - cum[self.indptr[:-1]]
 
-    def dgl_graph(self, prob: np.ndarray | None = None):
+    def dgl_graph(self, prob: np.ndarray | None = None, compact_ids: bool = False):
         """DGL graph with edge u -> v per off-diagonal entry Â[v, u]; edge id = off-diagonal position.
 
         With `prob` (float32 per off-diagonal entry), edge feature ``"prob"`` holds it (DGL's
-        sampling probabilities; one sampler uses one kind)."""
-        if self._dgl_graph is None:
-            import dgl
+        sampling probabilities; one sampler uses one kind). `compact_ids`: node and edge ids
+        int32 where they fit (`dgl_csc_graph`), for `dgl_neighbor_blocks`."""
+        graph = self._dgl_graphs.get(compact_ids)
+        if graph is None:
+            graph = self._dgl_graphs[compact_ids] = dgl_csc_graph(self.indptr, self.indices, self.n, compact_ids)
+        if prob is not None and "prob" not in graph.edata:
             import torch
 
-            self._dgl_graph = dgl.graph(
-                (
-                    "csc",
-                    (torch.from_numpy(self.indptr), torch.from_numpy(self.indices), torch.empty(0, dtype=torch.int64)),
-                ),
-                num_nodes=self.n,
-            )
-        if prob is not None and "prob" not in self._dgl_graph.edata:
-            import torch
-
-            self._dgl_graph.edata["prob"] = torch.from_numpy(np.ascontiguousarray(prob, dtype=np.float32))
-        return self._dgl_graph
+            graph.edata["prob"] = torch.from_numpy(np.ascontiguousarray(prob, dtype=np.float32))
+        return graph
 
     def neighbours(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(row position per entry, column ids, weights) of the off-diagonal entries of `rows`."""
@@ -204,6 +197,20 @@ def single_threaded_dgl():
         set_num_threads(old)
 
 
+def dgl_csc_graph(indptr: np.ndarray, indices: np.ndarray, n: int, compact_ids: bool):
+    """DGL graph of the CSC (`indptr`, `indices`) over `n` nodes, edge id = entry position: with
+    int32 ids when `compact_ids` and the nodes and entries fit (DGL's fused sampling then moves
+    half the bytes per drawn edge and id lookup), else int64."""
+    import dgl
+    import torch
+
+    limit = np.iinfo(np.int32).max
+    idtype = torch.int32 if compact_ids and n < limit and len(indices) < limit else torch.int64
+    dtype = np.int32 if idtype == torch.int32 else np.int64
+    arrays = (np.asarray(indptr, dtype=dtype), np.asarray(indices, dtype=dtype), np.empty(0, dtype=dtype))
+    return dgl.graph(("csc", tuple(torch.from_numpy(a) for a in arrays)), num_nodes=n, idtype=idtype)
+
+
 def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict, prob: str | None = None, exclude=None):
     """DGL's fused neighbour sampling, layer by layer from the seeds outwards.
 
@@ -214,10 +221,21 @@ def dgl_neighbor_blocks(g, seeds, fanouts: list[int], mapping: dict, prob: str |
     name) neighbours are drawn with replacement in proportion to it, except in layers with
     fanout -1 (every neighbour). `exclude` (edge ids of `g`, a tensor) are never sampled
     (link prediction leaves its seed edges and their reverses out, as DGL's
-    ``as_edge_prediction_sampler(exclude="reverse_id")``). Returns (input_nodes, blocks).
+    ``as_edge_prediction_sampler(exclude="reverse_id")``). Returns (input_nodes, blocks), in
+    the graph's id type.
     """
-    import dgl
+    import os
 
+    import dgl
+    import torch
+
+    # DGL keys the buffer by process and makes it int64, but its C++ reads it as the graph's id
+    # type: an int32 graph needs an int32 buffer, or ids left in it from one call corrupt the next
+    buffer = f"__mapping{os.getpid()}"
+    if buffer not in mapping:
+        mapping[buffer] = [torch.full((g.num_nodes(),), -1, dtype=g.idtype)]
+    seeds = seeds.to(g.idtype)
+    exclude = None if exclude is None else exclude.to(g.idtype)
     blocks = []
     for fanout in reversed(fanouts):
         weighted = prob is not None and fanout != -1

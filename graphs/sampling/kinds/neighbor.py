@@ -9,7 +9,13 @@ import numpy as np
 
 from graphs.infra.config_checks import bounded_repr, check_fields
 from graphs.infra.storage import file_sha256
-from graphs.sampling.base import MinibatchSampler, SampledMinibatch, dgl_neighbor_blocks, single_threaded_dgl
+from graphs.sampling.base import (
+    MinibatchSampler,
+    SampledMinibatch,
+    dgl_csc_graph,
+    dgl_neighbor_blocks,
+    single_threaded_dgl,
+)
 from graphs.sampling.config import ShardConfig
 from graphs.sampling.registry import SamplerTraits, register_sampler
 from graphs.sampling.relations import RelationDraws
@@ -145,18 +151,19 @@ class NeighborSampler(MinibatchSampler):
                     prob="prob" if by_weight else None,
                     exclude=None if exclude is None else torch.from_numpy(np.asarray(exclude, dtype=np.int64)),
                 )
-        input_nodes = input_nodes.numpy()
+        input_nodes = input_nodes.numpy().astype(np.int64)
         blocks = [
             self._stored_block(b, fanout, input_nodes, by_weight) for b, fanout in zip(dgl_blocks, self.cfg.fanout_list)
         ]
         out_seeds, pos, labels = self.labelled(input_nodes[: blocks[-1].num_dst], seeds_only=True)
-        return SampledMinibatch(input_nodes.astype(np.int64), blocks, out_seeds, pos, labels)
+        return SampledMinibatch(input_nodes, blocks, out_seeds, pos, labels)
 
     def _stored_block(self, b, fanout: int, input_nodes: np.ndarray, by_weight: bool):
         """One DGL block as stored: Â's entries of its edges and the sampling correction."""
         import dgl
 
-        indptr, src, local_eid = (t.numpy() for t in b.adj_tensors("csc"))
+        indptr, src, local_eid = (t.numpy() for t in b.adj_tensors("csc"))  # the graph's id type
+        indptr = indptr.astype(np.int64, copy=False)
         eid = None
         etypes = self.inputs.etypes
         if self.edge_weights or by_weight or etypes is not None:
@@ -202,23 +209,18 @@ class NeighborSampler(MinibatchSampler):
         by_weight = self.cfg.options.prob in WEIGHTED_PROBS
         if by_weight and self._row_sums is None:
             self._edge_prob, self._row_sums = self._draw_probs()
-        return self.adj.dgl_graph(prob=self._edge_prob if by_weight else None)
+        return self.adj.dgl_graph(prob=self._edge_prob if by_weight else None, compact_ids=True)
 
     def _rank_graph(self, rank: int) -> tuple:
         """(DGL graph, int64 Â position of each edge) of `rank`'s own edges (``rank_edges``), built
         on first use: the off-diagonal CSR of Â keeping the entries of that rank."""
         if rank not in self._rank_graphs:
-            import dgl
-            import torch
-
             adj = self.adj
             mine = self.rank_edges.rank_of_edge == rank
             kept = np.concatenate([[0], np.cumsum(mine, dtype=np.int64)])
             positions = np.flatnonzero(mine).astype(np.int64)
             indptr = kept[adj.indptr]  # each row's kept entries are contiguous in the kept order
-            indices = torch.from_numpy(np.asarray(adj.indices[positions], dtype=np.int64))
-            empty = torch.empty(0, dtype=torch.int64)
-            graph = dgl.graph(("csc", (torch.from_numpy(indptr), indices, empty)), num_nodes=adj.n)
+            graph = dgl_csc_graph(indptr, adj.indices[positions], adj.n, compact_ids=True)
             self._rank_graphs[rank] = (graph, positions)
         return self._rank_graphs[rank]
 
