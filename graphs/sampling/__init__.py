@@ -11,9 +11,10 @@ nodes, so one array ``input_nodes`` of global ids names the nodes of every block
     DGL's neighbour sampling with ``fanouts`` (``fanouts[0]`` is the input layer, DGL's
     order; -1 takes every neighbour): the fused C++ path that
     ``dgl.dataloading.NeighborSampler.sample_blocks`` takes on a multi-threaded CPU
-    (``DGLGraph.sample_neighbors_fused``, see `dgl_neighbor_blocks`), run with one thread.
-    With one thread it draws exactly the blocks ``NeighborSampler`` draws for the same
-    ``dgl.seed`` (tests/test_sampling.py checks this). Seeds are the training nodes.
+    (``DGLGraph.sample_neighbors_fused``, see `dgl_neighbor_blocks`), run with one thread,
+    on a graph with int32 ids where they fit (`dgl_csc_graph`). With one thread it draws
+    exactly the blocks ``NeighborSampler`` draws for the same ``dgl.seed`` on DGL's int64
+    graph (tests/test_sampling.py checks this). Seeds are the training nodes.
 ``importance``
     Layer-wise importance sampling (LADIES, Zou et al. 2019; FastGCN's estimator on the
     neighbourhood of the layer's nodes): for the destination set S of a layer, every
@@ -120,6 +121,7 @@ from graphs.sampling.base import (
     MinibatchSampler,
     SampledBlock,
     SampledMinibatch,
+    dgl_csc_graph,
     dgl_neighbor_blocks,
     insert_self_loops,
     make_sampler,
@@ -164,6 +166,7 @@ __all__ = [
     "ShardInputs",
     "auto_batch_size",
     "derive_seed",
+    "dgl_csc_graph",
     "dgl_neighbor_blocks",
     "epoch_cluster_groups",
     "epoch_seed_batches",
