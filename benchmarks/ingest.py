@@ -25,7 +25,8 @@ variant starts from the same warm page cache:
 
 Only the work is timed: the output's row count is read after the clock stops on both
 sides. With --repeat R every variant runs once per round, in reverse order every other round,
-and the best of the R rounds is kept (the machine's drift reaches every variant alike). Prints seconds, rows/s, peak RSS and the ratio ours / bare (target <= 2.0).
+and the best of the R rounds is kept (the machine's drift reaches every variant alike). Prints
+seconds, rows/s, peak RSS and the ratio ours / bare (target at 10M rows: at most `BARE_TARGET`).
 
 Weighted variant (dense ids): the same edge rows with a ``weight`` column (``heavy_weight``:
 intra-class rows 5.0, others 1.0), ours (weights summed over duplicates and both
@@ -50,6 +51,8 @@ from _child import run_in_child  # noqa: E402  (benchmarks/_child.py)
 ID_KINDS = ("dense", "sparse", "string")
 FLOOR_STEPS = ("symmetrize", "sort")  # the DuckDB floor's steps beyond the bare query, in order
 SPARSE_ID_RANGE = 10**12
+# ours / the bare query at 10M rows; the floor records show what DuckDB itself needs for our edge work
+BARE_TARGET = 1.5
 
 
 def _ours(landing: str, out: str, memory_limit: str, budget_mb: int, queue, code: str | None = None) -> None:
@@ -293,7 +296,7 @@ def main() -> None:
     for kind in kinds:
         o, e, b = results[f"ours/{kind}"], results[f"ours_edges_only/{kind}"], results[f"bare/{kind}"]
         print(
-            f"{kind} ids: ours / bare {o['seconds'] / b['seconds']:.2f} (target <= 2.0; CPU seconds "
+            f"{kind} ids: ours / bare {o['seconds'] / b['seconds']:.2f} (target <= {BARE_TARGET}; CPU seconds "
             f"{o['cpu'] / b['cpu']:.2f}), edges alone "
             f"{e['seconds'] / b['seconds']:.2f}; peak RSS ours {o['rss'] / 2**30:.2f} GB, bare {b['rss'] / 2**30:.2f} GB"
         )
@@ -305,7 +308,7 @@ def main() -> None:
                 ours=o["seconds"],
                 peer=b["seconds"],
                 peer_name="bare DuckDB SELECT DISTINCT",
-                max_ratio=harness.target_at(rows, 2.0),
+                max_ratio=harness.target_at(rows, BARE_TARGET),
                 ours_rss_bytes=o["rss"],
                 peer_rss_bytes=b["rss"],
                 ours_cpu_seconds=o["cpu"],
@@ -314,7 +317,7 @@ def main() -> None:
                 + (
                     ""
                     if rows >= harness.TARGET_EDGES
-                    else f"; the <= 2.0 target is set at {harness.TARGET_EDGES:,} rows"
+                    else f"; the <= {BARE_TARGET} target is set at {harness.TARGET_EDGES:,} rows"
                 )
                 + (
                     "; ours also relabels, symmetrizes, sorts, writes nodes, features and degree stats"
