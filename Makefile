@@ -66,7 +66,7 @@ docs: install
 
 # Every benchmark at one scale (SCALE=small|medium|large, sizes in benchmarks/harness.py), each
 # side in its own child process; writes benchmarks/results/$(SCALE).json and .md (ours, peer,
-# ratio, peak RSS). small: a few minutes on 2 cores; medium (1M nodes / 10M edges): tens of
+# ratio, peak RSS). small: a few minutes on 2 cores; medium (1M nodes / 10M edges): about 85
 # minutes; large (10M / 100M): hours. ONLY=ingest,adjacency runs a subset. SCALE=wall is the memory-wall
 # run instead (benchmarks/memory_wall.py: the pipeline with training in a memory cgroup smaller than its
 # feature matrix; as root, ~20 GB of disk, about an hour on 2 cores).
