@@ -166,6 +166,33 @@ def test_spilled_buckets_equal_in_memory_and_reference(tmp_path, monkeypatch, pi
         assert res["dropped_duplicate"] == small["dropped_duplicate"]
 
 
+@pytest.mark.parametrize("kind", ["sparse", "string"])
+def test_spilled_sparse_and_string_ids_equal_in_memory_and_reference(tmp_path, kind):
+    """Sparse, negative integer ids and string ids on the streamed path (located batch by batch
+    in the sorted DISTINCT of every id) give the in-memory path's files."""
+    rng = np.random.default_rng(1)
+    n, m = 5000, 60_000
+    src = rng.integers(0, n, m) * 1_000_003 - 500_000_000_000
+    dst = rng.integers(0, n, m) * 1_000_003 - 500_000_000_000
+    if kind == "string":
+        src, dst = np.char.add("user-", src.astype(str)), np.char.add("user-", dst.astype(str))
+    write_edges(tmp_path / "in" / "edges" / "0.parquet", src, dst)
+    small = build_canonical_graph(
+        tmp_path / "in", tmp_path / "spill", CanonicalConfig(sort_budget_mb=1, batch_rows=7000)
+    )
+    big = build_canonical_graph(tmp_path / "in", tmp_path / "mem")
+    for name in ("edges.parquet", "nodes.parquet"):
+        assert pq.read_table(tmp_path / "spill" / name).equals(pq.read_table(tmp_path / "mem" / name))
+    assert small["nodes"] == big["nodes"] == len(np.unique(np.concatenate([src, dst])))
+    ids = np.unique(np.concatenate([src, dst]))
+    s, d = np.searchsorted(ids, src), np.searchsorted(ids, dst)
+    keep = s != d
+    pairs = np.unique(np.stack([np.concatenate([s[keep], d[keep]]), np.concatenate([d[keep], s[keep]])], 1), axis=0)
+    got = pq.read_table(tmp_path / "spill" / "edges.parquet")
+    np.testing.assert_array_equal(got.column("src").to_numpy(), pairs[:, 0])
+    np.testing.assert_array_equal(got.column("dst").to_numpy(), pairs[:, 1])
+
+
 # ----------------------------------------------------------------------------- bad input
 
 

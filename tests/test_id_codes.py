@@ -1,10 +1,13 @@
 """graphs.kernels.id_codes: dictionary codes split over threads give every distinct id one code."""
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 
-from graphs.kernels.id_codes import codes_by_hash, dictionary_codes, sorted_int_codes
+from graphs.kernels import id_codes
+from graphs.kernels.id_codes import IntIdLookup, StringIdLookup, codes_by_hash, dictionary_codes, sorted_int_codes
 
 
 def _decoded(index_chunks, dictionary):
@@ -85,3 +88,39 @@ def test_sorted_int_codes_are_ranks_of_the_sorted_distinct_ids(threads):
     distinct, inverse = np.unique(given[valid], return_inverse=True)
     assert dictionary.to_pylist() == distinct.tolist() and dictionary.type == pa.int64()
     assert (codes[valid] == inverse).all() and (codes[~valid] == -1).all() and len(codes) == len(given)
+
+
+@pytest.mark.parametrize("n", [1, 7, 5000, 400_000])  # 400k: 1.6M values, two pieces in two threads
+def test_sorted_id_lookup_gives_pandas_positions(n):
+    """Positions of present ids, -1 for absent ones (the int64 extremes included), in row order."""
+    rng = np.random.default_rng(n)
+    ids = np.unique(rng.integers(-(10**15), 10**15, size=n))
+    absent = np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max, 0, 1, -1], dtype=np.int64)
+    values = np.concatenate([rng.choice(ids, size=3 * n), rng.integers(-(10**15), 10**15, size=n), absent])
+    rng.shuffle(values)
+    want = pd.Index(ids).get_indexer(values)
+    for threads in (1, 2):
+        np.testing.assert_array_equal(IntIdLookup(ids, threads=threads)(values), want)
+    assert len(IntIdLookup(ids)(np.empty(0, np.int64))) == 0
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
+def test_string_id_lookup_gives_arrow_positions(kind, monkeypatch):
+    """Positions of present strings, -1 for absent ones and nulls, on sliced arrays too; where
+    two ids share a hash the lookup is not used, and `Relabeler` gives Arrow's answer either way."""
+    from graphs.stages.canonical_ids import Relabeler
+
+    rng = np.random.default_rng(3)
+    ids = pa.array(sorted({f"n{v}" for v in rng.integers(0, 10**9, 3000)} | {"", "é", "n"}), kind)
+    picks = rng.integers(0, len(ids), 9000)
+    values = pa.array([ids[int(i)].as_py() for i in picks] + ["absent", "n0x", None, "", "é"] * 3, kind).slice(
+        2
+    )  # a sliced array: its offsets start past 0
+    want = np.asarray(pc.index_in(values, value_set=ids).fill_null(-1).to_numpy(), dtype=np.int64)
+    lookup = StringIdLookup(ids)
+    assert lookup.usable
+    np.testing.assert_array_equal(lookup(values), want)
+    np.testing.assert_array_equal(Relabeler(ids)(values), want)
+    monkeypatch.setattr(id_codes, "string_hashes", lambda v: np.zeros(len(v), dtype=np.int64))  # every hash equal
+    assert not StringIdLookup(ids).usable
+    np.testing.assert_array_equal(Relabeler(ids)(values), want)

@@ -276,6 +276,127 @@ def _compact(found, starts, distinct, first, out):  # pragma: no cover - compile
         out[first[p] : first[p] + distinct[p]] = found[starts[p] : starts[p] + distinct[p]]
 
 
+class IntIdLookup:
+    """Positions of int64 values among `ids` (distinct), -1 where absent: a vectorised
+    `pd.Index(ids).get_indexer(values)` for tens of millions of ids.
+
+    One open-addressing table of (id, position) slots, at most ~60 % full, whose slot is the
+    top bits of the id's Fibonacci hash. Probing values in arbitrary order waits on memory for
+    nearly every one (a 10M-id table spans 256 MB); so each call first scatters its values by
+    their partition (the hash's top `bits` bits, as `PartitionedInts` does), which makes the
+    probes of one partition fall in one small stretch of the table, and reads the positions
+    back in row order. The chunks of values run in threads (the kernels release the GIL).
+    """
+
+    def __init__(self, ids: np.ndarray, threads: int | None = None):
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        self.table_bits = max(4, math.ceil(math.log2(max(1, len(ids)) / 0.6)))
+        self.keys = np.empty(1 << self.table_bits, dtype=np.int64)
+        self.slots = np.full(1 << self.table_bits, -1, dtype=np.int64)
+        _insert_sorted(ids, self.table_bits, self.keys, self.slots)
+        self.threads = max(1, threads or min(os.cpu_count() or 1, MAX_THREADS))
+
+    def __call__(self, values: np.ndarray) -> np.ndarray:
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        out = np.empty(len(values), dtype=np.int64)
+        bits = int(min(MAX_PARTITION_BITS, self.table_bits))
+        step = max(1 << 20, -(-len(values) // self.threads))
+        calls = [(values[a : a + step], out[a : a + step]) for a in range(0, len(values), step)]
+
+        def run(piece: np.ndarray, dest: np.ndarray) -> None:
+            counts = np.zeros(1 << bits, dtype=np.int64)
+            _count_parts(piece, _ALL_VALID, 64 - bits, counts)
+            cursor = np.zeros(1 << bits, dtype=np.int64)
+            np.cumsum(counts[:-1], out=cursor[1:])
+            grouped = np.empty(len(piece), dtype=np.int64)
+            _scatter_parts(piece, _ALL_VALID, 64 - bits, cursor.copy(), grouped)
+            _probe(grouped, self.table_bits, self.keys, self.slots)  # in place: position per value
+            _gather_codes(piece, _ALL_VALID, 64 - bits, cursor, grouped, dest)
+
+        if len(calls) <= 1 or self.threads == 1:
+            for args in calls:
+                run(*args)
+        else:
+            with ThreadPoolExecutor(min(self.threads, len(calls))) as pool:
+                list(pool.map(lambda args: run(*args), calls))
+        return out
+
+
+class StringIdLookup:
+    """Positions of strings among `ids` (distinct strings), -1 where absent, with the table
+    built once: Arrow's `index_in` builds its hash set of the ids again on every call.
+
+    Each string is hashed to 64 bits (FNV-1a over its bytes, `_string_hashes`) and the hashes
+    are looked up in an `IntIdLookup` of the ids' hashes. Exactness does not rest on the hash:
+    each found position's id is compared with the string (Arrow `take` + `equal`), and a string
+    that differs is absent (the ids' hashes are distinct, so no other id has that hash). When
+    two ids share a hash, `usable` is False and the caller looks the strings up itself.
+    """
+
+    def __init__(self, ids: pa.Array, threads: int | None = None):
+        self.ids = ids
+        hashes = string_hashes(ids)
+        self.usable = len(np.unique(hashes)) == len(hashes)
+        self._table = IntIdLookup(hashes, threads) if self.usable else None
+
+    def __call__(self, values: pa.Array) -> np.ndarray:
+        found = self._table(string_hashes(values))
+        hit = found >= 0
+        same = pc.equal(self.ids.take(pa.array(np.where(hit, found, 0))), values).fill_null(False)
+        found[~(hit & np.asarray(same))] = -1
+        return found
+
+
+def string_hashes(values: pa.Array) -> np.ndarray:
+    """int64 FNV-1a hash of each string's UTF-8 bytes (string or large_string; nulls hash as
+    the empty string)."""
+    offset_type = np.int64 if pa.types.is_large_string(values.type) else np.int32
+    buffers = values.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=offset_type)[values.offset : values.offset + len(values) + 1]
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.empty(0, np.uint8)
+    out = np.empty(len(values), dtype=np.int64)
+    _string_hashes(offsets, data, out)
+    return out
+
+
+@numba.njit(cache=True, nogil=True)
+def _string_hashes(offsets, data, out):  # pragma: no cover - compiled
+    for i in range(len(out)):
+        h = np.uint64(0xCBF29CE484222325)
+        for k in range(offsets[i], offsets[i + 1]):
+            h = (h ^ np.uint64(data[k])) * np.uint64(0x100000001B3)
+        out[i] = np.int64(h)
+
+
+@numba.njit(cache=True, nogil=True)
+def _insert_sorted(ids, table_bits, keys, slots):  # pragma: no cover - compiled
+    """slots[j] = i for ids[i] at its slot j (linear probing from the hash's top bits)."""
+    mask = (1 << table_bits) - 1
+    shift = np.uint64(64 - table_bits)
+    for i in range(len(ids)):
+        j = np.int64(_hash(ids[i]) >> shift)
+        while slots[j] >= 0:
+            j = (j + 1) & mask
+        keys[j], slots[j] = ids[i], i
+
+
+@numba.njit(cache=True, nogil=True)
+def _probe(values, table_bits, keys, slots):  # pragma: no cover - compiled
+    """values[i] = the position of values[i] among the table's ids, -1 where absent."""
+    mask = (1 << table_bits) - 1
+    shift = np.uint64(64 - table_bits)
+    for i in range(len(values)):
+        v = values[i]
+        j = np.int64(_hash(v) >> shift)
+        found = -1
+        while slots[j] >= 0:
+            if keys[j] == v:
+                found = slots[j]
+                break
+            j = (j + 1) & mask
+        values[i] = found
+
+
 def _as_type(distinct: np.ndarray, kind: pa.DataType) -> pa.Array:
     """int64 distinct values back as the chunks' integer type."""
     dtype = np.dtype(kind.to_pandas_dtype())

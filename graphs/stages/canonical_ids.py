@@ -1,8 +1,8 @@
 """The canonical_graph stage's id space: original ids relabelled to 0..n-1 in sorted order.
 
 `graphs.stages.canonical` runs the stage and describes how the paths fit together ("How it
-scales"). `Relabeler` maps original ids to new ids, vectorised (a dense lookup table, a pandas
-index, or Arrow's hash set for strings). `IdSpace` is the integer space the edge keys live in
+scales"). `Relabeler` maps original ids to new ids, vectorised (a dense lookup table, else one
+hash table built once: `IntIdLookup` for integers, `StringIdLookup` for strings by their hashes). `IdSpace` is the integer space the edge keys live in
 before they get their final ids: offsets from the smallest id for dense integers (a bitmap of the
 ids present, filled while streaming), else 0..n-1 over DuckDB's sorted DISTINCT (`IdSpace.plan`)
 or over one in-memory hash encoding of every endpoint and of the node and feature files' ids
@@ -19,7 +19,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphs.kernels.id_codes import codes_by_hash, dictionary_codes, ranked_codes, sorted_int_codes
+from graphs.kernels.id_codes import (
+    IntIdLookup,
+    StringIdLookup,
+    codes_by_hash,
+    dictionary_codes,
+    ranked_codes,
+    sorted_int_codes,
+)
 from graphs.stages.canonical_inputs import feature_only_id
 from graphs.stages.landing import InputError
 
@@ -42,18 +49,31 @@ class Relabeler:
             if span <= max(4 * self.n, 1 << 20):  # dense enough for a direct lookup table
                 self._lut = np.full(span, -1, dtype=np.int64)
                 self._lut[arr - self._lo] = np.arange(self.n, dtype=np.int64)
-            else:
-                self._index = pd.Index(arr)
-        # string ids are looked up by Arrow's hash set (no Python object per value)
+            else:  # signed ids by a cache-friendly hash table in threads, others by pandas' index
+                self._index = IntIdLookup(arr) if arr.dtype.kind == "i" else pd.Index(arr)
+        # string ids: by a table of their hashes, built on the first lookup (`StringIdLookup`); by
+        # Arrow's hash set where two ids share a hash or the ids are not strings
+        self._strings: StringIdLookup | None = None
 
     def __call__(self, values: pa.Array | np.ndarray) -> np.ndarray:
         """New ids (int64) of `values`; -1 where a value is not a known id."""
         if self._lut is None and self._index is None:
             if not isinstance(values, (pa.Array, pa.ChunkedArray)):
                 values = pa.array(values)
-            found = pc.index_in(values.cast(self.ids.type), value_set=self.ids).fill_null(-1)
+            values = values.cast(self.ids.type)
+            kind = self.ids.type
+            if self._strings is None and (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+                self._strings = StringIdLookup(self.ids)
+            if self._strings is not None and self._strings.usable:
+                if isinstance(values, pa.ChunkedArray):
+                    values = values.combine_chunks()
+                return self._strings(values)
+            found = pc.index_in(values, value_set=self.ids).fill_null(-1)
             return np.asarray(found.to_numpy(), dtype=np.int64)
+        null = None
         if isinstance(values, (pa.Array, pa.ChunkedArray)):
+            if values.null_count and isinstance(self._index, IntIdLookup):  # nulls are no id: -1
+                null, values = np.asarray(values.is_null()), values.fill_null(0)
             values = values.to_numpy(zero_copy_only=False)
         if self._lut is not None:
             off = values.astype(np.int64, copy=False) - self._lo
@@ -63,7 +83,14 @@ class Relabeler:
             out = np.full(len(off), -1, dtype=np.int64)
             out[ok] = self._lut[off[ok]]
             return out
-        return self._index.get_indexer(values).astype(np.int64, copy=False)
+        if not isinstance(self._index, IntIdLookup):
+            return self._index.get_indexer(values).astype(np.int64, copy=False)
+        if np.asarray(values).dtype.kind != "i":  # not signed integers: compared as pandas compares them
+            return pd.Index(self.ids.to_numpy()).get_indexer(values).astype(np.int64, copy=False)
+        found = self._index(values)
+        if null is not None:
+            found[null] = -1
+        return found
 
 
 class IdSpace:
