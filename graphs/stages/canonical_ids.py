@@ -2,9 +2,10 @@
 
 `graphs.stages.canonical` runs the stage and describes how the paths fit together ("How it
 scales"). `Relabeler` maps original ids to new ids, vectorised (a dense lookup table, else one
-hash table built once: `IntIdLookup` for integers, `StringIdLookup` for strings by their hashes). `IdSpace` is the integer space the edge keys live in
-before they get their final ids: offsets from the smallest id for dense integers (a bitmap of the
-ids present, filled while streaming), else 0..n-1 over DuckDB's sorted DISTINCT (`IdSpace.plan`)
+hash table built once: `IntIdLookup` for integers, `StringIdLookup` for strings by their
+hashes). `IdSpace` is the integer space the edge keys live in before they get their final ids:
+offsets from the smallest id for dense integers (a bitmap of the ids present, filled while
+streaming), else 0..n-1 over DuckDB's sorted DISTINCT (`IdSpace.plan`)
 or over one in-memory hash encoding of every endpoint and of the node and feature files' ids
 (`IdSpace.factorize`, `factorize_ids`; string ids by their 64-bit DuckDB hash, `STRING_HASH_SQL`,
 checked against each code's string by `graphs.kernels.id_codes`).
