@@ -125,6 +125,19 @@ def test_features_follow_relabelling(tmp_path):
     assert s["feature_dim"] == 2 and s["nodes_without_features"] == 0
 
 
+def _assert_symmetrized_reference(edges_file, src, dst):
+    """Assert `edges_file` holds numpy's reference: ids relabelled in sorted order, self loops
+    dropped, both directions, unique, sorted. Returns (new src, new dst, kept rows, pairs)."""
+    ids = np.unique(np.concatenate([src, dst]))
+    s, d = np.searchsorted(ids, src), np.searchsorted(ids, dst)
+    keep = s != d
+    pairs = np.unique(np.stack([np.concatenate([s[keep], d[keep]]), np.concatenate([d[keep], s[keep]])], 1), axis=0)
+    got = pq.read_table(edges_file)
+    np.testing.assert_array_equal(got.column("src").to_numpy(), pairs[:, 0])
+    np.testing.assert_array_equal(got.column("dst").to_numpy(), pairs[:, 1])
+    return s, d, keep, pairs
+
+
 @pytest.mark.parametrize("piece", [None, 1001])  # the default, and Parquet pieces that cut rows
 def test_spilled_buckets_equal_in_memory_and_reference(tmp_path, monkeypatch, piece):
     if piece:
@@ -143,14 +156,7 @@ def test_spilled_buckets_equal_in_memory_and_reference(tmp_path, monkeypatch, pi
     assert {k: v for k, v in small.items() if k not in ("seconds", "peak_rss_bytes")} == {
         k: v for k, v in big.items() if k not in ("seconds", "peak_rss_bytes")
     }
-    # reference: numpy unique over both directions
-    ids = np.unique(np.concatenate([src, dst]))
-    s, d = np.searchsorted(ids, src), np.searchsorted(ids, dst)
-    keep = s != d
-    pairs = np.unique(np.stack([np.concatenate([s[keep], d[keep]]), np.concatenate([d[keep], s[keep]])], 1), axis=0)
-    got = pq.read_table(tmp_path / "spill" / "edges.parquet")
-    np.testing.assert_array_equal(got.column("src").to_numpy(), pairs[:, 0])
-    np.testing.assert_array_equal(got.column("dst").to_numpy(), pairs[:, 1])
+    s, d, keep, pairs = _assert_symmetrized_reference(tmp_path / "spill" / "edges.parquet", src, dst)
     directed = np.unique(np.stack([s[keep], d[keep]], 1), axis=0)
     assert small["dropped_duplicate"] == int(keep.sum()) - len(directed)
     assert small["dropped_self_loop"] == int((~keep).sum())
@@ -184,13 +190,7 @@ def test_spilled_sparse_and_string_ids_equal_in_memory_and_reference(tmp_path, k
     for name in ("edges.parquet", "nodes.parquet"):
         assert pq.read_table(tmp_path / "spill" / name).equals(pq.read_table(tmp_path / "mem" / name))
     assert small["nodes"] == big["nodes"] == len(np.unique(np.concatenate([src, dst])))
-    ids = np.unique(np.concatenate([src, dst]))
-    s, d = np.searchsorted(ids, src), np.searchsorted(ids, dst)
-    keep = s != d
-    pairs = np.unique(np.stack([np.concatenate([s[keep], d[keep]]), np.concatenate([d[keep], s[keep]])], 1), axis=0)
-    got = pq.read_table(tmp_path / "spill" / "edges.parquet")
-    np.testing.assert_array_equal(got.column("src").to_numpy(), pairs[:, 0])
-    np.testing.assert_array_equal(got.column("dst").to_numpy(), pairs[:, 1])
+    _assert_symmetrized_reference(tmp_path / "spill" / "edges.parquet", src, dst)
 
 
 # ----------------------------------------------------------------------------- bad input
