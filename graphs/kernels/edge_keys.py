@@ -12,6 +12,8 @@ of one edge by a rule (see `graphs.stages.canonical`, "Weights"). Used by `graph
 from __future__ import annotations
 
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
@@ -78,12 +80,11 @@ class KeySpill:
         self.sizes += counts
 
     def groups(self):
-        """Yield (keys, weights or None, lo, hi): the keys of sources lo..hi-1, consecutive
-        ranges within the budget; keys of one bucket stay in the order they were added."""
+        """Yield (key chunks, weights or None, lo, hi): the keys of sources lo..hi-1 in a list
+        of arrays, consecutive ranges within the budget; keys of one bucket stay in the order
+        they were added (chunk after chunk)."""
         if self.in_memory:
-            keys = (
-                self._chunks[0] if len(self._chunks) == 1 else np.concatenate(self._chunks or [np.empty(0, np.int64)])
-            )
+            keys = self._chunks
             weights = None
             if self.weighted:
                 weights = np.concatenate(self._weight_chunks) if self._weight_chunks else np.empty(0, np.float64)
@@ -98,7 +99,7 @@ class KeySpill:
             while e < self.num_buckets and (e == b or total + self.sizes[e] <= self.budget_keys):
                 total += self.sizes[e]
                 e += 1
-            keys = np.concatenate([np.fromfile(self._paths[i], dtype=np.int64) for i in range(b, e)])
+            keys = [np.fromfile(self._paths[i], dtype=np.int64) for i in range(b, e)]
             weights = None
             if self.weighted:
                 weights = np.concatenate([np.fromfile(self._weight_paths[i], dtype=np.float64) for i in range(b, e)])
@@ -162,48 +163,6 @@ def _group_by_bucket_weighted(keys, weights, src, width, num_buckets):  # pragma
         out_w[pos[b]] = weights[i]
         pos[b] += 1
     return out, out_w, counts
-
-
-@numba.njit(cache=True, nogil=True)
-def dedupe_rows(keys, shift, lo, rows, count_both_flags):  # pragma: no cover - compiled
-    """Counting-sort the keys of sources lo..lo+rows-1 into rows; sort and dedupe each row.
-
-    Returns (unique neighbours per row, the neighbours row after row, the number of
-    distinct keys counting the flag: with count_both_flags only flag-0 keys count).
-    O(keys) plus a small sort per row, instead of one global sort of every key.
-    """
-    start = np.zeros(rows + 1, np.int64)
-    for i in range(len(keys)):
-        start[(keys[i] >> shift) - lo + 1] += 1
-    for r in range(rows):
-        start[r + 1] += start[r]
-    pos = start[:-1].copy()
-    mask = (np.int64(1) << shift) - 1
-    vals = np.empty(len(keys), np.int64)
-    for i in range(len(keys)):
-        r = (keys[i] >> shift) - lo
-        vals[pos[r]] = keys[i] & mask
-        pos[r] += 1
-    counts = np.zeros(rows, np.int64)
-    distinct = 0
-    w = 0
-    for r in range(rows):
-        a, b = start[r], start[r + 1]
-        if b - a > 1:
-            vals[a:b].sort()
-        last, last_flagged = -1, -1
-        for j in range(a, b):
-            v = vals[j]
-            c = v >> 1
-            if c != last:
-                vals[w] = c
-                w += 1
-                counts[r] += 1
-                last = c
-            if (count_both_flags or (v & 1) == 0) and v != last_flagged:
-                distinct += 1
-                last_flagged = v
-    return counts, vals[:w].copy(), distinct
 
 
 @numba.njit(cache=True, nogil=True)
@@ -307,34 +266,244 @@ def mirror_weighted(upper_counts, upper, upper_w):  # pragma: no cover - compile
     return deg, dst, out_w
 
 
-@numba.njit(cache=True, nogil=True)
-def mirror(upper_counts, upper):  # pragma: no cover - compiled
+# ----------------------------------------------------------------------------- rows of a group
+#
+# `dedupe_rows` and `mirror` place tens of millions of values by row. Scattering each value
+# straight to its row across a 100 MB array waits on memory for nearly every value; so both
+# first scatter the values into buckets of consecutive rows (a few hundred output streams,
+# which stay in cache) and then place each bucket's values by row, within a stretch of the
+# output small enough to stay in cache. Chunks of input and ranges of buckets run in threads
+# (the kernels release the GIL).
+
+BUCKET_KEYS = 1 << 15  # the keys a bucket of rows aims at: its values and row starts stay in cache
+MAX_THREADS = 4
+
+
+def _threads() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
+
+
+def _run(calls: list) -> list:
+    """fn(*args) for each (fn, *args) in `calls`, in threads when there are several."""
+    if len(calls) <= 1:
+        return [fn(*args) for fn, *args in calls]
+    with ThreadPoolExecutor(min(len(calls), _threads())) as pool:
+        return list(pool.map(lambda call: call[0](*call[1:]), calls))
+
+
+def _bucket_bits(rows: int, values: int) -> int:
+    """log2 of the rows per bucket, so that a bucket holds about `BUCKET_KEYS` values."""
+    per_row = max(1.0, values / max(1, rows))
+    return int(min(30, max(4, math.floor(math.log2(BUCKET_KEYS / per_row)))))
+
+
+def _slots(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(bucket starts, each input piece's first slot per bucket) of per-piece bucket counts
+    (pieces x buckets): a piece's values go after the earlier pieces' in each bucket."""
+    total = counts.sum(axis=0)
+    starts = np.zeros(len(total) + 1, np.int64)
+    np.cumsum(total, out=starts[1:])
+    firsts = starts[:-1] + np.cumsum(counts, axis=0) - counts
+    return starts, firsts
+
+
+def _bucket_ranges(starts: np.ndarray) -> list[tuple[int, int]]:
+    """Consecutive ranges of buckets holding similar numbers of values, one per thread."""
+    cuts = np.searchsorted(starts, np.linspace(0, starts[-1], _threads() + 1)[1:-1]).tolist()
+    edges = [0, *cuts, len(starts) - 1]
+    return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def dedupe_rows(chunks: list[np.ndarray], shift: int, lo: int, rows: int, count_both_flags: bool):
+    """Sort the keys (in `chunks`) of sources lo..lo+rows-1 into rows; sort and dedupe each row.
+
+    Returns (unique neighbours per row, the neighbours row after row, the number of
+    distinct keys counting the flag: with count_both_flags only flag-0 keys count).
+    O(keys) plus a small sort per row, instead of one global sort of every key.
+    """
+    chunks = [c for c in chunks if len(c)]
+    bits = _bucket_bits(rows, sum(len(c) for c in chunks))
+    buckets = ((rows - 1) >> bits) + 1 if rows else 0
+    counts = np.stack(
+        _run([(_bucket_counts, c, shift, lo, bits, buckets) for c in chunks]) or [np.zeros(buckets, np.int64)]
+    )
+    starts, firsts = _slots(counts)
+    grouped = np.empty(int(starts[-1]), np.int64)
+    _run([(_bucket_scatter, c, shift, lo, bits, firsts[i].copy(), grouped) for i, c in enumerate(chunks)])
+    per_row = np.zeros(rows, np.int64)
+    kept = np.zeros(buckets, np.int64)
+    distinct = np.zeros(buckets, np.int64)
+    ranges = _bucket_ranges(starts)
+    _run(
+        [
+            (_dedupe_buckets, grouped, starts, shift, lo, rows, bits, count_both_flags, per_row, kept, distinct, a, b)
+            for a, b in ranges
+        ]
+    )
+    out_starts = np.zeros(buckets + 1, np.int64)
+    np.cumsum(kept, out=out_starts[1:])
+    out = np.empty(int(out_starts[-1]), np.int64)
+    _run([(_compact_buckets, grouped, starts, kept, out_starts, out, a, b) for a, b in ranges])
+    return per_row, out, int(distinct.sum())
+
+
+def mirror(upper_counts: np.ndarray, upper: np.ndarray):
     """Both directions, sorted, from the sorted upper triangle (u < v) of a symmetric graph.
 
-    Row x's neighbours are its lower ones (u < x, met in increasing u while walking the
-    rows in order) followed by its upper ones, so no sort is needed.
+    Row x's neighbours are its lower ones (u < x, in increasing u) followed by its upper ones,
+    so no sort is needed: the (x, u) pairs are scattered into buckets of rows x in order of
+    u (stable), and each bucket's rows are then filled from its pairs and the upper lists.
     """
     n = len(upper_counts)
-    deg = upper_counts.copy()
+    ends = np.cumsum(upper_counts)
+    bits = _bucket_bits(n, len(upper))
+    buckets = ((n - 1) >> bits) + 1 if n else 0
+    shift = max(1, int(n - 1).bit_length())
+    cuts = np.linspace(0, len(upper), _threads() + 1).astype(np.int64)
+    pieces = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    counts = np.stack(
+        _run([(_lower_counts, upper[a:b], bits, buckets) for a, b in pieces]) or [np.zeros(buckets, np.int64)]
+    )
+    starts, firsts = _slots(counts)
+    pairs = np.empty(len(upper), np.int64)
+    _run([(_lower_scatter, upper, ends, a, b, bits, shift, firsts[i].copy(), pairs) for i, (a, b) in enumerate(pieces)])
+    degree = upper_counts + np.bincount(upper, minlength=n)
+    row_starts = np.zeros(n + 1, np.int64)
+    np.cumsum(degree, out=row_starts[1:])
+    dst = np.empty(2 * len(upper), np.int64)
+    _run(
+        [
+            (_place_rows, pairs, starts, row_starts, upper_counts, ends, upper, shift, bits, dst, a, b)
+            for a, b in _bucket_ranges(starts)
+        ]
+    )
+    return degree, dst
+
+
+@numba.njit(cache=True, nogil=True)
+def _bucket_counts(keys, shift, lo, bits, buckets):  # pragma: no cover - compiled
+    """Keys per bucket of rows ((source - lo) >> bits)."""
+    counts = np.zeros(buckets, np.int64)
+    for i in range(len(keys)):
+        counts[((keys[i] >> shift) - lo) >> bits] += 1
+    return counts
+
+
+@numba.njit(cache=True, nogil=True)
+def _bucket_scatter(keys, shift, lo, bits, cursor, out):  # pragma: no cover - compiled
+    """Each key to its bucket's next slot in `out` (cursor: this chunk's slot per bucket)."""
+    for i in range(len(keys)):
+        b = ((keys[i] >> shift) - lo) >> bits
+        out[cursor[b]] = keys[i]
+        cursor[b] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_short(vals, a, b):  # pragma: no cover - compiled
+    """vals[a:b] sorted in place: by insertion when short (most rows), else numpy's sort."""
+    if b - a > SMALL_ROW:
+        vals[a:b].sort()
+        return
+    for i in range(a + 1, b):
+        v = vals[i]
+        j = i - 1
+        while j >= a and vals[j] > v:
+            vals[j + 1] = vals[j]
+            j -= 1
+        vals[j + 1] = v
+
+
+@numba.njit(cache=True, nogil=True)
+def _dedupe_buckets(
+    grouped, starts, shift, lo, rows, bits, count_both_flags, per_row, kept, distinct, b0, b1
+):  # pragma: no cover - compiled
+    """Buckets b0..b1-1: counting-sort each bucket's keys into rows, sort and dedupe each row,
+    and write its neighbours back to the front of the bucket's slots (kept[b] of them)."""
+    mask = (np.int64(1) << shift) - 1
+    for bucket in range(b0, b1):
+        a, b = starts[bucket], starts[bucket + 1]
+        r0 = bucket << bits
+        width = min(rows, r0 + (1 << bits)) - r0
+        row_start = np.zeros(width + 1, np.int64)
+        for i in range(a, b):
+            row_start[(grouped[i] >> shift) - lo - r0 + 1] += 1
+        for r in range(width):
+            row_start[r + 1] += row_start[r]
+        cursor = row_start[:-1].copy()
+        vals = np.empty(b - a, np.int64)
+        for i in range(a, b):
+            r = (grouped[i] >> shift) - lo - r0
+            vals[cursor[r]] = grouped[i] & mask
+            cursor[r] += 1
+        w = a
+        found = 0
+        for r in range(width):
+            x, y = row_start[r], row_start[r + 1]
+            _sort_short(vals, x, y)
+            last, last_flagged, c = -1, -1, 0
+            for j in range(x, y):
+                v = vals[j]
+                if v >> 1 != last:
+                    last = v >> 1
+                    grouped[w] = last
+                    w += 1
+                    c += 1
+                if (count_both_flags or (v & 1) == 0) and v != last_flagged:
+                    found += 1
+                    last_flagged = v
+            per_row[r0 + r] = c
+        kept[bucket] = w - a
+        distinct[bucket] = found
+
+
+@numba.njit(cache=True, nogil=True)
+def _compact_buckets(grouped, starts, kept, out_starts, out, b0, b1):  # pragma: no cover - compiled
+    for bucket in range(b0, b1):
+        a, o = starts[bucket], out_starts[bucket]
+        out[o : o + kept[bucket]] = grouped[a : a + kept[bucket]]
+
+
+@numba.njit(cache=True, nogil=True)
+def _lower_counts(upper, bits, buckets):  # pragma: no cover - compiled
+    counts = np.zeros(buckets, np.int64)
     for j in range(len(upper)):
-        deg[upper[j]] += 1
-    pos = np.zeros(n, np.int64)
-    for x in range(1, n):
-        pos[x] = pos[x - 1] + deg[x - 1]
-    dst = np.empty(len(upper) * 2, np.int64)
-    j = 0
-    for u in range(n):
-        for _ in range(upper_counts[u]):
-            v = upper[j]
-            dst[pos[v]] = u
-            pos[v] += 1
-            j += 1
-    j = 0
-    for u in range(n):
-        c = upper_counts[u]
-        dst[pos[u] : pos[u] + c] = upper[j : j + c]
-        j += c
-    return deg, dst
+        counts[upper[j] >> bits] += 1
+    return counts
+
+
+@numba.njit(cache=True, nogil=True)
+def _lower_scatter(upper, ends, a, b, bits, shift, cursor, pairs):  # pragma: no cover - compiled
+    """The pairs (v << shift | u) of upper edges a..b-1 (u the row holding each, from `ends`)
+    into the buckets of v, in order of u."""
+    u = np.searchsorted(ends, a, side="right")
+    for j in range(a, b):
+        while ends[u] <= j:
+            u += 1
+        v = upper[j]
+        bucket = v >> bits
+        pairs[cursor[bucket]] = (v << shift) | u
+        cursor[bucket] += 1
+
+
+@numba.njit(cache=True, nogil=True)
+def _place_rows(
+    pairs, starts, row_starts, upper_counts, ends, upper, shift, bits, dst, b0, b1
+):  # pragma: no cover - compiled
+    """Rows of buckets b0..b1-1: each row's lower neighbours from its bucket's pairs (already
+    in increasing u), then its upper neighbours."""
+    mask = (np.int64(1) << shift) - 1
+    n = len(upper_counts)
+    for bucket in range(b0, b1):
+        r0 = bucket << bits
+        r1 = min(n, r0 + (1 << bits))
+        fill = row_starts[r0:r1].copy()
+        for i in range(starts[bucket], starts[bucket + 1]):
+            x = (pairs[i] >> shift) - r0
+            dst[fill[x]] = pairs[i] & mask
+            fill[x] += 1
+        for r in range(r0, r1):
+            c = upper_counts[r]
+            dst[fill[r - r0] : fill[r - r0] + c] = upper[ends[r] - c : ends[r]]
 
 
 NO_LUT = np.empty(0, np.int64)  # the `lut` argument of `repeat_rows` that maps no ids
@@ -343,7 +512,7 @@ NO_LUT = np.empty(0, np.int64)  # the `lut` argument of `repeat_rows` that maps 
 def warm_kernels() -> None:
     """Call every kernel once on tiny inputs so their cached machine code is loaded."""
     keys = np.array([(0 << 2) | (1 << 1), (1 << 2) | (0 << 1) | 1], dtype=np.int64)
-    counts, dst, _ = dedupe_rows(keys, 2, 0, 2, True)
+    counts, dst, _ = dedupe_rows([keys], 2, 0, 2, True)
     mirror(counts, dst)
     repeat_rows(0, np.cumsum(counts), 0, 1, NO_LUT, np.empty(1, np.int64))
     map_inplace(dst.copy(), np.arange(2, dtype=np.int64))

@@ -124,8 +124,10 @@ def write_edges(
     with _EdgePieces(path, weighted, lut) as pieces:
         for keys, weights, lo, hi in spill.groups():
             if weighted:
-                counts, dst, weight, distinct = dedupe_rows_weighted(keys, weights, shift, lo, hi - lo, half, rule)
-                del weights
+                joined = np.concatenate(keys) if keys else np.empty(0, np.int64)
+                keys.clear()  # the spill's list: its chunks are freed here, not at the next group
+                counts, dst, weight, distinct = dedupe_rows_weighted(joined, weights, shift, lo, hi - lo, half, rule)
+                del joined, weights
                 if half:
                     counts, dst, weight = mirror_weighted(counts, dst, weight)
                 if len(weight):
@@ -133,10 +135,10 @@ def write_edges(
                     w_sum += float(weight.sum())
             else:
                 counts, dst, distinct = dedupe_rows(keys, shift, lo, hi - lo, half)
+                keys.clear()  # the spill's list: its chunks are freed before the mirror's arrays are made
                 weight = None
                 if half:
                     counts, dst = mirror(counts, dst)
-            del keys
             distinct_input_pairs += distinct
             out_deg[lo:hi] = counts
             if in_deg is not None:
