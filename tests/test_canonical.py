@@ -50,6 +50,45 @@ def test_dense_integer_ids_with_nulls_and_self_loops(tmp_path):
     assert (s["dropped_null_id"], s["dropped_self_loop"], s["dropped_duplicate"], s["isolated_nodes"]) == (2, 1, 1, 2)
 
 
+@pytest.mark.parametrize("symmetrize", [True, False])
+def test_dense_ids_with_nulls_and_self_loops_spilled_and_in_memory(tmp_path, symmetrize):
+    """Dense ids streamed with their null-partner and self-loop rows (the ids met only there
+    are nodes), spilled by source range or kept in memory, against numpy's reference."""
+    rng = np.random.default_rng(3)
+    n, m = 4000, 50_000
+    src, dst = rng.integers(0, n, m) + 100, rng.integers(0, n, m) + 100
+    dst[:500] = src[:500]  # self loops
+    src[-300:] = n + 100 + np.arange(300)  # ids met only beside a null (300) or in a self loop (200)
+    dst[500:700] = src[500:700] = n + 400 + np.arange(200)
+    null_src, null_dst = np.zeros(m, bool), np.zeros(m, bool)
+    null_dst[-300:], null_src[1000:1100] = True, True
+    write_edges(
+        tmp_path / "in" / "edges" / "0.parquet",
+        pa.array(src, mask=null_src),
+        pa.array(dst, mask=null_dst),
+    )
+    outs = {}
+    for name, budget in (("spill", 1), ("mem", 1024)):
+        cfg = CanonicalConfig(symmetrize=symmetrize, sort_budget_mb=budget, batch_rows=7000)
+        outs[name] = build_canonical_graph(tmp_path / "in", tmp_path / name, cfg)
+        ids = np.unique(np.concatenate([src[~null_src], dst[~null_dst]]))
+        nodes = pq.read_table(tmp_path / name / "nodes.parquet")
+        np.testing.assert_array_equal(nodes.column("original_id").to_numpy(), ids)
+        kept = ~null_src & ~null_dst & (src != dst)
+        s, d = np.searchsorted(ids, src[kept]), np.searchsorted(ids, dst[kept])
+        if symmetrize:
+            s, d = np.concatenate([s, d]), np.concatenate([d, s])
+        pairs = np.unique(np.stack([s, d], 1), axis=0)
+        got = pq.read_table(tmp_path / name / "edges.parquet")
+        np.testing.assert_array_equal(got.column("src").to_numpy(), pairs[:, 0])
+        np.testing.assert_array_equal(got.column("dst").to_numpy(), pairs[:, 1])
+        loops = int((~null_src & ~null_dst & (src == dst)).sum())  # the 700 made, and random ones
+        assert (outs[name]["dropped_null_id"], outs[name]["dropped_self_loop"]) == (400, loops) and loops >= 700
+    assert {k: v for k, v in outs["spill"].items() if k not in ("seconds", "peak_rss_bytes")} == {
+        k: v for k, v in outs["mem"].items() if k not in ("seconds", "peak_rss_bytes")
+    }
+
+
 def test_all_null_ids_fail_clearly(tmp_path):
     write_edges(tmp_path / "in" / "edges.parquet", [None, None], [None, None], pa.int64())
     with pytest.raises(InputError, match="every edge row has a null id"):

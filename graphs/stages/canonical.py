@@ -100,7 +100,7 @@ from graphs.infra import duck
 from graphs.infra.config_checks import MAX_ROWS, MAX_SEED, MAX_THREADS, bounded_repr, check_fields
 from graphs.infra.host_memory import gc_paused
 from graphs.infra.plotting import headless_pyplot
-from graphs.infra.storage import atomic_output_dir, peak_rss_bytes, write_summary
+from graphs.infra.storage import atomic_output_dir, file_sha256, peak_rss_bytes, remember_sha256, write_summary
 from graphs.kernels.edge_keys import BYTES_PER_KEY, key_shift, warm_kernels, warm_weighted_kernels
 from graphs.kernels.id_codes import warm_kernels as _warm_id_kernels
 from graphs.stages.canonical_edges import (
@@ -368,10 +368,14 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
     if counts.invalid_weights and cfg.invalid_weights == "error":
         refuse_invalid_weights(con, weighted_files)
     dense = None if codes is not None else IdSpace.dense_bounds(con, kind, counts.rows, min_id, max_id, nodes_sql)
+    every_row = False  # whether the edge rows are streamed with their nulls and self loops
     if codes is None and dense is None and not weighted and counts.rows * 2 * BYTES_PER_KEY <= budget:
         space, codes, file_ids = factorize_ids(con, id_files, dataset_dir, kind, files.features)
     elif codes is None:
-        has_dropped = counts.rows > counts.valid
+        # a dense space reads every row once (unweighted): the ids of dropped rows are marked
+        # while streaming, not by a scan of their own
+        every_row = dense is not None and not weighted and counts.rows > counts.valid
+        has_dropped = counts.rows > counts.valid and not every_row
         dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if counts.invalid_weights else None
         space = IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
 
@@ -387,8 +391,8 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
         spill_codes(spill, codes, shift, half)
         del codes
     else:
-        rows = valid_edge_rows(con, weighted, counts.invalid_weights, cfg.batch_rows)
-        spill_rows(spill, rows, space, shift, half, cfg.symmetrize)
+        rows = valid_edge_rows(con, weighted, counts.invalid_weights, cfg.batch_rows, every_row=every_row)
+        spill_rows(spill, rows, space, shift, half, cfg.symmetrize, every_row=every_row)
     con.close()
     relabel, lut = space.finish()
     warmup.join()
@@ -488,6 +492,8 @@ def _write_tables(tmp: Path, files, spill, space, relabel, lut, shift: int, half
                 if files.features is not None
                 else {}
             )
+            if files.features is not None:  # hashed for publishing now, while the edges are still being written
+                remember_sha256(tmp / CanonicalGraph.FEATURES, file_sha256(tmp / CanonicalGraph.FEATURES))
             headless_pyplot()  # ~0.5 s, done while the edge thread is still busy
             wait([degree_ready, edges_job], return_when=FIRST_COMPLETED)
             if degree_ready.done():  # plot while the last edges are still being encoded

@@ -55,21 +55,30 @@ def spill_codes(spill: KeySpill, codes: tuple[np.ndarray, np.ndarray], shift: in
     spill.add(keys[: keys_of_rows(src_codes, dst_codes, shift, half, keys)], src=None)
 
 
-def valid_edge_rows(con, weighted: bool, invalid_weights: int, batch_rows: int):
-    """A record-batch reader of the kept rows of `raw_edges`: (src, dst) and the weight when weighted."""
+def valid_edge_rows(con, weighted: bool, invalid_weights: int, batch_rows: int, *, every_row: bool = False):
+    """A record-batch reader of the kept rows of `raw_edges`: (src, dst) and the weight when
+    weighted; with `every_row` (unweighted), every row, nulls and self loops included."""
     if not weighted:
-        return con.sql(f"SELECT src, dst FROM raw_edges WHERE {KEPT_ROW_SQL}").to_arrow_reader(batch_rows)
+        where = "" if every_row else f" WHERE {KEPT_ROW_SQL}"
+        return con.sql(f"SELECT src, dst FROM raw_edges{where}").to_arrow_reader(batch_rows)
     # rows in input order, so 'first' and the order of float sums are deterministic
     con.execute("SET preserve_insertion_order = true")
     keep = f"{KEPT_ROW_SQL} AND {VALID_WEIGHT_SQL}" if invalid_weights else KEPT_ROW_SQL
     return con.sql(f"SELECT src, dst, weight FROM raw_edges WHERE {keep}").to_arrow_reader(batch_rows)
 
 
-def spill_rows(spill: KeySpill, reader, space: IdSpace, shift: int, half: bool, symmetrize: bool) -> None:
-    """Add the keys (and weights) of each batch of rows, its ids located in the id space."""
+def spill_rows(
+    spill: KeySpill, reader, space: IdSpace, shift: int, half: bool, symmetrize: bool, *, every_row: bool = False
+) -> None:
+    """Add the keys (and weights) of each batch of rows, its ids located in the id space. With
+    `every_row` (a dense space read by `valid_edge_rows(every_row=True)`), the ids of rows with a
+    null or a self loop are located too (they are nodes), and only the other rows are added."""
     for batch in reader:
         s = space.locate(batch.column(0))
         d = space.locate(batch.column(1))
+        if every_row and not half:  # half keys skip them in `keys_of_rows`
+            keep = (s >= 0) & (d >= 0) & (s != d)
+            s, d = s[keep], d[keep]
         if spill.weighted:
             _add_weighted(spill, s, d, batch.column(2).to_numpy(), shift, half, symmetrize)
         else:
@@ -110,7 +119,7 @@ def write_edges(
 
     Returns (degree per id-space slot, distinct input pairs, edges written, weight facts); the degrees
     are also handed to the `degree_ready` future as soon as the last group is deduplicated,
-    before its Parquet encoding ends. The Parquet encoding runs in a second thread, piece by
+    before its Parquet encoding starts. The Parquet encoding runs in a second thread, piece by
     piece: it overlaps the source ids of the next piece and the deduplication of the next group.
     """
     n_space = spill.n
@@ -143,11 +152,14 @@ def write_edges(
             out_deg[lo:hi] = counts
             if in_deg is not None:
                 in_deg += np.bincount(dst, minlength=n_space)
+            if hi >= n_space:  # the last group: every degree is known before its edges are encoded
+                degree_ready.set_result(out_deg if in_deg is None else out_deg + in_deg)
             edges_written += len(dst)
             pieces.write_group(lo, counts, dst, weight)
             del counts, dst, weight
-        degree = out_deg if in_deg is None else out_deg + in_deg
-        degree_ready.set_result(degree)
+        if not degree_ready.done():  # no group reached the last source (no edges)
+            degree_ready.set_result(out_deg if in_deg is None else out_deg + in_deg)
+        degree = degree_ready.result()
     weight_facts = (
         {"weight_min": w_min, "weight_max": w_max, "weight_mean": w_sum / edges_written}
         if weighted and edges_written

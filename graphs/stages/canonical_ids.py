@@ -223,22 +223,32 @@ class IdSpace:
         return cls(len(ids), Relabeler(ids)), new_ids
 
     def locate(self, values: pa.Array) -> np.ndarray:
-        """Positions of edge endpoints in this space (marking them present when dense)."""
+        """Positions of edge endpoints in this space (marking them present when dense); -1 for
+        a null (dense only: the other spaces are read from rows without nulls)."""
         if self._relabel is not None:
             return self._relabel(values)
-        off = values.to_numpy() - self.lo
-        self.present[off] = True
+        if not values.null_count:
+            off = values.to_numpy() - self.lo
+            self.present[off] = True
+            return off
+        valid = np.asarray(values.is_valid())
+        off = np.full(len(values), -1, dtype=np.int64)
+        off[valid] = values.drop_null().to_numpy() - self.lo
+        self.present[off[valid]] = True
         return off
 
     def finish(self) -> tuple[Relabeler, np.ndarray | None]:
-        """(the relabeller of the final ids, the offset -> new id table or None)."""
+        """(the relabeller of the final ids, the offset -> new id table, or None when offsets
+        are the new ids: a relabelled space, or a dense one with every offset present)."""
         if self._relabel is not None:
             return self._relabel, None
         offsets = np.flatnonzero(self.present)
         if len(offsets) == 0:
             raise InputError("every edge row has a null id; no nodes to build")
-        lut = np.cumsum(self.present, dtype=np.int64) - 1
-        return Relabeler(pa.array(offsets + self.lo)), lut
+        relabel = Relabeler(pa.array(offsets + self.lo))
+        if len(offsets) == self.size:
+            return relabel, None
+        return relabel, np.cumsum(self.present, dtype=np.int64) - 1
 
 
 def factorize_ids(con, id_files: dict, where, kind: str, features: Path | None):
