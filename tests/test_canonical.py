@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from graphs.stages import canonical_edges
+from graphs.stages import canonical, canonical_edges
 from graphs.stages.canonical import CanonicalConfig, InputError, build_canonical_graph
 from tests.conftest import write_edges
 
@@ -87,6 +87,31 @@ def test_dense_ids_with_nulls_and_self_loops_spilled_and_in_memory(tmp_path, sym
     assert {k: v for k, v in outs["spill"].items() if k not in ("seconds", "peak_rss_bytes")} == {
         k: v for k, v in outs["mem"].items() if k not in ("seconds", "peak_rss_bytes")
     }
+
+
+@pytest.mark.parametrize("budget_mb", [1, 1024])
+def test_statistics_that_understate_the_ids_are_not_trusted(tmp_path, monkeypatch, budget_mb):
+    """Dense ids streamed by the files' statistics: when a row holds an id outside them, the
+    stage counts the ids itself and writes what trustworthy statistics give."""
+    rng = np.random.default_rng(5)
+    src, dst = rng.integers(0, 3000, 40_000), rng.integers(0, 3000, 40_000)
+    dst[:50] = src[:50]
+    write_edges(tmp_path / "in" / "edges" / "0.parquet", src, dst)
+    cfg = CanonicalConfig(sort_budget_mb=budget_mb, batch_rows=7000)
+    trusted = build_canonical_graph(tmp_path / "in", tmp_path / "trusted", cfg)
+    monkeypatch.setattr(canonical, "parquet_id_bounds", lambda files: (100, 2000))  # narrower than the ids
+    runs, ingest = [], canonical._ingest
+    monkeypatch.setattr(canonical, "_ingest", lambda *a, **k: runs.append(k) or ingest(*a, **k))
+    understated = build_canonical_graph(tmp_path / "in", tmp_path / "understated", cfg)
+    assert runs == [{}, {"statistics": False}]  # the statistics' run stopped at the first id outside them
+    for name in ("edges.parquet", "nodes.parquet"):
+        assert pq.read_table(tmp_path / "understated" / name).equals(pq.read_table(tmp_path / "trusted" / name))
+    drop = ("seconds", "peak_rss_bytes")
+    assert {k: v for k, v in understated.items() if k not in drop} == {
+        k: v for k, v in trusted.items() if k not in drop
+    }
+    assert trusted["dropped_self_loop"] == int((src == dst).sum()) >= 50
+    assert not (tmp_path / "understated" / "_work").exists()
 
 
 def test_all_null_ids_fail_clearly(tmp_path):

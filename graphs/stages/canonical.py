@@ -88,7 +88,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import duckdb
@@ -112,16 +112,19 @@ from graphs.stages.canonical_edges import (
     write_edges,
 )
 from graphs.stages.canonical_features import warm_feature_kernels, write_features
-from graphs.stages.canonical_ids import IdSpace, factorize_ids
+from graphs.stages.canonical_ids import IdOutsideSpace, IdSpace, factorize_ids
 from graphs.stages.canonical_inputs import (
     KEPT_ROW_SQL,
     VALID_WEIGHT_SQL,
+    RowCounts,
+    code_counts,
     create_edge_views,
     create_id_file_views,
     parquet_id_bounds,
     parquet_rows,
     parquet_schema,
     refuse_invalid_weights,
+    sql_counts,
     validate_inputs,
 )
 from graphs.stages.canonical_nodes import write_nodes
@@ -269,7 +272,7 @@ def build_canonical_graph(
         else:
             inputs = prepare_inputs(given, columns, work / "inputs", memory_limit=cfg.memory_limit, threads=cfg.threads)
         try:
-            summary = _ingest(dataset_dir, inputs.files, tmp, work, cfg)
+            summary = _ingest_checked(dataset_dir, inputs.files, tmp, work, cfg)
         except InputError as exc:
             explained = inputs.explain(exc)
             if explained is exc:
@@ -329,23 +332,19 @@ def _prepare_typed(given: DatasetFiles, columns: dict, work: Path, tmp: Path, cf
     )
 
 
-@dataclass(frozen=True)
-class _RowCounts:
-    """Rows of the edge files: all, and those dropped for a null id, a self loop or an invalid weight."""
-
-    rows: int
-    null_rows: int
-    self_loops: int
-    invalid_weights: int
-
-    @property
-    def valid(self) -> int:
-        """Rows kept: neither null nor a self loop nor an invalid weight."""
-        return self.rows - self.null_rows - self.self_loops - self.invalid_weights
+def _ingest_checked(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: CanonicalConfig) -> dict:
+    """`_ingest`, trusting the edge files' id statistics; if a row holds an id outside them
+    (statistics that understate a file's ids), again with the ids counted by DuckDB."""
+    try:
+        return _ingest(dataset_dir, files, tmp, work, cfg)
+    except IdOutsideSpace:
+        shutil.rmtree(work / "spill", ignore_errors=True)
+        return _ingest(dataset_dir, files, tmp, work, cfg, statistics=False)
 
 
-def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: CanonicalConfig) -> dict:
-    """The canonical graph of input files in the Parquet layout, written into `tmp`; its summary."""
+def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: CanonicalConfig, statistics=True) -> dict:
+    """The canonical graph of input files in the Parquet layout, written into `tmp`; its summary.
+    With `statistics`, ids dense by the edge files' Parquet statistics are not counted first."""
     kind = validate_inputs(files)
     sql_type = "BIGINT" if kind == "int" else "VARCHAR"
     weighted_files = [p for p in files.edge_files if "weight" in parquet_schema(p).names]
@@ -354,27 +353,32 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
     create_edge_views(con, files.edge_files, weighted_files, sql_type)
     nodes_sql, id_files = create_id_file_views(con, files, sql_type)
     budget = cfg.sort_budget_mb << 20
-    factorize_now = _factorizes_first(con, files.edge_files, kind, weighted, budget, nodes_sql)
+    factorize_now, footer_dense = _path_by_footers(con, files.edge_files, kind, weighted, budget, nodes_sql)
+    footer_dense = footer_dense if statistics else None
     warmup = _start_kernel_warmup(factorize_now, weighted, files.features is not None)
     codes = None  # (src, dst) of every row in the final id space, when factorized in memory
     file_ids = {}  # new ids of the node / feature file rows, when factorized
     if factorize_now:
         space, codes, file_ids = factorize_ids(con, id_files, dataset_dir, kind, files.features)
-        counts, min_id, max_id = _code_counts(codes), None, None
+        counts, min_id, max_id = code_counts(codes), None, None
+    elif footer_dense is not None:  # the dropped rows are counted while streaming
+        counts, min_id, max_id = RowCounts(parquet_rows(files.edge_files), 0, 0, 0), None, None
     else:
-        counts, min_id, max_id = _sql_counts(con, weighted)
+        counts, min_id, max_id = sql_counts(con, weighted)
     if counts.rows == 0:
         raise InputError(f"{dataset_dir}: the edge files hold no rows ({[str(p) for p in files.edge_files]})")
     if counts.invalid_weights and cfg.invalid_weights == "error":
         refuse_invalid_weights(con, weighted_files)
-    dense = None if codes is not None else IdSpace.dense_bounds(con, kind, counts.rows, min_id, max_id, nodes_sql)
+    dense = footer_dense
+    if codes is None and dense is None:
+        dense = IdSpace.dense_bounds(con, kind, counts.rows, min_id, max_id, nodes_sql)
     every_row = False  # whether the edge rows are streamed with their nulls and self loops
     if codes is None and dense is None and not weighted and counts.rows * 2 * BYTES_PER_KEY <= budget:
         space, codes, file_ids = factorize_ids(con, id_files, dataset_dir, kind, files.features)
     elif codes is None:
         # a dense space reads every row once (unweighted): the ids of dropped rows are marked
         # while streaming, not by a scan of their own
-        every_row = dense is not None and not weighted and counts.rows > counts.valid
+        every_row = dense is not None and not weighted and (footer_dense is not None or counts.rows > counts.valid)
         has_dropped = counts.rows > counts.valid and not every_row
         dropped_weight_sql = f"{KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL}" if counts.invalid_weights else None
         space = IdSpace.plan(con, dense, nodes_sql, has_dropped, dataset_dir, dropped_weight_sql)
@@ -385,15 +389,19 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
         space.size, counts.valid, weighted, work / "spill", budget=budget, symmetrize=cfg.symmetrize
     )
     shift = key_shift(space.size)
-    if codes is not None:  # ids already final: keep rows with both ids and no self loop
-        # factorized only when both directions' keys fit the budget: one group in memory, half kept
-        assert spill.in_memory and (half or not cfg.symmetrize)
-        spill_codes(spill, codes, shift, half)
-        del codes
-    else:
-        rows = valid_edge_rows(con, weighted, counts.invalid_weights, cfg.batch_rows, every_row=every_row)
-        spill_rows(spill, rows, space, shift, half, cfg.symmetrize, every_row=every_row)
-    con.close()
+    try:
+        if codes is not None:  # ids already final: keep rows with both ids and no self loop
+            # factorized only when both directions' keys fit the budget: one group in memory, half kept
+            assert spill.in_memory and (half or not cfg.symmetrize)
+            spill_codes(spill, codes, shift, half)
+            del codes
+        else:
+            rows = valid_edge_rows(con, weighted, counts.invalid_weights, cfg.batch_rows, every_row=every_row)
+            dropped = spill_rows(spill, rows, space, shift, half, cfg.symmetrize, every_row=every_row)
+            if every_row:
+                counts = replace(counts, null_rows=dropped[0], self_loops=dropped[1])
+    finally:
+        con.close()
     relabel, lut = space.finish()
     warmup.join()
 
@@ -402,19 +410,27 @@ def _ingest(dataset_dir, files: DatasetFiles, tmp: Path, work: Path, cfg: Canoni
     return _summary(kind, relabel.n, counts, edges, files, weighted_files, cfg) | node_facts | feat_facts
 
 
-def _factorizes_first(con, edge_files: list[Path], kind: str, weighted: bool, budget: int, nodes_sql) -> bool:
-    """Whether the ids are factorized in memory before any count of the rows.
+def _path_by_footers(con, edge_files: list[Path], kind: str, weighted: bool, budget: int, nodes_sql):
+    """(whether the ids are factorized in memory before any count of the rows, the dense space
+    of integer ids that are streamed before any count), from the edge files' footers.
 
     Unweighted string ids, and integer ids too sparse for a bitmap (by the files' min/max
     statistics), whose rows fit the sort budget are factorized in memory, and that one
-    scan gives the counts too (no count/min/max pass over every row).
+    scan gives the counts too (no count/min/max pass over every row). Unweighted integer ids
+    dense by the statistics are streamed once, every row, counting the dropped ones on the way
+    (`spill_rows`; an id outside the statistics raises `IdOutsideSpace`).
     """
     meta_rows = parquet_rows(edge_files)
-    factorize_now = not weighted and 0 < meta_rows * 2 * BYTES_PER_KEY <= budget
-    if factorize_now and kind == "int":
-        bounds = parquet_id_bounds(edge_files)
-        factorize_now = bounds is not None and IdSpace.dense_bounds(con, kind, meta_rows, *bounds, nodes_sql) is None
-    return factorize_now
+    if weighted or meta_rows == 0:
+        return False, None
+    fits = meta_rows * 2 * BYTES_PER_KEY <= budget
+    if kind != "int":
+        return fits, None
+    bounds = parquet_id_bounds(edge_files)
+    if bounds is None:
+        return False, None
+    dense = IdSpace.dense_bounds(con, kind, meta_rows, *bounds, nodes_sql)
+    return (False, dense) if dense is not None else (fits, None)
 
 
 def _start_kernel_warmup(factorize_now: bool, weighted: bool, features: bool) -> threading.Thread:
@@ -427,27 +443,6 @@ def _start_kernel_warmup(factorize_now: bool, weighted: bool, features: bool) ->
     warmup = threading.Thread(target=_call_each, args=(warm,), daemon=True)
     warmup.start()
     return warmup
-
-
-def _code_counts(codes: tuple[np.ndarray, np.ndarray]) -> _RowCounts:
-    """The row counts of factorized (src, dst) ids (-1 for a null id)."""
-    src_codes, dst_codes = codes
-    null_rows = int(np.count_nonzero((src_codes < 0) | (dst_codes < 0)))
-    self_loops = int(np.count_nonzero((src_codes == dst_codes) & (src_codes >= 0)))
-    return _RowCounts(rows=len(src_codes), null_rows=null_rows, self_loops=self_loops, invalid_weights=0)
-
-
-def _sql_counts(con, weighted: bool) -> tuple[_RowCounts, object, object]:
-    """The row counts of `raw_edges`, and its smallest and largest id, in one scan."""
-    invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
-    rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
-        "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
-        "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
-        f"{invalid_weight_sql} FROM raw_edges"
-    ).fetchall()[0]
-    invalid_weights = int(invalid[0]) if invalid else 0
-    counts = _RowCounts(rows=rows, null_rows=null_rows, self_loops=self_loops, invalid_weights=invalid_weights)
-    return counts, min_id, max_id
 
 
 def _write_tables(tmp: Path, files, spill, space, relabel, lut, shift: int, half: bool, cfg, file_ids: dict):
@@ -505,7 +500,7 @@ def _write_tables(tmp: Path, files, spill, space, relabel, lut, shift: int, half
     return (degree, distinct_input_pairs, edges_written, weight_facts), node_facts, feat_facts
 
 
-def _summary(kind: str, n: int, counts: _RowCounts, edges: tuple, files, weighted_files, cfg) -> dict:
+def _summary(kind: str, n: int, counts: RowCounts, edges: tuple, files, weighted_files, cfg) -> dict:
     """The summary's id, edge, dropped-row, weight and degree facts."""
     degree, distinct_input_pairs, edges_written, weight_facts = edges
     weighted = bool(weighted_files)

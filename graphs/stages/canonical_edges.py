@@ -72,17 +72,26 @@ def spill_rows(
 ) -> None:
     """Add the keys (and weights) of each batch of rows, its ids located in the id space. With
     `every_row` (a dense space read by `valid_edge_rows(every_row=True)`), the ids of rows with a
-    null or a self loop are located too (they are nodes), and only the other rows are added."""
+    null or a self loop are located too (they are nodes), and only the other rows are added.
+    Returns the rows read with a null id and those with a self loop (0, 0 unless `every_row`)."""
+    null_rows = self_loops = 0
     for batch in reader:
         s = space.locate(batch.column(0))
         d = space.locate(batch.column(1))
-        if every_row and not half:  # half keys skip them in `keys_of_rows`
-            keep = (s >= 0) & (d >= 0) & (s != d)
-            s, d = s[keep], d[keep]
+        if every_row:
+            nulls = batch.column(0).null_count + batch.column(1).null_count
+            null = ((s < 0) | (d < 0)) if nulls else None
+            null_rows += int(np.count_nonzero(null)) if nulls else 0
+            loop = s == d
+            self_loops += int(np.count_nonzero(loop if not nulls else loop & ~null))
+            if not half:  # half keys skip them in `keys_of_rows`
+                keep = ~loop if not nulls else ~loop & ~null
+                s, d = s[keep], d[keep]
         if spill.weighted:
             _add_weighted(spill, s, d, batch.column(2).to_numpy(), shift, half, symmetrize)
         else:
             _add_unweighted(spill, s, d, shift, half, symmetrize)
+    return null_rows, self_loops
 
 
 def _add_unweighted(spill: KeySpill, s, d, shift: int, half: bool, symmetrize: bool) -> None:

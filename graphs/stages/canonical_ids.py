@@ -94,6 +94,11 @@ class Relabeler:
         return found
 
 
+class IdOutsideSpace(Exception):
+    """An edge id outside a dense space's bounds: bounds taken from Parquet statistics that
+    understate a file's ids. The ingest then counts the ids itself (`graphs.stages.canonical`)."""
+
+
 class IdSpace:
     """The integer space edge keys live in before they get their final ids.
 
@@ -227,13 +232,16 @@ class IdSpace:
         a null (dense only: the other spaces are read from rows without nulls)."""
         if self._relabel is not None:
             return self._relabel(values)
-        if not values.null_count:
-            off = values.to_numpy() - self.lo
+        valid = np.asarray(values.is_valid()) if values.null_count else None
+        found = values.to_numpy() if valid is None else values.drop_null().to_numpy()
+        if len(found) and (found.min() < self.lo or found.max() - self.lo >= self.size):
+            raise IdOutsideSpace(f"an edge id outside {self.lo}..{self.lo + self.size - 1}")
+        if valid is None:
+            off = found - self.lo
             self.present[off] = True
             return off
-        valid = np.asarray(values.is_valid())
         off = np.full(len(values), -1, dtype=np.int64)
-        off[valid] = values.drop_null().to_numpy() - self.lo
+        off[valid] = found - self.lo
         self.present[off[valid]] = True
         return off
 

@@ -8,13 +8,16 @@ ingest scans: ``raw_edges(src, dst[, weight])`` over the edge files in name orde
 (`create_edge_views`; files without a weight column give 1.0) and the (id, row) queries of the node
 and feature files (`create_id_file_views`). `KEPT_ROW_SQL` and `VALID_WEIGHT_SQL` say which rows
 become edges; `refuse_invalid_weights` names each file's unusable weights. Every error is an
-`InputError` naming the file, the column and the value.
+`InputError` naming the file, the column and the value. `RowCounts` are the edge rows kept and
+dropped, counted by DuckDB (`sql_counts`) or from factorized ids (`code_counts`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -254,10 +257,51 @@ def refuse_invalid_weights(con, weighted_files: list[Path]) -> None:
     )
 
 
+# ----------------------------------------------------------------------------- row counts
+
+
+@dataclass(frozen=True)
+class RowCounts:
+    """Rows of the edge files: all, and those dropped for a null id, a self loop or an invalid weight."""
+
+    rows: int
+    null_rows: int
+    self_loops: int
+    invalid_weights: int
+
+    @property
+    def valid(self) -> int:
+        """Rows kept: neither null nor a self loop nor an invalid weight."""
+        return self.rows - self.null_rows - self.self_loops - self.invalid_weights
+
+
+def code_counts(codes: tuple[np.ndarray, np.ndarray]) -> RowCounts:
+    """The row counts of factorized (src, dst) ids (-1 for a null id)."""
+    src_codes, dst_codes = codes
+    null_rows = int(np.count_nonzero((src_codes < 0) | (dst_codes < 0)))
+    self_loops = int(np.count_nonzero((src_codes == dst_codes) & (src_codes >= 0)))
+    return RowCounts(rows=len(src_codes), null_rows=null_rows, self_loops=self_loops, invalid_weights=0)
+
+
+def sql_counts(con, weighted: bool) -> tuple[RowCounts, object, object]:
+    """The row counts of `raw_edges`, and its smallest and largest id, in one scan."""
+    invalid_weight_sql = f", count(*) FILTER (WHERE {KEPT_ROW_SQL} AND NOT {VALID_WEIGHT_SQL})" if weighted else ""
+    rows, null_rows, self_loops, min_id, max_id, *invalid = con.sql(
+        "SELECT count(*), count(*) FILTER (WHERE src IS NULL OR dst IS NULL), "
+        "count(*) FILTER (WHERE src = dst), least(min(src), min(dst)), greatest(max(src), max(dst))"
+        f"{invalid_weight_sql} FROM raw_edges"
+    ).fetchall()[0]
+    invalid_weights = int(invalid[0]) if invalid else 0
+    counts = RowCounts(rows=rows, null_rows=null_rows, self_loops=self_loops, invalid_weights=invalid_weights)
+    return counts, min_id, max_id
+
+
 __all__ = [
     "INT64_MAX",
     "KEPT_ROW_SQL",
+    "RowCounts",
     "VALID_WEIGHT_SQL",
+    "code_counts",
     "create_edge_views",
     "create_id_file_views",
     "feature_only_id",
@@ -265,5 +309,6 @@ __all__ = [
     "parquet_rows",
     "parquet_schema",
     "refuse_invalid_weights",
+    "sql_counts",
     "validate_inputs",
 ]
