@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphs.infra.storage import file_sha256, remember_sha256
 from graphs.kernels.edge_keys import (
     BYTES_PER_KEY,
     BYTES_PER_WEIGHTED_KEY,
@@ -169,6 +170,7 @@ def write_edges(
         if not degree_ready.done():  # no group reached the last source (no edges)
             degree_ready.set_result(out_deg if in_deg is None else out_deg + in_deg)
         degree = degree_ready.result()
+    remember_sha256(path, file_sha256(path))  # hashed for publishing here, beside the main thread's work
     weight_facts = (
         {"weight_min": w_min, "weight_max": w_max, "weight_mean": w_sum / edges_written}
         if weighted and edges_written
