@@ -40,10 +40,13 @@ Output (written atomically into one folder, see `build_canonical_graph`):
                     before this ingest runs; `graphs.formats.graph_table` documents both files)
 
 How it scales (the 100M-edge path): DuckDB reads every edge file out of core and
-streams the rows as Arrow batches; it also computes the sorted set of distinct ids
-(a hash aggregate, then an ORDER BY of n values, never of the edges). Each batch is
-relabelled with a vectorised lookup (a dense table when the ids are dense integers, a
-pandas hash index or, for strings, Arrow's hash set otherwise). Sparse integer and string
+streams the rows as Arrow batches. Integer ids dense enough for a bitmap (by the files'
+Parquet statistics) are streamed once, every row: an id's offset from the smallest is its
+place, the ids of null-partner and self-loop rows are marked as nodes and those rows counted
+on the way (an id outside the statistics restarts the ingest with DuckDB's own counts). For
+other ids DuckDB computes the sorted set of distinct ids (a hash aggregate, then an ORDER BY
+of n values, never of the edges) and each batch is located in it by one hash table built
+once (`graphs.kernels.id_codes.IntIdLookup`; strings by their hashes, `StringIdLookup`). Sparse integer and string
 ids of edge rows that fit the sort budget skip the DISTINCT and the lookups: one scan,
 and one hash encoding of every endpoint (`graphs.kernels.id_codes`) whose codes are renumbered in
 sorted id order (`graphs.stages.canonical_ids.IdSpace.factorize`; string ids are
@@ -54,8 +57,9 @@ same pass, so their rows need no lookup either. Relabelled rows are turned into 
 graph fit the sort budget only the (min, max) orientation is kept and the reverse
 direction is produced after deduplication (`graphs.kernels.edge_keys.mirror`), halving the work. Keys are spilled into fine
 buckets by source-id range; buckets are then grouped up to `sort_budget_mb`, and each
-group is counting-sorted into rows by source (a numba kernel: O(keys) plus a small sort
-per row, cheaper than sorting all keys) and deduplicated row by row. Because
+group is counting-sorted into rows by source and deduplicated row by row
+(`graphs.kernels.edge_keys.dedupe_rows`: O(keys) plus a small sort per row, cheaper than
+sorting all keys; the keys go to cache-sized buckets of rows first, buckets in threads). Because
 buckets are in source order, the output is globally sorted without a merge, and memory stays bounded by the sort budget
 plus O(n) arrays whatever the edge count.
 
