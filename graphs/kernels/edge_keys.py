@@ -318,8 +318,8 @@ def dedupe_rows(chunks: list[np.ndarray], shift: int, lo: int, rows: int, count_
     """Sort the keys (in `chunks`) of sources lo..lo+rows-1 into rows; sort and dedupe each row.
 
     Returns (unique neighbours per row, the neighbours row after row, the number of
-    distinct keys counting the flag: with count_both_flags only flag-0 keys count).
-    O(keys) plus a small sort per row, instead of one global sort of every key.
+    distinct keys counting the flag: keys of both flags with count_both_flags, else flag-0
+    keys only). O(keys) plus a small sort per row, instead of one global sort of every key.
     """
     chunks = [c for c in chunks if len(c)]
     bits = _bucket_bits(rows, sum(len(c) for c in chunks))

@@ -70,7 +70,7 @@ def valid_edge_rows(con, weighted: bool, invalid_weights: int, batch_rows: int, 
 
 def spill_rows(
     spill: KeySpill, reader, space: IdSpace, shift: int, half: bool, symmetrize: bool, *, every_row: bool = False
-) -> None:
+) -> tuple[int, int]:
     """Add the keys (and weights) of each batch of rows, its ids located in the id space. With
     `every_row` (a dense space read by `valid_edge_rows(every_row=True)`), the ids of rows with a
     null or a self loop are located too (they are nodes), and only the other rows are added.

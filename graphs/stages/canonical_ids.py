@@ -234,7 +234,7 @@ class IdSpace:
             return self._relabel(values)
         valid = np.asarray(values.is_valid()) if values.null_count else None
         found = values.to_numpy() if valid is None else values.drop_null().to_numpy()
-        if len(found) and (found.min() < self.lo or found.max() - self.lo >= self.size):
+        if len(found) and (found.min() < self.lo or found.max() >= self.lo + self.size):  # no int64 wrap
             raise IdOutsideSpace(f"an edge id outside {self.lo}..{self.lo + self.size - 1}")
         if valid is None:
             off = found - self.lo
