@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphs.kernels import edge_keys
+from graphs.kernels import edge_keys, threads
 from graphs.kernels.edge_keys import dedupe_rows, key_shift, mirror
+
+
+def _use_threads(monkeypatch, count: int) -> None:
+    """Pieces cut for `count` threads and run in that many, whatever the machine's cores."""
+    monkeypatch.setattr(edge_keys, "kernel_threads", lambda: count)
+    monkeypatch.setattr(threads, "kernel_threads", lambda: count)
 
 
 def _keys(rng, rows: int, lo: int, size: int, n: int, hub: int) -> np.ndarray:
@@ -28,10 +34,10 @@ def _dedupe_reference(keys: np.ndarray, shift: int, lo: int, rows: int, count_bo
     return counts, pairs[:, 1], len(flagged)
 
 
-@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("workers", [1, 3])
 @pytest.mark.parametrize("count_both_flags", [True, False])
-def test_dedupe_rows_matches_a_sort_of_every_key(monkeypatch, threads, count_both_flags):
-    monkeypatch.setattr(edge_keys, "_threads", lambda: threads)
+def test_dedupe_rows_matches_a_sort_of_every_key(monkeypatch, workers, count_both_flags):
+    _use_threads(monkeypatch, workers)
     rng = np.random.default_rng(7)
     n, lo, rows = 50_000, 1_000, 20_000
     keys = _keys(rng, rows, lo, 300_000, n, hub=500)  # the hub row is longer than SMALL_ROW
@@ -52,9 +58,9 @@ def test_dedupe_rows_of_no_keys():
     assert len(counts) == 0 and len(dst) == 0 and distinct == 0
 
 
-@pytest.mark.parametrize("threads", [1, 3])
-def test_mirror_gives_both_directions_in_order(monkeypatch, threads):
-    monkeypatch.setattr(edge_keys, "_threads", lambda: threads)
+@pytest.mark.parametrize("workers", [1, 3])
+def test_mirror_gives_both_directions_in_order(monkeypatch, workers):
+    _use_threads(monkeypatch, workers)
     rng = np.random.default_rng(11)
     n = 30_000
     u, v = rng.integers(0, n, (2, 200_000))

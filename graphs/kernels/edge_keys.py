@@ -12,12 +12,12 @@ of one edge by a rule (see `graphs.stages.canonical`, "Weights"). Used by `graph
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
 import numpy as np
+
+from graphs.kernels.threads import kernel_threads, run_each
 
 # ----------------------------------------------------------------------------- edge keys
 #
@@ -276,19 +276,6 @@ def mirror_weighted(upper_counts, upper, upper_w):  # pragma: no cover - compile
 # (the kernels release the GIL).
 
 BUCKET_KEYS = 1 << 15  # the keys a bucket of rows aims at: its values and row starts stay in cache
-MAX_THREADS = 4
-
-
-def _threads() -> int:
-    return max(1, min(os.cpu_count() or 1, MAX_THREADS))
-
-
-def _run(calls: list) -> list:
-    """fn(*args) for each (fn, *args) in `calls`, in threads when there are several."""
-    if len(calls) <= 1:
-        return [fn(*args) for fn, *args in calls]
-    with ThreadPoolExecutor(min(len(calls), _threads())) as pool:
-        return list(pool.map(lambda call: call[0](*call[1:]), calls))
 
 
 def _bucket_bits(rows: int, values: int) -> int:
@@ -309,7 +296,7 @@ def _slots(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _bucket_ranges(starts: np.ndarray) -> list[tuple[int, int]]:
     """Consecutive ranges of buckets holding similar numbers of values, one per thread."""
-    cuts = np.searchsorted(starts, np.linspace(0, starts[-1], _threads() + 1)[1:-1]).tolist()
+    cuts = np.searchsorted(starts, np.linspace(0, starts[-1], kernel_threads() + 1)[1:-1]).tolist()
     edges = [0, *cuts, len(starts) - 1]
     return [(a, b) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
@@ -325,25 +312,23 @@ def dedupe_rows(chunks: list[np.ndarray], shift: int, lo: int, rows: int, count_
     bits = _bucket_bits(rows, sum(len(c) for c in chunks))
     buckets = ((rows - 1) >> bits) + 1 if rows else 0
     counts = np.stack(
-        _run([(_bucket_counts, c, shift, lo, bits, buckets) for c in chunks]) or [np.zeros(buckets, np.int64)]
+        run_each(_bucket_counts, [(c, shift, lo, bits, buckets) for c in chunks]) or [np.zeros(buckets, np.int64)]
     )
     starts, firsts = _slots(counts)
     grouped = np.empty(int(starts[-1]), np.int64)
-    _run([(_bucket_scatter, c, shift, lo, bits, firsts[i].copy(), grouped) for i, c in enumerate(chunks)])
+    run_each(_bucket_scatter, [(c, shift, lo, bits, firsts[i].copy(), grouped) for i, c in enumerate(chunks)])
     per_row = np.zeros(rows, np.int64)
     kept = np.zeros(buckets, np.int64)
     distinct = np.zeros(buckets, np.int64)
     ranges = _bucket_ranges(starts)
-    _run(
-        [
-            (_dedupe_buckets, grouped, starts, shift, lo, rows, bits, count_both_flags, per_row, kept, distinct, a, b)
-            for a, b in ranges
-        ]
+    run_each(
+        _dedupe_buckets,
+        [(grouped, starts, shift, lo, rows, bits, count_both_flags, per_row, kept, distinct, a, b) for a, b in ranges],
     )
     out_starts = np.zeros(buckets + 1, np.int64)
     np.cumsum(kept, out=out_starts[1:])
     out = np.empty(int(out_starts[-1]), np.int64)
-    _run([(_compact_buckets, grouped, starts, kept, out_starts, out, a, b) for a, b in ranges])
+    run_each(_compact_buckets, [(grouped, starts, kept, out_starts, out, a, b) for a, b in ranges])
     return per_row, out, int(distinct.sum())
 
 
@@ -359,23 +344,26 @@ def mirror(upper_counts: np.ndarray, upper: np.ndarray):
     bits = _bucket_bits(n, len(upper))
     buckets = ((n - 1) >> bits) + 1 if n else 0
     shift = max(1, int(n - 1).bit_length())
-    cuts = np.linspace(0, len(upper), _threads() + 1).astype(np.int64)
+    cuts = np.linspace(0, len(upper), kernel_threads() + 1).astype(np.int64)
     pieces = [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
     counts = np.stack(
-        _run([(_lower_counts, upper[a:b], bits, buckets) for a, b in pieces]) or [np.zeros(buckets, np.int64)]
+        run_each(_lower_counts, [(upper[a:b], bits, buckets) for a, b in pieces]) or [np.zeros(buckets, np.int64)]
     )
     starts, firsts = _slots(counts)
     pairs = np.empty(len(upper), np.int64)
-    _run([(_lower_scatter, upper, ends, a, b, bits, shift, firsts[i].copy(), pairs) for i, (a, b) in enumerate(pieces)])
+    run_each(
+        _lower_scatter, [(upper, ends, a, b, bits, shift, firsts[i].copy(), pairs) for i, (a, b) in enumerate(pieces)]
+    )
     degree = upper_counts + np.bincount(upper, minlength=n)
     row_starts = np.zeros(n + 1, np.int64)
     np.cumsum(degree, out=row_starts[1:])
     dst = np.empty(2 * len(upper), np.int64)
-    _run(
+    run_each(
+        _place_rows,
         [
-            (_place_rows, pairs, starts, row_starts, upper_counts, ends, upper, shift, bits, dst, a, b)
+            (pairs, starts, row_starts, upper_counts, ends, upper, shift, bits, dst, a, b)
             for a, b in _bucket_ranges(starts)
-        ]
+        ],
     )
     return degree, dst
 

@@ -26,6 +26,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from graphs.kernels.threads import run_each
+
 MAX_THREADS = 4  # beyond a few groups the merge of their dictionaries outweighs the split
 
 
@@ -96,12 +98,7 @@ class PartitionedInts:
 
     def _each(self, kernel, calls: list[tuple]) -> None:
         """kernel(*args) for every args in `calls`, spread over the threads."""
-        if self.threads == 1 or len(calls) <= 1:
-            for args in calls:
-                kernel(*args)
-            return
-        with ThreadPoolExecutor(min(self.threads, len(calls))) as pool:
-            list(pool.map(lambda args: kernel(*args), calls))
+        run_each(kernel, calls, self.threads)
 
     def encode(self) -> np.ndarray:
         """Encode every partition; returns the distinct values in code order (int64)."""
@@ -313,12 +310,7 @@ class IntIdLookup:
             _probe(grouped, self.table_bits, self.keys, self.slots)  # in place: position per value
             _gather_codes(piece, _ALL_VALID, 64 - bits, cursor, grouped, dest)
 
-        if len(calls) <= 1 or self.threads == 1:
-            for args in calls:
-                run(*args)
-        else:
-            with ThreadPoolExecutor(min(self.threads, len(calls))) as pool:
-                list(pool.map(lambda args: run(*args), calls))
+        run_each(run, calls, self.threads)
         return out
 
 
