@@ -155,7 +155,8 @@ def parquet_rows(paths: list[Path]) -> int:
 
 def parquet_id_bounds(paths: list[Path]) -> tuple[int, int] | None:
     """(smallest, largest) src/dst of these Parquet files from their row-group statistics;
-    None when a row group lacks them. Only chooses a path: the dense path counts again."""
+    None when a row group lacks them. They choose the path and bound a dense space, whose
+    stream checks every id against them (`graphs.stages.canonical_ids.IdOutsideSpace`)."""
     lo = hi = None
     for p in paths:
         md = pq.read_metadata(p)
