@@ -117,7 +117,7 @@ def test_hostile_settings_files_are_refused_naming_the_file_or_resolve_to_bounde
     path = tmp_path / "landing" / "d" / "gnnflow.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: a loaded host does not inflate it
     try:
         blocks = read_settings_file(path, CONFIGS)
         resolved = []
@@ -138,5 +138,6 @@ def test_hostile_settings_files_are_refused_naming_the_file_or_resolve_to_bounde
             for name, value in _numbers(config):
                 assert math.isfinite(value), (name, value)
                 assert abs(value) < 2**63, (name, value)
-    event(f"seconds > 0.2: {time.perf_counter() - start > 0.2}")
-    assert time.perf_counter() - start < 2.0
+    cpu_seconds = time.process_time() - start
+    event(f"CPU seconds > 0.2: {cpu_seconds > 0.2}")
+    assert cpu_seconds < 2.0
