@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import math
 import os
-from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphs.kernels.threads import run_each
+from graphs.kernels.threads import kernel_threads, run_each
 
 MAX_THREADS = 4  # beyond a few groups the merge of their dictionaries outweighs the split
 
@@ -291,7 +290,7 @@ class IntIdLookup:
         self.keys = np.empty(1 << self.table_bits, dtype=np.int64)
         self.slots = np.full(1 << self.table_bits, -1, dtype=np.int64)
         _insert_sorted(ids, self.table_bits, self.keys, self.slots)
-        self.threads = max(1, threads or min(os.cpu_count() or 1, MAX_THREADS))
+        self.threads = max(1, threads or kernel_threads())
 
     def __call__(self, values: np.ndarray) -> np.ndarray:
         values = np.ascontiguousarray(values, dtype=np.int64)
@@ -410,8 +409,7 @@ def dictionary_codes(chunks: list[pa.Array], threads: int | None = None) -> tupl
     groups = _split_by_rows(chunks, threads or _threads(chunks))
     if len(groups) == 1:
         return _arrow_group(groups[0])
-    with ThreadPoolExecutor(len(groups)) as pool:
-        encoded = list(pool.map(_arrow_group, groups))
+    encoded = run_each(_arrow_group, [(g,) for g in groups], len(groups))
     together = pc.dictionary_encode(pa.concat_arrays([d for _, d in encoded]))
     remap, out, at = together.indices.to_numpy(), [], 0
     for codes, d in encoded:
@@ -433,12 +431,8 @@ def ranked_codes(index_chunks: list[np.ndarray], rank: np.ndarray) -> np.ndarray
     -1 (chunks spread over threads)."""
     starts = np.concatenate([[0], np.cumsum([len(c) for c in index_chunks], dtype=np.int64)])
     out = np.empty(int(starts[-1]), dtype=np.int64)
-
-    def fill(k: int) -> None:
-        _rank_into(out[starts[k] : starts[k + 1]], index_chunks[k], rank)
-
-    with ThreadPoolExecutor(_threads(index_chunks)) as pool:
-        list(pool.map(fill, range(len(index_chunks))))
+    calls = [(out[starts[k] : starts[k + 1]], c, rank) for k, c in enumerate(index_chunks)]
+    run_each(_rank_into, calls, _threads(index_chunks))
     return out
 
 
@@ -494,7 +488,6 @@ def codes_by_hash(values: list[pa.Array], hashes: list[pa.Array]) -> tuple[list[
         taken = representative.take(pa.array(np.maximum(index_chunks[k], 0)))
         return not pc.any(pc.not_equal(values[k], taken)).as_py()
 
-    with ThreadPoolExecutor(_threads(values)) as pool:
-        if not all(pool.map(same, range(len(values)))):
-            return None  # a hash collision: some row's string differs from its code's string
+    if not all(run_each(same, [(k,) for k in range(len(values))], _threads(values))):
+        return None  # a hash collision: some row's string differs from its code's string
     return index_chunks, representative
